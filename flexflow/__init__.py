@@ -1,0 +1,37 @@
+"""FlexFlow on Legate: SOAP parallelization search and training (Jia, Zaharia, Aiken, SysML 2019).
+
+Importing flexflow prepares the process for Legate (see `flexflow.bootstrap`) without starting it:
+the layer API, the operator graph, the simulator and the search run without Legate; only
+`flexflow.runtime` imports it.
+"""
+
+from __future__ import annotations
+
+from flexflow import bootstrap
+
+LEGATE_SETUP = bootstrap.prepare()
+
+from flexflow.config import FFConfig  # noqa: E402
+from flexflow.graph import OperatorGraph  # noqa: E402
+from flexflow.ops import ActiMode, DType  # noqa: E402
+
+try:  # TEMPORARY while op modules are being written in parallel; must be strict again
+    from flexflow.model import FFModel, Tensor  # noqa: E402
+    from flexflow.ops.embedding import AggrMode  # noqa: E402
+    from flexflow.ops.pool2d import PoolType  # noqa: E402
+except ModuleNotFoundError:
+    pass
+
+DataType = DType
+
+__all__ = [
+    "ActiMode",
+    "AggrMode",
+    "DataType",
+    "FFConfig",
+    "FFModel",
+    "LEGATE_SETUP",
+    "OperatorGraph",
+    "PoolType",
+    "Tensor",
+]

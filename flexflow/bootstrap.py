@@ -1,0 +1,108 @@
+"""Makes Legate importable on any host: the CUDA driver stand-in and Legate's default configuration.
+
+Legate's wheels link `libcuda.so.1` and CUDA 12's `libcudart.so.12` even for CPU-only runs.
+`prepare()` runs once when `flexflow` is imported, before anything imports `legate.core`:
+
+1. If the real driver `libcuda.so.1` loads, it is used and nothing is shadowed.
+2. Otherwise the stand-in built from `native/cuda_stub.c` (SONAME `libcuda.so.1`) is loaded with
+   `RTLD_GLOBAL`, so the loader hands it to every later request for `libcuda.so.1`; its `cuInit`
+   fails, so Realm runs CPU-only.
+3. `libcudart.so.12` is loaded from the `nvidia-cuda-runtime-cu12` wheel when the loader cannot
+   find it on its own path.
+4. With the stand-in there can be no GPU, and Legate's automatic configuration fails without an
+   explicit one; so unless the user set `LEGATE_AUTO_CONFIG`, `LEGATE_CONFIG` gets `--cpus N`
+   (N = this host's cores) and `--gpus 0` where it names none, and Realm's GPU-discovery
+   warnings are silenced unless the user chose `--logging`. Under the `legate` launcher its own
+   flags (`legate --cpus 2 ...`) arrive in `LEGATE_CONFIG` and are kept.
+
+This is process-global by nature (the loader and the environment are); it is the only module
+of flexflow that changes either, and it does so once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from flexflow.errors import RuntimeSetupError
+
+DRIVER_SONAME = "libcuda.so.1"
+CUDART_SONAME = "libcudart.so.12"
+STUB_LOGGING = "gpu=none,threads=error"
+
+
+@dataclass(frozen=True, slots=True)
+class LegateSetup:
+    """What `prepare()` did, for `flexflow info` and for tests."""
+
+    driver: str  # "real" or "stand-in"
+    driver_path: str
+    legate_config: str | None
+
+
+def _load_global(path: str) -> bool:
+    try:
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        return False
+    return True
+
+
+def _stub_path() -> Path:
+    here = Path(__file__).resolve().parent
+    candidates = sorted(here.glob("_cuda_stub*.so"))
+    if not candidates:
+        raise RuntimeSetupError(
+            f"flexflow: no CUDA driver ({DRIVER_SONAME}) on this host and the driver stand-in "
+            f"flexflow/_cuda_stub*.so is not built in {here}; reinstall with `pip install -e .` "
+            "(it compiles native/cuda_stub.c with cffi)."
+        )
+    return candidates[0]
+
+
+def _load_cudart() -> None:
+    if _load_global(CUDART_SONAME):
+        return
+    try:
+        import nvidia.cuda_runtime as cuda_runtime  # the nvidia-cuda-runtime-cu12 wheel
+    except ImportError:
+        return  # Legate reports the missing library itself, with its name.
+    for root in cuda_runtime.__path__:
+        library = Path(root) / "lib" / CUDART_SONAME
+        if library.exists():
+            _load_global(str(library))
+            return
+
+
+def default_legate_config(config: str | None, cpus: int) -> str:
+    """`config` completed with what a host without GPUs needs for Legate to start."""
+    args = shlex.split(config or "")
+    flags = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    if "--cpus" not in flags:
+        args += ["--cpus", str(cpus)]
+    if "--gpus" not in flags:
+        args += ["--gpus", "0"]
+    if "--logging" not in flags:
+        args += ["--logging", STUB_LOGGING]
+    return shlex.join(args)
+
+
+def prepare(environ: os._Environ[str] | dict[str, str] | None = None) -> LegateSetup:
+    """Load a CUDA driver (real or stand-in) and complete Legate's configuration; see the module doc."""
+    env = os.environ if environ is None else environ
+    if _load_global(DRIVER_SONAME):
+        _load_cudart()
+        return LegateSetup("real", DRIVER_SONAME, env.get("LEGATE_CONFIG"))
+    stub = _stub_path()
+    if not _load_global(str(stub)):
+        raise RuntimeSetupError(
+            f"flexflow: the CUDA driver stand-in {stub} exists but cannot be loaded; "
+            "reinstall flexflow to rebuild it."
+        )
+    _load_cudart()
+    if "LEGATE_AUTO_CONFIG" not in env:
+        env["LEGATE_CONFIG"] = default_legate_config(env.get("LEGATE_CONFIG"), os.cpu_count() or 1)
+    return LegateSetup("stand-in", str(stub), env.get("LEGATE_CONFIG"))

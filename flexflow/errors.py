@@ -1,0 +1,35 @@
+"""The one error hierarchy of flexflow: every message names the object, what was expected, what it got, and the fix.
+
+The CLI turns any `FlexFlowError` into a single line on stderr and exit code 2, so a user never
+sees a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+
+class FlexFlowError(Exception):
+    """Base of every error a user can cause (bad model, strategy, machine or file)."""
+
+
+class ShapeError(FlexFlowError, ValueError):
+    """A layer was given inputs whose shapes, ranks or dtypes it cannot take."""
+
+
+class GraphError(FlexFlowError, ValueError):
+    """The operator graph is malformed (unknown tensor, cycle, truncated graph file)."""
+
+
+class StrategyError(FlexFlowError, ValueError):
+    """A parallelization configuration or strategy does not fit its op, graph or machine."""
+
+
+class MachineError(FlexFlowError, ValueError):
+    """A machine description is malformed or names devices or links that do not exist."""
+
+
+class ModelError(FlexFlowError, ValueError):
+    """A model name or model file cannot be resolved to a model."""
+
+
+class RuntimeSetupError(FlexFlowError, RuntimeError):
+    """Legate or the native libraries cannot be started on this host."""

@@ -1,0 +1,285 @@
+"""The operator graph G of the paper (§3): ops, the tensors between them and their parameters; shapes only, no data.
+
+Ops are kept in topological order (the order the layer API created them). A parameter may be
+shared by several ops (the time steps of an unrolled LSTM share one set of weights). The graph
+is an immutable value: it serializes to JSON and back, and renders to DOT (`flexflow.render`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from flexflow.errors import GraphError, ShapeError
+from flexflow.ops import OP_KINDS, DType, Op, Signature, TensorSpec, WeightSpec
+from flexflow.ops.base import full_region
+
+GRAPH_FORMAT = "flexflow-operator-graph"
+GRAPH_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class GraphTensor:
+    """A tensor of the graph; `producer` is the id of the op writing it, None for a model input."""
+
+    id: int
+    name: str
+    spec: TensorSpec
+    producer: int | None = None
+    index: int = 0  # which output of the producer
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    """A trainable weight; `name` is `<layer>.<weight>`, e.g. `conv1.kernel`."""
+
+    id: int
+    name: str
+    spec: WeightSpec
+
+
+@dataclass(frozen=True, slots=True)
+class OpNode:
+    id: int
+    name: str
+    op: Op
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    weights: tuple[int, ...]
+    sig: Signature
+
+    @property
+    def kind(self) -> str:
+        return self.op.kind
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """Tensor `tensor` flows from op `src` to op `dst`."""
+
+    src: int
+    dst: int
+    tensor: int
+
+
+@dataclass(frozen=True)
+class OperatorGraph:
+    ops: tuple[OpNode, ...]
+    tensors: tuple[GraphTensor, ...]
+    parameters: tuple[Parameter, ...]
+
+    def __post_init__(self) -> None:
+        seen_tensors: set[int] = {t.id for t in self.tensors if t.producer is None}
+        names: set[str] = set()
+        for position, node in enumerate(self.ops):
+            if node.id != position:
+                raise GraphError(f"op '{node.name}' has id {node.id}, expected {position}.")
+            if node.name in names:
+                raise GraphError(f"two ops are named '{node.name}'; layer names must be unique.")
+            names.add(node.name)
+            for tid in node.inputs:
+                if tid not in seen_tensors:
+                    raise GraphError(
+                        f"{node.kind} '{node.name}' reads tensor {tid} before any op produces it; "
+                        "ops must be listed in topological order."
+                    )
+            seen_tensors.update(node.outputs)
+
+    # ---- lookups ------------------------------------------------------------------------------
+    @cached_property
+    def _tensor_by_id(self) -> dict[int, GraphTensor]:
+        return {t.id: t for t in self.tensors}
+
+    @cached_property
+    def _op_by_name(self) -> dict[str, OpNode]:
+        return {node.name: node for node in self.ops}
+
+    @cached_property
+    def _consumers(self) -> dict[int, tuple[int, ...]]:
+        consumers: dict[int, list[int]] = {t.id: [] for t in self.tensors}
+        for node in self.ops:
+            for tid in node.inputs:
+                if node.id not in consumers[tid]:
+                    consumers[tid].append(node.id)
+        return {tid: tuple(ops) for tid, ops in consumers.items()}
+
+    def tensor(self, tensor_id: int) -> GraphTensor:
+        return self._tensor_by_id[tensor_id]
+
+    def op(self, name: str) -> OpNode:
+        try:
+            return self._op_by_name[name]
+        except KeyError:
+            raise GraphError(f"the graph has no op named '{name}'.") from None
+
+    def consumers(self, tensor_id: int) -> tuple[int, ...]:
+        """Ids of the ops reading tensor `tensor_id`, in topological order."""
+        return self._consumers[tensor_id]
+
+    @property
+    def edges(self) -> Iterator[Edge]:
+        for node in self.ops:
+            for tid in dict.fromkeys(node.inputs):
+                producer = self.tensor(tid).producer
+                if producer is not None:
+                    yield Edge(producer, node.id, tid)
+
+    @property
+    def input_tensors(self) -> tuple[GraphTensor, ...]:
+        return tuple(t for t in self.tensors if t.producer is None)
+
+    @property
+    def output_tensors(self) -> tuple[GraphTensor, ...]:
+        """Tensors no op reads: the model's outputs."""
+        return tuple(t for t in self.tensors if t.producer is not None and not self.consumers(t.id))
+
+    # ---- totals -------------------------------------------------------------------------------
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.spec.size for p in self.parameters)
+
+    def flops_per_iteration(self) -> tuple[float, float]:
+        """Forward and backward FLOPs of one training iteration, each op run as one task."""
+        forward = backward = 0.0
+        for node in self.ops:
+            fwd, bwd = node.op.flops(node.sig, full_region(node.sig.output_shape))
+            forward += fwd
+            backward += bwd
+        return forward, backward
+
+    # ---- JSON ---------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": GRAPH_FORMAT,
+            "version": GRAPH_VERSION,
+            "tensors": [
+                {"id": t.id, "name": t.name, "shape": list(t.spec.shape), "dtype": t.spec.dtype.value}
+                for t in self.tensors
+                if t.producer is None
+            ],
+            "parameters": [
+                {"id": p.id, "name": p.name, "weight": p.spec.name} for p in self.parameters
+            ],
+            "ops": [
+                {
+                    "name": node.name,
+                    "kind": node.kind,
+                    "attributes": op_attributes(node.op),
+                    "inputs": list(node.inputs),
+                    "outputs": list(node.outputs),
+                    "weights": list(node.weights),
+                }
+                for node in self.ops
+            ],
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1)
+
+    @classmethod
+    def from_json(cls, data: Any) -> OperatorGraph:
+        """Rebuild a graph from `to_json` output, re-inferring and checking every shape."""
+        try:
+            return _graph_from_json(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, GraphError | ShapeError):
+                raise
+            raise GraphError(
+                f"malformed operator graph file: {exc!r}; regenerate it with `OperatorGraph.dumps()`."
+            ) from None
+
+
+# ---- op attributes <-> JSON -----------------------------------------------------------------------
+
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def op_attributes(op: Op) -> dict[str, Any]:
+    """The hyperparameters of an op as JSON-ready values (enums by value, tuples as lists)."""
+    return {f.name: _to_plain(getattr(op, f.name)) for f in dataclasses.fields(op)}
+
+
+def _from_plain(hint: Any, value: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(value)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_plain(args[0], v) for v in value)
+        return tuple(_from_plain(a, v) for a, v in zip(args, value, strict=True))
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None:
+            return None
+        non_none = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _from_plain(non_none[0], value)
+    return value
+
+
+def op_from_attributes(kind: str, attributes: dict[str, Any]) -> Op:
+    if kind not in OP_KINDS:
+        raise GraphError(f"unknown op kind '{kind}'; known kinds: {', '.join(sorted(OP_KINDS))}.")
+    cls = OP_KINDS[kind]
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in attributes:
+            values[f.name] = _from_plain(hints[f.name], attributes[f.name])
+    return cls(**values)
+
+
+def _graph_from_json(data: Any) -> OperatorGraph:
+    if not isinstance(data, dict) or data.get("format") != GRAPH_FORMAT:
+        raise GraphError(f"not an operator graph file: expected \"format\": \"{GRAPH_FORMAT}\".")
+    if data.get("version") != GRAPH_VERSION:
+        raise GraphError(
+            f"operator graph file version {data.get('version')!r} is not supported; "
+            f"this flexflow reads version {GRAPH_VERSION}."
+        )
+    tensors: dict[int, GraphTensor] = {}
+    for t in data["tensors"]:
+        spec = TensorSpec(tuple(t["shape"]), DType(t["dtype"]))
+        tensors[t["id"]] = GraphTensor(t["id"], t["name"], spec)
+    param_names = {p["id"]: p["name"] for p in data["parameters"]}
+    params: dict[int, Parameter] = {}
+    ops: list[OpNode] = []
+    for position, entry in enumerate(data["ops"]):
+        name = entry["name"]
+        op = op_from_attributes(entry["kind"], entry["attributes"])
+        try:
+            inputs = tuple(tensors[tid].spec for tid in entry["inputs"])
+        except KeyError as missing:
+            raise GraphError(f"op '{name}' reads tensor {missing} that no earlier op produces.") from None
+        sig = op.infer(name, inputs)
+        if len(entry["outputs"]) != len(sig.outputs) or len(entry["weights"]) != len(sig.weights):
+            raise GraphError(
+                f"op '{name}': file lists {len(entry['outputs'])} outputs and "
+                f"{len(entry['weights'])} weights, the op has {len(sig.outputs)} and {len(sig.weights)}."
+            )
+        for index, (tid, spec) in enumerate(zip(entry["outputs"], sig.outputs, strict=True)):
+            tensors[tid] = GraphTensor(tid, f"{name}:{index}", spec, position, index)
+        for pid, wspec in zip(entry["weights"], sig.weights, strict=True):
+            if pid in params and params[pid].spec.shape != wspec.shape:
+                raise GraphError(f"op '{name}' shares parameter {pid} with a different shape.")
+            params.setdefault(pid, Parameter(pid, param_names[pid], wspec))
+        ops.append(
+            OpNode(position, name, op, tuple(entry["inputs"]), tuple(entry["outputs"]),
+                   tuple(entry["weights"]), sig)
+        )
+    return OperatorGraph(
+        tuple(ops),
+        tuple(sorted(tensors.values(), key=lambda t: t.id)),
+        tuple(sorted(params.values(), key=lambda p: p.id)),
+    )

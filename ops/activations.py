@@ -1,0 +1,64 @@
+"""Activation functions as a table: forward, gradient and FLOPs per element, shared by fused layers and element-wise ops."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class ActiMode(enum.Enum):
+    """FlexFlow's activation modes (`AC_MODE_*`), fused into conv2d/dense or applied as their own op."""
+
+    AC_MODE_NONE = "none"
+    AC_MODE_RELU = "relu"
+    AC_MODE_SIGMOID = "sigmoid"
+    AC_MODE_TANH = "tanh"
+    AC_MODE_GELU = "gelu"
+    AC_MODE_ELU = "elu"
+
+
+@dataclass(frozen=True, slots=True)
+class Activation:
+    forward: Callable[[np.ndarray], np.ndarray]
+    grad: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    """grad(x, y, dy) -> dx, given the input x, the output y = forward(x) and dy."""
+    flops_per_element: int
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free form of 1 / (1 + exp(-x))
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    # tanh approximation of GELU (Hendrycks & Gimpel 2016), as in BERT and GPT-2.
+    return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * x**3)))
+
+
+def _gelu_grad(x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    t = np.tanh(_GELU_C * (x + 0.044715 * x**3))
+    dt = (1.0 - t * t) * _GELU_C * (1.0 + 3 * 0.044715 * x * x)
+    return dy * (0.5 * (1.0 + t) + 0.5 * x * dt)
+
+
+ACTIVATIONS: dict[ActiMode, Activation] = {
+    ActiMode.AC_MODE_NONE: Activation(lambda x: x, lambda x, y, dy: dy, 0),
+    ActiMode.AC_MODE_RELU: Activation(
+        lambda x: np.maximum(x, 0), lambda x, y, dy: dy * (x > 0), 1
+    ),
+    ActiMode.AC_MODE_SIGMOID: Activation(_sigmoid, lambda x, y, dy: dy * y * (1 - y), 4),
+    ActiMode.AC_MODE_TANH: Activation(np.tanh, lambda x, y, dy: dy * (1 - y * y), 4),
+    ActiMode.AC_MODE_GELU: Activation(_gelu, _gelu_grad, 8),
+    # ELU with alpha = 1: x for x > 0, exp(x) - 1 otherwise.
+    ActiMode.AC_MODE_ELU: Activation(
+        lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
+        lambda x, y, dy: dy * np.where(x > 0, 1.0, y + 1.0),
+        3,
+    ),
+}

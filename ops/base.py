@@ -1,0 +1,309 @@
+"""What every operator kind declares: shapes, SOAP dimensions, tile costs and reference kernels (paper §4, Table 1).
+
+An op definition is a frozen dataclass holding only the layer's hyperparameters (kernel size,
+units, ...). Everything that depends on the inputs is derived by `infer`, which validates the
+inputs and returns a `Signature`: input, output and weight specs plus the output's dimensions,
+each classified as sample, attribute or parameter (or not partitionable).
+
+SOAP partitions the output of an op into equal tiles. A tile is a `Region` of output 0 (one
+half-open `[start, stop)` range per dimension); the op tells which region of each input and
+each weight that tile needs (`input_regions`, `weight_regions`, with halos for windowed ops),
+and how many FLOPs it costs (`flops`). Bytes read and written follow from those regions.
+
+The numpy `forward`/`backward` kernels are the reference every runtime kernel is checked
+against. They are dtype-generic (float64 inputs give float64 results) so tests can compare them
+with numerical gradients.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from flexflow.errors import ShapeError
+
+Shape = tuple[int, ...]
+Region = tuple[tuple[int, int], ...]
+"""A box in a tensor: one half-open `(start, stop)` range per dimension."""
+
+Arrays = tuple[np.ndarray, ...]
+
+
+class DimKind(enum.Enum):
+    """SOAP's kinds of partitionable output dimension (paper §4)."""
+
+    SAMPLE = "sample"
+    ATTRIBUTE = "attribute"
+    PARAMETER = "parameter"
+
+
+class DType(enum.Enum):
+    """Element types; `DT_*` are FlexFlow's names for the same members (`DataType.DT_FLOAT`)."""
+
+    FLOAT32 = "float32"
+    INT32 = "int32"
+    INT64 = "int64"
+    DT_FLOAT = "float32"
+    DT_INT32 = "int32"
+    DT_INT64 = "int64"
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.value).itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self is DType.FLOAT32
+
+
+@dataclass(frozen=True, slots=True)
+class Dim:
+    """One dimension of an op's output: its name and SOAP kind, or `kind=None` if the op cannot split it."""
+
+    name: str
+    kind: DimKind | None = None
+
+    @property
+    def partitionable(self) -> bool:
+        return self.kind is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    shape: Shape
+    dtype: DType = DType.FLOAT32
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+
+    @property
+    def size_bytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class WeightSpec:
+    """A trainable parameter of an op; `init` names an initializer of `flexflow.ops.init`."""
+
+    name: str
+    shape: Shape
+    init: str = "glorot_uniform"
+    fan_in: int = 1
+    fan_out: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """An op applied to concrete inputs: what it reads, writes, owns, and how its output may be split."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    weights: tuple[WeightSpec, ...]
+    dims: tuple[Dim, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.dims) != len(self.outputs[0].shape):
+            raise AssertionError(f"dims {self.dims} do not match output {self.outputs[0].shape}")
+
+    @property
+    def output_shape(self) -> Shape:
+        return self.outputs[0].shape
+
+
+@dataclass(frozen=True, slots=True)
+class TileCost:
+    """Work of one task computing one output tile, forward and backward."""
+
+    forward_flops: float
+    backward_flops: float
+    forward_bytes_read: int
+    forward_bytes_written: int
+    backward_bytes_read: int
+    backward_bytes_written: int
+
+
+def full_region(shape: Shape) -> Region:
+    return tuple((0, s) for s in shape)
+
+
+def region_shape(region: Region) -> Shape:
+    return tuple(stop - start for start, stop in region)
+
+
+def region_volume(region: Region) -> int:
+    return math.prod(stop - start for start, stop in region)
+
+
+def region_slices(region: Region) -> tuple[slice, ...]:
+    return tuple(slice(start, stop) for start, stop in region)
+
+
+class Op(ABC):
+    """Base of every operator kind. Subclasses are `@dataclass(frozen=True, slots=True)`."""
+
+    __slots__ = ()
+
+    kind: ClassVar[str]
+    """The registry key, e.g. "conv2d"; also the default layer name prefix."""
+
+    # ---- shapes -------------------------------------------------------------------------------
+    @abstractmethod
+    def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:
+        """Validate `inputs` for the layer called `name` and derive the signature.
+
+        Raises `ShapeError` naming the layer, the shapes it got and what it expected.
+        """
+
+    # ---- SOAP tiles ---------------------------------------------------------------------------
+    @abstractmethod
+    def input_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        """The region of each input that the output-0 tile `region` reads (halos included)."""
+
+    def weight_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        """The region of each weight the tile reads; by default every weight whole."""
+        return tuple(full_region(w.shape) for w in sig.weights)
+
+    def output_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        """The tile of every output: `region`, with dims that are not partitionable taken whole."""
+        out = []
+        for spec in sig.outputs:
+            out.append(
+                tuple(
+                    rng if dim.partitionable else (0, size)
+                    for rng, dim, size in zip(region, sig.dims, spec.shape, strict=True)
+                )
+            )
+        return tuple(out)
+
+    @abstractmethod
+    def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
+        """Forward and backward FLOPs (a multiply-add counts 2) of the task computing `region`."""
+
+    def tile_cost(self, sig: Signature, region: Region) -> TileCost:
+        """FLOPs and bytes of one task.
+
+        Forward reads its input and weight regions and writes its output tiles. Backward reads
+        the output gradients, the inputs and weights, and writes gradients of the float inputs
+        and of the weights.
+        """
+        fwd_flops, bwd_flops = self.flops(sig, region)
+        in_bytes = [
+            region_volume(r) * spec.dtype.itemsize
+            for r, spec in zip(self.input_regions(sig, region), sig.inputs, strict=True)
+        ]
+        float_in_bytes = sum(
+            b for b, spec in zip(in_bytes, sig.inputs, strict=True) if spec.dtype.is_float
+        )
+        w_bytes = sum(
+            region_volume(r) * DType.FLOAT32.itemsize for r in self.weight_regions(sig, region)
+        )
+        out_bytes = sum(
+            region_volume(r) * spec.dtype.itemsize
+            for r, spec in zip(self.output_regions(sig, region), sig.outputs, strict=True)
+        )
+        return TileCost(
+            forward_flops=fwd_flops,
+            backward_flops=bwd_flops,
+            forward_bytes_read=sum(in_bytes) + w_bytes,
+            forward_bytes_written=out_bytes,
+            backward_bytes_read=out_bytes + sum(in_bytes) + w_bytes,
+            backward_bytes_written=float_in_bytes + w_bytes,
+        )
+
+    # ---- reference kernels --------------------------------------------------------------------
+    @abstractmethod
+    def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
+        """Numpy reference forward pass: the outputs, in order."""
+
+    @abstractmethod
+    def backward(
+        self,
+        inputs: Sequence[np.ndarray],
+        weights: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+        grad_outputs: Sequence[np.ndarray],
+    ) -> tuple[tuple[np.ndarray | None, ...], Arrays]:
+        """Numpy reference backward pass: (gradient of each input, gradient of each weight).
+
+        The gradient of an integer input (embedding indices) is None.
+        """
+
+
+# ---- validation helpers shared by every op -------------------------------------------------------
+
+
+def expect_inputs(kind: str, name: str, inputs: Sequence[TensorSpec], count: int) -> None:
+    if len(inputs) != count:
+        raise ShapeError(
+            f"{kind} '{name}': expected {count} input tensor(s), got {len(inputs)}; "
+            f"pass exactly {count}."
+        )
+
+
+def expect_rank(kind: str, name: str, spec: TensorSpec, ranks: Sequence[int], what: str = "input") -> None:
+    if len(spec.shape) not in ranks:
+        want = " or ".join(str(r) for r in ranks)
+        raise ShapeError(
+            f"{kind} '{name}': {what} must have rank {want}, got shape {spec.shape} "
+            f"(rank {len(spec.shape)}); reshape or flatten it first."
+        )
+
+
+def expect_float(kind: str, name: str, spec: TensorSpec, what: str = "input") -> None:
+    if not spec.dtype.is_float:
+        raise ShapeError(
+            f"{kind} '{name}': {what} must be float32, got {spec.dtype.value} tensor of shape "
+            f"{spec.shape}; only embedding takes integer inputs."
+        )
+
+
+def expect_positive(kind: str, name: str, **values: int | float) -> None:
+    for key, value in values.items():
+        if value <= 0:
+            raise ShapeError(f"{kind} '{name}': {key} must be positive, got {value}.")
+
+
+def expect_non_negative(kind: str, name: str, **values: int | float) -> None:
+    for key, value in values.items():
+        if value < 0:
+            raise ShapeError(f"{kind} '{name}': {key} must be non-negative, got {value}.")
+
+
+def normalize_axis(kind: str, name: str, axis: int, rank: int, shape: Shape) -> int:
+    if not -rank <= axis < rank:
+        raise ShapeError(
+            f"{kind} '{name}': axis {axis} is out of range for input shape {shape} (rank {rank})."
+        )
+    return axis % rank
+
+
+LAYOUT_NAMES: dict[int, tuple[str, ...]] = {
+    1: ("sample",),
+    2: ("sample", "channel"),
+    3: ("sample", "length", "channel"),
+    4: ("sample", "channel", "height", "width"),
+}
+"""Conventional dimension names by rank: NCHW images, (batch, time, features) sequences."""
+
+
+def dim_names(rank: int) -> tuple[str, ...]:
+    return LAYOUT_NAMES.get(rank, ("sample",) + tuple(f"attribute{i}" for i in range(1, rank)))
+
+
+def sample_dims(rank: int, rest: DimKind | None) -> tuple[Dim, ...]:
+    """Dims of a rank-`rank` output whose first dim is the sample and every other dim has kind `rest`."""
+    names = dim_names(rank)
+    return (Dim("sample", DimKind.SAMPLE),) + tuple(Dim(n, rest) for n in names[1:])

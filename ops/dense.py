@@ -1,0 +1,102 @@
+"""Dense (fully connected) layer y = act(x W^T + b): sample and channel (parameter) dims (paper Table 1, matmul)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from flexflow.errors import ShapeError
+
+from .activations import ACTIVATIONS, ActiMode
+from .base import (
+    Arrays,
+    Dim,
+    DimKind,
+    Op,
+    Region,
+    Signature,
+    TensorSpec,
+    WeightSpec,
+    dim_names,
+    expect_float,
+    expect_inputs,
+    expect_positive,
+    region_volume,
+)
+from .registry import register
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class Dense(Op):
+    """x (..., in) -> (..., out_dim). Leading dims other than the first are attributes (e.g. time)."""
+
+    kind = "dense"
+    out_dim: int
+    activation: ActiMode = ActiMode.AC_MODE_NONE
+    use_bias: bool = True
+
+    def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:
+        expect_inputs(self.kind, name, inputs, 1)
+        (x,) = inputs
+        expect_float(self.kind, name, x)
+        expect_positive(self.kind, name, out_dim=self.out_dim)
+        if len(x.shape) < 2:
+            raise ShapeError(
+                f"dense '{name}': input must have rank >= 2 (sample, ..., features), got shape "
+                f"{x.shape}; add a batch dimension."
+            )
+        in_dim = x.shape[-1]
+        out = TensorSpec(x.shape[:-1] + (self.out_dim,))
+        weights = [WeightSpec("kernel", (self.out_dim, in_dim), "glorot_uniform", in_dim, self.out_dim)]
+        if self.use_bias:
+            weights.append(WeightSpec("bias", (self.out_dim,), "zeros"))
+        names = dim_names(len(out.shape))
+        dims = (
+            (Dim("sample", DimKind.SAMPLE),)
+            + tuple(Dim(n, DimKind.ATTRIBUTE) for n in names[1:-1])
+            + (Dim("channel", DimKind.PARAMETER),)
+        )
+        return Signature((x,), (out,), tuple(weights), dims)
+
+    def input_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        in_dim = sig.inputs[0].shape[-1]
+        return (region[:-1] + ((0, in_dim),),)  # every output channel reads all input features
+
+    def weight_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        in_dim = sig.inputs[0].shape[-1]
+        out_rows = region[-1]  # a parameter split reads only its rows of W (and b)
+        regions: tuple[Region, ...] = ((out_rows, (0, in_dim)),)
+        return regions + ((out_rows,),) if self.use_bias else regions
+
+    def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
+        in_dim = sig.inputs[0].shape[-1]
+        outputs = region_volume(region)
+        act = ACTIVATIONS[self.activation].flops_per_element
+        forward = 2.0 * outputs * in_dim + (outputs if self.use_bias else 0) + act * outputs
+        # grad input (x = dy W) and grad kernel (dW = dy^T x) each cost one matmul
+        return forward, 2 * 2.0 * outputs * in_dim + act * outputs + outputs
+
+    def _pre_activation(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> np.ndarray:
+        z = x @ weights[0].T  # (..., out)
+        return z + weights[1] if self.use_bias else z
+
+    def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
+        (x,) = inputs
+        return (ACTIVATIONS[self.activation].forward(self._pre_activation(x, weights)),)
+
+    def backward(self, inputs, weights, outputs, grad_outputs):
+        (x,) = inputs
+        (y,) = outputs
+        kernel = weights[0]
+        z = y if self.activation is ActiMode.AC_MODE_NONE else self._pre_activation(x, weights)
+        dz = ACTIVATIONS[self.activation].grad(z, y, grad_outputs[0])  # (..., out)
+        dz2 = dz.reshape(-1, dz.shape[-1])  # (N, out)
+        x2 = x.reshape(-1, x.shape[-1])  # (N, in)
+        grads = [dz2.T @ x2]
+        if self.use_bias:
+            grads.append(dz2.sum(axis=0))
+        return (dz @ kernel,), tuple(grads)
+

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Creates .venv and installs flexflow into it (editable, with test extras); does nothing when
+# the install is already up to date with setup.py, pyproject.toml and native/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=${FLEXFLOW_VENV:-.venv}
+
+stamp_of() {
+    cat setup.py pyproject.toml native/*.c native/*.py 2>/dev/null | sha256sum | cut -d' ' -f1
+}
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "flexflow setup: creating $VENV" >&2
+    "$PYTHON" -m venv "$VENV"
+fi
+want=$(stamp_of)
+have=$(cat "$VENV/.flexflow-install-stamp" 2>/dev/null || true)
+if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c "import flexflow" >/dev/null 2>&1; then
+    echo "flexflow setup: installing flexflow and its dependencies into $VENV" >&2
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel cffi
+    "$VENV/bin/python" -m pip install --quiet --no-build-isolation -e ".[test]"
+    echo "$want" > "$VENV/.flexflow-install-stamp"
+fi

@@ -1,0 +1,30 @@
+"""Installs flexflow: the package, its operator library (ops/ as flexflow.ops) and the native cffi modules."""
+
+from setuptools import setup
+
+# Legate 25.11 is the newest release whose wheels ship UCX networking and the MPI wrappers that
+# multi-rank (multi-node) runs need; the 26.x wheels report no networks. It is built against
+# CUDA 12, so it needs CUDA 12's runtime library and a numpy below 2.4.
+LEGATE_VERSION = "25.11.0"
+
+setup(
+    name="flexflow-legate",
+    version="0.1.0",
+    description="SOAP parallelization search and training on Legate (FlexFlow, SysML 2019)",
+    python_requires=">=3.11",
+    packages=["flexflow", "flexflow.ops"],
+    package_dir={"flexflow": "flexflow", "flexflow.ops": "ops"},
+    setup_requires=["cffi>=1.16"],
+    cffi_modules=["native/build_cuda_stub.py:ffibuilder"],
+    install_requires=[
+        f"legate=={LEGATE_VERSION}",
+        f"nvidia-cupynumeric=={LEGATE_VERSION}",
+        "nvidia-cuda-runtime-cu12>=12.2,<13",
+        "numpy>=1.26,<2.4",
+        "cffi>=1.16",
+        "rich>=13",
+        "matplotlib>=3.8",
+    ],
+    extras_require={"test": ["pytest>=8", "hypothesis>=6.100"]},
+    entry_points={"console_scripts": ["flexflow=flexflow.cli:main"]},
+)
