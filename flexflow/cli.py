@@ -1,0 +1,196 @@
+"""The `flexflow` command (also `python -m flexflow`): one subcommand per job, bad input -> one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from flexflow.errors import FlexFlowError
+from flexflow.fileio import atomic_write_text
+from flexflow.graph import OperatorGraph
+from flexflow.ops.base import full_region
+
+EXIT_USAGE = 2
+
+
+def _stats(name: str, graph: OperatorGraph, batch_size: int) -> dict[str, object]:
+    forward, backward = graph.flops_per_iteration()
+    return {
+        "name": name,
+        "batch_size": batch_size,
+        "ops": len(graph.ops),
+        "parameters": graph.num_parameters,
+        "gflops_per_iteration": round((forward + backward) / 1e9, 3),
+        "forward_gflops_per_iteration": round(forward / 1e9, 3),
+    }
+
+
+def cmd_models(args: argparse.Namespace, console: Console) -> int:
+    """List the zoo: ops, parameters and forward+backward GFLOPs of one training iteration."""
+    from flexflow.zoo import ZOO, load_model
+
+    rows = []
+    for name, entry in ZOO.items():
+        model = load_model(name)
+        rows.append(_stats(name, model.graph(), entry.batch_size) | {"description": entry.description})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    table = Table(title="flexflow model zoo (one training iteration at the paper's batch size)")
+    for column in ("model", "batch", "ops", "parameters", "GFLOPs fwd+bwd", "description"):
+        table.add_column(column, justify="left" if column in ("model", "description") else "right")
+    for row in rows:
+        table.add_row(
+            str(row["name"]), str(row["batch_size"]), str(row["ops"]), f"{row['parameters']:,}",
+            f"{row['gflops_per_iteration']:,.1f}", str(row["description"]),
+        )
+    console.print(table)
+    return 0
+
+
+def summary_table(name: str, graph: OperatorGraph) -> Table:
+    """Per-op table: name, kind, output shape, SOAP dims, parameters it owns, forward MFLOPs."""
+    owner: dict[int, str] = {}
+    for node in graph.ops:
+        for pid in node.weights:
+            owner.setdefault(pid, node.name)
+    sizes = {p.id: p.spec.size for p in graph.parameters}
+    table = Table(title=f"{name}: {len(graph.ops)} ops, {graph.num_parameters:,} parameters")
+    for column in ("op", "kind", "output", "partitionable dims", "parameters", "fwd MFLOPs"):
+        table.add_column(column, justify="right" if column in ("parameters", "fwd MFLOPs") else "left")
+    for node in graph.ops:
+        params = sum(sizes[p] for p in node.weights if owner[p] == node.name)
+        dims = ", ".join(f"{d.name}:{d.kind.value[0].upper()}" for d in node.sig.dims if d.kind)
+        forward, _ = node.op.flops(node.sig, full_region(node.sig.output_shape))
+        table.add_row(
+            node.name, node.kind, str(node.sig.output_shape), dims,
+            f"{params:,}" if params else "", f"{forward / 1e6:,.1f}",
+        )
+    return table
+
+
+def cmd_summary(args: argparse.Namespace, console: Console) -> int:
+    """Print the per-op summary of a zoo model or a model file."""
+    from flexflow.zoo import load_model
+
+    graph = load_model(args.model, _config(args)).graph()
+    if args.json:
+        print(json.dumps(_stats(args.model, graph, graph.input_tensors[0].spec.shape[0]), indent=1))
+    else:
+        console.print(summary_table(args.model, graph))
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace, console: Console) -> int:
+    """Export the operator graph as JSON, DOT and/or PNG (each written atomically)."""
+    from flexflow.render import render_png, to_dot
+    from flexflow.zoo import load_model
+
+    if not (args.json or args.dot or args.png):
+        raise FlexFlowError("flexflow graph: nothing to write; pass --json FILE, --dot FILE or --png FILE.")
+    graph = load_model(args.model, _config(args)).graph()
+    if args.json:
+        atomic_write_text(args.json, graph.dumps())
+    if args.dot:
+        atomic_write_text(args.dot, to_dot(graph))
+    if args.png:
+        render_png(graph, args.png, title=args.model)
+    written = [p for p in (args.json, args.dot, args.png) if p]
+    console.print(f"{args.model}: {len(graph.ops)} ops -> {', '.join(written)}")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace, console: Console) -> int:
+    """How this process was prepared for Legate (driver, configuration) and the versions in use."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import flexflow
+
+    info: dict[str, object] = {
+        "driver": flexflow.LEGATE_SETUP.driver,
+        "driver_library": flexflow.LEGATE_SETUP.driver_path,
+        "legate_config": flexflow.LEGATE_SETUP.legate_config,
+    }
+    for package in ("legate", "nvidia-cupynumeric", "numpy", "cffi"):
+        try:
+            info[package] = version(package)
+        except PackageNotFoundError:
+            info[package] = None
+    if args.json:
+        print(json.dumps(info, indent=1))
+    else:
+        for key, value in info.items():
+            console.print(f"{key:>20}: {value}")
+    return 0
+
+
+def _config(args: argparse.Namespace):
+    from flexflow.config import FFConfig
+
+    return FFConfig(batch_size=args.batch_size) if args.batch_size else None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flexflow",
+        description="SOAP parallelization search and training on Legate (FlexFlow, SysML 2019).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: Callable[[argparse.Namespace, Console], int], help: str):
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    models = add("models", cmd_models, "list the model zoo: ops, parameters, GFLOPs per iteration")
+    models.add_argument("--json", action="store_true", help="print one JSON list")
+
+    for name, handler, help in (
+        ("summary", cmd_summary, "print the per-op summary of a model"),
+        ("graph", cmd_graph, "export a model's operator graph as JSON, DOT or PNG"),
+    ):
+        sub = add(name, handler, help)
+        sub.add_argument("model", help="a zoo name (see `flexflow models`) or a .py file defining build(model)")
+        sub.add_argument("--batch-size", type=_positive_int, default=None, help="override the batch size")
+        if name == "summary":
+            sub.add_argument("--json", action="store_true", help="print totals as JSON")
+        else:
+            sub.add_argument("--json", metavar="FILE", help="write the graph as JSON")
+            sub.add_argument("--dot", metavar="FILE", help="write Graphviz DOT")
+            sub.add_argument("--png", metavar="FILE", help="write a PNG picture")
+
+    info = add("info", cmd_info, "show how Legate is configured for this host and the versions in use")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    console = Console()
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args, console)
+    except FlexFlowError as exc:
+        print(f"flexflow: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"flexflow: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Batch normalization (training mode, optional fused ReLU): sample and parameter (channel) dims (paper Table 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from flexflow.errors import ShapeError
+
+from .base import (
+    Arrays,
+    Dim,
+    DimKind,
+    Op,
+    Region,
+    Signature,
+    TensorSpec,
+    WeightSpec,
+    expect_float,
+    expect_inputs,
+    expect_positive,
+    region_volume,
+)
+from .registry import register
+
+_FORWARD_FLOPS_PER_ELEMENT = 7
+"""mean (1 add), variance (subtract, square, add), normalize (subtract, scale), gamma*xhat + beta (2)."""
+
+_BACKWARD_FLOPS_PER_ELEMENT = 11
+"""dgamma (2), dbeta (1), dxhat (1), and dx through the batch statistics (2 reductions + 4 element ops)."""
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class BatchNorm(Op):
+    """x (N, C, H, W) or (N, C) -> same shape: y = relu(gamma * (x - mean) / sqrt(var + eps) + beta).
+
+    Statistics are per channel over every other axis (biased variance), as in training. A channel
+    (parameter) split is independent per tile and reads only its gamma and beta. A sample split
+    is not: each tile's statistics span the whole batch, so the runtime must combine every tile's
+    per-channel sums and sums of squares (an all-reduce) before normalizing. `input_regions`
+    therefore names all samples (and all of H and W) for every tile, which is what the tile
+    depends on; the bytes actually moved by a sample split are only the reduced statistics.
+    """
+
+    kind = "batch_norm"
+    relu: bool = True
+    eps: float = 1e-5
+
+    def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:
+        expect_inputs(self.kind, name, inputs, 1)
+        (x,) = inputs
+        expect_float(self.kind, name, x)
+        expect_positive(self.kind, name, eps=self.eps)
+        if len(x.shape) not in (2, 4):
+            raise ShapeError(
+                f"batch_norm '{name}': input must have rank 4 (sample, channel, height, width) or "
+                f"rank 2 (sample, channel), got shape {x.shape}; reshape it to NCHW or flatten it."
+            )
+        channels = x.shape[1]
+        weights = (
+            WeightSpec("gamma", (channels,), "ones"),
+            WeightSpec("beta", (channels,), "zeros"),
+        )
+        dims = (Dim("sample", DimKind.SAMPLE), Dim("channel", DimKind.PARAMETER))
+        if len(x.shape) == 4:
+            dims += (Dim("height"), Dim("width"))  # statistics span H and W: not partitionable
+        return Signature((x,), (x,), weights, dims)
+
+    def input_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        shape = sig.inputs[0].shape
+        # every sample and pixel of the tile's channels: the batch statistics read them all
+        return (((0, shape[0]), region[1]) + tuple((0, s) for s in shape[2:]),)
+
+    def weight_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        return ((region[1],), (region[1],))  # gamma and beta of the tile's channels
+
+    def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
+        elements = region_volume(region)
+        relu = elements if self.relu else 0
+        return (
+            float(_FORWARD_FLOPS_PER_ELEMENT * elements + relu),
+            float(_BACKWARD_FLOPS_PER_ELEMENT * elements + relu),
+        )
+
+    # ---- numpy reference ------------------------------------------------------------------------
+    def _normalize(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+        """xhat (same shape as x), 1/sqrt(var + eps) broadcastable to x, and the reduced axes."""
+        axes = (0,) + tuple(range(2, x.ndim))  # every axis but the channel
+        mean = x.mean(axis=axes, keepdims=True)  # (1, C, 1, 1)
+        var = x.var(axis=axes, keepdims=True)  # biased, as in training
+        inv_std = 1.0 / np.sqrt(var + self.eps)
+        return (x - mean) * inv_std, inv_std, axes
+
+    @staticmethod
+    def _per_channel(v: np.ndarray, ndim: int) -> np.ndarray:
+        return v.reshape((1, -1) + (1,) * (ndim - 2))  # (C,) -> (1, C, 1, 1)
+
+    def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
+        (x,) = inputs
+        gamma, beta = (self._per_channel(w, x.ndim) for w in weights)
+        xhat, _, _ = self._normalize(x)
+        z = gamma * xhat + beta
+        return (np.maximum(z, 0) if self.relu else z,)
+
+    def backward(self, inputs, weights, outputs, grad_outputs):
+        (x,) = inputs
+        (y,) = outputs
+        dz = grad_outputs[0] * (y > 0) if self.relu else grad_outputs[0]
+        xhat, inv_std, axes = self._normalize(x)
+        count = x.size // x.shape[1]  # elements per channel, M
+        grad_gamma = (dz * xhat).sum(axis=axes)
+        grad_beta = dz.sum(axis=axes)
+        dxhat = dz * self._per_channel(weights[0], x.ndim)
+        # dx = (M dxhat - sum(dxhat) - xhat sum(dxhat xhat)) / (M sqrt(var + eps))
+        sum_dxhat = dxhat.sum(axis=axes, keepdims=True)
+        sum_dxhat_xhat = (dxhat * xhat).sum(axis=axes, keepdims=True)
+        dx = (count * dxhat - sum_dxhat - xhat * sum_dxhat_xhat) * (inv_std / count)
+        return (dx,), (grad_gamma, grad_beta)

@@ -1,0 +1,274 @@
+"""2-D convolution (NCHW, grouped, fused activation): sample, attribute (height, width) and parameter (channel) dims (paper Table 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from flexflow.errors import ShapeError
+
+from .activations import ACTIVATIONS, ActiMode
+from .base import (
+    Arrays,
+    Dim,
+    DimKind,
+    Op,
+    Region,
+    Signature,
+    TensorSpec,
+    WeightSpec,
+    expect_float,
+    expect_inputs,
+    expect_non_negative,
+    expect_positive,
+    region_volume,
+)
+from .registry import register
+from .shapes import window_input_range, window_output_size
+
+# ---- windowed-op helpers shared with pool2d ------------------------------------------------------
+
+
+def window_output_hw(
+    kind: str,
+    name: str,
+    x: TensorSpec,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+) -> tuple[int, int]:
+    """Validate an NCHW input and window hyperparameters; the output (height, width)."""
+    if len(x.shape) != 4:
+        raise ShapeError(
+            f"{kind} '{name}': input must have rank 4 (sample, channel, height, width), got shape "
+            f"{x.shape}; reshape it to NCHW first."
+        )
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    expect_positive(kind, name, kernel_h=kh, kernel_w=kw, stride_h=sh, stride_w=sw)
+    expect_non_negative(kind, name, padding_h=ph, padding_w=pw)
+    out_h = window_output_size(x.shape[2], kh, sh, ph)
+    out_w = window_output_size(x.shape[3], kw, sw, pw)
+    if out_h <= 0 or out_w <= 0:
+        raise ShapeError(
+            f"{kind} '{name}': a {kh}x{kw} kernel with padding ({ph}, {pw}) does not fit input "
+            f"shape {x.shape} (padded height {x.shape[2] + 2 * ph}, width {x.shape[3] + 2 * pw}); "
+            f"use a smaller kernel or more padding."
+        )
+    return out_h, out_w
+
+
+def windowed_input_region(
+    region: Region,
+    channels: tuple[int, int],
+    in_hw: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+) -> Region:
+    """The NCHW input box an output tile reads: its samples, `channels`, and rows/columns with halos."""
+    (h0, h1), (w0, w1) = region[2], region[3]
+    rows = window_input_range(h0, h1, kernel[0], stride[0], padding[0], in_hw[0])
+    cols = window_input_range(w0, w1, kernel[1], stride[1], padding[1], in_hw[1])
+    return (region[0], channels, rows, cols)
+
+
+def pad_hw(x: np.ndarray, padding: tuple[int, int], value: float = 0.0) -> np.ndarray:
+    """x (N, C, H, W) -> (N, C, H + 2*ph, W + 2*pw), borders filled with `value`."""
+    ph, pw = padding
+    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+
+
+def windows(xp: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) -> np.ndarray:
+    """A read-only view of every window of a padded input: (N, C, H', W', kh, kw)."""
+    view = sliding_window_view(xp, kernel, axis=(2, 3))  # (N, C, Hp-kh+1, Wp-kw+1, kh, kw)
+    return view[:, :, :: stride[0], :: stride[1]]
+
+
+def accumulate_windows(
+    grad_windows: np.ndarray, padded_hw: tuple[int, int], stride: tuple[int, int]
+) -> np.ndarray:
+    """col2im: sum each window's gradient (N, C, H', W', kh, kw) back onto the padded input (N, C, Hp, Wp)."""
+    n, c, out_h, out_w, kh, kw = grad_windows.shape
+    sh, sw = stride
+    out = np.zeros((n, c) + padded_hw, dtype=grad_windows.dtype)
+    # One strided add per kernel position: windows overlap when stride < kernel, so the
+    # positions must be accumulated, never assigned.
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i, i + sh * (out_h - 1) + 1, sh)
+            cols = slice(j, j + sw * (out_w - 1) + 1, sw)
+            out[:, :, rows, cols] += grad_windows[:, :, :, :, i, j]
+    return out
+
+
+def crop_hw(xp: np.ndarray, padding: tuple[int, int]) -> np.ndarray:
+    """Drop the padding again: (N, C, Hp, Wp) -> (N, C, H, W)."""
+    ph, pw = padding
+    return xp[:, :, ph : xp.shape[2] - ph, pw : xp.shape[3] - pw]
+
+
+# ---- the op --------------------------------------------------------------------------------------
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class Conv2D(Op):
+    """x (N, C, H, W) -> (N, out_channels, H', W'), kernel (out_channels, C/groups, kh, kw).
+
+    An output-channel (parameter) split reads only its kernel rows and the input channels of the
+    groups it touches; a height/width (attribute) split reads its rows/columns plus a halo of
+    kernel - stride on each side.
+    """
+
+    kind = "conv2d"
+    out_channels: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int
+    stride_w: int
+    padding_h: int
+    padding_w: int
+    activation: ActiMode = ActiMode.AC_MODE_NONE
+    groups: int = 1
+    use_bias: bool = True
+
+    @property
+    def _kernel(self) -> tuple[int, int]:
+        return (self.kernel_h, self.kernel_w)
+
+    @property
+    def _stride(self) -> tuple[int, int]:
+        return (self.stride_h, self.stride_w)
+
+    @property
+    def _padding(self) -> tuple[int, int]:
+        return (self.padding_h, self.padding_w)
+
+    def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:
+        expect_inputs(self.kind, name, inputs, 1)
+        (x,) = inputs
+        expect_float(self.kind, name, x)
+        expect_positive(self.kind, name, out_channels=self.out_channels, groups=self.groups)
+        out_h, out_w = window_output_hw(
+            self.kind, name, x, self._kernel, self._stride, self._padding
+        )
+        channels = x.shape[1]
+        if channels % self.groups:
+            raise ShapeError(
+                f"conv2d '{name}': groups={self.groups} must divide the input channels "
+                f"{channels} (input shape {x.shape}); choose groups that divide {channels}."
+            )
+        if self.out_channels % self.groups:
+            raise ShapeError(
+                f"conv2d '{name}': groups={self.groups} must divide out_channels="
+                f"{self.out_channels}; choose out_channels a multiple of {self.groups}."
+            )
+        group_in = channels // self.groups
+        window = self.kernel_h * self.kernel_w
+        out = TensorSpec((x.shape[0], self.out_channels, out_h, out_w))
+        weights = [
+            WeightSpec(
+                "kernel",
+                (self.out_channels, group_in, self.kernel_h, self.kernel_w),
+                "glorot_uniform",
+                group_in * window,
+                self.out_channels * window,
+            )
+        ]
+        if self.use_bias:
+            weights.append(WeightSpec("bias", (self.out_channels,), "zeros"))
+        dims = (
+            Dim("sample", DimKind.SAMPLE),
+            Dim("channel", DimKind.PARAMETER),
+            Dim("height", DimKind.ATTRIBUTE),
+            Dim("width", DimKind.ATTRIBUTE),
+        )
+        return Signature((x,), (out,), tuple(weights), dims)
+
+    def input_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        x = sig.inputs[0].shape
+        group_in = x[1] // self.groups
+        group_out = self.out_channels // self.groups
+        o0, o1 = region[1]
+        # output channel o belongs to group o // group_out, which reads that group's input channels
+        channels = (0, 0) if o1 <= o0 else ((o0 // group_out) * group_in, ((o1 - 1) // group_out + 1) * group_in)
+        return (
+            windowed_input_region(
+                region, channels, x[2:], self._kernel, self._stride, self._padding
+            ),
+        )
+
+    def weight_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        rows = region[1]  # a parameter split reads only its output channels' kernels (and biases)
+        kernel = sig.weights[0].shape
+        regions: tuple[Region, ...] = ((rows, (0, kernel[1]), (0, kernel[2]), (0, kernel[3])),)
+        return regions + ((rows,),) if self.use_bias else regions
+
+    def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
+        outputs = region_volume(region)
+        per_output = sig.inputs[0].shape[1] // self.groups * self.kernel_h * self.kernel_w
+        conv = 2.0 * outputs * per_output  # one multiply-add per (input channel, kernel cell)
+        act = ACTIVATIONS[self.activation].flops_per_element * outputs
+        bias = outputs if self.use_bias else 0
+        # backward: grad input (dy * kernel, col2im) and grad kernel (dy^T x) each cost one conv
+        return conv + bias + act, 2 * conv + bias + act
+
+    # ---- numpy reference ------------------------------------------------------------------------
+    def _columns(self, x: np.ndarray) -> np.ndarray:
+        """im2col: x (N, C, H, W) -> (G, N*H'*W', C/G*kh*kw), one row per output position and group."""
+        n, c = x.shape[:2]
+        win = windows(pad_hw(x, self._padding), self._kernel, self._stride)  # (N, C, H', W', kh, kw)
+        out_h, out_w = win.shape[2:4]
+        g = self.groups
+        win = win.reshape(n, g, c // g, out_h, out_w, self.kernel_h, self.kernel_w)
+        win = win.transpose(1, 0, 3, 4, 2, 5, 6)  # (G, N, H', W', C/G, kh, kw)
+        return win.reshape(g, n * out_h * out_w, -1)
+
+    def _grouped_kernel(self, kernel: np.ndarray) -> np.ndarray:
+        return kernel.reshape(self.groups, self.out_channels // self.groups, -1)  # (G, O/G, C/G*kh*kw)
+
+    def _pre_activation(
+        self, x: np.ndarray, weights: Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """z = conv(x) + b (N, O, H', W'), and the im2col columns it was computed from."""
+        n = x.shape[0]
+        out_h = window_output_size(x.shape[2], self.kernel_h, self.stride_h, self.padding_h)
+        out_w = window_output_size(x.shape[3], self.kernel_w, self.stride_w, self.padding_w)
+        cols = self._columns(x)
+        z = cols @ self._grouped_kernel(weights[0]).transpose(0, 2, 1)  # (G, N*H'*W', O/G)
+        z = z.reshape(self.groups, n, out_h, out_w, -1).transpose(1, 0, 4, 2, 3)  # (N, G, O/G, H', W')
+        z = z.reshape(n, self.out_channels, out_h, out_w)  # (N, O, H', W')
+        if self.use_bias:
+            z = z + weights[1][:, None, None]
+        return z, cols
+
+    def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
+        (x,) = inputs
+        z, _ = self._pre_activation(x, weights)
+        return (ACTIVATIONS[self.activation].forward(z),)
+
+    def backward(self, inputs, weights, outputs, grad_outputs):
+        (x,) = inputs
+        (y,) = outputs
+        kernel = weights[0]
+        n, c, h, w = x.shape
+        z, cols = self._pre_activation(x, weights)
+        dz = ACTIVATIONS[self.activation].grad(z, y, grad_outputs[0])  # (N, O, H', W')
+        out_h, out_w = dz.shape[2:]
+        g = self.groups
+        dz_g = dz.reshape(n, g, -1, out_h, out_w).transpose(1, 0, 3, 4, 2)  # (G, N, H', W', O/G)
+        dz_g = dz_g.reshape(g, n * out_h * out_w, -1)  # (G, N*H'*W', O/G)
+        grad_kernel = (dz_g.transpose(0, 2, 1) @ cols).reshape(kernel.shape)  # (O, C/G, kh, kw)
+        dcols = dz_g @ self._grouped_kernel(kernel)  # (G, N*H'*W', C/G*kh*kw)
+        dcols = dcols.reshape(g, n, out_h, out_w, c // g, self.kernel_h, self.kernel_w)
+        dcols = dcols.transpose(1, 0, 4, 2, 3, 5, 6)  # (N, G, C/G, H', W', kh, kw)
+        dcols = dcols.reshape(n, c, out_h, out_w, self.kernel_h, self.kernel_w)
+        padded_hw = (h + 2 * self.padding_h, w + 2 * self.padding_w)
+        dx = crop_hw(accumulate_windows(dcols, padded_hw, self._stride), self._padding)
+        grads = [grad_kernel]
+        if self.use_bias:
+            grads.append(dz.sum(axis=(0, 2, 3)))
+        return (np.ascontiguousarray(dx),), tuple(grads)

@@ -1,0 +1,92 @@
+"""Element-wise add, subtract and multiply of two same-shaped tensors: sample and attribute dims (paper Table 1)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from flexflow.errors import ShapeError
+
+from .base import (
+    Arrays,
+    DimKind,
+    Op,
+    Region,
+    Signature,
+    TensorSpec,
+    expect_float,
+    expect_inputs,
+    region_volume,
+    sample_dims,
+)
+from .registry import register
+
+
+class BinaryOp(enum.Enum):
+    """The element-wise binary operations FFModel exposes (`add`, `subtract`, `multiply`)."""
+
+    ADD = "add"
+    SUBTRACT = "subtract"
+    MULTIPLY = "multiply"
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryRule:
+    forward: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    grads: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+    """grads(x, y, dz) -> (dx, dy) for z = forward(x, y)."""
+    backward_flops_per_element: int
+    """One forward FLOP per element for every op; backward: add copies, subtract negates, multiply scales twice."""
+
+
+BINARY_RULES: dict[BinaryOp, BinaryRule] = {
+    BinaryOp.ADD: BinaryRule(np.add, lambda x, y, dz: (dz.copy(), dz.copy()), 0),
+    BinaryOp.SUBTRACT: BinaryRule(np.subtract, lambda x, y, dz: (dz.copy(), -dz), 1),
+    BinaryOp.MULTIPLY: BinaryRule(np.multiply, lambda x, y, dz: (dz * y, dz * x), 2),
+}
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class ElementBinary(Op):
+    """z = x (op) y for x, y of identical shape (sample, ...); no broadcasting."""
+
+    kind = "element_binary"
+    op_type: BinaryOp
+
+    def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:
+        expect_inputs(self.kind, name, inputs, 2)
+        x, y = inputs
+        expect_float(self.kind, name, x, "first input")
+        expect_float(self.kind, name, y, "second input")
+        if x.shape != y.shape:
+            raise ShapeError(
+                f"element_binary '{name}' ({self.op_type.value}): inputs must have identical "
+                f"shapes, got {x.shape} and {y.shape}; broadcasting is not supported, reshape "
+                f"or repeat one input to {x.shape} first."
+            )
+        if len(x.shape) < 1:
+            raise ShapeError(
+                f"element_binary '{name}': inputs must have rank >= 1 (sample first), got shape "
+                f"{x.shape}; add a batch dimension."
+            )
+        out = TensorSpec(x.shape)
+        return Signature((x, y), (out,), (), sample_dims(len(out.shape), DimKind.ATTRIBUTE))
+
+    def input_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        return (region, region)  # element-wise: each output element reads the same element of x, y
+
+    def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
+        outputs = region_volume(region)
+        return float(outputs), float(BINARY_RULES[self.op_type].backward_flops_per_element * outputs)
+
+    def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
+        x, y = inputs
+        return (BINARY_RULES[self.op_type].forward(x, y),)
+
+    def backward(self, inputs, weights, outputs, grad_outputs):
+        x, y = inputs
+        return BINARY_RULES[self.op_type].grads(x, y, grad_outputs[0]), ()

@@ -1,0 +1,185 @@
+"""One time step of an LSTM layer: recurrent layers are unrolled into one op per step (paper §8.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from flexflow.errors import ShapeError
+
+from .activations import ACTIVATIONS, ActiMode
+from .base import (
+    Arrays,
+    Dim,
+    DimKind,
+    Op,
+    Region,
+    Signature,
+    TensorSpec,
+    WeightSpec,
+    expect_float,
+    expect_positive,
+    region_volume,
+)
+from .registry import register
+
+GATES = 4
+"""Gates i, f, g, o, in PyTorch's order; every weight is laid out (gate, hidden unit, ...)."""
+
+_sigmoid = ACTIVATIONS[ActiMode.AC_MODE_SIGMOID].forward
+
+# Per (sample, hidden unit): 4 bias adds, 3 sigmoids and 2 tanhs (4 each), c = f*c + i*g (3), h = o*tanh(c) (1).
+FORWARD_ELEMENTWISE_FLOPS = GATES + 5 * 4 + 3 + 1
+# Per (sample, hidden unit): gradients through the two products and the tanh of c (8), and through
+# the gate activations (3 each for the sigmoids, 2 for tanh g), plus the bias gradient sum (4).
+BACKWARD_ELEMENTWISE_FLOPS = 8 + 3 * 3 + 2 + GATES
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class LSTM(Op):
+    """inputs x [, h_prev, c_prev] -> (h, c), each (N, H).
+
+    x is an (N, E) step input when `step` is None, or an (N, T, E) sequence read at time `step`.
+    With x alone the previous state is zero (the first step). Splitting the hidden (channel)
+    dim is a box on every weight: rows `[start, stop)` of dim 1 of w_ih, w_hh and bias.
+    """
+
+    kind = "lstm"
+    hidden_size: int
+    step: int | None = None
+
+    def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:
+        if len(inputs) not in (1, 3):
+            raise ShapeError(
+                f"lstm '{name}': expected 1 input (x) or 3 inputs (x, h_prev, c_prev), got "
+                f"{len(inputs)}; pass the previous hidden and cell state together or neither."
+            )
+        expect_positive(self.kind, name, hidden_size=self.hidden_size)
+        x = inputs[0]
+        expect_float(self.kind, name, x, "x")
+        if self.step is None:
+            if len(x.shape) != 2:
+                raise ShapeError(
+                    f"lstm '{name}': step input x must be (sample, features), got shape "
+                    f"{x.shape}; pass a (sample, length, features) sequence with step=t instead."
+                )
+        else:
+            if len(x.shape) != 3:
+                raise ShapeError(
+                    f"lstm '{name}': with step={self.step}, x must be a (sample, length, features) "
+                    f"sequence, got shape {x.shape}; pass step=None for an (N, E) step input."
+                )
+            if not 0 <= self.step < x.shape[1]:
+                raise ShapeError(
+                    f"lstm '{name}': step {self.step} is out of range for a sequence of length "
+                    f"{x.shape[1]} (x {x.shape}); choose 0 <= step < {x.shape[1]}."
+                )
+        samples, features = x.shape[0], x.shape[-1]
+        state = (samples, self.hidden_size)
+        for what, spec in zip(("h_prev", "c_prev"), inputs[1:], strict=False):
+            expect_float(self.kind, name, spec, what)
+            if spec.shape != state:
+                raise ShapeError(
+                    f"lstm '{name}': {what} must have shape {state} (sample, hidden_size), got "
+                    f"{spec.shape} with x {x.shape}; pass the state of the previous step of "
+                    "the same layer."
+                )
+        hidden = self.hidden_size
+        weights = (
+            WeightSpec("w_ih", (GATES, hidden, features), "glorot_uniform", features, GATES * hidden),
+            WeightSpec("w_hh", (GATES, hidden, hidden), "glorot_uniform", hidden, GATES * hidden),
+            WeightSpec("bias", (GATES, hidden), "zeros"),
+        )
+        dims = (Dim("sample", DimKind.SAMPLE), Dim("channel", DimKind.PARAMETER))
+        out = TensorSpec(state)
+        return Signature(tuple(inputs), (out, out), weights, dims)
+
+    def input_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        samples, units = region
+        x = sig.inputs[0]
+        features = (0, x.shape[-1])  # every hidden unit reads all input features
+        if self.step is None:
+            x_region: Region = (samples, features)
+        else:
+            x_region = (samples, (self.step, self.step + 1), features)  # only slice `step`
+        if len(sig.inputs) == 1:
+            return (x_region,)
+        # w_hh mixes every hidden unit of h_prev into each gate; c_prev is read element-wise
+        return x_region, (samples, (0, self.hidden_size)), (samples, units)
+
+    def weight_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        units = region[1]
+        gates = (0, GATES)
+        return (
+            (gates, units, (0, sig.inputs[0].shape[-1])),
+            (gates, units, (0, self.hidden_size)),
+            (gates, units),
+        )
+
+    def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
+        elements = region_volume(region)  # (sample, hidden unit) pairs of the tile
+        # the recurrent matmul is skipped on the first step, whose previous state is zero
+        reduced = sig.inputs[0].shape[-1] + (self.hidden_size if len(sig.inputs) == 3 else 0)
+        matmul = 2.0 * elements * GATES * reduced
+        # backward: gradient of the inputs (dz W) and of the weights (dz^T x) each cost one matmul
+        return (
+            matmul + FORWARD_ELEMENTWISE_FLOPS * elements,
+            2 * matmul + BACKWARD_ELEMENTWISE_FLOPS * elements,
+        )
+
+    # ---- reference kernels --------------------------------------------------------------------
+    def _step_inputs(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+        """x (N, E), h_prev (N, H), c_prev (N, H), with a zero state on the first step."""
+        x = inputs[0] if self.step is None else inputs[0][:, self.step, :]  # (N, E)
+        if len(inputs) == 3:
+            return x, inputs[1], inputs[2]
+        zeros = np.zeros((x.shape[0], self.hidden_size), dtype=x.dtype)
+        return x, zeros, zeros
+
+    @staticmethod
+    def _gates(x, h_prev, weights) -> tuple[np.ndarray, ...]:
+        w_ih, w_hh, bias = weights
+        z = np.einsum("ne,khe->nkh", x, w_ih) + np.einsum("nj,khj->nkh", h_prev, w_hh) + bias
+        # z: (N, 4, H)
+        return _sigmoid(z[:, 0]), _sigmoid(z[:, 1]), np.tanh(z[:, 2]), _sigmoid(z[:, 3])
+
+    def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
+        x, h_prev, c_prev = self._step_inputs(inputs)
+        i, f, g, o = self._gates(x, h_prev, weights)
+        c = f * c_prev + i * g
+        return o * np.tanh(c), c
+
+    def backward(self, inputs, weights, outputs, grad_outputs):
+        x, h_prev, c_prev = self._step_inputs(inputs)
+        w_ih, w_hh, _ = weights
+        i, f, g, o = self._gates(x, h_prev, weights)
+        _, c = outputs
+        dh, dc = grad_outputs
+        tanh_c = np.tanh(c)
+        dc = dc + dh * o * (1 - tanh_c * tanh_c)  # c reaches the loss directly and through h
+        dz = np.stack(
+            [
+                dc * g * i * (1 - i),
+                dc * c_prev * f * (1 - f),
+                dc * i * (1 - g * g),
+                dh * tanh_c * o * (1 - o),
+            ],
+            axis=1,
+        )  # (N, 4, H)
+        dx = np.einsum("nkh,khe->ne", dz, w_ih)  # (N, E)
+        grad_weights = (
+            np.einsum("nkh,ne->khe", dz, x),
+            np.einsum("nkh,nj->khj", dz, h_prev),
+            dz.sum(axis=0),
+        )
+        if self.step is not None:
+            seq = np.zeros_like(inputs[0])  # (N, T, E): only slice `step` was read
+            seq[:, self.step, :] = dx
+            dx = seq
+        if len(inputs) == 1:
+            return (dx,), grad_weights
+        dh_prev = np.einsum("nkh,khj->nj", dz, w_hh)  # (N, H)
+        return (dx, dh_prev, dc * f), grad_weights

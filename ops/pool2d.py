@@ -1,0 +1,149 @@
+"""2-D max/average pooling (NCHW): sample and attribute dims only, no parameters (paper Table 1)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from flexflow.errors import ShapeError
+
+from .activations import ACTIVATIONS, ActiMode
+from .base import (
+    Arrays,
+    Dim,
+    DimKind,
+    Op,
+    Region,
+    Signature,
+    TensorSpec,
+    expect_float,
+    expect_inputs,
+    region_volume,
+)
+from .conv2d import (
+    accumulate_windows,
+    crop_hw,
+    pad_hw,
+    window_output_hw,
+    windowed_input_region,
+    windows,
+)
+from .registry import register
+
+
+class PoolType(enum.Enum):
+    """FlexFlow's pooling modes (`POOL_*`)."""
+
+    POOL_MAX = "max"
+    POOL_AVG = "avg"
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class Pool2D(Op):
+    """x (N, C, H, W) -> (N, C, H', W'), each output the max or mean of one kh x kw window.
+
+    Max pooling ignores padded cells (they hold -inf); average pooling counts them as zeros and
+    always divides by kh*kw (cuDNN's CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING). Channels are
+    independent, so a channel split is an attribute split: pooling has no parameters.
+    """
+
+    kind = "pool2d"
+    kernel_h: int
+    kernel_w: int
+    stride_h: int
+    stride_w: int
+    padding_h: int
+    padding_w: int
+    pool_type: PoolType = PoolType.POOL_MAX
+    activation: ActiMode = ActiMode.AC_MODE_NONE
+
+    @property
+    def _kernel(self) -> tuple[int, int]:
+        return (self.kernel_h, self.kernel_w)
+
+    @property
+    def _stride(self) -> tuple[int, int]:
+        return (self.stride_h, self.stride_w)
+
+    @property
+    def _padding(self) -> tuple[int, int]:
+        return (self.padding_h, self.padding_w)
+
+    def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:
+        expect_inputs(self.kind, name, inputs, 1)
+        (x,) = inputs
+        expect_float(self.kind, name, x)
+        out_h, out_w = window_output_hw(
+            self.kind, name, x, self._kernel, self._stride, self._padding
+        )
+        # With padding >= kernel some windows hold padding only: -inf for max, 0 for average.
+        for axis, pad, kernel in (("h", self.padding_h, self.kernel_h), ("w", self.padding_w, self.kernel_w)):
+            if pad >= kernel:
+                raise ShapeError(
+                    f"pool2d '{name}': padding_{axis}={pad} must be smaller than kernel_{axis}="
+                    f"{kernel} (input shape {x.shape}), or some windows see only padding; "
+                    f"use padding_{axis} <= {kernel - 1}."
+                )
+        out = TensorSpec((x.shape[0], x.shape[1], out_h, out_w))
+        dims = (
+            Dim("sample", DimKind.SAMPLE),
+            Dim("channel", DimKind.ATTRIBUTE),
+            Dim("height", DimKind.ATTRIBUTE),
+            Dim("width", DimKind.ATTRIBUTE),
+        )
+        return Signature((x,), (out,), (), dims)
+
+    def input_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
+        in_hw = sig.inputs[0].shape[2:]
+        return (
+            windowed_input_region(
+                region, region[1], in_hw, self._kernel, self._stride, self._padding
+            ),
+        )
+
+    def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
+        outputs = region_volume(region)
+        window = self.kernel_h * self.kernel_w
+        act = ACTIVATIONS[self.activation].flops_per_element * outputs
+        # forward: one compare (max) or add (avg) per window cell; backward: one routed or
+        # scaled add per window cell back onto the input gradient
+        return float(outputs * window + act), float(outputs * window + act)
+
+    # ---- numpy reference ------------------------------------------------------------------------
+    def _windows(self, x: np.ndarray) -> np.ndarray:
+        """x (N, C, H, W) -> (N, C, H', W', kh*kw), padded with -inf (max) or 0 (avg)."""
+        fill = -np.inf if self.pool_type is PoolType.POOL_MAX else 0.0
+        win = windows(pad_hw(x, self._padding, fill), self._kernel, self._stride)
+        return win.reshape(win.shape[:4] + (-1,))  # (N, C, H', W', kh*kw)
+
+    def _pre_activation(self, x: np.ndarray) -> np.ndarray:
+        win = self._windows(x)
+        if self.pool_type is PoolType.POOL_MAX:
+            return win.max(axis=-1)
+        return win.sum(axis=-1) / (self.kernel_h * self.kernel_w)  # padding counts
+
+    def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
+        (x,) = inputs
+        return (ACTIVATIONS[self.activation].forward(self._pre_activation(x)),)
+
+    def backward(self, inputs, weights, outputs, grad_outputs):
+        (x,) = inputs
+        (y,) = outputs
+        z = y if self.activation is ActiMode.AC_MODE_NONE else self._pre_activation(x)
+        dz = ACTIVATIONS[self.activation].grad(z, y, grad_outputs[0])  # (N, C, H', W')
+        window = self.kernel_h * self.kernel_w
+        if self.pool_type is PoolType.POOL_MAX:
+            # all of a window's gradient goes to its first maximal cell (argmax ties: row-major first)
+            first_max = self._windows(x).argmax(axis=-1)  # (N, C, H', W')
+            route = first_max[..., None] == np.arange(window)  # (N, C, H', W', kh*kw)
+            grad_windows = route * dz[..., None]
+        else:
+            grad_windows = np.broadcast_to(dz[..., None] / window, dz.shape + (window,))
+        grad_windows = grad_windows.reshape(dz.shape + self._kernel)  # (N, C, H', W', kh, kw)
+        padded_hw = (x.shape[2] + 2 * self.padding_h, x.shape[3] + 2 * self.padding_w)
+        dx = crop_hw(accumulate_windows(grad_windows, padded_hw, self._stride), self._padding)
+        return (np.ascontiguousarray(dx),), ()

@@ -1,0 +1,113 @@
+"""Legate starts on a host without an NVIDIA driver, with no manual step, and a real driver is never shadowed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import flexflow
+from flexflow.bootstrap import STUB_LOGGING, default_legate_config
+
+VENV_BIN = Path(sys.executable).parent
+NO_DRIVER = flexflow.LEGATE_SETUP.driver == "stand-in"
+needs_stand_in = pytest.mark.skipif(not NO_DRIVER, reason="this host has a real CUDA driver")
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def _run(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        (None, f"--cpus 3 --gpus 0 --logging {STUB_LOGGING}"),
+        ("--cpus 1", f"--cpus 1 --gpus 0 --logging {STUB_LOGGING}"),
+        ("--gpus 0 --sysmem 256", f"--gpus 0 --sysmem 256 --cpus 3 --logging {STUB_LOGGING}"),
+        ("--cpus=2 --gpus=0 --logging legate=info", "--cpus=2 --gpus=0 --logging legate=info"),
+    ],
+)
+def test_default_config_completes_only_what_is_missing(given, expected):
+    assert default_legate_config(given, cpus=3) == expected
+
+
+LEGATE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import flexflow  # first: prepares the driver and Legate's configuration
+    import cupynumeric as cn
+    from legate.core import TaskTarget, get_legate_runtime
+
+    a = cn.ones((64, 64))
+    total = float((a @ a).sum())
+    cpus = get_legate_runtime().machine.count(TaskTarget.CPU)
+    print(json.dumps({"total": total, "cpus": cpus, "driver": flexflow.LEGATE_SETUP.driver}))
+    """
+)
+
+
+def _last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.legate
+@needs_stand_in
+def test_plain_python_starts_legate_on_this_host_cores(tmp_path):
+    script = tmp_path / "matmul.py"
+    script.write_text(LEGATE_SCRIPT)
+    proc = _run([sys.executable, str(script)], _clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = _last_json(proc.stdout)
+    assert result == {"total": 64.0**3, "cpus": os.cpu_count(), "driver": "stand-in"}
+    assert "CUDA" not in proc.stderr  # Realm's GPU-discovery warnings are silenced
+
+
+@pytest.mark.legate
+@needs_stand_in
+def test_legate_launcher_flags_are_kept(tmp_path):
+    script = tmp_path / "matmul.py"
+    script.write_text(LEGATE_SCRIPT)
+    proc = _run([str(VENV_BIN / "legate"), "--cpus", "1", "--gpus", "0", str(script)], _clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _last_json(proc.stdout) == {"total": 64.0**3, "cpus": 1, "driver": "stand-in"}
+
+
+@pytest.mark.legate
+def test_python_m_flexflow_runs(tmp_path):
+    proc = _run([sys.executable, "-m", "flexflow", "info", "--json"], _clean_env())
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["driver"] == flexflow.LEGATE_SETUP.driver
+    assert info["legate"] and info["nvidia-cupynumeric"]
+
+
+@needs_stand_in
+def test_a_real_driver_is_used_and_never_shadowed(tmp_path):
+    """A `libcuda.so.1` the loader can find wins: no stand-in, and the user's config is left alone."""
+    fake_real = tmp_path / "libcuda.so.1"
+    shutil.copy(flexflow.LEGATE_SETUP.driver_path, fake_real)  # plays the part of a real driver
+    code = "import flexflow, json, os; print(json.dumps([flexflow.LEGATE_SETUP.driver, os.environ.get('LEGATE_CONFIG')]))"
+    proc = _run([sys.executable, "-c", code], _clean_env(LD_LIBRARY_PATH=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    assert _last_json(proc.stdout) == ["real", None]
+
+
+@needs_stand_in
+def test_auto_config_requested_by_the_user_is_respected():
+    code = "import flexflow, json, os; print(json.dumps(os.environ.get('LEGATE_CONFIG')))"
+    proc = _run([sys.executable, "-c", code], _clean_env(LEGATE_AUTO_CONFIG="0"))
+    assert proc.returncode == 0, proc.stderr
+    assert _last_json(proc.stdout) is None
