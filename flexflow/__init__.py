@@ -13,14 +13,10 @@ LEGATE_SETUP = bootstrap.prepare()
 
 from flexflow.config import FFConfig  # noqa: E402
 from flexflow.graph import OperatorGraph  # noqa: E402
+from flexflow.model import FFModel, Tensor  # noqa: E402
 from flexflow.ops import ActiMode, DType  # noqa: E402
-
-try:  # TEMPORARY while op modules are being written in parallel; must be strict again
-    from flexflow.model import FFModel, Tensor  # noqa: E402
-    from flexflow.ops.embedding import AggrMode  # noqa: E402
-    from flexflow.ops.pool2d import PoolType  # noqa: E402
-except ModuleNotFoundError:
-    pass
+from flexflow.ops.embedding import AggrMode  # noqa: E402
+from flexflow.ops.pool2d import PoolType  # noqa: E402
 
 DataType = DType
 

@@ -53,6 +53,12 @@ class OpNode:
     outputs: tuple[int, ...]
     weights: tuple[int, ...]
     sig: Signature
+    layer: str = ""
+    """The layer this op belongs to: its own name, or the LSTM layer of an unrolled time step."""
+
+    def __post_init__(self) -> None:
+        if not self.layer:
+            object.__setattr__(self, "layer", self.name)
 
     @property
     def kind(self) -> str:
@@ -174,6 +180,7 @@ class OperatorGraph:
                     "inputs": list(node.inputs),
                     "outputs": list(node.outputs),
                     "weights": list(node.weights),
+                    "layer": node.layer,
                 }
                 for node in self.ops
             ],
@@ -276,7 +283,7 @@ def _graph_from_json(data: Any) -> OperatorGraph:
             params.setdefault(pid, Parameter(pid, param_names[pid], wspec))
         ops.append(
             OpNode(position, name, op, tuple(entry["inputs"]), tuple(entry["outputs"]),
-                   tuple(entry["weights"]), sig)
+                   tuple(entry["weights"]), sig, entry.get("layer", name))
         )
     return OperatorGraph(
         tuple(ops),

@@ -108,10 +108,14 @@ class FFModel:
         inputs: Sequence[Tensor],
         name: str,
         shared_weights: tuple[int, ...] | None = None,
-        weight_prefix: str | None = None,
+        layer: str | None = None,
     ) -> tuple[Tensor, ...]:
-        """Infer `op` on `inputs` and append it; its weights are new (named `<weight_prefix>.<w>`)
-        unless `shared_weights` gives the ids of existing parameters to reuse."""
+        """Infer `op` on `inputs` and append it as part of `layer` (default: its own name).
+
+        Its weights are new (named `<layer>.<weight>`) unless `shared_weights` gives the ids of
+        existing parameters to reuse.
+        """
+        layer = layer or name
         specs = tuple(self._spec(op.kind, name, t) for t in inputs)
         sig = op.infer(name, specs)
         op_id = len(self._ops)
@@ -124,13 +128,13 @@ class FFModel:
             weights = []
             for wspec in sig.weights:
                 pid = len(self._params)
-                self._params.append(Parameter(pid, f"{weight_prefix or name}.{wspec.name}", wspec))
+                self._params.append(Parameter(pid, f"{layer}.{wspec.name}", wspec))
                 weights.append(pid)
             shared_weights = tuple(weights)
         self._read.update(t.id for t in inputs)
         self._ops.append(
             OpNode(op_id, name, op, tuple(t.id for t in inputs), tuple(o.id for o in outputs),
-                   shared_weights, sig)
+                   shared_weights, sig, layer)
         )
         return tuple(outputs)
 
@@ -270,7 +274,7 @@ class FFModel:
             else:
                 x, op = steps_in[t], LSTM(hidden_size)
             inputs = [x] if hidden is None else [x, hidden, cell]
-            hidden, cell = self._add(op, inputs, f"{layer}_t{t}", weights, weight_prefix=layer)
+            hidden, cell = self._add(op, inputs, f"{layer}_t{t}", weights, layer)
             weights = self._ops[-1].weights  # every step shares the first step's weights
             outputs.append(hidden)
         if not return_sequences:

@@ -39,15 +39,12 @@ OP_MODULES = (
     "reshape",
     "softmax",
     "split",
+    "stack",
     "transpose",
 )
 
 for _module in OP_MODULES:
-    try:  # TEMPORARY while op modules are being written in parallel; must be strict again
-        import_module(f"{__name__}.{_module}")
-    except ModuleNotFoundError as _exc:
-        if _exc.name != f"{__name__}.{_module}":
-            raise
+    import_module(f"{__name__}.{_module}")
 
 __all__ = [
     "ACTIVATIONS",

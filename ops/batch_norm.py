@@ -1,4 +1,4 @@
-"""Batch normalization (training mode, optional fused ReLU): sample and parameter (channel) dims (paper Table 1)."""
+"""Batch normalization (training mode, fused ReLU): sample and parameter dims (paper Table 1)."""
 
 from __future__ import annotations
 
@@ -26,16 +26,16 @@ from .base import (
 from .registry import register
 
 _FORWARD_FLOPS_PER_ELEMENT = 7
-"""mean (1 add), variance (subtract, square, add), normalize (subtract, scale), gamma*xhat + beta (2)."""
+"""Mean (1 add), variance (subtract, square, add), normalize (2), gamma * xhat + beta (2)."""
 
 _BACKWARD_FLOPS_PER_ELEMENT = 11
-"""dgamma (2), dbeta (1), dxhat (1), and dx through the batch statistics (2 reductions + 4 element ops)."""
+"""dgamma (2), dbeta (1), dxhat (1), dx through the batch statistics (2 sums + 4 element ops)."""
 
 
 @register
 @dataclass(frozen=True, slots=True)
 class BatchNorm(Op):
-    """x (N, C, H, W) or (N, C) -> same shape: y = relu(gamma * (x - mean) / sqrt(var + eps) + beta).
+    """x (N, C, H, W) or (N, C) -> same shape: relu(gamma * (x - mean) / sqrt(var + eps) + beta).
 
     Statistics are per channel over every other axis (biased variance), as in training. A channel
     (parameter) split is independent per tile and reads only its gamma and beta. A sample split

@@ -1,4 +1,4 @@
-"""2-D convolution (NCHW, grouped, fused activation): sample, attribute (height, width) and parameter (channel) dims (paper Table 1)."""
+"""2-D convolution (NCHW, grouped): sample, attribute and parameter dims (paper Table 1)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def windowed_input_region(
     stride: tuple[int, int],
     padding: tuple[int, int],
 ) -> Region:
-    """The NCHW input box an output tile reads: its samples, `channels`, and rows/columns with halos."""
+    """The NCHW input box an output tile reads: its samples, `channels`, rows/columns with halos."""
     (h0, h1), (w0, w1) = region[2], region[3]
     rows = window_input_range(h0, h1, kernel[0], stride[0], padding[0], in_hw[0])
     cols = window_input_range(w0, w1, kernel[1], stride[1], padding[1], in_hw[1])
@@ -90,7 +90,7 @@ def windows(xp: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) ->
 def accumulate_windows(
     grad_windows: np.ndarray, padded_hw: tuple[int, int], stride: tuple[int, int]
 ) -> np.ndarray:
-    """col2im: sum each window's gradient (N, C, H', W', kh, kw) back onto the padded input (N, C, Hp, Wp)."""
+    """col2im: add window gradients (N, C, H', W', kh, kw) onto the padded input (N, C, Hp, Wp)."""
     n, c, out_h, out_w, kh, kw = grad_windows.shape
     sh, sw = stride
     out = np.zeros((n, c) + padded_hw, dtype=grad_windows.dtype)
@@ -194,7 +194,11 @@ class Conv2D(Op):
         group_out = self.out_channels // self.groups
         o0, o1 = region[1]
         # output channel o belongs to group o // group_out, which reads that group's input channels
-        channels = (0, 0) if o1 <= o0 else ((o0 // group_out) * group_in, ((o1 - 1) // group_out + 1) * group_in)
+        channels = (
+            (0, 0)
+            if o1 <= o0
+            else ((o0 // group_out) * group_in, ((o1 - 1) // group_out + 1) * group_in)
+        )
         return (
             windowed_input_region(
                 region, channels, x[2:], self._kernel, self._stride, self._padding
@@ -218,9 +222,11 @@ class Conv2D(Op):
 
     # ---- numpy reference ------------------------------------------------------------------------
     def _columns(self, x: np.ndarray) -> np.ndarray:
-        """im2col: x (N, C, H, W) -> (G, N*H'*W', C/G*kh*kw), one row per output position and group."""
+        """im2col: x (N, C, H, W) -> (G, N*H'*W', C/G*kh*kw), one row per output and group."""
         n, c = x.shape[:2]
-        win = windows(pad_hw(x, self._padding), self._kernel, self._stride)  # (N, C, H', W', kh, kw)
+        win = windows(
+            pad_hw(x, self._padding), self._kernel, self._stride
+        )  # (N, C, H', W', kh, kw)
         out_h, out_w = win.shape[2:4]
         g = self.groups
         win = win.reshape(n, g, c // g, out_h, out_w, self.kernel_h, self.kernel_w)
@@ -228,7 +234,9 @@ class Conv2D(Op):
         return win.reshape(g, n * out_h * out_w, -1)
 
     def _grouped_kernel(self, kernel: np.ndarray) -> np.ndarray:
-        return kernel.reshape(self.groups, self.out_channels // self.groups, -1)  # (G, O/G, C/G*kh*kw)
+        return kernel.reshape(
+            self.groups, self.out_channels // self.groups, -1
+        )  # (G, O/G, C/G*kh*kw)
 
     def _pre_activation(
         self, x: np.ndarray, weights: Sequence[np.ndarray]
@@ -239,7 +247,9 @@ class Conv2D(Op):
         out_w = window_output_size(x.shape[3], self.kernel_w, self.stride_w, self.padding_w)
         cols = self._columns(x)
         z = cols @ self._grouped_kernel(weights[0]).transpose(0, 2, 1)  # (G, N*H'*W', O/G)
-        z = z.reshape(self.groups, n, out_h, out_w, -1).transpose(1, 0, 4, 2, 3)  # (N, G, O/G, H', W')
+        z = z.reshape(self.groups, n, out_h, out_w, -1).transpose(
+            1, 0, 4, 2, 3
+        )  # (N, G, O/G, H', W')
         z = z.reshape(n, self.out_channels, out_h, out_w)  # (N, O, H', W')
         if self.use_bias:
             z = z + weights[1][:, None, None]

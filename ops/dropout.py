@@ -1,4 +1,4 @@
-"""Inverted dropout with a counter-based mask, so every tiling drops the same elements: sample and attribute dims (paper Table 1)."""
+"""Inverted dropout whose mask any tiling reproduces: sample and attribute dims (paper Table 1)."""
 
 from __future__ import annotations
 
@@ -35,14 +35,14 @@ _UINT64_MASK = (1 << 64) - 1
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: a bijection of uint64 that scatters nearby counters (arrays wrap mod 2**64)."""
+    """splitmix64's finalizer: a uint64 bijection scattering nearby counters (wraps mod 2**64)."""
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
     return z ^ (z >> np.uint64(31))
 
 
 def _global_indices(shape: Shape, region: Region) -> np.ndarray:
-    """Row-major flat index into `shape` of every element of `region`, as uint64 of the region's shape."""
+    """Row-major flat index into `shape` of each element of `region` (uint64, region-shaped)."""
     index = np.zeros((1,) * len(shape), dtype=np.uint64)
     stride = 1
     for axis in reversed(range(len(shape))):
@@ -82,7 +82,7 @@ def dropout_mask(seed: int, rate: float, shape: Shape, region: Region | None = N
 @register
 @dataclass(frozen=True, slots=True)
 class Dropout(Op):
-    """Training-mode inverted dropout y = x * mask / (1 - rate), the mask drawn from (seed, element index)."""
+    """Training-mode inverted dropout y = x * mask / (1 - rate), mask from (seed, element index)."""
 
     kind = "dropout"
     rate: float

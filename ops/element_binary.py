@@ -1,4 +1,4 @@
-"""Element-wise add, subtract and multiply of two same-shaped tensors: sample and attribute dims (paper Table 1)."""
+"""Element-wise add, subtract, multiply of same-shaped tensors: sample, attribute dims (Table 1)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class BinaryRule:
     grads: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
     """grads(x, y, dz) -> (dx, dy) for z = forward(x, y)."""
     backward_flops_per_element: int
-    """One forward FLOP per element for every op; backward: add copies, subtract negates, multiply scales twice."""
+    """Forward is 1 FLOP per element; backward: add copies, subtract negates, multiply: 2."""
 
 
 BINARY_RULES: dict[BinaryOp, BinaryRule] = {
@@ -81,7 +81,9 @@ class ElementBinary(Op):
 
     def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
         outputs = region_volume(region)
-        return float(outputs), float(BINARY_RULES[self.op_type].backward_flops_per_element * outputs)
+        return float(outputs), float(
+            BINARY_RULES[self.op_type].backward_flops_per_element * outputs
+        )
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         x, y = inputs

@@ -1,4 +1,4 @@
-"""Element-wise activation (relu, sigmoid, tanh, gelu, elu) as its own op: sample and attribute dims (paper Table 1)."""
+"""Element-wise activation as its own op: sample and attribute dims (paper Table 1)."""
 
 from __future__ import annotations
 

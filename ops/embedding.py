@@ -1,4 +1,4 @@
-"""Embedding lookup of integer ids, optionally summed or averaged over a bag (paper §8.1, NMT and DLRM-style embeddings)."""
+"""Embedding lookup of integer ids, optionally summed or averaged over a bag (paper §8.1, NMT)."""
 
 from __future__ import annotations
 
@@ -76,8 +76,11 @@ class Embedding(Op):
         rows = ids.shape[:1] if self._aggregates else ids.shape
         out = TensorSpec(rows + (self.embedding_dim,))
         weight = WeightSpec(
-            "weight", (self.num_embeddings, self.embedding_dim), "normal",
-            self.num_embeddings, self.embedding_dim,
+            "weight",
+            (self.num_embeddings, self.embedding_dim),
+            "normal",
+            self.num_embeddings,
+            self.embedding_dim,
         )
         names = dim_names(len(out.shape))
         dims = (

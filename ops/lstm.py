@@ -1,4 +1,4 @@
-"""One time step of an LSTM layer: recurrent layers are unrolled into one op per step (paper §8.1)."""
+"""One time step of an LSTM layer: recurrent layers are unrolled one op per step (paper §8.1)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ GATES = 4
 
 _sigmoid = ACTIVATIONS[ActiMode.AC_MODE_SIGMOID].forward
 
-# Per (sample, hidden unit): 4 bias adds, 3 sigmoids and 2 tanhs (4 each), c = f*c + i*g (3), h = o*tanh(c) (1).
+# Per (sample, hidden unit): 4 bias adds, 3 sigmoids and 2 tanhs (4 each),
+# c = f*c + i*g (3) and h = o*tanh(c) (1).
 FORWARD_ELEMENTWISE_FLOPS = GATES + 5 * 4 + 3 + 1
 # Per (sample, hidden unit): gradients through the two products and the tanh of c (8), and through
 # the gate activations (3 each for the sigmoids, 2 for tanh g), plus the bias gradient sum (4).
@@ -88,9 +89,10 @@ class LSTM(Op):
                     "the same layer."
                 )
         hidden = self.hidden_size
+        fan_out = GATES * hidden
         weights = (
-            WeightSpec("w_ih", (GATES, hidden, features), "glorot_uniform", features, GATES * hidden),
-            WeightSpec("w_hh", (GATES, hidden, hidden), "glorot_uniform", hidden, GATES * hidden),
+            WeightSpec("w_ih", (GATES, hidden, features), "glorot_uniform", features, fan_out),
+            WeightSpec("w_hh", (GATES, hidden, hidden), "glorot_uniform", hidden, fan_out),
             WeightSpec("bias", (GATES, hidden), "zeros"),
         )
         dims = (Dim("sample", DimKind.SAMPLE), Dim("channel", DimKind.PARAMETER))

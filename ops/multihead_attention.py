@@ -1,4 +1,4 @@
-"""Multi-head scaled dot-product attention (Vaswani et al. 2017): sample and query-length dims split (paper §4)."""
+"""Multi-head attention (Vaswani et al. 2017): sample and query-length dims split (paper §4)."""
 
 from __future__ import annotations
 
@@ -122,10 +122,9 @@ class MultiHeadAttention(Op):
         keys = key.shape[1]
         embed = self.embed_dim
         # a tile projects its queries and all keys and values of its samples
-        projections = 2.0 * samples * embed * (
-            positions * query.shape[-1] + keys * key.shape[-1] + keys * value.shape[-1]
-            + positions * embed  # the output projection
-        )
+        projected = positions * query.shape[-1] + keys * (key.shape[-1] + value.shape[-1])
+        projected += positions * embed  # the output projection
+        projections = 2.0 * samples * embed * projected
         scores = samples * positions * keys
         attention = 2 * 2.0 * scores * embed  # Q K^T and P V, over all heads
         forward = projections + attention + SOFTMAX_FLOPS * scores * self.num_heads
@@ -135,8 +134,8 @@ class MultiHeadAttention(Op):
     # ---- reference kernels --------------------------------------------------------------------
     def _split_heads(self, x: np.ndarray) -> np.ndarray:
         n, length, _ = x.shape
-        return x.reshape(n, length, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)
-        # (N, heads, L, head_dim)
+        heads = x.reshape(n, length, self.num_heads, self.head_dim)  # (N, L, heads, head_dim)
+        return heads.transpose(0, 2, 1, 3)  # (N, heads, L, head_dim)
 
     @staticmethod
     def _merge_heads(x: np.ndarray) -> np.ndarray:

@@ -81,7 +81,10 @@ class Pool2D(Op):
             self.kind, name, x, self._kernel, self._stride, self._padding
         )
         # With padding >= kernel some windows hold padding only: -inf for max, 0 for average.
-        for axis, pad, kernel in (("h", self.padding_h, self.kernel_h), ("w", self.padding_w, self.kernel_w)):
+        for axis, pad, kernel in (
+            ("h", self.padding_h, self.kernel_h),
+            ("w", self.padding_w, self.kernel_w),
+        ):
             if pad >= kernel:
                 raise ShapeError(
                     f"pool2d '{name}': padding_{axis}={pad} must be smaller than kernel_{axis}="
@@ -137,7 +140,7 @@ class Pool2D(Op):
         dz = ACTIVATIONS[self.activation].grad(z, y, grad_outputs[0])  # (N, C, H', W')
         window = self.kernel_h * self.kernel_w
         if self.pool_type is PoolType.POOL_MAX:
-            # all of a window's gradient goes to its first maximal cell (argmax ties: row-major first)
+            # a window's gradient all goes to its first maximal cell (ties: row-major first)
             first_max = self._windows(x).argmax(axis=-1)  # (N, C, H', W')
             route = first_max[..., None] == np.arange(window)  # (N, C, H', W', kh*kw)
             grad_windows = route * dz[..., None]

@@ -1,0 +1,129 @@
+"""BatchNorm: shapes, dims, FLOPs, gradients, regions, a per-channel reference and shape errors."""
+
+import numpy as np
+import pytest
+
+from flexflow.errors import ShapeError
+from flexflow.ops import OP_KINDS, DimKind, DType, TensorSpec
+from flexflow.ops.base import full_region
+from flexflow.ops.batch_norm import BatchNorm
+
+from .opcheck import assert_gradients, assert_regions_sufficient, random_inputs, random_weights
+
+
+def naive_batch_norm(x, gamma, beta, eps, relu):
+    """Channel by channel: mean and biased variance over every other axis."""
+    y = np.empty_like(x)
+    for c in range(x.shape[1]):
+        values = x[:, c]
+        mean = values.sum() / values.size
+        var = ((values - mean) ** 2).sum() / values.size
+        y[:, c] = gamma[c] * (values - mean) / np.sqrt(var + eps) + beta[c]
+    return np.maximum(y, 0) if relu else y
+
+
+def test_registered():
+    assert OP_KINDS["batch_norm"] is BatchNorm
+
+
+def test_shapes_and_dims():
+    sig = BatchNorm().infer("bn1", [TensorSpec((4, 3, 8, 8))])
+    assert sig.output_shape == (4, 3, 8, 8)
+    assert [(w.name, w.shape, w.init) for w in sig.weights] == [
+        ("gamma", (3,), "ones"),
+        ("beta", (3,), "zeros"),
+    ]
+    assert [(d.name, d.kind) for d in sig.dims] == [
+        ("sample", DimKind.SAMPLE),
+        ("channel", DimKind.PARAMETER),
+        ("height", None),
+        ("width", None),
+    ]
+
+
+def test_rank_2_input():
+    sig = BatchNorm(relu=False).infer("bn1", [TensorSpec((4, 5))])
+    assert sig.output_shape == (4, 5)
+    assert [d.kind for d in sig.dims] == [DimKind.SAMPLE, DimKind.PARAMETER]
+
+
+def test_flops_and_regions_of_a_sample_split():
+    op = BatchNorm()
+    sig = op.infer("bn1", [TensorSpec((2, 3, 4, 4))])
+    elements = 2 * 3 * 4 * 4
+    assert op.flops(sig, full_region(sig.output_shape)) == (8 * elements, 12 * elements)
+    no_relu = BatchNorm(relu=False)
+    assert no_relu.flops(sig, full_region(sig.output_shape)) == (7 * elements, 11 * elements)
+    # a sample tile still reads every sample of its channels: the statistics span the batch
+    tile = ((0, 1), (1, 3), (0, 4), (0, 4))
+    assert op.input_regions(sig, tile) == (((0, 2), (1, 3), (0, 4), (0, 4)),)
+    assert op.weight_regions(sig, tile) == (((1, 3),), ((1, 3),))
+
+
+def test_normalizes_each_channel():
+    x = np.random.default_rng(5).standard_normal((8, 3, 4, 4)) * 3 + 2
+    (y,) = BatchNorm(relu=False, eps=0.0).forward([x], [np.ones(3), np.zeros(3)])
+    np.testing.assert_allclose(y.mean(axis=(0, 2, 3)), 0, atol=1e-12)
+    np.testing.assert_allclose(y.var(axis=(0, 2, 3)), 1, rtol=1e-12)
+
+
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("shape", [(3, 2, 3, 2), (4, 3), (1, 2, 2, 3)])
+def test_forward_matches_per_channel_reference(shape, relu):
+    op = BatchNorm(relu, eps=1e-3)
+    sig = op.infer("bn1", [TensorSpec(shape)])
+    rng = np.random.default_rng(6)
+    (x,), (gamma, beta) = random_inputs(sig, rng), random_weights(sig, rng)
+    np.testing.assert_allclose(
+        op.forward([x], [gamma, beta])[0],
+        naive_batch_norm(x, gamma, beta, 1e-3, relu),
+        rtol=1e-12,
+        atol=1e-12,
+    )
+
+
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("shape", [(3, 2, 3, 2), (5, 3), (1, 2, 2, 3)])
+def test_gradients(shape, relu):
+    op = BatchNorm(relu)
+    sig = op.infer("bn1", [TensorSpec(shape)])
+    rng = np.random.default_rng(7)
+    assert_gradients(op, random_inputs(sig, rng), random_weights(sig, rng))
+
+
+@pytest.mark.parametrize("shape", [(4, 6, 3, 3), (8, 4)])
+def test_regions_are_sufficient(shape):
+    op = BatchNorm()
+    sig = op.infer("bn1", [TensorSpec(shape)])
+    rng = np.random.default_rng(0)
+    assert (
+        assert_regions_sufficient(op, sig, random_inputs(sig, rng), random_weights(sig, rng)) > 10
+    )
+
+
+@pytest.mark.parametrize(
+    "op, inputs, match",
+    [
+        (
+            BatchNorm(),
+            [TensorSpec((4, 3, 8))],
+            r"batch_norm 'bn1': input must have rank 4 \(sample, channel, height, width\) "
+            r"or rank 2 "
+            r"\(sample, channel\), got shape \(4, 3, 8\)",
+        ),
+        (
+            BatchNorm(),
+            [TensorSpec((4, 3), DType.INT32)],
+            r"batch_norm 'bn1': input must be float32",
+        ),
+        (BatchNorm(), [TensorSpec((4, 3))] * 2, r"batch_norm 'bn1': expected 1 input"),
+        (
+            BatchNorm(eps=0.0),
+            [TensorSpec((4, 3))],
+            r"batch_norm 'bn1': eps must be positive, got 0.0",
+        ),
+    ],
+)
+def test_shape_errors(op, inputs, match):
+    with pytest.raises(ShapeError, match=match):
+        op.infer("bn1", inputs)

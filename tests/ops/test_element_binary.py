@@ -1,0 +1,102 @@
+"""ElementBinary: shapes, SOAP dims, FLOPs, gradients, regions and shape errors."""
+
+import numpy as np
+import pytest
+
+from flexflow.errors import ShapeError
+from flexflow.ops import DimKind, DType, TensorSpec
+from flexflow.ops.base import full_region
+from flexflow.ops.element_binary import BinaryOp, ElementBinary
+
+from .opcheck import assert_gradients, assert_regions_sufficient, random_inputs
+
+REFERENCE = {
+    BinaryOp.ADD: lambda x, y: x + y,
+    BinaryOp.SUBTRACT: lambda x, y: x - y,
+    BinaryOp.MULTIPLY: lambda x, y: x * y,
+}
+
+
+def test_shapes_and_dims():
+    sig = ElementBinary(BinaryOp.ADD).infer("add", [TensorSpec((4, 3, 5))] * 2)
+    assert sig.output_shape == (4, 3, 5)
+    assert sig.weights == ()
+    assert [(d.name, d.kind) for d in sig.dims] == [
+        ("sample", DimKind.SAMPLE),
+        ("length", DimKind.ATTRIBUTE),
+        ("channel", DimKind.ATTRIBUTE),
+    ]
+
+
+def test_rank_one_is_just_samples():
+    sig = ElementBinary(BinaryOp.MULTIPLY).infer("mul", [TensorSpec((7,))] * 2)
+    assert [(d.name, d.kind) for d in sig.dims] == [("sample", DimKind.SAMPLE)]
+
+
+@pytest.mark.parametrize(
+    "op_type, backward_per_element",
+    [(BinaryOp.ADD, 0), (BinaryOp.SUBTRACT, 1), (BinaryOp.MULTIPLY, 2)],
+)
+def test_flops(op_type, backward_per_element):
+    op = ElementBinary(op_type)
+    sig = op.infer("e", [TensorSpec((4, 6))] * 2)
+    assert op.flops(sig, full_region((4, 6))) == (24, backward_per_element * 24)
+    assert op.flops(sig, ((0, 2), (3, 6))) == (6, backward_per_element * 6)
+    cost = op.tile_cost(sig, ((0, 2), (0, 6)))
+    assert cost.forward_bytes_read == 4 * 2 * 12
+    assert cost.forward_bytes_written == 4 * 12
+
+
+@pytest.mark.parametrize("op_type", list(BinaryOp))
+@pytest.mark.parametrize("shape", [(3,), (3, 4), (2, 3, 2)])
+def test_gradients(op_type, shape):
+    op = ElementBinary(op_type)
+    sig = op.infer("e", [TensorSpec(shape)] * 2)
+    assert_gradients(op, random_inputs(sig, np.random.default_rng(1)), [])
+
+
+@pytest.mark.parametrize("op_type", list(BinaryOp))
+def test_forward_matches_numpy(op_type):
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((2, 3, 4, 5)), rng.standard_normal((2, 3, 4, 5))
+    (z,) = ElementBinary(op_type).forward([x, y], [])
+    np.testing.assert_array_equal(z, REFERENCE[op_type](x, y))
+
+
+def test_add_gradients_do_not_alias():
+    dz = np.ones((2, 3))
+    (dx, dy), _ = ElementBinary(BinaryOp.ADD).backward([dz, dz], [], [dz], [dz])
+    assert dx is not dy and dx is not dz
+
+
+@pytest.mark.parametrize("op_type", list(BinaryOp))
+def test_regions_are_sufficient(op_type):
+    op = ElementBinary(op_type)
+    sig = op.infer("e", [TensorSpec((4, 2, 3))] * 2)
+    inputs = random_inputs(sig, np.random.default_rng(0))
+    assert assert_regions_sufficient(op, sig, inputs, []) > 10
+
+
+@pytest.mark.parametrize(
+    "inputs, match",
+    [
+        ([TensorSpec((4, 3))], r"element_binary 'e': expected 2 input"),
+        (
+            [TensorSpec((4, 3)), TensorSpec((4, 1))],
+            r"element_binary 'e' \(add\): inputs must have identical shapes, got \(4, 3\) and "
+            r"\(4, 1\); broadcasting is not supported, reshape",
+        ),
+        (
+            [TensorSpec((4, 3), DType.INT32), TensorSpec((4, 3))],
+            r"'e': first input must be float32",
+        ),
+        (
+            [TensorSpec((4, 3)), TensorSpec((4, 3), DType.INT64)],
+            r"'e': second input must be float32",
+        ),
+        ([TensorSpec(())] * 2, r"element_binary 'e': inputs must have rank >= 1"),
+    ],
+)
+def test_shape_errors(inputs, match):
+    with pytest.raises(ShapeError, match=match):
+        ElementBinary(BinaryOp.ADD).infer("e", inputs)
