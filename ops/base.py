@@ -159,6 +159,15 @@ class Op(ABC):
     kind: ClassVar[str]
     """The registry key, e.g. "conv2d"; also the default layer name prefix."""
 
+    statistics_dims: ClassVar[tuple[str, ...]] = ()
+    """Output dims whose split makes tasks combine partial statistics before they finish.
+
+    Batch norm's mean and variance span the batch: when its sample dim is split, each task reads
+    only its own tile (`input_regions`) and the tasks sharing a channel range all-reduce their
+    per-channel sums and sums of squares (`statistics_elements` floats each). The runtime and
+    the simulator add that exchange; every other op leaves this empty.
+    """
+
     # ---- shapes -------------------------------------------------------------------------------
     @abstractmethod
     def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:
@@ -175,6 +184,10 @@ class Op(ABC):
     def weight_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
         """The region of each weight the tile reads; by default every weight whole."""
         return tuple(full_region(w.shape) for w in sig.weights)
+
+    def statistics_elements(self, sig: Signature, region: Region) -> int:
+        """Floats each task contributes to the all-reduce over `statistics_dims`; 0 when none."""
+        return 0
 
     def output_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
         """The tile of every output: `region`, with dims that are not partitionable taken whole."""

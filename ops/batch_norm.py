@@ -39,13 +39,14 @@ class BatchNorm(Op):
 
     Statistics are per channel over every other axis (biased variance), as in training. A channel
     (parameter) split is independent per tile and reads only its gamma and beta. A sample split
-    is not: each tile's statistics span the whole batch, so the runtime must combine every tile's
-    per-channel sums and sums of squares (an all-reduce) before normalizing. `input_regions`
-    therefore names all samples (and all of H and W) for every tile, which is what the tile
-    depends on; the bytes actually moved by a sample split are only the reduced statistics.
+    is not: each tile's statistics span the whole batch, so the tasks sharing a channel range
+    all-reduce their per-channel sums and sums of squares before normalizing (and the matching
+    two sums of the backward pass). `input_regions` names only the tile's own slice, which is
+    what moves; `statistics_dims` declares the all-reduce.
     """
 
     kind = "batch_norm"
+    statistics_dims = ("sample",)
     relu: bool = True
     eps: float = 1e-5
 
@@ -71,8 +72,11 @@ class BatchNorm(Op):
 
     def input_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
         shape = sig.inputs[0].shape
-        # every sample and pixel of the tile's channels: the batch statistics read them all
-        return (((0, shape[0]), region[1]) + tuple((0, s) for s in shape[2:]),)
+        # the tile's samples and channels, every pixel (H and W are never split)
+        return ((region[0], region[1]) + tuple((0, s) for s in shape[2:]),)
+
+    def statistics_elements(self, sig: Signature, region: Region) -> int:
+        return 2 * (region[1][1] - region[1][0])  # a sum and a sum of squares per channel
 
     def weight_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
         return ((region[1],), (region[1],))  # gamma and beta of the tile's channels
