@@ -49,6 +49,7 @@ class Tensor:
     id: int
     shape: tuple[int, ...]
     dtype: DType = DType.FLOAT32
+    model: int = 0  # id() of the FFModel that made it, so a tensor cannot cross models
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -94,7 +95,8 @@ class FFModel:
         return self._next_tensor - 1
 
     def _spec(self, kind: str, name: str, tensor: Tensor) -> TensorSpec:
-        if not isinstance(tensor, Tensor) or tensor.id not in self._tensors and tensor.id not in self._sequences:
+        ours = isinstance(tensor, Tensor) and tensor.model == id(self)
+        if not ours or (tensor.id not in self._tensors and tensor.id not in self._sequences):
             raise ShapeError(
                 f"{kind} '{name}': input {tensor!r} is not a tensor of this model; pass a tensor "
                 "returned by create_tensor or by a layer of the same FFModel."
@@ -123,7 +125,7 @@ class FFModel:
         for index, spec in enumerate(sig.outputs):
             tid = self._new_tensor_id()
             self._tensors[tid] = GraphTensor(tid, f"{name}:{index}", spec, op_id, index)
-            outputs.append(Tensor(tid, spec.shape, spec.dtype))
+            outputs.append(Tensor(tid, spec.shape, spec.dtype, id(self)))
         if shared_weights is None:
             weights = []
             for wspec in sig.weights:
@@ -163,7 +165,7 @@ class FFModel:
         """The operator graph so far. LSTM sequences no layer read become outputs (stacked)."""
         for tid, steps in list(self._sequences.items()):
             if tid not in self._read:
-                self._materialize(Tensor(tid, (), DType.FLOAT32))
+                self._materialize(Tensor(tid, (), DType.FLOAT32, id(self)))
         return OperatorGraph(
             tuple(self._ops),
             tuple(sorted(self._tensors.values(), key=lambda t: t.id)),
@@ -183,7 +185,7 @@ class FFModel:
             )
         tid = self._new_tensor_id()
         self._tensors[tid] = GraphTensor(tid, name, TensorSpec(shape, DType(data_type.value)))
-        return Tensor(tid, shape, DType(data_type.value))
+        return Tensor(tid, shape, DType(data_type.value), id(self))
 
     def conv2d(
         self,
@@ -282,7 +284,7 @@ class FFModel:
         sample = outputs[0].shape[0]
         tid = self._new_tensor_id()
         self._sequences[tid] = tuple(outputs)
-        return Tensor(tid, (sample, length, hidden_size))
+        return Tensor(tid, (sample, length, hidden_size), DType.FLOAT32, id(self))
 
     def multihead_attention(
         self,

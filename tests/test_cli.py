@@ -1,0 +1,86 @@
+"""The `flexflow` command: model listing, summaries, graph export, and one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flexflow.cli import main
+
+PUBLISHED_PARAMETERS = {
+    "alexnet": 61_100_840,  # torchvision.models.alexnet
+    "inception_v3": 23_834_568,  # torchvision inception_v3 without the auxiliary head
+    "resnet101": 44_549_160,  # torchvision.models.resnet101
+    "lenet": 431_080,  # Caffe's MNIST LeNet
+}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_models_json_lists_the_eight_models_with_published_counts(capsys):
+    code, out, _ = run(capsys, "models", "--json")
+    assert code == 0
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert set(rows) == {"alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "lenet", "transformer"}
+    for name, count in PUBLISHED_PARAMETERS.items():
+        assert rows[name]["parameters"] == count
+    assert rows["alexnet"]["batch_size"] == 256 and rows["nmt"]["batch_size"] == 64
+    # ResNet-101: ~7.8 GMACs per 224x224 image forward, backward about twice that, batch 64
+    assert 2.9e3 < rows["resnet101"]["gflops_per_iteration"] < 3.1e3
+    assert all(row["ops"] > 0 for row in rows.values())
+
+
+def test_models_table(capsys):
+    code, out, _ = run(capsys, "models")
+    assert code == 0 and "inception_v3" in out and "23,834,568" in out
+
+
+def test_summary_of_a_user_model_file(capsys, tmp_path):
+    path = tmp_path / "mlp.py"
+    path.write_text(
+        "def build(model):\n"
+        "    x = model.create_tensor((model.config.batch_size, 20))\n"
+        "    model.softmax(model.dense(model.dense(x, 30, name='hidden'), 4, name='out'))\n"
+    )
+    code, out, _ = run(capsys, "summary", str(path), "--batch-size", "8")
+    assert code == 0 and "hidden" in out and "(8, 30)" in out
+    code, out, _ = run(capsys, "summary", str(path), "--json")
+    assert json.loads(out)["parameters"] == 20 * 30 + 30 + 30 * 4 + 4
+
+
+def test_graph_export(capsys, tmp_path):
+    code, out, _ = run(
+        capsys, "graph", "lenet", "--json", str(tmp_path / "g.json"),
+        "--dot", str(tmp_path / "g.dot"), "--png", str(tmp_path / "g.png"),
+    )
+    assert code == 0, out
+    assert json.loads((tmp_path / "g.json").read_text())["format"] == "flexflow-operator-graph"
+    assert (tmp_path / "g.dot").read_text().startswith("digraph")
+    assert (tmp_path / "g.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["summary", "vgg"], "unknown model 'vgg'"),
+        (["summary", "/nowhere/model.py"], "/nowhere/model.py"),
+        (["graph", "lenet"], "nothing to write"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, match):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert err.startswith("flexflow: error:") and match in err
+    assert "Traceback" not in err
+
+
+def test_bad_batch_size_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["summary", "lenet", "--batch-size", "0"])
+    assert info.value.code == 2
+    assert "expected a positive integer, got 0" in capsys.readouterr().err

@@ -1,0 +1,77 @@
+"""Operator graph: JSON round trip and its errors, DOT and PNG rendering."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flexflow import FFModel
+from flexflow.errors import GraphError, ShapeError
+from flexflow.graph import OperatorGraph
+from flexflow.render import render_png, to_dot
+from flexflow.zoo import load_model
+
+
+def small_graph() -> OperatorGraph:
+    model = FFModel()
+    x = model.create_tensor((2, 3, 8, 8), name="image")
+    a = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, name="left")
+    b = model.conv2d(x, 4, 1, 1, 1, 1, 0, 0, name="right")
+    t = model.concat([a, b], axis=1, name="cat")
+    model.dense(model.flat(t, name="flat"), 10, name="fc")
+    return model.graph()
+
+
+def test_json_round_trip_is_exact():
+    graph = small_graph()
+    again = OperatorGraph.from_json(json.loads(graph.dumps()))
+    assert again.ops == graph.ops
+    assert again.tensors == graph.tensors
+    assert again.parameters == graph.parameters
+
+
+def test_round_trip_keeps_shared_lstm_weights():
+    graph = load_model("rnnlm", seq_length=3).graph()
+    again = OperatorGraph.from_json(graph.to_json())
+    assert again.num_parameters == graph.num_parameters
+    assert [op.weights for op in again.ops] == [op.weights for op in graph.ops]
+    assert [op.layer for op in again.ops] == [op.layer for op in graph.ops]
+
+
+@pytest.mark.parametrize(
+    "mutate, error, match",
+    [
+        (lambda d: {**d, "format": "x"}, GraphError, r"not an operator graph file"),
+        (lambda d: {**d, "version": 7}, GraphError, r"version 7 is not supported"),
+        (lambda d: {k: v for k, v in d.items() if k != "ops"}, GraphError, r"malformed operator graph file"),
+        (lambda d: _op(d, "cat", kind="warp"), GraphError, r"unknown op kind 'warp'"),
+        (lambda d: _op(d, "cat", inputs=[99]), GraphError, r"op 'cat' reads tensor 99"),
+        (lambda d: _op(d, "fc", attributes={"out_dim": 0}), ShapeError, r"dense 'fc': out_dim must be positive"),
+    ],
+)
+def test_bad_graph_files(mutate, error, match):
+    data = json.loads(small_graph().dumps())
+    with pytest.raises(error, match=match):
+        OperatorGraph.from_json(mutate(data))
+
+
+def _op(data, name, **fields):
+    for entry in data["ops"]:
+        if entry["name"] == name:
+            entry.update(fields)
+    return data
+
+
+def test_dot_has_every_op_and_edge():
+    dot = to_dot(small_graph())
+    assert dot.startswith("digraph operator_graph {")
+    for name in ("left", "right", "cat", "flat", "fc"):
+        assert f'"{name}\\n' in dot
+    assert dot.count("->") == 6  # image->left, image->right, left->cat, right->cat, cat->flat, flat->fc
+
+
+def test_png_is_written_atomically(tmp_path):
+    path = render_png(small_graph(), tmp_path / "g.png", title="small")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["g.png"]

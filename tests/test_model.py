@@ -1,0 +1,112 @@
+"""FFModel: names, shape inference at call time, errors naming the layer, LSTM unrolling and weight sharing."""
+
+from __future__ import annotations
+
+import pytest
+
+from flexflow import ActiMode, DataType, FFConfig, FFModel, PoolType
+from flexflow.errors import GraphError, ShapeError
+
+
+def test_every_layer_infers_its_shape_when_called():
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3, 16, 16))
+    t = model.conv2d(x, 8, 3, 3, 2, 2, 1, 1, ActiMode.AC_MODE_RELU)
+    assert t.dims == (4, 8, 8, 8)
+    t = model.pool2d(t, 2, 2, 2, 2, 0, 0, PoolType.POOL_AVG)
+    assert t.shape == (4, 8, 4, 4)
+    a, b = model.split(t, 2, axis=1)
+    assert a.shape == b.shape == (4, 4, 4, 4)
+    t = model.concat([model.relu(a), model.batch_norm(b)], axis=1)
+    assert t.shape == (4, 8, 4, 4)
+    t = model.transpose(model.reshape(model.flat(t), (4, 16, 8)), (0, 2, 1))
+    assert t.shape == (4, 8, 16)
+    t = model.mean(model.dense(t, 5, ActiMode.AC_MODE_GELU), dims=(1,))
+    assert t.shape == (4, 5)
+    assert model.softmax(model.add(t, model.multiply(t, t))).shape == (4, 5)
+
+
+def test_default_names_count_per_kind_and_user_names_are_kept():
+    model = FFModel()
+    x = model.create_tensor((2, 4))
+    model.dense(model.dense(x, 3), 3, name="head")
+    model.dense(x, 2)
+    names = [op.name for op in model.graph().ops]
+    assert names == ["dense_1", "head", "dense_2"]
+
+
+def test_duplicate_layer_name_is_refused():
+    model = FFModel()
+    x = model.create_tensor((2, 4))
+    model.dense(x, 3, name="fc")
+    with pytest.raises(GraphError, match=r"dense 'fc': a layer with this name exists"):
+        model.dense(x, 3, name="fc")
+
+
+def test_a_tensor_from_another_model_is_refused():
+    other_model = FFModel()
+    other = other_model.create_tensor((2, 4))
+    model = FFModel()
+    model.create_tensor((2, 4))  # same id as `other` in its own model
+    with pytest.raises(ShapeError, match=r"dense 'fc': input .* is not a tensor of this model"):
+        model.dense(other, 3, name="fc")
+
+
+@pytest.mark.parametrize("dims", [(), (0, 3), (2, -1)])
+def test_create_tensor_rejects_non_positive_dims(dims):
+    with pytest.raises(ShapeError, match=r"input 'x': dims must be positive integers"):
+        FFModel().create_tensor(dims, name="x")
+
+
+def test_layer_errors_name_the_layer_and_shapes():
+    model = FFModel()
+    x = model.create_tensor((2, 3, 8, 8))
+    with pytest.raises(ShapeError, match=r"dense 'fc'"):
+        model.dense(model.create_tensor((2,)), 4, name="fc")
+    with pytest.raises(ShapeError, match=r"concat 'cat'.*\(2, 3, 8, 8\)"):
+        model.concat([x, model.create_tensor((2, 3, 4, 8))], axis=1, name="cat")
+    with pytest.raises(ShapeError, match=r"split 'sp': cannot split input \(2, 3, 8, 8\) into 2 equal parts"):
+        model.split(x, 2, axis=1, name="sp")
+    with pytest.raises(ShapeError, match=r"lstm 'rnn': input must be a \(sample, length, features\)"):
+        model.lstm(x, 8, name="rnn")
+
+
+def test_lstm_unrolls_one_op_per_step_sharing_one_set_of_weights():
+    model = FFModel(FFConfig(batch_size=2))
+    tokens = model.create_tensor((2, 5), DataType.DT_INT32)
+    seq = model.lstm(model.embedding(tokens, 50, 8), 16, name="rnn")
+    assert seq.shape == (2, 5, 16)
+    graph = model.graph()
+    steps = [op for op in graph.ops if op.kind == "lstm"]
+    assert [op.name for op in steps] == [f"rnn_t{t}" for t in range(5)]
+    assert {op.weights for op in steps} == {steps[0].weights}
+    assert [graph.parameters[p].name for p in steps[0].weights] == ["rnn.w_ih", "rnn.w_hh", "rnn.bias"]
+    assert {op.layer for op in steps} == {"rnn"}
+    # the unread sequence output is the model's output, produced by one stack op
+    assert graph.ops[-1].kind == "stack" and graph.ops[-1].sig.output_shape == (2, 5, 16)
+
+
+def test_stacked_lstms_read_each_step_directly_and_stack_only_when_needed():
+    model = FFModel(FFConfig(batch_size=2))
+    tokens = model.create_tensor((2, 4), DataType.DT_INT32)
+    first = model.lstm(model.embedding(tokens, 50, 8), 16, name="l1")
+    second = model.lstm(first, 16, name="l2")
+    graph_before = model.graph()
+    # l1's sequence is never stacked: l2's step t reads l1's step t
+    assert [op.kind for op in graph_before.ops].count("stack") == 1
+    l2_t1 = graph_before.op("l2_t1")
+    assert graph_before.tensor(l2_t1.inputs[0]).producer == graph_before.op("l1_t1").id
+    model.dense(second, 3)  # a non-recurrent reader: l2 is already stacked as the output
+    last = model.lstm(first, 4, return_sequences=False, name="l3")
+    assert last.shape == (2, 4)
+
+
+def test_graph_inputs_and_outputs():
+    model = FFModel()
+    x = model.create_tensor((2, 4), name="x")
+    model.softmax(model.dense(x, 3, name="fc"), name="prob")
+    graph = model.graph()
+    assert [t.name for t in graph.input_tensors] == ["x"]
+    assert [t.name for t in graph.output_tensors] == ["prob:0"]
+    assert [(e.src, e.dst) for e in graph.edges] == [(0, 1)]
+    assert graph.num_parameters == 4 * 3 + 3
