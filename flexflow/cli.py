@@ -13,6 +13,8 @@ from rich.table import Table
 from flexflow.errors import FlexFlowError
 from flexflow.fileio import atomic_write_text
 from flexflow.graph import OperatorGraph
+from flexflow.machine import Machine, link_groups, parse_machine
+from flexflow.machine_presets import PRESET_EXAMPLES
 from flexflow.ops.base import full_region
 
 EXIT_USAGE = 2
@@ -129,6 +131,44 @@ def cmd_info(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _machine_row(machine: Machine) -> tuple[str, ...]:
+    """Devices by model (count, FP32 peak, memory each), links by kind (count, speed, latency)."""
+    models: dict[tuple[str, str], list] = {}
+    for device in machine.devices:
+        models.setdefault((device.kind, device.model), []).append(device)
+    devices = "\n".join(
+        f"{len(ds)} x {kind} {model}\n  {ds[0].peak_flops / 1e12:.3g} TFLOP/s, "
+        f"{ds[0].memory_bytes / 2**30:.3g} GiB each"
+        for (kind, model), ds in models.items()
+    )
+    links = "\n".join(
+        f"{count} {kind} {bandwidth / 1e9:.4g} GB/s {latency * 1e6:.3g} us"
+        for (kind, bandwidth, latency), count in link_groups(machine.links).items()
+    )
+    nodes = f"{machine.num_nodes} node" + ("s" if machine.num_nodes > 1 else "")
+    return (f"{machine.name}\n{nodes}", devices, links)
+
+
+def cmd_machines(args: argparse.Namespace, console: Console) -> int:
+    """List the machine presets (or describe the given specs): devices, peak FLOP/s, links."""
+    machines = [parse_machine(spec) for spec in (args.specs or PRESET_EXAMPLES)]
+    if args.json:
+        print(json.dumps([machine.to_json() for machine in machines], indent=1))
+        return 0
+    table = Table(
+        title="flexflow machines" if args.specs else "flexflow machine presets",
+        caption=None if args.specs else "p100:N, k80:N, dgx-h100:N: N nodes; local: LEGATE_CONFIG",
+        show_lines=True,
+    )
+    table.add_column("machine", no_wrap=True)
+    table.add_column("devices (FP32 peak, memory)", no_wrap=True)
+    table.add_column("links (per direction)", no_wrap=True)
+    for machine in machines:
+        table.add_row(*_machine_row(machine))
+    console.print(table)
+    return 0
+
+
 def _config(args: argparse.Namespace):
     from flexflow.config import FFConfig
 
@@ -173,6 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--json", metavar="FILE", help="write the graph as JSON")
             sub.add_argument("--dot", metavar="FILE", help="write Graphviz DOT")
             sub.add_argument("--png", metavar="FILE", help="write a PNG picture")
+
+    machines = add("machines", cmd_machines, "list the machine presets or describe machine specs")
+    machines.add_argument(
+        "specs", nargs="*", metavar="SPEC",
+        help="p100:N, k80:N, dgx-h100:N, local or a machine JSON file (default: the presets)",
+    )
+    machines.add_argument("--json", action="store_true", help="print a JSON list of machine files")
 
     info = add("info", cmd_info, "show how Legate is configured for this host and the versions in use")
     info.add_argument("--json", action="store_true", help="print one JSON object")

@@ -1,0 +1,173 @@
+"""Per-task cost (paper §5, assumption A1 and Table 2's exeTime): analytic from FLOPs and bytes, or measured.
+
+A task's time depends only on its op (kind and hyperparameters), the op's input shapes, the
+shape of the output tile it computes and the kind of device it runs on, so times are cached on
+that key, as the paper caches measured times. The analytic model is a roofline:
+
+    time = launch_overhead + max(flops / (peak_flops * efficiency[kind]),
+                                 bytes / (memory_bandwidth * memory_efficiency))
+
+with per-device-kind constants below. A measured profile (`Profile`, a JSON file) overrides the
+analytic time for every key it holds. Transfers cost latency + bytes / bandwidth per link
+(assumption A2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flexflow.errors import FlexFlowError
+from flexflow.fileio import atomic_write_text
+from flexflow.graph import OpNode, op_attributes
+from flexflow.machine import Device, Link
+from flexflow.ops.base import Region, region_shape
+
+PROFILE_FORMAT = "flexflow-profile"
+PROFILE_VERSION = 1
+
+# Fraction of peak FLOP/s a kernel of each kind reaches. GPU figures are typical of cuDNN/cuBLAS
+# on large tiles in FP32 (dense GEMMs reach 70-80% of peak; convolutions 50-70%); element-wise
+# and normalization kernels are memory-bound, so their compute efficiency matters little.
+GPU_EFFICIENCY: dict[str, float] = {
+    "dense": 0.75,
+    "batch_matmul": 0.7,
+    "lstm": 0.7,
+    "multihead_attention": 0.6,
+    "conv2d": 0.6,
+    "embedding": 0.3,
+}
+# CPU kernels (numpy/BLAS or our C) on one core reach a smaller fraction of the core's FMA peak.
+CPU_EFFICIENCY: dict[str, float] = {
+    "dense": 0.5,
+    "batch_matmul": 0.4,
+    "lstm": 0.4,
+    "multihead_attention": 0.3,
+    "conv2d": 0.3,
+    "embedding": 0.1,
+}
+DEFAULT_EFFICIENCY = {"gpu": 0.3, "cpu": 0.15}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConstants:
+    efficiency: dict[str, float]
+    default_efficiency: float
+    memory_efficiency: float
+    launch_overhead_s: float
+
+
+DEVICE_CONSTANTS: dict[str, DeviceConstants] = {
+    # A CUDA kernel launch plus Legion's per-task overhead is ~10 us on a GPU.
+    "gpu": DeviceConstants(GPU_EFFICIENCY, DEFAULT_EFFICIENCY["gpu"], 0.8, 10e-6),
+    # A Legate Python task costs ~175 us on this project's CPUs (shared/notes: 200 launches).
+    "cpu": DeviceConstants(CPU_EFFICIENCY, DEFAULT_EFFICIENCY["cpu"], 0.6, 175e-6),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTime:
+    forward_s: float
+    backward_s: float
+
+
+CostKey = tuple[str, str, tuple[tuple[int, ...], ...], tuple[int, ...], str]
+
+
+def cost_key(node: OpNode, tile_shape: tuple[int, ...], device_model: str) -> CostKey:
+    """(kind, hyperparameters, input shapes, output tile shape, device model): what a task's time depends on."""
+    attributes = json.dumps(op_attributes(node.op), sort_keys=True)
+    inputs = tuple(spec.shape for spec in node.sig.inputs)
+    return (node.kind, attributes, inputs, tuple(tile_shape), device_model)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Measured task times by cost key (written by the profiler of a later issue)."""
+
+    times: dict[CostKey, TaskTime] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": PROFILE_FORMAT,
+            "version": PROFILE_VERSION,
+            "entries": [
+                {
+                    "kind": k[0], "attributes": json.loads(k[1]), "inputs": [list(s) for s in k[2]],
+                    "tile": list(k[3]), "device": k[4],
+                    "forward_s": t.forward_s, "backward_s": t.backward_s,
+                }
+                for k, t in self.times.items()
+            ],
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        return atomic_write_text(path, json.dumps(self.to_json(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Profile:
+        try:
+            data = json.loads(Path(path).read_text())
+            if data.get("format") != PROFILE_FORMAT or data.get("version") != PROFILE_VERSION:
+                raise ValueError(f"expected format {PROFILE_FORMAT!r} version {PROFILE_VERSION}")
+            times = {}
+            for e in data["entries"]:
+                key = (
+                    e["kind"], json.dumps(e["attributes"], sort_keys=True),
+                    tuple(tuple(s) for s in e["inputs"]), tuple(e["tile"]), e["device"],
+                )
+                times[key] = TaskTime(float(e["forward_s"]), float(e["backward_s"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise FlexFlowError(
+                f"profile file {path} cannot be used: {exc}; re-measure it or leave it out."
+            ) from None
+        return cls(times)
+
+
+class CostModel:
+    """Task and transfer times; caches every task time it computes (one instance per search)."""
+
+    def __init__(self, profile: Profile | None = None) -> None:
+        self.profile = profile or Profile()
+        self._cache: dict[CostKey, TaskTime] = {}
+
+    def task_time(self, node: OpNode, region: Region, device: Device) -> TaskTime:
+        key = cost_key(node, region_shape(region), device.model)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self.profile.times.get(key) or self._analytic(node, region, device)
+            self._cache[key] = cached
+        return cached
+
+    @staticmethod
+    def _analytic(node: OpNode, region: Region, device: Device) -> TaskTime:
+        constants = DEVICE_CONSTANTS[device.kind]
+        efficiency = constants.efficiency.get(node.kind, constants.default_efficiency)
+        flops_per_s = device.peak_flops * efficiency
+        bytes_per_s = device.memory_bandwidth_bytes_per_s * constants.memory_efficiency
+        cost = node.op.tile_cost(node.sig, region)
+        forward = max(
+            cost.forward_flops / flops_per_s,
+            (cost.forward_bytes_read + cost.forward_bytes_written) / bytes_per_s,
+        )
+        backward = max(
+            cost.backward_flops / flops_per_s,
+            (cost.backward_bytes_read + cost.backward_bytes_written) / bytes_per_s,
+        )
+        overhead = constants.launch_overhead_s
+        return TaskTime(overhead + forward, overhead + backward)
+
+    @staticmethod
+    def update_time(num_elements: int, device: Device) -> float:
+        """SGD update of `num_elements` weights: reads weight and gradient, writes the weight."""
+        constants = DEVICE_CONSTANTS[device.kind]
+        bytes_moved = 3 * 4 * num_elements
+        bandwidth = device.memory_bandwidth_bytes_per_s * constants.memory_efficiency
+        return constants.launch_overhead_s + bytes_moved / bandwidth
+
+    @staticmethod
+    def transfer_time(link: Link, size_bytes: int) -> float:
+        return link.latency_s + size_bytes / link.bandwidth_bytes_per_s

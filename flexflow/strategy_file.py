@@ -1,0 +1,161 @@
+"""Strategy files (JSON, versioned): export atomically, import with every problem reported by op name.
+
+    {"format": "flexflow-strategy", "version": 1, "model": "lenet", "machine": "p100:1",
+     "num_devices": 4,
+     "ops": [{"name": "conv2d_1", "degrees": {"sample": 2, "channel": 2}, "devices": [0, 1, 2, 3]},
+             ...]}
+
+Degrees are keyed by dimension name; a dimension left out has degree 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from flexflow.errors import StrategyError
+from flexflow.fileio import atomic_write_text
+from flexflow.graph import OperatorGraph, OpNode
+from flexflow.machine import Machine
+from flexflow.space import config_problems
+from flexflow.strategy import ParallelConfig, Strategy
+
+STRATEGY_FORMAT = "flexflow-strategy"
+STRATEGY_VERSION = 1
+
+
+def strategy_to_json(
+    strategy: Strategy, graph: OperatorGraph, machine: Machine, model: str = ""
+) -> dict[str, Any]:
+    ops = []
+    for node, config in zip(graph.ops, strategy.configs, strict=True):
+        degrees = {
+            dim.name: degree
+            for dim, degree in zip(node.sig.dims, config.degrees, strict=True)
+            if dim.partitionable
+        }
+        ops.append({"name": node.name, "degrees": degrees, "devices": list(config.devices)})
+    return {
+        "format": STRATEGY_FORMAT,
+        "version": STRATEGY_VERSION,
+        "model": model,
+        "machine": machine.name,
+        "num_devices": machine.num_devices,
+        "ops": ops,
+    }
+
+
+def export_strategy(
+    path: str | os.PathLike[str],
+    strategy: Strategy,
+    graph: OperatorGraph,
+    machine: Machine,
+    model: str = "",
+) -> Path:
+    text = json.dumps(strategy_to_json(strategy, graph, machine, model), indent=1)
+    return atomic_write_text(path, text + "\n")
+
+
+def validate_strategy(strategy: Strategy, graph: OperatorGraph, machine: Machine) -> None:
+    """Raise StrategyError listing every problem of `strategy` for `graph` on `machine`."""
+    problems: list[str] = []
+    if strategy.ops != tuple(n.name for n in graph.ops):
+        known = set(strategy.ops)
+        problems += [f"op '{n.name}' has no configuration; add one." for n in graph.ops if n.name not in known]
+        names = {n.name for n in graph.ops}
+        problems += [f"unknown op '{name}': the model has no such op; remove it." for name in strategy.ops if name not in names]
+    else:
+        for node, config in zip(graph.ops, strategy.configs, strict=True):
+            problems += config_problems(node, config, machine)
+    _raise(problems, "strategy")
+
+
+def _raise(problems: list[str], source: str) -> None:
+    if problems:
+        listing = "\n  ".join(problems)
+        raise StrategyError(f"{source} is not valid ({len(problems)} problem(s)):\n  {listing}")
+
+
+def _config_from_entry(node: OpNode, entry: dict[str, Any], problems: list[str]) -> ParallelConfig | None:
+    """The entry's configuration, or None after appending what is wrong with it to `problems`."""
+    label = f"{node.kind} '{node.name}'"
+    degrees_in = entry.get("degrees", {})
+    devices = entry.get("devices")
+    if not isinstance(degrees_in, dict) or not isinstance(devices, list):
+        problems.append(f"{label}: needs \"degrees\" (an object) and \"devices\" (a list).")
+        return None
+    found = len(problems)
+    names = [d.name for d in node.sig.dims]
+    for key, value in degrees_in.items():
+        if key not in names:
+            problems.append(
+                f"{label}: has no dimension '{key}' (dimensions: {', '.join(names)}); remove it."
+            )
+        elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            problems.append(f"{label}: degree of '{key}' must be a positive integer, got {value!r}.")
+    if not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
+        problems.append(f"{label}: devices must be integer device ids, got {devices!r}.")
+    if len(problems) > found:
+        return None
+    degrees = tuple(degrees_in.get(name, 1) for name in names)
+    if len(devices) != math.prod(degrees):
+        problems.append(
+            f"{label}: degrees {dict(zip(names, degrees, strict=True))} make {math.prod(degrees)} "
+            f"tasks but {len(devices)} devices are listed; list one device per task."
+        )
+        return None
+    return ParallelConfig(degrees, tuple(devices))
+
+
+def strategy_from_json(data: Any, graph: OperatorGraph, machine: Machine, source: str = "strategy") -> Strategy:
+    """Parse and validate; raises StrategyError listing every problem found."""
+    if not isinstance(data, dict) or data.get("format") != STRATEGY_FORMAT:
+        raise StrategyError(f"{source}: not a strategy file (expected \"format\": \"{STRATEGY_FORMAT}\").")
+    if data.get("version") != STRATEGY_VERSION:
+        raise StrategyError(
+            f"{source}: strategy file version {data.get('version')!r} is not supported; "
+            f"this flexflow reads version {STRATEGY_VERSION}."
+        )
+    entries = data.get("ops")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries):
+        raise StrategyError(f"{source}: \"ops\" must be a list of objects with a \"name\".")
+    problems: list[str] = []
+    by_name: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        if entry["name"] in by_name:
+            problems.append(f"op '{entry['name']}' is listed twice; keep one entry.")
+        by_name[entry["name"]] = entry
+    graph_names = {n.name for n in graph.ops}
+    problems += [
+        f"unknown op '{name}': model has no such op; remove it." for name in by_name if name not in graph_names
+    ]
+    configs: dict[str, ParallelConfig] = {}
+    for node in graph.ops:
+        entry = by_name.get(node.name)
+        if entry is None:
+            problems.append(f"{node.kind} '{node.name}': has no configuration; add an entry for it.")
+            continue
+        config = _config_from_entry(node, entry, problems)
+        if config is not None:
+            problems += config_problems(node, config, machine)
+            configs[node.name] = config
+    _raise(problems, source)
+    return Strategy.from_mapping(tuple(n.name for n in graph.ops), configs)
+
+
+def load_strategy(path: str | os.PathLike[str], graph: OperatorGraph, machine: Machine) -> Strategy:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise StrategyError(f"cannot read strategy file {path}: {exc.strerror or exc}.") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StrategyError(
+            f"strategy file {path} is malformed or truncated: {exc.msg} at line {exc.lineno} "
+            f"column {exc.colno}; re-export it with `flexflow strategy ... --export`."
+        ) from None
+    return strategy_from_json(data, graph, machine, source=f"strategy file {path}")

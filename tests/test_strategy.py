@@ -1,0 +1,275 @@
+"""Configurations, the SOAP space per op, named strategies and strategy files."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import pytest
+
+from flexflow import FFConfig, FFModel
+from flexflow.errors import StrategyError
+from flexflow.machine import parse_machine
+from flexflow.ops import TensorSpec
+from flexflow.ops.dense import Dense
+from flexflow.space import config_problems, enumerate_configs, space_size
+from flexflow.strategies import NAMED_STRATEGIES, layer_depths, named_strategy
+from flexflow.strategy import ParallelConfig, Strategy
+from flexflow.strategy_file import export_strategy, load_strategy, validate_strategy
+from flexflow.zoo import ZOO, load_model
+
+PRESETS = ("p100:1", "p100:4", "k80:1", "k80:4", "k80:16", "dgx-h100:1", "dgx-h100:2")
+
+
+@lru_cache(maxsize=None)
+def zoo_graph(name: str):
+    return load_model(name).graph()
+
+
+def tiny_graph():
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 3, 8, 8), name="image")
+    t = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, name="conv")
+    a = model.pool2d(t, 2, 2, 2, 2, 0, 0, name="pool")
+    t = model.concat([a, a], axis=1, name="cat")
+    t = model.dense(model.flat(t, name="flat"), 10, name="fc")
+    model.softmax(t, name="prob")
+    return model.graph()
+
+
+# ---- ParallelConfig and Strategy values -----------------------------------------------------------
+
+
+def test_config_repr_reads_back_and_hashes():
+    config = ParallelConfig((2, 1, 2), (0, 1, 2, 3))
+    assert eval(repr(config)) == config
+    assert hash(config) == hash(ParallelConfig((2, 1, 2), (0, 1, 2, 3)))
+    assert config.num_tasks == 4
+
+
+def test_task_regions_are_row_major_equal_tiles():
+    regions = ParallelConfig((2, 2), (0, 1, 2, 3)).task_regions((4, 6))
+    assert regions == (
+        ((0, 2), (0, 3)),
+        ((0, 2), (3, 6)),
+        ((2, 4), (0, 3)),
+        ((2, 4), (3, 6)),
+    )
+
+
+@pytest.mark.parametrize(
+    "degrees, devices, match",
+    [
+        ((2, 0), (0, 0), r"degrees must be positive integers"),
+        ((2, 2), (0, 1, 2), r"make 4 tasks but 3 devices are given"),
+    ],
+)
+def test_config_rejects_malformed_values(degrees, devices, match):
+    with pytest.raises(StrategyError, match=match):
+        ParallelConfig(degrees, devices)
+
+
+def test_strategy_replace_is_a_new_value():
+    s = Strategy(("a", "b"), (ParallelConfig.single(2), ParallelConfig.single(2)))
+    t = s.replace("b", ParallelConfig((2, 1), (0, 1)))
+    assert s["b"] == ParallelConfig.single(2) and t["b"].num_tasks == 2
+    assert s != t and hash(s) != hash(t)
+    assert s.replace("b", ParallelConfig.single(2)) == s
+
+
+# ---- the SOAP space -------------------------------------------------------------------------------
+
+
+def test_enumeration_count_by_hand():
+    # output (4, 10): sample degrees 1, 2, 4; channel degrees 1, 2 (5 and 10 exceed 4 devices).
+    # tuples with product <= 4: (1,1) x 4 starts, (1,2) and (2,1) x 3 starts, (2,2) and (4,1) x 1.
+    sig = Dense(10).infer("fc", [TensorSpec((4, 6))])
+    machine = parse_machine("p100:1")
+    configs = enumerate_configs(sig, machine)
+    assert len(configs) == 4 + 2 * 3 + 2 * 1 == space_size(sig, machine)
+    assert len(set(configs)) == len(configs)
+    assert ParallelConfig((2, 2), (0, 1, 2, 3)) in configs
+    assert ParallelConfig((1, 2), (2, 3)) in configs
+    assert all(not config_problems_for(sig, c, machine) for c in configs)
+
+
+def test_enumeration_skips_unsplittable_dims_and_covers_node_blocks():
+    graph = tiny_graph()
+    machine = parse_machine("p100:2")  # 8 devices on 2 nodes
+    cat = graph.op("cat")  # (8, 8, 4, 4): channel (the concat axis) cannot be split
+    configs = enumerate_configs(cat.sig, machine)
+    assert all(c.degrees[1] == 1 for c in configs)
+    # sample degrees 1,2,4,8 x height 1,2,4 x width 1,2,4 with product <= 8, each x (9 - n) starts
+    expected = 0
+    for s in (1, 2, 4, 8):
+        for h in (1, 2, 4):
+            for w in (1, 2, 4):
+                if s * h * w <= 8:
+                    expected += 9 - s * h * w
+    assert len(configs) == expected
+    assert ParallelConfig((4, 1, 1, 1), (4, 5, 6, 7)) in configs  # the whole second node
+
+
+def config_problems_for(sig, config, machine):
+    from flexflow.graph import OpNode
+
+    return config_problems(OpNode(0, "fc", Dense(10), (0,), (1,), (), sig), config, machine)
+
+
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        (ParallelConfig((3, 1), (0, 1, 2)), r"degree 3 on dimension 'sample' does not divide its size 4"),
+        (ParallelConfig((1, 1), (9,)), r"device\(s\) 9 do not exist on machine 'p100:1' \(devices 0-3\)"),
+        (ParallelConfig((4, 2), tuple(range(8))), r"8 tasks but machine 'p100:1' has 4 devices"),
+        (ParallelConfig((1,), (0,)), r"1 degrees given for its rank-2 output"),
+    ],
+)
+def test_config_problems_name_the_op_and_the_fix(config, match):
+    sig = Dense(10).infer("fc", [TensorSpec((4, 6))])
+    problems = config_problems_for(sig, config, parse_machine("p100:1"))
+    assert any(__import__("re").search(match, p) for p in problems), problems
+    assert all(p.startswith("dense 'fc':") for p in problems)
+
+
+def test_unsplittable_dimension_is_reported():
+    graph = tiny_graph()
+    problems = config_problems(graph.op("cat"), ParallelConfig((1, 2, 1, 1), (0, 1)), parse_machine("p100:1"))
+    assert problems == [
+        "concat 'cat': dimension 'channel' cannot be split (degree 2 given); set it to 1. "
+        "Splittable: sample, height, width."
+    ]
+
+
+# ---- named strategies -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("model", sorted(ZOO))
+def test_every_named_strategy_is_valid_for_every_zoo_model(model, preset):
+    graph = zoo_graph(model)
+    machine = parse_machine(preset)
+    for name in NAMED_STRATEGIES:
+        validate_strategy(named_strategy(name, graph, machine, seed=3), graph, machine)
+
+
+def test_data_parallel_splits_every_op_in_sample_over_all_devices():
+    graph, machine = tiny_graph(), parse_machine("p100:2")
+    s = named_strategy("dp", graph, machine)
+    assert all(c.degrees[0] == 8 and c.num_tasks == 8 for c in s.configs)
+
+
+def test_one_weird_trick_splits_dense_in_parameter():
+    graph, machine = tiny_graph(), parse_machine("p100:1")
+    s = named_strategy("expert", graph, machine)
+    assert s["fc"] == ParallelConfig((1, 2), (0, 1))  # 10 output channels: largest divisor <= 4 is 2
+    assert s["conv"] == ParallelConfig((4, 1, 1, 1), (0, 1, 2, 3))
+
+
+def test_wu_et_al_puts_same_depth_layers_on_the_same_gpu_of_every_node():
+    graph, machine = zoo_graph("rnnlm"), parse_machine("p100:2")
+    s = named_strategy("expert", graph, machine)
+    depth = layer_depths(graph)
+    for node, config in zip(graph.ops, s.configs, strict=True):
+        assert config.degrees[0] == 2  # data parallel across the 2 nodes
+        gpu = depth[node.layer] % 4
+        assert config.devices == (gpu, 4 + gpu), node.name
+
+
+def test_model_parallel_runs_each_op_whole_and_spreads_layers():
+    graph, machine = zoo_graph("rnnlm"), parse_machine("p100:1")
+    s = named_strategy("model", graph, machine)
+    assert all(c.num_tasks == 1 for c in s.configs)
+    assert len(s.devices_used()) == 4
+
+
+def test_random_is_seeded():
+    graph, machine = tiny_graph(), parse_machine("p100:1")
+    a, b = (named_strategy("random", graph, machine, seed=7) for _ in range(2))
+    assert a == b
+    assert a != named_strategy("random", graph, machine, seed=8)
+
+
+def test_unknown_strategy_name():
+    with pytest.raises(StrategyError, match=r"unknown strategy name 'best'; choose one of dp, expert"):
+        named_strategy("best", tiny_graph(), parse_machine("p100:1"))
+
+
+# ---- strategy files -------------------------------------------------------------------------------
+
+
+def test_export_import_round_trip(tmp_path):
+    graph, machine = zoo_graph("inception_v3"), parse_machine("k80:4")
+    s = named_strategy("random", graph, machine, seed=1)
+    path = export_strategy(tmp_path / "s.json", s, graph, machine, model="inception_v3")
+    assert load_strategy(path, graph, machine) == s
+    assert not list(tmp_path.glob(".*.tmp"))  # the atomic write left nothing behind
+
+
+def _write(tmp_path, data) -> str:
+    path = tmp_path / "bad.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(path)
+
+
+def _valid(tmp_path):
+    graph, machine = tiny_graph(), parse_machine("p100:1")
+    export_strategy(tmp_path / "good.json", named_strategy("dp", graph, machine), graph, machine)
+    return json.loads((tmp_path / "good.json").read_text()), graph, machine
+
+
+def _edit(data, name, **fields):
+    for entry in data["ops"]:
+        if entry["name"] == name:
+            entry.update(fields)
+    return data
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda d: {**d, "ops": d["ops"] + [{"name": "ghost", "degrees": {}, "devices": [0]}]},
+         r"unknown op 'ghost': model has no such op; remove it"),
+        (lambda d: {**d, "ops": [e for e in d["ops"] if e["name"] != "fc"]},
+         r"dense 'fc': has no configuration; add an entry for it"),
+        (lambda d: _edit(d, "conv", degrees={"sample": 3}, devices=[0, 1, 2]),
+         r"conv2d 'conv': degree 3 on dimension 'sample' does not divide its size 8"),
+        (lambda d: _edit(d, "conv", degrees={"sample": 8}, devices=list(range(8))),
+         r"conv2d 'conv': 8 tasks but machine 'p100:1' has 4 devices"),
+        (lambda d: _edit(d, "fc", degrees={"sample": 1}, devices=[5]),
+         r"dense 'fc': device\(s\) 5 do not exist on machine 'p100:1'"),
+        (lambda d: _edit(d, "cat", degrees={"channel": 2}, devices=[0, 1]),
+         r"concat 'cat': dimension 'channel' cannot be split"),
+        (lambda d: _edit(d, "pool", degrees={"depth": 2}, devices=[0, 1]),
+         r"pool2d 'pool': has no dimension 'depth' \(dimensions: sample, channel, height, width\)"),
+        (lambda d: _edit(d, "pool", degrees={"sample": 2}, devices=[0]),
+         r"pool2d 'pool': degrees .* make 2 tasks but 1 devices are listed"),
+        (lambda d: {**d, "version": 9}, r"strategy file version 9 is not supported"),
+        (lambda d: {**d, "format": "other"}, r"not a strategy file"),
+    ],
+)
+def test_each_bad_file_gets_its_own_clear_error(tmp_path, mutate, match):
+    data, graph, machine = _valid(tmp_path)
+    with pytest.raises(StrategyError, match=match):
+        load_strategy(_write(tmp_path, mutate(data)), graph, machine)
+
+
+def test_every_problem_is_listed_at_once(tmp_path):
+    data, graph, machine = _valid(tmp_path)
+    _edit(data, "conv", degrees={"sample": 3}, devices=[0, 1, 2])
+    _edit(data, "fc", degrees={"sample": 1}, devices=[5])
+    with pytest.raises(StrategyError, match=r"\(2 problem\(s\)\)") as info:
+        load_strategy(_write(tmp_path, data), graph, machine)
+    assert "conv2d 'conv'" in str(info.value) and "dense 'fc'" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["", "{\"format\": \"flexflow-strategy\", \"ops\": [", "not json"])
+def test_truncated_or_malformed_json(tmp_path, text):
+    graph, machine = tiny_graph(), parse_machine("p100:1")
+    with pytest.raises(StrategyError, match=r"is malformed or truncated: .* at line 1 column"):
+        load_strategy(_write(tmp_path, text), graph, machine)
+
+
+def test_missing_file():
+    with pytest.raises(StrategyError, match=r"cannot read strategy file /nonexistent.json"):
+        load_strategy("/nonexistent.json", tiny_graph(), parse_machine("p100:1"))
