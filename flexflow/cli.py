@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -185,6 +186,57 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def strategy_table(title: str, graph: OperatorGraph, strategy) -> Table:
+    """One row per op: its degrees on the dims it splits and the devices of its tasks."""
+    table = Table(title=title)
+    for column in ("op", "kind", "output", "degrees", "tasks", "devices"):
+        table.add_column(column, justify="right" if column == "tasks" else "left")
+    for node, config in zip(graph.ops, strategy.configs, strict=True):
+        split = [
+            f"{dim.name}={degree}"
+            for dim, degree in zip(node.sig.dims, config.degrees, strict=True)
+            if degree > 1
+        ]
+        table.add_row(
+            node.name, node.kind, str(node.sig.output_shape), " ".join(split) or "-",
+            str(config.num_tasks), _ranges(config.devices),
+        )
+    return table
+
+
+def _ranges(ids: Sequence[int]) -> str:
+    """(0, 1, 2, 3, 6) -> "0-3,6": runs of consecutive ids as ranges."""
+    parts = []
+    for _, run in itertools.groupby(enumerate(ids), key=lambda pair: pair[1] - pair[0]):
+        members = [i for _, i in run]
+        parts.append(str(members[0]) if len(members) == 1 else f"{members[0]}-{members[-1]}")
+    return ",".join(parts)
+
+
+def cmd_strategy(args: argparse.Namespace, console: Console) -> int:
+    """Build a named strategy (and export it), or check a strategy file against a model and machine."""
+    from flexflow.strategies import named_strategy
+    from flexflow.strategy_file import export_strategy, load_strategy
+    from flexflow.zoo import load_model
+
+    graph = load_model(args.model, _config(args)).graph()
+    machine = parse_machine(args.machine)
+    if args.check:
+        strategy = load_strategy(args.check, graph, machine)
+        title = f"{args.check}: valid for {args.model} on {machine.name}"
+    else:
+        strategy = named_strategy(args.name, graph, machine, args.seed)
+        title = f"strategy '{args.name}' for {args.model} on {machine.name}"
+        if args.export:
+            export_strategy(args.export, strategy, graph, machine, model=args.model)
+            title += f" -> {args.export}"
+    if args.quiet:
+        console.print(title)
+    else:
+        console.print(strategy_table(title, graph, strategy))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flexflow",
@@ -220,6 +272,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="p100:N, k80:N, dgx-h100:N, local or a machine JSON file (default: the presets)",
     )
     machines.add_argument("--json", action="store_true", help="print a JSON list of machine files")
+
+    strategy = add(
+        "strategy", cmd_strategy, "build and export a named strategy, or check a strategy file"
+    )
+    strategy.add_argument("model", help="a zoo name or a .py file defining build(model)")
+    strategy.add_argument("--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file")
+    which = strategy.add_mutually_exclusive_group(required=True)
+    which.add_argument("--name", choices=("dp", "expert", "model", "random"), help="a named strategy")
+    which.add_argument("--check", metavar="FILE", help="validate a strategy file; exit 2 listing every problem")
+    strategy.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
+    strategy.add_argument("--export", metavar="FILE", help="write the named strategy (atomically)")
+    strategy.add_argument("--batch-size", type=_positive_int, default=None, help="override the batch size")
+    strategy.add_argument("--quiet", action="store_true", help="print one line instead of the table")
 
     info = add("info", cmd_info, "show how Legate is configured for this host and the versions in use")
     info.add_argument("--json", action="store_true", help="print one JSON object")

@@ -9,7 +9,7 @@ that key, as the paper caches measured times. The analytic model is a roofline:
 
 with per-device-kind constants below. A measured profile (`Profile`, a JSON file) overrides the
 analytic time for every key it holds. Transfers cost latency + bytes / bandwidth per link
-(assumption A2).
+(assumption A2): `Link.transfer_s` in `flexflow.machine`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from flexflow.errors import FlexFlowError
 from flexflow.fileio import atomic_write_text
 from flexflow.graph import OpNode, op_attributes
-from flexflow.machine import Device, Link
+from flexflow.machine import Device
 from flexflow.ops.base import Region, region_shape
 
 PROFILE_FORMAT = "flexflow-profile"
@@ -167,7 +167,3 @@ class CostModel:
         bytes_moved = 3 * 4 * num_elements
         bandwidth = device.memory_bandwidth_bytes_per_s * constants.memory_efficiency
         return constants.launch_overhead_s + bytes_moved / bandwidth
-
-    @staticmethod
-    def transfer_time(link: Link, size_bytes: int) -> float:
-        return link.latency_s + size_bytes / link.bandwidth_bytes_per_s

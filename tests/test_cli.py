@@ -84,3 +84,28 @@ def test_bad_batch_size_is_a_usage_error(capsys):
         main(["summary", "lenet", "--batch-size", "0"])
     assert info.value.code == 2
     assert "expected a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_strategy_export_then_check(capsys, tmp_path):
+    path = tmp_path / "s.json"
+    code, out, _ = run(capsys, "strategy", "inception_v3", "--machine", "k80:4", "--name", "expert",
+                       "--export", str(path), "--quiet")
+    assert code == 0 and path.exists()
+    code, out, _ = run(capsys, "strategy", "inception_v3", "--machine", "k80:4", "--check", str(path), "--quiet")
+    assert code == 0 and "valid for inception_v3 on k80:4" in out
+
+
+def test_strategy_check_lists_every_problem_and_exits_2(capsys, tmp_path):
+    path = tmp_path / "s.json"
+    run(capsys, "strategy", "lenet", "--machine", "p100:1", "--name", "dp", "--export", str(path))
+    # the file, checked against the same model built with a batch of 6: degree 4 no longer divides
+    code, _, err = run(capsys, "strategy", "lenet", "--machine", "p100:1", "--check", str(path),
+                       "--batch-size", "6")
+    assert code == 2
+    assert "problem(s)" in err and "conv2d 'conv1': degree 4 on dimension 'sample' does not divide its size 6" in err
+
+
+def test_strategy_needs_a_name_or_a_file(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["strategy", "lenet", "--machine", "p100:1"])
+    assert info.value.code == 2

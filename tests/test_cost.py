@@ -1,0 +1,88 @@
+"""Cost model: the analytic roofline, caching on the paper's key, measured profiles overriding it."""
+
+from __future__ import annotations
+
+import pytest
+
+from flexflow import ActiMode, FFModel
+from flexflow.cost import DEVICE_CONSTANTS, GPU_EFFICIENCY, CostModel, Profile, TaskTime, cost_key
+from flexflow.errors import FlexFlowError
+from flexflow.machine import parse_machine
+from flexflow.ops.base import full_region
+
+
+def graph():
+    model = FFModel()
+    x = model.create_tensor((64, 4096), name="x")
+    h = model.dense(x, 4096, name="fc")
+    model.relu(h, name="act")
+    return model.graph()
+
+
+def test_a_big_gemm_is_compute_bound():
+    g, p100 = graph(), parse_machine("p100:1").device(0)
+    fc = g.op("fc")
+    time = CostModel().task_time(fc, full_region(fc.sig.output_shape), p100)
+    flops = 2 * 64 * 4096 * 4096 + 64 * 4096
+    expected = DEVICE_CONSTANTS["gpu"].launch_overhead_s + flops / (p100.peak_flops * GPU_EFFICIENCY["dense"])
+    assert time.forward_s == pytest.approx(expected)
+    overhead = DEVICE_CONSTANTS["gpu"].launch_overhead_s
+    assert time.backward_s - overhead == pytest.approx(2 * (time.forward_s - overhead), rel=0.01)
+
+
+def test_an_element_wise_op_is_memory_bound():
+    g, p100 = graph(), parse_machine("p100:1").device(0)
+    act = g.op("act")
+    time = CostModel().task_time(act, full_region(act.sig.output_shape), p100)
+    moved = 2 * 64 * 4096 * 4
+    bandwidth = p100.memory_bandwidth_bytes_per_s * DEVICE_CONSTANTS["gpu"].memory_efficiency
+    assert time.forward_s == pytest.approx(DEVICE_CONSTANTS["gpu"].launch_overhead_s + moved / bandwidth)
+
+
+def test_splitting_shrinks_the_task_and_slower_devices_take_longer():
+    g = graph()
+    fc = g.op("fc")
+    model = CostModel()
+    p100, k80 = parse_machine("p100:1").device(0), parse_machine("k80:1").device(0)
+    overhead = DEVICE_CONSTANTS["gpu"].launch_overhead_s
+    whole = model.task_time(fc, ((0, 64), (0, 4096)), p100).forward_s
+    half = model.task_time(fc, ((0, 32), (0, 4096)), p100).forward_s
+    assert half - overhead == pytest.approx((whole - overhead) / 2, rel=0.01)
+    assert model.task_time(fc, ((0, 64), (0, 4096)), k80).forward_s > 2 * whole
+
+
+def test_tasks_with_the_same_tile_shape_share_one_cached_time():
+    g, p100 = graph(), parse_machine("p100:1").device(0)
+    fc = g.op("fc")
+    model = CostModel()
+    first = model.task_time(fc, ((0, 32), (0, 4096)), p100)
+    assert model.task_time(fc, ((32, 64), (0, 4096)), p100) is first
+    assert len(model._cache) == 1
+
+
+def test_a_measured_profile_overrides_the_analytic_time(tmp_path):
+    g, p100 = graph(), parse_machine("p100:1").device(0)
+    fc = g.op("fc")
+    key = cost_key(fc, (64, 4096), p100.model)
+    path = Profile({key: TaskTime(1.5e-3, 3.0e-3)}).save(tmp_path / "profile.json")
+    model = CostModel(Profile.load(path))
+    assert model.task_time(fc, full_region((64, 4096)), p100) == TaskTime(1.5e-3, 3.0e-3)
+    # keys differ in hyperparameters: a dense with another activation is not overridden
+    other = FFModel()
+    x = other.create_tensor((64, 4096))
+    other.dense(x, 4096, ActiMode.AC_MODE_RELU, name="fc")
+    node = other.graph().op("fc")
+    assert model.task_time(node, full_region((64, 4096)), p100) != TaskTime(1.5e-3, 3.0e-3)
+
+
+@pytest.mark.parametrize("text", ["{", '{"format": "other"}', '{"format": "flexflow-profile", "version": 1}'])
+def test_bad_profile_files(tmp_path, text):
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(FlexFlowError, match=r"profile file .* cannot be used"):
+        Profile.load(path)
+
+
+def test_transfer_time_is_latency_plus_size_over_bandwidth():
+    link = parse_machine("p100:1").route(0, 1)[0]
+    assert link.transfer_s(20e9) == pytest.approx(link.latency_s + 20e9 / link.bandwidth_bytes_per_s)
