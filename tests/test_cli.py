@@ -92,7 +92,7 @@ def test_strategy_export_then_check(capsys, tmp_path):
                        "--export", str(path), "--quiet")
     assert code == 0 and path.exists()
     code, out, _ = run(capsys, "strategy", "inception_v3", "--machine", "k80:4", "--check", str(path), "--quiet")
-    assert code == 0 and "valid for inception_v3 on k80:4" in out
+    assert code == 0 and "valid for inception_v3 on k80:4" in " ".join(out.split())
 
 
 def test_strategy_check_lists_every_problem_and_exits_2(capsys, tmp_path):
