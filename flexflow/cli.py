@@ -237,6 +237,38 @@ def cmd_strategy(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_space(args: argparse.Namespace, console: Console) -> int:
+    """The SOAP space per op on a machine: degree tuples, configurations, and the total size."""
+    import math
+
+    from flexflow.space import degree_choices, space_size
+    from flexflow.zoo import load_model
+
+    graph = load_model(args.model, _config(args)).graph()
+    machine = parse_machine(args.machine)
+    rows = []
+    for node in graph.ops:
+        splittable = [d.name for d in node.sig.dims if d.partitionable]
+        rows.append({
+            "op": node.name, "kind": node.kind, "output": list(node.sig.output_shape),
+            "partitionable": splittable,
+            "degree_tuples": len(degree_choices(node.sig, machine.num_devices)),
+            "configurations": space_size(node.sig, machine),
+        })
+    log10_total = sum(math.log10(r["configurations"]) for r in rows)
+    if args.json:
+        print(json.dumps({"machine": machine.name, "ops": rows, "log10_strategies": log10_total}, indent=1))
+        return 0
+    table = Table(title=f"SOAP space of {args.model} on {machine.name}: about 10^{log10_total:.0f} strategies")
+    for column in ("op", "kind", "output", "partitionable", "degree tuples", "configurations"):
+        table.add_column(column, justify="right" if column in ("degree tuples", "configurations") else "left")
+    for r in rows:
+        table.add_row(r["op"], r["kind"], str(tuple(r["output"])), ", ".join(r["partitionable"]),
+                      str(r["degree_tuples"]), str(r["configurations"]))
+    console.print(table)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flexflow",
@@ -285,6 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
     strategy.add_argument("--export", metavar="FILE", help="write the named strategy (atomically)")
     strategy.add_argument("--batch-size", type=_positive_int, default=None, help="override the batch size")
     strategy.add_argument("--quiet", action="store_true", help="print one line instead of the table")
+
+    space = add("space", cmd_space, "show the SOAP configuration space of every op on a machine")
+    space.add_argument("model", help="a zoo name or a .py file defining build(model)")
+    space.add_argument("--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file")
+    space.add_argument("--batch-size", type=_positive_int, default=None, help="override the batch size")
+    space.add_argument("--json", action="store_true", help="print one JSON object")
 
     info = add("info", cmd_info, "show how Legate is configured for this host and the versions in use")
     info.add_argument("--json", action="store_true", help="print one JSON object")

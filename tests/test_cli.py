@@ -109,3 +109,13 @@ def test_strategy_needs_a_name_or_a_file(capsys):
     with pytest.raises(SystemExit) as info:
         main(["strategy", "lenet", "--machine", "p100:1"])
     assert info.value.code == 2
+
+
+def test_space_lists_configurations_per_op(capsys):
+    code, out, _ = run(capsys, "space", "lenet", "--machine", "p100:1", "--json")
+    assert code == 0
+    data = json.loads(out)
+    flat = next(r for r in data["ops"] if r["op"] == "flat")
+    # (64, 800), sample only: degrees 1, 2, 4 with 4, 3 and 1 device blocks
+    assert flat["partitionable"] == ["sample"] and flat["configurations"] == 4 + 3 + 1
+    assert data["log10_strategies"] > 9
