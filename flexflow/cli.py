@@ -40,7 +40,9 @@ def cmd_models(args: argparse.Namespace, console: Console) -> int:
     rows = []
     for name, entry in ZOO.items():
         model = load_model(name)
-        rows.append(_stats(name, model.graph(), entry.batch_size) | {"description": entry.description})
+        rows.append(
+            _stats(name, model.graph(), entry.batch_size) | {"description": entry.description}
+        )
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -49,8 +51,12 @@ def cmd_models(args: argparse.Namespace, console: Console) -> int:
         table.add_column(column, justify="left" if column in ("model", "description") else "right")
     for row in rows:
         table.add_row(
-            str(row["name"]), str(row["batch_size"]), str(row["ops"]), f"{row['parameters']:,}",
-            f"{row['gflops_per_iteration']:,.1f}", str(row["description"]),
+            str(row["name"]),
+            str(row["batch_size"]),
+            str(row["ops"]),
+            f"{row['parameters']:,}",
+            f"{row['gflops_per_iteration']:,.1f}",
+            str(row["description"]),
         )
     console.print(table)
     return 0
@@ -65,14 +71,20 @@ def summary_table(name: str, graph: OperatorGraph) -> Table:
     sizes = {p.id: p.spec.size for p in graph.parameters}
     table = Table(title=f"{name}: {len(graph.ops)} ops, {graph.num_parameters:,} parameters")
     for column in ("op", "kind", "output", "partitionable dims", "parameters", "fwd MFLOPs"):
-        table.add_column(column, justify="right" if column in ("parameters", "fwd MFLOPs") else "left")
+        table.add_column(
+            column, justify="right" if column in ("parameters", "fwd MFLOPs") else "left"
+        )
     for node in graph.ops:
         params = sum(sizes[p] for p in node.weights if owner[p] == node.name)
         dims = ", ".join(f"{d.name}:{d.kind.value[0].upper()}" for d in node.sig.dims if d.kind)
         forward, _ = node.op.flops(node.sig, full_region(node.sig.output_shape))
         table.add_row(
-            node.name, node.kind, str(node.sig.output_shape), dims,
-            f"{params:,}" if params else "", f"{forward / 1e6:,.1f}",
+            node.name,
+            node.kind,
+            str(node.sig.output_shape),
+            dims,
+            f"{params:,}" if params else "",
+            f"{forward / 1e6:,.1f}",
         )
     return table
 
@@ -95,7 +107,9 @@ def cmd_graph(args: argparse.Namespace, console: Console) -> int:
     from flexflow.zoo import load_model
 
     if not (args.json or args.dot or args.png):
-        raise FlexFlowError("flexflow graph: nothing to write; pass --json FILE, --dot FILE or --png FILE.")
+        raise FlexFlowError(
+            "flexflow graph: nothing to write; pass --json FILE, --dot FILE or --png FILE."
+        )
     graph = load_model(args.model, _config(args)).graph()
     if args.json:
         atomic_write_text(args.json, graph.dumps())
@@ -198,8 +212,12 @@ def strategy_table(title: str, graph: OperatorGraph, strategy) -> Table:
             if degree > 1
         ]
         table.add_row(
-            node.name, node.kind, str(node.sig.output_shape), " ".join(split) or "-",
-            str(config.num_tasks), _ranges(config.devices),
+            node.name,
+            node.kind,
+            str(node.sig.output_shape),
+            " ".join(split) or "-",
+            str(config.num_tasks),
+            _ranges(config.devices),
         )
     return table
 
@@ -249,22 +267,40 @@ def cmd_space(args: argparse.Namespace, console: Console) -> int:
     rows = []
     for node in graph.ops:
         splittable = [d.name for d in node.sig.dims if d.partitionable]
-        rows.append({
-            "op": node.name, "kind": node.kind, "output": list(node.sig.output_shape),
-            "partitionable": splittable,
-            "degree_tuples": len(degree_choices(node.sig, machine.num_devices)),
-            "configurations": space_size(node.sig, machine),
-        })
+        rows.append(
+            {
+                "op": node.name,
+                "kind": node.kind,
+                "output": list(node.sig.output_shape),
+                "partitionable": splittable,
+                "degree_tuples": len(degree_choices(node.sig, machine.num_devices)),
+                "configurations": space_size(node.sig, machine),
+            }
+        )
     log10_total = sum(math.log10(r["configurations"]) for r in rows)
     if args.json:
-        print(json.dumps({"machine": machine.name, "ops": rows, "log10_strategies": log10_total}, indent=1))
+        print(
+            json.dumps(
+                {"machine": machine.name, "ops": rows, "log10_strategies": log10_total}, indent=1
+            )
+        )
         return 0
-    table = Table(title=f"SOAP space of {args.model} on {machine.name}: about 10^{log10_total:.0f} strategies")
+    table = Table(
+        title=f"SOAP space of {args.model} on {machine.name}: about 10^{log10_total:.0f} strategies"
+    )
     for column in ("op", "kind", "output", "partitionable", "degree tuples", "configurations"):
-        table.add_column(column, justify="right" if column in ("degree tuples", "configurations") else "left")
+        table.add_column(
+            column, justify="right" if column in ("degree tuples", "configurations") else "left"
+        )
     for r in rows:
-        table.add_row(r["op"], r["kind"], str(tuple(r["output"])), ", ".join(r["partitionable"]),
-                      str(r["degree_tuples"]), str(r["configurations"]))
+        table.add_row(
+            r["op"],
+            r["kind"],
+            str(tuple(r["output"])),
+            ", ".join(r["partitionable"]),
+            str(r["degree_tuples"]),
+            str(r["configurations"]),
+        )
     console.print(table)
     return 0
 
@@ -289,8 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("graph", cmd_graph, "export a model's operator graph as JSON, DOT or PNG"),
     ):
         sub = add(name, handler, help)
-        sub.add_argument("model", help="a zoo name (see `flexflow models`) or a .py file defining build(model)")
-        sub.add_argument("--batch-size", type=_positive_int, default=None, help="override the batch size")
+        sub.add_argument(
+            "model", help="a zoo name (see `flexflow models`) or a .py file defining build(model)"
+        )
+        sub.add_argument(
+            "--batch-size", type=_positive_int, default=None, help="override the batch size"
+        )
         if name == "summary":
             sub.add_argument("--json", action="store_true", help="print totals as JSON")
         else:
@@ -300,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     machines = add("machines", cmd_machines, "list the machine presets or describe machine specs")
     machines.add_argument(
-        "specs", nargs="*", metavar="SPEC",
+        "specs",
+        nargs="*",
+        metavar="SPEC",
         help="p100:N, k80:N, dgx-h100:N, local or a machine JSON file (default: the presets)",
     )
     machines.add_argument("--json", action="store_true", help="print a JSON list of machine files")
@@ -309,22 +351,38 @@ def build_parser() -> argparse.ArgumentParser:
         "strategy", cmd_strategy, "build and export a named strategy, or check a strategy file"
     )
     strategy.add_argument("model", help="a zoo name or a .py file defining build(model)")
-    strategy.add_argument("--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file")
+    strategy.add_argument(
+        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
+    )
     which = strategy.add_mutually_exclusive_group(required=True)
-    which.add_argument("--name", choices=("dp", "expert", "model", "random"), help="a named strategy")
-    which.add_argument("--check", metavar="FILE", help="validate a strategy file; exit 2 listing every problem")
+    which.add_argument(
+        "--name", choices=("dp", "expert", "model", "random"), help="a named strategy"
+    )
+    which.add_argument(
+        "--check", metavar="FILE", help="validate a strategy file; exit 2 listing every problem"
+    )
     strategy.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
     strategy.add_argument("--export", metavar="FILE", help="write the named strategy (atomically)")
-    strategy.add_argument("--batch-size", type=_positive_int, default=None, help="override the batch size")
-    strategy.add_argument("--quiet", action="store_true", help="print one line instead of the table")
+    strategy.add_argument(
+        "--batch-size", type=_positive_int, default=None, help="override the batch size"
+    )
+    strategy.add_argument(
+        "--quiet", action="store_true", help="print one line instead of the table"
+    )
 
     space = add("space", cmd_space, "show the SOAP configuration space of every op on a machine")
     space.add_argument("model", help="a zoo name or a .py file defining build(model)")
-    space.add_argument("--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file")
-    space.add_argument("--batch-size", type=_positive_int, default=None, help="override the batch size")
+    space.add_argument(
+        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
+    )
+    space.add_argument(
+        "--batch-size", type=_positive_int, default=None, help="override the batch size"
+    )
     space.add_argument("--json", action="store_true", help="print one JSON object")
 
-    info = add("info", cmd_info, "show how Legate is configured for this host and the versions in use")
+    info = add(
+        "info", cmd_info, "show how Legate is configured for this host and the versions in use"
+    )
     info.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -338,7 +396,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"flexflow: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
-        print(f"flexflow: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        print(
+            f"flexflow: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
+            file=sys.stderr,
+        )
         return EXIT_USAGE
 
 

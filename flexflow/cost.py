@@ -96,9 +96,13 @@ class Profile:
             "version": PROFILE_VERSION,
             "entries": [
                 {
-                    "kind": k[0], "attributes": json.loads(k[1]), "inputs": [list(s) for s in k[2]],
-                    "tile": list(k[3]), "device": k[4],
-                    "forward_s": t.forward_s, "backward_s": t.backward_s,
+                    "kind": k[0],
+                    "attributes": json.loads(k[1]),
+                    "inputs": [list(s) for s in k[2]],
+                    "tile": list(k[3]),
+                    "device": k[4],
+                    "forward_s": t.forward_s,
+                    "backward_s": t.backward_s,
                 }
                 for k, t in self.times.items()
             ],
@@ -116,8 +120,11 @@ class Profile:
             times = {}
             for e in data["entries"]:
                 key = (
-                    e["kind"], json.dumps(e["attributes"], sort_keys=True),
-                    tuple(tuple(s) for s in e["inputs"]), tuple(e["tile"]), e["device"],
+                    e["kind"],
+                    json.dumps(e["attributes"], sort_keys=True),
+                    tuple(tuple(s) for s in e["inputs"]),
+                    tuple(e["tile"]),
+                    e["device"],
                 )
                 times[key] = TaskTime(float(e["forward_s"]), float(e["backward_s"]))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

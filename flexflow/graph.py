@@ -165,7 +165,12 @@ class OperatorGraph:
             "format": GRAPH_FORMAT,
             "version": GRAPH_VERSION,
             "tensors": [
-                {"id": t.id, "name": t.name, "shape": list(t.spec.shape), "dtype": t.spec.dtype.value}
+                {
+                    "id": t.id,
+                    "name": t.name,
+                    "shape": list(t.spec.shape),
+                    "dtype": t.spec.dtype.value,
+                }
                 for t in self.tensors
                 if t.producer is None
             ],
@@ -249,7 +254,7 @@ def op_from_attributes(kind: str, attributes: dict[str, Any]) -> Op:
 
 def _graph_from_json(data: Any) -> OperatorGraph:
     if not isinstance(data, dict) or data.get("format") != GRAPH_FORMAT:
-        raise GraphError(f"not an operator graph file: expected \"format\": \"{GRAPH_FORMAT}\".")
+        raise GraphError(f'not an operator graph file: expected "format": "{GRAPH_FORMAT}".')
     if data.get("version") != GRAPH_VERSION:
         raise GraphError(
             f"operator graph file version {data.get('version')!r} is not supported; "
@@ -268,7 +273,9 @@ def _graph_from_json(data: Any) -> OperatorGraph:
         try:
             inputs = tuple(tensors[tid].spec for tid in entry["inputs"])
         except KeyError as missing:
-            raise GraphError(f"op '{name}' reads tensor {missing} that no earlier op produces.") from None
+            raise GraphError(
+                f"op '{name}' reads tensor {missing} that no earlier op produces."
+            ) from None
         sig = op.infer(name, inputs)
         if len(entry["outputs"]) != len(sig.outputs) or len(entry["weights"]) != len(sig.weights):
             raise GraphError(
@@ -282,8 +289,16 @@ def _graph_from_json(data: Any) -> OperatorGraph:
                 raise GraphError(f"op '{name}' shares parameter {pid} with a different shape.")
             params.setdefault(pid, Parameter(pid, param_names[pid], wspec))
         ops.append(
-            OpNode(position, name, op, tuple(entry["inputs"]), tuple(entry["outputs"]),
-                   tuple(entry["weights"]), sig, entry.get("layer", name))
+            OpNode(
+                position,
+                name,
+                op,
+                tuple(entry["inputs"]),
+                tuple(entry["outputs"]),
+                tuple(entry["weights"]),
+                sig,
+                entry.get("layer", name),
+            )
         )
     return OperatorGraph(
         tuple(ops),

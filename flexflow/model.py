@@ -86,7 +86,9 @@ class FFModel:
         elif not isinstance(name, str) or not name:
             raise GraphError(f"{kind}: layer name must be a non-empty string, got {name!r}.")
         elif name in self._names:
-            raise GraphError(f"{kind} '{name}': a layer with this name exists; choose another name.")
+            raise GraphError(
+                f"{kind} '{name}': a layer with this name exists; choose another name."
+            )
         self._names.add(name)
         return name
 
@@ -135,8 +137,16 @@ class FFModel:
             shared_weights = tuple(weights)
         self._read.update(t.id for t in inputs)
         self._ops.append(
-            OpNode(op_id, name, op, tuple(t.id for t in inputs), tuple(o.id for o in outputs),
-                   shared_weights, sig, layer)
+            OpNode(
+                op_id,
+                name,
+                op,
+                tuple(t.id for t in inputs),
+                tuple(o.id for o in outputs),
+                shared_weights,
+                sig,
+                layer,
+            )
         )
         return tuple(outputs)
 
@@ -156,14 +166,12 @@ class FFModel:
         op_id = len(self._ops)
         self._tensors[tensor.id] = GraphTensor(tensor.id, f"{name}:0", sig.outputs[0], op_id, 0)
         self._read.update(s.id for s in steps)
-        self._ops.append(
-            OpNode(op_id, name, op, tuple(s.id for s in steps), (tensor.id,), (), sig)
-        )
+        self._ops.append(OpNode(op_id, name, op, tuple(s.id for s in steps), (tensor.id,), (), sig))
 
     # ---- the graph ----------------------------------------------------------------------------
     def graph(self) -> OperatorGraph:
         """The operator graph so far. LSTM sequences no layer read become outputs (stacked)."""
-        for tid, steps in list(self._sequences.items()):
+        for tid in list(self._sequences):
             if tid not in self._read:
                 self._materialize(Tensor(tid, (), DType.FLOAT32, id(self)))
         return OperatorGraph(
@@ -202,8 +210,18 @@ class FFModel:
         use_bias: bool = True,
         name: str | None = None,
     ) -> Tensor:
-        op = Conv2D(out_channels, kernel_h, kernel_w, stride_h, stride_w, padding_h, padding_w,
-                    activation, groups, use_bias)
+        op = Conv2D(
+            out_channels,
+            kernel_h,
+            kernel_w,
+            stride_h,
+            stride_w,
+            padding_h,
+            padding_w,
+            activation,
+            groups,
+            use_bias,
+        )
         return self._layer(op, [input], name)
 
     def pool2d(
@@ -219,7 +237,9 @@ class FFModel:
         activation: ActiMode = ActiMode.AC_MODE_NONE,
         name: str | None = None,
     ) -> Tensor:
-        op = Pool2D(kernel_h, kernel_w, stride_h, stride_w, padding_h, padding_w, pool_type, activation)
+        op = Pool2D(
+            kernel_h, kernel_w, stride_h, stride_w, padding_h, padding_w, pool_type, activation
+        )
         return self._layer(op, [input], name)
 
     def dense(
@@ -315,7 +335,11 @@ class FFModel:
         name = self._layer_name("split", name)
         spec = self._spec("split", name, input)
         if isinstance(sizes, int):
-            if sizes <= 0 or not -len(spec.shape) <= axis < len(spec.shape) or spec.shape[axis] % sizes:
+            if (
+                sizes <= 0
+                or not -len(spec.shape) <= axis < len(spec.shape)
+                or spec.shape[axis] % sizes
+            ):
                 raise ShapeError(
                     f"split '{name}': cannot split input {spec.shape} into {sizes} equal parts "
                     f"along axis {axis}; pass part sizes that sum to the axis length."

@@ -33,7 +33,11 @@ def _shape(shape: tuple[int, ...]) -> str:
 
 def to_dot(graph: OperatorGraph) -> str:
     """Graphviz DOT: one box per op (name, kind, output shape), one edge per tensor read."""
-    lines = ["digraph operator_graph {", "  rankdir=TB;", '  node [shape=box, style="rounded,filled", fontname="Helvetica"];']
+    lines = [
+        "digraph operator_graph {",
+        "  rankdir=TB;",
+        '  node [shape=box, style="rounded,filled", fontname="Helvetica"];',
+    ]
     for tensor in graph.input_tensors:
         lines.append(
             f'  "in{tensor.id}" [label="{tensor.name}\\n{_shape(tensor.spec.shape)}", '
@@ -91,18 +95,34 @@ def render_png(graph: OperatorGraph, path: str | os.PathLike[str], title: str = 
             producer = graph.tensor(tid).producer
             x0, y0 = input_pos[tid] if producer is None else position[producer]
             ax.annotate(
-                "", xy=(x1, y1 + 0.18), xytext=(x0, y0 - 0.18),
+                "",
+                xy=(x1, y1 + 0.18),
+                xytext=(x0, y0 - 0.18),
                 arrowprops={"arrowstyle": "->", "color": "#555555", "lw": 0.6},
             )
     box = {"boxstyle": "round,pad=0.3", "lw": 0.5}
     for tensor in inputs:
         x, y = input_pos[tensor.id]
-        ax.text(x, y, f"{tensor.name}\n{_shape(tensor.spec.shape)}", ha="center", va="center",
-                fontsize=6, bbox={**box, "fc": INPUT_COLOR})
+        ax.text(
+            x,
+            y,
+            f"{tensor.name}\n{_shape(tensor.spec.shape)}",
+            ha="center",
+            va="center",
+            fontsize=6,
+            bbox={**box, "fc": INPUT_COLOR},
+        )
     for node in graph.ops:
         x, y = position[node.id]
-        ax.text(x, y, f"{node.name}\n{_shape(node.sig.output_shape)}", ha="center", va="center",
-                fontsize=6, bbox={**box, "fc": KIND_COLORS.get(node.kind, DEFAULT_COLOR)})
+        ax.text(
+            x,
+            y,
+            f"{node.name}\n{_shape(node.sig.output_shape)}",
+            ha="center",
+            va="center",
+            fontsize=6,
+            bbox={**box, "fc": KIND_COLORS.get(node.kind, DEFAULT_COLOR)},
+        )
     ax.set_xlim(-0.2, width + 0.2)
     ax.set_ylim(-(len(rows) + 0.8), 0.8)
     ax.axis("off")

@@ -32,9 +32,7 @@ def degree_choices(sig: Signature, num_devices: int) -> tuple[tuple[int, ...], .
         for dim, size in zip(sig.dims, sig.output_shape, strict=True)
     ]
     return tuple(
-        degrees
-        for degrees in itertools.product(*per_dim)
-        if math.prod(degrees) <= num_devices
+        degrees for degrees in itertools.product(*per_dim) if math.prod(degrees) <= num_devices
     )
 
 

@@ -64,9 +64,17 @@ def validate_strategy(strategy: Strategy, graph: OperatorGraph, machine: Machine
     problems: list[str] = []
     if strategy.ops != tuple(n.name for n in graph.ops):
         known = set(strategy.ops)
-        problems += [f"op '{n.name}' has no configuration; add one." for n in graph.ops if n.name not in known]
+        problems += [
+            f"op '{n.name}' has no configuration; add one."
+            for n in graph.ops
+            if n.name not in known
+        ]
         names = {n.name for n in graph.ops}
-        problems += [f"unknown op '{name}': the model has no such op; remove it." for name in strategy.ops if name not in names]
+        problems += [
+            f"unknown op '{name}': the model has no such op; remove it."
+            for name in strategy.ops
+            if name not in names
+        ]
     else:
         for node, config in zip(graph.ops, strategy.configs, strict=True):
             problems += config_problems(node, config, machine)
@@ -79,13 +87,15 @@ def _raise(problems: list[str], source: str) -> None:
         raise StrategyError(f"{source} is not valid ({len(problems)} problem(s)):\n  {listing}")
 
 
-def _config_from_entry(node: OpNode, entry: dict[str, Any], problems: list[str]) -> ParallelConfig | None:
+def _config_from_entry(
+    node: OpNode, entry: dict[str, Any], problems: list[str]
+) -> ParallelConfig | None:
     """The entry's configuration, or None after appending what is wrong with it to `problems`."""
     label = f"{node.kind} '{node.name}'"
     degrees_in = entry.get("degrees", {})
     devices = entry.get("devices")
     if not isinstance(degrees_in, dict) or not isinstance(devices, list):
-        problems.append(f"{label}: needs \"degrees\" (an object) and \"devices\" (a list).")
+        problems.append(f'{label}: needs "degrees" (an object) and "devices" (a list).')
         return None
     found = len(problems)
     names = [d.name for d in node.sig.dims]
@@ -95,7 +105,9 @@ def _config_from_entry(node: OpNode, entry: dict[str, Any], problems: list[str])
                 f"{label}: has no dimension '{key}' (dimensions: {', '.join(names)}); remove it."
             )
         elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            problems.append(f"{label}: degree of '{key}' must be a positive integer, got {value!r}.")
+            problems.append(
+                f"{label}: degree of '{key}' must be a positive integer, got {value!r}."
+            )
     if not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
         problems.append(f"{label}: devices must be integer device ids, got {devices!r}.")
     if len(problems) > found:
@@ -110,18 +122,24 @@ def _config_from_entry(node: OpNode, entry: dict[str, Any], problems: list[str])
     return ParallelConfig(degrees, tuple(devices))
 
 
-def strategy_from_json(data: Any, graph: OperatorGraph, machine: Machine, source: str = "strategy") -> Strategy:
+def strategy_from_json(
+    data: Any, graph: OperatorGraph, machine: Machine, source: str = "strategy"
+) -> Strategy:
     """Parse and validate; raises StrategyError listing every problem found."""
     if not isinstance(data, dict) or data.get("format") != STRATEGY_FORMAT:
-        raise StrategyError(f"{source}: not a strategy file (expected \"format\": \"{STRATEGY_FORMAT}\").")
+        raise StrategyError(
+            f'{source}: not a strategy file (expected "format": "{STRATEGY_FORMAT}").'
+        )
     if data.get("version") != STRATEGY_VERSION:
         raise StrategyError(
             f"{source}: strategy file version {data.get('version')!r} is not supported; "
             f"this flexflow reads version {STRATEGY_VERSION}."
         )
     entries = data.get("ops")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries):
-        raise StrategyError(f"{source}: \"ops\" must be a list of objects with a \"name\".")
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries
+    ):
+        raise StrategyError(f'{source}: "ops" must be a list of objects with a "name".')
     problems: list[str] = []
     by_name: dict[str, dict[str, Any]] = {}
     for entry in entries:
@@ -130,13 +148,17 @@ def strategy_from_json(data: Any, graph: OperatorGraph, machine: Machine, source
         by_name[entry["name"]] = entry
     graph_names = {n.name for n in graph.ops}
     problems += [
-        f"unknown op '{name}': model has no such op; remove it." for name in by_name if name not in graph_names
+        f"unknown op '{name}': model has no such op; remove it."
+        for name in by_name
+        if name not in graph_names
     ]
     configs: dict[str, ParallelConfig] = {}
     for node in graph.ops:
         entry = by_name.get(node.name)
         if entry is None:
-            problems.append(f"{node.kind} '{node.name}': has no configuration; add an entry for it.")
+            problems.append(
+                f"{node.kind} '{node.name}': has no configuration; add an entry for it."
+            )
             continue
         config = _config_from_entry(node, entry, problems)
         if config is not None:

@@ -49,9 +49,7 @@ def _gelu_grad(x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
 
 ACTIVATIONS: dict[ActiMode, Activation] = {
     ActiMode.AC_MODE_NONE: Activation(lambda x: x, lambda x, y, dy: dy, 0),
-    ActiMode.AC_MODE_RELU: Activation(
-        lambda x: np.maximum(x, 0), lambda x, y, dy: dy * (x > 0), 1
-    ),
+    ActiMode.AC_MODE_RELU: Activation(lambda x: np.maximum(x, 0), lambda x, y, dy: dy * (x > 0), 1),
     ActiMode.AC_MODE_SIGMOID: Activation(_sigmoid, lambda x, y, dy: dy * y * (1 - y), 4),
     ActiMode.AC_MODE_TANH: Activation(np.tanh, lambda x, y, dy: dy * (1 - y * y), 4),
     ActiMode.AC_MODE_GELU: Activation(_gelu, _gelu_grad, 8),

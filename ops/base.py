@@ -266,7 +266,9 @@ def expect_inputs(kind: str, name: str, inputs: Sequence[TensorSpec], count: int
         )
 
 
-def expect_rank(kind: str, name: str, spec: TensorSpec, ranks: Sequence[int], what: str = "input") -> None:
+def expect_rank(
+    kind: str, name: str, spec: TensorSpec, ranks: Sequence[int], what: str = "input"
+) -> None:
     if len(spec.shape) not in ranks:
         want = " or ".join(str(r) for r in ranks)
         raise ShapeError(

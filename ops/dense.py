@@ -50,7 +50,9 @@ class Dense(Op):
             )
         in_dim = x.shape[-1]
         out = TensorSpec(x.shape[:-1] + (self.out_dim,))
-        weights = [WeightSpec("kernel", (self.out_dim, in_dim), "glorot_uniform", in_dim, self.out_dim)]
+        weights = [
+            WeightSpec("kernel", (self.out_dim, in_dim), "glorot_uniform", in_dim, self.out_dim)
+        ]
         if self.use_bias:
             weights.append(WeightSpec("bias", (self.out_dim,), "zeros"))
         names = dim_names(len(out.shape))
@@ -99,4 +101,3 @@ class Dense(Op):
         if self.use_bias:
             grads.append(dz2.sum(axis=0))
         return (dz @ kernel,), tuple(grads)
-

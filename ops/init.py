@@ -35,6 +35,8 @@ INITIALIZERS: dict[str, Initializer] = {
 }
 
 
-def initialize(spec: WeightSpec, rng: np.random.Generator, dtype: np.dtype = np.float32) -> np.ndarray:
+def initialize(
+    spec: WeightSpec, rng: np.random.Generator, dtype: np.dtype = np.float32
+) -> np.ndarray:
     """A freshly initialized array for `spec`."""
     return INITIALIZERS[spec.init](spec, rng).astype(dtype)

@@ -26,7 +26,16 @@ def test_models_json_lists_the_eight_models_with_published_counts(capsys):
     code, out, _ = run(capsys, "models", "--json")
     assert code == 0
     rows = {row["name"]: row for row in json.loads(out)}
-    assert set(rows) == {"alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "lenet", "transformer"}
+    assert set(rows) == {
+        "alexnet",
+        "inception_v3",
+        "resnet101",
+        "rnntc",
+        "rnnlm",
+        "nmt",
+        "lenet",
+        "transformer",
+    }
     for name, count in PUBLISHED_PARAMETERS.items():
         assert rows[name]["parameters"] == count
     assert rows["alexnet"]["batch_size"] == 256 and rows["nmt"]["batch_size"] == 64
@@ -55,8 +64,15 @@ def test_summary_of_a_user_model_file(capsys, tmp_path):
 
 def test_graph_export(capsys, tmp_path):
     code, out, _ = run(
-        capsys, "graph", "lenet", "--json", str(tmp_path / "g.json"),
-        "--dot", str(tmp_path / "g.dot"), "--png", str(tmp_path / "g.png"),
+        capsys,
+        "graph",
+        "lenet",
+        "--json",
+        str(tmp_path / "g.json"),
+        "--dot",
+        str(tmp_path / "g.dot"),
+        "--png",
+        str(tmp_path / "g.png"),
     )
     assert code == 0, out
     assert json.loads((tmp_path / "g.json").read_text())["format"] == "flexflow-operator-graph"
@@ -88,10 +104,22 @@ def test_bad_batch_size_is_a_usage_error(capsys):
 
 def test_strategy_export_then_check(capsys, tmp_path):
     path = tmp_path / "s.json"
-    code, out, _ = run(capsys, "strategy", "inception_v3", "--machine", "k80:4", "--name", "expert",
-                       "--export", str(path), "--quiet")
+    code, out, _ = run(
+        capsys,
+        "strategy",
+        "inception_v3",
+        "--machine",
+        "k80:4",
+        "--name",
+        "expert",
+        "--export",
+        str(path),
+        "--quiet",
+    )
     assert code == 0 and path.exists()
-    code, out, _ = run(capsys, "strategy", "inception_v3", "--machine", "k80:4", "--check", str(path), "--quiet")
+    code, out, _ = run(
+        capsys, "strategy", "inception_v3", "--machine", "k80:4", "--check", str(path), "--quiet"
+    )
     assert code == 0 and "valid for inception_v3 on k80:4" in " ".join(out.split())
 
 
@@ -99,10 +127,22 @@ def test_strategy_check_lists_every_problem_and_exits_2(capsys, tmp_path):
     path = tmp_path / "s.json"
     run(capsys, "strategy", "lenet", "--machine", "p100:1", "--name", "dp", "--export", str(path))
     # the file, checked against the same model built with a batch of 6: degree 4 no longer divides
-    code, _, err = run(capsys, "strategy", "lenet", "--machine", "p100:1", "--check", str(path),
-                       "--batch-size", "6")
+    code, _, err = run(
+        capsys,
+        "strategy",
+        "lenet",
+        "--machine",
+        "p100:1",
+        "--check",
+        str(path),
+        "--batch-size",
+        "6",
+    )
     assert code == 2
-    assert "problem(s)" in err and "conv2d 'conv1': degree 4 on dimension 'sample' does not divide its size 6" in err
+    assert (
+        "problem(s)" in err
+        and "conv2d 'conv1': degree 4 on dimension 'sample' does not divide its size 6" in err
+    )
 
 
 def test_strategy_needs_a_name_or_a_file(capsys):

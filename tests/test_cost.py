@@ -24,7 +24,9 @@ def test_a_big_gemm_is_compute_bound():
     fc = g.op("fc")
     time = CostModel().task_time(fc, full_region(fc.sig.output_shape), p100)
     flops = 2 * 64 * 4096 * 4096 + 64 * 4096
-    expected = DEVICE_CONSTANTS["gpu"].launch_overhead_s + flops / (p100.peak_flops * GPU_EFFICIENCY["dense"])
+    expected = DEVICE_CONSTANTS["gpu"].launch_overhead_s + flops / (
+        p100.peak_flops * GPU_EFFICIENCY["dense"]
+    )
     assert time.forward_s == pytest.approx(expected)
     overhead = DEVICE_CONSTANTS["gpu"].launch_overhead_s
     assert time.backward_s - overhead == pytest.approx(2 * (time.forward_s - overhead), rel=0.01)
@@ -36,7 +38,9 @@ def test_an_element_wise_op_is_memory_bound():
     time = CostModel().task_time(act, full_region(act.sig.output_shape), p100)
     moved = 2 * 64 * 4096 * 4
     bandwidth = p100.memory_bandwidth_bytes_per_s * DEVICE_CONSTANTS["gpu"].memory_efficiency
-    assert time.forward_s == pytest.approx(DEVICE_CONSTANTS["gpu"].launch_overhead_s + moved / bandwidth)
+    assert time.forward_s == pytest.approx(
+        DEVICE_CONSTANTS["gpu"].launch_overhead_s + moved / bandwidth
+    )
 
 
 def test_splitting_shrinks_the_task_and_slower_devices_take_longer():
@@ -75,7 +79,9 @@ def test_a_measured_profile_overrides_the_analytic_time(tmp_path):
     assert model.task_time(node, full_region((64, 4096)), p100) != TaskTime(1.5e-3, 3.0e-3)
 
 
-@pytest.mark.parametrize("text", ["{", '{"format": "other"}', '{"format": "flexflow-profile", "version": 1}'])
+@pytest.mark.parametrize(
+    "text", ["{", '{"format": "other"}', '{"format": "flexflow-profile", "version": 1}']
+)
 def test_bad_profile_files(tmp_path, text):
     path = tmp_path / "p.json"
     path.write_text(text)
@@ -85,4 +91,6 @@ def test_bad_profile_files(tmp_path, text):
 
 def test_transfer_time_is_latency_plus_size_over_bandwidth():
     link = parse_machine("p100:1").route(0, 1)[0]
-    assert link.transfer_s(20e9) == pytest.approx(link.latency_s + 20e9 / link.bandwidth_bytes_per_s)
+    assert link.transfer_s(20e9) == pytest.approx(
+        link.latency_s + 20e9 / link.bandwidth_bytes_per_s
+    )

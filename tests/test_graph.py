@@ -44,10 +44,18 @@ def test_round_trip_keeps_shared_lstm_weights():
     [
         (lambda d: {**d, "format": "x"}, GraphError, r"not an operator graph file"),
         (lambda d: {**d, "version": 7}, GraphError, r"version 7 is not supported"),
-        (lambda d: {k: v for k, v in d.items() if k != "ops"}, GraphError, r"malformed operator graph file"),
+        (
+            lambda d: {k: v for k, v in d.items() if k != "ops"},
+            GraphError,
+            r"malformed operator graph file",
+        ),
         (lambda d: _op(d, "cat", kind="warp"), GraphError, r"unknown op kind 'warp'"),
         (lambda d: _op(d, "cat", inputs=[99]), GraphError, r"op 'cat' reads tensor 99"),
-        (lambda d: _op(d, "fc", attributes={"out_dim": 0}), ShapeError, r"dense 'fc': out_dim must be positive"),
+        (
+            lambda d: _op(d, "fc", attributes={"out_dim": 0}),
+            ShapeError,
+            r"dense 'fc': out_dim must be positive",
+        ),
     ],
 )
 def test_bad_graph_files(mutate, error, match):
@@ -68,7 +76,9 @@ def test_dot_has_every_op_and_edge():
     assert dot.startswith("digraph operator_graph {")
     for name in ("left", "right", "cat", "flat", "fc"):
         assert f'"{name}\\n' in dot
-    assert dot.count("->") == 6  # image->left, image->right, left->cat, right->cat, cat->flat, flat->fc
+    assert (
+        dot.count("->") == 6
+    )  # image->left, image->right, left->cat, right->cat, cat->flat, flat->fc
 
 
 def test_png_is_written_atomically(tmp_path):

@@ -65,9 +65,13 @@ def test_layer_errors_name_the_layer_and_shapes():
         model.dense(model.create_tensor((2,)), 4, name="fc")
     with pytest.raises(ShapeError, match=r"concat 'cat'.*\(2, 3, 8, 8\)"):
         model.concat([x, model.create_tensor((2, 3, 4, 8))], axis=1, name="cat")
-    with pytest.raises(ShapeError, match=r"split 'sp': cannot split input \(2, 3, 8, 8\) into 2 equal parts"):
+    with pytest.raises(
+        ShapeError, match=r"split 'sp': cannot split input \(2, 3, 8, 8\) into 2 equal parts"
+    ):
         model.split(x, 2, axis=1, name="sp")
-    with pytest.raises(ShapeError, match=r"lstm 'rnn': input must be a \(sample, length, features\)"):
+    with pytest.raises(
+        ShapeError, match=r"lstm 'rnn': input must be a \(sample, length, features\)"
+    ):
         model.lstm(x, 8, name="rnn")
 
 
@@ -80,7 +84,11 @@ def test_lstm_unrolls_one_op_per_step_sharing_one_set_of_weights():
     steps = [op for op in graph.ops if op.kind == "lstm"]
     assert [op.name for op in steps] == [f"rnn_t{t}" for t in range(5)]
     assert {op.weights for op in steps} == {steps[0].weights}
-    assert [graph.parameters[p].name for p in steps[0].weights] == ["rnn.w_ih", "rnn.w_hh", "rnn.bias"]
+    assert [graph.parameters[p].name for p in steps[0].weights] == [
+        "rnn.w_ih",
+        "rnn.w_hh",
+        "rnn.bias",
+    ]
     assert {op.layer for op in steps} == {"rnn"}
     # the unread sequence output is the model's output, produced by one stack op
     assert graph.ops[-1].kind == "stack" and graph.ops[-1].sig.output_shape == (2, 5, 16)

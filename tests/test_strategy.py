@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -21,7 +21,7 @@ from flexflow.zoo import ZOO, load_model
 PRESETS = ("p100:1", "p100:4", "k80:1", "k80:4", "k80:16", "dgx-h100:1", "dgx-h100:2")
 
 
-@lru_cache(maxsize=None)
+@cache
 def zoo_graph(name: str):
     return load_model(name).graph()
 
@@ -119,8 +119,14 @@ def config_problems_for(sig, config, machine):
 @pytest.mark.parametrize(
     "config, match",
     [
-        (ParallelConfig((3, 1), (0, 1, 2)), r"degree 3 on dimension 'sample' does not divide its size 4"),
-        (ParallelConfig((1, 1), (9,)), r"device\(s\) 9 do not exist on machine 'p100:1' \(devices 0-3\)"),
+        (
+            ParallelConfig((3, 1), (0, 1, 2)),
+            r"degree 3 on dimension 'sample' does not divide its size 4",
+        ),
+        (
+            ParallelConfig((1, 1), (9,)),
+            r"device\(s\) 9 do not exist on machine 'p100:1' \(devices 0-3\)",
+        ),
         (ParallelConfig((4, 2), tuple(range(8))), r"8 tasks but machine 'p100:1' has 4 devices"),
         (ParallelConfig((1,), (0,)), r"1 degrees given for its rank-2 output"),
     ],
@@ -134,7 +140,9 @@ def test_config_problems_name_the_op_and_the_fix(config, match):
 
 def test_unsplittable_dimension_is_reported():
     graph = tiny_graph()
-    problems = config_problems(graph.op("cat"), ParallelConfig((1, 2, 1, 1), (0, 1)), parse_machine("p100:1"))
+    problems = config_problems(
+        graph.op("cat"), ParallelConfig((1, 2, 1, 1), (0, 1)), parse_machine("p100:1")
+    )
     assert problems == [
         "concat 'cat': dimension 'channel' cannot be split (degree 2 given); set it to 1. "
         "Splittable: sample, height, width."
@@ -162,7 +170,9 @@ def test_data_parallel_splits_every_op_in_sample_over_all_devices():
 def test_one_weird_trick_splits_dense_in_parameter():
     graph, machine = tiny_graph(), parse_machine("p100:1")
     s = named_strategy("expert", graph, machine)
-    assert s["fc"] == ParallelConfig((1, 2), (0, 1))  # 10 output channels: largest divisor <= 4 is 2
+    assert s["fc"] == ParallelConfig(
+        (1, 2), (0, 1)
+    )  # 10 output channels: largest divisor <= 4 is 2
     assert s["conv"] == ParallelConfig((4, 1, 1, 1), (0, 1, 2, 3))
 
 
@@ -191,7 +201,9 @@ def test_random_is_seeded():
 
 
 def test_unknown_strategy_name():
-    with pytest.raises(StrategyError, match=r"unknown strategy name 'best'; choose one of dp, expert"):
+    with pytest.raises(
+        StrategyError, match=r"unknown strategy name 'best'; choose one of dp, expert"
+    ):
         named_strategy("best", tiny_graph(), parse_machine("p100:1"))
 
 
@@ -228,22 +240,38 @@ def _edit(data, name, **fields):
 @pytest.mark.parametrize(
     "mutate, match",
     [
-        (lambda d: {**d, "ops": d["ops"] + [{"name": "ghost", "degrees": {}, "devices": [0]}]},
-         r"unknown op 'ghost': model has no such op; remove it"),
-        (lambda d: {**d, "ops": [e for e in d["ops"] if e["name"] != "fc"]},
-         r"dense 'fc': has no configuration; add an entry for it"),
-        (lambda d: _edit(d, "conv", degrees={"sample": 3}, devices=[0, 1, 2]),
-         r"conv2d 'conv': degree 3 on dimension 'sample' does not divide its size 8"),
-        (lambda d: _edit(d, "conv", degrees={"sample": 8}, devices=list(range(8))),
-         r"conv2d 'conv': 8 tasks but machine 'p100:1' has 4 devices"),
-        (lambda d: _edit(d, "fc", degrees={"sample": 1}, devices=[5]),
-         r"dense 'fc': device\(s\) 5 do not exist on machine 'p100:1'"),
-        (lambda d: _edit(d, "cat", degrees={"channel": 2}, devices=[0, 1]),
-         r"concat 'cat': dimension 'channel' cannot be split"),
-        (lambda d: _edit(d, "pool", degrees={"depth": 2}, devices=[0, 1]),
-         r"pool2d 'pool': has no dimension 'depth' \(dimensions: sample, channel, height, width\)"),
-        (lambda d: _edit(d, "pool", degrees={"sample": 2}, devices=[0]),
-         r"pool2d 'pool': degrees .* make 2 tasks but 1 devices are listed"),
+        (
+            lambda d: {**d, "ops": d["ops"] + [{"name": "ghost", "degrees": {}, "devices": [0]}]},
+            r"unknown op 'ghost': model has no such op; remove it",
+        ),
+        (
+            lambda d: {**d, "ops": [e for e in d["ops"] if e["name"] != "fc"]},
+            r"dense 'fc': has no configuration; add an entry for it",
+        ),
+        (
+            lambda d: _edit(d, "conv", degrees={"sample": 3}, devices=[0, 1, 2]),
+            r"conv2d 'conv': degree 3 on dimension 'sample' does not divide its size 8",
+        ),
+        (
+            lambda d: _edit(d, "conv", degrees={"sample": 8}, devices=list(range(8))),
+            r"conv2d 'conv': 8 tasks but machine 'p100:1' has 4 devices",
+        ),
+        (
+            lambda d: _edit(d, "fc", degrees={"sample": 1}, devices=[5]),
+            r"dense 'fc': device\(s\) 5 do not exist on machine 'p100:1'",
+        ),
+        (
+            lambda d: _edit(d, "cat", degrees={"channel": 2}, devices=[0, 1]),
+            r"concat 'cat': dimension 'channel' cannot be split",
+        ),
+        (
+            lambda d: _edit(d, "pool", degrees={"depth": 2}, devices=[0, 1]),
+            r"pool2d 'pool': has no dimension 'depth' \(dimensions: sample, channel, height, width\)",
+        ),
+        (
+            lambda d: _edit(d, "pool", degrees={"sample": 2}, devices=[0]),
+            r"pool2d 'pool': degrees .* make 2 tasks but 1 devices are listed",
+        ),
         (lambda d: {**d, "version": 9}, r"strategy file version 9 is not supported"),
         (lambda d: {**d, "format": "other"}, r"not a strategy file"),
     ],
@@ -263,7 +291,7 @@ def test_every_problem_is_listed_at_once(tmp_path):
     assert "conv2d 'conv'" in str(info.value) and "dense 'fc'" in str(info.value)
 
 
-@pytest.mark.parametrize("text", ["", "{\"format\": \"flexflow-strategy\", \"ops\": [", "not json"])
+@pytest.mark.parametrize("text", ["", '{"format": "flexflow-strategy", "ops": [', "not json"])
 def test_truncated_or_malformed_json(tmp_path, text):
     graph, machine = tiny_graph(), parse_machine("p100:1")
     with pytest.raises(StrategyError, match=r"is malformed or truncated: .* at line 1 column"):

@@ -111,7 +111,9 @@ def test_regions_are_sufficient(shape):
     sig = op.infer("bn1", [TensorSpec(shape)])
     rng = np.random.default_rng(0)
     # only channel splits are checked: sample splits go through the statistics all-reduce
-    assert assert_regions_sufficient(op, sig, random_inputs(sig, rng), random_weights(sig, rng)) >= 6
+    assert (
+        assert_regions_sufficient(op, sig, random_inputs(sig, rng), random_weights(sig, rng)) >= 6
+    )
 
 
 @pytest.mark.parametrize(

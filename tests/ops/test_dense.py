@@ -54,7 +54,9 @@ def test_regions_are_sufficient():
     op = Dense(6)
     sig = op.infer("fc", [TensorSpec((4, 5, 3))])
     rng = np.random.default_rng(0)
-    assert assert_regions_sufficient(op, sig, random_inputs(sig, rng), random_weights(sig, rng)) > 10
+    assert (
+        assert_regions_sufficient(op, sig, random_inputs(sig, rng), random_weights(sig, rng)) > 10
+    )
 
 
 @pytest.mark.parametrize(
