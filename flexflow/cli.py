@@ -305,6 +305,50 @@ def cmd_space(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _strategy_arg(value: str, graph: OperatorGraph, machine: Machine, seed: int):
+    """A named strategy, or a strategy file (validated against the model and machine)."""
+    from flexflow.strategies import NAMED_STRATEGIES, named_strategy
+    from flexflow.strategy_file import load_strategy
+
+    if value in NAMED_STRATEGIES:
+        return named_strategy(value, graph, machine, seed)
+    return load_strategy(value, graph, machine)
+
+
+def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
+    """Simulate one training iteration of a model under a strategy on a machine (paper §5)."""
+    from flexflow.cost import CostModel, Profile
+    from flexflow.simulator import TaskGraph, full_simulate, summarize
+    from flexflow.simulator.export import write_taskgraph, write_trace
+    from flexflow.zoo import load_model
+
+    graph = load_model(args.model, _config(args)).graph()
+    machine = parse_machine(args.machine)
+    strategy = _strategy_arg(args.strategy, graph, machine, args.seed)
+    cost = CostModel(Profile.load(args.profile) if args.profile else None)
+    tg = TaskGraph(graph, machine, strategy, cost)
+    schedule = full_simulate(tg)
+    result = summarize(tg, schedule)
+    if args.trace:
+        write_trace(
+            args.trace, tg, schedule, title=f"{args.model} / {args.strategy} / {machine.name}"
+        )
+    if args.taskgraph:
+        write_taskgraph(args.taskgraph, tg, schedule)
+    if args.json:
+        data = {"model": args.model, "machine": machine.name, "strategy": args.strategy}
+        print(json.dumps(data | result.to_json(), indent=1))
+        return 0
+    console.print(
+        f"{args.model} on {machine.name} with '{args.strategy}': "
+        f"[bold]{result.iteration_ms:.3f} ms[/bold] per iteration; compute "
+        f"{result.compute_ms_total:.1f} ms summed over devices; "
+        f"{result.comm_bytes_total / 1e6:,.1f} MB transferred; {result.num_tasks:,} tasks; "
+        f"peak memory {max(result.peak_memory_bytes) / 2**30:.2f} GiB"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flexflow",
@@ -379,6 +423,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=_positive_int, default=None, help="override the batch size"
     )
     space.add_argument("--json", action="store_true", help="print one JSON object")
+
+    simulate = add("simulate", cmd_simulate, "simulate one training iteration under a strategy")
+    simulate.add_argument("model", help="a zoo name or a .py file defining build(model)")
+    simulate.add_argument(
+        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
+    )
+    simulate.add_argument(
+        "--strategy", default="dp", help="dp, expert, model, random or a strategy file"
+    )
+    simulate.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
+    simulate.add_argument(
+        "--profile", metavar="FILE", help="measured task times overriding the analytic model"
+    )
+    simulate.add_argument(
+        "--batch-size", type=_positive_int, default=None, help="override the batch size"
+    )
+    simulate.add_argument("--json", action="store_true", help="print one JSON object")
+    simulate.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace")
+    simulate.add_argument(
+        "--taskgraph", metavar="FILE", help="write the simulated task graph as JSON"
+    )
 
     info = add(
         "info", cmd_info, "show how Legate is configured for this host and the versions in use"

@@ -159,3 +159,52 @@ def test_space_lists_configurations_per_op(capsys):
     # (64, 800), sample only: degrees 1, 2, 4 with 4, 3 and 1 device blocks
     assert flat["partitionable"] == ["sample"] and flat["configurations"] == 4 + 3 + 1
     assert data["log10_strategies"] > 9
+
+
+def test_simulate_json_trace_and_taskgraph(capsys, tmp_path):
+    trace, taskgraph = tmp_path / "trace.json", tmp_path / "tg.json"
+    code, out, _ = run(
+        capsys,
+        "simulate",
+        "rnnlm",
+        "--machine",
+        "p100:1",
+        "--strategy",
+        "expert",
+        "--json",
+        "--trace",
+        str(trace),
+        "--taskgraph",
+        str(taskgraph),
+    )
+    assert code == 0
+    result = json.loads(out)
+    for key in (
+        "iteration_ms",
+        "compute_ms_total",
+        "comm_bytes_total",
+        "peak_memory_bytes",
+        "num_tasks",
+    ):
+        assert key in result
+    assert len(result["peak_memory_bytes"]) == 4 and result["iteration_ms"] > 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"n0.gpu0", "n0.gpu3"} <= tracks and any("nvlink" in t for t in tracks)
+    tasks = json.loads(taskgraph.read_text())["tasks"]
+    assert 0 < len(tasks) <= result["num_tasks"]  # zero-time barriers are left out
+    by_id = {t["id"]: t for t in tasks}
+    for (
+        t
+    ) in tasks:  # the timeline is consistent: every predecessor ends before its successor starts
+        assert t["kind"] in ("compute", "comm")
+        assert all(by_id[p]["end_ms"] <= t["start_ms"] + 1e-9 for p in t["predecessors"])
+        assert t["end_ms"] == pytest.approx(t["start_ms"] + t["duration_ms"])
+    assert max(t["end_ms"] for t in tasks) == pytest.approx(result["iteration_ms"])
+
+
+def test_simulate_rejects_a_bad_strategy_file(capsys, tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text('{"format": "flexflow-strategy", "version": 1, "ops": [')
+    code, _, err = run(capsys, "simulate", "lenet", "--machine", "p100:1", "--strategy", str(path))
+    assert code == 2 and "malformed or truncated" in err

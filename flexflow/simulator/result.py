@@ -1,0 +1,52 @@
+"""What one simulated iteration tells: time, busy time per device and link, bytes moved, compute, memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flexflow.simulator.schedule import Schedule
+from flexflow.simulator.taskgraph import COMM, COMPUTE, UPDATE, TaskGraph
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationResult:
+    iteration_ms: float
+    compute_ms_total: float  # forward, backward and update tasks, summed over devices
+    comm_bytes_total: int  # activations, gradients and parameter synchronization
+    num_tasks: int
+    busy_ms: dict[str, float]  # per device and per link, by name
+    peak_memory_bytes: tuple[int, ...]  # per device, by device id
+
+    def to_json(self) -> dict:
+        return {
+            "iteration_ms": self.iteration_ms,
+            "compute_ms_total": self.compute_ms_total,
+            "comm_bytes_total": self.comm_bytes_total,
+            "num_tasks": self.num_tasks,
+            "peak_memory_bytes": list(self.peak_memory_bytes),
+            "busy_ms": self.busy_ms,
+        }
+
+
+def summarize(tg: TaskGraph, schedule: Schedule) -> SimulationResult:
+    compute_s = 0.0
+    comm_bytes = 0
+    busy = [0.0] * tg.num_resources
+    count = 0
+    for t in tg.live_tasks():
+        count += 1
+        kind = tg.kind[t]
+        if kind in (COMPUTE, UPDATE):
+            compute_s += tg.exe[t]
+        elif kind == COMM:
+            comm_bytes += tg.size_bytes[t]
+        for x in tg.res[t]:
+            busy[x] += tg.exe[t]
+    return SimulationResult(
+        iteration_ms=schedule.iteration_s * 1e3,
+        compute_ms_total=compute_s * 1e3,
+        comm_bytes_total=comm_bytes,
+        num_tasks=count,
+        busy_ms={tg.resource_name(x): b * 1e3 for x, b in enumerate(busy) if b > 0},
+        peak_memory_bytes=tuple(tg.memory_per_device()),
+    )

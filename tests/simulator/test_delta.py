@@ -1,0 +1,93 @@
+"""Delta simulation gives exactly the timeline of a full simulation, for any sequence of one-op changes."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.cost import CostModel
+from flexflow.machine import parse_machine
+from flexflow.simulator import DeltaSimulator, TaskGraph, full_simulate
+from flexflow.space import enumerate_configs
+from flexflow.strategies import named_strategy
+
+MACHINES = ("p100:1", "k80:1", "p100:2", "k80:2", "dgx-h100:1")
+
+
+def random_graph(seed: int):
+    """A small branching graph: convolutions, pooling, concat, batch norm, dense layers, an LSTM."""
+    rng = np.random.default_rng(seed)
+    model = FFModel(FFConfig(batch_size=8))
+    if rng.random() < 0.3:
+        tokens = model.create_tensor((8, 3), __import__("flexflow").DataType.DT_INT32)
+        seq = model.lstm(model.embedding(tokens, 20, 8), 8)
+        t = model.dense(model.lstm(seq, 8, return_sequences=False), 4)
+        model.softmax(t)
+        return model.graph()
+    x = model.create_tensor((8, 4, 8, 8))
+    branches = []
+    for _ in range(int(rng.integers(1, 4))):
+        b = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU)
+        if rng.random() < 0.5:
+            b = model.batch_norm(b)
+        branches.append(b)
+    t = branches[0] if len(branches) == 1 else model.concat(branches, axis=1)
+    t = model.pool2d(t, 2, 2, 2, 2, 0, 0)
+    t = model.flat(t)
+    for _ in range(int(rng.integers(1, 3))):
+        t = model.dense(t, 8, ActiMode.AC_MODE_RELU)
+    model.softmax(model.dense(t, 4))
+    return model.graph()
+
+
+def timeline(tg: TaskGraph, schedule) -> dict:
+    return {
+        tg.key[t]: (schedule.ready[t], schedule.start[t], schedule.end[t]) for t in tg.live_tasks()
+    }
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_seed=st.integers(0, 10_000),
+    machine=st.sampled_from(MACHINES),
+    start=st.sampled_from(("dp", "expert", "model", "random")),
+    moves=st.lists(
+        st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), min_size=1, max_size=12
+    ),
+)
+def test_delta_equals_full_after_every_change(graph_seed, machine, start, moves):
+    graph, m, cost = random_graph(graph_seed), parse_machine(machine), CostModel()
+    strategy = named_strategy(start, graph, m, seed=graph_seed)
+    delta = DeltaSimulator(TaskGraph(graph, m, strategy, cost))
+    for op_pick, config_pick in moves:
+        op = op_pick % len(graph.ops)
+        space = enumerate_configs(graph.ops[op].sig, m)
+        config = space[config_pick % len(space)]
+        strategy = strategy.replace(op, config)
+        delta.change(op, config)
+        fresh = TaskGraph(graph, m, strategy, cost)
+        full = full_simulate(fresh)
+        assert delta.iteration_s == full.iteration_s
+        assert timeline(delta.tg, delta.schedule) == timeline(fresh, full)
+
+
+def test_delta_on_a_zoo_model_matches_full():
+    from flexflow.zoo import load_model
+
+    graph, m, cost = (
+        load_model("inception_v3", image_size=139).graph(),
+        parse_machine("p100:1"),
+        CostModel(),
+    )
+    strategy = named_strategy("dp", graph, m)
+    delta = DeltaSimulator(TaskGraph(graph, m, strategy, cost))
+    rng = np.random.default_rng(0)
+    for _ in range(15):
+        op = int(rng.integers(len(graph.ops)))
+        space = enumerate_configs(graph.ops[op].sig, m)
+        config = space[int(rng.integers(len(space)))]
+        strategy = strategy.replace(op, config)
+        delta.change(op, config)
+    assert delta.iteration_s == full_simulate(TaskGraph(graph, m, strategy, cost)).iteration_s
