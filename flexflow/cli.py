@@ -318,7 +318,7 @@ def _strategy_arg(value: str, graph: OperatorGraph, machine: Machine, seed: int)
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     """Simulate one training iteration of a model under a strategy on a machine (paper §5)."""
     from flexflow.cost import CostModel, Profile
-    from flexflow.simulator import TaskGraph, full_simulate, summarize
+    from flexflow.simulator import SimContext, TaskGraph, full_simulate, summarize
     from flexflow.simulator.export import write_taskgraph, write_trace
     from flexflow.zoo import load_model
 
@@ -326,7 +326,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     machine = parse_machine(args.machine)
     strategy = _strategy_arg(args.strategy, graph, machine, args.seed)
     cost = CostModel(Profile.load(args.profile) if args.profile else None)
-    tg = TaskGraph(graph, machine, strategy, cost)
+    tg = TaskGraph(SimContext(graph, machine, cost), strategy)
     schedule = full_simulate(tg)
     result = summarize(tg, schedule)
     if args.trace:

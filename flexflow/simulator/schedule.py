@@ -17,11 +17,12 @@ both produce the same timeline (tests/simulator checks this property with hypoth
 from __future__ import annotations
 
 import heapq
+import itertools
 from bisect import bisect_left
 
-from flexflow.simulator.taskgraph import BARRIER, TaskGraph
+from flexflow.simulator.taskgraph import TaskGraph
 
-Entry = tuple[float, int, tuple, int]  # (ready_time, device task?, key, task id)
+Entry = tuple[float, int, int]  # (ready_time, order: device-task flag and canonical key, task id)
 
 
 class Schedule:
@@ -54,7 +55,7 @@ def _run(tg: TaskGraph, schedule: Schedule, tasks: list[int], free: list[float])
     resources as soon as it is ready and they are free, in (ready_time, key) order.
     """
     ready, start, end, queues = schedule.ready, schedule.start, schedule.end, schedule.queues
-    exe, res, succs, key, kind, preds = tg.exe, tg.res, tg.succs, tg.key, tg.kind, tg.preds
+    exe, res, succs, order, preds = tg.exe, tg.res, tg.succs, tg.order, tg.preds
     member = set(tasks)
     remaining = {}
     heap: list[Entry] = []
@@ -70,12 +71,12 @@ def _run(tg: TaskGraph, schedule: Schedule, tasks: list[int], free: list[float])
         if waiting:
             remaining[t] = waiting
         else:
-            heap.append((r, kind[t] != BARRIER, key[t], t))
+            heap.append((r, order[t], t))
     heapq.heapify(heap)
     pop, push = heapq.heappop, heapq.heappush
     while heap:
         entry = pop(heap)
-        r, _, _, t = entry
+        r, _, t = entry
         s = r
         for x in res[t]:
             if free[x] > s:
@@ -94,7 +95,7 @@ def _run(tg: TaskGraph, schedule: Schedule, tasks: list[int], free: list[float])
                 remaining[u] = left
             else:
                 del remaining[u]
-                push(heap, (ready[u], kind[u] != BARRIER, key[u], u))
+                push(heap, (ready[u], order[u], u))
     if remaining:
         raise AssertionError(
             f"{len(remaining)} tasks never became ready: the task graph has a cycle"
@@ -132,37 +133,53 @@ class DeltaSimulator:
         tg, s = self.tg, self.schedule
         removed = [t for block in tg.affected_blocks(op) for t in tg.blocks.get(block, [])]
         t0 = min((s.start[t] for t in removed), default=float("inf"))
-        for t in removed:
-            s.ready[t] = s.start[t] = s.end[t] = -1.0  # marks "not an old task" below
+        self._truncate(t0)  # drops every removed task from the device and link queues
         neighbours, added = tg.set_config(op, config)
         s._grow()
         fresh = set(added)
+        for t in itertools.chain(removed, added):
+            s.ready[t] = s.start[t] = s.end[t] = 0.0  # free ids and new tasks hold no time
+        neighbours -= fresh  # a removed task's id may already be reused by a new task
+        earliest = self._earliest_ready(fresh)
         for t in added:
-            s.ready[t] = s.start[t] = s.end[t] = -1.0
-        for t in added:
-            old_preds = [s.end[p] for p in tg.preds[t] if p not in fresh]
-            t0 = min(t0, max(old_preds, default=0.0))
-            for u in tg.succs[t]:
-                if u not in fresh:
-                    neighbours.add(u)
+            t0 = min(t0, earliest[t])
+            neighbours.update(u for u in tg.succs[t] if u not in fresh)
         for u in neighbours:
-            t0 = min(
-                t0, s.start[u], max((s.end[p] for p in tg.preds[u] if p not in fresh), default=0.0)
+            ready = max(
+                (s.end[p] if p not in fresh else earliest[p] + tg.exe[p] for p in tg.preds[u]),
+                default=0.0,
             )
-        self._replay(t0, fresh | neighbours)
-
-    def _replay(self, t0: float, forced: set[int]) -> None:
-        tg, s = self.tg, self.schedule
-        start, end, live = s.start, s.end, tg.live
-        tasks = [t for t in range(tg.size) if live[t] and (start[t] >= t0 or t in forced)]
+            t0 = min(t0, s.start[u], ready)
+        self._truncate(t0)
+        forced = fresh | neighbours
+        tasks = [t for t in range(tg.size) if tg.live[t] and (s.start[t] >= t0 or t in forced)]
         free = [0.0] * tg.num_resources
         for x, queue in enumerate(s.queues):
-            # tasks on a device or link run in start order: those starting before t0 are kept
-            keep = bisect_left(queue, t0, key=lambda entry: start[entry[3]])
-            while keep and not live[queue[keep - 1][3]]:
-                keep -= 1  # cannot happen for removed tasks (they start at or after t0)
-            del queue[keep:]
-            if keep:
-                free[x] = end[queue[keep - 1][3]]
+            if queue:
+                free[x] = s.end[queue[-1][2]]
         self.replayed = len(tasks)
         _run(tg, s, tasks, free)
+
+    def _earliest_ready(self, fresh: set[int]) -> dict[int, float]:
+        """A lower bound of each new task's ready time: old predecessors' ends, new ones' bounds."""
+        tg, end = self.tg, self.schedule.end
+        bound: dict[int, float] = {}
+
+        def visit(t: int) -> float:
+            if t not in bound:
+                bound[t] = max(
+                    (end[p] if p not in fresh else visit(p) + tg.exe[p] for p in tg.preds[t]),
+                    default=0.0,
+                )
+            return bound[t]
+
+        for t in fresh:
+            visit(t)
+        return bound
+
+    def _truncate(self, t0: float) -> None:
+        """Keep in each device's and link's queue only the tasks that started before `t0`."""
+        start = self.schedule.start
+        for queue in self.schedule.queues:
+            # a queue runs its tasks in start order, so those starting before t0 are a prefix
+            del queue[bisect_left(queue, t0, key=lambda entry: start[entry[2]]) :]

@@ -34,10 +34,9 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
-from flexflow.cost import CostModel
-from flexflow.graph import OperatorGraph, OpNode
-from flexflow.machine import Machine
+from flexflow.graph import OpNode
 from flexflow.ops.base import Region, region_volume
+from flexflow.simulator.context import SimContext
 from flexflow.strategy import ParallelConfig, Strategy
 
 COMPUTE, COMM, UPDATE, BARRIER = "compute", "comm", "update", "barrier"
@@ -45,14 +44,35 @@ FORWARD, BACKWARD = 0, 1
 
 Block = tuple  # ("op", i) | ("edge", consumer, input index) | ("sync", parameter id)
 
+# Canonical task keys, packed in one integer: kind, then up to four small fields.
+FWD_KEY, BWD_KEY, XFER_KEY, GRAD_XFER_KEY, GATHER_KEY, RING_KEY, REDUCED_KEY, UPDATE_KEY = range(8)
+_FIELD_BITS = (20, 14, 14, 14)
+DEVICE_TASK = (
+    1 << 68
+)  # above every key (3 kind bits + 62 field bits): tasks holding a device or link
+
+
+def task_key(kind: int, *fields: int) -> int:
+    """Pack (kind, a, b, c, d) into an int whose order is the tuple's order (fields >= 0)."""
+    key = kind
+    for bits, value in itertools.zip_longest(_FIELD_BITS, fields, fillvalue=0):
+        if not 0 <= value < 1 << bits:
+            raise AssertionError(f"task key field {value} out of range for {bits} bits")
+        key = (key << bits) | value
+    return key
+
+
+def key_kind(key: int) -> int:
+    return (key % DEVICE_TASK) >> sum(_FIELD_BITS)
+
 
 class TaskGraph:
     """Tasks in parallel lists indexed by task id; ids of removed tasks are reused."""
 
-    def __init__(
-        self, graph: OperatorGraph, machine: Machine, strategy: Strategy, cost: CostModel
-    ) -> None:
-        self.graph, self.machine, self.cost = graph, machine, cost
+    def __init__(self, context: SimContext, strategy: Strategy) -> None:
+        self.context = context
+        graph, machine = context.graph, context.machine
+        self.graph, self.machine = graph, machine
         self.num_devices = machine.num_devices
         self.num_resources = machine.num_devices + len(machine.links)
         self.configs: list[ParallelConfig] = list(strategy.configs)
@@ -61,9 +81,10 @@ class TaskGraph:
         self.res: list[tuple[int, ...]] = []  # devices (ids) and links (num_devices + link id)
         self.preds: list[list[int]] = []
         self.succs: list[list[int]] = []
-        self.key: list[tuple] = []
+        self.order: list[int] = []  # task_key, plus DEVICE_TASK if it holds a device or link
         self.kind: list[str] = []
         self.size_bytes: list[int] = []
+        self.res_dst: list[int] = []  # destination device of a transfer, else -1
         self.name: list[str] = []
         self.live: list[bool] = []
         self._free: list[int] = []
@@ -140,23 +161,27 @@ class TaskGraph:
         kind: str,
         res: tuple[int, ...],
         exe: float,
-        key: tuple,
+        key: int,
         name: str,
         size_bytes: int = 0,
+        dst: int = -1,
     ) -> int:
+        order = key + DEVICE_TASK if res else key
         if self._free:
             t = self._free.pop()
-            self.exe[t], self.res[t], self.key[t], self.kind[t] = exe, res, key, kind
+            self.exe[t], self.res[t], self.order[t], self.kind[t] = exe, res, order, kind
             self.name[t], self.size_bytes[t], self.live[t] = name, size_bytes, True
+            self.res_dst[t] = dst
             self.preds[t], self.succs[t] = [], []
         else:
             t = len(self.exe)
             self.exe.append(exe)
             self.res.append(res)
-            self.key.append(key)
+            self.order.append(order)
             self.kind.append(kind)
             self.name.append(name)
             self.size_bytes.append(size_bytes)
+            self.res_dst.append(dst)
             self.live.append(True)
             self.preds.append([])
             self.succs.append([])
@@ -182,18 +207,17 @@ class TaskGraph:
         block: list[int] = []
         self.blocks[("op", node.id)] = block
         config = self.configs[node.id]
-        shape = node.sig.output_shape
-        fwd, bwd = [], []
+        devices = self.machine.devices
         stats_s = self._statistics_s(node, config)
-        for k, region in enumerate(config.task_regions(shape)):
-            device = config.devices[k]
-            time = self.cost.task_time(node, region, self.machine.devices[device])
+        fwd, bwd = [], []
+        for k, device in enumerate(config.devices):
+            time = self.context.task_time(node.id, config.degrees, devices[device])
             f = self._new(
                 block,
                 COMPUTE,
                 (device,),
                 time.forward_s + stats_s,
-                (0, node.id, k),
+                task_key(FWD_KEY, node.id, k),
                 f"{node.name}[{k}].fwd",
             )
             b = self._new(
@@ -201,7 +225,7 @@ class TaskGraph:
                 COMPUTE,
                 (device,),
                 time.backward_s + stats_s,
-                (1, node.id, k),
+                task_key(BWD_KEY, node.id, k),
                 f"{node.name}[{k}].bwd",
             )
             self._edge(f, b)
@@ -221,26 +245,18 @@ class TaskGraph:
         if not split:
             return 0.0
         ring = math.prod(split)
-        region = config.task_regions(node.sig.output_shape)[0]
-        size = 4 * node.op.statistics_elements(node.sig, region)
+        region = self.context.regions(node.id, config.degrees)[0]
+        size = 2 * (ring - 1) / ring * 4 * node.op.statistics_elements(node.sig, region)
         devices = sorted(set(config.devices))
-        worst = max(
-            (
-                self.machine.transfer_s(a, b, 2 * (ring - 1) / ring * size)
-                for a, b in zip(devices, devices[1:] + devices[:1], strict=True)
-                if a != b
-            ),
-            default=0.0,
-        )
+        hops = zip(devices, devices[1:] + devices[:1], strict=True)
+        worst = max((self.context.transfer(a, b, size)[1] for a, b in hops if a != b), default=0.0)
         return worst * (ring - 1)  # ring steps, each bounded by the slowest hop
 
     def _transfer(
-        self, block: list[int], src: int, dst: int, size: int, key: tuple, name: str
+        self, block: list[int], src: int, dst: int, size: int, key: int, name: str
     ) -> int:
-        route = self.machine.route(src, dst)
-        res = tuple(self.num_devices + link.id for link in route)
-        exe = self.machine.transfer_s(src, dst, size)
-        return self._new(block, COMM, res, exe, key, name, size)
+        res, exe = self.context.transfer(src, dst, size)
+        return self._new(block, COMM, res, exe, key, name, size, dst)
 
     def _build_edge(self, consumer: OpNode, j: int) -> None:
         block: list[int] = []
@@ -250,70 +266,75 @@ class TaskGraph:
             return
         producer = self.graph.ops[tensor.producer]
         p_config, c_config = self.configs[producer.id], self.configs[consumer.id]
-        out_shape = tensor.spec.shape
-        # producer tiles of this output form a grid: degree 1 where the op cannot split
-        p_degrees = tuple(
-            deg if dim.partitionable else 1
-            for deg, dim in zip(p_config.degrees, producer.sig.dims, strict=True)
-        )
-        steps = [size // deg for size, deg in zip(out_shape, p_degrees, strict=True)]
-        strides = [math.prod(p_degrees[d + 1 :]) for d in range(len(p_degrees))]
         itemsize = tensor.spec.dtype.itemsize
         grads = tensor.spec.dtype.is_float
-        for kc, c_region in enumerate(c_config.task_regions(consumer.sig.output_shape)):
-            need = consumer.op.input_regions(consumer.sig, c_region)[j]
-            c_dev = c_config.devices[kc]
-            for kp, volume in _overlaps(need, steps, strides, out_shape, p_degrees):
-                p_dev = p_config.devices[kp]
-                f_p, f_c = self.fwd[producer.id][kp], self.fwd[consumer.id][kc]
-                b_p, b_c = self.bwd[producer.id][kp], self.bwd[consumer.id][kc]
-                if p_dev == c_dev:
-                    self._edge(f_p, f_c)
-                    self._edge(b_c, b_p)
-                    continue
-                size = volume * itemsize
-                label = f"{producer.name}[{kp}]->{consumer.name}[{kc}]"
-                x = self._transfer(block, p_dev, c_dev, size, (2, consumer.id, j, kc, kp), label)
-                self._edge(f_p, x)
-                self._edge(x, f_c)
-                if grads:
-                    y = self._transfer(
-                        block, c_dev, p_dev, size, (3, consumer.id, j, kc, kp), f"grad {label}"
-                    )
-                    self._edge(b_c, y)
-                    self._edge(y, b_p)
-                else:
-                    self._edge(b_c, b_p)
+        p_fwd, p_bwd = self.fwd[producer.id], self.bwd[producer.id]
+        c_fwd, c_bwd = self.fwd[consumer.id], self.bwd[consumer.id]
+        overlaps = self.context.overlaps(consumer.id, j, p_config.degrees, c_config.degrees)
+        for kc, kp, volume in overlaps:
+            p_dev, c_dev = p_config.devices[kp], c_config.devices[kc]
+            if p_dev == c_dev:
+                self._edge(p_fwd[kp], c_fwd[kc])
+                self._edge(c_bwd[kc], p_bwd[kp])
+                continue
+            size = volume * itemsize
+            label = f"{producer.name}[{kp}]->{consumer.name}[{kc}]"
+            x = self._transfer(
+                block, p_dev, c_dev, size, task_key(XFER_KEY, consumer.id, j, kc, kp), label
+            )
+            self._edge(p_fwd[kp], x)
+            self._edge(x, c_fwd[kc])
+            if grads:
+                y = self._transfer(
+                    block,
+                    c_dev,
+                    p_dev,
+                    size,
+                    task_key(GRAD_XFER_KEY, consumer.id, j, kc, kp),
+                    f"grad {label}",
+                )
+                self._edge(c_bwd[kc], y)
+                self._edge(y, p_bwd[kp])
+            else:
+                self._edge(c_bwd[kc], p_bwd[kp])
+
+    def _sync_groups(self, pid: int) -> list[tuple[Region, list[int], list[int]]]:
+        """The tasks using parameter `pid`, grouped by the weight region they read: (region, devices, backward tasks)."""
+        groups: dict[Region, tuple[list[int], list[int]]] = {}
+        for op in self._users[pid]:
+            node, config = self.graph.ops[op], self.configs[op]
+            w = node.weights.index(pid)
+            for k, regions in enumerate(self.context.weight_regions(op, config.degrees)):
+                devices, tasks = groups.setdefault(regions[w], ([], []))
+                if config.devices[k] not in devices:
+                    devices.append(config.devices[k])
+                tasks.append(self.bwd[op][k])
+        return [
+            (region, sorted(devices), tasks) for region, (devices, tasks) in sorted(groups.items())
+        ]
 
     def _build_sync(self, pid: int) -> None:
         block: list[int] = []
         self.blocks[("sync", pid)] = block
-        param = self.graph.parameters[pid]
-        groups: dict[Region, tuple[list[int], list[int]]] = {}
-        for op in self._users[pid]:
-            node = self.graph.ops[op]
-            config = self.configs[op]
-            w = node.weights.index(pid)
-            for k, region in enumerate(config.task_regions(node.sig.output_shape)):
-                w_region = node.op.weight_regions(node.sig, region)[w]
-                devices, tasks = groups.setdefault(w_region, ([], []))
-                if config.devices[k] not in devices:
-                    devices.append(config.devices[k])
-                tasks.append(self.bwd[op][k])
-        for g, (w_region, (devices, tasks)) in enumerate(sorted(groups.items())):
+        name = self.graph.parameters[pid].name
+        for g, (w_region, holders, tasks) in enumerate(self._sync_groups(pid)):
             elements = region_volume(w_region)
-            holders = sorted(devices)
             updates_after = tasks
             if len(holders) > 1:
                 r = len(holders)
                 size = int(2 * (r - 1) / r * elements * 4)
                 gather = self._new(
-                    block, BARRIER, (), 0.0, (4, pid, g, -1), f"{param.name}#{g} grads ready"
+                    block, BARRIER, (), 0.0, task_key(GATHER_KEY, pid, g), f"{name}#{g} grads ready"
                 )
                 for t in tasks:
                     self._edge(t, gather)
                 done = self._new(
-                    block, BARRIER, (), 0.0, (6, pid, g, -1), f"{param.name}#{g} all-reduced"
+                    block,
+                    BARRIER,
+                    (),
+                    0.0,
+                    task_key(REDUCED_KEY, pid, g),
+                    f"{name}#{g} all-reduced",
                 )
                 for i, src in enumerate(holders):
                     dst = holders[(i + 1) % r]
@@ -322,8 +343,8 @@ class TaskGraph:
                         src,
                         dst,
                         size,
-                        (5, pid, g, i),
-                        f"all-reduce {param.name}#{g} {src}->{dst}",
+                        task_key(RING_KEY, pid, g, i),
+                        f"all-reduce {name}#{g} {src}->{dst}",
                     )
                     self._edge(gather, x)
                     self._edge(x, done)
@@ -333,9 +354,9 @@ class TaskGraph:
                     block,
                     UPDATE,
                     (d,),
-                    self.cost.update_time(elements, self.machine.devices[d]),
-                    (7, pid, g, d),
-                    f"update {param.name}#{g}@{d}",
+                    self.context.cost.update_time(elements, self.machine.devices[d]),
+                    task_key(UPDATE_KEY, pid, g, d),
+                    f"update {name}#{g}@{d}",
                 )
                 for t in updates_after:
                     self._edge(t, u)
@@ -349,56 +370,21 @@ class TaskGraph:
         received from another device.
         """
         memory = [0] * self.num_devices
-        for pid, users in self._users.items():
-            held: set[tuple[int, Region]] = set()
-            for op in users:
-                node, config = self.graph.ops[op], self.configs[op]
-                w = node.weights.index(pid)
-                for k, region in enumerate(config.task_regions(node.sig.output_shape)):
-                    held.add((config.devices[k], node.op.weight_regions(node.sig, region)[w]))
-            for device, region in held:
-                memory[device] += 3 * 4 * region_volume(region)
+        for pid in self._users:
+            for region, holders, _ in self._sync_groups(pid):
+                for device in holders:
+                    memory[device] += 3 * 4 * region_volume(region)
         for node in self.graph.ops:
             config = self.configs[node.id]
-            for k, region in enumerate(config.task_regions(node.sig.output_shape)):
+            for k, region in enumerate(self.context.regions(node.id, config.degrees)):
                 out = node.op.output_regions(node.sig, region)
                 memory[config.devices[k]] += sum(
                     region_volume(r) * spec.dtype.itemsize
                     for r, spec in zip(out, node.sig.outputs, strict=True)
                 )
-        for t in self.live_tasks():
-            if self.kind[t] == COMM and self.key[t][0] == 2:  # forward activations received
-                consumer_dev = self._comm_destination(t)
-                memory[consumer_dev] += self.size_bytes[t]
+        for block, tasks in self.blocks.items():
+            if block[0] == "edge":
+                for t in tasks:  # forward activations received from another device
+                    if key_kind(self.order[t]) == XFER_KEY:
+                        memory[self.res_dst[t]] += self.size_bytes[t]
         return memory
-
-    def _comm_destination(self, t: int) -> int:
-        _, consumer, _, kc, _ = self.key[t]
-        return self.configs[consumer].devices[kc]
-
-
-def _overlaps(
-    need: Region,
-    steps: list[int],
-    strides: list[int],
-    shape: tuple[int, ...],
-    degrees: tuple[int, ...],
-) -> Iterable[tuple[int, int]]:
-    """(producer task index, overlap volume) for every producer tile meeting region `need`.
-
-    Producer tiles form a grid (`degrees`, tile size `steps`), so the tiles meeting `need` are
-    found per dimension by index arithmetic instead of testing every pair.
-    """
-    per_dim: list[list[tuple[int, int]]] = []
-    for (lo, hi), step, size, deg in zip(need, steps, shape, degrees, strict=True):
-        if hi <= lo:
-            return
-        hits = []
-        for c in range(lo // step, min((hi - 1) // step, deg - 1) + 1):
-            a, b = max(lo, c * step), min(hi, (c + 1) * step, size)
-            if b > a:
-                hits.append((c, b - a))
-        per_dim.append(hits)
-    for combo in itertools.product(*per_dim):
-        index = sum(c * s for (c, _), s in zip(combo, strides, strict=True))
-        yield index, math.prod(length for _, length in combo)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.cost import CostModel
 from flexflow.machine import parse_machine
-from flexflow.simulator import DeltaSimulator, TaskGraph, full_simulate
+from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
 from flexflow.space import enumerate_configs
 from flexflow.strategies import named_strategy
 
@@ -44,7 +44,8 @@ def random_graph(seed: int):
 
 def timeline(tg: TaskGraph, schedule) -> dict:
     return {
-        tg.key[t]: (schedule.ready[t], schedule.start[t], schedule.end[t]) for t in tg.live_tasks()
+        tg.order[t]: (schedule.ready[t], schedule.start[t], schedule.end[t])
+        for t in tg.live_tasks()
     }
 
 
@@ -58,16 +59,17 @@ def timeline(tg: TaskGraph, schedule) -> dict:
     ),
 )
 def test_delta_equals_full_after_every_change(graph_seed, machine, start, moves):
-    graph, m, cost = random_graph(graph_seed), parse_machine(machine), CostModel()
+    graph, m = random_graph(graph_seed), parse_machine(machine)
+    context = SimContext(graph, m, CostModel())
     strategy = named_strategy(start, graph, m, seed=graph_seed)
-    delta = DeltaSimulator(TaskGraph(graph, m, strategy, cost))
+    delta = DeltaSimulator(TaskGraph(context, strategy))
     for op_pick, config_pick in moves:
         op = op_pick % len(graph.ops)
         space = enumerate_configs(graph.ops[op].sig, m)
         config = space[config_pick % len(space)]
         strategy = strategy.replace(op, config)
         delta.change(op, config)
-        fresh = TaskGraph(graph, m, strategy, cost)
+        fresh = TaskGraph(context, strategy)
         full = full_simulate(fresh)
         assert delta.iteration_s == full.iteration_s
         assert timeline(delta.tg, delta.schedule) == timeline(fresh, full)
@@ -82,7 +84,7 @@ def test_delta_on_a_zoo_model_matches_full():
         CostModel(),
     )
     strategy = named_strategy("dp", graph, m)
-    delta = DeltaSimulator(TaskGraph(graph, m, strategy, cost))
+    delta = DeltaSimulator(TaskGraph(SimContext(graph, m, cost), strategy))
     rng = np.random.default_rng(0)
     for _ in range(15):
         op = int(rng.integers(len(graph.ops)))
@@ -90,4 +92,7 @@ def test_delta_on_a_zoo_model_matches_full():
         config = space[int(rng.integers(len(space)))]
         strategy = strategy.replace(op, config)
         delta.change(op, config)
-    assert delta.iteration_s == full_simulate(TaskGraph(graph, m, strategy, cost)).iteration_s
+    assert (
+        delta.iteration_s
+        == full_simulate(TaskGraph(SimContext(graph, m, cost), strategy)).iteration_s
+    )

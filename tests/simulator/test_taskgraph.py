@@ -7,7 +7,7 @@ import pytest
 from flexflow import FFConfig, FFModel
 from flexflow.cost import CostModel
 from flexflow.machine import parse_machine
-from flexflow.simulator import TaskGraph, full_simulate, summarize
+from flexflow.simulator import SimContext, TaskGraph, full_simulate, summarize
 from flexflow.strategy import ParallelConfig, Strategy
 
 
@@ -21,7 +21,7 @@ def two_dense():
 def build(graph, machine, configs):
     strategy = Strategy(tuple(n.name for n in graph.ops), tuple(configs))
     cost = CostModel()
-    tg = TaskGraph(graph, machine, strategy, cost)
+    tg = TaskGraph(SimContext(graph, machine, cost), strategy)
     return tg, full_simulate(tg), cost
 
 
