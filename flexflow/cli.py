@@ -445,6 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--taskgraph", metavar="FILE", help="write the simulated task graph as JSON"
     )
 
+    from flexflow.cli_search import register
+
+    register(add, _positive_int)
+
     info = add(
         "info", cmd_info, "show how Legate is configured for this host and the versions in use"
     )

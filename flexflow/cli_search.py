@@ -1,0 +1,212 @@
+"""The optimizer's subcommands: `flexflow search` (MCMC, §6) and `flexflow check-local` (§8.4)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from flexflow.search.mcmc import DEFAULT_BETA, ChainStatus
+from flexflow.search.spaces import SPACES
+
+
+def _progress_table(rows: dict[str, ChainStatus], dp_s: float, budget_s: float) -> Table:
+    table = Table(title=f"MCMC search (budget {budget_s:g} s)")
+    for column in (
+        "chain from",
+        "proposals",
+        "accepted",
+        "proposals/s",
+        "best ms",
+        "speedup over DP",
+    ):
+        table.add_column(column, justify="left" if column == "chain from" else "right")
+    for status in rows.values():
+        rate = status.proposals / status.elapsed_s if status.elapsed_s else 0.0
+        table.add_row(
+            status.init,
+            f"{status.proposals:,}",
+            f"{status.accepted / max(status.proposals, 1):.0%}",
+            f"{rate:,.0f}",
+            f"{status.best_s * 1e3:.3f}",
+            f"{dp_s / status.best_s:.2f}x",
+        )
+    return table
+
+
+def cmd_search(args: argparse.Namespace, console: Console) -> int:
+    """Search a strategy with MCMC over delta simulations; print, export and summarize it."""
+    from flexflow.cli import _config, strategy_table
+    from flexflow.cost import CostModel, Profile
+    from flexflow.machine import parse_machine
+    from flexflow.search import search
+    from flexflow.simulator import SimContext, TaskGraph, full_simulate
+    from flexflow.strategies import named_strategy
+    from flexflow.strategy_file import export_strategy
+    from flexflow.zoo import load_model
+
+    graph = load_model(args.model, _config(args)).graph()
+    machine = parse_machine(args.machine)
+    context = SimContext(
+        graph, machine, CostModel(Profile.load(args.profile) if args.profile else None)
+    )
+    inits = [i for i in args.init.split(",") if i]
+    dp_s = full_simulate(TaskGraph(context, named_strategy("dp", graph, machine))).iteration_s
+    rows: dict[str, ChainStatus] = {}
+    show = not args.json and console.is_terminal
+
+    def run(on_status: Callable[[ChainStatus], None] | None):
+        return search(
+            context, args.budget, args.seed, inits, args.space, args.beta, args.proposals, on_status
+        )
+
+    if show:
+        with Live(
+            _progress_table(rows, dp_s, args.budget), console=console, transient=True
+        ) as live:
+
+            def update(status: ChainStatus) -> None:
+                rows[status.init] = status
+                live.update(_progress_table(rows, dp_s, args.budget))
+
+            result = run(update)
+    else:
+        result = run(None)
+    if args.export:
+        export_strategy(args.export, result.best, graph, machine, model=args.model)
+    if args.json:
+        print(
+            json.dumps(
+                {"model": args.model, "machine": machine.name, "space": args.space}
+                | result.to_json(),
+                indent=1,
+            )
+        )
+        return 0
+    if not args.quiet:
+        console.print(
+            strategy_table(f"best strategy for {args.model} on {machine.name}", graph, result.best)
+        )
+    console.print(
+        f"{args.model} on {machine.name}: best {result.best_s * 1e3:.3f} ms per iteration, data "
+        f"parallel {result.dp_s * 1e3:.3f} ms ([bold]{result.speedup_over_dp:.2f}x[/bold]); "
+        f"{result.proposals:,} proposals in {result.seconds:.1f} s, "
+        f"{result.acceptance_rate:.0%} accepted"
+        + (f"; exported to {args.export}" if args.export else "")
+    )
+    return 0
+
+
+def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
+    """Try every single-op change of a strategy; list those that are faster (empty: locally optimal)."""
+    from flexflow.cli import _config, _strategy_arg
+    from flexflow.cost import CostModel, Profile
+    from flexflow.machine import parse_machine
+    from flexflow.search.local import improving_neighbours
+    from flexflow.search.spaces import make_space
+    from flexflow.simulator import SimContext
+    from flexflow.zoo import load_model
+
+    graph = load_model(args.model, _config(args)).graph()
+    machine = parse_machine(args.machine)
+    strategy = _strategy_arg(args.strategy, graph, machine, 0)
+    context = SimContext(
+        graph, machine, CostModel(Profile.load(args.profile) if args.profile else None)
+    )
+    base, better = improving_neighbours(context, strategy, make_space(args.space, graph, machine))
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "iteration_ms": base * 1e3,
+                    "locally_optimal": not better,
+                    "improving_neighbours": [
+                        {
+                            "op": n.op,
+                            "degrees": list(n.config.degrees),
+                            "devices": list(n.config.devices),
+                            "iteration_ms": n.iteration_s * 1e3,
+                        }
+                        for n in better
+                    ],
+                },
+                indent=1,
+            )
+        )
+        return 0
+    if not better:
+        console.print(f"{args.strategy}: locally optimal ({base * 1e3:.3f} ms per iteration)")
+        return 0
+    console.print(
+        f"{args.strategy}: {len(better)} faster neighbour(s) of {base * 1e3:.3f} ms; best:"
+    )
+    for n in better[:10]:
+        console.print(f"  {n.op}: {n.config!r} -> {n.iteration_s * 1e3:.3f} ms")
+    return 0
+
+
+def register(add: Callable, positive_int: Callable[[str], int]) -> None:
+    """Add the optimizer's subcommands to the `flexflow` parser."""
+    search = add("search", cmd_search, "search a parallelization strategy with MCMC (paper §6)")
+    search.add_argument("model", help="a zoo name or a .py file defining build(model)")
+    search.add_argument(
+        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
+    )
+    search.add_argument(
+        "--budget", type=float, default=30.0, help="search time in seconds (default 30)"
+    )
+    search.add_argument(
+        "--proposals",
+        type=positive_int,
+        default=None,
+        help="stop after this many proposals in all (exactly reproducible with --seed)",
+    )
+    search.add_argument(
+        "--seed", type=int, default=0, help="seed of the proposals and random chains"
+    )
+    search.add_argument(
+        "--init",
+        default="dp,expert,random",
+        help="initial strategies, one chain each: dp, expert, model, random or files",
+    )
+    search.add_argument(
+        "--space",
+        choices=tuple(SPACES),
+        default="soap",
+        help="soap (FlexFlow) or operation (placement only, REINFORCE's space)",
+    )
+    search.add_argument("--beta", type=float, default=DEFAULT_BETA, help="MCMC inverse temperature")
+    search.add_argument(
+        "--profile", metavar="FILE", help="measured task times overriding the analytic model"
+    )
+    search.add_argument(
+        "--batch-size", type=positive_int, default=None, help="override the batch size"
+    )
+    search.add_argument("--export", metavar="FILE", help="write the best strategy (atomically)")
+    search.add_argument("--json", action="store_true", help="print one JSON object")
+    search.add_argument("--quiet", action="store_true", help="print the summary line only")
+
+    check = add(
+        "check-local", cmd_check_local, "list single-op changes that make a strategy faster"
+    )
+    check.add_argument("model", help="a zoo name or a .py file defining build(model)")
+    check.add_argument(
+        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
+    )
+    check.add_argument(
+        "--strategy", required=True, help="a strategy file, or dp, expert, model, random"
+    )
+    check.add_argument(
+        "--space", choices=tuple(SPACES), default="soap", help="the neighbourhood's space"
+    )
+    check.add_argument(
+        "--profile", metavar="FILE", help="measured task times overriding the analytic model"
+    )
+    check.add_argument(
+        "--batch-size", type=positive_int, default=None, help="override the batch size"
+    )
+    check.add_argument("--json", action="store_true", help="print one JSON object")

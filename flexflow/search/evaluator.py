@@ -1,0 +1,44 @@
+"""A strategy under evaluation: its simulated cost, changed one op at a time by delta simulation (paper §6)."""
+
+from __future__ import annotations
+
+from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph
+from flexflow.strategy import ParallelConfig, Strategy
+
+
+class Evaluator:
+    """Holds the current strategy and its task graph; `propose` applies a one-op change, `revert` undoes it.
+
+    Every evaluation is a delta simulation; reverting a rejected proposal is one more.
+    """
+
+    def __init__(self, context: SimContext, strategy: Strategy) -> None:
+        self.context = context
+        self.strategy = strategy
+        self._delta = DeltaSimulator(TaskGraph(context, strategy))
+        self._undo: tuple[int, ParallelConfig] | None = None
+        self.evaluations = 1
+
+    @property
+    def cost_s(self) -> float:
+        """Simulated time of one training iteration under the current strategy."""
+        return self._delta.iteration_s
+
+    def propose(self, op: int, config: ParallelConfig) -> float:
+        """Give `op` the configuration `config`; returns the new cost."""
+        self._undo = (op, self.strategy[op])
+        self.strategy = self.strategy.replace(op, config)
+        self._delta.change(op, config)
+        self.evaluations += 1
+        return self.cost_s
+
+    def revert(self) -> float:
+        """Undo the last `propose`."""
+        if self._undo is None:
+            raise AssertionError("revert() without a proposal to undo")
+        op, config = self._undo
+        self._undo = None
+        self.strategy = self.strategy.replace(op, config)
+        self._delta.change(op, config)
+        self.evaluations += 1
+        return self.cost_s

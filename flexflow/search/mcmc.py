@@ -1,0 +1,124 @@
+"""MCMC search over strategies (paper §6): Metropolis-Hastings with delta-simulated costs.
+
+A proposal picks one op uniformly at random and gives it a configuration drawn uniformly from
+its space (other than its current one). It is accepted with probability
+
+    min(1, exp(beta * (cost(S) - cost(S*)) / cost(S_dp)))
+
+where costs are simulated iteration times. Dividing by the data-parallel cost makes beta
+independent of the model's time scale: with the default beta = 50 a proposal 1% slower than
+the current strategy is accepted with probability exp(-0.5) = 0.61, 5% slower with 0.08 and
+10% slower with 0.007 (see `benchmarks/beta.py` for how the default was chosen).
+
+A chain stops when its time budget (or proposal budget) is spent, or when its best has not
+improved for half of that budget (as FlexFlow's optimizer does). The search runs one chain
+per initial strategy with an equal share of the budget and returns the best over all chains.
+Given the same seed and a proposal budget the result is exactly reproducible; with a time
+budget the same proposals are made in the same order, and the budget decides how many.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from flexflow.search.evaluator import Evaluator
+from flexflow.search.spaces import Space
+from flexflow.simulator import SimContext
+from flexflow.strategy import Strategy
+
+DEFAULT_BETA = 50.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChainResult:
+    init: str
+    best: Strategy
+    best_s: float
+    initial_s: float
+    proposals: int
+    accepted: int
+    seconds: float
+    history: tuple[tuple[float, float], ...]  # (elapsed s, best cost s) at every improvement
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposals if self.proposals else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChainStatus:
+    """What a progress display shows while a chain runs."""
+
+    init: str
+    proposals: int
+    accepted: int
+    best_s: float
+    elapsed_s: float
+
+
+def run_chain(
+    context: SimContext,
+    init_name: str,
+    init: Strategy,
+    space: Space,
+    rng: np.random.Generator,
+    reference_s: float,
+    beta: float = DEFAULT_BETA,
+    budget_s: float = math.inf,
+    max_proposals: int | None = None,
+    on_status: Callable[[ChainStatus], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> ChainResult:
+    evaluator = Evaluator(context, init)
+    num_ops = len(init)
+    current = initial = evaluator.cost_s
+    best, best_strategy = current, evaluator.strategy
+    proposals = accepted = 0
+    begin = clock()
+    last_improvement = 0.0  # elapsed seconds at the last improvement
+    improved_at = 0  # proposals made at the last improvement
+    history = [(0.0, best)]
+    while True:
+        elapsed = clock() - begin
+        if elapsed >= budget_s or (max_proposals is not None and proposals >= max_proposals):
+            break
+        if elapsed - last_improvement > budget_s / 2:
+            break  # the best has not improved for half of the time budget
+        if max_proposals is not None and proposals - improved_at > max_proposals / 2:
+            break  # ... or for half of the proposal budget
+        op = int(rng.integers(num_ops))
+        choices = space(op)
+        if len(choices) < 2:
+            continue
+        config = choices[int(rng.integers(len(choices)))]
+        if config == evaluator.strategy[op]:
+            continue
+        proposals += 1
+        cost = evaluator.propose(op, config)
+        if cost <= current or rng.random() < math.exp(beta * (current - cost) / reference_s):
+            accepted += 1
+            current = cost
+            if cost < best:
+                best, best_strategy = cost, evaluator.strategy
+                last_improvement = clock() - begin
+                improved_at = proposals
+                history.append((last_improvement, best))
+        else:
+            evaluator.revert()
+        if on_status is not None and proposals % 50 == 0:
+            on_status(ChainStatus(init_name, proposals, accepted, best, clock() - begin))
+    return ChainResult(
+        init_name,
+        best_strategy,
+        best,
+        initial,
+        proposals,
+        accepted,
+        clock() - begin,
+        tuple(history),
+    )

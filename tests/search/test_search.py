@@ -1,0 +1,111 @@
+"""MCMC search, restricted spaces and local optimality on small models."""
+
+from __future__ import annotations
+
+import json
+
+from flexflow import FFConfig, FFModel
+from flexflow.cli import main
+from flexflow.machine import parse_machine
+from flexflow.search import search
+from flexflow.search.local import descend, improving_neighbours
+from flexflow.search.spaces import make_space
+from flexflow.simulator import SimContext, TaskGraph, full_simulate
+from flexflow.strategies import named_strategy
+from flexflow.zoo import load_model
+
+
+def lenet_context(machine: str = "p100:1") -> SimContext:
+    return SimContext(load_model("lenet").graph(), parse_machine(machine))
+
+
+def test_same_seed_and_proposal_budget_give_the_same_result():
+    a = search(lenet_context(), budget_s=60, seed=4, max_proposals=240)
+    b = search(lenet_context(), budget_s=60, seed=4, max_proposals=240)
+    assert a.best == b.best and a.best_s == b.best_s and a.proposals == b.proposals
+
+
+def test_search_is_never_worse_than_its_initial_strategies():
+    context = lenet_context()
+    result = search(context, budget_s=60, seed=1, max_proposals=600)
+    assert result.best_s <= result.dp_s
+    for chain in result.chains:
+        assert chain.best_s <= chain.initial_s
+    # the reported cost is the simulated cost of the returned strategy
+    assert full_simulate(TaskGraph(context, result.best)).iteration_s == result.best_s
+
+
+def test_operation_space_places_every_op_whole_on_one_device():
+    context = lenet_context()
+    result = search(context, budget_s=60, seed=0, space="operation", max_proposals=300)
+    assert all(config.num_tasks == 1 for config in result.best.configs)
+
+
+def test_local_descent_reaches_a_locally_optimal_strategy():
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 32))
+    model.softmax(model.dense(model.dense(x, 64), 16))
+    graph, machine = model.graph(), parse_machine("p100:1")
+    context, space = SimContext(graph, machine), make_space("soap", graph, machine)
+    start = named_strategy("model", graph, machine)
+    base, better = improving_neighbours(context, start, space)
+    assert better and all(n.iteration_s < base for n in better)
+    optimum = descend(context, start, space)
+    cost, none = improving_neighbours(context, optimum, space)
+    assert none == [] and cost < base
+
+
+def test_cli_search_exports_a_strategy_that_simulate_and_check_local_accept(tmp_path, capsys):
+    path = tmp_path / "best.json"
+    code = main(
+        [
+            "search",
+            "lenet",
+            "--machine",
+            "p100:1",
+            "--proposals",
+            "150",
+            "--seed",
+            "2",
+            "--export",
+            str(path),
+            "--json",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    for key in (
+        "best_iteration_ms",
+        "dp_iteration_ms",
+        "speedup_over_dp",
+        "proposals",
+        "acceptance_rate",
+        "search_seconds",
+    ):
+        assert key in out
+    assert (
+        main(["simulate", "lenet", "--machine", "p100:1", "--strategy", str(path), "--json"]) == 0
+    )
+    simulated = json.loads(capsys.readouterr().out)
+    assert simulated["iteration_ms"] == out["best_iteration_ms"]
+    assert (
+        main(["check-local", "lenet", "--machine", "p100:1", "--strategy", str(path), "--json"])
+        == 0
+    )
+    assert "improving_neighbours" in json.loads(capsys.readouterr().out)
+    assert (
+        main(
+            [
+                "search",
+                "lenet",
+                "--machine",
+                "p100:1",
+                "--proposals",
+                "60",
+                "--init",
+                str(path),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
