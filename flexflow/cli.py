@@ -335,6 +335,16 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         )
     if args.taskgraph:
         write_taskgraph(args.taskgraph, tg, schedule)
+    if args.timeline_png:
+        from flexflow.simulator.plot import render_timeline
+
+        render_timeline(
+            tg,
+            schedule,
+            args.timeline_png,
+            title=f"{args.model} / {args.strategy} / {machine.name}: "
+            f"{result.iteration_ms:.3f} ms per iteration",
+        )
     if args.json:
         data = {"model": args.model, "machine": machine.name, "strategy": args.strategy}
         print(json.dumps(data | result.to_json(), indent=1))
@@ -444,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--taskgraph", metavar="FILE", help="write the simulated task graph as JSON"
     )
+    simulate.add_argument("--timeline-png", metavar="FILE", help="draw the timeline as a PNG chart")
 
     from flexflow.cli_search import register
 

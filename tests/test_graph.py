@@ -85,3 +85,14 @@ def test_png_is_written_atomically(tmp_path):
     path = render_png(small_graph(), tmp_path / "g.png", title="small")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["g.png"]
+
+
+def test_exported_files_get_the_usual_permissions(tmp_path):
+    import os
+
+    from flexflow.fileio import atomic_write_text
+
+    path = atomic_write_text(tmp_path / "x.json", "{}")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
