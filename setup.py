@@ -15,7 +15,10 @@ setup(
     packages=["flexflow", "flexflow.ops"],
     package_dir={"flexflow": "flexflow", "flexflow.ops": "ops"},
     setup_requires=["cffi>=1.16"],
-    cffi_modules=["native/build_cuda_stub.py:ffibuilder"],
+    cffi_modules=[
+        "native/build_cuda_stub.py:ffibuilder",
+        "native/build_simulator.py:ffibuilder",
+    ],
     install_requires=[
         f"legate=={LEGATE_VERSION}",
         f"nvidia-cupynumeric=={LEGATE_VERSION}",

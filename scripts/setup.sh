@@ -7,7 +7,7 @@ PYTHON=${PYTHON:-python3}
 VENV=${FLEXFLOW_VENV:-.venv}
 
 stamp_of() {
-    cat setup.py pyproject.toml native/*.c native/*.py 2>/dev/null | sha256sum | cut -d' ' -f1
+    cat setup.py pyproject.toml native/*.c native/*.h native/*.py 2>/dev/null | sha256sum | cut -d' ' -f1
 }
 
 if [ ! -x "$VENV/bin/python" ]; then

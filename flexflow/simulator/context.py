@@ -4,21 +4,52 @@ A search builds thousands of task graphs of the same model on the same machine; 
 an op under given degrees, the overlaps between producer and consumer tiles, the weight
 regions and the task times depend only on degrees (not on devices), so they are computed once
 per (op, degrees) here. Equal tiles have equal shapes, so one task time serves all tasks of an
-op configuration on one kind of device (the paper's cache, §5.1).
+op configuration on one kind of device (the paper's cache, §5.1). The overlaps are computed in
+C (native/overlaps.c), and the sets of devices and links tasks hold are numbered here once
+(`ResourceSets`) for the C event loop.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from array import array
 
 from flexflow.cost import CostModel, TaskTime
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Device, Machine
 from flexflow.ops.base import Region, region_volume
-from flexflow.ops.shapes import tile_region
+from flexflow.simulator.native import grid_overlaps
 
 Overlap = tuple[int, int, int]  # (consumer task, producer task, overlap volume in elements)
+
+
+class ResourceSets:
+    """The distinct sets of resources tasks hold, numbered, in arrays the C event loop reads.
+
+    A task stores one id instead of a tuple, so the C side sees every task's devices and links
+    without per-call conversion. Set d is device d alone; `empty` (num_devices) is no resource
+    (barriers); routes are added as they are first used. Set s holds
+    members[offsets[s]:offsets[s + 1]].
+    """
+
+    def __init__(self, num_devices: int) -> None:
+        self.sets: list[tuple[int, ...]] = []
+        self.offsets = array("i", [0])
+        self.members = array("i")
+        self._ids: dict[tuple[int, ...], int] = {}
+        for device in range(num_devices):
+            self.intern((device,))
+        self.empty = self.intern(())
+
+    def intern(self, resources: tuple[int, ...]) -> int:
+        found = self._ids.get(resources)
+        if found is None:
+            found = self._ids[resources] = len(self.sets)
+            self.sets.append(resources)
+            self.members.extend(resources)
+            self.offsets.append(len(self.members))
+        return found
 
 
 class SimContext:
@@ -28,19 +59,29 @@ class SimContext:
         self.graph, self.machine = graph, machine
         self.cost = cost or CostModel()
         self.num_devices = machine.num_devices
+        self.num_resources = machine.num_devices + len(machine.links)
+        self.resource_sets = ResourceSets(machine.num_devices)
         self._regions: dict[tuple[int, tuple[int, ...]], tuple[Region, ...]] = {}
         self._times: dict[tuple[int, tuple[int, ...], str], TaskTime] = {}
         self._weights: dict[tuple[int, tuple[int, ...]], tuple[tuple[Region, ...], ...]] = {}
         self._overlaps: dict[tuple, tuple[Overlap, ...]] = {}
+        self._inputs: dict[tuple[int, tuple[int, ...]], tuple[tuple[Region, ...], ...]] = {}
+        self._needs: dict[tuple[int, int, tuple[int, ...]], array] = {}
         self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
+        # (src, dst) -> (resources, resource set id, latency, bandwidth)
+        self._transfers: dict[tuple[int, int], tuple[tuple[int, ...], int, float, float]] = {}
 
     def regions(self, op: int, degrees: tuple[int, ...]) -> tuple[Region, ...]:
         """Output tile of each task (row-major over the degrees)."""
         found = self._regions.get((op, degrees))
         if found is None:
+            # tile_region for every coordinate, as the product of each dimension's ranges
             shape = self.graph.ops[op].sig.output_shape
-            coords = itertools.product(*(range(d) for d in degrees))
-            found = tuple(tile_region(shape, degrees, c) for c in coords)
+            ranges = [
+                [(c * (size // d), (c + 1) * (size // d)) for c in range(d)]
+                for size, d in zip(shape, degrees, strict=True)
+            ]
+            found = tuple(itertools.product(*ranges))
             self._regions[(op, degrees)] = found
         return found
 
@@ -85,13 +126,21 @@ class SimContext:
             for deg, dim in zip(p_degrees, producer.sig.dims, strict=True)
         )
         steps = [size // deg for size, deg in zip(shape, grid, strict=True)]
-        strides = [math.prod(grid[d + 1 :]) for d in range(len(grid))]
-        found = []
-        for kc, region in enumerate(self.regions(consumer, c_degrees)):
-            need = node.op.input_regions(node.sig, region)[j]
-            for kp, volume in _grid_overlaps(need, steps, strides, grid):
-                found.append((kc, kp, volume))
-        return tuple(found)
+        needs = self._needs.get((consumer, j, c_degrees))
+        if needs is None:  # each consumer tile's (lo, hi) per dimension, flat
+            regions = self.input_regions(consumer, c_degrees)
+            needs = array("q", [x for tile in regions for bounds in tile[j] for x in bounds])
+            self._needs[(consumer, j, c_degrees)] = needs
+        return grid_overlaps(needs, math.prod(c_degrees), steps, grid)
+
+    def input_regions(self, op: int, degrees: tuple[int, ...]) -> tuple[tuple[Region, ...], ...]:
+        """For each task, the region of each input it reads (shared by all producer degrees)."""
+        found = self._inputs.get((op, degrees))
+        if found is None:
+            node = self.graph.ops[op]
+            found = tuple(node.op.input_regions(node.sig, r) for r in self.regions(op, degrees))
+            self._inputs[(op, degrees)] = found
+        return found
 
     def route(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
         """(resource ids of the route's links, total latency, bottleneck bandwidth)."""
@@ -111,28 +160,17 @@ class SimContext:
         res, latency, bandwidth = self.route(src, dst)
         return res, latency + size_bytes / bandwidth
 
-
-def _grid_overlaps(
-    need: Region, steps: list[int], strides: list[int], grid: tuple[int, ...]
-) -> list[tuple[int, int]]:
-    """(producer task, overlap volume) for every grid tile meeting region `need`, by index arithmetic."""
-    per_dim: list[list[tuple[int, int]]] = []
-    for (lo, hi), step, deg in zip(need, steps, grid, strict=True):
-        if hi <= lo:
-            return []
-        hits = []
-        for c in range(lo // step, min((hi - 1) // step, deg - 1) + 1):
-            a, b = max(lo, c * step), min(hi, (c + 1) * step)
-            if b > a:
-                hits.append((c, b - a))
-        per_dim.append(hits)
-    return [
-        (
-            sum(c * s for (c, _), s in zip(combo, strides, strict=True)),
-            math.prod(n for _, n in combo),
-        )
-        for combo in itertools.product(*per_dim)
-    ]
+    def transfer_task(
+        self, src: int, dst: int, size_bytes: float
+    ) -> tuple[tuple[int, ...], int, float]:
+        """`transfer` plus the id of its resources in `resource_sets`, for a task graph."""
+        found = self._transfers.get((src, dst))
+        if found is None:
+            res, latency, bandwidth = self.route(src, dst)
+            found = (res, self.resource_sets.intern(res), latency, bandwidth)
+            self._transfers[(src, dst)] = found
+        res, resource_set, latency, bandwidth = found
+        return res, resource_set, latency + size_bytes / bandwidth
 
 
 def volume(region: Region) -> int:

@@ -64,14 +64,14 @@ def chrome_trace(tg: TaskGraph, schedule: Schedule, title: str = "") -> dict[str
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def _real_preds(tg: TaskGraph, t: int) -> set[int]:
+def _real_preds(tg: TaskGraph, preds: list[list[int]], t: int) -> set[int]:
     """Predecessors of `t`, looking through zero-time barrier tasks to what they wait for."""
     found: set[int] = set()
-    stack = list(tg.preds[t])
+    stack = list(preds[t])
     while stack:
         p = stack.pop()
         if tg.kind[p] == BARRIER:
-            stack.extend(tg.preds[p])
+            stack.extend(preds[p])
         else:
             found.add(p)
     return found
@@ -86,6 +86,7 @@ def taskgraph_json(tg: TaskGraph, schedule: Schedule) -> dict[str, Any]:
     """
     kept = [t for t in tg.live_tasks() if tg.kind[t] != BARRIER]
     ids = {t: i for i, t in enumerate(kept)}
+    preds = tg.predecessors()
     tasks = []
     for t, i in ids.items():
         tasks.append(
@@ -95,7 +96,7 @@ def taskgraph_json(tg: TaskGraph, schedule: Schedule) -> dict[str, Any]:
                 "kind": "comm" if tg.kind[t] == "comm" else "compute",
                 "device": _device_label(tg, t),
                 "duration_ms": tg.exe[t] * 1e3,
-                "predecessors": sorted(ids[p] for p in _real_preds(tg, t)),
+                "predecessors": sorted(ids[p] for p in _real_preds(tg, preds, t)),
                 "ready_ms": schedule.ready[t] * 1e3,
                 "start_ms": schedule.start[t] * 1e3,
                 "end_ms": schedule.end[t] * 1e3,

@@ -25,16 +25,27 @@ that changing one op's configuration rebuilds only the blocks that op touches: t
 delta simulation (Algorithm 2) updates. Every task has a canonical `key` independent of build
 order, used to break ties between tasks ready at the same time on one device, so a graph
 updated by deltas and a graph built afresh schedule identically.
+
+Storage is shaped for the C event loop (native/simulator.c), which reads it in place: per-task
+values in parallel `array`s indexed by task id (ids of removed tasks are reused), the devices
+and links of a task as one id into the context's `ResourceSets`, and the dependencies as two
+edge arrays (`edge_src[e] -> edge_dst[e]`). A block's edges are created together, so they are
+one contiguous range of those arrays, and every edge lives exactly as long as its block (each
+edge touches a task of the block or of the op whose change rebuilds it). Rebuilding a block
+marks its range removed (source -1) instead of editing adjacency lists; the arrays are compacted
+when half of them is removed. So a delta changes only the entries of the blocks it rebuilds.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from array import array
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from flexflow.graph import OpNode
+from flexflow.graph import GraphTensor, OpNode
 from flexflow.ops.base import Region, region_volume
 from flexflow.simulator.context import SimContext
 from flexflow.strategy import ParallelConfig, Strategy
@@ -44,52 +55,65 @@ FORWARD, BACKWARD = 0, 1
 
 Block = tuple  # ("op", i) | ("edge", consumer, input index) | ("sync", parameter id)
 
-# Canonical task keys, packed in one integer: kind, then up to four small fields.
+# Canonical task keys, packed in an unsigned 64-bit integer (the C loop's `order`): the
+# device-task flag, 3 kind bits, then four fields a, b, c, d of 18, 14, 14 and 14 bits (op or
+# parameter id; task, input or group index; consumer task, ring step or device; producer task).
 FWD_KEY, BWD_KEY, XFER_KEY, GRAD_XFER_KEY, GATHER_KEY, RING_KEY, REDUCED_KEY, UPDATE_KEY = range(8)
-_FIELD_BITS = (20, 14, 14, 14)
-DEVICE_TASK = (
-    1 << 68
-)  # above every key (3 kind bits + 62 field bits): tasks holding a device or link
+_KIND_SHIFT, _A_SHIFT, _B_SHIFT, _C_SHIFT = 60, 42, 28, 14  # field d: the low 14 bits
+_A, _B = 1 << 18, 1 << 14  # field a's limit, the others'
+DEVICE_TASK = 1 << 63  # above every key: tasks holding a device or link come after barriers
+_NO_EDGE = array("i", [-1])
 
 
-def task_key(kind: int, *fields: int) -> int:
+def task_key(kind: int, a: int = 0, b: int = 0, c: int = 0, d: int = 0) -> int:
     """Pack (kind, a, b, c, d) into an int whose order is the tuple's order (fields >= 0)."""
-    key = kind
-    for bits, value in itertools.zip_longest(_FIELD_BITS, fields, fillvalue=0):
-        if not 0 <= value < 1 << bits:
-            raise AssertionError(f"task key field {value} out of range for {bits} bits")
-        key = (key << bits) | value
-    return key
+    if not (0 <= a < _A and 0 <= b < _B and 0 <= c < _B and 0 <= d < _B):
+        raise AssertionError(f"task key fields {(a, b, c, d)} out of range for 18, 14, 14, 14 bits")
+    return kind << _KIND_SHIFT | a << _A_SHIFT | b << _B_SHIFT | c << _C_SHIFT | d
 
 
 def key_kind(key: int) -> int:
-    return (key % DEVICE_TASK) >> sum(_FIELD_BITS)
+    return (key >> _KIND_SHIFT) & 7
+
+
+@dataclass(frozen=True, slots=True)
+class GraphChange:
+    """What `TaskGraph.set_config` changed, which is what delta simulation starts from."""
+
+    removed: array  # ids of removed tasks (new tasks may reuse some)
+    added: array  # ids of new tasks
+    touched: array  # the targets of removed edges: tasks that lost a predecessor (some now free)
 
 
 class TaskGraph:
-    """Tasks in parallel lists indexed by task id; ids of removed tasks are reused."""
+    """Tasks in parallel arrays indexed by task id; ids of removed tasks are reused."""
 
     def __init__(self, context: SimContext, strategy: Strategy) -> None:
         self.context = context
         graph, machine = context.graph, context.machine
         self.graph, self.machine = graph, machine
         self.num_devices = machine.num_devices
-        self.num_resources = machine.num_devices + len(machine.links)
+        self.num_resources = context.num_resources
+        self.resource_sets = context.resource_sets
         self.configs: list[ParallelConfig] = list(strategy.configs)
-        # per task
-        self.exe: list[float] = []
+        # per task; the C event loop reads exe, order, live and res_set
+        self.exe = array("d")
+        self.order = array("Q")  # task_key, plus DEVICE_TASK if it holds a device or link
+        self.live = array("b")
+        self.res_set = array("i")  # id of `res` in resource_sets
         self.res: list[tuple[int, ...]] = []  # devices (ids) and links (num_devices + link id)
-        self.preds: list[list[int]] = []
-        self.succs: list[list[int]] = []
-        self.order: list[int] = []  # task_key, plus DEVICE_TASK if it holds a device or link
         self.kind: list[str] = []
         self.size_bytes: list[int] = []
         self.res_dst: list[int] = []  # destination device of a transfer, else -1
         self.name: list[str] = []
-        self.live: list[bool] = []
         self._free: list[int] = []
+        # dependencies: edge_src[e] -> edge_dst[e], source -1 once removed
+        self.edge_src = array("i")
+        self.edge_dst = array("i")
+        self._removed_edges = 0
         # structure
         self.blocks: dict[Block, list[int]] = {}
+        self._edge_ranges: dict[Block, tuple[int, int]] = {}  # a block's edges: [lo, hi)
         self.fwd: list[list[int]] = [[] for _ in graph.ops]
         self.bwd: list[list[int]] = [[] for _ in graph.ops]
         self._users: dict[int, list[int]] = defaultdict(list)  # parameter -> ops using it
@@ -117,12 +141,28 @@ class TaskGraph:
         return len(self.exe)
 
     def live_tasks(self) -> Iterable[int]:
-        return (t for t in range(len(self.exe)) if self.live[t])
+        return itertools.compress(range(len(self.exe)), self.live)
 
     def resource_name(self, r: int) -> str:
         if r < self.num_devices:
             return self.machine.devices[r].name
         return self.machine.links[r - self.num_devices].name
+
+    def predecessors(self) -> list[list[int]]:
+        """Each task id's predecessors (none for free ids), for exports and tests."""
+        preds: list[list[int]] = [[] for _ in range(self.size)]
+        for a, b in zip(self.edge_src, self.edge_dst, strict=True):
+            if a >= 0:
+                preds[b].append(a)
+        return preds
+
+    def successors(self) -> list[list[int]]:
+        """Each task id's successors (none for free ids), for exports and tests."""
+        succs: list[list[int]] = [[] for _ in range(self.size)]
+        for a, b in zip(self.edge_src, self.edge_dst, strict=True):
+            if a >= 0:
+                succs[a].append(b)
+        return succs
 
     # ---- delta ---------------------------------------------------------------------------------
     def affected_blocks(self, op: int) -> list[Block]:
@@ -133,79 +173,95 @@ class TaskGraph:
         blocks += [("sync", pid) for pid in dict.fromkeys(node.weights)]
         return blocks
 
-    def set_config(self, op: int, config: ParallelConfig) -> tuple[set[int], list[int]]:
-        """Give `op` a new configuration, rebuilding only its blocks.
-
-        Returns (neighbours: live tasks whose predecessors changed, added task ids).
-        """
+    def set_config(self, op: int, config: ParallelConfig) -> GraphChange:
+        """Give `op` a new configuration, rebuilding only its blocks."""
         self.configs[op] = config
         blocks = self.affected_blocks(op)
-        touched: set[int] = set()
+        removed: list[int] = []
+        touched = array("i")
+        live, edge_src = self.live, self.edge_src
         for block in blocks:
-            for t in self.blocks.pop(block, []):
-                touched.update(self.succs[t])
-                self._remove(t)
+            removed += self.blocks.pop(block)
+            lo, hi = self._edge_ranges.pop(block)
+            touched += self.edge_dst[lo:hi]
+            edge_src[lo:hi] = _NO_EDGE * (hi - lo)
+            self._removed_edges += hi - lo
+        for t in removed:
+            live[t] = 0
+        self._free += reversed(removed)  # reused first to last
         self._build_op(self.graph.ops[op])
         for block in blocks[1:]:
             if block[0] == "edge":
                 self._build_edge(self.graph.ops[block[1]], block[2])
             else:
                 self._build_sync(block[1])
-        added = [t for blk in blocks for t in self.blocks.get(blk, [])]
-        return {t for t in touched if self.live[t]}, added
+        if 2 * self._removed_edges > len(self.edge_src):
+            self._compact_edges()
+        added = [t for block in blocks for t in self.blocks[block]]
+        return GraphChange(array("i", removed), array("i", added), touched)
+
+    def _compact_edges(self) -> None:
+        """Drop removed edges: copy each block's range into fresh arrays."""
+        old_src, old_dst = self.edge_src, self.edge_dst
+        src, dst = array("i"), array("i")
+        for block, (lo, hi) in self._edge_ranges.items():
+            self._edge_ranges[block] = (len(src), len(src) + hi - lo)
+            src += old_src[lo:hi]
+            dst += old_dst[lo:hi]
+        self.edge_src, self.edge_dst = src, dst
+        self._removed_edges = 0
 
     # ---- building blocks -------------------------------------------------------------------------
     def _new(
         self,
         block: list[int],
         kind: str,
-        res: tuple[int, ...],
+        res_set: int,
         exe: float,
         key: int,
         name: str,
         size_bytes: int = 0,
         dst: int = -1,
     ) -> int:
-        order = key + DEVICE_TASK if res else key
+        res = self.resource_sets.sets[res_set]
+        order = key | DEVICE_TASK if res else key
         if self._free:
             t = self._free.pop()
-            self.exe[t], self.res[t], self.order[t], self.kind[t] = exe, res, order, kind
-            self.name[t], self.size_bytes[t], self.live[t] = name, size_bytes, True
-            self.res_dst[t] = dst
-            self.preds[t], self.succs[t] = [], []
+            self.exe[t], self.res[t], self.res_set[t], self.order[t] = exe, res, res_set, order
+            self.kind[t], self.name[t], self.size_bytes[t] = kind, name, size_bytes
+            self.res_dst[t], self.live[t] = dst, 1
         else:
             t = len(self.exe)
             self.exe.append(exe)
             self.res.append(res)
+            self.res_set.append(res_set)
             self.order.append(order)
             self.kind.append(kind)
             self.name.append(name)
             self.size_bytes.append(size_bytes)
             self.res_dst.append(dst)
-            self.live.append(True)
-            self.preds.append([])
-            self.succs.append([])
+            self.live.append(1)
         block.append(t)
         return t
 
-    def _edge(self, a: int, b: int) -> None:
-        self.succs[a].append(b)
-        self.preds[b].append(a)
+    def _open(self, block_id: Block) -> list[int]:
+        """Start a block: its (empty) task list, its edges from the end of the edge arrays."""
+        block: list[int] = []
+        self.blocks[block_id] = block
+        self._edge_ranges[block_id] = (len(self.edge_src), len(self.edge_src))
+        return block
 
-    def _remove(self, t: int) -> None:
-        for p in self.preds[t]:
-            if self.live[p]:
-                self.succs[p].remove(t)
-        for s in self.succs[t]:
-            if self.live[s]:
-                self.preds[s].remove(t)
-        self.preds[t], self.succs[t] = [], []
-        self.live[t] = False
-        self._free.append(t)
+    def _close(self, block_id: Block) -> None:
+        """End a block: its edges are those added since `_open`."""
+        self._edge_ranges[block_id] = (self._edge_ranges[block_id][0], len(self.edge_src))
+
+    def _edge(self, a: int, b: int) -> None:
+        self.edge_src.append(a)
+        self.edge_dst.append(b)
 
     def _build_op(self, node: OpNode) -> None:
-        block: list[int] = []
-        self.blocks[("op", node.id)] = block
+        block_id = ("op", node.id)
+        block = self._open(block_id)
         config = self.configs[node.id]
         devices = self.machine.devices
         stats_s = self._statistics_s(node, config)
@@ -215,7 +271,7 @@ class TaskGraph:
             f = self._new(
                 block,
                 COMPUTE,
-                (device,),
+                device,  # resource set `device` is the device alone
                 time.forward_s + stats_s,
                 task_key(FWD_KEY, node.id, k),
                 f"{node.name}[{k}].fwd",
@@ -223,7 +279,7 @@ class TaskGraph:
             b = self._new(
                 block,
                 COMPUTE,
-                (device,),
+                device,
                 time.backward_s + stats_s,
                 task_key(BWD_KEY, node.id, k),
                 f"{node.name}[{k}].bwd",
@@ -232,6 +288,7 @@ class TaskGraph:
             fwd.append(f)
             bwd.append(b)
         self.fwd[node.id], self.bwd[node.id] = fwd, bwd
+        self._close(block_id)
 
     def _statistics_s(self, node: OpNode, config: ParallelConfig) -> float:
         """Time of the statistics all-reduce a task of `node` waits for (0 for most ops)."""
@@ -255,15 +312,19 @@ class TaskGraph:
     def _transfer(
         self, block: list[int], src: int, dst: int, size: int, key: int, name: str
     ) -> int:
-        res, exe = self.context.transfer(src, dst, size)
-        return self._new(block, COMM, res, exe, key, name, size, dst)
+        _, res_set, exe = self.context.transfer_task(src, dst, size)
+        return self._new(block, COMM, res_set, exe, key, name, size, dst)
 
     def _build_edge(self, consumer: OpNode, j: int) -> None:
-        block: list[int] = []
-        self.blocks[("edge", consumer.id, j)] = block
+        block_id = ("edge", consumer.id, j)
+        block = self._open(block_id)
         tensor = self.graph.tensor(consumer.inputs[j])
-        if tensor.producer is None:
-            return
+        if tensor.producer is not None:
+            self._connect(block, consumer, j, tensor)
+        self._close(block_id)
+
+    def _connect(self, block: list[int], consumer: OpNode, j: int, tensor: GraphTensor) -> None:
+        """The dependencies and transfers of input `j` of `consumer` (a producer's output)."""
         producer = self.graph.ops[tensor.producer]
         p_config, c_config = self.configs[producer.id], self.configs[consumer.id]
         itemsize = tensor.spec.dtype.itemsize
@@ -314,8 +375,8 @@ class TaskGraph:
         ]
 
     def _build_sync(self, pid: int) -> None:
-        block: list[int] = []
-        self.blocks[("sync", pid)] = block
+        block_id = ("sync", pid)
+        block = self._open(block_id)
         name = self.graph.parameters[pid].name
         for g, (w_region, holders, tasks) in enumerate(self._sync_groups(pid)):
             elements = region_volume(w_region)
@@ -323,15 +384,21 @@ class TaskGraph:
             if len(holders) > 1:
                 r = len(holders)
                 size = int(2 * (r - 1) / r * elements * 4)
+                nothing = self.resource_sets.empty
                 gather = self._new(
-                    block, BARRIER, (), 0.0, task_key(GATHER_KEY, pid, g), f"{name}#{g} grads ready"
+                    block,
+                    BARRIER,
+                    nothing,
+                    0.0,
+                    task_key(GATHER_KEY, pid, g),
+                    f"{name}#{g} grads ready",
                 )
                 for t in tasks:
                     self._edge(t, gather)
                 done = self._new(
                     block,
                     BARRIER,
-                    (),
+                    nothing,
                     0.0,
                     task_key(REDUCED_KEY, pid, g),
                     f"{name}#{g} all-reduced",
@@ -353,13 +420,14 @@ class TaskGraph:
                 u = self._new(
                     block,
                     UPDATE,
-                    (d,),
+                    d,  # resource set `d` is the device alone
                     self.context.cost.update_time(elements, self.machine.devices[d]),
                     task_key(UPDATE_KEY, pid, g, d),
                     f"update {name}#{g}@{d}",
                 )
                 for t in updates_after:
                     self._edge(t, u)
+        self._close(block_id)
 
     # ---- memory ---------------------------------------------------------------------------------
     def memory_per_device(self) -> list[int]:

@@ -1,0 +1,57 @@
+/* The execution simulator's C parts (paper §5): the event loop of full and delta simulation
+ * (native/simulator.c, Algorithms 1 and 2) and the tile overlaps of task-graph edges
+ * (native/overlaps.c). Their interface, as the module flexflow._simulator.
+ *
+ * cffi reads this file as its cdef and the C files include it, so Python and C share one
+ * declaration. It must stay plain declarations (no preprocessor lines): cffi parses it.
+ * flexflow/simulator/native.py fills these structs with views of a TaskGraph's arrays.
+ */
+
+/* A task graph, read only. Task ids run 0 .. num_tasks - 1, free ids included (live 0). */
+typedef struct {
+    int32_t num_tasks;
+    const double *exe;             /* exe_time of each task, seconds */
+    const uint64_t *order;         /* canonical key (+ device-task flag): breaks ready-time ties */
+    const int8_t *live;            /* 0 for a free id */
+    const int32_t *resource_set;   /* the set of devices and links a task holds, see below */
+    int32_t num_resources;         /* devices, then links */
+    const int32_t *set_offsets;    /* set s holds set_members[set_offsets[s] .. set_offsets[s + 1]) */
+    const int32_t *set_members;
+    int32_t num_edges;
+    const int32_t *edge_src;       /* edge e: edge_src[e] -> edge_dst[e]; edge_src -1: removed */
+    const int32_t *edge_dst;
+} ff_graph;
+
+/* What changed since the schedule was computed (all empty for a full simulation). */
+typedef struct {
+    double t0;                     /* replay every task starting at or after t0 (-inf: all) */
+    const int32_t *removed;        /* ids of removed tasks (some reused by added ones) */
+    int32_t num_removed;
+    const int32_t *added;          /* ids of new tasks */
+    int32_t num_added;
+    const int32_t *touched;        /* ids that lost a predecessor (free, new ids are skipped) */
+    int32_t num_touched;
+} ff_change;
+
+/* The schedule, one entry per task id; updated in place. */
+typedef struct {
+    double *ready;
+    double *start;
+    double *end;
+    double iteration_s;            /* out: the latest end */
+} ff_times;
+
+/* Results of ff_simulate below zero. */
+enum { FF_CYCLE = -1, FF_NO_MEMORY = -2, FF_NOT_CLOSED = -3 };
+
+/* Simulates again every task the change can affect; returns how many, or an FF_ error. */
+int64_t ff_simulate(const ff_graph *graph, const ff_change *change, ff_times *times);
+
+/* Every (consumer tile k, producer tile, overlap volume) between the region each consumer tile
+ * reads, needs[k][d] = (lo, hi) (num_needs x ndim x 2), and a producer's grid of equal tiles
+ * (grid[d] tiles of steps[d] elements along dimension d, row-major ids), in order of k, then
+ * of producer tile. The outputs hold num_needs x (tiles of the grid) entries; returns how many
+ * were written, or -1 for more dimensions than it handles. */
+int32_t ff_grid_overlaps(int32_t ndim, int32_t num_needs, const int64_t *needs,
+                         const int64_t *steps, const int64_t *grid, int32_t *consumer,
+                         int32_t *producer, int64_t *volume);

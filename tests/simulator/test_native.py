@@ -1,0 +1,193 @@
+"""The C event loop and tile overlaps equal their Python references (flexflow/simulator/reference.py) exactly."""
+
+from __future__ import annotations
+
+import math
+import random
+from array import array
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flexflow.cost import CostModel
+from flexflow.machine import parse_machine
+from flexflow.simulator import SimContext, TaskGraph, full_simulate
+from flexflow.simulator.context import ResourceSets
+from flexflow.simulator.native import grid_overlaps, simulate
+from flexflow.simulator.reference import (
+    reference_grid_overlaps,
+    reference_run,
+    reference_simulate,
+)
+from flexflow.simulator.taskgraph import DEVICE_TASK
+from flexflow.strategies import named_strategy
+from tests.simulator.test_delta import MACHINES, random_graph
+
+
+@dataclass
+class ArrayGraph:
+    """The arrays the C loop reads, filled directly: a random task graph without ops."""
+
+    num_devices: int
+    num_resources: int
+    exe: array = field(default_factory=lambda: array("d"))
+    order: array = field(default_factory=lambda: array("Q"))
+    live: array = field(default_factory=lambda: array("b"))
+    res_set: array = field(default_factory=lambda: array("i"))
+    edge_src: array = field(default_factory=lambda: array("i"))
+    edge_dst: array = field(default_factory=lambda: array("i"))
+    resource_sets: ResourceSets = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.resource_sets = ResourceSets(self.num_devices)
+
+    def res(self, t: int) -> tuple[int, ...]:
+        return self.resource_sets.sets[self.res_set[t]]
+
+    def adjacency(self) -> tuple[list[list[int]], list[list[int]]]:
+        preds: list[list[int]] = [[] for _ in self.exe]
+        succs: list[list[int]] = [[] for _ in self.exe]
+        for a, b in zip(self.edge_src, self.edge_dst, strict=True):
+            if a >= 0:
+                preds[b].append(a)
+                succs[a].append(b)
+        return preds, succs
+
+
+@dataclass
+class Times:
+    ready: array
+    start: array
+    end: array
+    iteration_s: float = 0.0
+
+    @classmethod
+    def zeros(cls, n: int) -> Times:
+        return cls(*(array("d", bytes(8 * n)) for _ in range(3)))
+
+
+def random_array_graph(seed: int) -> ArrayGraph:
+    """Tasks on random devices and links (some holding several, some none), dead ids and edges,
+    and exe_times from a few dyadic values so that many tasks are ready at equal times."""
+    rng = random.Random(seed)
+    devices, links = rng.randint(1, 4), rng.randint(0, 4)
+    g = ArrayGraph(devices, devices + links)
+    n = rng.randint(1, 60)
+    keys = rng.sample(range(1 << 62), n)
+    for t in range(n):
+        kind = rng.random()
+        if kind < 0.15:
+            res: tuple[int, ...] = ()
+        elif kind < 0.6 or links == 0:
+            res = (rng.randrange(devices),)
+        else:
+            res = tuple(sorted(rng.sample(range(devices, devices + links), rng.randint(1, links))))
+        g.res_set.append(g.resource_sets.intern(res))
+        g.exe.append(rng.choice((0.25, 0.5, 1.0, 1.5)) if res else rng.choice((0.0, 0.0, 0.5)))
+        g.order.append(keys[t] | DEVICE_TASK if res else keys[t])
+        g.live.append(rng.random() > 0.1)
+    topological = list(range(n))
+    rng.shuffle(topological)  # ids are not in dependency order, as after deltas
+    alive = [t for t in topological if g.live[t]]
+    for i, a in enumerate(alive):
+        for b in alive[i + 1 :]:
+            if rng.random() < 0.12:
+                g.edge_src.append(a)
+                g.edge_dst.append(b)
+    for _ in range(rng.randint(0, 5)):  # removed edges (source -1): the C loop skips them
+        g.edge_src.append(-1)
+        g.edge_dst.append(rng.randrange(n))
+    return g
+
+
+def reference_times(g: ArrayGraph) -> tuple[list[float], list[float], list[float]]:
+    n = len(g.exe)
+    times = ([0.0] * n, [0.0] * n, [0.0] * n)
+    preds, succs = g.adjacency()
+    res = [g.res(t) for t in range(n)]
+    tasks = [t for t in range(n) if g.live[t]]
+    reference_run(g.exe, res, preds, succs, g.order, tasks, [0.0] * g.num_resources, times)
+    return times
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_c_event_loop_equals_the_python_reference(seed):
+    g = random_array_graph(seed)
+    times = Times.zeros(len(g.exe))
+    count = simulate(g, times, -math.inf)
+    ready, start, end = reference_times(g)
+    assert count == sum(g.live)
+    assert (list(times.ready), list(times.start), list(times.end)) == (ready, start, end)
+    assert times.iteration_s == max(end, default=0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), pick=st.integers(0, 10_000))
+def test_replaying_from_any_moment_keeps_the_timeline(seed, pick):
+    """Delta simulation's replay: tasks starting at or after t0 run again from each resource's
+    state at t0 (the latest end of the kept tasks on it); an unchanged graph gives equal times."""
+    g = random_array_graph(seed)
+    times = Times.zeros(len(g.exe))
+    simulate(g, times, -math.inf)
+    before = (list(times.ready), list(times.start), list(times.end))
+    starts = sorted({s for t, s in enumerate(times.start) if g.live[t]}) or [0.0]
+    t0 = starts[pick % len(starts)]
+    count = simulate(g, times, t0)
+    assert count == sum(1 for t, s in enumerate(times.start) if g.live[t] and s >= t0)
+    assert (list(times.ready), list(times.start), list(times.end)) == before
+
+
+def test_a_cycle_is_reported():
+    g = ArrayGraph(num_devices=1, num_resources=1)
+    for t in range(2):
+        g.exe.append(1.0)
+        g.order.append(t | DEVICE_TASK)
+        g.live.append(1)
+        g.res_set.append(0)
+    g.edge_src.extend([0, 1])
+    g.edge_dst.extend([1, 0])
+    with pytest.raises(AssertionError, match="cycle"):
+        simulate(g, Times.zeros(2), -math.inf)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_seed=st.integers(0, 10_000),
+    machine=st.sampled_from(MACHINES),
+    start=st.sampled_from(("dp", "expert", "model", "random")),
+)
+def test_c_simulation_of_task_graphs_equals_the_reference(graph_seed, machine, start):
+    graph, m = random_graph(graph_seed), parse_machine(machine)
+    tg = TaskGraph(SimContext(graph, m, CostModel()), named_strategy(start, graph, m, seed=1))
+    schedule = full_simulate(tg)
+    ready, start_s, end = reference_simulate(tg)
+    assert list(schedule.ready) == ready
+    assert list(schedule.start) == start_s
+    assert list(schedule.end) == end
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_c_grid_overlaps_equal_the_reference(seed):
+    rng = np.random.default_rng(seed)
+    ndim = int(rng.integers(0, 5))
+    shape = [int(rng.choice([1, 2, 4, 6, 8, 12, 16])) for _ in range(ndim)]
+    grid = tuple(int(rng.choice([d for d in range(1, s + 1) if s % d == 0])) for s in shape)
+    steps = [s // g for s, g in zip(shape, grid, strict=True)]
+    strides = [math.prod(grid[d + 1 :]) for d in range(ndim)]
+    needs = []
+    for _ in range(int(rng.integers(1, 6))):  # regions inside the tensor, some empty
+        lows = [int(rng.integers(0, s + 1)) for s in shape]
+        highs = [int(rng.integers(lo - 1, s + 1)) for lo, s in zip(lows, shape, strict=True)]
+        needs.append(tuple(zip(lows, highs, strict=True)))
+    flat = array("q", [x for need in needs for bounds in need for x in bounds])
+    expected = tuple(
+        (k, kp, volume)
+        for k, need in enumerate(needs)
+        for kp, volume in reference_grid_overlaps(need, steps, strides, grid)
+    )
+    assert grid_overlaps(flat, len(needs), steps, grid) == expected
