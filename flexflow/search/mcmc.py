@@ -6,9 +6,12 @@ its space (other than its current one). It is accepted with probability
     min(1, exp(beta * (cost(S) - cost(S*)) / cost(S_dp)))
 
 where costs are simulated iteration times. Dividing by the data-parallel cost makes beta
-independent of the model's time scale: with the default beta = 50 a proposal 1% slower than
-the current strategy is accepted with probability exp(-0.5) = 0.61, 5% slower with 0.08 and
-10% slower with 0.007 (see `benchmarks/beta.py` for how the default was chosen).
+independent of the model's time scale: with the default beta = 200 a proposal 0.1% (of the
+data-parallel time) slower than the current strategy is accepted with probability 0.82, 1%
+slower with 0.14 and 3% slower with 0.0025. The default is the best of 5, 20, 50, 200 and 1000
+in `benchmarks/beta.py` (LeNet, RNNLM, AlexNet, Inception-v3; 1500 proposals, seeds 0-2):
+200 gave the best mean on LeNet and within 2.5% of the best on RNNLM (1000), and no value
+changed AlexNet or Inception-v3 at that budget (results in benchmarks/results/beta.md).
 
 A chain stops when its time budget (or proposal budget) is spent, or when its best has not
 improved for half of that budget (as FlexFlow's optimizer does). The search runs one chain
@@ -31,7 +34,7 @@ from flexflow.search.spaces import Space
 from flexflow.simulator import SimContext
 from flexflow.strategy import Strategy
 
-DEFAULT_BETA = 50.0
+DEFAULT_BETA = 200.0
 
 
 @dataclass(frozen=True, slots=True)
