@@ -44,9 +44,26 @@ def improving_neighbours(
 
 
 def descend(context: SimContext, strategy: Strategy, space: Space) -> Strategy:
-    """Take the best improving neighbour until none is left: a locally optimal strategy."""
-    while True:
-        _, better = improving_neighbours(context, strategy, space)
-        if not better:
-            return strategy
-        strategy = strategy.replace(better[0].op, better[0].config)
+    """Coordinate descent: give each op in turn its best configuration with the others fixed,
+    cycling over the ops until a full sweep changes nothing, so the result is locally optimal."""
+    evaluator = Evaluator(context, strategy)
+    current = evaluator.cost_s
+    unchanged = 0  # ops examined since the last improvement
+    op = 0
+    while unchanged < len(strategy):
+        start = evaluator.strategy[op]
+        best, best_cost = start, current
+        for config in space(op):
+            if config == start:
+                continue
+            cost = evaluator.propose(op, config)
+            if cost < best_cost * (1 - RELATIVE_TOLERANCE):
+                best, best_cost = config, cost
+            evaluator.revert()
+        if best != start:
+            current = evaluator.propose(op, best)
+            unchanged = 0
+        else:
+            unchanged += 1
+        op = (op + 1) % len(strategy)
+    return evaluator.strategy

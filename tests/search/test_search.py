@@ -109,3 +109,13 @@ def test_cli_search_exports_a_strategy_that_simulate_and_check_local_accept(tmp_
         )
         == 0
     )
+
+
+def test_returned_strategies_are_locally_optimal():
+    context = lenet_context()
+    result = search(context, budget_s=60, seed=5, max_proposals=150)
+    _, better = improving_neighbours(
+        context, result.best, make_space("soap", context.graph, context.machine)
+    )
+    assert better == []
+    assert result.best_s <= min(c.best_s for c in result.chains)
