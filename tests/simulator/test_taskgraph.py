@@ -112,3 +112,18 @@ def test_sample_split_batch_norm_pays_its_statistics_all_reduce():
     exe = lambda tg: tg.exe[task(tg, "bn[0].fwd")]  # noqa: E731
     assert exe(split) > exe(channels)  # same tile volume, but the sample split waits for statistics
     assert exe(whole) > exe(channels)
+
+
+@pytest.mark.parametrize("preset", ["p100:1", "k80:2", "dgx-h100:1", "local"])
+@pytest.mark.parametrize(
+    "model", ["alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "lenet", "transformer"]
+)
+def test_every_zoo_model_simulates_on_every_preset(model, preset, capsys):
+    import json
+
+    from flexflow.cli import main
+
+    assert main(["simulate", model, "--machine", preset, "--strategy", "expert", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["iteration_ms"] > 0 and result["num_tasks"] > 0
+    assert result["compute_ms_total"] > 0
