@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from flexflow.errors import ShapeError
 
@@ -15,107 +14,33 @@ from .base import (
     Arrays,
     Dim,
     DimKind,
-    Op,
     Region,
     Signature,
     TensorSpec,
     WeightSpec,
     expect_float,
     expect_inputs,
-    expect_non_negative,
     expect_positive,
     region_volume,
 )
 from .registry import register
-from .shapes import window_input_range, window_output_size
-
-# ---- windowed-op helpers shared with pool2d ------------------------------------------------------
-
-
-def window_output_hw(
-    kind: str,
-    name: str,
-    x: TensorSpec,
-    kernel: tuple[int, int],
-    stride: tuple[int, int],
-    padding: tuple[int, int],
-) -> tuple[int, int]:
-    """Validate an NCHW input and window hyperparameters; the output (height, width)."""
-    if len(x.shape) != 4:
-        raise ShapeError(
-            f"{kind} '{name}': input must have rank 4 (sample, channel, height, width), got shape "
-            f"{x.shape}; reshape it to NCHW first."
-        )
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
-    expect_positive(kind, name, kernel_h=kh, kernel_w=kw, stride_h=sh, stride_w=sw)
-    expect_non_negative(kind, name, padding_h=ph, padding_w=pw)
-    out_h = window_output_size(x.shape[2], kh, sh, ph)
-    out_w = window_output_size(x.shape[3], kw, sw, pw)
-    if out_h <= 0 or out_w <= 0:
-        raise ShapeError(
-            f"{kind} '{name}': a {kh}x{kw} kernel with padding ({ph}, {pw}) does not fit input "
-            f"shape {x.shape} (padded height {x.shape[2] + 2 * ph}, width {x.shape[3] + 2 * pw}); "
-            f"use a smaller kernel or more padding."
-        )
-    return out_h, out_w
-
-
-def windowed_input_region(
-    region: Region,
-    channels: tuple[int, int],
-    in_hw: tuple[int, int],
-    kernel: tuple[int, int],
-    stride: tuple[int, int],
-    padding: tuple[int, int],
-) -> Region:
-    """The NCHW input box an output tile reads: its samples, `channels`, rows/columns with halos."""
-    (h0, h1), (w0, w1) = region[2], region[3]
-    rows = window_input_range(h0, h1, kernel[0], stride[0], padding[0], in_hw[0])
-    cols = window_input_range(w0, w1, kernel[1], stride[1], padding[1], in_hw[1])
-    return (region[0], channels, rows, cols)
-
-
-def pad_hw(x: np.ndarray, padding: tuple[int, int], value: float = 0.0) -> np.ndarray:
-    """x (N, C, H, W) -> (N, C, H + 2*ph, W + 2*pw), borders filled with `value`."""
-    ph, pw = padding
-    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
-
-
-def windows(xp: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) -> np.ndarray:
-    """A read-only view of every window of a padded input: (N, C, H', W', kh, kw)."""
-    view = sliding_window_view(xp, kernel, axis=(2, 3))  # (N, C, Hp-kh+1, Wp-kw+1, kh, kw)
-    return view[:, :, :: stride[0], :: stride[1]]
-
-
-def accumulate_windows(
-    grad_windows: np.ndarray, padded_hw: tuple[int, int], stride: tuple[int, int]
-) -> np.ndarray:
-    """col2im: add window gradients (N, C, H', W', kh, kw) onto the padded input (N, C, Hp, Wp)."""
-    n, c, out_h, out_w, kh, kw = grad_windows.shape
-    sh, sw = stride
-    out = np.zeros((n, c) + padded_hw, dtype=grad_windows.dtype)
-    # One strided add per kernel position: windows overlap when stride < kernel, so the
-    # positions must be accumulated, never assigned.
-    for i in range(kh):
-        for j in range(kw):
-            rows = slice(i, i + sh * (out_h - 1) + 1, sh)
-            cols = slice(j, j + sw * (out_w - 1) + 1, sw)
-            out[:, :, rows, cols] += grad_windows[:, :, :, :, i, j]
-    return out
-
-
-def crop_hw(xp: np.ndarray, padding: tuple[int, int]) -> np.ndarray:
-    """Drop the padding again: (N, C, Hp, Wp) -> (N, C, H, W)."""
-    ph, pw = padding
-    return xp[:, :, ph : xp.shape[2] - ph, pw : xp.shape[3] - pw]
-
+from .shapes import window_output_size
+from .window import (
+    Window2D,
+    accumulate_windows,
+    crop_hw,
+    pad_hw,
+    window_output_hw,
+    windowed_input_region,
+    windows,
+)
 
 # ---- the op --------------------------------------------------------------------------------------
 
 
 @register
 @dataclass(frozen=True, slots=True)
-class Conv2D(Op):
+class Conv2D(Window2D):
     """x (N, C, H, W) -> (N, out_channels, H', W'), kernel (out_channels, C/groups, kh, kw).
 
     An output-channel (parameter) split reads only its kernel rows and the input channels of the
@@ -134,18 +59,6 @@ class Conv2D(Op):
     activation: ActiMode = ActiMode.AC_MODE_NONE
     groups: int = 1
     use_bias: bool = True
-
-    @property
-    def _kernel(self) -> tuple[int, int]:
-        return (self.kernel_h, self.kernel_w)
-
-    @property
-    def _stride(self) -> tuple[int, int]:
-        return (self.stride_h, self.stride_w)
-
-    @property
-    def _padding(self) -> tuple[int, int]:
-        return (self.padding_h, self.padding_w)
 
     def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:
         expect_inputs(self.kind, name, inputs, 1)

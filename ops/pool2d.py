@@ -15,7 +15,6 @@ from .base import (
     Arrays,
     Dim,
     DimKind,
-    Op,
     Region,
     Signature,
     TensorSpec,
@@ -23,7 +22,9 @@ from .base import (
     expect_inputs,
     region_volume,
 )
-from .conv2d import (
+from .registry import register
+from .window import (
+    Window2D,
     accumulate_windows,
     crop_hw,
     pad_hw,
@@ -31,7 +32,6 @@ from .conv2d import (
     windowed_input_region,
     windows,
 )
-from .registry import register
 
 
 class PoolType(enum.Enum):
@@ -43,7 +43,7 @@ class PoolType(enum.Enum):
 
 @register
 @dataclass(frozen=True, slots=True)
-class Pool2D(Op):
+class Pool2D(Window2D):
     """x (N, C, H, W) -> (N, C, H', W'), each output the max or mean of one kh x kw window.
 
     Max pooling ignores padded cells (they hold -inf); average pooling counts them as zeros and
@@ -60,18 +60,6 @@ class Pool2D(Op):
     padding_w: int
     pool_type: PoolType = PoolType.POOL_MAX
     activation: ActiMode = ActiMode.AC_MODE_NONE
-
-    @property
-    def _kernel(self) -> tuple[int, int]:
-        return (self.kernel_h, self.kernel_w)
-
-    @property
-    def _stride(self) -> tuple[int, int]:
-        return (self.stride_h, self.stride_w)
-
-    @property
-    def _padding(self) -> tuple[int, int]:
-        return (self.padding_h, self.padding_w)
 
     def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:
         expect_inputs(self.kind, name, inputs, 1)
