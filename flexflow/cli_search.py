@@ -1,4 +1,4 @@
-"""The optimizer's subcommands: `flexflow search` (MCMC, §6) and `flexflow check-local` (§8.4)."""
+"""The optimizer's subcommands: `flexflow search` (MCMC, §6), `flexflow exhaustive` and `flexflow check-local` (§8.4)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from collections.abc import Callable
 
 from rich.console import Console
 from rich.live import Live
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
 from flexflow.search.mcmc import DEFAULT_BETA, ChainStatus
 from flexflow.search.spaces import SPACES
 
@@ -101,6 +103,91 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _exhaustive_line(status: ExhaustiveStatus) -> str:
+    return (
+        f"{status.examined:,} simulated, {status.pruned:,} cut, best {status.best_s * 1e3:.4f} ms"
+    )
+
+
+def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
+    """Branch and bound over every strategy of the space: the simulated global optimum."""
+    from flexflow.cli import _config, strategy_table
+    from flexflow.cost import CostModel, Profile
+    from flexflow.machine import parse_machine
+    from flexflow.search.exhaustive import exhaustive_search
+    from flexflow.search.spaces import make_space
+    from flexflow.simulator import SimContext
+    from flexflow.strategy_file import export_strategy
+    from flexflow.zoo import load_model
+
+    graph = load_model(args.model, _config(args)).graph()
+    machine = parse_machine(args.machine)
+    context = SimContext(
+        graph, machine, CostModel(Profile.load(args.profile) if args.profile else None)
+    )
+    space = make_space(args.space, graph, machine)
+
+    def run(on_progress: Callable[[ExhaustiveStatus], None] | None):
+        return exhaustive_search(
+            context, space, on_progress, args.seed, args.seed_proposals, args.budget
+        )
+
+    if not args.json and console.is_terminal:
+        columns = (
+            TextColumn("exhaustive"),
+            BarColumn(bar_width=16),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[line]}"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("", total=1.0, line="seeding with named strategies and MCMC")
+
+            def update(status: ExhaustiveStatus) -> None:
+                progress.update(task, completed=status.covered, line=_exhaustive_line(status))
+
+            result = run(update)
+    else:
+        result = run(None)
+    if args.export:
+        export_strategy(args.export, result.best, graph, machine, model=args.model)
+    if args.json:
+        print(
+            json.dumps(
+                {"model": args.model, "machine": machine.name, "space": args.space}
+                | result.to_json(),
+                indent=1,
+            )
+        )
+        return 0
+    if not args.quiet:
+        title = "optimal" if result.complete else "best found"
+        console.print(
+            strategy_table(
+                f"{title} strategy for {args.model} on {machine.name}", graph, result.best
+            )
+        )
+    counts = (
+        f"{result.examined:,} strategies simulated, {result.pruned:,} subtrees cut "
+        f"({result.pruned_leaves:,} strategies) of {result.total:,}"
+    )
+    if result.complete:
+        console.print(
+            f"{args.model} on {machine.name} ({args.space} space): optimum "
+            f"[bold]{result.best_s * 1e3:.4f} ms[/bold] per iteration, proven in "
+            f"{result.seconds:.1f} s; {counts}; start {result.seed_s * 1e3:.4f} ms "
+            f"({result.seed_from})" + (f"; exported to {args.export}" if args.export else "")
+        )
+    else:
+        console.print(
+            f"{args.model} on {machine.name} ({args.space} space): stopped by the "
+            f"{args.budget:g} s budget with {result.covered:.2%} of the space covered; best found "
+            f"{result.best_s * 1e3:.4f} ms is NOT proven optimal; {counts}"
+            + (f"; exported to {args.export}" if args.export else "")
+        )
+    return 0
+
+
 def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
     """Try every single-op change of a strategy; list those that are faster (empty: locally optimal)."""
     from flexflow.cli import _config, _strategy_arg
@@ -189,6 +276,46 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
     search.add_argument("--export", metavar="FILE", help="write the best strategy (atomically)")
     search.add_argument("--json", action="store_true", help="print one JSON object")
     search.add_argument("--quiet", action="store_true", help="print the summary line only")
+
+    exhaustive = add(
+        "exhaustive",
+        cmd_exhaustive,
+        "prove the optimal strategy of a small space by branch and bound (paper §8.4)",
+    )
+    exhaustive.add_argument("model", help="a zoo name or a .py file defining build(model)")
+    exhaustive.add_argument(
+        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
+    )
+    exhaustive.add_argument(
+        "--space",
+        choices=tuple(SPACES),
+        default="soap",
+        help="soap (FlexFlow) or operation (placement only, REINFORCE's space)",
+    )
+    exhaustive.add_argument(
+        "--budget",
+        type=float,
+        default=float("inf"),
+        help="stop after this many seconds (the best found is then not proven optimal)",
+    )
+    exhaustive.add_argument(
+        "--seed", type=int, default=0, help="seed of the MCMC chain that finds a first strategy"
+    )
+    exhaustive.add_argument(
+        "--seed-proposals",
+        type=int,
+        default=DEFAULT_SEED_PROPOSALS,
+        help=f"proposals of that chain (default {DEFAULT_SEED_PROPOSALS}; 0: named strategies only)",
+    )
+    exhaustive.add_argument(
+        "--profile", metavar="FILE", help="measured task times overriding the analytic model"
+    )
+    exhaustive.add_argument(
+        "--batch-size", type=positive_int, default=None, help="override the batch size"
+    )
+    exhaustive.add_argument("--export", metavar="FILE", help="write the best strategy (atomically)")
+    exhaustive.add_argument("--json", action="store_true", help="print one JSON object")
+    exhaustive.add_argument("--quiet", action="store_true", help="print the summary line only")
 
     check = add(
         "check-local", cmd_check_local, "list single-op changes that make a strategy faster"
