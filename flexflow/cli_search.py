@@ -63,7 +63,15 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
 
     def run(on_status: Callable[[ChainStatus], None] | None):
         return search(
-            context, args.budget, args.seed, inits, args.space, args.beta, args.proposals, on_status
+            context,
+            args.budget,
+            args.seed,
+            inits,
+            args.space,
+            args.beta,
+            args.proposals,
+            on_status,
+            polish=not args.no_polish,
         )
 
     if show:
@@ -276,6 +284,11 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
     search.add_argument("--export", metavar="FILE", help="write the best strategy (atomically)")
     search.add_argument("--json", action="store_true", help="print one JSON object")
     search.add_argument("--quiet", action="store_true", help="print the summary line only")
+    search.add_argument(
+        "--no-polish",
+        action="store_true",
+        help="skip the final descent to a local optimum (it is not bounded by --budget)",
+    )
 
     exhaustive = add(
         "exhaustive",
