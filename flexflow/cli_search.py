@@ -40,22 +40,40 @@ def _progress_table(rows: dict[str, ChainStatus], dp_s: float, budget_s: float) 
     return table
 
 
-def cmd_search(args: argparse.Namespace, console: Console) -> int:
-    """Search a strategy with MCMC over delta simulations; print, export and summarize it."""
-    from flexflow.cli import _config, strategy_table
+def _setup(args: argparse.Namespace):
+    """The model's graph, the machine and a simulation context (with --profile if given)."""
+    from flexflow.cli import _config
     from flexflow.cost import CostModel, Profile
     from flexflow.machine import parse_machine
-    from flexflow.search import search
-    from flexflow.simulator import SimContext, TaskGraph, full_simulate
-    from flexflow.strategies import named_strategy
-    from flexflow.strategy_file import export_strategy
+    from flexflow.simulator import SimContext
     from flexflow.zoo import load_model
 
     graph = load_model(args.model, _config(args)).graph()
     machine = parse_machine(args.machine)
-    context = SimContext(
-        graph, machine, CostModel(Profile.load(args.profile) if args.profile else None)
-    )
+    profile = Profile.load(args.profile) if args.profile else None
+    return graph, machine, SimContext(graph, machine, CostModel(profile))
+
+
+def _export_and_print_json(args: argparse.Namespace, graph, machine, best, data: dict) -> bool:
+    """Write --export (atomically) and, with --json, print the result; True when printed."""
+    from flexflow.strategy_file import export_strategy
+
+    if args.export:
+        export_strategy(args.export, best, graph, machine, model=args.model)
+    if args.json:
+        header = {"model": args.model, "machine": machine.name, "space": args.space}
+        print(json.dumps(header | data, indent=1))
+    return args.json
+
+
+def cmd_search(args: argparse.Namespace, console: Console) -> int:
+    """Search a strategy with MCMC over delta simulations; print, export and summarize it."""
+    from flexflow.cli import strategy_table
+    from flexflow.search import search
+    from flexflow.simulator import TaskGraph, full_simulate
+    from flexflow.strategies import named_strategy
+
+    graph, machine, context = _setup(args)
     inits = [i for i in args.init.split(",") if i]
     dp_s = full_simulate(TaskGraph(context, named_strategy("dp", graph, machine))).iteration_s
     rows: dict[str, ChainStatus] = {}
@@ -86,16 +104,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
             result = run(update)
     else:
         result = run(None)
-    if args.export:
-        export_strategy(args.export, result.best, graph, machine, model=args.model)
-    if args.json:
-        print(
-            json.dumps(
-                {"model": args.model, "machine": machine.name, "space": args.space}
-                | result.to_json(),
-                indent=1,
-            )
-        )
+    if _export_and_print_json(args, graph, machine, result.best, result.to_json()):
         return 0
     if not args.quiet:
         console.print(
@@ -119,20 +128,11 @@ def _exhaustive_line(status: ExhaustiveStatus) -> str:
 
 def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
     """Branch and bound over every strategy of the space: the simulated global optimum."""
-    from flexflow.cli import _config, strategy_table
-    from flexflow.cost import CostModel, Profile
-    from flexflow.machine import parse_machine
+    from flexflow.cli import strategy_table
     from flexflow.search.exhaustive import exhaustive_search
     from flexflow.search.spaces import make_space
-    from flexflow.simulator import SimContext
-    from flexflow.strategy_file import export_strategy
-    from flexflow.zoo import load_model
 
-    graph = load_model(args.model, _config(args)).graph()
-    machine = parse_machine(args.machine)
-    context = SimContext(
-        graph, machine, CostModel(Profile.load(args.profile) if args.profile else None)
-    )
+    graph, machine, context = _setup(args)
     space = make_space(args.space, graph, machine)
 
     def run(on_progress: Callable[[ExhaustiveStatus], None] | None):
@@ -157,16 +157,7 @@ def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
             result = run(update)
     else:
         result = run(None)
-    if args.export:
-        export_strategy(args.export, result.best, graph, machine, model=args.model)
-    if args.json:
-        print(
-            json.dumps(
-                {"model": args.model, "machine": machine.name, "space": args.space}
-                | result.to_json(),
-                indent=1,
-            )
-        )
+    if _export_and_print_json(args, graph, machine, result.best, result.to_json()):
         return 0
     if not args.quiet:
         title = "optimal" if result.complete else "best found"
@@ -198,20 +189,12 @@ def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
     """Try every single-op change of a strategy; list those that are faster (empty: locally optimal)."""
-    from flexflow.cli import _config, _strategy_arg
-    from flexflow.cost import CostModel, Profile
-    from flexflow.machine import parse_machine
+    from flexflow.cli import _strategy_arg
     from flexflow.search.local import improving_neighbours
     from flexflow.search.spaces import make_space
-    from flexflow.simulator import SimContext
-    from flexflow.zoo import load_model
 
-    graph = load_model(args.model, _config(args)).graph()
-    machine = parse_machine(args.machine)
+    graph, machine, context = _setup(args)
     strategy = _strategy_arg(args.strategy, graph, machine, 0)
-    context = SimContext(
-        graph, machine, CostModel(Profile.load(args.profile) if args.profile else None)
-    )
     base, better = improving_neighbours(context, strategy, make_space(args.space, graph, machine))
     if args.json:
         print(
