@@ -40,6 +40,16 @@ def _progress_table(rows: dict[str, ChainStatus], dp_s: float, budget_s: float) 
     return table
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value:g}")
+    return value
+
+
 def _setup(args: argparse.Namespace):
     """The model's graph, the machine and a simulation context (with --profile if given)."""
     from flexflow.cli import _config
@@ -235,7 +245,7 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
         "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
     )
     search.add_argument(
-        "--budget", type=float, default=30.0, help="search time in seconds (default 30)"
+        "--budget", type=_positive_float, default=30.0, help="search time in seconds (default 30)"
     )
     search.add_argument(
         "--proposals",
@@ -257,7 +267,9 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
         default="soap",
         help="soap (FlexFlow) or operation (placement only, REINFORCE's space)",
     )
-    search.add_argument("--beta", type=float, default=DEFAULT_BETA, help="MCMC inverse temperature")
+    search.add_argument(
+        "--beta", type=_positive_float, default=DEFAULT_BETA, help="MCMC inverse temperature"
+    )
     search.add_argument(
         "--profile", metavar="FILE", help="measured task times overriding the analytic model"
     )
@@ -290,7 +302,7 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
     )
     exhaustive.add_argument(
         "--budget",
-        type=float,
+        type=_positive_float,
         default=float("inf"),
         help="stop after this many seconds (the best found is then not proven optimal)",
     )
