@@ -1,4 +1,4 @@
-"""The optimizer's subcommands: `flexflow search` (MCMC, §6), `flexflow exhaustive` and `flexflow check-local` (§8.4)."""
+"""The optimizer's subcommands: `flexflow search` (MCMC, §6, or the OptCNN baseline), `flexflow exhaustive` and `flexflow check-local` (§8.4)."""
 
 from __future__ import annotations
 
@@ -263,9 +263,10 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
     )
     search.add_argument(
         "--space",
-        choices=tuple(SPACES),
+        choices=(*SPACES, "optcnn"),
         default="soap",
-        help="soap (FlexFlow) or operation (placement only, REINFORCE's space)",
+        help="soap (FlexFlow), operation (placement only, REINFORCE's space) or optcnn "
+        "(OptCNN's dynamic programming over sample/attribute/parameter splits instead of MCMC)",
     )
     search.add_argument(
         "--beta", type=_positive_float, default=DEFAULT_BETA, help="MCMC inverse temperature"

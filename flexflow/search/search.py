@@ -11,6 +11,7 @@ import numpy as np
 
 from flexflow.search.local import descend
 from flexflow.search.mcmc import DEFAULT_BETA, ChainResult, ChainStatus, run_chain
+from flexflow.search.optcnn import optcnn_strategy
 from flexflow.search.spaces import make_space
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.strategies import NAMED_STRATEGIES, named_strategy
@@ -85,11 +86,17 @@ def search(
 
     With `polish`, the best strategy then descends to a local optimum (no single-op change
     makes it faster, paper §8.4); that final descent is not bounded by the budget.
+    `space="optcnn"` runs the OptCNN baseline's dynamic programming instead of MCMC (no
+    chains, no polish) and reports its strategy's simulated cost.
     """
     begin = clock()
     graph, machine = context.graph, context.machine
     dp = named_strategy("dp", graph, machine)
     dp_s = full_simulate(TaskGraph(context, dp)).iteration_s
+    if space == "optcnn":
+        strategy = optcnn_strategy(context)
+        cost = full_simulate(TaskGraph(context, strategy)).iteration_s
+        return SearchResult(strategy, cost, dp_s, (), clock() - begin)
     proposal_space = make_space(space, graph, machine)
     rng = np.random.default_rng(seed)
     starts = [(init, initial_strategy(init, context, seed + i)) for i, init in enumerate(inits)]
