@@ -18,7 +18,7 @@ from array import array
 from flexflow.cost import CostModel, TaskTime
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Device, Machine
-from flexflow.ops.base import Region, region_volume
+from flexflow.ops.base import Region
 from flexflow.simulator.native import grid_overlaps
 
 Overlap = tuple[int, int, int]  # (consumer task, producer task, overlap volume in elements)
@@ -171,7 +171,3 @@ class SimContext:
             self._transfers[(src, dst)] = found
         res, resource_set, latency, bandwidth = found
         return res, resource_set, latency + size_bytes / bandwidth
-
-
-def volume(region: Region) -> int:
-    return region_volume(region)
