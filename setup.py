@@ -28,6 +28,6 @@ setup(
         "rich>=13",
         "matplotlib>=3.8",
     ],
-    extras_require={"test": ["pytest>=8", "hypothesis>=6.100"]},
+    extras_require={"test": ["pytest>=8", "hypothesis>=6.100", "ruff==0.17.6"]},
     entry_points={"console_scripts": ["flexflow=flexflow.cli:main"]},
 )

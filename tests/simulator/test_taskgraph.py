@@ -116,7 +116,8 @@ def test_sample_split_batch_norm_pays_its_statistics_all_reduce():
 
 @pytest.mark.parametrize("preset", ["p100:1", "k80:2", "dgx-h100:1", "local"])
 @pytest.mark.parametrize(
-    "model", ["alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "lenet", "transformer"]
+    "model",
+    ["alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "lenet", "transformer"],
 )
 def test_every_zoo_model_simulates_on_every_preset(model, preset, capsys):
     import json
