@@ -259,7 +259,7 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
     search.add_argument(
         "--init",
         default="dp,expert,random",
-        help="initial strategies, one chain each: dp, expert, model, random or files",
+        help="initial strategies, one chain each: dp, expert, model, random, optcnn or files",
     )
     search.add_argument(
         "--space",

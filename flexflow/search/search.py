@@ -64,9 +64,14 @@ class SearchResult:
 
 
 def initial_strategy(init: str, context: SimContext, seed: int) -> Strategy:
-    """A named strategy ("random" is seeded per chain) or a strategy file."""
+    """A named strategy ("random" is seeded per chain), the OptCNN baseline's strategy
+    ("optcnn": it lies in the SOAP space, so a chain may start from it), or a strategy file."""
     if init in NAMED_STRATEGIES:
         return named_strategy(init, context.graph, context.machine, seed)
+    if init == "optcnn":
+        from flexflow.search.optcnn import optcnn_strategy
+
+        return optcnn_strategy(context)
     return load_strategy(init, context.graph, context.machine)
 
 

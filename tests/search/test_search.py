@@ -119,3 +119,16 @@ def test_returned_strategies_are_locally_optimal():
     )
     assert better == []
     assert result.best_s <= min(c.best_s for c in result.chains)
+
+
+def test_a_chain_can_start_from_the_optcnn_baseline():
+    from flexflow.search.optcnn import optcnn_strategy
+
+    context = SimContext(load_model("rnnlm", seq_length=4).graph(), parse_machine("p100:1"))
+    result = search(context, budget_s=60, seed=0, inits=("optcnn",), max_proposals=60, polish=False)
+    (chain,) = result.chains
+    assert chain.init == "optcnn"
+    assert (
+        chain.initial_s == full_simulate(TaskGraph(context, optcnn_strategy(context))).iteration_s
+    )
+    assert result.best_s <= chain.initial_s
