@@ -237,6 +237,21 @@ class Op(ABC):
         )
 
     # ---- reference kernels --------------------------------------------------------------------
+    def forward_tile(
+        self,
+        sig: Signature,
+        region: Region,
+        inputs: Sequence[np.ndarray],
+        weights: Sequence[np.ndarray],
+    ) -> Arrays:
+        """The outputs of the task computing output-0 tile `region` (see `output_regions`).
+
+        `inputs` and `weights` are the slices named by `input_regions` and `weight_regions`. For
+        most ops the forward pass of those slices is exactly the tile; ops whose result depends on
+        where the tile lies (windowed ops at the tensor's borders, dropout's mask) override this.
+        """
+        return self.forward(inputs, weights)
+
     @abstractmethod
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         """Numpy reference forward pass: the outputs, in order."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from .window import (
     accumulate_windows,
     crop_hw,
     pad_hw,
+    pad_hw_sides,
     window_output_hw,
     windowed_input_region,
     windows,
@@ -167,6 +168,20 @@ class Conv2D(Window2D):
         if self.use_bias:
             z = z + weights[1][:, None, None]
         return z, cols
+
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        """A tile: pad its input slice only at the tensor's borders, then convolve unpadded."""
+        rows, cols = self._tile_padding(sig, region)
+        (x,) = inputs  # (N_t, C_t, H_t, W_t): the tile's samples, its groups' channels, halos
+        group_in = sig.inputs[0].shape[1] // self.groups
+        tile = replace(
+            self,
+            out_channels=weights[0].shape[0],
+            groups=x.shape[1] // group_in,
+            padding_h=0,
+            padding_w=0,
+        )
+        return tile.forward([pad_hw_sides(x, rows, cols)], weights)
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs

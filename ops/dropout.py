@@ -116,6 +116,11 @@ class Dropout(Op):
     def _scale(self, shape: Shape) -> np.ndarray:
         return dropout_mask(self.seed, self.rate, shape) / (1.0 - self.rate)
 
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        """A tile's mask comes from its global element indices, so any tiling gives the same mask."""
+        keep = dropout_mask(self.seed, self.rate, sig.outputs[0].shape, region)
+        return (inputs[0] * keep / (1.0 - self.rate),)
+
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs
         return (x * self._scale(x.shape),)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -133,13 +133,20 @@ class LSTM(Op):
         )
 
     # ---- reference kernels --------------------------------------------------------------------
-    def _step_inputs(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
-        """x (N, E), h_prev (N, H), c_prev (N, H), with a zero state on the first step."""
+    def _step_inputs(
+        self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, ...]:
+        """x (N, E), h_prev (N, H), c_prev (N, H_t), with a zero state on the first step.
+
+        H_t is the hidden units the weights cover: all of them, or a parameter-split tile's.
+        """
         x = inputs[0] if self.step is None else inputs[0][:, self.step, :]  # (N, E)
         if len(inputs) == 3:
             return x, inputs[1], inputs[2]
-        zeros = np.zeros((x.shape[0], self.hidden_size), dtype=x.dtype)
-        return x, zeros, zeros
+        w_ih, w_hh, _ = weights  # (4, H_t, E), (4, H_t, H)
+        h_prev = np.zeros((x.shape[0], w_hh.shape[2]), dtype=x.dtype)
+        c_prev = np.zeros((x.shape[0], w_ih.shape[1]), dtype=x.dtype)
+        return x, h_prev, c_prev
 
     @staticmethod
     def _gates(x, h_prev, weights) -> tuple[np.ndarray, ...]:
@@ -148,14 +155,19 @@ class LSTM(Op):
         # z: (N, 4, H)
         return _sigmoid(z[:, 0]), _sigmoid(z[:, 1]), np.tanh(z[:, 2]), _sigmoid(z[:, 3])
 
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        """A tile of a sequence-reading step gets only its time slice, so it reads index 0 of it."""
+        tile = self if self.step is None else replace(self, step=0)
+        return tile.forward(inputs, weights)
+
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
-        x, h_prev, c_prev = self._step_inputs(inputs)
+        x, h_prev, c_prev = self._step_inputs(inputs, weights)
         i, f, g, o = self._gates(x, h_prev, weights)
         c = f * c_prev + i * g
         return o * np.tanh(c), c
 
     def backward(self, inputs, weights, outputs, grad_outputs):
-        x, h_prev, c_prev = self._step_inputs(inputs)
+        x, h_prev, c_prev = self._step_inputs(inputs, weights)
         w_ih, w_hh, _ = weights
         i, f, g, o = self._gates(x, h_prev, weights)
         _, c = outputs

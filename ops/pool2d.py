@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from .window import (
     accumulate_windows,
     crop_hw,
     pad_hw,
+    pad_hw_sides,
     window_output_hw,
     windowed_input_region,
     windows,
@@ -116,6 +117,13 @@ class Pool2D(Window2D):
         if self.pool_type is PoolType.POOL_MAX:
             return win.max(axis=-1)
         return win.sum(axis=-1) / (self.kernel_h * self.kernel_w)  # padding counts
+
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        """A tile: pad its input slice only at the tensor's borders, then pool unpadded."""
+        rows, cols = self._tile_padding(sig, region)
+        fill = -np.inf if self.pool_type is PoolType.POOL_MAX else 0.0
+        tile = replace(self, padding_h=0, padding_w=0)
+        return tile.forward([pad_hw_sides(inputs[0], rows, cols, fill)], weights)
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs

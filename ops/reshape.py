@@ -86,6 +86,11 @@ class Reshape(Op):
     def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
         return 0.0, 0.0  # a copy at most: bytes, no arithmetic
 
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        """A sample tile reshapes to the output's shape with the tile's sample count."""
+        (x,) = inputs
+        return (x.reshape((x.shape[0],) + sig.outputs[0].shape[1:]).copy(),)
+
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs
         return (x.reshape(self.shape).copy(),)

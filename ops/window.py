@@ -34,6 +34,22 @@ class Window2D(Op):
     def _padding(self) -> tuple[int, int]:
         return (self.padding_h, self.padding_w)
 
+    def _tile_padding(self, sig, region: Region) -> tuple[tuple[int, int], tuple[int, int]]:
+        """Zero rows/columns a tile's input slice needs on each side: the op's padding where the
+        tile touches the tensor's border, none inside (the halo holds real data there)."""
+        pads = []
+        for (o0, o1), size, k, s, p in zip(
+            region[2:4],
+            sig.inputs[0].shape[2:4],
+            self._kernel,
+            self._stride,
+            self._padding,
+            strict=True,
+        ):
+            first, last = o0 * s - p, (o1 - 1) * s - p + k  # input rows read, halo included
+            pads.append((max(0, -first), max(0, last - size)))
+        return pads[0], pads[1]
+
 
 def window_output_hw(
     kind: str,
@@ -82,6 +98,13 @@ def pad_hw(x: np.ndarray, padding: tuple[int, int], value: float = 0.0) -> np.nd
     """x (N, C, H, W) -> (N, C, H + 2*ph, W + 2*pw), borders filled with `value`."""
     ph, pw = padding
     return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+
+
+def pad_hw_sides(
+    x: np.ndarray, rows: tuple[int, int], cols: tuple[int, int], value: float = 0.0
+) -> np.ndarray:
+    """x (N, C, H, W) padded by (top, bottom) rows and (left, right) columns of `value`."""
+    return np.pad(x, ((0, 0), (0, 0), rows, cols), constant_values=value)
 
 
 def windows(xp: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) -> np.ndarray:
