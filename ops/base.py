@@ -252,6 +252,20 @@ class Op(ABC):
         """
         return self.forward(inputs, weights)
 
+    def backward_tile(
+        self,
+        sig: Signature,
+        region: Region,
+        inputs: Sequence[np.ndarray],
+        weights: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+        grad_outputs: Sequence[np.ndarray],
+    ) -> tuple[tuple[np.ndarray | None, ...], Arrays]:
+        """The gradients the task of tile `region` contributes: one per input and weight region it
+        read (`outputs` and `grad_outputs` are the tile's). Contributions of tasks whose regions
+        overlap (halos, replicated weights) are summed."""
+        return self.backward(inputs, weights, outputs, grad_outputs)
+
     @abstractmethod
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         """Numpy reference forward pass: the outputs, in order."""

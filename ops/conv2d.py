@@ -29,6 +29,7 @@ from .window import (
     Window2D,
     accumulate_windows,
     crop_hw,
+    crop_hw_sides,
     pad_hw,
     pad_hw_sides,
     window_output_hw,
@@ -169,19 +170,30 @@ class Conv2D(Window2D):
             z = z + weights[1][:, None, None]
         return z, cols
 
-    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
-        """A tile: pad its input slice only at the tensor's borders, then convolve unpadded."""
-        rows, cols = self._tile_padding(sig, region)
-        (x,) = inputs  # (N_t, C_t, H_t, W_t): the tile's samples, its groups' channels, halos
+    def _tile_op(self, sig, x: np.ndarray, weights) -> Conv2D:
+        """This convolution restricted to a tile: its output channels and groups, no padding."""
         group_in = sig.inputs[0].shape[1] // self.groups
-        tile = replace(
+        return replace(
             self,
             out_channels=weights[0].shape[0],
             groups=x.shape[1] // group_in,
             padding_h=0,
             padding_w=0,
         )
-        return tile.forward([pad_hw_sides(x, rows, cols)], weights)
+
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        """A tile: pad its input slice only at the tensor's borders, then convolve unpadded."""
+        rows, cols = self._tile_padding(sig, region)
+        (x,) = inputs  # (N_t, C_t, H_t, W_t): the tile's samples, its groups' channels, halos
+        return self._tile_op(sig, x, weights).forward([pad_hw_sides(x, rows, cols)], weights)
+
+    def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
+        rows, cols = self._tile_padding(sig, region)
+        (x,) = inputs
+        padded = pad_hw_sides(x, rows, cols)
+        tile = self._tile_op(sig, x, weights)
+        (dx,), grads = tile.backward([padded], weights, outputs, grad_outputs)
+        return (crop_hw_sides(dx, rows, cols),), grads
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs

@@ -116,10 +116,15 @@ class Dropout(Op):
     def _scale(self, shape: Shape) -> np.ndarray:
         return dropout_mask(self.seed, self.rate, shape) / (1.0 - self.rate)
 
+    def _tile_scale(self, sig, region) -> np.ndarray:
+        """A tile's mask comes from its global element indices: any tiling gives the same mask."""
+        return dropout_mask(self.seed, self.rate, sig.outputs[0].shape, region) / (1.0 - self.rate)
+
     def forward_tile(self, sig, region, inputs, weights) -> Arrays:
-        """A tile's mask comes from its global element indices, so any tiling gives the same mask."""
-        keep = dropout_mask(self.seed, self.rate, sig.outputs[0].shape, region)
-        return (inputs[0] * keep / (1.0 - self.rate),)
+        return (inputs[0] * self._tile_scale(sig, region),)
+
+    def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
+        return (grad_outputs[0] * self._tile_scale(sig, region),), ()
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs

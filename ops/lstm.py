@@ -155,10 +155,15 @@ class LSTM(Op):
         # z: (N, 4, H)
         return _sigmoid(z[:, 0]), _sigmoid(z[:, 1]), np.tanh(z[:, 2]), _sigmoid(z[:, 3])
 
-    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+    def _tile_op(self) -> LSTM:
         """A tile of a sequence-reading step gets only its time slice, so it reads index 0 of it."""
-        tile = self if self.step is None else replace(self, step=0)
-        return tile.forward(inputs, weights)
+        return self if self.step is None else replace(self, step=0)
+
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        return self._tile_op().forward(inputs, weights)
+
+    def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
+        return self._tile_op().backward(inputs, weights, outputs, grad_outputs)
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         x, h_prev, c_prev = self._step_inputs(inputs, weights)

@@ -27,6 +27,7 @@ from .window import (
     Window2D,
     accumulate_windows,
     crop_hw,
+    crop_hw_sides,
     pad_hw,
     pad_hw_sides,
     window_output_hw,
@@ -118,12 +119,22 @@ class Pool2D(Window2D):
             return win.max(axis=-1)
         return win.sum(axis=-1) / (self.kernel_h * self.kernel_w)  # padding counts
 
-    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
-        """A tile: pad its input slice only at the tensor's borders, then pool unpadded."""
+    def _padded_tile(self, sig, region, x: np.ndarray):
+        """The tile's input slice padded at the tensor's borders, and this op without padding."""
         rows, cols = self._tile_padding(sig, region)
         fill = -np.inf if self.pool_type is PoolType.POOL_MAX else 0.0
-        tile = replace(self, padding_h=0, padding_w=0)
-        return tile.forward([pad_hw_sides(inputs[0], rows, cols, fill)], weights)
+        return pad_hw_sides(x, rows, cols, fill), replace(self, padding_h=0, padding_w=0)
+
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        """A tile: pad its input slice only at the tensor's borders, then pool unpadded."""
+        padded, tile = self._padded_tile(sig, region, inputs[0])
+        return tile.forward([padded], weights)
+
+    def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
+        padded, tile = self._padded_tile(sig, region, inputs[0])
+        (dx,), grads = tile.backward([padded], weights, outputs, grad_outputs)
+        rows, cols = self._tile_padding(sig, region)
+        return (crop_hw_sides(dx, rows, cols),), grads
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs

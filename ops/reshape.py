@@ -91,6 +91,11 @@ class Reshape(Op):
         (x,) = inputs
         return (x.reshape((x.shape[0],) + sig.outputs[0].shape[1:]).copy(),)
 
+    def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
+        (x,) = inputs
+        grad = None if not np.issubdtype(x.dtype, np.floating) else grad_outputs[0].reshape(x.shape)
+        return (grad,), ()
+
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs
         return (x.reshape(self.shape).copy(),)

@@ -107,6 +107,11 @@ def pad_hw_sides(
     return np.pad(x, ((0, 0), (0, 0), rows, cols), constant_values=value)
 
 
+def crop_hw_sides(xp: np.ndarray, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
+    """Undo `pad_hw_sides`: drop (top, bottom) rows and (left, right) columns."""
+    return xp[:, :, rows[0] : xp.shape[2] - rows[1], cols[0] : xp.shape[3] - cols[1]]
+
+
 def windows(xp: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) -> np.ndarray:
     """A read-only view of every window of a padded input: (N, C, H', W', kh, kw)."""
     view = sliding_window_view(xp, kernel, axis=(2, 3))  # (N, C, Hp-kh+1, Wp-kw+1, kh, kw)

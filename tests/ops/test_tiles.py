@@ -104,3 +104,43 @@ def test_tiles_assemble_into_the_whole_output(op, inputs):
                 )
             checked += 1
     assert checked > 0
+
+
+@pytest.mark.parametrize("op, inputs", CASES, ids=lambda v: v.kind if hasattr(v, "kind") else "")
+def test_tile_gradients_sum_to_the_whole_gradients(op, inputs):
+    """Each task's input and weight gradients, added into their regions, give the full backward."""
+    sig = op.infer("layer", inputs)
+    rng = np.random.default_rng(1)
+    xs, ws = random_inputs(sig, rng, high=10), random_weights(sig, rng)
+    outs = op.forward(xs, ws)
+    upstream = [rng.standard_normal(o.shape) for o in outs]
+    grad_xs, grad_ws = op.backward(xs, ws, outs, upstream)
+    checked = 0
+    for degrees in tilings(sig, max_tasks=8, skip=op.statistics_dims):
+        sum_x = [None if g is None else np.zeros_like(g) for g in grad_xs]
+        sum_w = [np.zeros_like(g) for g in grad_ws]
+        for coords in itertools.product(*(range(d) for d in degrees)):
+            region = tile_region(sig.output_shape, degrees, coords)
+            in_regions = op.input_regions(sig, region)
+            w_regions = op.weight_regions(sig, region)
+            out_regions = op.output_regions(sig, region)
+            ins = [x[region_slices(r)] for x, r in zip(xs, in_regions, strict=True)]
+            wts = [w[region_slices(r)] for w, r in zip(ws, w_regions, strict=True)]
+            tile_outs = [o[region_slices(r)] for o, r in zip(outs, out_regions, strict=True)]
+            tile_up = [u[region_slices(r)] for u, r in zip(upstream, out_regions, strict=True)]
+            gx, gw = op.backward_tile(sig, region, ins, wts, tile_outs, tile_up)
+            for total, grad, r in zip(sum_x, gx, in_regions, strict=True):
+                if total is not None:
+                    total[region_slices(r)] += grad
+            for total, grad, r in zip(sum_w, gw, w_regions, strict=True):
+                total[region_slices(r)] += grad
+        for label, totals, wholes in (("input", sum_x, grad_xs), ("weight", sum_w, grad_ws)):
+            for i, (total, whole) in enumerate(zip(totals, wholes, strict=True)):
+                if whole is None:
+                    continue
+                np.testing.assert_allclose(
+                    total, whole, rtol=1e-9, atol=1e-11,
+                    err_msg=f"{op.kind}: {label} {i} gradient, degrees {degrees}",
+                )
+        checked += 1
+    assert checked > 0
