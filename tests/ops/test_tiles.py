@@ -139,7 +139,10 @@ def test_tile_gradients_sum_to_the_whole_gradients(op, inputs):
                 if whole is None:
                     continue
                 np.testing.assert_allclose(
-                    total, whole, rtol=1e-9, atol=1e-11,
+                    total,
+                    whole,
+                    rtol=1e-9,
+                    atol=1e-11,
                     err_msg=f"{op.kind}: {label} {i} gradient, degrees {degrees}",
                 )
         checked += 1
