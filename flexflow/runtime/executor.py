@@ -1,0 +1,188 @@
+"""Training iterations of an operator graph under a SOAP strategy, as Legate tasks (paper §7).
+
+Every tensor, weight and gradient is a Legate store. Each task of an op's configuration is one
+Legate task placed on its strategy's processor (a `Scope` of that one CPU), reading the store
+slices its input and weight regions name and writing its output tile; Legate moves the data
+between processors. Backward tasks add their input and weight gradients into the gradient
+stores with ADD reductions, which sums the gradients of replicated weights (and of halos) before
+the update. The update is one SGD task per weight on the processor of its first task.
+
+The loss (mean squared error against a target) is computed on the host from the output store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from legate.core import Scope, TaskTarget, get_legate_runtime, get_machine
+from legate.core import types as ty
+
+from flexflow.errors import StrategyError
+from flexflow.graph import OperatorGraph
+from flexflow.ops.base import Region
+from flexflow.ops.init import initialize
+from flexflow.runtime.tasks import EXECUTORS, Pass, library_and_task
+from flexflow.strategy import Strategy
+
+LEGATE_TYPES = {"float32": ty.float32, "int32": ty.int32, "int64": ty.int64}
+
+
+def _slice(store, region: Region):
+    for dim, (start, stop) in enumerate(region):
+        store = store.slice(dim, slice(start, stop))
+    return store
+
+
+class Executor:
+    """Holds the stores of one model and runs SGD steps under one strategy."""
+
+    def __init__(
+        self, graph: OperatorGraph, strategy: Strategy, seed: int = 0, learning_rate: float = 0.01
+    ) -> None:
+        self.graph, self.strategy, self.learning_rate = graph, strategy, learning_rate
+        self.runtime = get_legate_runtime()
+        self.cpus = get_machine().only(TaskTarget.CPU)
+        available = self.cpus.count(TaskTarget.CPU)
+        used = strategy.devices_used()
+        if used and used[-1] >= available:
+            raise StrategyError(
+                f"the strategy places tasks on device {used[-1]} but this process has "
+                f"{available} CPU processor(s) (devices 0-{available - 1}); run with "
+                f"`legate --cpus {used[-1] + 1}` or search for this machine (--machine local)."
+            )
+        self.library, self.task_id = library_and_task()
+        self.id = len(EXECUTORS)
+        EXECUTORS[self.id] = self
+        self._regions = [
+            config.task_regions(node.sig.output_shape)
+            for node, config in zip(graph.ops, strategy.configs, strict=True)
+        ]
+        self.tensors = {
+            t.id: self.runtime.create_store(LEGATE_TYPES[t.spec.dtype.value], t.spec.shape)
+            for t in graph.tensors
+        }
+        self.grads = {
+            t.id: self.runtime.create_store(ty.float32, t.spec.shape)
+            for t in graph.tensors
+            if t.spec.dtype.is_float
+        }
+        rng = np.random.default_rng(seed)
+        self.weights = {p.id: self._store_of(initialize(p.spec, rng)) for p in graph.parameters}
+        self.weight_grads = {
+            p.id: self.runtime.create_store(ty.float32, p.spec.shape) for p in graph.parameters
+        }
+        self._update_device = {}
+        for node, config in zip(graph.ops, strategy.configs, strict=True):
+            for pid in node.weights:
+                self._update_device.setdefault(pid, config.devices[0])
+
+    def regions(self, op: int) -> tuple[Region, ...]:
+        return self._regions[op]
+
+    # ---- data in and out -----------------------------------------------------------------------
+    def _store_of(self, array: np.ndarray):
+        array = np.ascontiguousarray(array)
+        dtype = LEGATE_TYPES[str(array.dtype)] if str(array.dtype) in LEGATE_TYPES else None
+        if dtype is None:
+            array = array.astype(np.float32)
+            dtype = ty.float32
+        store = self.runtime.create_store(dtype, array.shape)
+        source = self.runtime.create_store_from_buffer(dtype, array.shape, array, True)
+        self.runtime.issue_copy(store, source)
+        return store
+
+    @staticmethod
+    def _read(store) -> np.ndarray:
+        return np.array(store.get_physical_store().get_inline_allocation())
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """Every weight by name (`<layer>.<weight>`), as numpy arrays."""
+        return {self.graph.parameters[p].name: self._read(s) for p, s in self.weights.items()}
+
+    def set_weights(self, values: Mapping[str, np.ndarray]) -> None:
+        by_name = {p.name: p for p in self.graph.parameters}
+        for name, value in values.items():
+            param = by_name[name]
+            if tuple(value.shape) != param.spec.shape:
+                raise StrategyError(
+                    f"set_weights: '{name}' has shape {param.spec.shape}, got {tuple(value.shape)}."
+                )
+            self.weights[param.id] = self._store_of(np.asarray(value, dtype=np.float32))
+
+    # ---- one iteration -----------------------------------------------------------------------
+    def _launch(self, op: int, index: int, which: Pass) -> None:
+        node, config = self.graph.ops[op], self.strategy[op]
+        region = self._regions[op][index]
+        in_regions = node.op.input_regions(node.sig, region)
+        w_regions = node.op.weight_regions(node.sig, region)
+        out_regions = node.op.output_regions(node.sig, region)
+        device = config.devices[index]
+        with Scope(machine=self.cpus[device : device + 1]):
+            task = self.runtime.create_auto_task(self.library, self.task_id)
+            for tid, r in zip(node.inputs, in_regions, strict=True):
+                task.add_input(_slice(self.tensors[tid], r))
+            for pid, r in zip(node.weights, w_regions, strict=True):
+                task.add_input(_slice(self.weights[pid], r))
+            if which is Pass.FORWARD:
+                for tid, r in zip(node.outputs, out_regions, strict=True):
+                    task.add_output(_slice(self.tensors[tid], r))
+            else:
+                for tid, r in zip(node.outputs, out_regions, strict=True):
+                    task.add_input(_slice(self.tensors[tid], r))
+                for tid, r in zip(node.outputs, out_regions, strict=True):
+                    task.add_input(_slice(self.grads[tid], r))
+                for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
+                    if spec.dtype.is_float:
+                        task.add_reduction(_slice(self.grads[tid], r), ty.ReductionOpKind.ADD)
+                for pid, r in zip(node.weights, w_regions, strict=True):
+                    task.add_reduction(_slice(self.weight_grads[pid], r), ty.ReductionOpKind.ADD)
+            for value in (self.id, op, index, int(which)):
+                task.add_scalar_arg(value, ty.int64)
+            task.execute()
+
+    def _sgd(self, pid: int) -> None:
+        device = self._update_device[pid]
+        updated = self.runtime.create_store(ty.float32, self.graph.parameters[pid].spec.shape)
+        with Scope(machine=self.cpus[device : device + 1]):
+            task = self.runtime.create_auto_task(self.library, self.task_id)
+            task.add_input(self.weights[pid])
+            task.add_input(self.weight_grads[pid])
+            task.add_output(updated)
+            for value in (self.id, -1, -1, int(Pass.SGD)):
+                task.add_scalar_arg(value, ty.int64)
+            task.execute()
+        self.weights[pid] = updated
+
+    def forward(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Run the forward pass on `inputs` (by input tensor name); the model's output."""
+        for tensor in self.graph.input_tensors:
+            self.runtime.issue_copy(self.tensors[tensor.id], self._store_of(inputs[tensor.name]))
+        for op in range(len(self.graph.ops)):
+            for index in range(self.strategy[op].num_tasks):
+                self._launch(op, index, Pass.FORWARD)
+        (output,) = self._outputs()
+        return self._read(self.tensors[output.id])
+
+    def _outputs(self):
+        outputs = self.graph.output_tensors
+        if len(outputs) != 1:
+            names = ", ".join(t.name for t in outputs)
+            raise StrategyError(f"training needs one model output, this graph has {names}.")
+        return outputs
+
+    def step(self, inputs: Mapping[str, np.ndarray], target: np.ndarray) -> float:
+        """One SGD step on the mean squared error against `target`; returns the loss before it."""
+        prediction = self.forward(inputs).astype(np.float64)
+        loss = float(np.mean((prediction - target) ** 2))
+        for store in list(self.grads.values()) + list(self.weight_grads.values()):
+            self.runtime.issue_fill(store, 0.0)
+        (output,) = self._outputs()
+        seed = (2.0 * (prediction - target) / prediction.size).astype(np.float32)
+        self.runtime.issue_copy(self.grads[output.id], self._store_of(seed))
+        for op in reversed(range(len(self.graph.ops))):
+            for index in range(self.strategy[op].num_tasks):
+                self._launch(op, index, Pass.BACKWARD)
+        for pid in self.weights:
+            self._sgd(pid)
+        return loss

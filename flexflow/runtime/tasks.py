@@ -1,0 +1,82 @@
+"""The Legate task every SOAP task runs as: one op tile, forward or backward, on its device.
+
+All op tiles share one registered task; its scalars say which executor, op, tile and pass.
+Legate runs the task body in this process, so a registry maps the executor id to the executor
+(whose graph and strategy say what the tile is). Inputs arrive as the store slices named by the
+op's input and weight regions; gradients leave through ADD reductions, so tiles whose regions
+overlap (halos, replicated weights) accumulate into one gradient without serializing.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
+
+import numpy as np
+from legate.core import ResourceConfig, VariantCode, get_legate_runtime
+from legate.core._lib.task.task_info import TaskInfo
+
+if TYPE_CHECKING:
+    from flexflow.runtime.executor import Executor
+
+LIBRARY_NAME = "flexflow"
+
+
+class Pass(enum.IntEnum):
+    FORWARD = 0
+    BACKWARD = 1
+    SGD = 2
+
+
+EXECUTORS: dict[int, Executor] = {}
+"""Executors of this process by id, for the task body (Legate hands it only stores and scalars)."""
+
+_REGISTERED: dict[str, tuple] = {}
+
+
+def library_and_task():
+    """The flexflow Legate library and the id of the op-tile task, registered once per process."""
+    if "tile" not in _REGISTERED:
+        runtime = get_legate_runtime()
+        library, _ = runtime.find_or_create_library(
+            LIBRARY_NAME, config=ResourceConfig(max_tasks=4, max_dyn_tasks=4)
+        )
+        task_id = library.get_new_task_id()
+        info = TaskInfo.from_variants(task_id, "flexflow_op_tile", [(VariantCode.CPU, _op_tile)])
+        library.register_task(info)
+        _REGISTERED["tile"] = (library, task_id)
+    return _REGISTERED["tile"]
+
+
+def _array(physical) -> np.ndarray:
+    return np.asarray(physical.data().get_inline_allocation())
+
+
+def _op_tile(context) -> None:
+    executor_id, op, index, which = (s.value() for s in context.scalars)
+    executor = EXECUTORS[executor_id]
+    if which == Pass.SGD:
+        weight, grad = (_array(a) for a in context.inputs)
+        _array(context.outputs[0])[...] = weight - executor.learning_rate * grad
+        return
+    node = executor.graph.ops[op]
+    region = executor.regions(op)[index]
+    arrays = [_array(a) for a in context.inputs]
+    n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
+    inputs, weights = arrays[:n_in], arrays[n_in : n_in + n_w]
+    if which == Pass.FORWARD:
+        outputs = node.op.forward_tile(node.sig, region, inputs, weights)
+        for target, value in zip(context.outputs, outputs, strict=True):
+            _array(target)[...] = value
+        return
+    outputs = arrays[n_in + n_w : n_in + n_w + n_out]
+    grad_outputs = arrays[n_in + n_w + n_out :]
+    grad_inputs, grad_weights = node.op.backward_tile(
+        node.sig, region, inputs, weights, outputs, grad_outputs
+    )
+    reductions = iter(context.reductions)
+    for grad, spec in zip(grad_inputs, node.sig.inputs, strict=True):
+        if spec.dtype.is_float:
+            _array(next(reductions))[...] += grad
+    for grad in grad_weights:
+        _array(next(reductions))[...] += grad

@@ -1,0 +1,120 @@
+"""Run in a Legate process by test_numerics.py: train small models under random strategies and
+print, as JSON, how far their losses and weights are from one device and from the numpy reference."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+import flexflow  # noqa: F401  (first: prepares Legate)
+from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.machine import parse_machine
+from flexflow.ops.init import initialize
+from flexflow.runtime import Executor
+from flexflow.strategies import named_strategy
+from flexflow.strategy import ParallelConfig, Strategy
+
+STEPS, LR, STRATEGIES = 3, 0.05, int(sys.argv[1]) if len(sys.argv) > 1 else 10
+
+
+def mlp() -> FFModel:
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 6), name="x")
+    model.dense(model.dense(x, 10, ActiMode.AC_MODE_RELU), 4)
+    return model
+
+
+def cnn() -> FFModel:
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 3, 8, 8), name="x")
+    a = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU)
+    b = model.conv2d(x, 2, 1, 1, 1, 1, 0, 0)
+    t = model.pool2d(model.concat([a, b], axis=1), 2, 2, 2, 2, 0, 0)
+    model.dense(model.flat(t), 4)
+    return model
+
+
+def reference(graph, inputs, target):
+    """The same SGD steps with the numpy kernels on whole tensors."""
+    rng = np.random.default_rng(0)
+    weights = {p.id: initialize(p.spec, rng) for p in graph.parameters}
+    losses = []
+    for _ in range(STEPS):
+        values = {t.id: inputs[t.name] for t in graph.input_tensors}
+        for node in graph.ops:
+            outs = node.op.forward(
+                [values[i] for i in node.inputs], [weights[w] for w in node.weights]
+            )
+            values.update(zip(node.outputs, outs, strict=True))
+        (out,) = graph.output_tensors
+        y = values[out.id].astype(np.float64)
+        losses.append(float(np.mean((y - target) ** 2)))
+        grads = {out.id: (2 * (y - target) / y.size).astype(np.float32)}
+        wgrads = {p: np.zeros_like(w) for p, w in weights.items()}
+        for node in reversed(graph.ops):
+            ins = [values[i] for i in node.inputs]
+            outs = [values[o] for o in node.outputs]
+            ups = [grads.get(o, np.zeros_like(values[o])) for o in node.outputs]
+            gx, gw = node.op.backward(ins, [weights[w] for w in node.weights], outs, ups)
+            for tid, g in zip(node.inputs, gx, strict=True):
+                if g is not None:
+                    grads[tid] = grads.get(tid, 0) + g
+            for pid, g in zip(node.weights, gw, strict=True):
+                wgrads[pid] = wgrads[pid] + g
+        weights = {p: (w - LR * wgrads[p]).astype(np.float32) for p, w in weights.items()}
+    return losses, {graph.parameters[p].name: w for p, w in weights.items()}
+
+
+RTOL, ATOL = 1e-5, 1e-6  # float32 sums in another order differ by rounding only
+
+
+def relative(a, b) -> float:
+    """The largest |a - b| beyond the tolerance, in units of RTOL * |b| + ATOL (<= 1 passes)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b) / (RTOL * np.abs(b) + ATOL)))
+
+
+def run(build) -> dict:
+    graph = build().graph()
+    machine = parse_machine("local")
+    rng = np.random.default_rng(1)
+    inputs = {
+        t.name: rng.standard_normal(t.spec.shape).astype(np.float32) for t in graph.input_tensors
+    }
+    (out,) = graph.output_tensors
+    target = rng.standard_normal(out.spec.shape)
+    single = Strategy(
+        tuple(n.name for n in graph.ops),
+        tuple(ParallelConfig.single(len(n.sig.output_shape), 0) for n in graph.ops),
+    )
+    strategies = [("single", single), ("dp", named_strategy("dp", graph, machine))]
+    strategies += [
+        (f"random{s}", named_strategy("random", graph, machine, s)) for s in range(STRATEGIES)
+    ]
+    results = {}
+    for name, strategy in strategies:
+        executor = Executor(graph, strategy, seed=0, learning_rate=LR)
+        losses = [executor.step(inputs, target) for _ in range(STEPS)]
+        results[name] = (losses, executor.get_weights(), strategy)
+    ref_losses, ref_weights = reference(graph, inputs, target)
+    base_losses, base_weights, _ = results["single"]
+    report = {
+        "single_vs_numpy_loss": relative(base_losses, ref_losses),
+        "single_vs_numpy_weights": max(
+            relative(base_weights[k], ref_weights[k]) for k in ref_weights
+        ),
+        "strategies": {},
+        "splits": sorted({str(c.degrees) for _, (_, _, s) in results.items() for c in s.configs}),
+    }
+    for name, (losses, weights, _) in results.items():
+        report["strategies"][name] = {
+            "loss": relative(losses, base_losses),
+            "weights": max(relative(weights[k], base_weights[k]) for k in base_weights),
+        }
+    return report
+
+
+if __name__ == "__main__":
+    print(json.dumps({"mlp": run(mlp), "cnn": run(cnn)}))
