@@ -7,7 +7,9 @@ between processors. Backward tasks add their input and weight gradients into the
 stores with ADD reductions, which sums the gradients of replicated weights (and of halos) before
 the update. The update is one SGD task per weight on the processor of its first task.
 
-The loss (mean squared error against a target) is computed on the host from the output store.
+The loss (`flexflow.runtime.loss`) is computed on the host from the output store; its gradient
+seeds the backward pass. The model's output is the first output of the last op; other outputs
+nothing reads (an LSTM's last cell state) get zero gradients.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from flexflow.errors import StrategyError
 from flexflow.graph import OperatorGraph
 from flexflow.ops.base import Region
 from flexflow.ops.init import initialize
+from flexflow.runtime.loss import LOSSES
 from flexflow.runtime.tasks import EXECUTORS, Pass, library_and_task
 from flexflow.strategy import Strategy
 
@@ -161,28 +164,28 @@ class Executor:
         for op in range(len(self.graph.ops)):
             for index in range(self.strategy[op].num_tasks):
                 self._launch(op, index, Pass.FORWARD)
-        (output,) = self._outputs()
-        return self._read(self.tensors[output.id])
+        return self._read(self.tensors[self._output])
 
-    def _outputs(self):
-        outputs = self.graph.output_tensors
-        if len(outputs) != 1:
-            names = ", ".join(t.name for t in outputs)
-            raise StrategyError(f"training needs one model output, this graph has {names}.")
-        return outputs
+    @property
+    def _output(self) -> int:
+        return self.graph.ops[-1].outputs[0]
 
-    def step(self, inputs: Mapping[str, np.ndarray], target: np.ndarray) -> float:
-        """One SGD step on the mean squared error against `target`; returns the loss before it."""
-        prediction = self.forward(inputs).astype(np.float64)
-        loss = float(np.mean((prediction - target) ** 2))
+    def step(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        target: np.ndarray,
+        loss: str = "mean_squared_error",
+    ) -> float:
+        """One SGD step on `loss` against `target` (labels for cross-entropy); the loss before it."""
+        prediction = self.forward(inputs)
+        value, grad = LOSSES[loss](prediction, target)
         for store in list(self.grads.values()) + list(self.weight_grads.values()):
             self.runtime.issue_fill(store, 0.0)
-        (output,) = self._outputs()
-        seed = (2.0 * (prediction - target) / prediction.size).astype(np.float32)
-        self.runtime.issue_copy(self.grads[output.id], self._store_of(seed))
+        seed = grad.astype(np.float32)
+        self.runtime.issue_copy(self.grads[self._output], self._store_of(seed))
         for op in reversed(range(len(self.graph.ops))):
             for index in range(self.strategy[op].num_tasks):
                 self._launch(op, index, Pass.BACKWARD)
         for pid in self.weights:
             self._sgd(pid)
-        return loss
+        return value

@@ -9,10 +9,11 @@ import sys
 import numpy as np
 
 import flexflow  # noqa: F401  (first: prepares Legate)
-from flexflow import ActiMode, FFConfig, FFModel
+from flexflow import ActiMode, DataType, FFConfig, FFModel
 from flexflow.machine import parse_machine
 from flexflow.ops.init import initialize
 from flexflow.runtime import Executor
+from flexflow.runtime.loss import mean_squared_error
 from flexflow.strategies import named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 
@@ -36,6 +37,14 @@ def cnn() -> FFModel:
     return model
 
 
+def lstm() -> FFModel:
+    model = FFModel(FFConfig(batch_size=8))
+    tokens = model.create_tensor((8, 4), DataType.DT_INT32, name="x")
+    hidden = model.lstm(model.embedding(tokens, 20, 6), 8, return_sequences=False)
+    model.dense(hidden, 3)
+    return model
+
+
 def reference(graph, inputs, target):
     """The same SGD steps with the numpy kernels on whole tensors."""
     rng = np.random.default_rng(0)
@@ -48,10 +57,10 @@ def reference(graph, inputs, target):
                 [values[i] for i in node.inputs], [weights[w] for w in node.weights]
             )
             values.update(zip(node.outputs, outs, strict=True))
-        (out,) = graph.output_tensors
-        y = values[out.id].astype(np.float64)
-        losses.append(float(np.mean((y - target) ** 2)))
-        grads = {out.id: (2 * (y - target) / y.size).astype(np.float32)}
+        out = graph.ops[-1].outputs[0]
+        loss, grad = mean_squared_error(values[out], target)
+        losses.append(loss)
+        grads = {out: grad.astype(np.float32)}
         wgrads = {p: np.zeros_like(w) for p, w in weights.items()}
         for node in reversed(graph.ops):
             ins = [values[i] for i in node.inputs]
@@ -81,10 +90,12 @@ def run(build) -> dict:
     machine = parse_machine("local")
     rng = np.random.default_rng(1)
     inputs = {
-        t.name: rng.standard_normal(t.spec.shape).astype(np.float32) for t in graph.input_tensors
+        t.name: rng.standard_normal(t.spec.shape).astype(np.float32)
+        if t.spec.dtype.is_float
+        else rng.integers(0, 20, t.spec.shape).astype(np.int32)
+        for t in graph.input_tensors
     }
-    (out,) = graph.output_tensors
-    target = rng.standard_normal(out.spec.shape)
+    target = rng.standard_normal(graph.tensor(graph.ops[-1].outputs[0]).spec.shape)
     single = Strategy(
         tuple(n.name for n in graph.ops),
         tuple(ParallelConfig.single(len(n.sig.output_shape), 0) for n in graph.ops),
@@ -117,4 +128,4 @@ def run(build) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps({"mlp": run(mlp), "cnn": run(cnn)}))
+    print(json.dumps({"mlp": run(mlp), "cnn": run(cnn), "lstm": run(lstm)}))

@@ -13,29 +13,36 @@ import pytest
 SCRIPT = Path(__file__).with_name("numerics_script.py")
 
 
-@pytest.fixture(scope="module")
-def report() -> dict:
+STRATEGIES = 20
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["2cpus", "4cpus"])
+def report(request) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
-    env["LEGATE_CONFIG"] = "--cpus 2 --gpus 0"
+    env["LEGATE_CONFIG"] = f"--cpus {request.param} --gpus 0"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "10"], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, str(SCRIPT), str(STRATEGIES)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.legate
-@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "lstm"])
 def test_one_device_matches_the_numpy_reference(report, model):
     assert report[model]["single_vs_numpy_loss"] <= 1.0
     assert report[model]["single_vs_numpy_weights"] <= 1.0
 
 
 @pytest.mark.legate
-@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "lstm"])
 def test_every_strategy_trains_like_one_device(report, model):
     strategies = report[model]["strategies"]
-    assert len(strategies) == 12  # one device, data parallel and 10 random strategies
+    assert len(strategies) == 2 + STRATEGIES  # one device, data parallel and random ones
     failing = {name: r for name, r in strategies.items() if r["loss"] > 1.0 or r["weights"] > 1.0}
     assert failing == {}
     # the random strategies really split ops in several dimensions
