@@ -22,11 +22,13 @@ from legate.core import types as ty
 
 from flexflow.errors import StrategyError
 from flexflow.graph import OperatorGraph
+from flexflow.machine import parse_machine
 from flexflow.ops.base import Region
 from flexflow.ops.init import initialize
 from flexflow.runtime.loss import LOSSES
 from flexflow.runtime.tasks import EXECUTORS, Pass, library_and_task
 from flexflow.strategy import Strategy
+from flexflow.strategy_file import validate_strategy
 
 LEGATE_TYPES = {"float32": ty.float32, "int32": ty.int32, "int64": ty.int64}
 
@@ -41,12 +43,20 @@ class Executor:
     """Holds the stores of one model and runs SGD steps under one strategy."""
 
     def __init__(
-        self, graph: OperatorGraph, strategy: Strategy, seed: int = 0, learning_rate: float = 0.01
+        self,
+        graph: OperatorGraph,
+        strategy: Strategy,
+        seed: int = 0,
+        learning_rate: float = 0.01,
+        record_timeline: bool = False,
     ) -> None:
         self.graph, self.strategy, self.learning_rate = graph, strategy, learning_rate
+        self.timeline: list[tuple] | None = [] if record_timeline else None
+        """(op, task, pass, start s, end s) of every task, measured inside the task bodies."""
         self.runtime = get_legate_runtime()
         self.cpus = get_machine().only(TaskTarget.CPU)
         available = self.cpus.count(TaskTarget.CPU)
+        validate_strategy(strategy, graph, parse_machine("local"))
         used = strategy.devices_used()
         if used and used[-1] >= available:
             raise StrategyError(

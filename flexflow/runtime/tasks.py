@@ -10,6 +10,7 @@ overlap (halos, replicated weights) accumulate into one gradient without seriali
 from __future__ import annotations
 
 import enum
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,6 +56,13 @@ def _array(physical) -> np.ndarray:
 def _op_tile(context) -> None:
     executor_id, op, index, which = (s.value() for s in context.scalars)
     executor = EXECUTORS[executor_id]
+    begin = time.perf_counter()
+    _run_tile(context, executor, op, index, which)
+    if executor.timeline is not None:  # measured here, inside the running task
+        executor.timeline.append((op, index, Pass(which), begin, time.perf_counter()))
+
+
+def _run_tile(context, executor: Executor, op: int, index: int, which: int) -> None:
     if which == Pass.SGD:
         weight, grad = (_array(a) for a in context.inputs)
         _array(context.outputs[0])[...] = weight - executor.learning_rate * grad

@@ -1,0 +1,34 @@
+"""Run in a Legate process by test_concurrency.py: two independent dense ops placed on CPU 0 and
+CPU 1; prints the start and end times their forward tasks measured while running."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+import flexflow  # noqa: F401  (first: prepares Legate)
+from flexflow import FFConfig, FFModel
+from flexflow.runtime import Executor
+from flexflow.runtime.tasks import Pass
+from flexflow.strategy import ParallelConfig, Strategy
+
+model = FFModel(FFConfig(batch_size=256))
+x = model.create_tensor((256, 2048), name="x")
+left = model.dense(x, 2048, name="left")
+right = model.dense(x, 2048, name="right")
+model.add(left, right, name="join")
+graph = model.graph()
+strategy = Strategy(
+    ("left", "right", "join"),
+    (ParallelConfig.single(2, 0), ParallelConfig.single(2, 1), ParallelConfig.single(2, 0)),
+)
+executor = Executor(graph, strategy, record_timeline=True)
+inputs = {"x": np.random.default_rng(0).standard_normal((256, 2048)).astype(np.float32)}
+for _ in range(3):
+    executor.forward(inputs)
+spans = {}
+for op, _, which, start, end in executor.timeline:
+    if which is Pass.FORWARD:
+        spans.setdefault(graph.ops[op].name, []).append((start, end))
+print(json.dumps(spans))
