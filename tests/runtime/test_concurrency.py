@@ -28,7 +28,5 @@ def test_ops_on_different_cpus_overlap_in_time():
     # after the first (warm-up) iteration, the two matmuls run side by side most of the time
     assert max(overlaps[1:]) > 0.5, (spans, overlaps)
     # and the join, placed after both, starts only when both have ended
-    for (_, l1), (_, r1), (j0, _) in zip(
-        spans["left"], spans["right"], spans["join"], strict=True
-    ):
+    for (_, l1), (_, r1), (j0, _) in zip(spans["left"], spans["right"], spans["join"], strict=True):
         assert j0 >= max(l1, r1)
