@@ -9,6 +9,7 @@ import numpy as np
 
 import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import FFConfig, FFModel
+from flexflow.errors import FlexFlowError
 from flexflow.runtime import Executor
 from flexflow.runtime.tasks import Pass
 from flexflow.strategy import ParallelConfig, Strategy
@@ -31,4 +32,9 @@ spans = {}
 for op, _, which, start, end in executor.timeline:
     if which is Pass.FORWARD:
         spans.setdefault(graph.ops[op].name, []).append((start, end))
-print(json.dumps(spans))
+try:  # a strategy using a processor this process does not have is refused before any task runs
+    Executor(graph, strategy.replace("join", ParallelConfig.single(2, 5)))
+    refused = ""
+except FlexFlowError as exc:
+    refused = str(exc)
+print(json.dumps({"spans": spans, "refused": refused}))

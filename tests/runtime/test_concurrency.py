@@ -20,7 +20,9 @@ def test_ops_on_different_cpus_overlap_in_time():
         [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    spans = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    spans = report["spans"]
+    assert "element_binary 'join': device(s) 5 do not exist on machine 'local'" in report["refused"]
     overlaps = []
     for (l0, l1), (r0, r1) in zip(spans["left"], spans["right"], strict=True):
         overlap = min(l1, r1) - max(l0, r0)
