@@ -39,6 +39,19 @@ def _slice(store, region: Region):
     return store
 
 
+def _refuse_statistics_splits(graph: OperatorGraph, strategy: Strategy) -> None:
+    """Ops whose split needs a statistics all-reduce (batch norm's sample dim) are not run split
+    yet: computing each tile's statistics alone would silently give other numbers."""
+    for node, config in zip(graph.ops, strategy.configs, strict=True):
+        for dim, degree in zip(node.sig.dims, config.degrees, strict=True):
+            if degree > 1 and dim.name in node.op.statistics_dims:
+                raise StrategyError(
+                    f"{node.kind} '{node.name}': splitting dimension '{dim.name}' needs the "
+                    "statistics all-reduce, which the runtime does not implement yet; give that "
+                    "dimension degree 1 for this op (split its channels instead)."
+                )
+
+
 class Executor:
     """Holds the stores of one model and runs SGD steps under one strategy."""
 
@@ -57,6 +70,7 @@ class Executor:
         self.cpus = get_machine().only(TaskTarget.CPU)
         available = self.cpus.count(TaskTarget.CPU)
         validate_strategy(strategy, graph, parse_machine("local"))
+        _refuse_statistics_splits(graph, strategy)
         used = strategy.devices_used()
         if used and used[-1] >= available:
             raise StrategyError(
