@@ -18,6 +18,7 @@ setup(
     cffi_modules=[
         "native/build_cuda_stub.py:ffibuilder",
         "native/build_simulator.py:ffibuilder",
+        "native/build_kernels.py:ffibuilder",
     ],
     install_requires=[
         f"legate=={LEGATE_VERSION}",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from flexflow.errors import ShapeError
 
+from . import native
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
     Arrays,
@@ -27,9 +28,7 @@ from .window import (
     Window2D,
     accumulate_windows,
     crop_hw,
-    crop_hw_sides,
     pad_hw,
-    pad_hw_sides,
     window_output_hw,
     windowed_input_region,
     windows,
@@ -119,22 +118,32 @@ class Pool2D(Window2D):
             return win.max(axis=-1)
         return win.sum(axis=-1) / (self.kernel_h * self.kernel_w)  # padding counts
 
-    def _padded_tile(self, sig, region, x: np.ndarray):
-        """The tile's input slice padded at the tensor's borders, and this op without padding."""
-        rows, cols = self._tile_padding(sig, region)
-        fill = -np.inf if self.pool_type is PoolType.POOL_MAX else 0.0
-        return pad_hw_sides(x, rows, cols, fill), replace(self, padding_h=0, padding_w=0)
-
     def forward_tile(self, sig, region, inputs, weights) -> Arrays:
-        """A tile: pad its input slice only at the tensor's borders, then pool unpadded."""
-        padded, tile = self._padded_tile(sig, region, inputs[0])
-        return tile.forward([padded], weights)
+        """A tile with the C kernel: padding only where the tile meets the tensor's border."""
+        return (
+            ACTIVATIONS[self.activation].forward(self._tile_pre_activation(sig, region, inputs[0])),
+        )
 
     def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
-        padded, tile = self._padded_tile(sig, region, inputs[0])
-        (dx,), grads = tile.backward([padded], weights, outputs, grad_outputs)
+        (x,), (y,) = inputs, outputs
+        z = y
+        if self.activation is not ActiMode.AC_MODE_NONE:
+            z = self._tile_pre_activation(sig, region, x)
+        dz = ACTIVATIONS[self.activation].grad(z, y, grad_outputs[0])
         rows, cols = self._tile_padding(sig, region)
-        return (crop_hw_sides(dx, rows, cols),), grads
+        dx = native.pool2d_backward(
+            x, dz, self._kernel, self._stride, (rows[0], cols[0]),
+            self.pool_type is PoolType.POOL_MAX,
+        )  # fmt: skip
+        return (dx,), ()
+
+    def _tile_pre_activation(self, sig, region, x: np.ndarray) -> np.ndarray:
+        rows, cols = self._tile_padding(sig, region)
+        out_hw = (region[2][1] - region[2][0], region[3][1] - region[3][0])
+        return native.pool2d_forward(
+            x, out_hw, self._kernel, self._stride, (rows[0], cols[0]),
+            self.pool_type is PoolType.POOL_MAX,
+        )  # fmt: skip
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs

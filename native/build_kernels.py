@@ -1,0 +1,22 @@
+"""cffi build of the CPU op kernels (native/kernels.c) as flexflow._kernels; kernels.h is the one declaration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cffi import FFI
+
+HERE = Path(__file__).resolve().parent
+
+ffibuilder = FFI()
+ffibuilder.cdef((HERE / "kernels.h").read_text())
+ffibuilder.set_source(
+    "flexflow._kernels",
+    '#include "kernels.h"\n',
+    sources=[str(HERE / "kernels.c")],
+    include_dirs=[str(HERE)],
+    extra_compile_args=["-O3"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

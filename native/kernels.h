@@ -1,0 +1,22 @@
+/* CPU kernels called from Legate tasks through cffi: the one declaration Python (cffi cdef)
+ * and C share. Layout NCHW, contiguous. Every call runs without the GIL (cffi releases it), so
+ * tasks placed on different processors run their kernels at the same time. */
+
+/* Pooling over a tile: `x` is the tile's input slice (halo included), h x w; the output is
+ * oh x ow. pad_top/pad_left are the padding rows/columns before the slice (only at the
+ * tensor's border); cells outside the slice are padding: ignored by max pooling, counted as
+ * zeros by average pooling (count_include_pad). is_max: 1 max, 0 average. */
+void ff_pool2d_forward_f32(const float *x, float *y, long n, long c, long h, long w, long oh,
+                           long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left,
+                           int is_max);
+void ff_pool2d_forward_f64(const double *x, double *y, long n, long c, long h, long w, long oh,
+                           long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left,
+                           int is_max);
+/* The input gradient: max pooling routes each output's gradient to the first maximal cell of
+ * its window (row-major), average pooling spreads it evenly; dx is overwritten. */
+void ff_pool2d_backward_f32(const float *x, const float *dy, float *dx, long n, long c, long h,
+                            long w, long oh, long ow, int kh, int kw, int sh, int sw, int pad_top,
+                            int pad_left, int is_max);
+void ff_pool2d_backward_f64(const double *x, const double *dy, double *dx, long n, long c,
+                            long h, long w, long oh, long ow, int kh, int kw, int sh, int sw,
+                            int pad_top, int pad_left, int is_max);

@@ -1,0 +1,55 @@
+"""Calls into the C op kernels (native/kernels.c through cffi): numpy arrays in, numpy arrays out."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flexflow._kernels import ffi, lib
+
+_SUFFIX = {np.dtype(np.float32): ("f32", "float *"), np.dtype(np.float64): ("f64", "double *")}
+
+
+def _pointer(array: np.ndarray, ctype: str):
+    return ffi.cast(ctype, ffi.from_buffer(array))
+
+
+def pool2d_forward(
+    x: np.ndarray,
+    out_hw: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    pad_before: tuple[int, int],
+    is_max: bool,
+) -> np.ndarray:
+    """Pool an NCHW slice whose first output row/column start `pad_before` cells before it."""
+    x = np.ascontiguousarray(x)
+    suffix, ctype = _SUFFIX[x.dtype]
+    n, c, h, w = x.shape
+    y = np.empty((n, c) + tuple(out_hw), dtype=x.dtype)
+    getattr(lib, f"ff_pool2d_forward_{suffix}")(
+        _pointer(x, ctype), _pointer(y, ctype), n, c, h, w, out_hw[0], out_hw[1],
+        kernel[0], kernel[1], stride[0], stride[1], pad_before[0], pad_before[1], int(is_max),
+    )  # fmt: skip
+    return y
+
+
+def pool2d_backward(
+    x: np.ndarray,
+    dy: np.ndarray,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    pad_before: tuple[int, int],
+    is_max: bool,
+) -> np.ndarray:
+    """The gradient of `pool2d_forward` with respect to its input slice."""
+    x = np.ascontiguousarray(x)
+    dy = np.ascontiguousarray(dy, dtype=x.dtype)
+    suffix, ctype = _SUFFIX[x.dtype]
+    n, c, h, w = x.shape
+    dx = np.empty_like(x)
+    getattr(lib, f"ff_pool2d_backward_{suffix}")(
+        _pointer(x, ctype), _pointer(dy, ctype), _pointer(dx, ctype), n, c, h, w,
+        dy.shape[2], dy.shape[3], kernel[0], kernel[1], stride[0], stride[1],
+        pad_before[0], pad_before[1], int(is_max),
+    )  # fmt: skip
+    return dx
