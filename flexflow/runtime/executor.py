@@ -7,9 +7,10 @@ between processors. Backward tasks add their input and weight gradients into the
 stores with ADD reductions, which sums the gradients of replicated weights (and of halos) before
 the update. The update is one SGD task per weight on the processor of its first task.
 
-The loss (`flexflow.runtime.loss`) is computed on the host from the output store; its gradient
-seeds the backward pass. The model's output is the first output of the last op; other outputs
-nothing reads (an LSTM's last cell state) get zero gradients.
+The loss (`flexflow.runtime.loss`) runs as one task per tile of the model's output, on that
+tile's device: each writes its tile of the loss gradient (which seeds the backward pass) and adds
+its share of the loss into a one-element store. The model's output is the first output of the
+last op; other outputs nothing reads (an LSTM's last cell state) get zero gradients.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from flexflow.graph import OperatorGraph
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region
 from flexflow.ops.init import initialize
-from flexflow.runtime.loss import LOSSES
+from flexflow.runtime.loss import LOSSES, TARGET_RANK, check_target
 from flexflow.runtime.tasks import EXECUTORS, Pass, library_and_task
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import validate_strategy
@@ -64,6 +65,8 @@ class Executor:
         record_timeline: bool = False,
     ) -> None:
         self.graph, self.strategy, self.learning_rate = graph, strategy, learning_rate
+        self.loss_fn = LOSSES["mean_squared_error"]  # set by each step; read by the loss tasks
+        self.loss_total = 1
         self.timeline: list[tuple] | None = [] if record_timeline else None
         """(op, task, pass, start s, end s) of every task, measured inside the task bodies."""
         self.runtime = get_legate_runtime()
@@ -181,14 +184,14 @@ class Executor:
             task.execute()
         self.weights[pid] = updated
 
-    def forward(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    def forward(self, inputs: Mapping[str, np.ndarray], read: bool = True) -> np.ndarray | None:
         """Run the forward pass on `inputs` (by input tensor name); the model's output."""
         for tensor in self.graph.input_tensors:
             self.runtime.issue_copy(self.tensors[tensor.id], self._store_of(inputs[tensor.name]))
         for op in range(len(self.graph.ops)):
             for index in range(self.strategy[op].num_tasks):
                 self._launch(op, index, Pass.FORWARD)
-        return self._read(self.tensors[self._output])
+        return self._read(self.tensors[self._output]) if read else None
 
     @property
     def _output(self) -> int:
@@ -201,15 +204,38 @@ class Executor:
         loss: str = "mean_squared_error",
     ) -> float:
         """One SGD step on `loss` against `target` (labels for cross-entropy); the loss before it."""
-        prediction = self.forward(inputs)
-        value, grad = LOSSES[loss](prediction, target)
+        self.forward(inputs, read=False)
         for store in list(self.grads.values()) + list(self.weight_grads.values()):
             self.runtime.issue_fill(store, 0.0)
-        seed = grad.astype(np.float32)
-        self.runtime.issue_copy(self.grads[self._output], self._store_of(seed))
+        value = self._loss(loss, np.asarray(target))
         for op in reversed(range(len(self.graph.ops))):
             for index in range(self.strategy[op].num_tasks):
                 self._launch(op, index, Pass.BACKWARD)
         for pid in self.weights:
             self._sgd(pid)
         return value
+
+    def _loss(self, name: str, target: np.ndarray) -> float:
+        """Loss tasks on the output's tiles; returns the loss (the one value read back)."""
+        output_op = len(self.graph.ops) - 1
+        node, config = self.graph.ops[output_op], self.strategy[output_op]
+        shape = node.sig.outputs[0].shape
+        check_target(name, shape, target)
+        self.loss_fn = LOSSES[name]
+        target_rank = TARGET_RANK[name](len(shape))
+        self.loss_total = int(np.prod(shape)) if target_rank == len(shape) else shape[0]
+        target_store = self._store_of(target)
+        total = self.runtime.create_store(ty.float64, (1,))
+        self.runtime.issue_fill(total, 0.0)
+        for index, region in enumerate(self._regions[output_op]):
+            device = config.devices[index]
+            with Scope(machine=self.cpus[device : device + 1]):
+                task = self.runtime.create_auto_task(self.library, self.task_id)
+                task.add_input(_slice(self.tensors[self._output], region))
+                task.add_input(_slice(target_store, region[:target_rank]))
+                task.add_output(_slice(self.grads[self._output], region))
+                task.add_reduction(total, ty.ReductionOpKind.ADD)
+                for value in (self.id, output_op, index, int(Pass.LOSS)):
+                    task.add_scalar_arg(value, ty.int64)
+                task.execute()
+        return float(self._read(total)[0])

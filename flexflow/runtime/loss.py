@@ -1,4 +1,9 @@
-"""Losses on the model's output: the value and its gradient with respect to that output."""
+"""Losses on the model's output: the value and its gradient with respect to that output.
+
+Each loss works on a tile of the output (and the matching tile of the target) given the size of
+the whole (`total`: elements for MSE, samples for cross-entropy), so tasks holding the output's
+tiles each compute their share of the loss and their tile of its gradient.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +13,28 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-Loss = Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]]
+Loss = Callable[..., tuple[float, np.ndarray]]
 
 
-def mean_squared_error(prediction: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray]:
+def mean_squared_error(
+    prediction: np.ndarray, target: np.ndarray, total: int | None = None
+) -> tuple[float, np.ndarray]:
     if prediction.shape != np.shape(target):
         raise ShapeError(
             f"mean_squared_error: target shape {np.shape(target)} differs from the model's "
             f"output {prediction.shape}; pass one target per output element."
         )
+    total = prediction.size if total is None else total
     diff = prediction.astype(np.float64) - target
-    return float(np.mean(diff**2)), 2.0 * diff / diff.size
+    return float(np.sum(diff**2) / total), 2.0 * diff / total
 
 
 def sparse_categorical_crossentropy(
-    probabilities: np.ndarray, labels: np.ndarray
+    probabilities: np.ndarray, labels: np.ndarray, total: int | None = None
 ) -> tuple[float, np.ndarray]:
     """Cross-entropy of softmax outputs (N, classes) against integer labels (N,), averaged."""
     n = probabilities.shape[0]
+    total = n if total is None else total
     labels = np.asarray(labels).reshape(-1)
     if probabilities.ndim != 2 or labels.shape != (n,):
         raise ShapeError(
@@ -40,11 +49,32 @@ def sparse_categorical_crossentropy(
     picked = probabilities[np.arange(n), labels].astype(np.float64)
     picked = np.maximum(picked, 1e-12)  # log(0) guard; the softmax of finite inputs is positive
     grad = np.zeros(probabilities.shape)
-    grad[np.arange(n), labels] = -1.0 / (n * picked)
-    return float(-np.mean(np.log(picked))), grad
+    grad[np.arange(n), labels] = -1.0 / (total * picked)
+    return float(-np.sum(np.log(picked)) / total), grad
 
 
 LOSSES: dict[str, Loss] = {
     "mean_squared_error": mean_squared_error,
     "sparse_categorical_crossentropy": sparse_categorical_crossentropy,
 }
+
+TARGET_RANK: dict[str, Callable[[int], int]] = {
+    # the target tile of an output tile: the same region, or only its samples for labels
+    "mean_squared_error": lambda output_rank: output_rank,
+    "sparse_categorical_crossentropy": lambda output_rank: 1,
+}
+
+
+def check_target(name: str, output_shape: tuple[int, ...], target: np.ndarray) -> None:
+    """Raise ShapeError unless `target` fits the loss `name` for an output of `output_shape`."""
+    if name not in LOSSES:
+        raise ShapeError(f"unknown loss '{name}'; choose one of {', '.join(LOSSES)}.")
+    if TARGET_RANK[name](len(output_shape)) == len(output_shape):
+        mean_squared_error(np.zeros(output_shape), target)  # raises on a shape mismatch
+        return
+    if len(output_shape) != 2:
+        raise ShapeError(
+            f"{name}: the model's output must be (sample, classes), got {output_shape}."
+        )
+    probabilities = np.full(output_shape, 1.0 / output_shape[1])
+    sparse_categorical_crossentropy(probabilities, target)  # raises on bad labels

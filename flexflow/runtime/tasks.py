@@ -27,6 +27,7 @@ class Pass(enum.IntEnum):
     FORWARD = 0
     BACKWARD = 1
     SGD = 2
+    LOSS = 3
 
 
 EXECUTORS: dict[int, Executor] = {}
@@ -66,6 +67,12 @@ def _run_tile(context, executor: Executor, op: int, index: int, which: int) -> N
     if which == Pass.SGD:
         weight, grad = (_array(a) for a in context.inputs)
         _array(context.outputs[0])[...] = weight - executor.learning_rate * grad
+        return
+    if which == Pass.LOSS:  # this tile's share of the loss and its tile of the loss gradient
+        prediction, target = (_array(a) for a in context.inputs)
+        value, grad = executor.loss_fn(prediction, target, executor.loss_total)
+        _array(context.outputs[0])[...] = grad
+        _array(context.reductions[0])[...] += value
         return
     node = executor.graph.ops[op]
     region = executor.regions(op)[index]

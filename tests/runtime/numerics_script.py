@@ -13,7 +13,7 @@ from flexflow import ActiMode, DataType, FFConfig, FFModel
 from flexflow.machine import parse_machine
 from flexflow.ops.init import initialize
 from flexflow.runtime import Executor
-from flexflow.runtime.loss import mean_squared_error
+from flexflow.runtime.loss import LOSSES
 from flexflow.strategies import named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 
@@ -37,6 +37,13 @@ def cnn() -> FFModel:
     return model
 
 
+def classifier() -> FFModel:
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 6), name="x")
+    model.softmax(model.dense(model.dense(x, 10, ActiMode.AC_MODE_TANH), 5))
+    return model
+
+
 def lstm() -> FFModel:
     model = FFModel(FFConfig(batch_size=8))
     tokens = model.create_tensor((8, 4), DataType.DT_INT32, name="x")
@@ -45,7 +52,7 @@ def lstm() -> FFModel:
     return model
 
 
-def reference(graph, inputs, target):
+def reference(graph, inputs, target, loss_name):
     """The same SGD steps with the numpy kernels on whole tensors."""
     rng = np.random.default_rng(0)
     weights = {p.id: initialize(p.spec, rng) for p in graph.parameters}
@@ -58,7 +65,7 @@ def reference(graph, inputs, target):
             )
             values.update(zip(node.outputs, outs, strict=True))
         out = graph.ops[-1].outputs[0]
-        loss, grad = mean_squared_error(values[out], target)
+        loss, grad = LOSSES[loss_name](values[out], target)
         losses.append(loss)
         grads = {out: grad.astype(np.float32)}
         wgrads = {p: np.zeros_like(w) for p, w in weights.items()}
@@ -85,7 +92,7 @@ def relative(a, b) -> float:
     return float(np.max(np.abs(a - b) / (RTOL * np.abs(b) + ATOL)))
 
 
-def run(build) -> dict:
+def run(build, loss: str = "mean_squared_error") -> dict:
     graph = build().graph()
     machine = parse_machine("local")
     rng = np.random.default_rng(1)
@@ -95,7 +102,11 @@ def run(build) -> dict:
         else rng.integers(0, 20, t.spec.shape).astype(np.int32)
         for t in graph.input_tensors
     }
-    target = rng.standard_normal(graph.tensor(graph.ops[-1].outputs[0]).spec.shape)
+    output_shape = graph.tensor(graph.ops[-1].outputs[0]).spec.shape
+    if loss == "mean_squared_error":
+        target = rng.standard_normal(output_shape)
+    else:
+        target = rng.integers(0, output_shape[1], output_shape[0])
     single = Strategy(
         tuple(n.name for n in graph.ops),
         tuple(ParallelConfig.single(len(n.sig.output_shape), 0) for n in graph.ops),
@@ -107,9 +118,9 @@ def run(build) -> dict:
     results = {}
     for name, strategy in strategies:
         executor = Executor(graph, strategy, seed=0, learning_rate=LR)
-        losses = [executor.step(inputs, target) for _ in range(STEPS)]
+        losses = [executor.step(inputs, target, loss) for _ in range(STEPS)]
         results[name] = (losses, executor.get_weights(), strategy)
-    ref_losses, ref_weights = reference(graph, inputs, target)
+    ref_losses, ref_weights = reference(graph, inputs, target, loss)
     base_losses, base_weights, _ = results["single"]
     report = {
         "single_vs_numpy_loss": relative(base_losses, ref_losses),
@@ -128,4 +139,6 @@ def run(build) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps({"mlp": run(mlp), "cnn": run(cnn), "lstm": run(lstm)}))
+    report = {"mlp": run(mlp), "cnn": run(cnn), "lstm": run(lstm)}
+    report["classifier"] = run(classifier, "sparse_categorical_crossentropy")
+    print(json.dumps(report))
