@@ -27,7 +27,7 @@ from flexflow.machine import parse_machine
 from flexflow.ops.base import Region
 from flexflow.ops.init import initialize
 from flexflow.runtime.loss import LOSSES, TARGET_RANK, check_target
-from flexflow.runtime.tasks import EXECUTORS, Pass, library_and_task
+from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_task
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import validate_strategy
 
@@ -82,7 +82,7 @@ class Executor:
                 f"`legate --cpus {used[-1] + 1}` or search for this machine (--machine local)."
             )
         self.library, self.task_id = library_and_task()
-        self.id = len(EXECUTORS)
+        self.id = next(EXECUTOR_IDS)
         EXECUTORS[self.id] = self
         self._regions = [
             config.task_regions(node.sig.output_shape)
@@ -106,6 +106,17 @@ class Executor:
         for node, config in zip(graph.ops, strategy.configs, strict=True):
             for pid in node.weights:
                 self._update_device.setdefault(pid, config.devices[0])
+
+    def close(self) -> None:
+        """Wait for this executor's tasks and release it (and its stores) from the registry."""
+        self.runtime.issue_execution_fence(block=True)
+        EXECUTORS.pop(self.id, None)
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     def regions(self, op: int) -> tuple[Region, ...]:
         return self._regions[op]

@@ -10,6 +10,7 @@ overlap (halos, replicated weights) accumulate into one gradient without seriali
 from __future__ import annotations
 
 import enum
+import itertools
 import time
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,9 @@ class Pass(enum.IntEnum):
 
 
 EXECUTORS: dict[int, Executor] = {}
-"""Executors of this process by id, for the task body (Legate hands it only stores and scalars)."""
+"""Executors of this process by id, for the task body (Legate hands it only stores and scalars).
+An executor stays here until `Executor.close()`, since its tasks may still be pending."""
+EXECUTOR_IDS = itertools.count()
 
 _REGISTERED: dict[str, tuple] = {}
 

@@ -117,9 +117,9 @@ def run(build, loss: str = "mean_squared_error") -> dict:
     ]
     results = {}
     for name, strategy in strategies:
-        executor = Executor(graph, strategy, seed=0, learning_rate=LR)
-        losses = [executor.step(inputs, target, loss) for _ in range(STEPS)]
-        results[name] = (losses, executor.get_weights(), strategy)
+        with Executor(graph, strategy, seed=0, learning_rate=LR) as executor:
+            losses = [executor.step(inputs, target, loss) for _ in range(STEPS)]
+            results[name] = (losses, executor.get_weights(), strategy)
     ref_losses, ref_weights = reference(graph, inputs, target, loss)
     base_losses, base_weights, _ = results["single"]
     report = {
