@@ -123,3 +123,51 @@ class BatchNorm(Op):
         sum_dxhat_xhat = (dxhat * xhat).sum(axis=axes, keepdims=True)
         dx = (count * dxhat - sum_dxhat - xhat * sum_dxhat_xhat) * (inv_std / count)
         return (dx,), (grad_gamma, grad_beta)
+
+    # ---- tiles that share batch statistics (a sample split) ----------------------------------
+    # Each tile contributes per-channel partial sums; the sums of all tiles sharing its channels
+    # (added by the runtime's reduction) give the batch statistics the tile normalizes with.
+
+    def _count(self, sig: Signature) -> int:
+        shape = sig.inputs[0].shape
+        return shape[0] * int(np.prod(shape[2:], dtype=np.int64))  # elements per channel, M
+
+    def statistics_forward(self, x: np.ndarray) -> np.ndarray:
+        """(2, C_t): this tile's per-channel sum and sum of squares (float64)."""
+        axes = (0,) + tuple(range(2, x.ndim))
+        x = x.astype(np.float64)
+        return np.stack([x.sum(axis=axes), (x * x).sum(axis=axes)])
+
+    def _normalize_with(self, sig, x, stats):
+        count = self._count(sig)
+        mean = stats[0] / count
+        var = np.maximum(stats[1] / count - mean * mean, 0.0)
+        inv_std = self._per_channel(1.0 / np.sqrt(var + self.eps), x.ndim)
+        return (x - self._per_channel(mean, x.ndim)) * inv_std, inv_std
+
+    def forward_tile_with_statistics(self, sig, x, weights, stats) -> Arrays:
+        gamma, beta = (self._per_channel(w, x.ndim) for w in weights)
+        xhat, _ = self._normalize_with(sig, x, stats)
+        z = gamma * xhat + beta
+        return ((np.maximum(z, 0) if self.relu else z).astype(x.dtype),)
+
+    def statistics_backward(self, sig, x, weights, y, dy, stats) -> np.ndarray:
+        """(2, C_t): this tile's per-channel sums of dz and dz * xhat (dz: dy through the relu)."""
+        axes = (0,) + tuple(range(2, x.ndim))
+        dz = (dy * (y > 0) if self.relu else dy).astype(np.float64)
+        xhat, _ = self._normalize_with(sig, x.astype(np.float64), stats)
+        return np.stack([dz.sum(axis=axes), (dz * xhat).sum(axis=axes)])
+
+    def backward_tile_with_statistics(self, sig, x, weights, y, dy, stats, grad_stats):
+        """This tile's dx, and its partial gamma and beta gradients (summed over the tiles)."""
+        axes = (0,) + tuple(range(2, x.ndim))
+        count = self._count(sig)
+        dz = dy * (y > 0) if self.relu else dy
+        xhat, inv_std = self._normalize_with(sig, x.astype(np.float64), stats)
+        gamma = self._per_channel(weights[0], x.ndim)
+        dxhat = dz * gamma
+        sum_dxhat = gamma * self._per_channel(grad_stats[0], x.ndim)
+        sum_dxhat_xhat = gamma * self._per_channel(grad_stats[1], x.ndim)
+        dx = (count * dxhat - sum_dxhat - xhat * sum_dxhat_xhat) * (inv_std / count)
+        grads = ((dz * xhat).sum(axis=axes), dz.sum(axis=axes))
+        return (dx.astype(x.dtype),), tuple(g.astype(x.dtype) for g in grads)

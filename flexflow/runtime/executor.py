@@ -5,7 +5,10 @@ Legate task placed on its strategy's processor (a `Scope` of that one CPU), read
 slices its input and weight regions name and writing its output tile; Legate moves the data
 between processors. Backward tasks add their input and weight gradients into the gradient
 stores with ADD reductions, which sums the gradients of replicated weights (and of halos) before
-the update. The update is one SGD task per weight on the processor of its first task.
+the update. The update is one SGD task per weight on the processor of its first task. Batch
+norm's tiles first add their per-channel partial sums into a statistics store (forward: sums of
+x and x^2; backward: sums of dz and dz*xhat), so any sample split normalizes with the batch's
+statistics.
 
 The loss (`flexflow.runtime.loss`) runs as one task per tile of the model's output, on that
 tile's device: each writes its tile of the loss gradient (which seeds the backward pass) and adds
@@ -40,19 +43,6 @@ def _slice(store, region: Region):
     return store
 
 
-def _refuse_statistics_splits(graph: OperatorGraph, strategy: Strategy) -> None:
-    """Ops whose split needs a statistics all-reduce (batch norm's sample dim) are not run split
-    yet: computing each tile's statistics alone would silently give other numbers."""
-    for node, config in zip(graph.ops, strategy.configs, strict=True):
-        for dim, degree in zip(node.sig.dims, config.degrees, strict=True):
-            if degree > 1 and dim.name in node.op.statistics_dims:
-                raise StrategyError(
-                    f"{node.kind} '{node.name}': splitting dimension '{dim.name}' needs the "
-                    "statistics all-reduce, which the runtime does not implement yet; give that "
-                    "dimension degree 1 for this op (split its channels instead)."
-                )
-
-
 class Executor:
     """Holds the stores of one model and runs SGD steps under one strategy."""
 
@@ -73,7 +63,6 @@ class Executor:
         self.cpus = get_machine().only(TaskTarget.CPU)
         available = self.cpus.count(TaskTarget.CPU)
         validate_strategy(strategy, graph, parse_machine("local"))
-        _refuse_statistics_splits(graph, strategy)
         used = strategy.devices_used()
         if used and used[-1] >= available:
             raise StrategyError(
@@ -101,6 +90,15 @@ class Executor:
         self.weights = {p.id: self._store_of(initialize(p.spec, rng)) for p in graph.parameters}
         self.weight_grads = {
             p.id: self.runtime.create_store(ty.float32, p.spec.shape) for p in graph.parameters
+        }
+        # ops whose tiles share batch statistics (batch norm): per-channel sums, float64
+        self.statistics = {
+            node.id: (
+                self.runtime.create_store(ty.float64, (2, node.sig.inputs[0].shape[1])),
+                self.runtime.create_store(ty.float64, (2, node.sig.inputs[0].shape[1])),
+            )
+            for node in graph.ops
+            if node.op.statistics_dims
         }
         self._update_device = {}
         for node, config in zip(graph.ops, strategy.configs, strict=True):
@@ -153,26 +151,41 @@ class Executor:
 
     # ---- one iteration -----------------------------------------------------------------------
     def _launch(self, op: int, index: int, which: Pass) -> None:
+        """One task of op `op`: its store slices in the order the task body reads them."""
         node, config = self.graph.ops[op], self.strategy[op]
         region = self._regions[op][index]
         in_regions = node.op.input_regions(node.sig, region)
         w_regions = node.op.weight_regions(node.sig, region)
         out_regions = node.op.output_regions(node.sig, region)
+        stats = self.statistics.get(op)
+        channels = ((0, 2), region[1]) if stats else None  # a statistics op's channel range
         device = config.devices[index]
         with Scope(machine=self.cpus[device : device + 1]):
             task = self.runtime.create_auto_task(self.library, self.task_id)
             for tid, r in zip(node.inputs, in_regions, strict=True):
                 task.add_input(_slice(self.tensors[tid], r))
-            for pid, r in zip(node.weights, w_regions, strict=True):
-                task.add_input(_slice(self.weights[pid], r))
+            if which is Pass.STATISTICS_FORWARD:
+                task.add_reduction(_slice(stats[0], channels), ty.ReductionOpKind.ADD)
+            else:
+                for pid, r in zip(node.weights, w_regions, strict=True):
+                    task.add_input(_slice(self.weights[pid], r))
             if which is Pass.FORWARD:
+                if stats:
+                    task.add_input(_slice(stats[0], channels))
                 for tid, r in zip(node.outputs, out_regions, strict=True):
                     task.add_output(_slice(self.tensors[tid], r))
-            else:
+            elif which in (Pass.BACKWARD, Pass.STATISTICS_BACKWARD):
                 for tid, r in zip(node.outputs, out_regions, strict=True):
                     task.add_input(_slice(self.tensors[tid], r))
                 for tid, r in zip(node.outputs, out_regions, strict=True):
                     task.add_input(_slice(self.grads[tid], r))
+                if stats:
+                    task.add_input(_slice(stats[0], channels))
+            if which is Pass.STATISTICS_BACKWARD:
+                task.add_reduction(_slice(stats[1], channels), ty.ReductionOpKind.ADD)
+            elif which is Pass.BACKWARD:
+                if stats:
+                    task.add_input(_slice(stats[1], channels))
                 for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
                     if spec.dtype.is_float:
                         task.add_reduction(_slice(self.grads[tid], r), ty.ReductionOpKind.ADD)
@@ -181,6 +194,17 @@ class Executor:
             for value in (self.id, op, index, int(which)):
                 task.add_scalar_arg(value, ty.int64)
             task.execute()
+
+    def _run_op(self, op: int, which: Pass) -> None:
+        """Every task of `op` for one pass; ops sharing batch statistics first reduce them."""
+        tasks = range(self.strategy[op].num_tasks)
+        if op in self.statistics:
+            before = Pass.STATISTICS_FORWARD if which is Pass.FORWARD else Pass.STATISTICS_BACKWARD
+            self.runtime.issue_fill(self.statistics[op][0 if which is Pass.FORWARD else 1], 0.0)
+            for index in tasks:
+                self._launch(op, index, before)
+        for index in tasks:
+            self._launch(op, index, which)
 
     def _sgd(self, pid: int) -> None:
         device = self._update_device[pid]
@@ -200,8 +224,7 @@ class Executor:
         for tensor in self.graph.input_tensors:
             self.runtime.issue_copy(self.tensors[tensor.id], self._store_of(inputs[tensor.name]))
         for op in range(len(self.graph.ops)):
-            for index in range(self.strategy[op].num_tasks):
-                self._launch(op, index, Pass.FORWARD)
+            self._run_op(op, Pass.FORWARD)
         return self._read(self.tensors[self._output]) if read else None
 
     @property
@@ -220,8 +243,7 @@ class Executor:
             self.runtime.issue_fill(store, 0.0)
         value = self._loss(loss, np.asarray(target))
         for op in reversed(range(len(self.graph.ops))):
-            for index in range(self.strategy[op].num_tasks):
-                self._launch(op, index, Pass.BACKWARD)
+            self._run_op(op, Pass.BACKWARD)
         for pid in self.weights:
             self._sgd(pid)
         return value

@@ -29,6 +29,8 @@ class Pass(enum.IntEnum):
     BACKWARD = 1
     SGD = 2
     LOSS = 3
+    STATISTICS_FORWARD = 4
+    STATISTICS_BACKWARD = 5
 
 
 EXECUTORS: dict[int, Executor] = {}
@@ -81,17 +83,34 @@ def _run_tile(context, executor: Executor, op: int, index: int, which: int) -> N
     region = executor.regions(op)[index]
     arrays = [_array(a) for a in context.inputs]
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
+    if which == Pass.STATISTICS_FORWARD:
+        _array(context.reductions[0])[...] += node.op.statistics_forward(arrays[0])
+        return
     inputs, weights = arrays[:n_in], arrays[n_in : n_in + n_w]
+    rest = arrays[n_in + n_w :]
     if which == Pass.FORWARD:
-        outputs = node.op.forward_tile(node.sig, region, inputs, weights)
+        if node.op.statistics_dims:
+            outputs = node.op.forward_tile_with_statistics(node.sig, inputs[0], weights, rest[0])
+        else:
+            outputs = node.op.forward_tile(node.sig, region, inputs, weights)
         for target, value in zip(context.outputs, outputs, strict=True):
             _array(target)[...] = value
         return
-    outputs = arrays[n_in + n_w : n_in + n_w + n_out]
-    grad_outputs = arrays[n_in + n_w + n_out :]
-    grad_inputs, grad_weights = node.op.backward_tile(
-        node.sig, region, inputs, weights, outputs, grad_outputs
-    )
+    outputs, grad_outputs, stats = rest[:n_out], rest[n_out : 2 * n_out], rest[2 * n_out :]
+    if which == Pass.STATISTICS_BACKWARD:
+        partial = node.op.statistics_backward(
+            node.sig, inputs[0], weights, outputs[0], grad_outputs[0], stats[0]
+        )
+        _array(context.reductions[0])[...] += partial
+        return
+    if node.op.statistics_dims:
+        grad_inputs, grad_weights = node.op.backward_tile_with_statistics(
+            node.sig, inputs[0], weights, outputs[0], grad_outputs[0], stats[0], stats[1]
+        )
+    else:
+        grad_inputs, grad_weights = node.op.backward_tile(
+            node.sig, region, inputs, weights, outputs, grad_outputs
+        )
     reductions = iter(context.reductions)
     for grad, spec in zip(grad_inputs, node.sig.inputs, strict=True):
         if spec.dtype.is_float:

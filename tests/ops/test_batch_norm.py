@@ -142,3 +142,32 @@ def test_regions_are_sufficient(shape):
 def test_shape_errors(op, inputs, match):
     with pytest.raises(ShapeError, match=match):
         op.infer("bn1", inputs)
+
+
+@pytest.mark.parametrize("shape", [(8, 3, 4, 4), (8, 5)])
+@pytest.mark.parametrize("relu", [True, False])
+def test_sample_tiles_with_shared_statistics_equal_the_whole_op(shape, relu):
+    """Tiles that add their partial sums (as the runtime's reductions do) reproduce the batch."""
+    op = BatchNorm(relu)
+    sig = op.infer("bn1", [TensorSpec(shape)])
+    rng = np.random.default_rng(3)
+    (x,), weights = random_inputs(sig, rng), random_weights(sig, rng)
+    (y,) = op.forward([x], weights)
+    dy = rng.standard_normal(y.shape)
+    (dx_whole,), grads_whole = op.backward([x], weights, [y], [dy])
+    for parts in (1, 2, 4):
+        tiles = [slice(k * shape[0] // parts, (k + 1) * shape[0] // parts) for k in range(parts)]
+        stats = sum(op.statistics_forward(x[t]) for t in tiles)
+        ys = [op.forward_tile_with_statistics(sig, x[t], weights, stats)[0] for t in tiles]
+        np.testing.assert_allclose(np.concatenate(ys), y, rtol=1e-9, atol=1e-12)
+        grad_stats = sum(
+            op.statistics_backward(sig, x[t], weights, y[t], dy[t], stats) for t in tiles
+        )
+        results = [
+            op.backward_tile_with_statistics(sig, x[t], weights, y[t], dy[t], stats, grad_stats)
+            for t in tiles
+        ]
+        dx = np.concatenate([r[0][0] for r in results])
+        np.testing.assert_allclose(dx, dx_whole, rtol=1e-8, atol=1e-10)
+        for i, whole in enumerate(grads_whole):
+            np.testing.assert_allclose(sum(r[1][i] for r in results), whole, rtol=1e-9, atol=1e-12)

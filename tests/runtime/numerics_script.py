@@ -30,7 +30,7 @@ def mlp() -> FFModel:
 def cnn() -> FFModel:
     model = FFModel(FFConfig(batch_size=8))
     x = model.create_tensor((8, 3, 8, 8), name="x")
-    a = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU)
+    a = model.batch_norm(model.conv2d(x, 4, 3, 3, 1, 1, 1, 1))  # batch statistics across tiles
     b = model.conv2d(x, 2, 1, 1, 1, 1, 0, 0)
     t = model.pool2d(model.concat([a, b], axis=1), 2, 2, 2, 2, 0, 0)
     model.dense(model.flat(t), 4)
@@ -129,6 +129,14 @@ def run(build, loss: str = "mean_squared_error") -> dict:
         ),
         "strategies": {},
         "splits": sorted({str(c.degrees) for _, (_, _, s) in results.items() for c in s.configs}),
+        # strategies splitting an op whose tiles share batch statistics in that dimension
+        "statistics_splits": sum(
+            any(
+                node.op.statistics_dims and config.degrees[0] > 1
+                for node, config in zip(graph.ops, s.configs, strict=True)
+            )
+            for _, (_, _, s) in results.items()
+        ),
     }
     for name, (losses, weights, _) in results.items():
         report["strategies"][name] = {

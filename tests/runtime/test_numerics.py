@@ -47,3 +47,9 @@ def test_every_strategy_trains_like_one_device(report, model):
     assert failing == {}
     # the random strategies really split ops in several dimensions
     assert len(report[model]["splits"]) >= 3
+
+
+@pytest.mark.legate
+def test_batch_norm_is_split_by_sample_in_some_strategies(report):
+    """The CNN's batch norm normalizes with statistics shared across its sample tiles."""
+    assert report["cnn"]["statistics_splits"] >= 2
