@@ -18,13 +18,17 @@ last op; other outputs nothing reads (an LSTM's last cell state) get zero gradie
 
 from __future__ import annotations
 
+import io
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 from legate.core import Scope, TaskTarget, get_legate_runtime, get_machine
 from legate.core import types as ty
 
 from flexflow.errors import StrategyError
+from flexflow.fileio import atomic_write_bytes
 from flexflow.graph import OperatorGraph
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region
@@ -148,6 +152,28 @@ class Executor:
                     f"set_weights: '{name}' has shape {param.spec.shape}, got {tuple(value.shape)}."
                 )
             self.weights[param.id] = self._store_of(np.asarray(value, dtype=np.float32))
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
+        """Write every weight to `path` (numpy .npz) atomically: a run killed mid-save leaves the
+        previous checkpoint whole."""
+        buffer = io.BytesIO()
+        np.savez(buffer, **self.get_weights())
+        return atomic_write_bytes(path, buffer.getvalue())
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Restore the weights `save_checkpoint` wrote; every weight of the model must be there."""
+        try:
+            with np.load(path) as data:
+                values = {name: data[name] for name in data.files}
+        except (OSError, ValueError) as exc:
+            raise StrategyError(f"cannot read checkpoint {path}: {exc}") from None
+        missing = sorted({p.name for p in self.graph.parameters} - set(values))
+        if missing:
+            raise StrategyError(
+                f"checkpoint {path} lacks {len(missing)} weight(s) of this model "
+                f"({', '.join(missing[:5])}); it was saved from another model."
+            )
+        self.set_weights(values)
 
     # ---- one iteration -----------------------------------------------------------------------
     def _launch(self, op: int, index: int, which: Pass) -> None:

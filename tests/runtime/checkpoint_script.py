@@ -1,0 +1,58 @@
+"""Run in a Legate process by test_checkpoint.py: a run resumed from a checkpoint continues
+exactly like the uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+import flexflow  # noqa: F401  (first: prepares Legate)
+from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.errors import FlexFlowError
+from flexflow.machine import parse_machine
+from flexflow.runtime import Executor
+from flexflow.strategies import named_strategy
+
+directory = sys.argv[1]
+model = FFModel(FFConfig(batch_size=8))
+x = model.create_tensor((8, 6), name="x")
+model.dense(model.dense(x, 10, ActiMode.AC_MODE_RELU), 4)
+graph = model.graph()
+strategy = named_strategy("random", graph, parse_machine("local"), 3)
+rng = np.random.default_rng(0)
+inputs = {"x": rng.standard_normal((8, 6)).astype(np.float32)}
+target = rng.standard_normal((8, 4))
+
+with Executor(graph, strategy, learning_rate=0.05) as straight:
+    losses = [straight.step(inputs, target) for _ in range(4)]
+    final = straight.get_weights()
+
+with Executor(graph, strategy, learning_rate=0.05) as first:
+    resumed_losses = [first.step(inputs, target) for _ in range(2)]
+    first.save_checkpoint(f"{directory}/ckpt.npz")
+with Executor(graph, strategy, seed=99, learning_rate=0.05) as second:  # other initial weights
+    second.load_checkpoint(f"{directory}/ckpt.npz")
+    resumed_losses += [second.step(inputs, target) for _ in range(2)]
+    resumed = second.get_weights()
+
+try:
+    other = FFModel(FFConfig(batch_size=8))
+    other.dense(other.create_tensor((8, 6), name="x"), 3, name="head")
+    with Executor(other.graph(), named_strategy("dp", other.graph(), parse_machine("local"))) as e:
+        e.load_checkpoint(f"{directory}/ckpt.npz")
+    refused = ""
+except FlexFlowError as exc:
+    refused = str(exc)
+
+print(
+    json.dumps(
+        {
+            "losses": losses,
+            "resumed_losses": resumed_losses,
+            "identical_weights": all(np.array_equal(final[k], resumed[k]) for k in final),
+            "refused": refused,
+        }
+    )
+)
