@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from flexflow.cli_args import add_batch_size, add_model_and_machine, add_profile
 from flexflow.errors import FlexFlowError
 from flexflow.fileio import atomic_write_text
 from flexflow.graph import OperatorGraph
@@ -188,16 +189,6 @@ def _config(args: argparse.Namespace):
     from flexflow.config import FFConfig
 
     return FFConfig(batch_size=args.batch_size) if args.batch_size else None
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def strategy_table(title: str, graph: OperatorGraph, strategy) -> Table:
@@ -382,9 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "model", help="a zoo name (see `flexflow models`) or a .py file defining build(model)"
         )
-        sub.add_argument(
-            "--batch-size", type=_positive_int, default=None, help="override the batch size"
-        )
+        add_batch_size(sub)
         if name == "summary":
             sub.add_argument("--json", action="store_true", help="print totals as JSON")
         else:
@@ -404,10 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     strategy = add(
         "strategy", cmd_strategy, "build and export a named strategy, or check a strategy file"
     )
-    strategy.add_argument("model", help="a zoo name or a .py file defining build(model)")
-    strategy.add_argument(
-        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
-    )
+    add_model_and_machine(strategy)
     which = strategy.add_mutually_exclusive_group(required=True)
     which.add_argument(
         "--name", choices=("dp", "expert", "model", "random"), help="a named strategy"
@@ -417,38 +403,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     strategy.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
     strategy.add_argument("--export", metavar="FILE", help="write the named strategy (atomically)")
-    strategy.add_argument(
-        "--batch-size", type=_positive_int, default=None, help="override the batch size"
-    )
+    add_batch_size(strategy)
     strategy.add_argument(
         "--quiet", action="store_true", help="print one line instead of the table"
     )
 
     space = add("space", cmd_space, "show the SOAP configuration space of every op on a machine")
-    space.add_argument("model", help="a zoo name or a .py file defining build(model)")
-    space.add_argument(
-        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
-    )
-    space.add_argument(
-        "--batch-size", type=_positive_int, default=None, help="override the batch size"
-    )
+    add_model_and_machine(space)
+    add_batch_size(space)
     space.add_argument("--json", action="store_true", help="print one JSON object")
 
     simulate = add("simulate", cmd_simulate, "simulate one training iteration under a strategy")
-    simulate.add_argument("model", help="a zoo name or a .py file defining build(model)")
-    simulate.add_argument(
-        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
-    )
+    add_model_and_machine(simulate)
     simulate.add_argument(
         "--strategy", default="dp", help="dp, expert, model, random or a strategy file"
     )
     simulate.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
-    simulate.add_argument(
-        "--profile", metavar="FILE", help="measured task times overriding the analytic model"
-    )
-    simulate.add_argument(
-        "--batch-size", type=_positive_int, default=None, help="override the batch size"
-    )
+    add_profile(simulate)
+    add_batch_size(simulate)
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
     simulate.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace")
     simulate.add_argument(
@@ -458,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from flexflow.cli_search import register
 
-    register(add, _positive_int)
+    register(add)
 
     info = add(
         "info", cmd_info, "show how Legate is configured for this host and the versions in use"

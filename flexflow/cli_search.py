@@ -11,6 +11,13 @@ from rich.live import Live
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from flexflow.cli_args import (
+    add_batch_size,
+    add_model_and_machine,
+    add_profile,
+    positive_float,
+    positive_int,
+)
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
 from flexflow.search.mcmc import DEFAULT_BETA, ChainStatus
 from flexflow.search.spaces import SPACES
@@ -38,16 +45,6 @@ def _progress_table(rows: dict[str, ChainStatus], dp_s: float, budget_s: float) 
             f"{dp_s / status.best_s:.2f}x",
         )
     return table
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {value:g}")
-    return value
 
 
 def _setup(args: argparse.Namespace):
@@ -237,15 +234,12 @@ def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def register(add: Callable, positive_int: Callable[[str], int]) -> None:
+def register(add: Callable) -> None:
     """Add the optimizer's subcommands to the `flexflow` parser."""
     search = add("search", cmd_search, "search a parallelization strategy with MCMC (paper §6)")
-    search.add_argument("model", help="a zoo name or a .py file defining build(model)")
+    add_model_and_machine(search)
     search.add_argument(
-        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
-    )
-    search.add_argument(
-        "--budget", type=_positive_float, default=30.0, help="search time in seconds (default 30)"
+        "--budget", type=positive_float, default=30.0, help="search time in seconds (default 30)"
     )
     search.add_argument(
         "--proposals",
@@ -269,14 +263,10 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
         "(OptCNN's dynamic programming over sample/attribute/parameter splits instead of MCMC)",
     )
     search.add_argument(
-        "--beta", type=_positive_float, default=DEFAULT_BETA, help="MCMC inverse temperature"
+        "--beta", type=positive_float, default=DEFAULT_BETA, help="MCMC inverse temperature"
     )
-    search.add_argument(
-        "--profile", metavar="FILE", help="measured task times overriding the analytic model"
-    )
-    search.add_argument(
-        "--batch-size", type=positive_int, default=None, help="override the batch size"
-    )
+    add_profile(search)
+    add_batch_size(search)
     search.add_argument("--export", metavar="FILE", help="write the best strategy (atomically)")
     search.add_argument("--json", action="store_true", help="print one JSON object")
     search.add_argument("--quiet", action="store_true", help="print the summary line only")
@@ -291,10 +281,7 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
         cmd_exhaustive,
         "prove the optimal strategy of a small space by branch and bound (paper §8.4)",
     )
-    exhaustive.add_argument("model", help="a zoo name or a .py file defining build(model)")
-    exhaustive.add_argument(
-        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
-    )
+    add_model_and_machine(exhaustive)
     exhaustive.add_argument(
         "--space",
         choices=tuple(SPACES),
@@ -303,7 +290,7 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
     )
     exhaustive.add_argument(
         "--budget",
-        type=_positive_float,
+        type=positive_float,
         default=float("inf"),
         help="stop after this many seconds (the best found is then not proven optimal)",
     )
@@ -316,12 +303,8 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
         default=DEFAULT_SEED_PROPOSALS,
         help=f"proposals of that chain (default {DEFAULT_SEED_PROPOSALS}; 0: named strategies only)",
     )
-    exhaustive.add_argument(
-        "--profile", metavar="FILE", help="measured task times overriding the analytic model"
-    )
-    exhaustive.add_argument(
-        "--batch-size", type=positive_int, default=None, help="override the batch size"
-    )
+    add_profile(exhaustive)
+    add_batch_size(exhaustive)
     exhaustive.add_argument("--export", metavar="FILE", help="write the best strategy (atomically)")
     exhaustive.add_argument("--json", action="store_true", help="print one JSON object")
     exhaustive.add_argument("--quiet", action="store_true", help="print the summary line only")
@@ -329,20 +312,13 @@ def register(add: Callable, positive_int: Callable[[str], int]) -> None:
     check = add(
         "check-local", cmd_check_local, "list single-op changes that make a strategy faster"
     )
-    check.add_argument("model", help="a zoo name or a .py file defining build(model)")
-    check.add_argument(
-        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
-    )
+    add_model_and_machine(check)
     check.add_argument(
         "--strategy", required=True, help="a strategy file, or dp, expert, model, random"
     )
     check.add_argument(
         "--space", choices=tuple(SPACES), default="soap", help="the neighbourhood's space"
     )
-    check.add_argument(
-        "--profile", metavar="FILE", help="measured task times overriding the analytic model"
-    )
-    check.add_argument(
-        "--batch-size", type=positive_int, default=None, help="override the batch size"
-    )
+    add_profile(check)
+    add_batch_size(check)
     check.add_argument("--json", action="store_true", help="print one JSON object")

@@ -1,0 +1,44 @@
+"""Argument types and the arguments most `flexflow` subcommands share (model, machine, batch, profile)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value:g}")
+    return value
+
+
+def add_model_and_machine(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="a zoo name or a .py file defining build(model)")
+    parser.add_argument(
+        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
+    )
+
+
+def add_batch_size(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=None, help="override the batch size"
+    )
+
+
+def add_profile(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--profile", metavar="FILE", help="measured task times overriding the analytic model"
+    )
