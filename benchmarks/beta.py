@@ -10,9 +10,9 @@ the value with the best mean speedup here. Results: benchmarks/results/beta.{csv
 
 from __future__ import annotations
 
-import csv
 import statistics
-from pathlib import Path
+
+from results_io import RESULTS, write_csv, write_markdown
 
 from flexflow.machine import parse_machine
 from flexflow.search import search
@@ -23,7 +23,6 @@ CASES = (("lenet", "p100:1"), ("rnnlm", "p100:1"), ("alexnet", "k80:1"), ("incep
 BETAS = (5.0, 20.0, 50.0, 200.0, 1000.0)
 SEEDS = (0, 1, 2)
 PROPOSALS = 1500
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
@@ -52,11 +51,7 @@ def main() -> None:
             }
             rows.append(row)
             print(row, flush=True)
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "beta.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(RESULTS / "beta.csv", rows)
     lines = [
         "| model | machine | beta | mean speedup over DP | worst seed | acceptance |",
         "|---|---|---|---|---|---|",
@@ -66,7 +61,7 @@ def main() -> None:
         f"| {r['min_speedup_over_dp']:.3f}x | {r['mean_acceptance']:.0%} |"
         for r in rows
     ]
-    (RESULTS / "beta.md").write_text("\n".join(lines) + "\n")
+    write_markdown(RESULTS / "beta.md", lines)
     print("\n".join(lines))
 
 

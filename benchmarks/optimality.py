@@ -9,7 +9,7 @@ Results: benchmarks/results/optimality.md.
 
 from __future__ import annotations
 
-from pathlib import Path
+from results_io import RESULTS, write_markdown
 
 from flexflow.machine import parse_machine
 from flexflow.search import exhaustive_search, search
@@ -20,7 +20,6 @@ from flexflow.zoo import load_model
 MODEL, MACHINE = "lenet", "p100:1"
 BUDGET_S = 30.0
 SEEDS = (0, 1, 2, 3, 4)
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
@@ -45,8 +44,7 @@ def main() -> None:
             f"| {'yes' if found else 'NO'} |"
         )
         print(lines[-1], flush=True)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "optimality.md").write_text("\n".join(lines) + "\n")
+    write_markdown(RESULTS / "optimality.md", lines)
     print("\n".join(lines))
 
 

@@ -13,12 +13,11 @@ benchmarks/results/simulator.{csv,md}.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
+from results_io import RESULTS, write_csv, write_markdown
 
 from flexflow.cost import CostModel
 from flexflow.machine import parse_machine
@@ -31,7 +30,6 @@ MACHINES = {4: "p100:1", 16: "p100:4", 64: "p100:16"}
 PROPOSALS = 300
 FULL_EVERY = 10  # full simulations of the walk's strategies, for the side-by-side ratio
 SEED = 0
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def measure(model: str, gpus: int, proposals: int) -> dict:
@@ -94,11 +92,7 @@ def main() -> None:
             row = measure(model, gpus, args.proposals)
             rows.append(row)
             print(row, flush=True)
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "simulator.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(RESULTS / "simulator.csv", rows)
     lines = [
         "| model | GPUs | tasks (DP) | full DP ms | tasks (walk) | re-simulated per delta | full ms | delta ms | full/delta |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -108,7 +102,7 @@ def main() -> None:
         f"| {r['full_ms']} | {r['delta_ms']} | {r['speedup']}x |"
         for r in rows
     ]
-    (RESULTS / "simulator.md").write_text("\n".join(lines) + "\n")
+    write_markdown(RESULTS / "simulator.md", lines)
     print("\n".join(lines))
 
 

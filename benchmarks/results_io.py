@@ -1,0 +1,24 @@
+"""How every benchmark writes its results: CSV rows and a markdown table, atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+from flexflow.fileio import atomic_write_text
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def write_csv(path: Path, rows: Sequence[dict]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buffer.getvalue())
+
+
+def write_markdown(path: Path, lines: Sequence[str]) -> None:
+    atomic_write_text(path, "\n".join(lines) + "\n")
