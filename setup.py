@@ -1,6 +1,6 @@
 """Installs flexflow: the package, its operator library (ops/ as flexflow.ops) and the native cffi modules."""
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 # Legate 25.11 is the newest release whose wheels ship UCX networking and the MPI wrappers that
 # multi-rank (multi-node) runs need; the 26.x wheels report no networks. It is built against
@@ -12,7 +12,7 @@ setup(
     version="0.1.0",
     description="SOAP parallelization search and training on Legate (FlexFlow, SysML 2019)",
     python_requires=">=3.11",
-    packages=["flexflow", "flexflow.ops"],
+    packages=find_packages(include=["flexflow", "flexflow.*"]) + ["flexflow.ops"],
     package_dir={"flexflow": "flexflow", "flexflow.ops": "ops"},
     setup_requires=["cffi>=1.16"],
     cffi_modules=[
@@ -29,6 +29,12 @@ setup(
         "rich>=13",
         "matplotlib>=3.8",
     ],
-    extras_require={"test": ["pytest>=8", "hypothesis>=6.100", "ruff==0.17.6"]},
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100", "ruff==0.17.6"],
+        # examples/train.py's real data set (the handwritten digits ship inside scikit-learn)
+        "examples": ["scikit-learn>=1.4"],
+        # cuDNN for the GPU kernels (cuBLAS and NVRTC already come with cuPyNumeric's wheels)
+        "gpu": ["nvidia-cudnn-cu12>=9,<10"],
+    },
     entry_points={"console_scripts": ["flexflow=flexflow.cli:main"]},
 )

@@ -19,6 +19,6 @@ have=$(cat "$VENV/.flexflow-install-stamp" 2>/dev/null || true)
 if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c "import flexflow" >/dev/null 2>&1; then
     echo "flexflow setup: installing flexflow and its dependencies into $VENV" >&2
     "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel cffi
-    "$VENV/bin/python" -m pip install --quiet --no-build-isolation -e ".[test]"
+    "$VENV/bin/python" -m pip install --quiet --no-build-isolation -e ".[test,examples]"
     echo "$want" > "$VENV/.flexflow-install-stamp"
 fi
