@@ -19,8 +19,10 @@ last op; other outputs nothing reads (an LSTM's last cell state) get zero gradie
 from __future__ import annotations
 
 import io
+import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,10 +35,12 @@ from flexflow.graph import OperatorGraph
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region
 from flexflow.ops.init import initialize
-from flexflow.runtime.loss import LOSSES, TARGET_RANK, check_target
+from flexflow.optimizers import Optimizer, SGDOptimizer, optimizer_from_json
+from flexflow.runtime.loss import LOSS_IDS, TARGET_RANK, check_target, loss_name
 from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_task
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import validate_strategy
+from flexflow.tiling import input_shards, update_pieces
 
 LEGATE_TYPES = {"float32": ty.float32, "int32": ty.int32, "int64": ty.int64}
 
@@ -47,8 +51,31 @@ def _slice(store, region: Region):
     return store
 
 
+CHECKPOINT_FORMAT = "flexflow-checkpoint/1"
+_META_KEY = "__flexflow__"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """The loss and correct predictions of one batch, read from Legate when first asked for.
+
+    Reading waits for the batch's tasks; holding it unread lets the next batch's tasks be
+    issued while this one runs."""
+
+    _store: object
+    samples: int
+
+    def read(self) -> tuple[float, int]:
+        loss, correct = Executor._read(self._store)
+        return float(loss), int(round(correct))
+
+    @property
+    def loss(self) -> float:
+        return self.read()[0]
+
+
 class Executor:
-    """Holds the stores of one model and runs SGD steps under one strategy."""
+    """Holds the stores of one model and runs training iterations under one strategy."""
 
     def __init__(
         self,
@@ -57,10 +84,12 @@ class Executor:
         seed: int = 0,
         learning_rate: float = 0.01,
         record_timeline: bool = False,
+        optimizer: Optimizer | None = None,
     ) -> None:
-        self.graph, self.strategy, self.learning_rate = graph, strategy, learning_rate
-        self.loss_fn = LOSSES["mean_squared_error"]  # set by each step; read by the loss tasks
-        self.loss_total = 1
+        self.graph, self.strategy = graph, strategy
+        self.optimizer: Optimizer = optimizer or SGDOptimizer(learning_rate)
+        self.iteration = 0
+        """Updates applied so far (Adam's bias correction counts them; checkpoints keep it)."""
         self.timeline: list[tuple] | None = [] if record_timeline else None
         """(op, task, pass, start s, end s) of every task, measured inside the task bodies."""
         self.runtime = get_legate_runtime()
@@ -81,6 +110,8 @@ class Executor:
             config.task_regions(node.sig.output_shape)
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
+        self._update_pieces = update_pieces(graph, strategy, self._regions)
+        self._input_shards = input_shards(graph, strategy, self._regions)
         self.tensors = {
             t.id: self.runtime.create_store(LEGATE_TYPES[t.spec.dtype.value], t.spec.shape)
             for t in graph.tensors
@@ -95,6 +126,8 @@ class Executor:
         self.weight_grads = {
             p.id: self.runtime.create_store(ty.float32, p.spec.shape) for p in graph.parameters
         }
+        self.states = {p.id: self._zero_states(p.spec.shape) for p in graph.parameters}
+        """Each weight's optimizer states (momentum, Adam's moments), stores shaped like it."""
         # ops whose tiles share batch statistics (batch norm): per-channel sums, float64
         self.statistics = {
             node.id: (
@@ -104,10 +137,6 @@ class Executor:
             for node in graph.ops
             if node.op.statistics_dims
         }
-        self._update_device = {}
-        for node, config in zip(graph.ops, strategy.configs, strict=True):
-            for pid in node.weights:
-                self._update_device.setdefault(pid, config.devices[0])
 
     def close(self) -> None:
         """Wait for this executor's tasks and release it (and its stores) from the registry."""
@@ -124,20 +153,60 @@ class Executor:
         return self._regions[op]
 
     # ---- data in and out -----------------------------------------------------------------------
-    def _store_of(self, array: np.ndarray):
-        array = np.ascontiguousarray(array)
-        dtype = LEGATE_TYPES[str(array.dtype)] if str(array.dtype) in LEGATE_TYPES else None
-        if dtype is None:
+    def _zero_states(self, shape: tuple[int, ...]) -> list:
+        states = []
+        for _ in self.optimizer.state_names:
+            store = self.runtime.create_store(ty.float32, shape)
+            self.runtime.issue_fill(store, 0.0)
+            states.append(store)
+        return states
+
+    def _source_store(self, value):
+        """A Legate store holding `value`: a cuPyNumeric array's own store (no copy through the
+        host), or a store over a numpy array's buffer."""
+        interface = getattr(value, "__legate_data_interface__", None)
+        if interface is not None:
+            return next(iter(interface["data"].values())).data
+        array = np.ascontiguousarray(value)
+        if str(array.dtype) not in LEGATE_TYPES:
             array = array.astype(np.float32)
-            dtype = ty.float32
-        store = self.runtime.create_store(dtype, array.shape)
-        source = self.runtime.create_store_from_buffer(dtype, array.shape, array, True)
+        dtype = LEGATE_TYPES[str(array.dtype)]
+        return self.runtime.create_store_from_buffer(dtype, array.shape, array, True)
+
+    def _store_of(self, array: np.ndarray):
+        source = self._source_store(array)
+        store = self.runtime.create_store(source.type, source.shape)
         self.runtime.issue_copy(store, source)
         return store
 
     @staticmethod
     def _read(store) -> np.ndarray:
         return np.array(store.get_physical_store().get_inline_allocation())
+
+    def _feed(self, tensor_id: int, value) -> None:
+        """Copy a model input in, one shard per device that reads it (`flexflow.tiling`)."""
+        spec = self.graph.tensors[tensor_id].spec
+        name = self.graph.tensors[tensor_id].name
+        if tuple(np.shape(value)) != spec.shape:
+            raise StrategyError(
+                f"input '{name}' has shape {spec.shape}, got an array of shape "
+                f"{tuple(np.shape(value))}; batches must have the model's batch size "
+                f"(pad the last batch, as `flexflow.runtime.data` does)."
+            )
+        source = self._source_store(value)
+        target = self.tensors[tensor_id]
+        if source.type != target.type:
+            raise StrategyError(
+                f"input '{name}' holds {spec.dtype.value}, got {source.type}; convert it first."
+            )
+        # a copy task per shard: Legate 25.11's issue_copy of store slices fails inside a Scope
+        # of any processor but the first
+        for index, (region, device) in enumerate(self._input_shards[tensor_id]):
+            with Scope(machine=self.cpus[device : device + 1]):
+                task = self._task(device, Pass.FEED, tensor_id, index)
+                task.add_input(_slice(source, region))
+                task.add_output(_slice(target, region))
+                task.execute()
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """Every weight by name (`<layer>.<weight>`), as numpy arrays."""
@@ -154,28 +223,77 @@ class Executor:
             self.weights[param.id] = self._store_of(np.asarray(value, dtype=np.float32))
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
-        """Write every weight to `path` (numpy .npz) atomically: a run killed mid-save leaves the
-        previous checkpoint whole."""
+        """Write every weight, the optimizer's states and the iteration count to `path` (numpy
+        .npz) atomically: a run killed mid-save leaves the previous checkpoint whole."""
+        arrays = self.get_weights()
+        for pid, stores in self.states.items():
+            name = self.graph.parameters[pid].name
+            for state, store in zip(self.optimizer.state_names, stores, strict=True):
+                arrays[f"{name}@{state}"] = self._read(store)
+        meta = {
+            "format": CHECKPOINT_FORMAT,
+            "iteration": self.iteration,
+            "optimizer": self.optimizer.to_json(),
+        }
+        arrays[_META_KEY] = np.array(json.dumps(meta))
         buffer = io.BytesIO()
-        np.savez(buffer, **self.get_weights())
+        np.savez(buffer, **arrays)
         return atomic_write_bytes(path, buffer.getvalue())
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore the weights `save_checkpoint` wrote; every weight of the model must be there."""
+        """Restore what `save_checkpoint` wrote, so training resumes bit-identically. Every
+        weight of the model must be there, and the optimizer's states when it has any."""
         try:
-            with np.load(path) as data:
+            with np.load(path, allow_pickle=False) as data:
                 values = {name: data[name] for name in data.files}
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError) as exc:
             raise StrategyError(f"cannot read checkpoint {path}: {exc}") from None
-        missing = sorted({p.name for p in self.graph.parameters} - set(values))
+        meta = json.loads(str(values.pop(_META_KEY))) if _META_KEY in values else {}
+        names = [p.name for p in self.graph.parameters]
+        missing = sorted(set(names) - set(values))
         if missing:
             raise StrategyError(
                 f"checkpoint {path} lacks {len(missing)} weight(s) of this model "
                 f"({', '.join(missing[:5])}); it was saved from another model."
             )
-        self.set_weights(values)
+        wanted = [f"{n}@{s}" for n in names for s in self.optimizer.state_names]
+        absent = [key for key in wanted if key not in values]
+        if absent:
+            saved = meta.get("optimizer", {}).get("type", "none recorded")
+            raise StrategyError(
+                f"checkpoint {path} has no '{absent[0].split('@')[1]}' state for this "
+                f"{type(self.optimizer).__name__} (it was saved with optimizer: {saved}); "
+                f"resume with the optimizer it was saved with."
+            )
+        self.set_weights({name: values[name] for name in names})
+        for param in self.graph.parameters:
+            self.states[param.id] = [
+                self._store_of(values[f"{param.name}@{state}"].astype(np.float32))
+                for state in self.optimizer.state_names
+            ]
+        self.iteration = int(meta.get("iteration", 0))
+
+    @staticmethod
+    def checkpoint_optimizer(path: str | os.PathLike[str]) -> Optimizer | None:
+        """The optimizer a checkpoint was saved with (None for one that does not record it)."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                if _META_KEY not in data.files:
+                    return None
+                meta = json.loads(str(data[_META_KEY]))
+        except (OSError, ValueError, EOFError) as exc:
+            raise StrategyError(f"cannot read checkpoint {path}: {exc}") from None
+        return optimizer_from_json(meta["optimizer"])
 
     # ---- one iteration -----------------------------------------------------------------------
+    def _task(self, device: int, which: Pass, op: int, index: int, *extra: int):
+        """A task on processor `device`; run it with `.execute()` after adding its stores."""
+        with Scope(machine=self.cpus[device : device + 1]):
+            task = self.runtime.create_auto_task(self.library, self.task_id)
+        for value in (self.id, int(which), op, index, *extra):
+            task.add_scalar_arg(value, ty.int64)
+        return task
+
     def _launch(self, op: int, index: int, which: Pass) -> None:
         """One task of op `op`: its store slices in the order the task body reads them."""
         node, config = self.graph.ops[op], self.strategy[op]
@@ -187,7 +305,7 @@ class Executor:
         channels = ((0, 2), region[1]) if stats else None  # a statistics op's channel range
         device = config.devices[index]
         with Scope(machine=self.cpus[device : device + 1]):
-            task = self.runtime.create_auto_task(self.library, self.task_id)
+            task = self._task(device, which, op, index)
             for tid, r in zip(node.inputs, in_regions, strict=True):
                 task.add_input(_slice(self.tensors[tid], r))
             if which is Pass.STATISTICS_FORWARD:
@@ -217,8 +335,6 @@ class Executor:
                         task.add_reduction(_slice(self.grads[tid], r), ty.ReductionOpKind.ADD)
                 for pid, r in zip(node.weights, w_regions, strict=True):
                     task.add_reduction(_slice(self.weight_grads[pid], r), ty.ReductionOpKind.ADD)
-            for value in (self.id, op, index, int(which)):
-                task.add_scalar_arg(value, ty.int64)
             task.execute()
 
     def _run_op(self, op: int, which: Pass) -> None:
@@ -232,23 +348,31 @@ class Executor:
         for index in tasks:
             self._launch(op, index, which)
 
-    def _sgd(self, pid: int) -> None:
-        device = self._update_device[pid]
-        updated = self.runtime.create_store(ty.float32, self.graph.parameters[pid].spec.shape)
-        with Scope(machine=self.cpus[device : device + 1]):
-            task = self.runtime.create_auto_task(self.library, self.task_id)
-            task.add_input(self.weights[pid])
-            task.add_input(self.weight_grads[pid])
-            task.add_output(updated)
-            for value in (self.id, -1, -1, int(Pass.SGD)):
-                task.add_scalar_arg(value, ty.int64)
-            task.execute()
-        self.weights[pid] = updated
+    def _update(self, pid: int) -> None:
+        """The optimizer's update of one weight: a task per tile (`flexflow.tiling`), each
+        reading its tiles of the weight, gradient and states and writing their new values."""
+        shape = self.graph.parameters[pid].spec.shape
+        weight = self.runtime.create_store(ty.float32, shape)
+        states = [self.runtime.create_store(ty.float32, shape) for _ in self.states[pid]]
+        for index, (region, device) in enumerate(self._update_pieces[pid]):
+            with Scope(machine=self.cpus[device : device + 1]):
+                task = self._task(device, Pass.UPDATE, pid, index, self.iteration)
+                for store in (self.weights[pid], self.weight_grads[pid], *self.states[pid]):
+                    task.add_input(_slice(store, region))
+                for store in (weight, *states):
+                    task.add_output(_slice(store, region))
+                task.execute()
+        self.weights[pid], self.states[pid] = weight, states
 
     def forward(self, inputs: Mapping[str, np.ndarray], read: bool = True) -> np.ndarray | None:
         """Run the forward pass on `inputs` (by input tensor name); the model's output."""
         for tensor in self.graph.input_tensors:
-            self.runtime.issue_copy(self.tensors[tensor.id], self._store_of(inputs[tensor.name]))
+            if tensor.name not in inputs:
+                raise StrategyError(
+                    f"no data for the model input '{tensor.name}' {tensor.spec.shape}; "
+                    f"got {sorted(inputs)}."
+                )
+            self._feed(tensor.id, inputs[tensor.name])
         for op in range(len(self.graph.ops)):
             self._run_op(op, Pass.FORWARD)
         return self._read(self.tensors[self._output]) if read else None
@@ -257,44 +381,73 @@ class Executor:
     def _output(self) -> int:
         return self.graph.ops[-1].outputs[0]
 
+    def train_batch(
+        self, inputs: Mapping[str, np.ndarray], target, loss: str = "mean_squared_error"
+    ) -> BatchStats:
+        """Issue one training iteration (forward, loss, backward, update) without waiting."""
+        self.forward(inputs, read=False)
+        for store in list(self.grads.values()) + list(self.weight_grads.values()):
+            self.runtime.issue_fill(store, 0.0)
+        stats = self._loss(loss, target)
+        for op in reversed(range(len(self.graph.ops))):
+            self._run_op(op, Pass.BACKWARD)
+        self.iteration += 1
+        for pid in self.weights:
+            self._update(pid)
+        return stats
+
+    def eval_batch(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        target,
+        loss: str = "mean_squared_error",
+        valid: int | None = None,
+    ) -> BatchStats:
+        """Issue the forward pass and the loss of one batch; only its first `valid` samples
+        count (the rest pad a last, short batch)."""
+        self.forward(inputs, read=False)
+        return self._loss(loss, target, valid)
+
     def step(
         self,
         inputs: Mapping[str, np.ndarray],
         target: np.ndarray,
         loss: str = "mean_squared_error",
     ) -> float:
-        """One SGD step on `loss` against `target` (labels for cross-entropy); the loss before it."""
-        self.forward(inputs, read=False)
-        for store in list(self.grads.values()) + list(self.weight_grads.values()):
-            self.runtime.issue_fill(store, 0.0)
-        value = self._loss(loss, np.asarray(target))
-        for op in reversed(range(len(self.graph.ops))):
-            self._run_op(op, Pass.BACKWARD)
-        for pid in self.weights:
-            self._sgd(pid)
-        return value
+        """One training iteration on `loss` against `target` (labels for sparse
+        cross-entropy); the loss before the update."""
+        return self.train_batch(inputs, target, loss).loss
 
-    def _loss(self, name: str, target: np.ndarray) -> float:
-        """Loss tasks on the output's tiles; returns the loss (the one value read back)."""
+    def _loss(self, name: str, target, valid: int | None = None) -> BatchStats:
+        """Loss tasks on the output's tiles, adding the loss and the correct predictions of
+        the first `valid` samples into one two-element store."""
+        name = loss_name(name)
         output_op = len(self.graph.ops) - 1
         node, config = self.graph.ops[output_op], self.strategy[output_op]
         shape = node.sig.outputs[0].shape
-        check_target(name, shape, target)
-        self.loss_fn = LOSSES[name]
+        valid = shape[0] if valid is None else valid
+        if not 0 < valid <= shape[0]:
+            raise StrategyError(f"valid samples must be in 1..{shape[0]}, got {valid}.")
         target_rank = TARGET_RANK[name](len(shape))
-        self.loss_total = int(np.prod(shape)) if target_rank == len(shape) else shape[0]
+        if not hasattr(target, "__legate_data_interface__"):
+            target = np.asarray(target)
+            check_target(name, shape, target)
+        elif tuple(target.shape) != shape[:target_rank]:
+            raise StrategyError(f"{name}: target shape {target.shape}, expected {shape[:1]}.")
+        per_sample = int(np.prod(shape[1:])) if name == "mean_squared_error" else 1
+        total = valid * per_sample
         target_store = self._store_of(target)
-        total = self.runtime.create_store(ty.float64, (1,))
-        self.runtime.issue_fill(total, 0.0)
+        sums = self.runtime.create_store(ty.float64, (2,))
+        self.runtime.issue_fill(sums, 0.0)
+        loss_id = LOSS_IDS.index(name)
         for index, region in enumerate(self._regions[output_op]):
             device = config.devices[index]
+            rows = max(0, valid - region[0][0])
             with Scope(machine=self.cpus[device : device + 1]):
-                task = self.runtime.create_auto_task(self.library, self.task_id)
+                task = self._task(device, Pass.LOSS, output_op, index, loss_id, total, rows)
                 task.add_input(_slice(self.tensors[self._output], region))
                 task.add_input(_slice(target_store, region[:target_rank]))
                 task.add_output(_slice(self.grads[self._output], region))
-                task.add_reduction(total, ty.ReductionOpKind.ADD)
-                for value in (self.id, output_op, index, int(Pass.LOSS)):
-                    task.add_scalar_arg(value, ty.int64)
+                task.add_reduction(sums, ty.ReductionOpKind.ADD)
                 task.execute()
-        return float(self._read(total)[0])
+        return BatchStats(sums, valid)

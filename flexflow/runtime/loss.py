@@ -53,22 +53,74 @@ def sparse_categorical_crossentropy(
     return float(-np.sum(np.log(picked)) / total), grad
 
 
+def categorical_crossentropy(
+    probabilities: np.ndarray, target: np.ndarray, total: int | None = None
+) -> tuple[float, np.ndarray]:
+    """Cross-entropy of softmax outputs (N, classes) against target distributions (N, classes)
+    (one-hot or soft labels), averaged over samples."""
+    n = probabilities.shape[0]
+    total = n if total is None else total
+    if probabilities.ndim != 2 or np.shape(target) != probabilities.shape:
+        raise ShapeError(
+            f"categorical_crossentropy: expects (sample, classes) probabilities and a target "
+            f"of the same shape, got output {probabilities.shape} and target {np.shape(target)}."
+        )
+    p = np.maximum(probabilities.astype(np.float64), 1e-12)
+    target = np.asarray(target, dtype=np.float64)
+    return float(-np.sum(target * np.log(p)) / total), -target / (total * p)
+
+
+def correct_predictions(prediction: np.ndarray, target: np.ndarray) -> int:
+    """How many samples' largest output is their label (or the target's largest entry): the
+    accuracy metric's numerator."""
+    if prediction.ndim < 2 or prediction.shape[0] == 0:
+        return 0
+    guess = prediction.reshape(prediction.shape[0], -1).argmax(axis=1)
+    target = np.asarray(target)
+    truth = target.reshape(-1) if target.ndim == 1 else target.reshape(target.shape[0], -1)
+    if truth.ndim == 2:
+        truth = truth.argmax(axis=1)
+    return int(np.sum(guess == truth))
+
+
 LOSSES: dict[str, Loss] = {
     "mean_squared_error": mean_squared_error,
     "sparse_categorical_crossentropy": sparse_categorical_crossentropy,
+    "categorical_crossentropy": categorical_crossentropy,
 }
 
 TARGET_RANK: dict[str, Callable[[int], int]] = {
     # the target tile of an output tile: the same region, or only its samples for labels
     "mean_squared_error": lambda output_rank: output_rank,
     "sparse_categorical_crossentropy": lambda output_rank: 1,
+    "categorical_crossentropy": lambda output_rank: output_rank,
 }
+
+ALIASES = {
+    # FlexFlow's LossType names
+    "LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE": "mean_squared_error",
+    "LOSS_SPARSE_CATEGORICAL_CROSSENTROPY": "sparse_categorical_crossentropy",
+    "LOSS_CATEGORICAL_CROSSENTROPY": "categorical_crossentropy",
+    "mse": "mean_squared_error",
+}
+
+
+def loss_name(name: str) -> str:
+    """The loss's name in LOSSES, from itself or one of FlexFlow's LossType names."""
+    name = getattr(name, "name", name)  # an enum member
+    name = ALIASES.get(name, name)
+    if name not in LOSSES:
+        raise ShapeError(f"unknown loss '{name}'; choose one of {', '.join(LOSSES)}.")
+    return name
 
 
 def check_target(name: str, output_shape: tuple[int, ...], target: np.ndarray) -> None:
     """Raise ShapeError unless `target` fits the loss `name` for an output of `output_shape`."""
     if name not in LOSSES:
         raise ShapeError(f"unknown loss '{name}'; choose one of {', '.join(LOSSES)}.")
+    if name == "categorical_crossentropy":
+        categorical_crossentropy(np.full(output_shape, 0.5), target)  # raises on a mismatch
+        return
     if TARGET_RANK[name](len(output_shape)) == len(output_shape):
         mean_squared_error(np.zeros(output_shape), target)  # raises on a shape mismatch
         return
@@ -78,3 +130,22 @@ def check_target(name: str, output_shape: tuple[int, ...], target: np.ndarray) -
         )
     probabilities = np.full(output_shape, 1.0 / output_shape[1])
     sparse_categorical_crossentropy(probabilities, target)  # raises on bad labels
+
+
+LOSS_IDS: tuple[str, ...] = tuple(LOSSES)
+"""Losses by the integer id a loss task receives as a scalar."""
+
+
+def loss_tile(
+    loss_id: int, prediction: np.ndarray, target: np.ndarray, total: int, valid: int
+) -> tuple[float, np.ndarray, int]:
+    """One loss task's share: the loss summed over this tile's first `valid` samples (the rest
+    pad the last batch of an evaluation) and divided by `total`, the gradient (zero for the
+    padding) and how many of those samples were predicted right."""
+    rows = prediction.shape[0]
+    valid = max(0, min(valid, rows))
+    grad = np.zeros(prediction.shape)
+    if valid == 0:
+        return 0.0, grad, 0
+    value, grad[:valid] = LOSSES[LOSS_IDS[loss_id]](prediction[:valid], target[:valid], total)
+    return value, grad, correct_predictions(prediction[:valid], target[:valid])

@@ -18,6 +18,8 @@ import numpy as np
 from legate.core import ResourceConfig, VariantCode, get_legate_runtime
 from legate.core._lib.task.task_info import TaskInfo
 
+from flexflow.runtime.loss import loss_tile
+
 if TYPE_CHECKING:
     from flexflow.runtime.executor import Executor
 
@@ -27,10 +29,11 @@ LIBRARY_NAME = "flexflow"
 class Pass(enum.IntEnum):
     FORWARD = 0
     BACKWARD = 1
-    SGD = 2
+    UPDATE = 2
     LOSS = 3
     STATISTICS_FORWARD = 4
     STATISTICS_BACKWARD = 5
+    FEED = 6
 
 
 EXECUTORS: dict[int, Executor] = {}
@@ -59,25 +62,39 @@ def _array(physical) -> np.ndarray:
     return np.asarray(physical.data().get_inline_allocation())
 
 
+def task_arguments(context) -> tuple[Executor, Pass, int, int, tuple[int, ...]]:
+    """The scalars every launch passes: executor id, pass, op (or parameter), task index, and
+    the pass's own values (the update's step number; the loss's id, total and valid samples).
+    Values that change between iterations travel as scalars, never as executor attributes,
+    since a task may run after the program has issued the next iteration."""
+    executor_id, which, op, index, *extra = (s.value() for s in context.scalars)
+    return EXECUTORS[executor_id], Pass(which), op, index, tuple(extra)
+
+
 def _op_tile(context) -> None:
-    executor_id, op, index, which = (s.value() for s in context.scalars)
-    executor = EXECUTORS[executor_id]
+    executor, which, op, index, extra = task_arguments(context)
     begin = time.perf_counter()
-    _run_tile(context, executor, op, index, which)
+    _run_tile(context, executor, which, op, index, extra)
     if executor.timeline is not None:  # measured here, inside the running task
-        executor.timeline.append((op, index, Pass(which), begin, time.perf_counter()))
+        executor.timeline.append((op, index, which, begin, time.perf_counter()))
 
 
-def _run_tile(context, executor: Executor, op: int, index: int, which: int) -> None:
-    if which == Pass.SGD:
-        weight, grad = (_array(a) for a in context.inputs)
-        _array(context.outputs[0])[...] = weight - executor.learning_rate * grad
+def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, extra) -> None:
+    if which == Pass.FEED:  # one shard of a model input, copied in on the device that reads it
+        _array(context.outputs[0])[...] = _array(context.inputs[0])
+        return
+    if which == Pass.UPDATE:  # one tile of a weight and of its optimizer states
+        weight, grad, *states = (_array(a) for a in context.inputs)
+        new_weight, new_states = executor.optimizer.update(weight, grad, states, extra[0])
+        for target, value in zip(context.outputs, (new_weight, *new_states), strict=True):
+            _array(target)[...] = value
         return
     if which == Pass.LOSS:  # this tile's share of the loss and its tile of the loss gradient
         prediction, target = (_array(a) for a in context.inputs)
-        value, grad = executor.loss_fn(prediction, target, executor.loss_total)
+        loss_id, total, valid = extra
+        value, grad, correct = loss_tile(loss_id, prediction, target, total, valid)
         _array(context.outputs[0])[...] = grad
-        _array(context.reductions[0])[...] += value
+        _array(context.reductions[0])[...] += (value, correct)
         return
     node = executor.graph.ops[op]
     region = executor.regions(op)[index]
