@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from flexflow.errors import ShapeError
-from flexflow.runtime.loss import mean_squared_error, sparse_categorical_crossentropy
+from flexflow.runtime.loss import (
+    LOSS_IDS,
+    categorical_crossentropy,
+    correct_predictions,
+    loss_name,
+    loss_tile,
+    mean_squared_error,
+    sparse_categorical_crossentropy,
+)
 
 
 def numerical(f, x, eps=1e-6):
@@ -59,3 +67,41 @@ def test_sparse_categorical_crossentropy():
 def test_loss_errors(call, match):
     with pytest.raises(ShapeError, match=match):
         call()
+
+
+def test_categorical_crossentropy_matches_sparse_on_one_hot_targets():
+    rng = np.random.default_rng(2)
+    logits = rng.standard_normal((3, 4))
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    labels = np.array([2, 0, 3])
+    one_hot = np.eye(4)[labels]
+    loss, grad = categorical_crossentropy(probs, one_hot)
+    sparse_loss, sparse_grad = sparse_categorical_crossentropy(probs, labels)
+    assert loss == pytest.approx(sparse_loss)
+    np.testing.assert_allclose(grad, sparse_grad)
+    soft = rng.dirichlet(np.ones(4), size=3)
+    f = lambda p: categorical_crossentropy(p, soft)[0]  # noqa: E731
+    np.testing.assert_allclose(categorical_crossentropy(probs, soft)[1], numerical(f, probs.copy()))
+
+
+def test_loss_tile_counts_only_the_valid_samples():
+    probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.5, 0.5]])
+    labels = np.array([0, 1, 1, 0])
+    sparse = LOSS_IDS.index("sparse_categorical_crossentropy")
+    value, grad, correct = loss_tile(sparse, probs, labels, total=3, valid=3)
+    assert value == pytest.approx(-(np.log(0.9) + np.log(0.8) + np.log(0.4)) / 3)
+    assert correct == 2  # the third sample's guess (class 0) is wrong; the fourth is padding
+    assert not grad[3].any()
+    assert loss_tile(sparse, probs, labels, total=3, valid=0)[2] == 0
+
+
+def test_correct_predictions_reads_labels_or_one_hot_targets():
+    probs = np.array([[0.1, 0.9], [0.7, 0.3]])
+    assert correct_predictions(probs, np.array([1, 1])) == 1
+    assert correct_predictions(probs, np.array([[0.0, 1.0], [1.0, 0.0]])) == 2
+
+
+def test_flexflow_loss_type_names_are_understood():
+    assert loss_name("LOSS_SPARSE_CATEGORICAL_CROSSENTROPY") == "sparse_categorical_crossentropy"
+    with pytest.raises(ShapeError, match="unknown loss 'hinge'"):
+        loss_name("hinge")

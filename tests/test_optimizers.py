@@ -1,0 +1,122 @@
+"""Optimizers: updates against independent float64 recurrences, tiling invariance, validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexflow.errors import FlexFlowError
+from flexflow.optimizers import AdamOptimizer, SGDOptimizer, optimizer_from_json
+
+
+def run(optimizer, weight, grads):
+    states = tuple(np.zeros_like(weight) for _ in optimizer.state_names)
+    for step, grad in enumerate(grads, start=1):
+        weight, states = optimizer.update(weight, grad, states, step)
+    return weight
+
+
+def grads_for(rng, shape, steps=5):
+    return [rng.standard_normal(shape).astype(np.float32) for _ in range(steps)]
+
+
+def test_plain_sgd_is_one_subtraction():
+    w = np.array([1.0, -2.0], dtype=np.float32)
+    g = np.array([0.5, 0.25], dtype=np.float32)
+    new, states = SGDOptimizer(0.1).update(w, g, (), 1)
+    assert states == ()
+    np.testing.assert_array_equal(new, np.array([0.95, -2.025], dtype=np.float32))
+    assert new.dtype == np.float32
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_momentum_and_weight_decay_follow_the_recurrence(nesterov):
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal((3, 4)).astype(np.float32)
+    grads = grads_for(rng, (3, 4))
+    lr, mu, wd = 0.05, 0.9, 1e-2
+    w, v = w0.astype(np.float64), np.zeros((3, 4))
+    for g in grads:  # PyTorch's definition, in float64
+        g = g + wd * w
+        v = mu * v + g
+        w = w - lr * (g + mu * v if nesterov else v)
+    got = run(SGDOptimizer(lr, momentum=mu, weight_decay=wd, nesterov=nesterov), w0, grads)
+    np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+
+
+def test_adam_follows_kingma_and_ba():
+    rng = np.random.default_rng(1)
+    w0 = rng.standard_normal((5,)).astype(np.float32)
+    grads = grads_for(rng, (5,), steps=6)
+    lr, b1, b2, eps, wd = 1e-2, 0.8, 0.99, 1e-8, 1e-3
+    w, m, v = w0.astype(np.float64), np.zeros(5), np.zeros(5)
+    for t, g in enumerate(grads, start=1):
+        g = g + wd * w
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        w = w - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+    got = run(AdamOptimizer(lr, beta1=b1, beta2=b2, epsilon=eps, weight_decay=wd), w0, grads)
+    np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+
+
+def test_adam_first_step_moves_every_weight_by_about_the_learning_rate():
+    w = np.zeros(4, dtype=np.float32)
+    g = np.array([1e-3, -5.0, 2.0, 1e2], dtype=np.float32)
+    new, _ = AdamOptimizer(0.01).update(w, g, (np.zeros(4), np.zeros(4)), 1)
+    np.testing.assert_allclose(new, -0.01 * np.sign(g), rtol=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    optimizer=st.sampled_from(
+        [
+            SGDOptimizer(0.1),
+            SGDOptimizer(0.1, momentum=0.9, weight_decay=1e-4),
+            SGDOptimizer(0.1, momentum=0.5, nesterov=True),
+            AdamOptimizer(1e-3, weight_decay=1e-2),
+        ]
+    ),
+    rows=st.integers(1, 9),
+    cuts=st.lists(st.integers(0, 9), max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_tiled_updates_are_bit_identical_to_one_update(optimizer, rows, cuts, seed):
+    """The runtime updates any tiling of a weight; every tiling must give the same bits."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((rows, 3)).astype(np.float32)
+    g = rng.standard_normal((rows, 3)).astype(np.float32)
+    states = tuple(rng.random((rows, 3)).astype(np.float32) for _ in optimizer.state_names)
+    whole, whole_states = optimizer.update(w, g, states, 3)
+    bounds = sorted({0, rows, *(c for c in cuts if c < rows)})
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        tile, tile_states = optimizer.update(w[a:b], g[a:b], tuple(s[a:b] for s in states), 3)
+        np.testing.assert_array_equal(tile, whole[a:b])
+        for got, want in zip(tile_states, whole_states, strict=True):
+            np.testing.assert_array_equal(got, want[a:b])
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: SGDOptimizer(0.0), "learning_rate must be positive"),
+        (lambda: SGDOptimizer(0.1, momentum=1.0), r"momentum must be in \[0, 1\)"),
+        (lambda: SGDOptimizer(0.1, weight_decay=-1), "weight_decay must be >= 0"),
+        (lambda: SGDOptimizer(0.1, nesterov=True), "nesterov needs a momentum"),
+        (lambda: AdamOptimizer(0.1, beta2=1.5), r"beta2 must be in \[0, 1\)"),
+        (lambda: AdamOptimizer(0.1, epsilon=0), "epsilon must be positive"),
+        (lambda: optimizer_from_json({"type": "lion"}), "unknown optimizer type 'lion'"),
+        (lambda: optimizer_from_json({"type": "sgd", "lr": 1}), "optimizer sgd"),
+    ],
+)
+def test_bad_settings_are_refused(make, match):
+    with pytest.raises(FlexFlowError, match=match):
+        make()
+
+
+@pytest.mark.parametrize(
+    "optimizer", [SGDOptimizer(0.2, momentum=0.9, nesterov=True), AdamOptimizer(weight_decay=0.1)]
+)
+def test_json_round_trip(optimizer):
+    assert optimizer_from_json(optimizer.to_json()) == optimizer
