@@ -47,6 +47,24 @@ def _progress_table(rows: dict[str, ChainStatus], dp_s: float, budget_s: float) 
     return table
 
 
+def search_with_progress(
+    console: Console, show: bool, context, dp_s: float, budget_s: float, **options
+):
+    """`flexflow.search.search` with a live table of its chains (when `show`)."""
+    from flexflow.search import search
+
+    if not show:
+        return search(context, budget_s, **options)
+    rows: dict[str, ChainStatus] = {}
+    with Live(_progress_table(rows, dp_s, budget_s), console=console, transient=True) as live:
+
+        def update(status: ChainStatus) -> None:
+            rows[status.init] = status
+            live.update(_progress_table(rows, dp_s, budget_s))
+
+        return search(context, budget_s, on_status=update, **options)
+
+
 def _setup(args: argparse.Namespace):
     """The model's graph, the machine and a simulation context (with --profile if given)."""
     from flexflow.cli import _config
@@ -76,41 +94,25 @@ def _export_and_print_json(args: argparse.Namespace, graph, machine, best, data:
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Search a strategy with MCMC over delta simulations; print, export and summarize it."""
     from flexflow.cli import strategy_table
-    from flexflow.search import search
     from flexflow.simulator import TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
 
     graph, machine, context = _setup(args)
     inits = [i for i in args.init.split(",") if i]
     dp_s = full_simulate(TaskGraph(context, named_strategy("dp", graph, machine))).iteration_s
-    rows: dict[str, ChainStatus] = {}
-    show = not args.json and console.is_terminal
-
-    def run(on_status: Callable[[ChainStatus], None] | None):
-        return search(
-            context,
-            args.budget,
-            args.seed,
-            inits,
-            args.space,
-            args.beta,
-            args.proposals,
-            on_status,
-            polish=not args.no_polish,
-        )
-
-    if show:
-        with Live(
-            _progress_table(rows, dp_s, args.budget), console=console, transient=True
-        ) as live:
-
-            def update(status: ChainStatus) -> None:
-                rows[status.init] = status
-                live.update(_progress_table(rows, dp_s, args.budget))
-
-            result = run(update)
-    else:
-        result = run(None)
+    result = search_with_progress(
+        console,
+        not args.json and console.is_terminal,
+        context,
+        dp_s,
+        args.budget,
+        seed=args.seed,
+        inits=inits,
+        space=args.space,
+        beta=args.beta,
+        max_proposals=args.proposals,
+        polish=not args.no_polish,
+    )
     if _export_and_print_json(args, graph, machine, result.best, result.to_json()):
         return 0
     if not args.quiet:

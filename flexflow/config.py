@@ -1,7 +1,10 @@
-"""FFConfig: the run's settings (batch size, epochs, ...), as in FlexFlow's Python API; later features add fields."""
+"""FFConfig: the run's settings (batch size, epochs, learning rate, strategy choice), as in
+FlexFlow's Python API, where the same settings also come from the command line."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flexflow.errors import FlexFlowError
@@ -13,6 +16,10 @@ class FFConfig:
     epochs: int = 1
     learning_rate: float = 0.01
     seed: int = 0
+    search_budget: float = 0.0
+    """Seconds of MCMC search at compile time (0: data parallelism unless a strategy is imported)."""
+    import_strategy: str | None = None
+    export_strategy: str | None = None
 
     def __post_init__(self) -> None:
         for key in ("batch_size", "epochs"):
@@ -23,6 +30,10 @@ class FFConfig:
             raise FlexFlowError(
                 f"FFConfig: learning_rate must be positive, got {self.learning_rate!r}."
             )
+        if not self.search_budget >= 0:
+            raise FlexFlowError(
+                f"FFConfig: search_budget must be >= 0 seconds, got {self.search_budget!r}."
+            )
 
     def get_batch_size(self) -> int:
         """FlexFlow's accessor, kept so FlexFlow scripts run unchanged."""
@@ -30,3 +41,47 @@ class FFConfig:
 
     def get_epochs(self) -> int:
         return self.epochs
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """FlexFlow's training flags: -b/--batch-size, -e/--epochs, --lr, --seed, --budget,
+        --import-strategy, --export-strategy."""
+        parser.add_argument("-b", "--batch-size", type=int, default=64)
+        parser.add_argument("-e", "--epochs", type=int, default=1)
+        parser.add_argument(
+            "--lr", "--learning-rate", dest="learning_rate", type=float, default=0.01
+        )
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument(
+            "--budget",
+            "--search-budget",
+            dest="search_budget",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="search a strategy for this long on the processors of this run (default: "
+            "data parallelism)",
+        )
+        parser.add_argument(
+            "--import-strategy", metavar="FILE", help="train with this strategy file"
+        )
+        parser.add_argument(
+            "--export-strategy", metavar="FILE", help="write the strategy used (atomically)"
+        )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace | Sequence[str] | None = None) -> FFConfig:
+        """The settings from parsed arguments, or parsed from `args` (default: sys.argv)."""
+        if not isinstance(args, argparse.Namespace):
+            parser = argparse.ArgumentParser(add_help=False)
+            cls.add_arguments(parser)
+            args, _ = parser.parse_known_args(args)
+        return cls(
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            learning_rate=args.learning_rate,
+            seed=args.seed,
+            search_budget=args.search_budget,
+            import_strategy=args.import_strategy,
+            export_strategy=args.export_strategy,
+        )

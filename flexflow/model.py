@@ -13,10 +13,12 @@ model-parallel RNN strategies exploit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from flexflow.config import FFConfig
+from flexflow.data import DataLoader
 from flexflow.errors import GraphError, ShapeError
 from flexflow.graph import GraphTensor, OperatorGraph, OpNode, Parameter
 from flexflow.ops import ActiMode, DType, Op, TensorSpec
@@ -40,6 +42,14 @@ from flexflow.ops.softmax import Softmax
 from flexflow.ops.split import Split
 from flexflow.ops.stack import Stack
 from flexflow.ops.transpose import Transpose
+from flexflow.optimizers import Optimizer, SGDOptimizer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from flexflow.machine import Machine
+    from flexflow.planning import Plan
+    from flexflow.runtime.training import Metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,7 @@ class FFModel:
         # Sequence outputs of `lstm` not materialized yet: tensor id -> the steps' outputs.
         self._sequences: dict[int, tuple[Tensor, ...]] = {}
         self._read: set[int] = set()
+        self._trainer = None  # set by compile()
 
     # ---- plumbing -----------------------------------------------------------------------------
     def _layer_name(self, kind: str, name: str | None) -> str:
@@ -119,6 +130,10 @@ class FFModel:
         Its weights are new (named `<layer>.<weight>`) unless `shared_weights` gives the ids of
         existing parameters to reuse.
         """
+        if self._trainer is not None:
+            raise GraphError(
+                f"{op.kind} '{name}': the model is compiled; add layers before compile()."
+            )
         layer = layer or name
         specs = tuple(self._spec(op.kind, name, t) for t in inputs)
         sig = op.infer(name, specs)
@@ -403,3 +418,85 @@ class FFModel:
         self, input: Tensor, dims: Sequence[int], keepdims: bool = False, name: str | None = None
     ) -> Tensor:
         return self._layer(Mean(tuple(dims), keepdims), [input], name)
+
+    # ---- training (FlexFlow's compile / fit / eval) ----------------------------------------------
+    def compile(
+        self,
+        optimizer: Optimizer | None = None,
+        loss_type: str = "sparse_categorical_crossentropy",
+        metrics: Sequence[str] = ("accuracy",),
+        *,
+        machine: Machine | None = None,
+        console: Console | None = None,
+        progress: bool = True,
+    ) -> Plan:
+        """Choose the strategy (config: search_budget, import/export_strategy), place the model
+        on this process's Legate processors and prepare training; returns how the strategy was
+        chosen. Starts Legate. The model takes no more layers after this."""
+        from flexflow.machine import parse_machine
+        from flexflow.planning import plan_strategy
+        from flexflow.runtime import Executor
+        from flexflow.runtime.training import Trainer
+
+        graph = self.graph()
+        plan = plan_strategy(
+            graph,
+            machine or parse_machine("local"),
+            budget_s=self.config.search_budget,
+            import_path=self.config.import_strategy,
+            export_path=self.config.export_strategy,
+            seed=self.config.seed,
+            console=console,
+        )
+        optimizer = optimizer or SGDOptimizer(self.config.learning_rate)
+        executor = Executor(graph, plan.strategy, seed=self.config.seed, optimizer=optimizer)
+        self._trainer = Trainer(executor, loss_type, metrics, console, progress)
+        return plan
+
+    @property
+    def executor(self):
+        """The compiled model's `flexflow.runtime.Executor` (weights, checkpoints)."""
+        return self._compiled_trainer().executor
+
+    def _compiled_trainer(self):
+        if self._trainer is None:
+            raise GraphError("call FFModel.compile(...) before fit, eval or executor.")
+        return self._trainer
+
+    def _loader(self, x, y, shuffle: bool, drop_last: bool) -> DataLoader:
+        if isinstance(x, DataLoader):
+            return x
+        graph = self.graph()
+        if not isinstance(x, Mapping):
+            if len(graph.input_tensors) != 1:
+                names = [t.name for t in graph.input_tensors]
+                raise ShapeError(f"the model has inputs {names}: pass x as a dict by those names.")
+            x = {graph.input_tensors[0].name: x}
+        return DataLoader(
+            x,
+            y,
+            self.config.batch_size,
+            shuffle=shuffle,
+            seed=self.config.seed,
+            drop_last=drop_last,
+        )
+
+    def fit(
+        self,
+        x=None,
+        y=None,
+        epochs: int | None = None,
+        *,
+        shuffle: bool = True,
+        checkpoint: str | None = None,
+        on_epoch=None,
+    ) -> list[Metrics]:
+        """Train on `x` (an array for a one-input model, a dict by input name, or a DataLoader)
+        and `y` for `epochs` (default: the config's) epochs; saves `checkpoint` each epoch."""
+        trainer = self._compiled_trainer()
+        loader = self._loader(x, y, shuffle, drop_last=True)
+        return trainer.fit(loader, epochs or self.config.epochs, checkpoint, on_epoch)
+
+    def eval(self, x=None, y=None) -> Metrics:
+        """Loss and metrics over every sample of `x`, `y` (a short last batch is padded)."""
+        return self._compiled_trainer().evaluate(self._loader(x, y, False, drop_last=False))

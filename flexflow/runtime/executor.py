@@ -187,18 +187,18 @@ class Executor:
         """Copy a model input in, one shard per device that reads it (`flexflow.tiling`)."""
         spec = self.graph.tensors[tensor_id].spec
         name = self.graph.tensors[tensor_id].name
+        if not hasattr(value, "dtype"):
+            value = np.asarray(value)
         if tuple(np.shape(value)) != spec.shape:
             raise StrategyError(
                 f"input '{name}' has shape {spec.shape}, got an array of shape "
                 f"{tuple(np.shape(value))}; batches must have the model's batch size "
                 f"(pad the last batch, as `flexflow.runtime.data` does)."
             )
+        if str(value.dtype) != spec.dtype.value:  # e.g. float64 images, int64 token ids
+            value = value.astype(spec.dtype.value)
         source = self._source_store(value)
         target = self.tensors[tensor_id]
-        if source.type != target.type:
-            raise StrategyError(
-                f"input '{name}' holds {spec.dtype.value}, got {source.type}; convert it first."
-            )
         # a copy task per shard: Legate 25.11's issue_copy of store slices fails inside a Scope
         # of any processor but the first
         for index, (region, device) in enumerate(self._input_shards[tensor_id]):
@@ -382,13 +382,18 @@ class Executor:
         return self.graph.ops[-1].outputs[0]
 
     def train_batch(
-        self, inputs: Mapping[str, np.ndarray], target, loss: str = "mean_squared_error"
+        self,
+        inputs: Mapping[str, np.ndarray],
+        target,
+        loss: str = "mean_squared_error",
+        valid: int | None = None,
     ) -> BatchStats:
-        """Issue one training iteration (forward, loss, backward, update) without waiting."""
+        """Issue one training iteration (forward, loss, backward, update) without waiting;
+        samples past `valid` (padding) add nothing to the loss or the gradients."""
         self.forward(inputs, read=False)
         for store in list(self.grads.values()) + list(self.weight_grads.values()):
             self.runtime.issue_fill(store, 0.0)
-        stats = self._loss(loss, target)
+        stats = self._loss(loss, target, valid)
         for op in reversed(range(len(self.graph.ops))):
             self._run_op(op, Pass.BACKWARD)
         self.iteration += 1

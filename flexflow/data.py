@@ -1,0 +1,111 @@
+"""Data loaders: a data set in numpy or cuPyNumeric arrays, cut into the model's fixed batches.
+
+The operator graph has a fixed batch size, so every batch has exactly that many samples. A
+training epoch drops the short remainder (its samples come back in other epochs' shuffles); an
+evaluation pads its last batch by repeating the first sample and says how many samples are real
+(`Batch.valid`), which the loss tasks use to count only those. The order of an epoch depends on
+(seed, epoch) alone, so a run resumed at any iteration sees the same batches as one that never
+stopped. The runtime copies each batch in as the first op's configuration partitions it
+(`flexflow.tiling.input_shards`); a cuPyNumeric array's batches stay in Legate stores throughout.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flexflow.errors import FlexFlowError
+
+Array = Any
+"""A numpy array or a cuPyNumeric array (anything with shape, indexing and len)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    inputs: Mapping[str, Array]
+    target: Array
+    valid: int
+    """How many leading samples are real (the rest pad a last, short batch)."""
+
+
+def _namespace(array: Array):
+    """numpy, or cupynumeric for its arrays (without importing it for numpy data)."""
+    module = sys.modules.get(type(array).__module__.split(".")[0])
+    return module if hasattr(array, "__legate_data_interface__") and module else np
+
+
+class DataLoader:
+    """Batches of `inputs` (by the model's input tensor names) and `target`, `batch_size` each."""
+
+    def __init__(
+        self,
+        inputs: Mapping[str, Array],
+        target: Array,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        if not inputs:
+            raise FlexFlowError("DataLoader: give at least one input array (by input name).")
+        sizes = {name: len(array) for name, array in inputs.items()} | {"target": len(target)}
+        if len(set(sizes.values())) != 1:
+            raise FlexFlowError(
+                f"DataLoader: every array needs one entry per sample, got lengths {sizes}."
+            )
+        self.samples = len(target)
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise FlexFlowError(f"DataLoader: batch_size must be positive, got {batch_size!r}.")
+        if drop_last and self.samples < batch_size:
+            raise FlexFlowError(
+                f"DataLoader: {self.samples} samples make no full batch of {batch_size}; use a "
+                f"smaller batch (FFConfig(batch_size=...)) or more data."
+            )
+        self.inputs, self.target = dict(inputs), target
+        self.batch_size, self.shuffle, self.seed, self.drop_last = (
+            batch_size,
+            shuffle,
+            seed,
+            drop_last,
+        )
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        full, rest = divmod(self.samples, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The sample order of `epoch`: a permutation fixed by (seed, epoch) when shuffling."""
+        if not self.shuffle:
+            return np.arange(self.samples)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.samples)
+
+    def epoch(self, epoch: int = 0, start: int = 0) -> Iterator[Batch]:
+        """The batches of `epoch`, from batch number `start` on (to resume mid-epoch)."""
+        order = self.order(epoch)
+        for index in range(start, len(self)):
+            picked = order[index * self.batch_size : (index + 1) * self.batch_size]
+            valid = len(picked)
+            if valid < self.batch_size:
+                picked = np.concatenate([picked, np.full(self.batch_size - valid, picked[0])])
+            yield Batch(
+                {name: self._take(array, picked) for name, array in self.inputs.items()},
+                self._take(self.target, picked),
+                valid,
+            )
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self.epoch(0)
+
+    @staticmethod
+    def _take(array: Array, picked: np.ndarray) -> Array:
+        start, stop = int(picked[0]), int(picked[-1]) + 1
+        if stop - start == len(picked) and np.array_equal(picked, np.arange(start, stop)):
+            return array[start:stop]  # a view: no gather for in-order data
+        xp = _namespace(array)
+        return array[xp.asarray(picked)] if xp is not np else array[picked]

@@ -1,0 +1,81 @@
+"""The strategy a training run uses, chosen at compile time as FlexFlow does.
+
+`--import-strategy FILE` uses a strategy file (validated against this machine); otherwise
+`--budget SECONDS` > 0 runs the MCMC search for that long on the machine Legate gives this
+process (`local`), and no budget means data parallelism. `--export-strategy FILE` writes the
+chosen strategy atomically. Importing a strategy and searching are exclusive: a search can
+start from a file with `flexflow search --init FILE` instead.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from rich.console import Console
+
+from flexflow.errors import StrategyError
+from flexflow.graph import OperatorGraph
+from flexflow.machine import Machine
+from flexflow.strategy import Strategy
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    strategy: Strategy
+    source: str
+    """How it was chosen, for people: 'data parallelism', 'imported from F', 'searched ...'."""
+    simulated_ms: float
+    dp_simulated_ms: float
+
+    def describe(self) -> str:
+        return (
+            f"{self.source}; simulated {self.simulated_ms:.3f} ms per iteration "
+            f"({self.dp_simulated_ms / self.simulated_ms:.2f}x data parallelism's "
+            f"{self.dp_simulated_ms:.3f} ms)"
+        )
+
+
+def plan_strategy(
+    graph: OperatorGraph,
+    machine: Machine,
+    *,
+    budget_s: float = 0.0,
+    import_path: str | os.PathLike[str] | None = None,
+    export_path: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+    model_name: str = "model",
+    console: Console | None = None,
+) -> Plan:
+    """Choose the strategy for `graph` on `machine` (see the module doc)."""
+    from flexflow.cli_search import search_with_progress
+    from flexflow.simulator import SimContext, TaskGraph, full_simulate
+    from flexflow.strategies import named_strategy
+    from flexflow.strategy_file import export_strategy, load_strategy
+
+    if import_path is not None and budget_s > 0:
+        raise StrategyError(
+            "give either --import-strategy or --budget, not both; to refine an imported "
+            "strategy run `flexflow search MODEL --init FILE` and import its export."
+        )
+    if budget_s < 0:
+        raise StrategyError(f"--budget must be >= 0 seconds, got {budget_s}.")
+    console = console or Console(stderr=True)
+    context = SimContext(graph, machine)
+    dp = named_strategy("dp", graph, machine)
+    dp_s = full_simulate(TaskGraph(context, dp)).iteration_s
+    if import_path is not None:
+        strategy = load_strategy(import_path, graph, machine)
+        source = f"imported from {import_path}"
+    elif budget_s > 0:
+        result = search_with_progress(
+            console, console.is_terminal, context, dp_s, budget_s, seed=seed
+        )
+        strategy = result.best
+        source = f"searched for {budget_s:g} s ({result.proposals:,} proposals)"
+    else:
+        strategy, source = dp, "data parallelism (no --budget given)"
+    simulated_s = full_simulate(TaskGraph(context, strategy)).iteration_s
+    if export_path is not None:
+        export_strategy(export_path, strategy, graph, machine, model=model_name)
+    return Plan(strategy, source, simulated_s * 1e3, dp_s * 1e3)

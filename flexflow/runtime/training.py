@@ -1,0 +1,190 @@
+"""The training loop: epochs of batches through an Executor, with progress, metrics, checkpoints.
+
+Batches are issued to Legate without waiting; each batch's loss and correct count are read
+one batch later, so Python issues batch k+1 while Legate runs batch k. Checkpoints record the
+iteration count, and a run resumed from one (`Executor.load_checkpoint`) continues at the same
+epoch and batch: the data order depends only on the loader's seed and the epoch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from flexflow.data import DataLoader
+from flexflow.errors import FlexFlowError
+from flexflow.runtime.executor import BatchStats, Executor
+from flexflow.runtime.loss import loss_name
+
+METRICS = ("accuracy",)
+METRIC_ALIASES = {"METRICS_ACCURACY": "accuracy"}
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """What one epoch (or one evaluation) measured."""
+
+    epoch: int
+    loss: float
+    accuracy: float | None
+    samples: int
+    seconds: float
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    def describe(self) -> str:
+        accuracy = "" if self.accuracy is None else f", accuracy {self.accuracy:.2%}"
+        return (
+            f"loss {self.loss:.4f}{accuracy}, {self.samples:,} samples in {self.seconds:.2f} s "
+            f"({self.samples_per_s:,.0f} samples/s)"
+        )
+
+
+def metric_names(metrics: Sequence[str]) -> tuple[str, ...]:
+    names = []
+    for metric in metrics:
+        name = getattr(metric, "name", metric)
+        name = METRIC_ALIASES.get(name, name)
+        if name not in METRICS:
+            raise FlexFlowError(f"unknown metric '{name}'; choose from {', '.join(METRICS)}.")
+        names.append(name)
+    return tuple(names)
+
+
+class _Tally:
+    """Running sums of resolved batches' stats."""
+
+    def __init__(self) -> None:
+        self.loss = 0.0
+        self.correct = 0
+        self.samples = 0
+
+    def add(self, stats: BatchStats) -> None:
+        loss, correct = stats.read()
+        self.loss += loss * stats.samples
+        self.correct += correct
+        self.samples += stats.samples
+
+    def metrics(self, epoch: int, seconds: float, accuracy: bool) -> Metrics:
+        n = max(self.samples, 1)
+        return Metrics(
+            epoch, self.loss / n, self.correct / n if accuracy else None, self.samples, seconds
+        )
+
+
+class Trainer:
+    """Runs `fit` and `evaluate` for one executor with one loss and its metrics."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        loss: str,
+        metrics: Sequence[str] = ("accuracy",),
+        console: Console | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.executor = executor
+        self.loss = loss_name(loss)
+        self.metrics = metric_names(metrics)
+        self.console = console or Console(stderr=True)
+        self.progress = progress and self.console.is_terminal
+
+    def _progress(self) -> Progress:
+        return Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]:.4f}"),
+            TextColumn("{task.fields[accuracy]}"),
+            TextColumn("{task.fields[rate]:,.0f} samples/s"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+            disable=not self.progress,
+        )
+
+    def _run(
+        self,
+        batches,
+        total: int,
+        description: str,
+        issue: Callable,
+        epoch: int,
+    ) -> Metrics:
+        tally, pending = _Tally(), deque()
+        accuracy = "accuracy" in self.metrics
+        begin = time.perf_counter()
+        with self._progress() as bar:
+            task = bar.add_task(description, total=total, loss=0.0, accuracy="", rate=0.0)
+            for batch in batches:
+                pending.append(issue(batch))
+                while len(pending) > 1:  # read batch k-1 while batch k runs
+                    tally.add(pending.popleft())
+                    seconds = time.perf_counter() - begin
+                    current = tally.metrics(epoch, seconds, accuracy)
+                    bar.update(
+                        task,
+                        advance=1,
+                        loss=current.loss,
+                        accuracy="" if current.accuracy is None else f"acc {current.accuracy:.2%}",
+                        rate=current.samples_per_s,
+                    )
+            while pending:
+                tally.add(pending.popleft())
+        return tally.metrics(epoch, time.perf_counter() - begin, accuracy)
+
+    def fit(
+        self,
+        data: DataLoader,
+        epochs: int,
+        checkpoint: str | os.PathLike[str] | None = None,
+        on_epoch: Callable[[Metrics], None] | None = None,
+    ) -> list[Metrics]:
+        """Train until `epochs` epochs are done (counting those of a loaded checkpoint), saving
+        `checkpoint` atomically after each epoch; the metrics of the epochs run here."""
+        per_epoch = len(data)
+        if per_epoch == 0:
+            raise FlexFlowError("fit: the data loader has no batches.")
+        first, skip = divmod(self.executor.iteration, per_epoch)
+        history = []
+        for epoch in range(first, epochs):
+
+            def issue(batch, executor=self.executor):
+                return executor.train_batch(batch.inputs, batch.target, self.loss, batch.valid)
+
+            metrics = self._run(
+                data.epoch(epoch, start=skip),
+                per_epoch - skip,
+                f"epoch {epoch + 1}/{epochs}",
+                issue,
+                epoch,
+            )
+            skip = 0
+            if checkpoint is not None:
+                self.executor.save_checkpoint(checkpoint)
+            history.append(metrics)
+            if on_epoch is not None:
+                on_epoch(metrics)
+        return history
+
+    def evaluate(self, data: DataLoader) -> Metrics:
+        """The loss and metrics over every sample of `data` (no update)."""
+
+        def issue(batch, executor=self.executor):
+            return executor.eval_batch(batch.inputs, batch.target, self.loss, batch.valid)
+
+        return self._run(data.epoch(0), len(data), "evaluate", issue, -1)

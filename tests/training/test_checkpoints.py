@@ -1,0 +1,75 @@
+"""Checkpoints: a run killed while saving keeps the previous checkpoint whole; a run resumed
+from a checkpoint ends exactly where the uninterrupted run ends."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.training.helpers import legate_env, run_train
+
+META = "__flexflow__"
+
+
+def load(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as data:
+        return {name: data[name] for name in data.files}
+
+
+@pytest.mark.legate
+def test_a_run_killed_mid_save_leaves_the_previous_checkpoint_intact(tmp_path):
+    checkpoint = tmp_path / "run.npz"
+    script = Path(__file__).with_name("kill_script.py")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(checkpoint)],
+        env=legate_env(2),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().startswith("saved 1"), proc.stderr.read()[-4000:]
+        # the next save writes a temporary file beside the checkpoint: kill as soon as it appears
+        deadline = time.monotonic() + 120
+        partial = []
+        while not partial and time.monotonic() < deadline:
+            partial = list(tmp_path.glob(".run.npz.*.tmp"))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert partial, "never saw a save in progress"
+    saved = [int(line.split()[1]) for line in ["saved 1", *proc.stdout.read().splitlines()]]
+    data = load(checkpoint)  # the whole previous checkpoint, never the half-written one
+    meta = json.loads(str(data[META]))
+    assert meta["iteration"] == saved[-1]
+    assert {"wide.kernel", "wide.kernel@m", "wide.kernel@v", "head.bias@v"} <= set(data)
+    assert data["wide.kernel"].shape == (2048, 1024)
+
+
+@pytest.mark.legate
+def test_a_resumed_run_continues_bit_identically(tmp_path):
+    common = ["--model", "lenet", "--image-size", "16", "--batch-size", "64"]
+    straight, interrupted = tmp_path / "straight.npz", tmp_path / "interrupted.npz"
+    proc, whole = run_train(*common, "--epochs", "2", "--checkpoint", str(straight))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc, first = run_train(*common, "--epochs", "1", "--checkpoint", str(interrupted))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc, rest = run_train(*common, "--epochs", "2", "--checkpoint", str(interrupted), "--resume")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "resumed from" in proc.stderr
+    assert [e["epoch"] for e in rest["epochs"]] == [1]  # only the second epoch ran
+    assert rest["epochs"][0]["loss"] == whole["epochs"][1]["loss"]
+    assert rest["test_loss"] == whole["test_loss"]
+    a, b = load(straight), load(interrupted)
+    assert set(a) == set(b)
+    for name in a:
+        if name != META:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)

@@ -1,0 +1,22 @@
+"""The README's main job: LeNet on scikit-learn's digits through the `legate` launcher."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.training.helpers import run_train
+
+
+@pytest.mark.legate
+def test_lenet_learns_the_digits_in_two_epochs(tmp_path):
+    strategy = tmp_path / "strategy.json"
+    proc, report = run_train(
+        "--model", "lenet", "--epochs", "2", "--export-strategy", str(strategy), launcher=True
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert report["test_accuracy"] >= 0.95, report
+    assert report["epochs"][1]["loss"] < report["epochs"][0]["loss"]
+    assert report["epochs"][1]["samples_per_s"] > 0
+    assert "data parallelism" in report["strategy"]
+    assert strategy.exists()  # --export-strategy wrote the strategy it trained with
+    assert "strategy for lenet on local" in proc.stderr  # the strategy is shown
