@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from flexflow.errors import MachineError
@@ -190,7 +190,7 @@ def dgx_h100_machine(nodes: int = 1) -> Machine:
     return m.build()
 
 
-# ---- local: what Legate gives this process ----------------------------------------------------
+# ---- local: what Legate gives this run -----------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +239,76 @@ def parse_legate_config(config: str | None, default_cpus: int) -> LegateProcesso
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class LegateRanks:
+    """The ranks of a multi-rank Legate run and how many of them share each host.
+
+    Legate (Realm) counts every rank as a node with its own `--cpus/--gpus`, so `local` has one
+    node per rank; ranks on one host exchange data through shared memory, ranks on different
+    hosts through the network."""
+
+    ranks: int
+    ranks_per_host: int
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1 or not 1 <= self.ranks_per_host <= self.ranks:
+            raise MachineError(
+                f"{self!r}: need ranks >= 1 and 1 <= ranks_per_host <= ranks; check the "
+                "launcher's rank variables."
+            )
+
+    @property
+    def hosts(self) -> int:
+        return -(-self.ranks // self.ranks_per_host)
+
+    def host_of(self, rank: int) -> int:
+        """Launchers place ranks on hosts in blocks (mpirun -ppn, --npernode, srun)."""
+        return rank // self.ranks_per_host
+
+
+# What each launcher sets in every rank's environment: the run's rank count, then the count on
+# this rank's host. `legate --launcher mpirun|srun` passes them through; Legate itself reads only
+# the first, third and fourth of RANK_COUNT_VARS (25.11), so under MPICH's Hydra, which sets
+# PMI_SIZE, a run needs MV2_COMM_WORLD_SIZE too (see tests/runtime/test_multirank.py).
+RANK_COUNT_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")
+HOST_RANK_COUNT_VARS = (
+    "OMPI_COMM_WORLD_LOCAL_SIZE",  # Open MPI
+    "MPI_LOCALNRANKS",  # MPICH's Hydra
+    "MV2_COMM_WORLD_LOCAL_SIZE",  # MVAPICH
+    "SLURM_NTASKS_PER_NODE",  # srun --ntasks-per-node (legate's srun launcher passes it), "2(x3)"
+)
+# Legate's peer-to-peer bootstrap (legate.dask): every rank's "ip:port", space-separated.
+PEERS_VAR, SELF_VAR = "WORKER_PEERS_INFO", "WORKER_SELF_INFO"
+
+
+def _count(environ: Mapping[str, str], names: tuple[str, ...]) -> int | None:
+    for name in names:
+        text = environ.get(name)
+        if text is None:
+            continue
+        digits = text.split("(", 1)[0].strip()  # SLURM_NTASKS_PER_NODE may read "2(x3)"
+        if not (digits.isascii() and digits.isdigit()) or int(digits) < 1:
+            raise MachineError(
+                f"{name}={text!r} is not a rank count >= 1; unset it or fix the launcher."
+            )
+        return int(digits)
+    return None
+
+
+def launcher_ranks(environ: Mapping[str, str] | None = None) -> LegateRanks:
+    """The ranks the launcher started (1 rank on 1 host outside a launcher), from the variables
+    it sets in each rank; hosts are assumed to hold equal blocks of ranks."""
+    env = os.environ if environ is None else environ
+    peers = env.get(PEERS_VAR, "").split()
+    if peers:
+        host = env.get(SELF_VAR, peers[0]).rpartition(":")[0]
+        on_host = sum(peer.rpartition(":")[0] == host for peer in peers)
+        return LegateRanks(len(peers), max(on_host, 1))
+    ranks = _count(env, RANK_COUNT_VARS) or 1
+    per_host = min(_count(env, HOST_RANK_COUNT_VARS) or 1, ranks)
+    return LegateRanks(ranks, per_host)
+
+
 def host_memory_bytes() -> int:
     """Physical memory of this host: sysconf, else /proc/meminfo, else a 16 GiB guess."""
     try:
@@ -260,32 +330,46 @@ def local_machine(
     *,
     host_cpus: int | None = None,
     memory_bytes: int | None = None,
+    ranks: LegateRanks | None = None,
 ) -> Machine:
-    """The processors Legate gives this process (LEGATE_CONFIG, else this host's cores), per node.
+    """The processors Legate gives this run: one node per rank (`ranks`, else the launcher's
+    variables; `--nodes N` in LEGATE_CONFIG plans N single-rank hosts without a launcher), each
+    with LEGATE_CONFIG's processors (else this host's cores).
 
     CPU cores share memory: one `memory` link per direction per core pair. GPUs (H100 SXM
     constants, since nothing here can know the real model without a driver) share an NVSwitch and
-    reach the host over PCIe 5.0. Nodes are joined like p100's: a NIC per node, EDR InfiniBand.
+    reach the host over PCIe 5.0. Ranks on one host meet in a shared-memory switch (`memory`
+    links: UCX copies through shared memory); hosts are joined like p100's nodes, a NIC per
+    rank and EDR InfiniBand, so data between hosts crosses more and slower links.
     """
     config = os.environ.get("LEGATE_CONFIG") if legate_config is None else legate_config
     procs = parse_legate_config(config, host_cpus or os.cpu_count() or 1)
+    if ranks is None:
+        ranks = launcher_ranks()
+        if ranks.ranks == 1:
+            ranks = LegateRanks(procs.nodes, 1)
     memory = memory_bytes or host_memory_bytes()
     cpu = DeviceModel(
         "CPU core",
         CPU_CORE_PEAK_FLOPS,
         CPU_CORE_MEMORY_BYTES_PER_S,
-        max(1, memory // max(procs.cpus, 1)),
+        max(1, memory // max(procs.cpus * ranks.ranks_per_host, 1)),
     )
     m = _Builder("local")
-    networked = procs.nodes > 1
+    networked = ranks.hosts > 1
     ib = m.switch("ib_switch") if networked else None
-    for node in range(procs.nodes):
+    shared = {
+        host: m.switch(f"h{host}.shm")
+        for host in range(ranks.hosts)
+        if ranks.ranks_per_host > 1 and ranks.ranks - host * ranks.ranks_per_host > 1
+    }
+    for node in range(ranks.ranks):
         cpus = [m.device(f"n{node}.cpu{i}", "cpu", node, cpu) for i in range(procs.cpus)]
         gpus = [m.device(f"n{node}.gpu{i}", "gpu", node, H100_SXM) for i in range(procs.gpus)]
         for i, a in enumerate(cpus):
             for b in cpus[i + 1 :]:
                 m.duplex("memory", a, b, MEMORY_LINK_BYTES_PER_S, MEMORY_LINK_LATENCY_S)
-        if gpus or networked:
+        if gpus or ranks.ranks > 1:
             host = m.switch(f"n{node}.host")
             for core in cpus:
                 m.duplex("memory", core, host, MEMORY_LINK_BYTES_PER_S, MEMORY_LINK_LATENCY_S)
@@ -295,6 +379,9 @@ def local_machine(
             nvswitch = m.switch(f"n{node}.nvswitch")
             for gpu in gpus:
                 m.duplex("nvswitch", gpu, nvswitch, NVLINK4_BYTES_PER_S, NVSWITCH_LATENCY_S)
+        if ranks.host_of(node) in shared:
+            shm = shared[ranks.host_of(node)]
+            m.duplex("memory", host, shm, MEMORY_LINK_BYTES_PER_S, MEMORY_LINK_LATENCY_S)
         if networked:
             nic = m.switch(f"n{node}.nic0")
             m.duplex("pcie", host, nic, NIC_PCIE_BYTES_PER_S, PCIE_LATENCY_S)
@@ -324,6 +411,8 @@ NODE_PRESETS: dict[str, Preset] = {
         Preset("dgx-h100", dgx_h100_machine, "8 x H100 SXM per node, NVSwitch, 8 x 400 Gb/s NDR"),
     )
 }
-LOCAL_DESCRIPTION = "the processors LEGATE_CONFIG gives this process (default: this host's cores)"
+LOCAL_DESCRIPTION = (
+    "the processors LEGATE_CONFIG gives each rank (default: this host's cores), a node per rank"
+)
 PRESET_HELP = ", ".join(f"{name}:N" for name in NODE_PRESETS) + " (N nodes >= 1), local"
 PRESET_EXAMPLES = tuple(f"{name}:1" for name in NODE_PRESETS) + ("local",)
