@@ -35,6 +35,10 @@ setup(
         "examples": ["scikit-learn>=1.4"],
         # cuDNN for the GPU kernels (cuBLAS and NVRTC already come with cuPyNumeric's wheels)
         "gpu": ["nvidia-cudnn-cu12>=9,<10"],
+        # several Legate ranks (`legate --launcher mpirun`): MPICH's mpirun and libmpi.so.12,
+        # the MPI that Legate's bundled liblegate_mpi_wrapper_mpich.so is built for, and a UCX
+        # with the InfiniBand transport (libucx-cu12 has none; scripts/setup.sh links it)
+        "cluster": ["mpich>=5.0,<6"],
     },
     entry_points={"console_scripts": ["flexflow=flexflow.cli:main"]},
 )

@@ -1,0 +1,41 @@
+"""Run by test_multirank.py on every Legate rank: a few LeNet training steps, data parallel over
+the `local` machine's devices, printing one JSON line per rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+import flexflow  # noqa: F401  (first: prepares Legate)
+from flexflow.config import FFConfig
+from flexflow.machine import parse_machine
+from flexflow.runtime import Executor
+from flexflow.strategies import named_strategy
+from flexflow.zoo import load_model
+
+BATCH, STEPS = 8, 3
+
+graph = load_model("lenet", FFConfig(batch_size=BATCH)).graph()
+machine = parse_machine("local")
+strategy = named_strategy("dp", graph, machine)
+rng = np.random.default_rng(0)  # every rank builds the same batch (control replication)
+images = rng.standard_normal((BATCH, 1, 28, 28)).astype(np.float32)  # (B, C, H, W)
+labels = rng.integers(0, 10, BATCH)
+
+with Executor(graph, strategy, seed=0, learning_rate=0.05) as executor:
+    losses = [
+        executor.step({"image": images}, labels, loss="sparse_categorical_crossentropy")
+        for _ in range(STEPS)
+    ]
+
+report = {
+    "rank": int(os.environ.get("LEGATE_GLOBAL_RANK", "0")),
+    "nodes": machine.num_nodes,
+    "devices": machine.num_devices,
+    "losses": losses,
+}
+print(json.dumps(report), flush=True)
+sys.exit(0)
