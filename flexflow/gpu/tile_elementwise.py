@@ -1,0 +1,124 @@
+"""GPU tiles of the element-wise ops and lookups: element_unary, element_binary, dropout, embedding.
+
+Dropout draws its mask from (seed, global element index) exactly as `flexflow.ops.dropout`, so a
+GPU tile keeps the elements the numpy reference keeps.
+"""
+
+from __future__ import annotations
+
+from flexflow.errors import ShapeError
+from flexflow.gpu import prims
+from flexflow.gpu.device import DeviceArray, Gpu, require_contiguous
+from flexflow.gpu.nvrtc import Arg, grid_for, launch
+from flexflow.gpu.sources import ELEMENTWISE
+from flexflow.gpu.sources_nn import EMBEDDING
+from flexflow.ops.embedding import AggrMode
+
+Arrays = tuple[DeviceArray, ...]
+
+
+# ---- element_unary ------------------------------------------------------------------------------
+def unary_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
+    return (prims.activation_forward(gpu, op.activation, inputs[0]),)
+
+
+def unary_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
+    dx = prims.activation_backward(gpu, op.activation, inputs[0], outputs[0], grad_outputs[0])
+    return (dx,), ()
+
+
+# ---- element_binary -----------------------------------------------------------------------------
+def binary_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
+    return (prims.binary(gpu, op.op_type.value, *inputs),)
+
+
+def binary_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
+    x, y = inputs
+    (dz,) = grad_outputs
+    kind = op.op_type.value
+    if kind == "multiply":
+        return (prims.binary(gpu, "multiply", dz, y), prims.binary(gpu, "multiply", dz, x)), ()
+    dx = prims.copy(gpu, gpu.empty(dz.shape), dz)
+    dy = prims.copy(gpu, gpu.empty(dz.shape), dz, alpha=-1.0 if kind == "subtract" else 1.0)
+    return (dx, dy), ()
+
+
+# ---- dropout ------------------------------------------------------------------------------------
+_GOLDEN, _MIX1, _MIX2, _MASK = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 2**64 - 1
+
+
+def dropout_key(seed: int) -> int:
+    """splitmix64's finalizer of the seed: the stream key of `flexflow.ops.dropout.dropout_mask`."""
+    z = seed & _MASK
+    z = ((z ^ (z >> 30)) * _MIX1) & _MASK
+    z = ((z ^ (z >> 27)) * _MIX2) & _MASK
+    return z ^ (z >> 31)
+
+
+def _dropout(gpu: Gpu, op, sig, region, x: DeviceArray) -> DeviceArray:
+    require_contiguous("dropout", x)
+    y = gpu.empty(x.shape)
+    if x.size:
+        launch(
+            gpu, ELEMENTWISE, "dropout_apply", grid_for(x.size),
+            [Arg.ptr(y.ptr), Arg.ptr(x.ptr), Arg.i64(x.size), Arg.i64(x.ndim),
+             Arg.dims(x.shape), Arg.dims([start for start, _ in region]),
+             Arg.dims(sig.outputs[0].shape), Arg.u64(dropout_key(op.seed)), Arg.f64(op.rate),
+             Arg.f64(1.0 / (1.0 - op.rate))],
+        )  # fmt: skip
+    return y
+
+
+def dropout_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
+    return (_dropout(gpu, op, sig, region, inputs[0]),)
+
+
+def dropout_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
+    return (_dropout(gpu, op, sig, region, grad_outputs[0]),), ()
+
+
+# ---- embedding ----------------------------------------------------------------------------------
+def _bag(op, ids: DeviceArray) -> tuple[int, int, float]:
+    """(rows, ids per row, scale): every id its own row, or a bag per sample (sum or mean)."""
+    if op.aggr is AggrMode.AGGR_MODE_NONE:
+        return ids.size, 1, 1.0
+    bag = ids.shape[1]
+    return ids.shape[0], bag, (1.0 / bag if op.aggr is AggrMode.AGGR_MODE_AVG else 1.0)
+
+
+def embedding_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
+    (ids,), (table,) = inputs, weights  # table: (num_embeddings, E_t), a column tile
+    require_contiguous("embedding", ids, table)
+    rows, bag, scale = _bag(op, ids)
+    dim = table.shape[1]
+    out_rows = ids.shape if op.aggr is AggrMode.AGGR_MODE_NONE else ids.shape[:1]
+    out = gpu.empty(out_rows + (dim,))
+    bad = gpu.zeros((1,), "int32")
+    if out.size:
+        launch(
+            gpu, EMBEDDING, f"embedding_forward_{prims.SUFFIX[ids.dtype]}", grid_for(out.size),
+            [Arg.ptr(out.ptr), Arg.ptr(ids.ptr), Arg.ptr(table.ptr), Arg.ptr(bad.ptr),
+             Arg.i64(rows), Arg.i64(bag), Arg.i64(dim), Arg.i64(table.shape[0]), Arg.f64(scale)],
+        )  # fmt: skip
+        if gpu.to_host(bad)[0]:  # waits for the stream: ids are data, checked like the reference
+            raise ShapeError(
+                f"embedding ({op.num_embeddings} x {op.embedding_dim}) on GPU: some ids of the "
+                f"tile {ids.shape} lie outside [0, {op.num_embeddings}); remap the ids or "
+                "enlarge num_embeddings."
+            )
+    return (out,)
+
+
+def embedding_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
+    (ids,), (table,), (dy,) = inputs, weights, grad_outputs
+    require_contiguous("embedding backward", ids, dy)
+    rows, bag, scale = _bag(op, ids)
+    grad_table = gpu.zeros(table.shape)
+    if ids.size and table.shape[1]:
+        launch(
+            gpu, EMBEDDING, f"embedding_backward_{prims.SUFFIX[ids.dtype]}",
+            grid_for(rows * bag * table.shape[1]),
+            [Arg.ptr(grad_table.ptr), Arg.ptr(ids.ptr), Arg.ptr(dy.ptr), Arg.i64(rows),
+             Arg.i64(bag), Arg.i64(table.shape[1]), Arg.i64(table.shape[0]), Arg.f64(scale)],
+        )  # fmt: skip
+    return (None,), (grad_table,)
