@@ -1,0 +1,70 @@
+"""A numpy stand-in for `flexflow.ops.native` (the C pooling kernels), for checks without a build.
+
+`scripts/gpu_check.py` runs from a bare checkout on a GPU machine, where the cffi extension
+`flexflow._kernels` may not be built; it then loads this module as `flexflow.ops.native`. Same
+functions, same semantics (a tile's window starts `pad_before` cells before its slice; cells
+outside the slice are padding: ignored by max, zeros for the average, whose divisor is kh*kw).
+The tests check it against the C kernels value by value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _padded(
+    x: np.ndarray,
+    out_hw: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    pad_before: tuple[int, int],
+    fill: float,
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """x padded by `pad_before` and by whatever the last window reaches past the slice."""
+    after = [
+        max(0, (o - 1) * s + k - p - size)
+        for o, s, k, p, size in zip(out_hw, stride, kernel, pad_before, x.shape[2:], strict=True)
+    ]
+    rows, cols = (pad_before[0], after[0]), (pad_before[1], after[1])
+    padded = np.pad(x, ((0, 0), (0, 0), rows, cols), constant_values=fill)
+    return padded, (rows[1], cols[1])
+
+
+def _windows(xp: np.ndarray, out_hw, kernel, stride) -> np.ndarray:
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    view = sliding_window_view(xp, kernel, axis=(2, 3))[:, :, :: stride[0], :: stride[1]]
+    return view[:, :, : out_hw[0], : out_hw[1]].reshape(view.shape[:2] + tuple(out_hw) + (-1,))
+
+
+def pool2d_forward(x, out_hw, kernel, stride, pad_before, is_max) -> np.ndarray:
+    fill = -np.inf if is_max else 0.0
+    xp, _ = _padded(np.asarray(x), out_hw, kernel, stride, pad_before, fill)
+    win = _windows(xp, out_hw, kernel, stride)  # (N, C, H', W', kh*kw)
+    if is_max:
+        return win.max(axis=-1)
+    return win.sum(axis=-1) / (kernel[0] * kernel[1])
+
+
+def pool2d_backward(x, dy, kernel, stride, pad_before, is_max) -> np.ndarray:
+    x = np.asarray(x)
+    out_hw = dy.shape[2:]
+    fill = -np.inf if is_max else 0.0
+    xp, _ = _padded(x, out_hw, kernel, stride, pad_before, fill)
+    kh, kw = kernel
+    if is_max:
+        first_max = _windows(xp, out_hw, kernel, stride).argmax(axis=-1)  # ties: first cell
+        grads = (first_max[..., None] == np.arange(kh * kw)) * dy[..., None]
+    else:
+        grads = np.broadcast_to(dy[..., None] / (kh * kw), dy.shape + (kh * kw,))
+    grads = grads.reshape(dy.shape + (kh, kw))
+    dxp = np.zeros(xp.shape, dtype=np.result_type(x.dtype, dy.dtype))
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i, i + stride[0] * (out_hw[0] - 1) + 1, stride[0])
+            cols = slice(j, j + stride[1] * (out_hw[1] - 1) + 1, stride[1])
+            dxp[:, :, rows, cols] += grads[:, :, :, :, i, j]
+    h, w = x.shape[2:]
+    return dxp[:, :, pad_before[0] : pad_before[0] + h, pad_before[1] : pad_before[1] + w].astype(
+        x.dtype
+    )

@@ -1,0 +1,147 @@
+"""Checks flexflow's GPU kernels against the numpy references on a GPU machine, without Legate.
+
+    python scripts/gpu_check.py --out DIR      (from the repo root; needs numpy, cffi and the
+                                                NVIDIA wheels: cuda-runtime, cublas, cuda-nvrtc,
+                                                and cudnn for conv2d/pool2d/softmax/attention)
+
+Runs every op kind's forward and backward tile (halo tiles for conv2d and pool2d), batch norm's
+shared-statistics tiles, the optimizer updates and the losses on the GPU, compares each result
+with the numpy reference (max |gpu - numpy| / max |numpy| <= 1e-4), times a few GEMM and
+convolution sizes, prints a table and writes DIR/gpu_check.json. Exit status: 0 when every
+check passed, 1 on a mismatch, 2 when there is no GPU or the CUDA runtime is missing.
+Checks whose libraries are missing (e.g. no cuDNN wheel) are listed as skipped, not failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.abc
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class _RepoFinder(importlib.abc.MetaPathFinder):
+    """Imports flexflow from this checkout without installing it: `ops/` as `flexflow.ops`
+    (what setup.py's package_dir does), and the numpy pooling stand-in as `flexflow.ops.native`
+    when the C kernels (flexflow/_kernels*.so) are not built."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "flexflow.ops":
+            init = REPO / "ops" / "__init__.py"
+            return importlib.util.spec_from_file_location(
+                fullname, init, submodule_search_locations=[str(init.parent)]
+            )
+        if fullname == "flexflow.ops.native" and not kernels_built():
+            stand_in = REPO / "flexflow" / "gpu" / "native_numpy.py"
+            return importlib.util.spec_from_file_location(fullname, stand_in)
+        return None
+
+
+def kernels_built() -> bool:
+    return any((REPO / "flexflow").glob("_kernels*.so"))
+
+
+def make_importable() -> None:
+    sys.path.insert(0, str(REPO))
+    sys.meta_path.insert(0, _RepoFinder())
+
+
+def print_table(rows: list[list[str]], header: list[str], title: str) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+        print(f"\n{title}")
+        for row in [header] + rows:
+            print(
+                "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+            )
+        return
+    table = Table(title=title)
+    for name in header:
+        table.add_column(name)
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory for gpu_check.json")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    make_importable()
+    from flexflow.gpu import check, libraries
+    from flexflow.gpu.cases import CASES
+    from flexflow.gpu.device import Gpu
+
+    missing = libraries.missing_libraries()
+    report: dict = {
+        "missing_libraries": missing,
+        "pooling_reference": "C kernels" if kernels_built() else "numpy stand-in (not built)",
+    }
+    for reason in missing.values():
+        print(f"missing: {reason}")
+    if not libraries.gpu_available() or "cudart" in missing or "driver" in missing:
+        print("gpu_check: no usable GPU (driver, device or CUDA runtime missing); nothing checked.")
+        (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2))
+        return 2
+
+    def available(needed: tuple[str, ...]) -> bool:
+        return not any(key in missing for key in needed)
+
+    with Gpu() as gpu:
+        report["environment"] = check.environment(gpu)
+        results, skipped = check.run_cases(gpu, CASES, available)
+        if available(("nvrtc", "driver")):
+            for extra in (
+                check.check_batch_norm_statistics,
+                check.check_optimizers,
+                lambda g: check.check_losses(g, check.load_loss_reference(REPO)),
+            ):
+                results.extend(extra(gpu))
+        else:
+            skipped += ["batch_norm statistics", "optimizers", "losses"]
+        report["timings"] = (
+            check.time_kernels(gpu, conv="cudnn" not in missing) if "cublas" not in missing else []
+        )
+    report["results"] = [r.to_json() for r in results]
+    report["skipped"] = skipped
+    report["seconds"] = time.perf_counter() - started
+    (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2))
+
+    rows = [
+        [
+            r.check,
+            r.what,
+            f"{r.max_rel_error:.2e}",
+            "yes" if r.exact else "",
+            "ok" if r.ok else f"FAIL {r.note}",
+        ]
+        for r in results
+    ]
+    print_table(
+        rows, ["check", "result", "max rel error", "exact", "status"], "GPU kernels vs numpy"
+    )
+    timing_rows = [
+        [t["kernel"], t["shape"], f"{t['ms']:.3f}", f"{t['tflops']:.1f}"] for t in report["timings"]
+    ]
+    print_table(timing_rows, ["kernel", "shape", "ms", "TFLOP/s"], "Measured op costs")
+    failed = [r for r in results if not r.ok]
+    print(
+        f"\n{len(results) - len(failed)}/{len(results)} results within {check.TOLERANCE:g}; "
+        f"{len(skipped)} checks skipped ({', '.join(skipped) or 'none'}); "
+        f"{report['seconds']:.1f} s; wrote {args.out / 'gpu_check.json'}"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Every GPU tile, optimizer and loss on the host emulation of the GPU, against the numpy references.
+
+See `emulator.py`: kernel launches are checked against the C signatures NVRTC compiles and run
+in numpy, cuBLAS and cuDNN are emulated from their documented semantics. What this checks is
+the host side (arguments, shapes, strides, transposes, halo padding); the CUDA arithmetic is
+checked on a GPU by `test_gpu_kernels.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flexflow.gpu import check, libraries, prims, tile_elementwise, tile_linear, tile_norm, training
+from flexflow.gpu.cases import CASES
+from flexflow.ops import ActiMode
+
+from .emulator import KERNELS, LAUNCHED, HostCublas, HostCudnn, HostGpu, make_launch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def host(monkeypatch) -> HostGpu:
+    gpu = HostGpu()
+    launch = make_launch(KERNELS)
+    for module in (prims, tile_elementwise, tile_linear, tile_norm, training):
+        monkeypatch.setattr(module, "launch", launch)
+    monkeypatch.setitem(libraries._OPENED, "cublas", HostCublas(gpu))
+    monkeypatch.setitem(libraries._OPENED, "cudnn", HostCudnn(gpu))
+    return gpu
+
+
+def _failures(results):
+    return [
+        f"{r.check}: {r.what}: error {r.max_rel_error:.2e} {r.note}" for r in results if not r.ok
+    ]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_tile_matches_the_numpy_reference(host, case):
+    results = check.check_tile(host, case)
+    assert results and not _failures(results)
+
+
+def test_batch_norm_shared_statistics(host):
+    results = check.check_batch_norm_statistics(host)
+    assert len(results) == 6 and not _failures(results)
+
+
+def test_optimizer_updates_are_bit_identical_to_the_reference(host):
+    results = check.check_optimizers(host)
+    assert not _failures(results)
+    assert all(r.exact for r in results), [r for r in results if not r.exact]
+
+
+def test_losses(host):
+    results = check.check_losses(host, check.load_loss_reference(REPO))
+    assert len(results) == 24 and not _failures(results)
+
+
+def test_every_emulated_kernel_was_launched(host):
+    check.run_cases(host, CASES, lambda libraries: True)
+    check.check_batch_norm_statistics(host)
+    check.check_optimizers(host)
+    check.check_losses(host, check.load_loss_reference(REPO))
+    assert {base for base, _ in LAUNCHED} == set(KERNELS)
+
+
+def test_activation_codes_follow_the_emulated_order():
+    assert [prims.ACTIVATION_CODES[mode] for mode in ActiMode] == list(range(len(ActiMode)))
