@@ -46,6 +46,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--resume", action="store_true", help="continue from --checkpoint when it exists"
     )
+    parser.add_argument(
+        "--trace", metavar="FILE", help="write the strategy's simulated iteration (Perfetto)"
+    )
+    parser.add_argument(
+        "--timeline-png", metavar="FILE", help="draw the strategy's simulated iteration"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.set_defaults(learning_rate=None, batch_size=32)  # a laptop-sized default batch
     return parser.parse_args(argv)
@@ -111,6 +117,23 @@ def synthetic(graph, batches: int, seed: int):
     return inputs, rng.standard_normal((n, *out[1:])).astype(np.float32), "mean_squared_error"
 
 
+def write_simulation(args: argparse.Namespace, graph, machine, plan) -> None:
+    """--trace and --timeline-png: the simulated iteration of the strategy being trained."""
+    if not (args.trace or args.timeline_png):
+        return
+    from flexflow.simulator import SimContext, TaskGraph, full_simulate
+    from flexflow.simulator.export import write_trace
+    from flexflow.simulator.plot import render_timeline
+
+    tg = TaskGraph(SimContext(graph, machine), plan.strategy)
+    schedule = full_simulate(tg)
+    title = f"{args.model} on {machine.name}: {plan.simulated_ms:.3f} ms per iteration (simulated)"
+    if args.trace:
+        write_trace(args.trace, tg, schedule, title=title)
+    if args.timeline_png:
+        render_timeline(tg, schedule, args.timeline_png, title=title)
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
@@ -147,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             strategy_table(f"strategy for {args.model} on {machine.name}", graph, plan.strategy)
         )
         console.print(f"strategy: {plan.describe()}")
+        write_simulation(args, graph, machine, plan)
         if args.resume and args.checkpoint and Path(args.checkpoint).exists():
             model.executor.load_checkpoint(args.checkpoint)
             console.print(f"resumed from {args.checkpoint} at iteration {model.executor.iteration}")

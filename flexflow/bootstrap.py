@@ -90,9 +90,21 @@ def default_legate_config(config: str | None, cpus: int) -> str:
     return shlex.join(args)
 
 
+RANK_COUNT_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")
+"""The variables Legate 25.11 reads to know it runs as one of several ranks."""
+
+
+def _announce_mpich_ranks(env) -> None:
+    """MPICH's launcher says the rank count only in PMI_SIZE, which Legate 25.11 ignores (each
+    rank would start alone); pass it on as MVAPICH's variable, which Legate reads."""
+    if "PMI_SIZE" in env and not any(name in env for name in RANK_COUNT_VARIABLES):
+        env["MV2_COMM_WORLD_SIZE"] = env["PMI_SIZE"]
+
+
 def prepare(environ: os._Environ[str] | dict[str, str] | None = None) -> LegateSetup:
     """Load a CUDA driver (real or stand-in) and complete Legate's configuration; see the module doc."""
     env = os.environ if environ is None else environ
+    _announce_mpich_ranks(env)
     if _load_global(DRIVER_SONAME):
         _load_cudart()
         return LegateSetup("real", DRIVER_SONAME, env.get("LEGATE_CONFIG"))

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # The main job on this machine; sets up .venv first (idempotent): search a parallelization
-# strategy for a zoo model on this machine's processors and simulate it, writing the strategy,
-# a Perfetto trace and a timeline picture under out/. Usage: bash scripts/demo.sh [MODEL] [SECONDS]
+# strategy for a model on this machine's processors for BUDGET seconds, then train the model with
+# it through Legate (LeNet on scikit-learn's handwritten digits by default). Writes the strategy,
+# the simulated iteration as a Perfetto trace and a timeline picture, and a checkpoint under out/.
+# Usage: bash scripts/train.sh [MODEL] [BUDGET_SECONDS] [EPOCHS] [extra examples/train.py flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 model=${1:-lenet}
 budget=${2:-10}
+epochs=${3:-2}
+shift $(( $# < 3 ? $# : 3 ))
+cpus=${FLEXFLOW_CPUS:-$(nproc)}
 mkdir -p out
-.venv/bin/flexflow summary "$model"
-.venv/bin/flexflow search "$model" --machine local --budget "$budget" --export "out/$model-strategy.json"
-.venv/bin/flexflow simulate "$model" --machine local --strategy "out/$model-strategy.json" \
-    --trace "out/$model-trace.json" --timeline-png "out/$model-timeline.png"
-echo "wrote out/$model-strategy.json, out/$model-trace.json (open in ui.perfetto.dev), out/$model-timeline.png"
+source .venv/bin/activate
+legate --cpus "$cpus" --gpus 0 examples/train.py --model "$model" --epochs "$epochs" \
+    --budget "$budget" --export-strategy "out/$model-strategy.json" \
+    --checkpoint "out/$model-checkpoint.npz" --trace "out/$model-trace.json" \
+    --timeline-png "out/$model-timeline.png" "$@"
+echo "wrote out/$model-strategy.json, out/$model-checkpoint.npz, out/$model-trace.json" \
+    "(open in ui.perfetto.dev) and out/$model-timeline.png"

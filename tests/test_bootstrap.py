@@ -111,3 +111,17 @@ def test_auto_config_requested_by_the_user_is_respected():
     proc = _run([sys.executable, "-c", code], _clean_env(LEGATE_AUTO_CONFIG="0"))
     assert proc.returncode == 0, proc.stderr
     assert _last_json(proc.stdout) is None
+
+
+def test_mpich_rank_count_is_passed_on_to_legate():
+    from flexflow.bootstrap import _announce_mpich_ranks
+
+    env = {"PMI_SIZE": "4"}
+    _announce_mpich_ranks(env)
+    assert env["MV2_COMM_WORLD_SIZE"] == "4"
+    env = {"PMI_SIZE": "4", "OMPI_COMM_WORLD_SIZE": "2"}  # another launcher already said it
+    _announce_mpich_ranks(env)
+    assert "MV2_COMM_WORLD_SIZE" not in env
+    env = {}
+    _announce_mpich_ranks(env)
+    assert env == {}

@@ -174,9 +174,18 @@ class Executor:
         return self.runtime.create_store_from_buffer(dtype, array.shape, array, True)
 
     def _store_of(self, array: np.ndarray):
+        """A new store holding `array`, filled by a copy task: with several ranks, Legate
+        25.11's issue_copy into a store it splits across ranks aborts ("Could not find
+        ProcessorKind 0 in default store targets"), and so does one inside a Scope."""
         source = self._source_store(array)
         store = self.runtime.create_store(source.type, source.shape)
-        self.runtime.issue_copy(store, source)
+        task = self.runtime.create_auto_task(self.library, self.task_id)
+        for value in (self.id, int(Pass.FEED), -1, 0):
+            task.add_scalar_arg(value, ty.int64)
+        task.add_input(source)
+        task.add_output(store)
+        task.add_alignment(source, store)
+        task.execute()
         return store
 
     @staticmethod
