@@ -285,7 +285,7 @@ def time_kernels(gpu: Gpu, conv: bool) -> list[dict]:
 
     timings = []
     for m, n, k in GEMM_SIZES:
-        a, b, c = gpu.empty((m, k)), gpu.empty((k, n)), gpu.empty((m, n))
+        a, b, c = gpu.zeros((m, k)), gpu.zeros((k, n)), gpu.empty((m, n))
         ms = _time_ms(gpu, lambda a=a, b=b, c=c: gemm(gpu, a, b, out=c))
         flops = 2.0 * m * n * k
         timings.append(
@@ -306,9 +306,7 @@ def time_kernels(gpu: Gpu, conv: bool) -> list[dict]:
             (1, 1),
             1,
         )
-        x, wt, y = gpu.empty(x_shape), gpu.empty(shape.w), gpu.empty(shape.y)
-        for array in (x, wt):
-            gpu.memset_zero(array)
+        x, wt, y = gpu.zeros(x_shape), gpu.zeros(shape.w), gpu.empty(shape.y)
         ms = _time_ms(gpu, lambda s=shape, x=x, wt=wt, y=y: dnn.conv_forward(gpu, s, x, wt, y))
         flops = 2.0 * n * out_channels * h * w * c * kernel * kernel
         timings.append(

@@ -95,6 +95,11 @@ def _run(
             _write(gpu, target, value)
         return
     outputs, grad_outputs, stats = rest[:n_out], rest[n_out : 2 * n_out], rest[2 * n_out :]
+    if which not in (Pass.BACKWARD, Pass.STATISTICS_BACKWARD):
+        raise UnsupportedTileError(
+            f"{node.op.kind}: pass {which.name} has no GPU variant; add it to "
+            "flexflow.gpu.variant.run_tile_gpu next to the CPU task body's."
+        )
     if which == Pass.STATISTICS_BACKWARD:
         partial = tiles.statistics_backward(
             gpu, node.op, node.sig, inputs[0], weights, outputs[0], grad_outputs[0], stats[0]

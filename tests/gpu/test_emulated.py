@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flexflow.gpu import check, libraries, prims, tile_elementwise, tile_linear, tile_norm, training
+from flexflow.gpu.blas import gemm
 from flexflow.gpu.cases import CASES
 from flexflow.ops import ActiMode
 
@@ -70,3 +72,30 @@ def test_every_emulated_kernel_was_launched(host):
 
 def test_activation_codes_follow_the_emulated_order():
     assert [prims.ACTIVATION_CODES[mode] for mode in ActiMode] == list(range(len(ActiMode)))
+
+
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("batch", [None, 3])
+def test_row_major_gemm_through_column_major_cublas(host, trans_a, trans_b, batch):
+    """blas.gemm's operand swap and leading dimensions, against cuBLAS's column-major contract."""
+    rng = np.random.default_rng(0)
+    lead = () if batch is None else (batch,)
+    m, n, k = 4, 5, 3
+    a = rng.standard_normal(lead + ((k, m) if trans_a else (m, k))).astype(np.float32)
+    b = rng.standard_normal(lead + ((n, k) if trans_b else (k, n))).astype(np.float32)
+    c = rng.standard_normal(lead + (m, n)).astype(np.float32)
+    op_a = np.swapaxes(a, -1, -2) if trans_a else a
+    op_b = np.swapaxes(b, -1, -2) if trans_b else b
+    out = host.to_device(c)
+    gemm(
+        host,
+        host.to_device(a),
+        host.to_device(b),
+        trans_a=trans_a,
+        trans_b=trans_b,
+        out=out,
+        alpha=2.0,
+        beta=0.5,
+    )
+    np.testing.assert_allclose(host.to_host(out), 2.0 * op_a @ op_b + 0.5 * c, rtol=1e-5)

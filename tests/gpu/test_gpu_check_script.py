@@ -1,0 +1,52 @@
+"""scripts/gpu_check.py runs from a bare checkout: only numpy and cffi, no Legate, not installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import cffi
+import numpy
+import pytest
+
+from flexflow.gpu.libraries import gpu_available
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bare_site(tmp_path: Path) -> Path:
+    """A directory holding only numpy, cffi and cffi's backend: what the script may rely on."""
+    site = tmp_path / "site"
+    site.mkdir()
+    packages = Path(numpy.__file__).parent.parent
+    for name in ("numpy", "numpy.libs", "cffi", "pycparser"):
+        if (packages / name).exists():
+            (site / name).symlink_to(packages / name)
+    for backend in packages.glob("_cffi_backend*.so"):
+        (site / backend.name).symlink_to(backend)
+    assert Path(cffi.__file__).parent.parent == packages
+    return site
+
+
+@pytest.mark.skipif(gpu_available(), reason="this host has a GPU: the GPU tests run the checks")
+def test_without_a_gpu_it_reports_what_is_missing_and_exits_2(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "LEGATE"))}
+    env["PYTHONPATH"] = str(_bare_site(tmp_path))
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-S", "scripts/gpu_check.py", "--out", str(out)],  # -S: no site-packages
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "no usable GPU" in result.stdout
+    assert "nvidia-cuda-runtime-cu12" in result.stdout  # the wheels are out of reach here
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert set(report["missing_libraries"]) >= {"cudart", "cublas", "nvrtc", "cudnn"}
+    assert "legate" not in result.stderr

@@ -1,0 +1,211 @@
+"""run_tile_gpu's body on the host emulation: strided Legate allocations in, outputs written and
+reductions added in place, for every pass of the CPU task body.
+
+Legate is not started: `flexflow.runtime.tasks` (which imports it) is replaced by a module
+holding its `Pass` enum, read from the source, and `flexflow.runtime.loss` is loaded alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flexflow.gpu import check, variant
+from flexflow.gpu.cases import CASES, tile_data
+from flexflow.gpu.device import DeviceArray
+from flexflow.ops import TensorSpec
+from flexflow.ops.batch_norm import BatchNorm
+from flexflow.optimizers import AdamOptimizer
+
+from .emulator import HostGpu
+from .test_emulated import host  # noqa: F401  (the emulation fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _pass_enum() -> type:
+    """`Pass` from flexflow/runtime/tasks.py's source, without importing Legate."""
+    tree = ast.parse((REPO / "flexflow" / "runtime" / "tasks.py").read_text())
+    (node,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Pass"]
+    namespace: dict = {"enum": __import__("enum")}
+    exec(compile(ast.Module([node], []), "tasks.py", "exec"), namespace)
+    return namespace["Pass"]
+
+
+Pass = _pass_enum()
+
+
+@pytest.fixture(autouse=True)
+def runtime_without_legate(monkeypatch):
+    package = types.ModuleType("flexflow.runtime")
+    package.__path__ = []
+    tasks = types.ModuleType("flexflow.runtime.tasks")
+    tasks.Pass = Pass
+    monkeypatch.setitem(sys.modules, "flexflow.runtime", package)
+    monkeypatch.setitem(sys.modules, "flexflow.runtime.tasks", tasks)
+    monkeypatch.setitem(sys.modules, "flexflow.runtime.loss", check.load_loss_reference(REPO))
+
+
+@dataclass
+class Physical:
+    """A task argument: `.data().get_inline_allocation()` exposes `__cuda_array_interface__`."""
+
+    array: DeviceArray
+
+    def data(self):
+        return self
+
+    def get_inline_allocation(self):
+        return self.array
+
+
+@dataclass
+class Context:
+    inputs: tuple
+    outputs: tuple = ()
+    reductions: tuple = ()
+    task_stream: int | None = None
+
+
+@dataclass
+class Node:
+    op: object
+    sig: object
+    inputs: tuple
+    weights: tuple
+
+
+@dataclass
+class Executor:
+    node: Node
+    region: tuple
+    optimizer: object = None
+
+    @property
+    def graph(self):
+        return types.SimpleNamespace(ops={0: self.node})
+
+    def regions(self, op):
+        return (self.region,)
+
+
+def strided(gpu: HostGpu, array: np.ndarray) -> DeviceArray:
+    """`array` on the device as a strided view: the middle of a buffer padded on every side,
+    as an inline allocation of a store slice can be."""
+    padded = np.full(tuple(s + 2 for s in array.shape), -7.0, dtype=array.dtype)
+    padded[tuple(slice(1, s + 1) for s in array.shape)] = array
+    whole = gpu.to_device(padded)
+    strides = whole.element_strides
+    return whole.view(array.shape, strides, sum(strides))
+
+
+def host_of(gpu: HostGpu, view: DeviceArray) -> np.ndarray:
+    return gpu.strided(view.ptr, view.dtype, view.shape, view.element_strides).copy()
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float32) if a.dtype.kind == "f" else a
+
+
+def test_forward_and_backward_through_strided_allocations(host):  # noqa: F811
+    case = next(c for c in CASES if c.name == "conv2d halo tile")
+    data = tile_data(case)
+    op, sig, region = case.op, data.sig, data.region
+    node = Node(op, sig, inputs=(0,), weights=(0, 1))
+    executor = Executor(node, region)
+    ins = [Physical(strided(host, _f32(a))) for a in data.inputs + data.weights]
+    (y_ref,) = op.forward_tile(sig, region, data.inputs, data.weights)
+    out = Physical(strided(host, np.zeros(y_ref.shape, np.float32)))
+    variant._run(host, Context(tuple(ins), (out,)), executor, Pass.FORWARD, 0, 0, ())
+    assert check.compare("fwd", "y", host_of(host, out.array), y_ref).ok
+
+    (gx_ref,), gw_ref = op.backward_tile(
+        sig, region, data.inputs, data.weights, (y_ref,), data.grad_outputs
+    )
+    extra = [Physical(strided(host, _f32(a))) for a in (y_ref,) + data.grad_outputs]
+    # reductions start at 1: the task must add into them, never overwrite
+    reductions = [Physical(strided(host, np.ones(g.shape, np.float32))) for g in (gx_ref, *gw_ref)]
+    context = Context(tuple(ins + extra), (), tuple(reductions))
+    variant._run(host, context, executor, Pass.BACKWARD, 0, 0, ())
+    for physical, want in zip(reductions, (gx_ref, *gw_ref), strict=True):
+        assert check.compare("bwd", "grad", host_of(host, physical.array), want + 1).ok
+
+
+def test_batch_norm_statistics_passes(host):  # noqa: F811
+    op = BatchNorm(relu=True)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    sig = op.infer("bn", [TensorSpec(x.shape)])
+    executor = Executor(Node(op, sig, (0,), (0, 1)), ((0, 4), (0, 3), (0, 2), (0, 2)))
+    stats = Physical(strided(host, np.zeros((2, 3))))
+    variant._run(
+        host,
+        Context((Physical(strided(host, x)),), (), (stats,)),
+        executor,
+        Pass.STATISTICS_FORWARD,
+        0,
+        0,
+        (),
+    )
+    want = op.statistics_forward(x.astype(np.float64))
+    assert check.compare("stats", "sums", host_of(host, stats.array), want).ok
+
+
+def test_update_loss_and_feed_passes(host):  # noqa: F811
+    rng = np.random.default_rng(1)
+    optimizer = AdamOptimizer(1e-2)
+    weight, grad = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
+    states = [np.zeros_like(weight), np.zeros_like(weight)]
+    outs = [Physical(strided(host, np.zeros_like(weight))) for _ in range(3)]
+    ins = tuple(Physical(strided(host, a)) for a in (weight, grad, *states))
+    variant._run(
+        host, Context(ins, tuple(outs)), Executor(None, (), optimizer), Pass.UPDATE, 0, 0, (1,)
+    )
+    new_weight, new_states = optimizer.update(weight, grad, states, 1)
+    for physical, want in zip(outs, (new_weight, *new_states), strict=True):
+        np.testing.assert_array_equal(host_of(host, physical.array), want)
+
+    loss = sys.modules["flexflow.runtime.loss"]
+    probs = rng.uniform(0.1, 1.0, (4, 3)).astype(np.float32)
+    labels = np.array([0, 2, 1, 2], dtype=np.int64)
+    loss_id = loss.LOSS_IDS.index("sparse_categorical_crossentropy")
+    grad_out = Physical(strided(host, np.zeros_like(probs)))
+    sums = Physical(strided(host, np.array([0.5, 1.0])))
+    context = Context(
+        (Physical(strided(host, probs)), Physical(strided(host, labels))), (grad_out,), (sums,)
+    )
+    variant._run(host, context, Executor(None, ()), Pass.LOSS, 0, 0, (loss_id, 8, 3))
+    value, want_grad, correct = loss.loss_tile(loss_id, probs, labels, 8, 3)
+    np.testing.assert_allclose(host_of(host, sums.array), [0.5 + value, 1.0 + correct], rtol=1e-6)
+    np.testing.assert_allclose(host_of(host, grad_out.array), want_grad, rtol=1e-6)
+
+    ids = rng.integers(0, 9, (4, 5)).astype(np.int32)
+    fed = Physical(strided(host, np.zeros_like(ids)))
+    variant._run(
+        host,
+        Context((Physical(strided(host, ids)),), (fed,)),
+        Executor(None, ()),
+        Pass.FEED,
+        0,
+        0,
+        (),
+    )
+    np.testing.assert_array_equal(host_of(host, fed.array), ids)
+
+
+def test_every_pass_of_the_task_body_is_handled():
+    source = (REPO / "flexflow" / "gpu" / "variant.py").read_text()
+    for member in Pass:
+        assert f"Pass.{member.name}" in source, f"run_tile_gpu does not handle {member.name}"
+
+
+def test_results_that_do_not_fit_their_store_are_refused(host):  # noqa: F811
+    value = host.to_device(np.zeros((2, 3), np.float32))
+    with pytest.raises(Exception, match=r"does not fit its store \(4,\) float32"):
+        variant._write(host, Physical(host.to_device(np.zeros(4, np.float32))), value)
