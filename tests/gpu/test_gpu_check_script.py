@@ -50,3 +50,30 @@ def test_without_a_gpu_it_reports_what_is_missing_and_exits_2(tmp_path):
     report = json.loads((out / "gpu_check.json").read_text())
     assert set(report["missing_libraries"]) >= {"cudart", "cublas", "nvrtc", "cudnn"}
     assert "legate" not in result.stderr
+
+
+@pytest.mark.skipif(gpu_available(), reason="this host has a GPU: the script would run every check")
+def test_without_the_c_kernels_pooling_falls_back_to_the_numpy_stand_in(tmp_path):
+    code = (
+        "import importlib.util, sys\n"
+        "spec = importlib.util.spec_from_file_location('gpu_check', 'scripts/gpu_check.py')\n"
+        "script = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(script)\n"
+        "script.kernels_built = lambda: False  # as in a checkout nobody built\n"
+        f"script.main(['--out', {str(tmp_path)!r}])\n"
+        "print('native:', sys.modules['flexflow.ops.native'].__file__)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "LEGATE"))}
+    env["PYTHONPATH"] = str(_bare_site(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("flexflow/gpu/native_numpy.py")
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert report["pooling_reference"] == "numpy stand-in (not built)"
