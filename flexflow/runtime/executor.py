@@ -19,6 +19,7 @@ last op; other outputs nothing reads (an LSTM's last cell state) get zero gradie
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from legate.core import Scope, TaskTarget, get_legate_runtime, get_machine
 from legate.core import types as ty
+from threadpoolctl import threadpool_limits
 
 from flexflow.errors import StrategyError
 from flexflow.fileio import atomic_write_bytes
@@ -91,8 +93,12 @@ class Executor:
         self.iteration = 0
         """Updates applied so far (Adam's bias correction counts them; checkpoints keep it)."""
         self.timeline: list[tuple] | None = [] if record_timeline else None
-        """(op, task, pass, start s, end s) of every task, measured inside the task bodies."""
+        """(op, task, pass, start s, end s, thread) of every task, measured inside the task bodies
+        (the thread tells the processor that ran it)."""
         self.runtime = get_legate_runtime()
+        # each Legate CPU processor is one core: a multi-threaded BLAS inside its tasks would
+        # oversubscribe the cores (LeNet's iteration was 5x slower with 2 BLAS threads each)
+        threadpool_limits(1, user_api="blas")
         self.cpus = get_machine().only(TaskTarget.CPU)
         available = self.cpus.count(TaskTarget.CPU)
         validate_strategy(strategy, graph, parse_machine("local"))
@@ -111,7 +117,18 @@ class Executor:
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
         self._update_pieces = update_pieces(graph, strategy, self._regions)
+        self.update_groups: dict[int, list[tuple[int, Region]]] = {}
+        """Per device, the (parameter, region) tiles its one update task updates in place."""
+        for pid, pieces in self._update_pieces.items():
+            for region, device in pieces:
+                self.update_groups.setdefault(device, []).append((pid, region))
         self._input_shards = input_shards(graph, strategy, self._regions)
+        # One process holds every rank's data in a single-rank run, so the feed and loss tasks
+        # read numpy batches straight from here (`take_staged`) instead of attaching each batch
+        # as a store; with several ranks, batches travel as stores.
+        self._staging = self.runtime.node_count == 1
+        self._staged: dict[int, list] = {}
+        self._stage_ids = itertools.count()
         self.tensors = {
             t.id: self.runtime.create_store(LEGATE_TYPES[t.spec.dtype.value], t.spec.shape)
             for t in graph.tensors
@@ -151,6 +168,9 @@ class Executor:
 
     def regions(self, op: int) -> tuple[Region, ...]:
         return self._regions[op]
+
+    def input_shard(self, tensor_id: int, index: int) -> Region:
+        return self._input_shards[tensor_id][index][0]
 
     # ---- data in and out -----------------------------------------------------------------------
     def _zero_states(self, shape: tuple[int, ...]) -> list:
@@ -206,16 +226,38 @@ class Executor:
             )
         if str(value.dtype) != spec.dtype.value:  # e.g. float64 images, int64 token ids
             value = value.astype(spec.dtype.value)
-        source = self._source_store(value)
+        shards = self._input_shards[tensor_id]
+        staged = self._staging and not hasattr(value, "__legate_data_interface__")
+        if staged:
+            key = self._stage(np.ascontiguousarray(value), len(shards))
+        else:
+            source = self._source_store(value)
         target = self.tensors[tensor_id]
         # a copy task per shard: Legate 25.11's issue_copy of store slices fails inside a Scope
         # of any processor but the first
-        for index, (region, device) in enumerate(self._input_shards[tensor_id]):
+        for index, (region, device) in enumerate(shards):
             with Scope(machine=self.cpus[device : device + 1]):
-                task = self._task(device, Pass.FEED, tensor_id, index)
-                task.add_input(_slice(source, region))
+                if staged:
+                    task = self._task(device, Pass.FEED, tensor_id, index, key)
+                else:
+                    task = self._task(device, Pass.FEED, tensor_id, index)
+                    task.add_input(_slice(source, region))
                 task.add_output(_slice(target, region))
                 task.execute()
+
+    def _stage(self, array: np.ndarray, readers: int) -> int:
+        """Keep `array` for `readers` tasks that will read it (`take_staged`); its key."""
+        key = next(self._stage_ids)
+        self._staged[key] = [array, readers]
+        return key
+
+    def take_staged(self, key: int) -> np.ndarray:
+        """A staged array, for one of its reading tasks (the last one releases it)."""
+        entry = self._staged[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._staged[key]
+        return entry[0]
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """Every weight by name (`<layer>.<weight>`), as numpy arrays."""
@@ -357,21 +399,21 @@ class Executor:
         for index in tasks:
             self._launch(op, index, which)
 
-    def _update(self, pid: int) -> None:
-        """The optimizer's update of one weight: a task per tile (`flexflow.tiling`), each
-        reading its tiles of the weight, gradient and states and writing their new values."""
-        shape = self.graph.parameters[pid].spec.shape
-        weight = self.runtime.create_store(ty.float32, shape)
-        states = [self.runtime.create_store(ty.float32, shape) for _ in self.states[pid]]
-        for index, (region, device) in enumerate(self._update_pieces[pid]):
+    def _update(self) -> None:
+        """The optimizer's update, in place: one task per device over every weight tile it
+        owns (`flexflow.tiling`), reading the tiles of the weights, gradients and states."""
+        for device, items in self.update_groups.items():
             with Scope(machine=self.cpus[device : device + 1]):
-                task = self._task(device, Pass.UPDATE, pid, index, self.iteration)
-                for store in (self.weights[pid], self.weight_grads[pid], *self.states[pid]):
-                    task.add_input(_slice(store, region))
-                for store in (weight, *states):
-                    task.add_output(_slice(store, region))
+                task = self._task(device, Pass.UPDATE, device, -1, self.iteration)
+                for pid, region in items:
+                    tiles = [_slice(s, region) for s in (self.weights[pid], *self.states[pid])]
+                    task.add_input(tiles[0])
+                    task.add_input(_slice(self.weight_grads[pid], region))
+                    for tile in tiles[1:]:
+                        task.add_input(tile)
+                    for tile in tiles:
+                        task.add_output(tile)
                 task.execute()
-        self.weights[pid], self.states[pid] = weight, states
 
     def forward(self, inputs: Mapping[str, np.ndarray], read: bool = True) -> np.ndarray | None:
         """Run the forward pass on `inputs` (by input tensor name); the model's output."""
@@ -406,8 +448,7 @@ class Executor:
         for op in reversed(range(len(self.graph.ops))):
             self._run_op(op, Pass.BACKWARD)
         self.iteration += 1
-        for pid in self.weights:
-            self._update(pid)
+        self._update()
         return stats
 
     def eval_batch(
@@ -450,17 +491,23 @@ class Executor:
             raise StrategyError(f"{name}: target shape {target.shape}, expected {shape[:1]}.")
         per_sample = int(np.prod(shape[1:])) if name == "mean_squared_error" else 1
         total = valid * per_sample
-        target_store = self._store_of(target)
+        tiles = self._regions[output_op]
+        staged = self._staging and not hasattr(target, "__legate_data_interface__")
+        if staged:
+            key = self._stage(np.ascontiguousarray(target), len(tiles))
+        else:
+            target_store, key = self._store_of(target), -1
         sums = self.runtime.create_store(ty.float64, (2,))
         self.runtime.issue_fill(sums, 0.0)
         loss_id = LOSS_IDS.index(name)
-        for index, region in enumerate(self._regions[output_op]):
+        for index, region in enumerate(tiles):
             device = config.devices[index]
             rows = max(0, valid - region[0][0])
             with Scope(machine=self.cpus[device : device + 1]):
-                task = self._task(device, Pass.LOSS, output_op, index, loss_id, total, rows)
+                task = self._task(device, Pass.LOSS, output_op, index, loss_id, total, rows, key)
                 task.add_input(_slice(self.tensors[self._output], region))
-                task.add_input(_slice(target_store, region[:target_rank]))
+                if not staged:
+                    task.add_input(_slice(target_store, region[:target_rank]))
                 task.add_output(_slice(self.grads[self._output], region))
                 task.add_reduction(sums, ty.ReductionOpKind.ADD)
                 task.execute()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -52,7 +53,8 @@ def library_and_task():
             LIBRARY_NAME, config=ResourceConfig(max_tasks=4, max_dyn_tasks=4)
         )
         task_id = library.get_new_task_id()
-        info = TaskInfo.from_variants(task_id, "flexflow_op_tile", [(VariantCode.CPU, _op_tile)])
+        variants = [(VariantCode.CPU, _op_tile), (VariantCode.GPU, _op_tile_gpu)]
+        info = TaskInfo.from_variants(task_id, "flexflow_op_tile", variants)
         library.register_task(info)
         _REGISTERED["tile"] = (library, task_id)
     return _REGISTERED["tile"]
@@ -60,6 +62,10 @@ def library_and_task():
 
 def _array(physical) -> np.ndarray:
     return np.asarray(physical.data().get_inline_allocation())
+
+
+def _region_slices(region) -> tuple[slice, ...]:
+    return tuple(slice(start, stop) for start, stop in region)
 
 
 def task_arguments(context) -> tuple[Executor, Pass, int, int, tuple[int, ...]]:
@@ -76,22 +82,49 @@ def _op_tile(context) -> None:
     begin = time.perf_counter()
     _run_tile(context, executor, which, op, index, extra)
     if executor.timeline is not None:  # measured here, inside the running task
-        executor.timeline.append((op, index, which, begin, time.perf_counter()))
+        end = time.perf_counter()
+        executor.timeline.append((op, index, which, begin, end, threading.get_ident()))
+
+
+def _op_tile_gpu(context) -> None:
+    """The GPU variant, which Legate picks for tasks placed on GPUs (flexflow.gpu.variant)."""
+    from flexflow.gpu.variant import run_tile_gpu
+
+    executor, which, op, index, extra = task_arguments(context)
+    begin = time.perf_counter()
+    run_tile_gpu(context, executor, which, op, index, extra)
+    if executor.timeline is not None:  # when the work was queued, not when it ended
+        end = time.perf_counter()
+        executor.timeline.append((op, index, which, begin, end, threading.get_ident()))
 
 
 def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, extra) -> None:
     if which == Pass.FEED:  # one shard of a model input, copied in on the device that reads it
-        _array(context.outputs[0])[...] = _array(context.inputs[0])
+        if extra:  # from the batch staged in this process
+            region = executor.input_shard(op, index)
+            shard = executor.take_staged(extra[0])[_region_slices(region)]
+        else:
+            shard = _array(context.inputs[0])
+        _array(context.outputs[0])[...] = shard
         return
-    if which == Pass.UPDATE:  # one tile of a weight and of its optimizer states
-        weight, grad, *states = (_array(a) for a in context.inputs)
-        new_weight, new_states = executor.optimizer.update(weight, grad, states, extra[0])
-        for target, value in zip(context.outputs, (new_weight, *new_states), strict=True):
-            _array(target)[...] = value
+    if which == Pass.UPDATE:  # the weight tiles of one device, and their optimizer states
+        inputs, outputs = iter(context.inputs), iter(context.outputs)
+        states = len(executor.optimizer.state_names)
+        for _ in executor.update_groups[op]:
+            weight, grad, *old = (_array(next(inputs)) for _ in range(2 + states))
+            new_weight, new_states = executor.optimizer.update(weight, grad, old, extra[0])
+            for value in (new_weight, *new_states):
+                _array(next(outputs))[...] = value
         return
     if which == Pass.LOSS:  # this tile's share of the loss and its tile of the loss gradient
-        prediction, target = (_array(a) for a in context.inputs)
-        loss_id, total, valid = extra
+        loss_id, total, valid, key = extra
+        prediction = _array(context.inputs[0])
+        if key >= 0:  # the target staged in this process
+            region = executor.regions(op)[index]
+            target = executor.take_staged(key)
+            target = target[_region_slices(region[: target.ndim])]
+        else:
+            target = _array(context.inputs[1])
         value, grad, correct = loss_tile(loss_id, prediction, target, total, valid)
         _array(context.outputs[0])[...] = grad
         _array(context.reductions[0])[...] += (value, correct)

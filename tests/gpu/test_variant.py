@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +86,8 @@ class Executor:
     node: Node
     region: tuple
     optimizer: object = None
+    update_groups: dict = field(default_factory=dict)
+    staged: dict = field(default_factory=dict)
 
     @property
     def graph(self):
@@ -93,6 +95,12 @@ class Executor:
 
     def regions(self, op):
         return (self.region,)
+
+    def input_shard(self, tensor_id, index):
+        return self.region
+
+    def take_staged(self, key):
+        return self.staged[key]
 
 
 def strided(gpu: HostGpu, array: np.ndarray) -> DeviceArray:
@@ -164,11 +172,15 @@ def test_update_loss_and_feed_passes(host):  # noqa: F811
     states = [np.zeros_like(weight), np.zeros_like(weight)]
     outs = [Physical(strided(host, np.zeros_like(weight))) for _ in range(3)]
     ins = tuple(Physical(strided(host, a)) for a in (weight, grad, *states))
-    variant._run(
-        host, Context(ins, tuple(outs)), Executor(None, (), optimizer), Pass.UPDATE, 0, 0, (1,)
-    )
-    new_weight, new_states = optimizer.update(weight, grad, states, 1)
-    for physical, want in zip(outs, (new_weight, *new_states), strict=True):
+    # two weight tiles on this device, one task: inputs (w, g, m, v) per tile, outputs (w, m, v)
+    updater = Executor(None, (), optimizer, update_groups={0: [(0, ()), (1, ())]})
+    outs += [Physical(strided(host, np.zeros_like(weight))) for _ in range(3)]
+    ins = ins + tuple(Physical(strided(host, a)) for a in (weight, 2 * grad, *states))
+    variant._run(host, Context(ins, tuple(outs)), updater, Pass.UPDATE, 0, -1, (1,))
+    first = optimizer.update(weight, grad, states, 1)
+    second = optimizer.update(weight, 2 * grad, states, 1)
+    wants = (first[0], *first[1], second[0], *second[1])
+    for physical, want in zip(outs, wants, strict=True):
         np.testing.assert_array_equal(host_of(host, physical.array), want)
 
     loss = sys.modules["flexflow.runtime.loss"]
@@ -180,10 +192,16 @@ def test_update_loss_and_feed_passes(host):  # noqa: F811
     context = Context(
         (Physical(strided(host, probs)), Physical(strided(host, labels))), (grad_out,), (sums,)
     )
-    variant._run(host, context, Executor(None, ()), Pass.LOSS, 0, 0, (loss_id, 8, 3))
+    variant._run(host, context, Executor(None, ()), Pass.LOSS, 0, 0, (loss_id, 8, 3, -1))
     value, want_grad, correct = loss.loss_tile(loss_id, probs, labels, 8, 3)
     np.testing.assert_allclose(host_of(host, sums.array), [0.5 + value, 1.0 + correct], rtol=1e-6)
     np.testing.assert_allclose(host_of(host, grad_out.array), want_grad, rtol=1e-6)
+    # the same with the labels staged in the process (rows 1..3 of a batch of 5)
+    tile = Executor(None, ((1, 5), (0, 3)), staged={7: np.concatenate([[9], labels])})
+    sums = Physical(strided(host, np.array([0.5, 1.0])))
+    context = Context((Physical(strided(host, probs)),), (grad_out,), (sums,))
+    variant._run(host, context, tile, Pass.LOSS, 0, 0, (loss_id, 8, 3, 7))
+    np.testing.assert_allclose(host_of(host, sums.array), [0.5 + value, 1.0 + correct], rtol=1e-6)
 
     ids = rng.integers(0, 9, (4, 5)).astype(np.int32)
     fed = Physical(strided(host, np.zeros_like(ids)))
@@ -197,6 +215,11 @@ def test_update_loss_and_feed_passes(host):  # noqa: F811
         (),
     )
     np.testing.assert_array_equal(host_of(host, fed.array), ids)
+    batch = rng.integers(0, 9, (6, 5)).astype(np.int32)  # staged: rows 2..5 are this shard
+    fed = Physical(strided(host, np.zeros_like(ids)))
+    feeder = Executor(None, ((2, 6), (0, 5)), staged={3: batch})
+    variant._run(host, Context((), (fed,)), feeder, Pass.FEED, 0, 0, (3,))
+    np.testing.assert_array_equal(host_of(host, fed.array), batch[2:6])
 
 
 def test_every_pass_of_the_task_body_is_handled():

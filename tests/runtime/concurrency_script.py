@@ -29,7 +29,7 @@ inputs = {"x": np.random.default_rng(0).standard_normal((256, 2048)).astype(np.f
 for _ in range(3):
     executor.forward(inputs)
 spans = {}
-for op, _, which, start, end in executor.timeline:
+for op, _, which, start, end, _thread in executor.timeline:
     if which is Pass.FORWARD:
         spans.setdefault(graph.ops[op].name, []).append((start, end))
 try:  # a strategy using a processor this process does not have is refused before any task runs

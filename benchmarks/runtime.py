@@ -1,0 +1,205 @@
+"""Training-iteration time on Legate against PyTorch on the CPU, side by side in one run.
+
+LeNet (28x28x1, batch 64) and an MLP (784-512-512-10, batch 64), SGD on sparse cross-entropy.
+Ours: data parallelism on 2 Legate CPU processors (a subprocess with LEGATE_CONFIG="--cpus 2
+--gpus 0"). PyTorch: the same layers and batch with torch.set_num_threads(2), in this process.
+Both: WARMUP iterations, then the mean of ITERATIONS timed back to back.
+
+Where our time goes, from the task bodies' own timers (`Executor(record_timeline=True)`):
+"kernel" is the busiest processor's summed task-body time per iteration (the numpy and C work
+and the Python glue inside a task); "overhead" is the rest of the iteration's wall time, i.e.
+Legate's dependence analysis, mapping, copies and the tasks waiting on each other or on the GIL.
+
+    .venv/bin/pip install torch==2.13.0     # not a dependency of flexflow
+    .venv/bin/python benchmarks/runtime.py [--iterations 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import RESULTS, write_csv, write_markdown  # noqa: E402
+
+BATCH = 64
+CPUS = 2
+WARMUP = 3
+MODELS = ("lenet", "mlp")
+
+
+def build(name: str):
+    """Our model's FFModel."""
+    from flexflow import ActiMode, FFConfig, FFModel
+    from flexflow.zoo import load_model
+
+    if name == "lenet":
+        return load_model("lenet", FFConfig(batch_size=BATCH))
+    model = FFModel(FFConfig(batch_size=BATCH))
+    x = model.create_tensor((BATCH, 784), name="x")
+    x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
+    x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
+    model.softmax(model.dense(x, 10))
+    return model
+
+
+def data(name: str):
+    rng = np.random.default_rng(0)
+    shape = (BATCH, 1, 28, 28) if name == "lenet" else (BATCH, 784)
+    return rng.standard_normal(shape).astype(np.float32), rng.integers(0, 10, BATCH)
+
+
+def measure_ours(name: str, iterations: int) -> dict:
+    """Runs inside the Legate subprocess."""
+    import flexflow  # noqa: F401
+    from flexflow.machine import parse_machine
+    from flexflow.runtime import Executor
+    from flexflow.strategies import named_strategy
+
+    graph = build(name).graph()
+    strategy = named_strategy("dp", graph, parse_machine("local"))
+    x, y = data(name)
+    inputs = {graph.input_tensors[0].name: x}
+    loss = "sparse_categorical_crossentropy"
+    with Executor(graph, strategy, learning_rate=0.01, record_timeline=True) as executor:
+        for _ in range(WARMUP):
+            executor.train_batch(inputs, y, loss).read()
+        executor.runtime.issue_execution_fence(block=True)
+        begin = time.perf_counter()
+        for _ in range(iterations):
+            stats = executor.train_batch(inputs, y, loss)
+        stats.read()
+        executor.runtime.issue_execution_fence(block=True)
+        wall = time.perf_counter() - begin
+        busy: dict[int, float] = defaultdict(float)
+        tasks = 0
+        for *_, start, end, thread in executor.timeline:
+            if start >= begin:
+                busy[thread] += end - start
+                tasks += 1
+    kernel = max(busy.values()) / iterations
+    return {
+        "iteration_s": wall / iterations,
+        "kernel_s": kernel,
+        "overhead_s": wall / iterations - kernel,
+        "tasks_per_iteration": tasks / iterations,
+        "processors_seen": len(busy),
+    }
+
+
+def measure_torch(name: str, iterations: int) -> float:
+    import torch
+    from torch import nn
+
+    torch.set_num_threads(CPUS)
+    torch.manual_seed(0)
+    if name == "lenet":
+        net = nn.Sequential(
+            nn.Conv2d(1, 20, 5),
+            nn.MaxPool2d(2),
+            nn.Conv2d(20, 50, 5),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(800, 500),
+            nn.ReLU(),
+            nn.Linear(500, 10),
+        )
+    else:
+        net = nn.Sequential(
+            nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+        )
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    x, y = (torch.from_numpy(a) for a in data(name))
+    loss_fn = nn.CrossEntropyLoss()  # softmax + cross-entropy, as ours
+
+    def step() -> float:
+        optimizer.zero_grad()
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    for _ in range(WARMUP):
+        step()
+    begin = time.perf_counter()
+    for _ in range(iterations):
+        step()
+    return (time.perf_counter() - begin) / iterations
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:  # the Legate side, in its own process
+        print(json.dumps(measure_ours(args.worker, args.iterations)))
+        return
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit("install PyTorch first: .venv/bin/pip install torch==2.13.0") from None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
+    env["LEGATE_CONFIG"] = f"--cpus {CPUS} --gpus 0"
+    rows, lines = [], []
+    for name in MODELS:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", name, "--iterations", str(args.iterations)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"{name}: the Legate run failed:\n{proc.stderr[-3000:]}")
+        ours = json.loads(proc.stdout.strip().splitlines()[-1])
+        theirs = measure_torch(name, args.iterations)
+        row = {
+            "model": name,
+            "batch": BATCH,
+            "ours_ms": ours["iteration_s"] * 1e3,
+            "torch_ms": theirs * 1e3,
+            "ratio": ours["iteration_s"] / theirs,
+            "kernel_ms": ours["kernel_s"] * 1e3,
+            "overhead_ms": ours["overhead_s"] * 1e3,
+            "overhead_over_kernel": ours["overhead_s"] / ours["kernel_s"],
+            "tasks_per_iteration": ours["tasks_per_iteration"],
+        }
+        rows.append(row)
+        print(
+            f"{name:<6} ours {row['ours_ms']:8.2f} ms  torch {row['torch_ms']:7.2f} ms  "
+            f"ratio {row['ratio']:5.2f}x  (kernel {row['kernel_ms']:.2f} ms, overhead "
+            f"{row['overhead_ms']:.2f} ms = {row['overhead_over_kernel']:.0%} of kernel, "
+            f"{row['tasks_per_iteration']:.0f} tasks)"
+        )
+    lines = [
+        f"# Training iteration: ours on {CPUS} Legate CPUs (data parallel) vs PyTorch "
+        f"{torch.__version__} with {CPUS} threads",
+        "",
+        f"`.venv/bin/python benchmarks/runtime.py --iterations {args.iterations}`; mean of "
+        f"{args.iterations} iterations after {WARMUP} warm-up ones. Goals: ratio <= 1.5, "
+        "overhead <= 20% of kernel time.",
+        "",
+        "| model | batch | ours ms | PyTorch ms | ratio | kernel ms | overhead ms | overhead/kernel | tasks |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {r['ours_ms']:.2f} | {r['torch_ms']:.2f} | "
+            f"{r['ratio']:.2f}x | {r['kernel_ms']:.2f} | {r['overhead_ms']:.2f} | "
+            f"{r['overhead_over_kernel']:.0%} | {r['tasks_per_iteration']:.0f} |"
+        )
+    write_csv(RESULTS / "runtime.csv", rows)
+    write_markdown(RESULTS / "runtime.md", lines)
+
+
+if __name__ == "__main__":
+    main()
