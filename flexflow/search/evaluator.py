@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph
 from flexflow.strategy import ParallelConfig, Strategy
 
@@ -32,12 +34,27 @@ class Evaluator:
         self.evaluations += 1
         return self.cost_s
 
+    def propose_many(self, ops: Sequence[int], config: ParallelConfig) -> float:
+        """Give every op of `ops` the configuration `config` (a layer's unrolled steps); one
+        full simulation of the new strategy, kept beside the old one so `revert` is free."""
+        strategy = self.strategy
+        for op in ops:
+            strategy = strategy.replace(op, config)
+        self._undo = (self.strategy, self._delta)
+        self.strategy = strategy
+        self._delta = DeltaSimulator(TaskGraph(self.context, strategy))
+        self.evaluations += 1
+        return self.cost_s
+
     def revert(self) -> float:
-        """Undo the last `propose`."""
+        """Undo the last `propose` or `propose_many`."""
         if self._undo is None:
             raise AssertionError("revert() without a proposal to undo")
-        op, config = self._undo
-        self._undo = None
+        undo, self._undo = self._undo, None
+        if isinstance(undo[0], Strategy):  # a many-op change: the old simulation is kept
+            self.strategy, self._delta = undo
+            return self.cost_s
+        op, config = undo
         self.strategy = self.strategy.replace(op, config)
         self._delta.change(op, config)
         self.evaluations += 1
