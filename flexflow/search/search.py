@@ -28,6 +28,19 @@ class SearchResult:
     dp_s: float
     chains: tuple[ChainResult, ...]
     seconds: float
+    polish_s: float = 0.0
+
+    @property
+    def converged_s(self) -> float:
+        """Seconds from the start until the returned strategy was in hand: set-up, the chains
+        run before the best one, the best chain's last improvement, and the final descent."""
+        if not self.chains:
+            return self.seconds
+        best = min(self.chains, key=lambda c: c.best_s)
+        chains_s = sum(c.seconds for c in self.chains)
+        before = sum(c.seconds for c in self.chains[: self.chains.index(best)])
+        setup = self.seconds - chains_s - self.polish_s
+        return setup + before + best.history[-1][0] + self.polish_s
 
     @property
     def proposals(self) -> int:
@@ -49,6 +62,7 @@ class SearchResult:
             "proposals": self.proposals,
             "acceptance_rate": self.acceptance_rate,
             "search_seconds": self.seconds,
+            "converged_seconds": self.converged_s,
             "chains": [
                 {
                     "init": c.init,
@@ -128,10 +142,12 @@ def search(
         )
     best = min(chains, key=lambda c: c.best_s)
     strategy, cost = best.best, best.best_s
+    polish_begin = clock()
     if polish:
         strategy = descend(context, strategy, proposal_space)
         cost = full_simulate(TaskGraph(context, strategy)).iteration_s
-    return SearchResult(strategy, cost, dp_s, tuple(chains), clock() - begin)
+    polish_s = clock() - polish_begin
+    return SearchResult(strategy, cost, dp_s, tuple(chains), clock() - begin, polish_s)
 
 
 def _project(strategy: Strategy, space) -> Strategy:
