@@ -26,7 +26,16 @@ from flexflow import FFConfig
 from flexflow.errors import FlexFlowError
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 
-SIZE_FLAGS = ("image_size", "seq_length", "vocab_size", "hidden_size", "embed_size", "num_layers")
+SIZE_FLAGS = (
+    "image_size",
+    "seq_length",
+    "vocab_size",
+    "hidden_size",
+    "embed_size",
+    "num_layers",
+    "num_heads",
+    "ff_size",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -104,11 +113,12 @@ def synthetic(graph, batches: int, seed: int):
         if tensor.spec.dtype.is_float:
             inputs[tensor.name] = rng.standard_normal(shape).astype(np.float32)
         else:
-            vocab = min(
-                node.op.num_entries
+            tables = [
+                node.op.num_embeddings
                 for node in graph.ops
-                if tensor.id in node.inputs and hasattr(node.op, "num_entries")
-            )
+                if tensor.id in node.inputs and hasattr(node.op, "num_embeddings")
+            ]
+            vocab = min(tables, default=2)  # ids index every embedding table that reads them
             inputs[tensor.name] = rng.integers(0, vocab, shape).astype(np.int32)
     out = graph.ops[-1].sig.outputs[0].shape
     n = batches * out[0]
@@ -165,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                 config.learning_rate, momentum=args.momentum, weight_decay=args.weight_decay
             )
         machine = parse_machine("local")
-        plan = model.compile(optimizer, loss, ["accuracy"], machine=machine, console=console)
+        metrics = ["accuracy"] if "crossentropy" in loss else []
+        plan = model.compile(optimizer, loss, metrics, machine=machine, console=console)
         console.print(
             strategy_table(f"strategy for {args.model} on {machine.name}", graph, plan.strategy)
         )

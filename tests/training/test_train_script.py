@@ -1,0 +1,52 @@
+"""examples/train.py beyond the digits: other zoo models, strategy files, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.training.helpers import run_train
+
+SMALL_LENET = ["--model", "lenet", "--image-size", "16", "--batch-size", "64", "--epochs", "1"]
+
+
+@pytest.mark.legate
+def test_a_searched_strategy_is_exported_and_trains_when_imported(tmp_path):
+    strategy = tmp_path / "lenet.json"
+    proc, searched = run_train(*SMALL_LENET, "--budget", "2", "--export-strategy", str(strategy))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert searched["strategy"].startswith("searched for 2 s")
+    assert json.loads(strategy.read_text())["ops"]  # a strategy file
+    proc, imported = run_train(*SMALL_LENET, "--import-strategy", str(strategy))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert imported["strategy"] == f"imported from {strategy}"
+    assert imported["simulated_ms"] == pytest.approx(searched["simulated_ms"])
+
+
+@pytest.mark.legate
+def test_a_recurrent_zoo_model_trains_on_synthetic_data():
+    proc, report = run_train(
+        "--model", "rnntc", "--seq-length", "4", "--vocab-size", "50", "--hidden-size", "16",
+        "--embed-size", "16", "--batch-size", "8", "--epochs", "1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "synthetic data" in proc.stderr
+    assert report["epochs"][0]["samples_per_s"] > 0
+
+
+@pytest.mark.legate
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--import-strategy", "/nonexistent.json"], "cannot read strategy file"),
+        (["--budget", "2", "--import-strategy", "x.json"], "either --import-strategy or --budget"),
+        (["--model", "lenet", "--seq-length", "4"], "model 'lenet' takes no --seq-length"),
+        (["--model", "no_such_model"], "no_such_model"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_exit_2(args, message):
+    proc, _ = run_train(*SMALL_LENET, *args)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert message in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
