@@ -23,35 +23,6 @@ if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c "import flexflow" >/dev/nul
     echo "$want" > "$VENV/.flexflow-install-stamp"
 fi
 
-# Several Legate ranks on one host or many (tests/runtime/test_multirank.py). Legate 25.11's
-# Realm sets UCX_IB_SEG_SIZE, which only a UCX with its InfiniBand module accepts: the
-# libucx-cu12 wheel has no such module, the mpich wheel's UCX has one (it needs libibverbs.so.1,
-# present on any InfiniBand host). Legate loads a "system" UCX by the unversioned names
-# (libucs.so ...) when RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY=true, and finds MPICH by dlopen("libmpi.so"),
-# which the wheel ships as a linker script; so $VENV/lib/legate-network holds those names as
-# links into the mpich wheel. A run puts it first on LD_LIBRARY_PATH (see test_multirank.py).
-link_network_libraries() {
-    local lib="$VENV/lib" dir="$VENV/lib/legate-network" file name
-    [ -f "$lib/libmpi.so.12" ] && [ -d "$lib/mpich/ucx" ] || return 0
-    mkdir -p "$dir/ucx"
-    for file in "$lib"/mpich/lib*.so.* "$lib/libmpi.so.12"; do
-        name=$(basename "$file")
-        ln -sfn "$(realpath --relative-to="$dir" "$file")" "$dir/$name"
-        ln -sfn "$name" "$dir/${name%%.so*}.so"
-    done
-    for file in "$lib"/mpich/ucx/*.so.*; do
-        name=$(basename "$file")
-        ln -sfn "$(realpath --relative-to="$dir/ucx" "$file")" "$dir/ucx/$name"
-        ln -sfn "$name" "$dir/ucx/${name%%.so*}.so"
-    done
-    if ! ldconfig -p | grep -q 'libibverbs\.so\.1 '; then
-        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-            echo "flexflow setup: installing libibverbs1 (UCX's InfiniBand module needs it)" >&2
-            apt-get install -y -qq --no-install-recommends libibverbs1 >/dev/null 2>&1 ||
-                { apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends libibverbs1 >/dev/null; }
-        else
-            echo "flexflow setup: multi-rank runs need libibverbs.so.1 (Debian/Ubuntu: libibverbs1, RHEL: libibverbs)" >&2
-        fi
-    fi
-}
-link_network_libraries
+# Several Legate ranks on one host or many (tests/runtime/test_multirank.py): links the mpich
+# wheel's UCX and libmpi.so into $VENV/lib/legate-network (why: the script's header).
+bash docker/link-network-libraries.sh "$VENV"
