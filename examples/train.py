@@ -61,6 +61,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--timeline-png", metavar="FILE", help="draw the strategy's simulated iteration"
     )
+    parser.add_argument(
+        "--measured-trace",
+        metavar="FILE",
+        help="write the measured timeline of the last epoch's tasks (Perfetto)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.set_defaults(learning_rate=None, batch_size=32)  # a laptop-sized default batch
     return parser.parse_args(argv)
@@ -176,7 +181,14 @@ def main(argv: list[str] | None = None) -> int:
             )
         machine = parse_machine("local")
         metrics = ["accuracy"] if "crossentropy" in loss else []
-        plan = model.compile(optimizer, loss, metrics, machine=machine, console=console)
+        plan = model.compile(
+            optimizer,
+            loss,
+            metrics,
+            machine=machine,
+            console=console,
+            record_timeline=bool(args.measured_trace),
+        )
         console.print(
             strategy_table(f"strategy for {args.model} on {machine.name}", graph, plan.strategy)
         )
@@ -189,12 +201,20 @@ def main(argv: list[str] | None = None) -> int:
             f"training {args.model} on {data_name}: {len(train[1]):,} samples, batch "
             f"{config.batch_size}, {type(optimizer).__name__}, lr {config.learning_rate:g}"
         )
+
+        def on_epoch(metrics) -> None:
+            console.print(f"epoch {metrics.epoch + 1}: {metrics.describe()}")
+            if model.executor.timeline is not None and metrics.epoch + 1 < config.epochs:
+                model.executor.timeline.clear()  # the trace keeps the last epoch
+
         history = model.fit(
-            *train,
-            epochs=config.epochs,
-            checkpoint=args.checkpoint,
-            on_epoch=lambda m: console.print(f"epoch {m.epoch + 1}: {m.describe()}"),
+            *train, epochs=config.epochs, checkpoint=args.checkpoint, on_epoch=on_epoch
         )
+        if args.measured_trace:
+            from flexflow.runtime.trace import write_measured_trace
+
+            title = f"{args.model} on {machine.name}: measured, last epoch"
+            write_measured_trace(args.measured_trace, graph, model.executor.timeline, title)
         result = model.eval(*test)
         model.executor.close()
     except FlexFlowError as exc:

@@ -429,10 +429,12 @@ class FFModel:
         machine: Machine | None = None,
         console: Console | None = None,
         progress: bool = True,
+        record_timeline: bool = False,
     ) -> Plan:
         """Choose the strategy (config: search_budget, import/export_strategy), place the model
         on this process's Legate processors and prepare training; returns how the strategy was
-        chosen. Starts Legate. The model takes no more layers after this."""
+        chosen. Starts Legate. The model takes no more layers after this. With
+        `record_timeline` every task's measured time is kept (`executor.timeline`)."""
         from flexflow.machine import parse_machine
         from flexflow.planning import plan_strategy
         from flexflow.runtime import Executor
@@ -449,7 +451,13 @@ class FFModel:
             console=console,
         )
         optimizer = optimizer or SGDOptimizer(self.config.learning_rate)
-        executor = Executor(graph, plan.strategy, seed=self.config.seed, optimizer=optimizer)
+        executor = Executor(
+            graph,
+            plan.strategy,
+            seed=self.config.seed,
+            optimizer=optimizer,
+            record_timeline=record_timeline,
+        )
         self._trainer = Trainer(executor, loss_type, metrics, console, progress)
         return plan
 

@@ -2,7 +2,8 @@
 # The main job on this machine; sets up .venv first (idempotent): search a parallelization
 # strategy for a model on this machine's processors for BUDGET seconds, then train the model with
 # it through Legate (LeNet on scikit-learn's handwritten digits by default). Writes the strategy,
-# the simulated iteration as a Perfetto trace and a timeline picture, and a checkpoint under out/.
+# the simulated iteration as a Perfetto trace and a timeline picture, the measured tasks of the
+# last epoch as a Perfetto trace, and a checkpoint under out/.
 # Usage: bash scripts/train.sh [MODEL] [BUDGET_SECONDS] [EPOCHS] [extra examples/train.py flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ source .venv/bin/activate
 legate --cpus "$cpus" --gpus 0 examples/train.py --model "$model" --epochs "$epochs" \
     --budget "$budget" --export-strategy "out/$model-strategy.json" \
     --checkpoint "out/$model-checkpoint.npz" --trace "out/$model-trace.json" \
-    --timeline-png "out/$model-timeline.png" "$@"
-echo "wrote out/$model-strategy.json, out/$model-checkpoint.npz, out/$model-trace.json" \
-    "(open in ui.perfetto.dev) and out/$model-timeline.png"
+    --timeline-png "out/$model-timeline.png" --measured-trace "out/$model-measured-trace.json" "$@"
+echo "wrote out/$model-strategy.json, out/$model-checkpoint.npz, the simulated and measured" \
+    "iterations out/$model-trace.json and out/$model-measured-trace.json (open in" \
+    "ui.perfetto.dev) and out/$model-timeline.png"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.training.helpers import run_train
@@ -9,10 +11,11 @@ from tests.training.helpers import run_train
 
 @pytest.mark.legate
 def test_lenet_learns_the_digits_in_two_epochs(tmp_path):
-    strategy = tmp_path / "strategy.json"
+    strategy, trace = tmp_path / "strategy.json", tmp_path / "measured.json"
     proc, report = run_train(
-        "--model", "lenet", "--epochs", "2", "--export-strategy", str(strategy), launcher=True
-    )
+        "--model", "lenet", "--epochs", "2", "--export-strategy", str(strategy),
+        "--measured-trace", str(trace), launcher=True,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert report["test_accuracy"] >= 0.95, report
     assert report["epochs"][1]["loss"] < report["epochs"][0]["loss"]
@@ -20,3 +23,9 @@ def test_lenet_learns_the_digits_in_two_epochs(tmp_path):
     assert "data parallelism" in report["strategy"]
     assert strategy.exists()  # --export-strategy wrote the strategy it trained with
     assert "strategy for lenet on local" in proc.stderr  # the strategy is shown
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    batches = 1437 // 32  # the last epoch's iterations, each with a forward of conv1's tiles
+    assert sum(e["name"].startswith("conv1[") and "forward" in e["name"] for e in events) == (
+        2 * batches
+    )
+    assert all(e["dur"] >= 0 for e in events) and {e["tid"] for e in events} == {0, 1}

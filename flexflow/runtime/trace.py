@@ -1,0 +1,67 @@
+"""The measured timeline of a training run as a Chrome/Perfetto trace, beside the simulated one.
+
+Each task body times itself (`Executor(record_timeline=True)`); here every task becomes a slice
+on the track of the processor (thread) that ran it, named like the simulator's tasks (op and
+pass), so the simulated and the measured iteration can be opened side by side in
+ui.perfetto.dev.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from flexflow.fileio import atomic_write_text
+from flexflow.graph import OperatorGraph
+from flexflow.runtime.tasks import Pass
+
+
+def _task_name(graph: OperatorGraph, op: int, index: int, which: Pass) -> str:
+    if which is Pass.UPDATE:
+        return f"update (processor {op})"
+    if which is Pass.FEED:
+        return f"feed {graph.tensors[op].name}[{index}]" if op >= 0 else "store fill"
+    return f"{graph.ops[op].name}[{index}] {which.name.lower()}"
+
+
+def measured_trace(graph: OperatorGraph, timeline: list[tuple], title: str = "") -> dict[str, Any]:
+    """Trace Event Format: one track per processor thread, times in microseconds from the first
+    recorded task."""
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": title or "measured"}}
+    ]
+    if not timeline:
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+    origin = min(entry[3] for entry in timeline)
+    tracks = {thread: i for i, thread in enumerate(dict.fromkeys(e[5] for e in timeline))}
+    for track in tracks.values():
+        events.append(
+            {
+                "ph": "M",
+                "pid": 0,
+                "tid": track,
+                "name": "thread_name",
+                "args": {"name": f"processor thread {track}"},
+            }
+        )
+    for op, index, which, start, end, thread in timeline:
+        events.append(
+            {
+                "ph": "X",
+                "pid": 0,
+                "tid": tracks[thread],
+                "name": _task_name(graph, op, index, which),
+                "cat": which.name.lower(),
+                "ts": (start - origin) * 1e6,
+                "dur": (end - start) * 1e6,
+            }
+        )
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_measured_trace(
+    path: str | os.PathLike[str], graph: OperatorGraph, timeline: list[tuple], title: str = ""
+) -> Path:
+    return atomic_write_text(path, json.dumps(measured_trace(graph, timeline, title)))
