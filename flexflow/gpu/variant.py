@@ -12,6 +12,7 @@ This is the only module of flexflow.gpu that touches Legate objects (through `co
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from flexflow.gpu import prims, tiles, training
@@ -54,6 +55,7 @@ def _run(
 ) -> None:
     from flexflow.runtime.loss import LOSS_IDS  # the runtime is loaded by the time tasks run
     from flexflow.runtime.tasks import Pass
+    from flexflow.task_modes import op_for_task
 
     which = Pass(which)
     if which == Pass.FEED:  # one shard of a model input, copied in on the device that reads it
@@ -92,6 +94,16 @@ def _run(
     node = executor.graph.ops[op]
     region = executor.regions(op)[index]
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
+    if which in (Pass.FORWARD, Pass.BACKWARD):
+        op_now = op_for_task(node.op, tuple(extra))
+        if op_now is None:  # dropout outside training: the identity, both ways
+            if which == Pass.FORWARD:
+                _write(gpu, context.outputs[0], arrays[0])
+            else:
+                _write(gpu, context.reductions[0], arrays[n_in + n_out], add=True)
+            return
+        if op_now is not node.op:
+            node = replace(node, op=op_now)
     if which == Pass.STATISTICS_FORWARD:
         stats = tiles.statistics_forward(gpu, node.op, arrays[0])
         _write(gpu, context.reductions[0], stats, add=True)

@@ -90,6 +90,7 @@ class Executor:
     ) -> None:
         self.graph, self.strategy = graph, strategy
         self.optimizer: Optimizer = optimizer or SGDOptimizer(learning_rate)
+        self._training = False  # whether the pass being issued trains (dropout drops)
         self.iteration = 0
         """Updates applied so far (Adam's bias correction counts them; checkpoints keep it)."""
         self.timeline: list[tuple] | None = [] if record_timeline else None
@@ -355,8 +356,10 @@ class Executor:
         stats = self.statistics.get(op)
         channels = ((0, 2), region[1]) if stats else None  # a statistics op's channel range
         device = config.devices[index]
+        # dropout draws a new mask each training iteration, and passes data through otherwise
+        mode = (int(self._training), self.iteration) if node.op.kind == "dropout" else ()
         with Scope(machine=self.cpus[device : device + 1]):
-            task = self._task(device, which, op, index)
+            task = self._task(device, which, op, index, *mode)
             for tid, r in zip(node.inputs, in_regions, strict=True):
                 task.add_input(_slice(self.tensors[tid], r))
             if which is Pass.STATISTICS_FORWARD:
@@ -415,8 +418,12 @@ class Executor:
                         task.add_output(tile)
                 task.execute()
 
-    def forward(self, inputs: Mapping[str, np.ndarray], read: bool = True) -> np.ndarray | None:
-        """Run the forward pass on `inputs` (by input tensor name); the model's output."""
+    def forward(
+        self, inputs: Mapping[str, np.ndarray], read: bool = True, training: bool = False
+    ) -> np.ndarray | None:
+        """Run the forward pass on `inputs` (by input tensor name); the model's output.
+        Dropout drops only in `training` mode."""
+        self._training = training
         for tensor in self.graph.input_tensors:
             if tensor.name not in inputs:
                 raise StrategyError(
@@ -441,7 +448,7 @@ class Executor:
     ) -> BatchStats:
         """Issue one training iteration (forward, loss, backward, update) without waiting;
         samples past `valid` (padding) add nothing to the loss or the gradients."""
-        self.forward(inputs, read=False)
+        self.forward(inputs, read=False, training=True)
         for store in list(self.grads.values()) + list(self.weight_grads.values()):
             self.runtime.issue_fill(store, 0.0)
         stats = self._loss(loss, target, valid)

@@ -13,6 +13,7 @@ import enum
 import itertools
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,6 +21,7 @@ from legate.core import ResourceConfig, VariantCode, get_legate_runtime
 from legate.core._lib.task.task_info import TaskInfo
 
 from flexflow.runtime.loss import loss_tile
+from flexflow.task_modes import op_for_task
 
 if TYPE_CHECKING:
     from flexflow.runtime.executor import Executor
@@ -138,6 +140,17 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         return
     inputs, weights = arrays[:n_in], arrays[n_in : n_in + n_w]
     rest = arrays[n_in + n_w :]
+    op_now = op_for_task(node.op, extra)
+    if op_now is None:  # dropout outside training: the identity, both ways
+        grads = rest[n_out : 2 * n_out] if which == Pass.BACKWARD else inputs
+        target = context.reductions[0] if which == Pass.BACKWARD else context.outputs[0]
+        if which == Pass.BACKWARD:
+            _array(target)[...] += grads[0]
+        else:
+            _array(target)[...] = grads[0]
+        return
+    if op_now is not node.op:
+        node = replace(node, op=op_now)
     if which == Pass.FORWARD:
         if node.op.statistics_dims:
             outputs = node.op.forward_tile_with_statistics(node.sig, inputs[0], weights, rest[0])
