@@ -132,6 +132,23 @@ class BatchNorm(Op):
         shape = sig.inputs[0].shape
         return shape[0] * int(np.prod(shape[2:], dtype=np.int64))  # elements per channel, M
 
+    def running_update(
+        self, sig: Signature, stats: np.ndarray, running: np.ndarray, momentum: float = 0.1
+    ) -> np.ndarray:
+        """(2, C) running mean and variance after a training batch whose per-channel sums are
+        `stats` (PyTorch's rule: the unbiased batch variance, momentum 0.1)."""
+        count = self._count(sig)
+        mean = stats[0] / count
+        var = np.maximum(stats[1] / count - mean * mean, 0.0) * (count / max(count - 1, 1))
+        return (1.0 - momentum) * running + momentum * np.stack([mean, var])
+
+    def statistics_from_running(self, sig: Signature, running: np.ndarray) -> np.ndarray:
+        """The (2, C) sums a batch with the running mean and variance would have: what an
+        evaluation normalizes with instead of the batch's own statistics."""
+        count = self._count(sig)
+        mean, var = running
+        return np.stack([mean * count, (var + mean * mean) * count])
+
     def statistics_forward(self, x: np.ndarray) -> np.ndarray:
         """(2, C_t): this tile's per-channel sum and sum of squares (float64)."""
         axes = (0,) + tuple(range(2, x.ndim))

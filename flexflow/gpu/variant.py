@@ -92,6 +92,14 @@ def _run(
         _write(gpu, context.reductions[0], sums, add=True)
         return
     node = executor.graph.ops[op]
+    if which == Pass.RUNNING_STATISTICS:  # batch norm's running statistics: (2, C), on the host
+        host = [gpu.to_host(a) for a in arrays]
+        if extra[0]:  # training: fold this batch's statistics into the running ones
+            value = node.op.running_update(node.sig, host[0], host[1])
+        else:  # evaluation: normalize with the running statistics
+            value = node.op.statistics_from_running(node.sig, host[0])
+        _write(gpu, context.outputs[0], gpu.to_device(value))
+        return
     region = executor.regions(op)[index]
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
     if which in (Pass.FORWARD, Pass.BACKWARD):

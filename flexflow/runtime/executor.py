@@ -44,7 +44,12 @@ from flexflow.strategy import Strategy
 from flexflow.strategy_file import validate_strategy
 from flexflow.tiling import input_shards, update_pieces
 
-LEGATE_TYPES = {"float32": ty.float32, "int32": ty.int32, "int64": ty.int64}
+LEGATE_TYPES = {
+    "float32": ty.float32,
+    "float64": ty.float64,
+    "int32": ty.int32,
+    "int64": ty.int64,
+}
 
 
 def _slice(store, region: Region):
@@ -155,6 +160,11 @@ class Executor:
             for node in graph.ops
             if node.op.statistics_dims
         }
+        self.running = {
+            op: self._store_of(np.stack([np.zeros(c), np.ones(c)]))
+            for op, c in ((op, stats[0].shape[1]) for op, stats in self.statistics.items())
+        }
+        """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
 
     def close(self) -> None:
         """Wait for this executor's tasks and release it (and its stores) from the registry."""
@@ -282,6 +292,8 @@ class Executor:
             name = self.graph.parameters[pid].name
             for state, store in zip(self.optimizer.state_names, stores, strict=True):
                 arrays[f"{name}@{state}"] = self._read(store)
+        for op, store in self.running.items():
+            arrays[f"{self.graph.ops[op].name}@running"] = self._read(store)
         meta = {
             "format": CHECKPOINT_FORMAT,
             "iteration": self.iteration,
@@ -317,7 +329,16 @@ class Executor:
                 f"{type(self.optimizer).__name__} (it was saved with optimizer: {saved}); "
                 f"resume with the optimizer it was saved with."
             )
+        running = [f"{self.graph.ops[op].name}@running" for op in self.running]
+        if any(key not in values for key in running):
+            raise StrategyError(
+                f"checkpoint {path} lacks the running statistics of batch norm "
+                f"'{next(k for k in running if k not in values).split('@')[0]}'; it was saved "
+                f"from another model."
+            )
         self.set_weights({name: values[name] for name in names})
+        for op in self.running:
+            self.running[op] = self._store_of(values[f"{self.graph.ops[op].name}@running"])
         for param in self.graph.parameters:
             self.states[param.id] = [
                 self._store_of(values[f"{param.name}@{state}"].astype(np.float32))
@@ -394,13 +415,33 @@ class Executor:
     def _run_op(self, op: int, which: Pass) -> None:
         """Every task of `op` for one pass; ops sharing batch statistics first reduce them."""
         tasks = range(self.strategy[op].num_tasks)
-        if op in self.statistics:
+        if op in self.statistics and which is Pass.FORWARD and not self._training:
+            self._running_statistics(op, update=False)  # evaluation: the running statistics
+        elif op in self.statistics:
             before = Pass.STATISTICS_FORWARD if which is Pass.FORWARD else Pass.STATISTICS_BACKWARD
             self.runtime.issue_fill(self.statistics[op][0 if which is Pass.FORWARD else 1], 0.0)
             for index in tasks:
                 self._launch(op, index, before)
+            if which is Pass.FORWARD:
+                self._running_statistics(op, update=True)
         for index in tasks:
             self._launch(op, index, which)
+
+    def _running_statistics(self, op: int, update: bool) -> None:
+        """Training: fold the batch's statistics into the running ones. Evaluation: write the
+        statistics store from the running ones, for the forward tiles to normalize with."""
+        device = self.strategy[op].devices[0]
+        stats, running = self.statistics[op][0], self.running[op]
+        with Scope(machine=self.cpus[device : device + 1]):
+            task = self._task(device, Pass.RUNNING_STATISTICS, op, 0, int(update))
+            if update:
+                task.add_input(stats)
+                task.add_input(running)
+                task.add_output(running)
+            else:
+                task.add_input(running)
+                task.add_output(stats)
+            task.execute()
 
     def _update(self) -> None:
         """The optimizer's update, in place: one task per device over every weight tile it

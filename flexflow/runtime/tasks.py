@@ -37,6 +37,7 @@ class Pass(enum.IntEnum):
     STATISTICS_FORWARD = 4
     STATISTICS_BACKWARD = 5
     FEED = 6
+    RUNNING_STATISTICS = 7
 
 
 EXECUTORS: dict[int, Executor] = {}
@@ -132,6 +133,14 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         _array(context.reductions[0])[...] += (value, correct)
         return
     node = executor.graph.ops[op]
+    if which == Pass.RUNNING_STATISTICS:  # batch norm's running mean and variance
+        arrays = [_array(a) for a in context.inputs]
+        if extra[0]:  # training: fold this batch's statistics into the running ones
+            value = node.op.running_update(node.sig, arrays[0], arrays[1])
+        else:  # evaluation: normalize with the running statistics
+            value = node.op.statistics_from_running(node.sig, arrays[0])
+        _array(context.outputs[0])[...] = value
+        return
     region = executor.regions(op)[index]
     arrays = [_array(a) for a in context.inputs]
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)

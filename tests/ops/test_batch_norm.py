@@ -171,3 +171,18 @@ def test_sample_tiles_with_shared_statistics_equal_the_whole_op(shape, relu):
         np.testing.assert_allclose(dx, dx_whole, rtol=1e-8, atol=1e-10)
         for i, whole in enumerate(grads_whole):
             np.testing.assert_allclose(sum(r[1][i] for r in results), whole, rtol=1e-9, atol=1e-12)
+
+
+def test_running_statistics_follow_pytorchs_rule_and_feed_evaluation():
+    op = BatchNorm(relu=False)
+    rng = np.random.default_rng(3)
+    x = (2.0 + 3.0 * rng.standard_normal((5, 2, 3, 3))).astype(np.float64)
+    sig = op.infer("bn", [TensorSpec(x.shape)])
+    running = np.stack([np.zeros(2), np.ones(2)])
+    updated = op.running_update(sig, op.statistics_forward(x), running)
+    axes = (0, 2, 3)
+    np.testing.assert_allclose(updated[0], 0.1 * x.mean(axis=axes))
+    np.testing.assert_allclose(updated[1], 0.9 + 0.1 * x.var(axis=axes, ddof=1))  # unbiased
+    # sums rebuilt from (mean, variance) give back that mean and (biased) variance
+    stats = op.statistics_from_running(sig, np.stack([x.mean(axis=axes), x.var(axis=axes)]))
+    np.testing.assert_allclose(stats, op.statistics_forward(x))
