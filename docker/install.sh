@@ -10,12 +10,15 @@
 #       Create (or reuse) a virtual environment at PREFIX and install flexflow into it, not
 #       editable, with its extras and the pinned versions of docker/constraints.txt, from a wheel
 #       (no compiler needed) or a source directory (built with `wheel` first). Wheels only: pip
-#       never builds a dependency from source. Then a smoke check: `flexflow models`, importing
-#       flexflow.runtime, and one training step under the `legate` launcher (docker/smoke.py).
+#       never builds a dependency from source. With the `cluster` extra (MPICH), it then links
+#       MPICH's UCX and libmpi.so into PREFIX/lib/legate-network (docker/link-network-libraries.sh).
+#       Then a smoke check: `flexflow models`, importing flexflow.runtime, one training step under
+#       the `legate` launcher (docker/smoke.py), and with MPICH the same step on two ranks
+#       (`legate --launcher mpirun`, with the environment docker/Dockerfile sets).
 #
 # Settings (environment):
 #   PYTHON                 interpreter that creates the environments (default: python3)
-#   FLEXFLOW_EXTRAS        extras to install (default: examples,gpu)
+#   FLEXFLOW_EXTRAS        extras to install (default: examples,gpu,cluster)
 #   FLEXFLOW_CONSTRAINTS   pip constraints file (default: docker/constraints.txt; /dev/null
 #                          resolves unpinned, which is how that file is refreshed)
 set -euo pipefail
@@ -23,7 +26,7 @@ shopt -s inherit_errexit  # a failure inside $(...) stops the script too
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PYTHON=${PYTHON:-python3}
-EXTRAS=${FLEXFLOW_EXTRAS:-examples,gpu}
+EXTRAS=${FLEXFLOW_EXTRAS:-examples,gpu,cluster}
 CONSTRAINTS=${FLEXFLOW_CONSTRAINTS:-$HERE/constraints.txt}
 
 say() { echo "docker/install.sh: $*" >&2; }
@@ -105,6 +108,11 @@ install_venv() {
     "${pip[@]}" install --quiet --only-binary=:all: -c "$CONSTRAINTS" "$wheel[$EXTRAS]"
     "${pip[@]}" check
     [ -z "$work" ] || rm -rf "$work"
+    if [ -x "$prefix/bin/mpirun" ]; then
+        say "linking MPICH's UCX and libmpi.so into $prefix/lib/legate-network"
+        bash "$HERE/link-network-libraries.sh" "$prefix"
+        [ -e "$prefix/lib/legate-network/libucp.so" ] || die "no $prefix/lib/legate-network/libucp.so"
+    fi
     smoke_check "$prefix"
 }
 
@@ -124,6 +132,18 @@ smoke_check() {
         LEGATE_CONFIG="--cpus 1 --gpus 0" "$prefix/bin/python" -c "import flexflow.runtime"
         say "smoke check: a training step under legate --cpus 1 --gpus 0"
         "$prefix/bin/legate" --cpus 1 --gpus 0 "$HERE/smoke.py" "$prefix"
+        if [ ! -e "$prefix/lib/legate-network/libucp.so" ]; then
+            say "no MPICH (the cluster extra): no multi-rank smoke check"
+        elif ! ldconfig -p | grep -q 'libibverbs\.so\.1 '; then
+            say "no libibverbs.so.1, which MPICH's UCX needs: no multi-rank smoke check"
+        else
+            # As in the image (docker/Dockerfile's ENV): MPICH's UCX, which has the InfiniBand
+            # module Realm's UCX_IB_SEG_SIZE needs, and its libmpi.so, which Legate detects as MPICH.
+            say "smoke check: the training step on 2 ranks under legate --launcher mpirun"
+            LD_LIBRARY_PATH="$prefix/lib/legate-network" RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY=true \
+                UCX_WARN_UNUSED_ENV_VARS=n "$prefix/bin/legate" --launcher mpirun \
+                --ranks-per-node 2 --cpus 1 --gpus 0 "$HERE/smoke.py" "$prefix" 2
+        fi
     )
     rm -rf "$scratch"
 }
