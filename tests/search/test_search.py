@@ -132,3 +132,11 @@ def test_a_chain_can_start_from_the_optcnn_baseline():
         chain.initial_s == full_simulate(TaskGraph(context, optcnn_strategy(context))).iteration_s
     )
     assert result.best_s <= chain.initial_s
+
+
+def test_convergence_time_lies_within_the_search():
+    result = search(lenet_context(), budget_s=60, seed=3, max_proposals=400)
+    assert 0 <= result.converged_s <= result.seconds
+    best = min(result.chains, key=lambda c: c.best_s)
+    assert result.converged_s >= best.history[-1][0]  # at least the best chain's last gain
+    assert result.to_json()["converged_seconds"] == result.converged_s
