@@ -112,6 +112,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         beta=args.beta,
         max_proposals=args.proposals,
         polish=not args.no_polish,
+        polish_budget_s=args.polish_budget,
     )
     if _export_and_print_json(args, graph, machine, result.best, result.to_json()):
         return 0
@@ -124,6 +125,11 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         f"parallel {result.dp_s * 1e3:.3f} ms ([bold]{result.speedup_over_dp:.2f}x[/bold]); "
         f"{result.proposals:,} proposals in {result.seconds:.1f} s, "
         f"{result.acceptance_rate:.0%} accepted"
+        + {
+            True: "; locally optimal",
+            False: "; the final descent ran out of time (not proven locally optimal)",
+            None: "",
+        }[result.locally_optimal]
         + (f"; exported to {args.export}" if args.export else "")
     )
     return 0
@@ -275,7 +281,13 @@ def register(add: Callable) -> None:
     search.add_argument(
         "--no-polish",
         action="store_true",
-        help="skip the final descent to a local optimum (it is not bounded by --budget)",
+        help="skip the final descent to a local optimum",
+    )
+    search.add_argument(
+        "--polish-budget",
+        type=positive_float,
+        metavar="SECONDS",
+        help="time for the final descent (default: as long as it takes to prove a local optimum)",
     )
 
     exhaustive = add(

@@ -69,7 +69,13 @@ def plan_strategy(
         source = f"imported from {import_path}"
     elif budget_s > 0:
         result = search_with_progress(
-            console, console.is_terminal, context, dp_s, budget_s, seed=seed
+            console,
+            console.is_terminal,
+            context,
+            dp_s,
+            budget_s,
+            seed=seed,
+            polish_budget_s=budget_s,
         )
         strategy = result.best
         source = f"searched for {budget_s:g} s ({result.proposals:,} proposals)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,9 +44,19 @@ def improving_neighbours(
     return base, sorted(better, key=lambda n: n.iteration_s)
 
 
-def descend(context: SimContext, strategy: Strategy, space: Space) -> Strategy:
+def descend(
+    context: SimContext,
+    strategy: Strategy,
+    space: Space,
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[Strategy, bool]:
     """Coordinate descent: give each op in turn its best configuration with the others fixed,
-    cycling over the ops until a full sweep changes nothing, so the result is locally optimal."""
+    cycling over the ops until a full sweep changes nothing, so the result is locally optimal.
+
+    With `budget_s` it stops after that many seconds; the flag says whether it finished (the
+    strategy is then locally optimal) or ran out of time (it is only no worse)."""
+    deadline = None if budget_s is None else clock() + budget_s
     evaluator = Evaluator(context, strategy)
     current = evaluator.cost_s
     unchanged = 0  # ops examined since the last improvement
@@ -54,6 +65,8 @@ def descend(context: SimContext, strategy: Strategy, space: Space) -> Strategy:
         start = evaluator.strategy[op]
         best, best_cost = start, current
         for config in space(op):
+            if deadline is not None and clock() > deadline:
+                return evaluator.strategy, False
             if config == start:
                 continue
             cost = evaluator.propose(op, config)
@@ -66,4 +79,4 @@ def descend(context: SimContext, strategy: Strategy, space: Space) -> Strategy:
         else:
             unchanged += 1
         op = (op + 1) % len(strategy)
-    return evaluator.strategy
+    return evaluator.strategy, True

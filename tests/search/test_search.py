@@ -50,7 +50,8 @@ def test_local_descent_reaches_a_locally_optimal_strategy():
     start = named_strategy("model", graph, machine)
     base, better = improving_neighbours(context, start, space)
     assert better and all(n.iteration_s < base for n in better)
-    optimum = descend(context, start, space)
+    optimum, finished = descend(context, start, space)
+    assert finished
     cost, none = improving_neighbours(context, optimum, space)
     assert none == [] and cost < base
 
@@ -140,3 +141,16 @@ def test_convergence_time_lies_within_the_search():
     best = min(result.chains, key=lambda c: c.best_s)
     assert result.converged_s >= best.history[-1][0]  # at least the best chain's last gain
     assert result.to_json()["converged_seconds"] == result.converged_s
+
+
+def test_a_bounded_descent_says_when_it_ran_out_of_time():
+    context = lenet_context()
+    space = make_space("soap", context.graph, context.machine)
+    start = named_strategy("random", context.graph, context.machine, 3)
+    ticks = iter(range(10**6))
+    strategy, finished = descend(context, start, space, budget_s=5, clock=lambda: next(ticks))
+    assert not finished  # five clock ticks: five configurations examined
+    assert (
+        full_simulate(TaskGraph(context, strategy)).iteration_s
+        <= full_simulate(TaskGraph(context, start)).iteration_s
+    )
