@@ -1,0 +1,61 @@
+"""Data loaders: batches, order and padding (no Legate), and cuPyNumeric data in a Legate run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flexflow.data import DataLoader
+from flexflow.errors import FlexFlowError
+from tests.training.helpers import legate_env
+
+
+def test_batches_cover_the_data_in_a_seeded_order_and_pad_the_last_for_evaluation():
+    x, y = np.arange(10).reshape(10, 1), np.arange(10)
+    loader = DataLoader({"x": x}, y, 4, shuffle=True, seed=1)
+    assert len(loader) == 3
+    batches = list(loader.epoch(0))
+    assert [b.valid for b in batches] == [4, 4, 2]
+    seen = np.concatenate([b.target[: b.valid] for b in batches])
+    assert sorted(seen) == list(range(10))
+    assert all(np.array_equal(b.inputs["x"][:, 0], b.target) for b in batches)
+    assert batches[-1].target.shape == (4,)  # padded to the model's batch
+    again = [b.target.tolist() for b in DataLoader({"x": x}, y, 4, shuffle=True, seed=1).epoch(0)]
+    assert again == [b.target.tolist() for b in batches]  # (seed, epoch) fixes the order
+    assert [b.target.tolist() for b in loader.epoch(1)] != again  # another epoch, another order
+    resumed = [b.target.tolist() for b in loader.epoch(0, start=1)]
+    assert resumed == again[1:]
+    training = DataLoader({"x": x}, y, 4, drop_last=True)
+    assert len(training) == 2 and [b.valid for b in training] == [4, 4]
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: DataLoader({}, np.zeros(3), 2), "at least one input"),
+        (lambda: DataLoader({"x": np.zeros(3)}, np.zeros(4), 2), "one entry per sample"),
+        (lambda: DataLoader({"x": np.zeros(3)}, np.zeros(3), 0), "batch_size must be positive"),
+        (lambda: DataLoader({"x": np.zeros(3)}, np.zeros(3), 4, drop_last=True), "no full batch"),
+    ],
+)
+def test_bad_data_is_refused(make, match):
+    with pytest.raises(FlexFlowError, match=match):
+        make()
+
+
+@pytest.mark.legate
+def test_cupynumeric_arrays_train_like_numpy_arrays():
+    script = Path(__file__).with_name("cupynumeric_script.py")
+    proc = subprocess.run(
+        [sys.executable, str(script)], env=legate_env(2), capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["cupynumeric"] == pytest.approx(report["numpy"], rel=1e-6)
+    assert report["numpy"][1] < report["numpy"][0]  # it learns
