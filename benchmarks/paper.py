@@ -151,13 +151,15 @@ def full_sim_ms(context: SimContext, strategies) -> float:
     return statistics.mean(times) * 1e3
 
 
-def run_case(model: str, machine_name: str, budget_s: float, progress, task) -> list[Row]:
+def run_case(
+    model: str, machine_name: str, budget_s: float, progress, task, strategies=STRATEGIES
+) -> list[Row]:
     ff = load_model(model)
     graph, machine = ff.graph(), parse_machine(machine_name)
     batch, gpus = ff.config.batch_size, machine.num_devices
     rows: list[Row] = []
     dp_ms = None
-    for label, kind in STRATEGIES:
+    for label, kind in strategies:
         context = SimContext(graph, machine)  # fresh caches: each search pays its own warm-up
         extra: dict = {}
         if kind in SEARCHED:
@@ -256,10 +258,14 @@ def markdown(rows: list[Row], budget_s: float, fig8: tuple[str, str]) -> str:
             by = {keys[r.strategy]: r for r in mrows if r.model == model}
             soap = by["soap"]
             t4 = PAPER["table4"].get((model, soap.gpus))
+
+            def over_soap(kind: str, by=by, soap=soap) -> str:
+                return f"{by[kind].iteration_ms / soap.iteration_ms:.2f}x" if kind in by else "–"
+
             lines.append(
-                f"| {model} | {by['operation'].iteration_ms / soap.iteration_ms:.2f}x "
+                f"| {model} | {over_soap('operation')} "
                 f"| {_fmt(paper_value('fig10a', model, machine), '.1f', 'x')} "
-                f"| {by['optcnn'].iteration_ms / soap.iteration_ms:.2f}x "
+                f"| {over_soap('optcnn')} "
                 f"| {_fmt(paper_value('fig10b', model, machine), '.1f', 'x')} "
                 f"| {soap.proposals:,} | {soap.search_s:.1f} | {soap.converged_s:.1f} "
                 f"| {'yes' if soap.locally_optimal else 'not proven'} "
@@ -307,14 +313,17 @@ def plot_fig7(rows: list[Row]) -> bytes:
     machines = list(dict.fromkeys(r.machine for r in rows))
     models = list(dict.fromkeys(r.model for r in rows))
     fig, axes = plt.subplots(1, len(machines), figsize=(4.5 * len(machines), 4), squeeze=False)
-    width = 0.8 / len(STRATEGIES)
+    present = [
+        (label, kind) for label, kind in STRATEGIES if any(r.strategy == label for r in rows)
+    ]
+    width = 0.8 / len(present)
     for ax, machine in zip(axes[0], machines, strict=True):
-        for i, (label, kind) in enumerate(STRATEGIES):
+        for i, (label, kind) in enumerate(present):
             values = [
                 next(r for r in rows if (r.machine, r.model, r.strategy) == (machine, m, label))
                 for m in models
             ]
-            x = np.arange(len(models)) + (i - (len(STRATEGIES) - 1) / 2) * width
+            x = np.arange(len(models)) + (i - (len(present) - 1) / 2) * width
             ax.bar(x, [v.samples_per_s_per_gpu for v in values], width, label=label)
             for xi, m in zip(x, models, strict=True):
                 known = (paper_value("fig7", m, machine) or {}).get(kind)
@@ -366,8 +375,15 @@ def plot_fig10(rows: list[Row]) -> bytes:
     machines = list(dict.fromkeys(r.machine for r in rows))
     models = list(dict.fromkeys(r.model for r in rows))
     ms = {(r.machine, r.model, r.strategy): r.iteration_ms for r in rows}
-    soap, panels = STRATEGIES[-1][0], (("operation", "fig10a"), ("optcnn", "fig10b"))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    soap = STRATEGIES[-1][0]
+    labels = {kind: label for label, kind in STRATEGIES}
+    panels = tuple(
+        (kind, table)
+        for kind, table in (("operation", "fig10a"), ("optcnn", "fig10b"))
+        if any(r.strategy == labels[kind] for r in rows)
+    )
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    axes = axes[0]
     width = 0.8 / len(machines)
     for ax, (kind, table) in zip(axes, panels, strict=True):
         label = next(label for label, k in STRATEGIES if k == kind)
@@ -422,12 +438,20 @@ def main() -> None:
     parser.add_argument("--machines", default=",".join(MACHINES))
     parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds per search")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="strategies to leave out, e.g. optcnn (its tables grow with the square of each "
+        "op's configurations: hours in Python for Inception-v3 on 64 GPUs)",
+    )
     args = parser.parse_args()
     models, machines = args.models.split(","), args.machines.split(",")
+    skip = {kind for kind in args.skip.split(",") if kind}
+    strategies = tuple((label, kind) for label, kind in STRATEGIES if kind not in skip)
     console = Console()
-    searches = len(models) * len(machines) * len(SEARCHED)
+    searches = len(models) * len(machines) * len(SEARCHED - skip)
     console.print(
-        f"{len(models)} models x {len(machines)} machines x {len(SEARCHED)} searches, "
+        f"{len(models)} models x {len(machines)} machines x {len(SEARCHED - skip)} searches, "
         f"budget {args.budget:g} s each (up to ~{searches * args.budget / 60:.0f} min plus descents)"
     )
     rows: list[Row] = []
@@ -440,7 +464,7 @@ def main() -> None:
         task = progress.add_task("starting", total=searches)
         for machine in machines:
             for model in models:
-                case = run_case(model, machine, args.budget, progress, task)
+                case = run_case(model, machine, args.budget, progress, task, strategies)
                 rows += case
                 soap = case[-1]
                 progress.console.print(
