@@ -66,6 +66,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="FILE",
         help="write the measured timeline of the last epoch's tasks (Perfetto)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="measured task times for the search (measured on this host and written when FILE "
+        "does not exist yet)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.set_defaults(learning_rate=None, batch_size=32)  # a laptop-sized default batch
     return parser.parse_args(argv)
@@ -132,15 +138,32 @@ def synthetic(graph, batches: int, seed: int):
     return inputs, rng.standard_normal((n, *out[1:])).astype(np.float32), "mean_squared_error"
 
 
-def write_simulation(args: argparse.Namespace, graph, machine, plan) -> None:
+def measured_profile(path: str | None, graph, machine, console):
+    """--profile: the task times measured on this host (measured now if the file is new)."""
+    if path is None:
+        return None
+    from flexflow.cost import Profile
+    from flexflow.profiler import profile_graph
+
+    if Path(path).exists():
+        return Profile.load(path)
+    with console.status(f"measuring {len(graph.ops)} ops' tasks on this host"):
+        profile = profile_graph(graph, machine)
+    profile.save(path)
+    console.print(f"measured {len(profile.times)} task times; wrote {path}")
+    return profile
+
+
+def write_simulation(args: argparse.Namespace, graph, machine, plan, profile) -> None:
     """--trace and --timeline-png: the simulated iteration of the strategy being trained."""
     if not (args.trace or args.timeline_png):
         return
+    from flexflow.cost import CostModel
     from flexflow.simulator import SimContext, TaskGraph, full_simulate
     from flexflow.simulator.export import write_trace
     from flexflow.simulator.plot import render_timeline
 
-    tg = TaskGraph(SimContext(graph, machine), plan.strategy)
+    tg = TaskGraph(SimContext(graph, machine, CostModel(profile)), plan.strategy)
     schedule = full_simulate(tg)
     title = f"{args.model} on {machine.name}: {plan.simulated_ms:.3f} ms per iteration (simulated)"
     if args.trace:
@@ -180,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 config.learning_rate, momentum=args.momentum, weight_decay=args.weight_decay
             )
         machine = parse_machine("local")
+        profile = measured_profile(args.profile, graph, machine, console)
         metrics = ["accuracy"] if "crossentropy" in loss else []
         plan = model.compile(
             optimizer,
@@ -188,12 +212,13 @@ def main(argv: list[str] | None = None) -> int:
             machine=machine,
             console=console,
             record_timeline=bool(args.measured_trace),
+            profile=profile,
         )
         console.print(
             strategy_table(f"strategy for {args.model} on {machine.name}", graph, plan.strategy)
         )
         console.print(f"strategy: {plan.describe()}")
-        write_simulation(args, graph, machine, plan)
+        write_simulation(args, graph, machine, plan, profile)
         if args.resume and args.checkpoint and Path(args.checkpoint).exists():
             model.executor.load_checkpoint(args.checkpoint)
             console.print(f"resumed from {args.checkpoint} at iteration {model.executor.iteration}")

@@ -306,6 +306,25 @@ def _strategy_arg(value: str, graph: OperatorGraph, machine: Machine, seed: int)
     return load_strategy(value, graph, machine)
 
 
+def cmd_profile(args: argparse.Namespace, console: Console) -> int:
+    """Measure the model's tasks on the machine's CPU devices and write the profile atomically."""
+    from rich.progress import Progress
+
+    from flexflow.profiler import profile_graph
+    from flexflow.zoo import load_model
+
+    graph = load_model(args.model, _config(args)).graph()
+    machine = parse_machine(args.machine)
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task(f"profiling {args.model}", total=len(graph.ops))
+        result = profile_graph(
+            graph, machine, args.repeats, lambda done, _: bar.update(task, completed=done)
+        )
+    result.save(args.out)
+    console.print(f"{len(result.times)} task times of {args.model} measured; wrote {args.out}")
+    return 0
+
+
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     """Simulate one training iteration of a model under a strategy on a machine (paper §5)."""
     from flexflow.cost import CostModel, Profile
@@ -427,6 +446,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--taskgraph", metavar="FILE", help="write the simulated task graph as JSON"
     )
     simulate.add_argument("--timeline-png", metavar="FILE", help="draw the timeline as a PNG chart")
+
+    profile = add(
+        "profile",
+        cmd_profile,
+        "measure every distinct task of a model on this host's CPU processors (a profile file)",
+    )
+    add_model_and_machine(profile)
+    add_batch_size(profile)
+    profile.add_argument("--out", metavar="FILE", required=True, help="the profile to write")
+    profile.add_argument("--repeats", type=int, default=3, help="runs per kernel (median)")
 
     from flexflow.cli_search import register
 

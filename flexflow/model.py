@@ -47,6 +47,7 @@ from flexflow.optimizers import Optimizer, SGDOptimizer
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from flexflow.cost import Profile
     from flexflow.machine import Machine
     from flexflow.planning import Plan
     from flexflow.runtime.training import Metrics
@@ -430,11 +431,13 @@ class FFModel:
         console: Console | None = None,
         progress: bool = True,
         record_timeline: bool = False,
+        profile: Profile | None = None,
     ) -> Plan:
         """Choose the strategy (config: search_budget, import/export_strategy), place the model
         on this process's Legate processors and prepare training; returns how the strategy was
         chosen. Starts Legate. The model takes no more layers after this. With
-        `record_timeline` every task's measured time is kept (`executor.timeline`)."""
+        `record_timeline` every task's measured time is kept (`executor.timeline`); `profile`
+        (measured task times, `flexflow profile`) prices the search's simulations."""
         from flexflow.machine import parse_machine
         from flexflow.planning import plan_strategy
         from flexflow.runtime import Executor
@@ -449,6 +452,7 @@ class FFModel:
             export_path=self.config.export_strategy,
             seed=self.config.seed,
             console=console,
+            profile=profile,
         )
         optimizer = optimizer or SGDOptimizer(self.config.learning_rate)
         executor = Executor(

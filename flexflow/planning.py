@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
+from flexflow.cost import CostModel, Profile
 from flexflow.errors import StrategyError
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine
@@ -46,8 +47,10 @@ def plan_strategy(
     seed: int = 0,
     model_name: str = "model",
     console: Console | None = None,
+    profile: Profile | None = None,
 ) -> Plan:
-    """Choose the strategy for `graph` on `machine` (see the module doc)."""
+    """Choose the strategy for `graph` on `machine` (see the module doc), simulating with the
+    measured task times of `profile` where it has them."""
     from flexflow.cli_search import search_with_progress
     from flexflow.simulator import SimContext, TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
@@ -61,7 +64,7 @@ def plan_strategy(
     if budget_s < 0:
         raise StrategyError(f"--budget must be >= 0 seconds, got {budget_s}.")
     console = console or Console(stderr=True)
-    context = SimContext(graph, machine)
+    context = SimContext(graph, machine, CostModel(profile))
     dp = named_strategy("dp", graph, machine)
     dp_s = full_simulate(TaskGraph(context, dp)).iteration_s
     if import_path is not None:

@@ -4,7 +4,8 @@
 # it through Legate (LeNet on scikit-learn's handwritten digits by default). Writes the strategy,
 # the simulated iteration as a Perfetto trace and a timeline picture, the measured tasks of the
 # last epoch as a Perfetto trace, and a checkpoint under out/.
-# Usage: bash scripts/train.sh [MODEL] [BUDGET_SECONDS] [EPOCHS] [extra examples/train.py flags]
+# The search prices tasks with times measured on this host (out/MODEL-profile.json, measured on
+# the first run). Usage: bash scripts/train.sh [MODEL] [BUDGET_SECONDS] [EPOCHS] [extra examples/train.py flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -17,6 +18,7 @@ mkdir -p out
 source .venv/bin/activate
 legate --cpus "$cpus" --gpus 0 examples/train.py --model "$model" --epochs "$epochs" \
     --budget "$budget" --export-strategy "out/$model-strategy.json" \
+    --profile "out/$model-profile.json" \
     --checkpoint "out/$model-checkpoint.npz" --trace "out/$model-trace.json" \
     --timeline-png "out/$model-timeline.png" --measured-trace "out/$model-measured-trace.json" "$@"
 echo "wrote out/$model-strategy.json, out/$model-checkpoint.npz, the simulated and measured" \

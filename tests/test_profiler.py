@@ -1,0 +1,55 @@
+"""The profiler measures every distinct task of a model on the CPU devices; the simulator uses it."""
+
+from __future__ import annotations
+
+from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.cli import main
+from flexflow.cost import CostModel, Profile, cost_key
+from flexflow.machine_presets import local_machine
+from flexflow.ops.base import region_shape
+from flexflow.profiler import TASK_OVERHEAD_S, profile_graph
+from flexflow.simulator import SimContext, TaskGraph, full_simulate
+from flexflow.space import enumerate_configs
+from flexflow.strategies import named_strategy
+
+
+def small_graph():
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 2, 6, 6), name="x")
+    x = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU)
+    model.softmax(model.dense(model.flat(x), 5))
+    return model.graph()
+
+
+def test_every_distinct_tile_is_measured_and_prices_the_simulation(tmp_path):
+    graph, machine = small_graph(), local_machine("--cpus 2 --gpus 0")
+    seen = []
+    profile = profile_graph(graph, machine, repeats=1, on_op=lambda done, total: seen.append(done))
+    assert seen == list(range(1, len(graph.ops) + 1))
+    model = machine.devices[0].model
+    for node in graph.ops:
+        for config in enumerate_configs(node.sig, machine):
+            shape = region_shape(config.task_regions(node.sig.output_shape)[0])
+            time = profile.times[cost_key(node, shape, model)]
+            assert time.forward_s > TASK_OVERHEAD_S and time.backward_s > TASK_OVERHEAD_S
+    profile.save(tmp_path / "p.json")
+    loaded = Profile.load(tmp_path / "p.json")
+    assert loaded.times == profile.times
+    # the simulator takes the measured times where it has them
+    dp = named_strategy("dp", graph, machine)
+    measured = SimContext(graph, machine, CostModel(loaded))
+    node = graph.ops[0]
+    region = dp[0].task_regions(node.sig.output_shape)[0]
+    key = cost_key(node, region_shape(region), model)
+    assert measured.cost.task_time(node, region, machine.devices[0]) == loaded.times[key]
+    assert full_simulate(TaskGraph(measured, dp)).iteration_s > 0
+
+
+def test_cli_profile_writes_a_profile_that_simulate_reads(tmp_path, capsys):
+    path = tmp_path / "lenet.json"
+    assert main(["profile", "lenet", "--machine", "local", "--batch-size", "4",
+                 "--repeats", "1", "--out", str(path)]) == 0  # fmt: skip
+    assert "task times of lenet measured" in capsys.readouterr().out
+    assert Profile.load(path).times
+    assert main(["simulate", "lenet", "--machine", "local", "--batch-size", "4",
+                 "--profile", str(path), "--json"]) == 0  # fmt: skip
