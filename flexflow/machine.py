@@ -177,6 +177,17 @@ class Machine:
     def num_devices(self) -> int:
         return len(self.devices)
 
+    def kind_ordinals(self) -> tuple[tuple[str, int], ...]:
+        """For each device id, its kind and its index among the devices of that kind: the
+        Legate processor a strategy's device runs on (device 3 of a 2-CPU, 4-GPU node is
+        ("gpu", 1))."""
+        seen: dict[str, int] = {}
+        ordinals = []
+        for device in self.devices:
+            ordinals.append((device.kind, seen.get(device.kind, 0)))
+            seen[device.kind] = ordinals[-1][1] + 1
+        return tuple(ordinals)
+
     @cached_property
     def num_nodes(self) -> int:
         return len({d.node for d in self.devices})

@@ -464,3 +464,14 @@ def test_cli_machines_table_and_specs(capsys, tmp_path):
 def test_cli_machines_bad_spec_exits_2(capsys):
     assert main(["machines", "k80:4", "p100:0"]) == 2
     assert "node count must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_each_device_maps_to_its_kinds_legate_processor():
+    from flexflow.machine_presets import local_machine
+
+    machine = local_machine("--cpus 2 --gpus 3")
+    kinds = machine.kind_ordinals()
+    assert len(kinds) == machine.num_devices == 5
+    assert sorted(kinds) == [("cpu", 0), ("cpu", 1), ("gpu", 0), ("gpu", 1), ("gpu", 2)]
+    for device, (kind, _) in zip(machine.devices, kinds, strict=True):
+        assert device.kind == kind

@@ -105,16 +105,10 @@ class Executor:
         # each Legate CPU processor is one core: a multi-threaded BLAS inside its tasks would
         # oversubscribe the cores (LeNet's iteration was 5x slower with 2 BLAS threads each)
         threadpool_limits(1, user_api="blas")
-        self.cpus = get_machine().only(TaskTarget.CPU)
-        available = self.cpus.count(TaskTarget.CPU)
-        validate_strategy(strategy, graph, parse_machine("local"))
-        used = strategy.devices_used()
-        if used and used[-1] >= available:
-            raise StrategyError(
-                f"the strategy places tasks on device {used[-1]} but this process has "
-                f"{available} CPU processor(s) (devices 0-{available - 1}); run with "
-                f"`legate --cpus {used[-1] + 1}` or search for this machine (--machine local)."
-            )
+        local = parse_machine("local")
+        validate_strategy(strategy, graph, local)
+        self.processors = self._processors(local, strategy)
+        """Per device id of the `local` machine, the one Legate processor its tasks run on."""
         self.library, self.task_id = library_and_task()
         self.id = next(EXECUTOR_IDS)
         EXECUTORS[self.id] = self
@@ -165,6 +159,29 @@ class Executor:
             for op, c in ((op, stats[0].shape[1]) for op, stats in self.statistics.items())
         }
         """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
+
+    @staticmethod
+    def _processors(local, strategy: Strategy) -> list:
+        """Each device of the `local` machine as a one-processor Legate machine: CPU devices on
+        CPU processors, GPU devices on GPU processors (where Legate picks the GPU variant)."""
+        legate_machine = get_machine()
+        targets = {"cpu": TaskTarget.CPU, "gpu": TaskTarget.GPU}
+        processors = []
+        for device, (kind, index) in enumerate(local.kind_ordinals()):
+            target = targets[kind]
+            available = legate_machine.count(target)
+            if index >= available:
+                if device in strategy.devices_used():
+                    raise StrategyError(
+                        f"the strategy places tasks on device {device} ({kind} {index}) but "
+                        f"this process has {available} {kind.upper()} processor(s); run with "
+                        f"`legate --{kind}s {index + 1}` or search for this machine "
+                        f"(--machine local)."
+                    )
+                processors.append(None)
+                continue
+            processors.append(legate_machine.only(target)[index : index + 1])
+        return processors
 
     def close(self) -> None:
         """Wait for this executor's tasks and release it (and its stores) from the registry."""
@@ -247,7 +264,7 @@ class Executor:
         # a copy task per shard: Legate 25.11's issue_copy of store slices fails inside a Scope
         # of any processor but the first
         for index, (region, device) in enumerate(shards):
-            with Scope(machine=self.cpus[device : device + 1]):
+            with Scope(machine=self.processors[device]):
                 if staged:
                     task = self._task(device, Pass.FEED, tensor_id, index, key)
                 else:
@@ -361,7 +378,7 @@ class Executor:
     # ---- one iteration -----------------------------------------------------------------------
     def _task(self, device: int, which: Pass, op: int, index: int, *extra: int):
         """A task on processor `device`; run it with `.execute()` after adding its stores."""
-        with Scope(machine=self.cpus[device : device + 1]):
+        with Scope(machine=self.processors[device]):
             task = self.runtime.create_auto_task(self.library, self.task_id)
         for value in (self.id, int(which), op, index, *extra):
             task.add_scalar_arg(value, ty.int64)
@@ -379,7 +396,7 @@ class Executor:
         device = config.devices[index]
         # dropout draws a new mask each training iteration, and passes data through otherwise
         mode = (int(self._training), self.iteration) if node.op.kind == "dropout" else ()
-        with Scope(machine=self.cpus[device : device + 1]):
+        with Scope(machine=self.processors[device]):
             task = self._task(device, which, op, index, *mode)
             for tid, r in zip(node.inputs, in_regions, strict=True):
                 task.add_input(_slice(self.tensors[tid], r))
@@ -432,7 +449,7 @@ class Executor:
         statistics store from the running ones, for the forward tiles to normalize with."""
         device = self.strategy[op].devices[0]
         stats, running = self.statistics[op][0], self.running[op]
-        with Scope(machine=self.cpus[device : device + 1]):
+        with Scope(machine=self.processors[device]):
             task = self._task(device, Pass.RUNNING_STATISTICS, op, 0, int(update))
             if update:
                 task.add_input(stats)
@@ -447,7 +464,7 @@ class Executor:
         """The optimizer's update, in place: one task per device over every weight tile it
         owns (`flexflow.tiling`), reading the tiles of the weights, gradients and states."""
         for device, items in self.update_groups.items():
-            with Scope(machine=self.cpus[device : device + 1]):
+            with Scope(machine=self.processors[device]):
                 task = self._task(device, Pass.UPDATE, device, -1, self.iteration)
                 for pid, region in items:
                     tiles = [_slice(s, region) for s in (self.weights[pid], *self.states[pid])]
@@ -551,7 +568,7 @@ class Executor:
         for index, region in enumerate(tiles):
             device = config.devices[index]
             rows = max(0, valid - region[0][0])
-            with Scope(machine=self.cpus[device : device + 1]):
+            with Scope(machine=self.processors[device]):
                 task = self._task(device, Pass.LOSS, output_op, index, loss_id, total, rows, key)
                 task.add_input(_slice(self.tensors[self._output], region))
                 if not staged:
