@@ -203,6 +203,16 @@ def main(argv: list[str] | None = None) -> int:
                 config.learning_rate, momentum=args.momentum, weight_decay=args.weight_decay
             )
         machine = parse_machine("local")
+        if args.resume and args.checkpoint and Path(args.checkpoint).exists():
+            from flexflow.checkpoint import checkpoint_optimizer
+
+            saved = checkpoint_optimizer(args.checkpoint)
+            if saved is not None and saved != optimizer:
+                raise FlexFlowError(
+                    f"{args.checkpoint} was saved with {saved}, this run would resume with "
+                    f"{optimizer}; pass the same --optimizer, --lr, --momentum and "
+                    f"--weight-decay to continue it."
+                )
         profile = measured_profile(args.profile, graph, machine, console)
         metrics = ["accuracy"] if "crossentropy" in loss else []
         plan = model.compile(

@@ -18,9 +18,7 @@ last op; other outputs nothing reads (an LSTM's last cell state) get zero gradie
 
 from __future__ import annotations
 
-import io
 import itertools
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,13 +29,13 @@ from legate.core import Scope, TaskTarget, get_legate_runtime, get_machine
 from legate.core import types as ty
 from threadpoolctl import threadpool_limits
 
+from flexflow.checkpoint import check_checkpoint, read_checkpoint, write_checkpoint
 from flexflow.errors import StrategyError
-from flexflow.fileio import atomic_write_bytes
 from flexflow.graph import OperatorGraph
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region
 from flexflow.ops.init import initialize
-from flexflow.optimizers import Optimizer, SGDOptimizer, optimizer_from_json
+from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.loss import LOSS_IDS, TARGET_RANK, check_target, loss_name
 from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_task
 from flexflow.strategy import Strategy
@@ -56,10 +54,6 @@ def _slice(store, region: Region):
     for dim, (start, stop) in enumerate(region):
         store = store.slice(dim, slice(start, stop))
     return store
-
-
-CHECKPOINT_FORMAT = "flexflow-checkpoint/1"
-_META_KEY = "__flexflow__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,8 +296,8 @@ class Executor:
             self.weights[param.id] = self._store_of(np.asarray(value, dtype=np.float32))
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
-        """Write every weight, the optimizer's states and the iteration count to `path` (numpy
-        .npz) atomically: a run killed mid-save leaves the previous checkpoint whole."""
+        """Write every weight, the optimizer's states, batch norm's running statistics and the
+        iteration count to `path` atomically (`flexflow.checkpoint`)."""
         arrays = self.get_weights()
         for pid, stores in self.states.items():
             name = self.graph.parameters[pid].name
@@ -311,69 +305,24 @@ class Executor:
                 arrays[f"{name}@{state}"] = self._read(store)
         for op, store in self.running.items():
             arrays[f"{self.graph.ops[op].name}@running"] = self._read(store)
-        meta = {
-            "format": CHECKPOINT_FORMAT,
-            "iteration": self.iteration,
-            "optimizer": self.optimizer.to_json(),
-        }
-        arrays[_META_KEY] = np.array(json.dumps(meta))
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        return atomic_write_bytes(path, buffer.getvalue())
+        return write_checkpoint(path, arrays, self.iteration, self.optimizer)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore what `save_checkpoint` wrote, so training resumes bit-identically. Every
-        weight of the model must be there, and the optimizer's states when it has any."""
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                values = {name: data[name] for name in data.files}
-        except (OSError, ValueError, EOFError) as exc:
-            raise StrategyError(f"cannot read checkpoint {path}: {exc}") from None
-        meta = json.loads(str(values.pop(_META_KEY))) if _META_KEY in values else {}
+        """Restore what `save_checkpoint` wrote, so training resumes bit-identically; refuses a
+        checkpoint that lacks anything this model and optimizer need, before changing any."""
+        values, meta = read_checkpoint(path)
         names = [p.name for p in self.graph.parameters]
-        missing = sorted(set(names) - set(values))
-        if missing:
-            raise StrategyError(
-                f"checkpoint {path} lacks {len(missing)} weight(s) of this model "
-                f"({', '.join(missing[:5])}); it was saved from another model."
-            )
-        wanted = [f"{n}@{s}" for n in names for s in self.optimizer.state_names]
-        absent = [key for key in wanted if key not in values]
-        if absent:
-            saved = meta.get("optimizer", {}).get("type", "none recorded")
-            raise StrategyError(
-                f"checkpoint {path} has no '{absent[0].split('@')[1]}' state for this "
-                f"{type(self.optimizer).__name__} (it was saved with optimizer: {saved}); "
-                f"resume with the optimizer it was saved with."
-            )
-        running = [f"{self.graph.ops[op].name}@running" for op in self.running]
-        if any(key not in values for key in running):
-            raise StrategyError(
-                f"checkpoint {path} lacks the running statistics of batch norm "
-                f"'{next(k for k in running if k not in values).split('@')[0]}'; it was saved "
-                f"from another model."
-            )
+        running = {op: f"{self.graph.ops[op].name}@running" for op in self.running}
+        check_checkpoint(path, values, meta, names, self.optimizer, list(running.values()))
         self.set_weights({name: values[name] for name in names})
-        for op in self.running:
-            self.running[op] = self._store_of(values[f"{self.graph.ops[op].name}@running"])
+        for op, key in running.items():
+            self.running[op] = self._store_of(values[key])
         for param in self.graph.parameters:
             self.states[param.id] = [
                 self._store_of(values[f"{param.name}@{state}"].astype(np.float32))
                 for state in self.optimizer.state_names
             ]
         self.iteration = int(meta.get("iteration", 0))
-
-    @staticmethod
-    def checkpoint_optimizer(path: str | os.PathLike[str]) -> Optimizer | None:
-        """The optimizer a checkpoint was saved with (None for one that does not record it)."""
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                if _META_KEY not in data.files:
-                    return None
-                meta = json.loads(str(data[_META_KEY]))
-        except (OSError, ValueError, EOFError) as exc:
-            raise StrategyError(f"cannot read checkpoint {path}: {exc}") from None
-        return optimizer_from_json(meta["optimizer"])
 
     # ---- one iteration -----------------------------------------------------------------------
     def _task(self, device: int, which: Pass, op: int, index: int, *extra: int):

@@ -50,3 +50,15 @@ def test_bad_input_is_one_clear_line_and_exit_2(args, message):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert message in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.legate
+def test_resuming_with_another_optimizer_is_refused(tmp_path):
+    checkpoint = tmp_path / "run.npz"
+    proc, _ = run_train(*SMALL_LENET, "--checkpoint", str(checkpoint))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc, _ = run_train(
+        *SMALL_LENET, "--checkpoint", str(checkpoint), "--resume", "--optimizer", "sgd"
+    )
+    assert proc.returncode == 2
+    assert "was saved with AdamOptimizer" in " ".join(proc.stderr.split())

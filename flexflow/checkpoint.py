@@ -1,0 +1,89 @@
+"""The checkpoint file: weights, optimizer states, batch norm's running statistics and the step.
+
+One numpy .npz: each weight under its name (`<layer>.<weight>`), each optimizer state under
+`<weight>@<state>`, each batch norm's running (mean, variance) under `<op>@running`, and a JSON
+record (format, iteration, optimizer) under `__flexflow__`. Written atomically. Reading checks
+that everything the model needs is there before anything is restored, and says what is missing
+and why in one line.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from flexflow.errors import StrategyError
+from flexflow.fileio import atomic_write_bytes
+from flexflow.optimizers import Optimizer, optimizer_from_json
+
+FORMAT = "flexflow-checkpoint/1"
+META_KEY = "__flexflow__"
+
+
+def write_checkpoint(
+    path: str | os.PathLike[str],
+    arrays: Mapping[str, np.ndarray],
+    iteration: int,
+    optimizer: Optimizer,
+) -> Path:
+    """Write the named arrays and the record atomically (a killed save keeps the old file)."""
+    meta = {"format": FORMAT, "iteration": iteration, "optimizer": optimizer.to_json()}
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays, **{META_KEY: np.array(json.dumps(meta))})
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict]:
+    """The arrays of a checkpoint and its record (empty for a file without one)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            values = {name: data[name] for name in data.files}
+        meta = json.loads(str(values.pop(META_KEY))) if META_KEY in values else {}
+    except (OSError, ValueError, EOFError) as exc:
+        raise StrategyError(f"cannot read checkpoint {path}: {exc}") from None
+    return values, meta
+
+
+def check_checkpoint(
+    path: str | os.PathLike[str],
+    values: Mapping[str, np.ndarray],
+    meta: dict,
+    weights: Sequence[str],
+    optimizer: Optimizer,
+    running: Sequence[str],
+) -> None:
+    """Raise StrategyError unless the checkpoint has every weight, every state of `optimizer`
+    and every running statistics array (`<op>@running`) the model needs."""
+    missing = sorted(set(weights) - set(values))
+    if missing:
+        raise StrategyError(
+            f"checkpoint {path} lacks {len(missing)} weight(s) of this model "
+            f"({', '.join(missing[:5])}); it was saved from another model."
+        )
+    absent = [
+        f"{n}@{s}" for n in weights for s in optimizer.state_names if f"{n}@{s}" not in values
+    ]
+    if absent:
+        saved = meta.get("optimizer", {}).get("type", "none recorded")
+        raise StrategyError(
+            f"checkpoint {path} has no '{absent[0].split('@')[1]}' state for this "
+            f"{type(optimizer).__name__} (it was saved with optimizer: {saved}); resume with the "
+            f"optimizer it was saved with."
+        )
+    lacking = [key for key in running if key not in values]
+    if lacking:
+        raise StrategyError(
+            f"checkpoint {path} lacks the running statistics of batch norm "
+            f"'{lacking[0].split('@')[0]}'; it was saved from another model."
+        )
+
+
+def checkpoint_optimizer(path: str | os.PathLike[str]) -> Optimizer | None:
+    """The optimizer a checkpoint was saved with (None for one that does not record it)."""
+    _, meta = read_checkpoint(path)
+    return optimizer_from_json(meta["optimizer"]) if meta else None
