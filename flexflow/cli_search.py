@@ -7,9 +7,7 @@ import json
 from collections.abc import Callable
 
 from rich.console import Console
-from rich.live import Live
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from flexflow.cli_args import (
     add_batch_size,
@@ -19,50 +17,9 @@ from flexflow.cli_args import (
     positive_int,
 )
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
-from flexflow.search.mcmc import DEFAULT_BETA, ChainStatus
+from flexflow.search.mcmc import DEFAULT_BETA
+from flexflow.search.progress import search_with_progress
 from flexflow.search.spaces import SPACES
-
-
-def _progress_table(rows: dict[str, ChainStatus], dp_s: float, budget_s: float) -> Table:
-    table = Table(title=f"MCMC search (budget {budget_s:g} s)")
-    for column in (
-        "chain from",
-        "proposals",
-        "accepted",
-        "proposals/s",
-        "best ms",
-        "speedup over DP",
-    ):
-        table.add_column(column, justify="left" if column == "chain from" else "right")
-    for status in rows.values():
-        rate = status.proposals / status.elapsed_s if status.elapsed_s else 0.0
-        table.add_row(
-            status.init,
-            f"{status.proposals:,}",
-            f"{status.accepted / max(status.proposals, 1):.0%}",
-            f"{rate:,.0f}",
-            f"{status.best_s * 1e3:.3f}",
-            f"{dp_s / status.best_s:.2f}x",
-        )
-    return table
-
-
-def search_with_progress(
-    console: Console, show: bool, context, dp_s: float, budget_s: float, **options
-):
-    """`flexflow.search.search` with a live table of its chains (when `show`)."""
-    from flexflow.search import search
-
-    if not show:
-        return search(context, budget_s, **options)
-    rows: dict[str, ChainStatus] = {}
-    with Live(_progress_table(rows, dp_s, budget_s), console=console, transient=True) as live:
-
-        def update(status: ChainStatus) -> None:
-            rows[status.init] = status
-            live.update(_progress_table(rows, dp_s, budget_s))
-
-        return search(context, budget_s, on_status=update, **options)
 
 
 def _setup(args: argparse.Namespace):

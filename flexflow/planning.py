@@ -51,7 +51,7 @@ def plan_strategy(
 ) -> Plan:
     """Choose the strategy for `graph` on `machine` (see the module doc), simulating with the
     measured task times of `profile` where it has them."""
-    from flexflow.cli_search import search_with_progress
+    from flexflow.search.progress import search_with_progress
     from flexflow.simulator import SimContext, TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
     from flexflow.strategy_file import export_strategy, load_strategy
