@@ -14,7 +14,8 @@ from flexflow.ops import Op
 def op_for_task(op: Op, extra: tuple[int, ...]) -> Op | None:
     """Dropout tasks get (training, iteration): in training the op draws this iteration's mask
     (its seed mixed with the iteration, so every iteration drops other elements, identically
-    on every tiling); outside training it is the identity (None). Other ops are unchanged."""
+    on every tiling); outside training (forward passes only: backward passes always train) it
+    is the identity (None). Other ops are unchanged."""
     if op.kind != "dropout" or not extra:
         return op
     training, iteration = extra

@@ -60,8 +60,7 @@ def _run(
     which = Pass(which)
     if which == Pass.FEED:  # one shard of a model input, copied in on the device that reads it
         if extra:  # the batch staged in this process: host to device
-            region = executor.input_shard(op, index)
-            shard = executor.take_staged(extra[0])[tuple(slice(a, b) for a, b in region)]
+            shard = executor.staged_tile(extra[0], executor.input_shard(op, index))
             _write(gpu, context.outputs[0], gpu.to_device(shard))
         else:
             _write(gpu, context.outputs[0], prims.contiguous(gpu, device_array(context.inputs[0])))
@@ -82,9 +81,7 @@ def _run(
         loss_id, total, valid, key = extra
         prediction = arrays[0]
         if key >= 0:  # the target staged in this process: host to device
-            staged = executor.take_staged(key)
-            region = executor.regions(op)[index][: staged.ndim]
-            target = gpu.to_device(staged[tuple(slice(a, b) for a, b in region)])
+            target = gpu.to_device(executor.staged_tile(key, executor.regions(op)[index]))
         else:
             target = arrays[1]
         sums, grad = training.loss_tile(gpu, LOSS_IDS[loss_id], prediction, target, total, valid)
@@ -104,11 +101,8 @@ def _run(
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
     if which in (Pass.FORWARD, Pass.BACKWARD):
         op_now = op_for_task(node.op, tuple(extra))
-        if op_now is None:  # dropout outside training: the identity, both ways
-            if which == Pass.FORWARD:
-                _write(gpu, context.outputs[0], arrays[0])
-            else:
-                _write(gpu, context.reductions[0], arrays[n_in + n_out], add=True)
+        if op_now is None:  # dropout outside training (forward passes only): the identity
+            _write(gpu, context.outputs[0], arrays[0])
             return
         if op_now is not node.op:
             node = replace(node, op=op_now)

@@ -89,7 +89,6 @@ class Executor:
     ) -> None:
         self.graph, self.strategy = graph, strategy
         self.optimizer: Optimizer = optimizer or SGDOptimizer(learning_rate)
-        self._training = False  # whether the pass being issued trains (dropout drops)
         self.iteration = 0
         """Updates applied so far (Adam's bias correction counts them; checkpoints keep it)."""
         self.timeline: list[tuple] | None = [] if record_timeline else None
@@ -118,7 +117,7 @@ class Executor:
                 self.update_groups.setdefault(device, []).append((pid, region))
         self._input_shards = input_shards(graph, strategy, self._regions)
         # One process holds every rank's data in a single-rank run, so the feed and loss tasks
-        # read numpy batches straight from here (`take_staged`) instead of attaching each batch
+        # read numpy batches straight from here (`staged_tile`) instead of attaching each batch
         # as a store; with several ranks, batches travel as stores.
         self._staging = self.runtime.node_count == 1
         self._staged: dict[int, list] = {}
@@ -268,18 +267,20 @@ class Executor:
                 task.execute()
 
     def _stage(self, array: np.ndarray, readers: int) -> int:
-        """Keep `array` for `readers` tasks that will read it (`take_staged`); its key."""
+        """Keep `array` for `readers` tasks that will read it (`staged_tile`); its key."""
         key = next(self._stage_ids)
         self._staged[key] = [array, readers]
         return key
 
-    def take_staged(self, key: int) -> np.ndarray:
-        """A staged array, for one of its reading tasks (the last one releases it)."""
+    def staged_tile(self, key: int, region: Region) -> np.ndarray:
+        """The `region` tile (its leading dimensions, for labels) of a staged array, for one of
+        the tasks reading it (the last one releases the array)."""
         entry = self._staged[key]
         entry[1] -= 1
         if entry[1] == 0:
             del self._staged[key]
-        return entry[0]
+        array = entry[0]
+        return array[tuple(slice(start, stop) for start, stop in region[: array.ndim])]
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """Every weight by name (`<layer>.<weight>`), as numpy arrays."""
@@ -333,7 +334,7 @@ class Executor:
             task.add_scalar_arg(value, ty.int64)
         return task
 
-    def _launch(self, op: int, index: int, which: Pass) -> None:
+    def _launch(self, op: int, index: int, which: Pass, training: bool) -> None:
         """One task of op `op`: its store slices in the order the task body reads them."""
         node, config = self.graph.ops[op], self.strategy[op]
         region = self._regions[op][index]
@@ -344,7 +345,7 @@ class Executor:
         channels = ((0, 2), region[1]) if stats else None  # a statistics op's channel range
         device = config.devices[index]
         # dropout draws a new mask each training iteration, and passes data through otherwise
-        mode = (int(self._training), self.iteration) if node.op.kind == "dropout" else ()
+        mode = (int(training), self.iteration) if node.op.kind == "dropout" else ()
         with Scope(machine=self.processors[device]):
             task = self._task(device, which, op, index, *mode)
             for tid, r in zip(node.inputs, in_regions, strict=True):
@@ -378,20 +379,20 @@ class Executor:
                     task.add_reduction(_slice(self.weight_grads[pid], r), ty.ReductionOpKind.ADD)
             task.execute()
 
-    def _run_op(self, op: int, which: Pass) -> None:
+    def _run_op(self, op: int, which: Pass, training: bool) -> None:
         """Every task of `op` for one pass; ops sharing batch statistics first reduce them."""
         tasks = range(self.strategy[op].num_tasks)
-        if op in self.statistics and which is Pass.FORWARD and not self._training:
+        if op in self.statistics and which is Pass.FORWARD and not training:
             self._running_statistics(op, update=False)  # evaluation: the running statistics
         elif op in self.statistics:
             before = Pass.STATISTICS_FORWARD if which is Pass.FORWARD else Pass.STATISTICS_BACKWARD
             self.runtime.issue_fill(self.statistics[op][0 if which is Pass.FORWARD else 1], 0.0)
             for index in tasks:
-                self._launch(op, index, before)
+                self._launch(op, index, before, training)
             if which is Pass.FORWARD:
                 self._running_statistics(op, update=True)
         for index in tasks:
-            self._launch(op, index, which)
+            self._launch(op, index, which, training)
 
     def _running_statistics(self, op: int, update: bool) -> None:
         """Training: fold the batch's statistics into the running ones. Evaluation: write the
@@ -430,7 +431,6 @@ class Executor:
     ) -> np.ndarray | None:
         """Run the forward pass on `inputs` (by input tensor name); the model's output.
         Dropout drops only in `training` mode."""
-        self._training = training
         for tensor in self.graph.input_tensors:
             if tensor.name not in inputs:
                 raise StrategyError(
@@ -439,7 +439,7 @@ class Executor:
                 )
             self._feed(tensor.id, inputs[tensor.name])
         for op in range(len(self.graph.ops)):
-            self._run_op(op, Pass.FORWARD)
+            self._run_op(op, Pass.FORWARD, training)
         return self._read(self.tensors[self._output]) if read else None
 
     @property
@@ -460,7 +460,7 @@ class Executor:
             self.runtime.issue_fill(store, 0.0)
         stats = self._loss(loss, target, valid)
         for op in reversed(range(len(self.graph.ops))):
-            self._run_op(op, Pass.BACKWARD)
+            self._run_op(op, Pass.BACKWARD, training=True)
         self.iteration += 1
         self._update()
         return stats

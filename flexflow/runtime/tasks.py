@@ -67,10 +67,6 @@ def _array(physical) -> np.ndarray:
     return np.asarray(physical.data().get_inline_allocation())
 
 
-def _region_slices(region) -> tuple[slice, ...]:
-    return tuple(slice(start, stop) for start, stop in region)
-
-
 def task_arguments(context) -> tuple[Executor, Pass, int, int, tuple[int, ...]]:
     """The scalars every launch passes: executor id, pass, op (or parameter), task index, and
     the pass's own values (the update's step number; the loss's id, total and valid samples).
@@ -104,8 +100,7 @@ def _op_tile_gpu(context) -> None:
 def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, extra) -> None:
     if which == Pass.FEED:  # one shard of a model input, copied in on the device that reads it
         if extra:  # from the batch staged in this process
-            region = executor.input_shard(op, index)
-            shard = executor.take_staged(extra[0])[_region_slices(region)]
+            shard = executor.staged_tile(extra[0], executor.input_shard(op, index))
         else:
             shard = _array(context.inputs[0])
         _array(context.outputs[0])[...] = shard
@@ -123,9 +118,7 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         loss_id, total, valid, key = extra
         prediction = _array(context.inputs[0])
         if key >= 0:  # the target staged in this process
-            region = executor.regions(op)[index]
-            target = executor.take_staged(key)
-            target = target[_region_slices(region[: target.ndim])]
+            target = executor.staged_tile(key, executor.regions(op)[index])
         else:
             target = _array(context.inputs[1])
         value, grad, correct = loss_tile(loss_id, prediction, target, total, valid)
@@ -150,13 +143,8 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
     inputs, weights = arrays[:n_in], arrays[n_in : n_in + n_w]
     rest = arrays[n_in + n_w :]
     op_now = op_for_task(node.op, extra)
-    if op_now is None:  # dropout outside training: the identity, both ways
-        grads = rest[n_out : 2 * n_out] if which == Pass.BACKWARD else inputs
-        target = context.reductions[0] if which == Pass.BACKWARD else context.outputs[0]
-        if which == Pass.BACKWARD:
-            _array(target)[...] += grads[0]
-        else:
-            _array(target)[...] = grads[0]
+    if op_now is None:  # dropout outside training: the identity
+        _array(context.outputs[0])[...] = inputs[0]
         return
     if op_now is not node.op:
         node = replace(node, op=op_now)

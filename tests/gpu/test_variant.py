@@ -99,8 +99,9 @@ class Executor:
     def input_shard(self, tensor_id, index):
         return self.region
 
-    def take_staged(self, key):
-        return self.staged[key]
+    def staged_tile(self, key, region):
+        array = self.staged[key]
+        return array[tuple(slice(start, stop) for start, stop in region[: array.ndim])]
 
 
 def strided(gpu: HostGpu, array: np.ndarray) -> DeviceArray:
