@@ -84,6 +84,13 @@ def check_checkpoint(
 
 
 def checkpoint_optimizer(path: str | os.PathLike[str]) -> Optimizer | None:
-    """The optimizer a checkpoint was saved with (None for one that does not record it)."""
-    _, meta = read_checkpoint(path)
-    return optimizer_from_json(meta["optimizer"]) if meta else None
+    """The optimizer a checkpoint was saved with (None for one that does not record it); reads
+    only the record, not the arrays."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if META_KEY not in data.files:
+                return None
+            meta = json.loads(str(data[META_KEY]))
+    except (OSError, ValueError, EOFError) as exc:
+        raise StrategyError(f"cannot read checkpoint {path}: {exc}") from None
+    return optimizer_from_json(meta["optimizer"])

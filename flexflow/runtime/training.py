@@ -161,11 +161,11 @@ class Trainer:
             raise FlexFlowError("fit: the data loader has no batches.")
         first, skip = divmod(self.executor.iteration, per_epoch)
         history = []
+
+        def issue(batch):
+            return self.executor.train_batch(batch.inputs, batch.target, self.loss, batch.valid)
+
         for epoch in range(first, epochs):
-
-            def issue(batch, executor=self.executor):
-                return executor.train_batch(batch.inputs, batch.target, self.loss, batch.valid)
-
             metrics = self._run(
                 data.epoch(epoch, start=skip),
                 per_epoch - skip,
@@ -184,7 +184,7 @@ class Trainer:
     def evaluate(self, data: DataLoader) -> Metrics:
         """The loss and metrics over every sample of `data` (no update)."""
 
-        def issue(batch, executor=self.executor):
-            return executor.eval_batch(batch.inputs, batch.target, self.loss, batch.valid)
+        def issue(batch):
+            return self.executor.eval_batch(batch.inputs, batch.target, self.loss, batch.valid)
 
         return self._run(data.epoch(0), len(data), "evaluate", issue, -1)
