@@ -87,8 +87,6 @@ def build_model(args: argparse.Namespace, config: FFConfig):
     if unknown:
         flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
         raise FlexFlowError(f"model '{args.model}' takes no {flags}.")
-    if args.model in ("lenet",) and "image_size" not in sizes:
-        sizes["image_size"] = 28
     return load_model(args.model, config, **sizes)
 
 

@@ -141,6 +141,11 @@ def _algorithm(gpu: Gpu, which: str, conv: ConvShape, descs: tuple[Any, ...]) ->
     return algo, size[0]
 
 
+def _workspace(gpu: Gpu, size: int) -> Any:
+    """A `size`-byte cuDNN workspace on the task's stream (NULL when none is needed)."""
+    return ffi.cast("void *", gpu.empty(((size + 3) // 4,), "int32").ptr if size else 0)
+
+
 def conv_forward(
     gpu: Gpu, conv: ConvShape, x: DeviceArray, w: DeviceArray, y: DeviceArray, beta: float = 0.0
 ) -> None:
@@ -148,11 +153,11 @@ def conv_forward(
     require_contiguous("conv_forward", x, w, y)
     with _conv_descriptors(conv) as (x_desc, w_desc, c_desc, y_desc):
         algo, size = _algorithm(gpu, "forward", conv, (x_desc, w_desc, c_desc, y_desc))
-        work = gpu.empty(((size + 3) // 4,), "int32") if size else None  # size bytes
+        work = _workspace(gpu, size)
         alpha_p, beta_p = _scalars(1.0, beta)
         status = _lib().cudnnConvolutionForward(
             gpu.handle("cudnn"), alpha_p, x_desc, ffi.cast("void *", x.ptr), w_desc,
-            ffi.cast("void *", w.ptr), c_desc, algo, ffi.cast("void *", work.ptr if work else 0),
+            ffi.cast("void *", w.ptr), c_desc, algo, work,
             size, beta_p, y_desc, ffi.cast("void *", y.ptr),
         )  # fmt: skip
         check("cudnn", status, f"cudnnConvolutionForward(algo {algo}, {conv})")
@@ -165,11 +170,11 @@ def conv_backward_data(
     require_contiguous("conv_backward_data", w, dy, dx)
     with _conv_descriptors(conv) as (x_desc, w_desc, c_desc, y_desc):
         algo, size = _algorithm(gpu, "data", conv, (w_desc, y_desc, c_desc, x_desc))
-        work = gpu.empty(((size + 3) // 4,), "int32") if size else None
+        work = _workspace(gpu, size)
         alpha_p, beta_p = _scalars(1.0, 0.0)
         status = _lib().cudnnConvolutionBackwardData(
             gpu.handle("cudnn"), alpha_p, w_desc, ffi.cast("void *", w.ptr), y_desc,
-            ffi.cast("void *", dy.ptr), c_desc, algo, ffi.cast("void *", work.ptr if work else 0),
+            ffi.cast("void *", dy.ptr), c_desc, algo, work,
             size, beta_p, x_desc, ffi.cast("void *", dx.ptr),
         )  # fmt: skip
         check("cudnn", status, f"cudnnConvolutionBackwardData(algo {algo}, {conv})")
@@ -182,11 +187,11 @@ def conv_backward_filter(
     require_contiguous("conv_backward_filter", x, dy, dw)
     with _conv_descriptors(conv) as (x_desc, w_desc, c_desc, y_desc):
         algo, size = _algorithm(gpu, "filter", conv, (x_desc, y_desc, c_desc, w_desc))
-        work = gpu.empty(((size + 3) // 4,), "int32") if size else None
+        work = _workspace(gpu, size)
         alpha_p, beta_p = _scalars(1.0, 0.0)
         status = _lib().cudnnConvolutionBackwardFilter(
             gpu.handle("cudnn"), alpha_p, x_desc, ffi.cast("void *", x.ptr), y_desc,
-            ffi.cast("void *", dy.ptr), c_desc, algo, ffi.cast("void *", work.ptr if work else 0),
+            ffi.cast("void *", dy.ptr), c_desc, algo, work,
             size, beta_p, w_desc, ffi.cast("void *", dw.ptr),
         )  # fmt: skip
         check("cudnn", status, f"cudnnConvolutionBackwardFilter(algo {algo}, {conv})")
