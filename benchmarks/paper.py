@@ -447,6 +447,8 @@ def main() -> None:
     args = parser.parse_args()
     models, machines = args.models.split(","), args.machines.split(",")
     skip = {kind for kind in args.skip.split(",") if kind}
+    if skip - {kind for _, kind in STRATEGIES}:
+        parser.error(f"--skip takes {', '.join(k for _, k in STRATEGIES)}; got {args.skip}")
     strategies = tuple((label, kind) for label, kind in STRATEGIES if kind not in skip)
     console = Console()
     searches = len(models) * len(machines) * len(SEARCHED - skip)

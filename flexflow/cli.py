@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from flexflow.cli_args import add_batch_size, add_model_and_machine, add_profile
+from flexflow.cli_args import add_batch_size, add_model_and_machine, add_profile, positive_int
 from flexflow.errors import FlexFlowError
 from flexflow.fileio import atomic_write_text
 from flexflow.graph import OperatorGraph
@@ -455,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_and_machine(profile)
     add_batch_size(profile)
     profile.add_argument("--out", metavar="FILE", required=True, help="the profile to write")
-    profile.add_argument("--repeats", type=int, default=3, help="runs per kernel (median)")
+    profile.add_argument("--repeats", type=positive_int, default=3, help="runs per kernel (median)")
 
     from flexflow.cli_search import register
 

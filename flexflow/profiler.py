@@ -19,6 +19,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from flexflow.cost import DEVICE_CONSTANTS, Profile, TaskTime, cost_key
+from flexflow.errors import FlexFlowError, MachineError
 from flexflow.graph import OperatorGraph, OpNode
 from flexflow.machine import Machine
 from flexflow.ops.base import Region, region_shape
@@ -83,6 +84,13 @@ def profile_graph(
     """Measured times of every distinct tile of every op's configurations on the machine's CPU
     devices (`on_op(done, total)` reports progress)."""
     models = {d.model for d in machine.devices if d.kind == "cpu"}
+    if not models:
+        raise MachineError(
+            f"machine '{machine.name}' has no CPU devices to measure; the profiler times tasks "
+            f"on this host's CPU processors: use --machine local."
+        )
+    if repeats < 1:
+        raise FlexFlowError(f"profile: repeats must be at least 1, got {repeats}.")
     times: dict = {}
     with threadpool_limits(1, user_api="blas"):  # as in a Legate CPU task: one core each
         for done, node in enumerate(graph.ops):

@@ -53,3 +53,18 @@ def test_cli_profile_writes_a_profile_that_simulate_reads(tmp_path, capsys):
     assert Profile.load(path).times
     assert main(["simulate", "lenet", "--machine", "local", "--batch-size", "4",
                  "--profile", str(path), "--json"]) == 0  # fmt: skip
+
+
+def test_a_machine_without_cpus_or_no_repeats_is_refused(tmp_path, capsys):
+    import pytest
+
+    from flexflow.errors import FlexFlowError
+    from flexflow.machine import parse_machine
+
+    with pytest.raises(FlexFlowError, match="no CPU devices to measure"):
+        profile_graph(small_graph(), parse_machine("p100:1"))
+    with pytest.raises(FlexFlowError, match="repeats must be at least 1"):
+        profile_graph(small_graph(), local_machine("--cpus 1 --gpus 0"), repeats=0)
+    code = main(["profile", "lenet", "--machine", "p100:1", "--out", str(tmp_path / "p.json")])
+    assert code == 2 and not (tmp_path / "p.json").exists()
+    assert "use --machine local" in capsys.readouterr().err
