@@ -502,7 +502,9 @@ class Executor:
             target = np.asarray(target)
             check_target(name, shape, target)
         elif tuple(target.shape) != shape[:target_rank]:
-            raise StrategyError(f"{name}: target shape {target.shape}, expected {shape[:1]}.")
+            raise StrategyError(
+                f"{name}: target shape {tuple(target.shape)}, expected {shape[:target_rank]}."
+            )
         per_sample = int(np.prod(shape[1:])) if name == "mean_squared_error" else 1
         total = valid * per_sample
         tiles = self._regions[output_op]
