@@ -1,4 +1,4 @@
-/* CPU kernels for op tiles (declared in kernels.h). */
+/* CPU kernels for op tiles (declared in kernels.h): pooling, and im2col/col2im for conv2d. */
 #include <string.h>
 
 #include "kernels.h"
@@ -75,3 +75,49 @@
 
 FF_POOL2D(f32, float)
 FF_POOL2D(f64, double)
+
+/* im2col and col2im walk the same cells in the same order: row (sample, output row, output
+ * column), then channel, kernel row, kernel column; the innermost run reads or writes the input
+ * along a row, so both stream through memory. */
+#define FF_IM2COL(SUFFIX, T)                                                                   \
+  void ff_im2col_##SUFFIX(const T *x, T *cols, long n, long c, long h, long w, long oh,        \
+                          long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left) { \
+    T *out = cols;                                                                             \
+    for (long s = 0; s < n; ++s)                                                               \
+      for (long r = 0; r < oh; ++r)                                                            \
+        for (long q = 0; q < ow; ++q)                                                          \
+          for (long ch = 0; ch < c; ++ch) {                                                    \
+            const T *plane = x + (s * c + ch) * h * w;                                         \
+            for (int i = 0; i < kh; ++i) {                                                     \
+              long ih = r * sh - pad_top + i;                                                  \
+              int row_in = ih >= 0 && ih < h;                                                  \
+              for (int j = 0; j < kw; ++j) {                                                   \
+                long iw = q * sw - pad_left + j;                                               \
+                *out++ = (row_in && iw >= 0 && iw < w) ? plane[ih * w + iw] : (T)0;            \
+              }                                                                                \
+            }                                                                                  \
+          }                                                                                    \
+  }                                                                                            \
+                                                                                               \
+  void ff_col2im_##SUFFIX(const T *cols, T *dx, long n, long c, long h, long w, long oh,       \
+                          long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left) { \
+    memset(dx, 0, sizeof(T) * (size_t)(n * c * h * w));                                         \
+    const T *in = cols;                                                                        \
+    for (long s = 0; s < n; ++s)                                                               \
+      for (long r = 0; r < oh; ++r)                                                            \
+        for (long q = 0; q < ow; ++q)                                                          \
+          for (long ch = 0; ch < c; ++ch) {                                                    \
+            T *plane = dx + (s * c + ch) * h * w;                                              \
+            for (int i = 0; i < kh; ++i) {                                                     \
+              long ih = r * sh - pad_top + i;                                                  \
+              int row_in = ih >= 0 && ih < h;                                                  \
+              for (int j = 0; j < kw; ++j, ++in) {                                             \
+                long iw = q * sw - pad_left + j;                                               \
+                if (row_in && iw >= 0 && iw < w) plane[ih * w + iw] += *in;                    \
+              }                                                                                \
+            }                                                                                  \
+          }                                                                                    \
+  }
+
+FF_IM2COL(f32, float)
+FF_IM2COL(f64, double)

@@ -20,3 +20,17 @@ void ff_pool2d_backward_f32(const float *x, const float *dy, float *dx, long n, 
 void ff_pool2d_backward_f64(const double *x, const double *dy, double *dx, long n, long c,
                             long h, long w, long oh, long ow, int kh, int kw, int sh, int sw,
                             int pad_top, int pad_left, int is_max);
+
+/* im2col for a convolution: x (n, c, h, w) -> cols (n*oh*ow, c*kh*kw), one row per output
+ * cell (sample, row, column), one column per (channel, kernel row, kernel column). Cells that
+ * fall in the padding (pad_top/pad_left before the input) read as zeros. */
+void ff_im2col_f32(const float *x, float *cols, long n, long c, long h, long w, long oh, long ow,
+                   int kh, int kw, int sh, int sw, int pad_top, int pad_left);
+void ff_im2col_f64(const double *x, double *cols, long n, long c, long h, long w, long oh,
+                   long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left);
+/* col2im, the adjoint of im2col: dx (n, c, h, w) = the sum of every column cell that read it
+ * (windows overlap when the stride is below the kernel); dx is overwritten. */
+void ff_col2im_f32(const float *cols, float *dx, long n, long c, long h, long w, long oh,
+                   long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left);
+void ff_col2im_f64(const double *cols, double *dx, long n, long c, long h, long w, long oh,
+                   long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left);

@@ -27,6 +27,9 @@ class Activation:
     grad: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     """grad(x, y, dy) -> dx, given the input x, the output y = forward(x) and dy."""
     flops_per_element: int
+    grad_needs_input: bool = False
+    """False when `grad` reads only y and dy (x may then be passed as y): fused layers skip
+    recomputing their pre-activation in the backward pass, a whole conv or matmul."""
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -49,14 +52,15 @@ def _gelu_grad(x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
 
 ACTIVATIONS: dict[ActiMode, Activation] = {
     ActiMode.AC_MODE_NONE: Activation(lambda x: x, lambda x, y, dy: dy, 0),
-    ActiMode.AC_MODE_RELU: Activation(lambda x: np.maximum(x, 0), lambda x, y, dy: dy * (x > 0), 1),
+    # relu and elu: x > 0 exactly when y > 0, so their gradients read y alone
+    ActiMode.AC_MODE_RELU: Activation(lambda x: np.maximum(x, 0), lambda x, y, dy: dy * (y > 0), 1),
     ActiMode.AC_MODE_SIGMOID: Activation(_sigmoid, lambda x, y, dy: dy * y * (1 - y), 4),
     ActiMode.AC_MODE_TANH: Activation(np.tanh, lambda x, y, dy: dy * (1 - y * y), 4),
-    ActiMode.AC_MODE_GELU: Activation(_gelu, _gelu_grad, 8),
+    ActiMode.AC_MODE_GELU: Activation(_gelu, _gelu_grad, 8, grad_needs_input=True),
     # ELU with alpha = 1: x for x > 0, exp(x) - 1 otherwise.
     ActiMode.AC_MODE_ELU: Activation(
         lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
-        lambda x, y, dy: dy * np.where(x > 0, 1.0, y + 1.0),
+        lambda x, y, dy: dy * np.where(y > 0, 1.0, y + 1.0),
         3,
     ),
 }

@@ -9,6 +9,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
+from . import native
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
     Arrays,
@@ -27,14 +28,10 @@ from .registry import register
 from .shapes import window_output_size
 from .window import (
     Window2D,
-    accumulate_windows,
-    crop_hw,
     crop_hw_sides,
-    pad_hw,
     pad_hw_sides,
     window_output_hw,
     windowed_input_region,
-    windows,
 )
 
 # ---- the op --------------------------------------------------------------------------------------
@@ -135,18 +132,24 @@ class Conv2D(Window2D):
         # backward: grad input (dy * kernel, col2im) and grad kernel (dy^T x) each cost one conv
         return conv + bias + act, 2 * conv + bias + act
 
-    # ---- numpy reference ------------------------------------------------------------------------
+    # ---- CPU kernel: im2col in C, one GEMM per group through numpy's BLAS ---------------------
+    def _out_hw(self, x: np.ndarray) -> tuple[int, int]:
+        return (
+            window_output_size(x.shape[2], self.kernel_h, self.stride_h, self.padding_h),
+            window_output_size(x.shape[3], self.kernel_w, self.stride_w, self.padding_w),
+        )
+
     def _columns(self, x: np.ndarray) -> np.ndarray:
-        """im2col: x (N, C, H, W) -> (G, N*H'*W', C/G*kh*kw), one row per output and group."""
-        n, c = x.shape[:2]
-        win = windows(
-            pad_hw(x, self._padding), self._kernel, self._stride
-        )  # (N, C, H', W', kh, kw)
-        out_h, out_w = win.shape[2:4]
-        g = self.groups
-        win = win.reshape(n, g, c // g, out_h, out_w, self.kernel_h, self.kernel_w)
-        win = win.transpose(1, 0, 3, 4, 2, 5, 6)  # (G, N, H', W', C/G, kh, kw)
-        return win.reshape(g, n * out_h * out_w, -1)
+        """im2col: x (N, C, H, W) -> (N*H'*W', C*kh*kw); group g owns the g-th column block."""
+        return native.im2col(x, self._out_hw(x), self._kernel, self._stride, self._padding)
+
+    def _by_group(self, rows: np.ndarray) -> np.ndarray:
+        """(R, G*k) -> a (G, R, k) view: each group's columns as one matrix."""
+        return rows.reshape(rows.shape[0], self.groups, -1).transpose(1, 0, 2)
+
+    def _from_groups(self, grouped: np.ndarray) -> np.ndarray:
+        """(G, R, k) -> (R, G*k), the inverse of `_by_group` (a copy only when G > 1)."""
+        return grouped.transpose(1, 0, 2).reshape(grouped.shape[1], -1)
 
     def _grouped_kernel(self, kernel: np.ndarray) -> np.ndarray:
         return kernel.reshape(
@@ -157,18 +160,14 @@ class Conv2D(Window2D):
         self, x: np.ndarray, weights: Sequence[np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray]:
         """z = conv(x) + b (N, O, H', W'), and the im2col columns it was computed from."""
-        n = x.shape[0]
-        out_h = window_output_size(x.shape[2], self.kernel_h, self.stride_h, self.padding_h)
-        out_w = window_output_size(x.shape[3], self.kernel_w, self.stride_w, self.padding_w)
+        out_h, out_w = self._out_hw(x)
         cols = self._columns(x)
-        z = cols @ self._grouped_kernel(weights[0]).transpose(0, 2, 1)  # (G, N*H'*W', O/G)
-        z = z.reshape(self.groups, n, out_h, out_w, -1).transpose(
-            1, 0, 4, 2, 3
-        )  # (N, G, O/G, H', W')
-        z = z.reshape(n, self.out_channels, out_h, out_w)  # (N, O, H', W')
+        kernel = self._grouped_kernel(weights[0])
+        z = self._from_groups(self._by_group(cols) @ kernel.transpose(0, 2, 1))  # (N*H'*W', O)
         if self.use_bias:
-            z = z + weights[1][:, None, None]
-        return z, cols
+            z += weights[1]
+        z = z.reshape(x.shape[0], out_h, out_w, self.out_channels).transpose(0, 3, 1, 2)
+        return np.ascontiguousarray(z), cols  # (N, O, H', W')
 
     def _tile_op(self, sig, x: np.ndarray, weights) -> Conv2D:
         """This convolution restricted to a tile: its output channels and groups, no padding."""
@@ -204,24 +203,20 @@ class Conv2D(Window2D):
         (x,) = inputs
         (y,) = outputs
         kernel = weights[0]
-        n, c, h, w = x.shape
-        if self.activation is ActiMode.AC_MODE_NONE:  # z is not needed: skip recomputing it
-            z, cols = y, self._columns(x)
-        else:
+        activation = ACTIVATIONS[self.activation]
+        if activation.grad_needs_input:
             z, cols = self._pre_activation(x, weights)
-        dz = ACTIVATIONS[self.activation].grad(z, y, grad_outputs[0])  # (N, O, H', W')
-        out_h, out_w = dz.shape[2:]
-        g = self.groups
-        dz_g = dz.reshape(n, g, -1, out_h, out_w).transpose(1, 0, 3, 4, 2)  # (G, N, H', W', O/G)
-        dz_g = dz_g.reshape(g, n * out_h * out_w, -1)  # (G, N*H'*W', O/G)
-        grad_kernel = (dz_g.transpose(0, 2, 1) @ cols).reshape(kernel.shape)  # (O, C/G, kh, kw)
-        dcols = dz_g @ self._grouped_kernel(kernel)  # (G, N*H'*W', C/G*kh*kw)
-        dcols = dcols.reshape(g, n, out_h, out_w, c // g, self.kernel_h, self.kernel_w)
-        dcols = dcols.transpose(1, 0, 4, 2, 3, 5, 6)  # (N, G, C/G, H', W', kh, kw)
-        dcols = dcols.reshape(n, c, out_h, out_w, self.kernel_h, self.kernel_w)
-        padded_hw = (h + 2 * self.padding_h, w + 2 * self.padding_w)
-        dx = crop_hw(accumulate_windows(dcols, padded_hw, self._stride), self._padding)
+        else:  # the gradient reads y alone: skip recomputing the convolution
+            z, cols = y, self._columns(x)
+        dz = activation.grad(z, y, grad_outputs[0])  # (N, O, H', W')
+        dz_rows = dz.transpose(0, 2, 3, 1).reshape(-1, self.out_channels)  # (N*H'*W', O)
+        dz_g = self._by_group(dz_rows)  # (G, N*H'*W', O/G)
+        grad_kernel = (dz_g.transpose(0, 2, 1) @ self._by_group(cols)).reshape(kernel.shape)
+        dcols = self._from_groups(dz_g @ self._grouped_kernel(kernel))  # (N*H'*W', C*kh*kw)
+        dx = native.col2im(
+            dcols, x.shape, dz.shape[2:], self._kernel, self._stride, self._padding
+        )  # fmt: skip
         grads = [grad_kernel]
         if self.use_bias:
-            grads.append(dz.sum(axis=(0, 2, 3)))
-        return (np.ascontiguousarray(dx),), tuple(grads)
+            grads.append(dz_rows.sum(axis=0))
+        return (dx,), tuple(grads)

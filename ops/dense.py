@@ -93,8 +93,9 @@ class Dense(Op):
         (x,) = inputs
         (y,) = outputs
         kernel = weights[0]
-        z = y if self.activation is ActiMode.AC_MODE_NONE else self._pre_activation(x, weights)
-        dz = ACTIVATIONS[self.activation].grad(z, y, grad_outputs[0])  # (..., out)
+        activation = ACTIVATIONS[self.activation]
+        z = self._pre_activation(x, weights) if activation.grad_needs_input else y
+        dz = activation.grad(z, y, grad_outputs[0])  # (..., out)
         dz2 = dz.reshape(-1, dz.shape[-1])  # (N, out)
         x2 = x.reshape(-1, x.shape[-1])  # (N, in)
         grads = [dz2.T @ x2]

@@ -53,3 +53,42 @@ def pool2d_backward(
         pad_before[0], pad_before[1], int(is_max),
     )  # fmt: skip
     return dx
+
+
+def im2col(
+    x: np.ndarray,
+    out_hw: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    pad_before: tuple[int, int],
+) -> np.ndarray:
+    """x (N, C, H, W) -> columns (N*H'*W', C*kh*kw); cells in the padding read as zeros."""
+    x = np.ascontiguousarray(x)
+    suffix, ctype = _SUFFIX[x.dtype]
+    n, c, h, w = x.shape
+    cols = np.empty((n * out_hw[0] * out_hw[1], c * kernel[0] * kernel[1]), dtype=x.dtype)
+    getattr(lib, f"ff_im2col_{suffix}")(
+        _pointer(x, ctype), _pointer(cols, ctype), n, c, h, w, out_hw[0], out_hw[1],
+        kernel[0], kernel[1], stride[0], stride[1], pad_before[0], pad_before[1],
+    )  # fmt: skip
+    return cols
+
+
+def col2im(
+    cols: np.ndarray,
+    x_shape: tuple[int, int, int, int],
+    out_hw: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    pad_before: tuple[int, int],
+) -> np.ndarray:
+    """The adjoint of `im2col`: column gradients summed back onto an (N, C, H, W) input."""
+    cols = np.ascontiguousarray(cols)
+    suffix, ctype = _SUFFIX[cols.dtype]
+    n, c, h, w = x_shape
+    dx = np.empty(x_shape, dtype=cols.dtype)
+    getattr(lib, f"ff_col2im_{suffix}")(
+        _pointer(cols, ctype), _pointer(dx, ctype), n, c, h, w, out_hw[0], out_hw[1],
+        kernel[0], kernel[1], stride[0], stride[1], pad_before[0], pad_before[1],
+    )  # fmt: skip
+    return dx

@@ -126,10 +126,9 @@ class Pool2D(Window2D):
 
     def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
         (x,), (y,) = inputs, outputs
-        z = y
-        if self.activation is not ActiMode.AC_MODE_NONE:
-            z = self._tile_pre_activation(sig, region, x)
-        dz = ACTIVATIONS[self.activation].grad(z, y, grad_outputs[0])
+        activation = ACTIVATIONS[self.activation]
+        z = self._tile_pre_activation(sig, region, x) if activation.grad_needs_input else y
+        dz = activation.grad(z, y, grad_outputs[0])
         rows, cols = self._tile_padding(sig, region)
         dx = native.pool2d_backward(
             x, dz, self._kernel, self._stride, (rows[0], cols[0]),
@@ -152,8 +151,9 @@ class Pool2D(Window2D):
     def backward(self, inputs, weights, outputs, grad_outputs):
         (x,) = inputs
         (y,) = outputs
-        z = y if self.activation is ActiMode.AC_MODE_NONE else self._pre_activation(x)
-        dz = ACTIVATIONS[self.activation].grad(z, y, grad_outputs[0])  # (N, C, H', W')
+        activation = ACTIVATIONS[self.activation]
+        z = self._pre_activation(x) if activation.grad_needs_input else y
+        dz = activation.grad(z, y, grad_outputs[0])  # (N, C, H', W')
         window = self.kernel_h * self.kernel_w
         if self.pool_type is PoolType.POOL_MAX:
             # a window's gradient all goes to its first maximal cell (ties: row-major first)

@@ -34,10 +34,18 @@ def _run(args: list[str], env: dict[str, str], timeout: float = 240) -> subproce
 @pytest.mark.parametrize(
     "given, expected",
     [
-        (None, f"--cpus 3 --gpus 0 --logging {STUB_LOGGING}"),
+        (None, f"--cpus 3 --gpus 0 --utility 1 --logging {STUB_LOGGING}"),
         ("--cpus 1", f"--cpus 1 --gpus 0 --logging {STUB_LOGGING}"),
-        ("--gpus 0 --sysmem 256", f"--gpus 0 --sysmem 256 --cpus 3 --logging {STUB_LOGGING}"),
-        ("--cpus=2 --gpus=0 --logging legate=info", "--cpus=2 --gpus=0 --logging legate=info"),
+        (
+            "--gpus 0 --sysmem 256",
+            f"--gpus 0 --sysmem 256 --cpus 3 --utility 1 --logging {STUB_LOGGING}",
+        ),
+        (
+            "--cpus=2 --gpus=0 --logging legate=info",
+            "--cpus=2 --gpus=0 --logging legate=info --utility 1",
+        ),
+        ("--cpus 3 --utility 2", f"--cpus 3 --utility 2 --gpus 0 --logging {STUB_LOGGING}"),
+        ("--cpus x", f"--cpus x --gpus 0 --utility 1 --logging {STUB_LOGGING}"),
     ],
 )
 def test_default_config_completes_only_what_is_missing(given, expected):

@@ -13,7 +13,7 @@ from flexflow.gpu.device import DeviceArray, Gpu, require_contiguous
 from flexflow.gpu.errors import UnsupportedTileError
 from flexflow.gpu.nvrtc import Arg, grid_for, launch
 from flexflow.gpu.sources import ELEMENTWISE, LAYOUT
-from flexflow.ops.activations import ActiMode
+from flexflow.ops.activations import ACTIVATIONS, ActiMode
 
 SUFFIX = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64"}
 """Kernel name suffix of each element type."""
@@ -177,6 +177,11 @@ def activation_forward(gpu: Gpu, mode: ActiMode, x: DeviceArray) -> DeviceArray:
             [Arg.ptr(y.ptr), Arg.ptr(x.ptr), Arg.i64(x.size), Arg.i64(ACTIVATION_CODES[mode])],
         )  # fmt: skip
     return y
+
+
+def grad_needs_input(mode: ActiMode) -> bool:
+    """Whether `activation_backward` reads x; when not, pass y for x and skip recomputing it."""
+    return ACTIVATIONS[mode].grad_needs_input
 
 
 def activation_backward(

@@ -128,7 +128,7 @@ __device__ float act_forward(long long mode, float x) {
 // dL/dx from the input x, the output y = act(x) and dL/dy.
 __device__ float act_grad(long long mode, float x, float y, float dy) {
   switch (mode) {
-    case ACT_RELU: return x > 0.0f ? dy : 0.0f;
+    case ACT_RELU: return y > 0.0f ? dy : 0.0f;  // y > 0 exactly when x > 0
     case ACT_SIGMOID: return dy * y * (1.0f - y);
     case ACT_TANH: return dy * (1.0f - y * y);
     case ACT_GELU: {
@@ -136,7 +136,7 @@ __device__ float act_grad(long long mode, float x, float y, float dy) {
       float dt = (1.0f - t * t) * GELU_C * (1.0f + 3.0f * 0.044715f * x * x);
       return dy * (0.5f * (1.0f + t) + 0.5f * x * dt);
     }
-    case ACT_ELU: return dy * (x > 0.0f ? 1.0f : y + 1.0f);
+    case ACT_ELU: return dy * (y > 0.0f ? 1.0f : y + 1.0f);
     default: return dy;
   }
 }

@@ -56,7 +56,11 @@ def dense_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_out
     if op.activation is ActiMode.AC_MODE_NONE:
         dz = dy
     else:
-        z = _dense_pre_activation(gpu, op, x, weights)
+        z = (
+            _dense_pre_activation(gpu, op, x, weights)
+            if prims.grad_needs_input(op.activation)
+            else y
+        )
         dz = prims.activation_backward(gpu, op.activation, z, y, dy)
     dz2 = dz.reshape((-1, dz.shape[-1]))  # (M, out)
     x2 = x.reshape((-1, x.shape[-1]))  # (M, in)

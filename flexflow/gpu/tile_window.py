@@ -100,7 +100,11 @@ def conv2d_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_ou
     if op.activation is ActiMode.AC_MODE_NONE:
         dz = dy
     else:
-        z = _conv_pre_activation(gpu, op, conv, xp, weights)
+        z = (
+            _conv_pre_activation(gpu, op, conv, xp, weights)
+            if prims.grad_needs_input(op.activation)
+            else y
+        )
         dz = prims.activation_backward(gpu, op.activation, z, y, dy)
     grad_kernel = gpu.empty(weights[0].shape)
     dnn.conv_backward_filter(gpu, conv, xp, dz, grad_kernel)

@@ -36,6 +36,7 @@ from flexflow.machine import parse_machine
 from flexflow.ops.base import Region
 from flexflow.ops.init import initialize
 from flexflow.optimizers import Optimizer, SGDOptimizer
+from flexflow.runtime.allocator import keep_freed_memory
 from flexflow.runtime.loss import LOSS_IDS, TARGET_RANK, check_target, loss_name
 from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_task
 from flexflow.strategy import Strategy
@@ -98,6 +99,7 @@ class Executor:
         # each Legate CPU processor is one core: a multi-threaded BLAS inside its tasks would
         # oversubscribe the cores (LeNet's iteration was 5x slower with 2 BLAS threads each)
         threadpool_limits(1, user_api="blas")
+        keep_freed_memory()
         local = parse_machine("local")
         validate_strategy(strategy, graph, local)
         self.processors = self._processors(local, strategy)

@@ -102,3 +102,17 @@ def test_regions_are_sufficient(activation):
 def test_shape_errors(inputs, match):
     with pytest.raises(ShapeError, match=match):
         ElementUnary(ActiMode.AC_MODE_RELU).infer("a", inputs)
+
+
+@pytest.mark.parametrize("mode", list(ActiMode))
+def test_a_gradient_that_claims_not_to_need_x_is_the_same_given_y(mode):
+    """Fused conv/dense/pool skip recomputing x when `grad_needs_input` is False: exact then."""
+    from flexflow.ops.activations import ACTIVATIONS
+
+    activation = ACTIVATIONS[mode]
+    x = np.concatenate([np.linspace(-3, 3, 101), [0.0, -0.0, 1e-30, -1e-30]])
+    y, dy = activation.forward(x), np.random.default_rng(0).standard_normal(x.shape)
+    same = np.array_equal(activation.grad(x, y, dy), activation.grad(y, y, dy))
+    assert same or activation.grad_needs_input
+    if mode is ActiMode.AC_MODE_GELU:
+        assert not same  # the flag is needed where the gradient really reads x
