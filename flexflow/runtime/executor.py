@@ -37,6 +37,7 @@ from flexflow.ops.base import Region
 from flexflow.ops.init import initialize
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.allocator import keep_freed_memory
+from flexflow.runtime.fusion import FusedTask, Slot, SlotKind, fuse, fused_task
 from flexflow.runtime.loss import LOSS_IDS, TARGET_RANK, check_target, loss_name
 from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_task
 from flexflow.strategy import Strategy
@@ -111,6 +112,17 @@ class Executor:
             config.task_regions(node.sig.output_shape)
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
+        self.groups = fuse(graph, strategy, self._regions)
+        """Consecutive ops run as one task per device (`flexflow.runtime.fusion`); ops with
+        batch statistics stay alone and run through `_run_op`."""
+        self.fused_tasks: list[tuple[FusedTask, ...]] = [
+            tuple(
+                fused_task(graph, group, index, [self._regions[op][index] for op in group.ops])
+                for index in range(strategy[group.ops[0]].num_tasks)
+            )
+            for group in self.groups
+        ]
+        self._internal = frozenset().union(*(group.internal for group in self.groups))
         self._update_pieces = update_pieces(graph, strategy, self._regions)
         self.update_groups: dict[int, list[tuple[int, Region]]] = {}
         """Per device, the (parameter, region) tiles its one update task updates in place."""
@@ -381,6 +393,37 @@ class Executor:
                     task.add_reduction(_slice(self.weight_grads[pid], r), ty.ReductionOpKind.ADD)
             task.execute()
 
+    def _run_group(self, group_id: int, which: Pass, training: bool) -> None:
+        """Every task of a fused group for one pass; an op with batch statistics alone."""
+        group = self.groups[group_id]
+        if self.graph.ops[group.ops[0]].op.statistics_dims:
+            self._run_op(group.ops[0], which, training)
+            return
+        fused = Pass.FUSED_FORWARD if which is Pass.FORWARD else Pass.FUSED_BACKWARD
+        devices = self.strategy[group.ops[0]].devices
+        for task_info, device in zip(self.fused_tasks[group_id], devices, strict=True):
+            layout = task_info.forward if which is Pass.FORWARD else task_info.backward
+            with Scope(machine=self.processors[device]):
+                task = self._task(
+                    device, fused, group_id, task_info.index, int(training), self.iteration
+                )
+                for slot in layout.inputs:
+                    task.add_input(self._slot(slot))
+                for slot in layout.outputs:
+                    task.add_output(self._slot(slot))
+                for slot in layout.reductions:
+                    task.add_reduction(self._slot(slot), ty.ReductionOpKind.ADD)
+                task.execute()
+
+    def _slot(self, slot: Slot):
+        stores = {
+            SlotKind.TENSOR: self.tensors,
+            SlotKind.WEIGHT: self.weights,
+            SlotKind.GRAD: self.grads,
+            SlotKind.WEIGHT_GRAD: self.weight_grads,
+        }[slot.kind]
+        return _slice(stores[slot.id], slot.region)
+
     def _run_op(self, op: int, which: Pass, training: bool) -> None:
         """Every task of `op` for one pass; ops sharing batch statistics first reduce them."""
         tasks = range(self.strategy[op].num_tasks)
@@ -440,8 +483,8 @@ class Executor:
                     f"got {sorted(inputs)}."
                 )
             self._feed(tensor.id, inputs[tensor.name])
-        for op in range(len(self.graph.ops)):
-            self._run_op(op, Pass.FORWARD, training)
+        for group_id in range(len(self.groups)):
+            self._run_group(group_id, Pass.FORWARD, training)
         return self._read(self.tensors[self._output]) if read else None
 
     @property
@@ -458,11 +501,14 @@ class Executor:
         """Issue one training iteration (forward, loss, backward, update) without waiting;
         samples past `valid` (padding) add nothing to the loss or the gradients."""
         self.forward(inputs, read=False, training=True)
-        for store in list(self.grads.values()) + list(self.weight_grads.values()):
+        for tid, store in self.grads.items():
+            if tid not in self._internal:  # internal gradients never leave their fused task
+                self.runtime.issue_fill(store, 0.0)
+        for store in self.weight_grads.values():
             self.runtime.issue_fill(store, 0.0)
         stats = self._loss(loss, target, valid)
-        for op in reversed(range(len(self.graph.ops))):
-            self._run_op(op, Pass.BACKWARD, training=True)
+        for group_id in reversed(range(len(self.groups))):
+            self._run_group(group_id, Pass.BACKWARD, training=True)
         self.iteration += 1
         self._update()
         return stats

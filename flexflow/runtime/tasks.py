@@ -20,6 +20,7 @@ import numpy as np
 from legate.core import ResourceConfig, VariantCode, get_legate_runtime
 from legate.core._lib.task.task_info import TaskInfo
 
+from flexflow.runtime.fusion import TaskRun, run_backward, run_forward
 from flexflow.runtime.loss import loss_tile
 from flexflow.task_modes import op_for_task
 
@@ -38,6 +39,9 @@ class Pass(enum.IntEnum):
     STATISTICS_BACKWARD = 5
     FEED = 6
     RUNNING_STATISTICS = 7
+    FUSED_FORWARD = 8
+    """A fused group's forward (flexflow.runtime.fusion); the op scalar is the group's id."""
+    FUSED_BACKWARD = 9
 
 
 EXECUTORS: dict[int, Executor] = {}
@@ -78,6 +82,9 @@ def task_arguments(context) -> tuple[Executor, Pass, int, int, tuple[int, ...]]:
 
 def _op_tile(context) -> None:
     executor, which, op, index, extra = task_arguments(context)
+    if which in (Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD):  # timed per op, inside
+        _run_fused(context, executor, which, op, index, extra)
+        return
     begin = time.perf_counter()
     _run_tile(context, executor, which, op, index, extra)
     if executor.timeline is not None:  # measured here, inside the running task
@@ -95,6 +102,44 @@ def _op_tile_gpu(context) -> None:
     if executor.timeline is not None:  # when the work was queued, not when it ended
         end = time.perf_counter()
         executor.timeline.append((op, index, which, begin, end, threading.get_ident()))
+
+
+class _CpuTiles:
+    """The CPU variant's side of a fused task: numpy arrays and the ops' numpy/C tiles."""
+
+    @staticmethod
+    def forward(op, sig, region, inputs, weights):
+        return op.forward_tile(sig, region, inputs, weights)
+
+    @staticmethod
+    def backward(op, sig, region, inputs, weights, outputs, grads):
+        return op.backward_tile(sig, region, inputs, weights, outputs, grads)
+
+    @staticmethod
+    def write(target: np.ndarray, value) -> None:
+        target[...] = value
+
+    @staticmethod
+    def add(target: np.ndarray, value) -> None:
+        target[...] += value
+
+    @staticmethod
+    def accumulate(total, value):
+        return total + value
+
+
+def _run_fused(context, executor: Executor, which: Pass, group: int, index: int, extra) -> None:
+    task = executor.fused_tasks[group][index]
+    if which == Pass.FUSED_FORWARD:
+        values = dict(zip(task.forward.inputs, map(_array, context.inputs), strict=True))
+        outputs = dict(zip(task.forward.outputs, map(_array, context.outputs), strict=True))
+        run = TaskRun(executor.timeline, index, Pass.FORWARD)
+        run_forward(task, _CpuTiles, values, outputs, extra, run)
+    else:
+        values = dict(zip(task.backward.inputs, map(_array, context.inputs), strict=True))
+        sums = dict(zip(task.backward.reductions, map(_array, context.reductions), strict=True))
+        run = TaskRun(executor.timeline, index, Pass.BACKWARD)
+        run_backward(task, _CpuTiles, values, sums, extra, run)
 
 
 def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, extra) -> None:

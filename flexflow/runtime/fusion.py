@@ -1,0 +1,328 @@
+"""Fused tasks: consecutive ops whose tiles line up run as one Legate task per device.
+
+FlexFlow's runtime fuses ops with the same parallel configuration (its FusedOp); so do we, as
+a runtime choice that leaves the strategy untouched. Every Legate task costs the issuing
+thread and the runtime a fixed price (measured here: LeNet's 38 tasks per data-parallel
+iteration cost 5 ms with empty task bodies), and on a small host that thread competes with the
+task threads for the cores. One task per device for a chain of ops pays that price once.
+
+Op b joins the group of the ops just before it when it has no batch statistics (their
+all-reduce sits between forward steps), runs the same number of tasks on the same devices,
+reads at least one tensor made in the group, and every tensor it reads from the group is read
+by b alone, once, through exactly the tile its producer's task wrote. Such a tensor is
+*internal*: inside the fused task its value and its gradient pass in memory. Internal values
+are still written to their stores (the backward task reads them), internal gradients never
+touch a store.
+
+A fused task's store arguments are named by `Slot`s; `TaskLayout` fixes their order, once per
+(group, task, pass), for both the issuing side (flexflow.runtime.executor) and the task bodies
+(flexflow.runtime.tasks, flexflow.gpu.variant), which run `run_forward` / `run_backward` with
+their own `TileBackend`.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from flexflow.graph import OperatorGraph
+from flexflow.ops.base import Region
+from flexflow.strategy import Strategy
+from flexflow.task_modes import op_for_task
+
+
+@dataclass(frozen=True, slots=True)
+class FusedGroup:
+    """Consecutive ops (graph order) run by one task per device; `internal`: see module doc."""
+
+    ops: tuple[int, ...]
+    internal: frozenset[int]
+
+
+def fuse(
+    graph: OperatorGraph, strategy: Strategy, regions: Sequence[tuple[Region, ...]]
+) -> tuple[FusedGroup, ...]:
+    """Split the graph's ops into fused groups, in order; `regions[op]` are its task tiles."""
+    groups: list[FusedGroup] = []
+    ops: list[int] = []
+    internal: set[int] = set()
+    for node in graph.ops:
+        links = _links(graph, strategy, regions, ops, node.id)
+        if links is None:
+            if ops:
+                groups.append(FusedGroup(tuple(ops), frozenset(internal)))
+            ops, internal = [node.id], set()
+        else:
+            ops.append(node.id)
+            internal |= links
+    if ops:
+        groups.append(FusedGroup(tuple(ops), frozenset(internal)))
+    return tuple(groups)
+
+
+def _links(graph, strategy, regions, group: list[int], op: int) -> set[int] | None:
+    """The tensors `op` would read in memory from `group`; None when it cannot join it."""
+    if not group or _has_statistics(graph, op) or _has_statistics(graph, group[0]):
+        return None
+    first = strategy[group[0]]
+    if strategy[op].devices != first.devices:  # same task count, same device per task
+        return None
+    node = graph.ops[op]
+    members = set(group)
+    links = set()
+    for position, tid in enumerate(node.inputs):
+        tensor = graph.tensors[tid]
+        if tensor.producer not in members:
+            continue
+        if graph.consumers(tid) != (op,) or node.inputs.count(tid) != 1:
+            return None
+        producer = graph.ops[tensor.producer]
+        for index, region in enumerate(regions[op]):
+            read = node.op.input_regions(node.sig, region)[position]
+            made = producer.op.output_regions(producer.sig, regions[producer.id][index])
+            if read != made[tensor.index]:
+                return None
+        links.add(tid)
+    return links or None
+
+
+def _has_statistics(graph: OperatorGraph, op: int) -> bool:
+    return bool(graph.ops[op].op.statistics_dims)
+
+
+class SlotKind(enum.IntEnum):
+    TENSOR = 0
+    WEIGHT = 1
+    GRAD = 2
+    WEIGHT_GRAD = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One store argument of a fused task: a tile of a tensor, weight or their gradients."""
+
+    kind: SlotKind
+    id: int
+    region: Region
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLayout:
+    """A fused task's store arguments in the order they are added (each slot once)."""
+
+    inputs: tuple[Slot, ...]
+    outputs: tuple[Slot, ...]
+    reductions: tuple[Slot, ...]
+
+
+def _unique(slots) -> tuple[Slot, ...]:
+    return tuple(dict.fromkeys(slots))
+
+
+def _tiles(graph: OperatorGraph, op: int, region: Region):
+    node = graph.ops[op]
+    return (
+        node.op.input_regions(node.sig, region),
+        node.op.weight_regions(node.sig, region),
+        node.op.output_regions(node.sig, region),
+    )
+
+
+def forward_layout(graph: OperatorGraph, group: FusedGroup, tiles: Sequence[Region]) -> TaskLayout:
+    """Forward: reads the inputs from outside the group and the weights, writes every output.
+    `tiles[k]` is the output tile of `group.ops[k]` in this task."""
+    inputs, outputs = [], []
+    for op, region in zip(group.ops, tiles, strict=True):
+        node = graph.ops[op]
+        in_regions, w_regions, out_regions = _tiles(graph, op, region)
+        for tid, r in zip(node.inputs, in_regions, strict=True):
+            if tid not in group.internal:
+                inputs.append(Slot(SlotKind.TENSOR, tid, r))
+        inputs += [
+            Slot(SlotKind.WEIGHT, p, r) for p, r in zip(node.weights, w_regions, strict=True)
+        ]
+        outputs += [
+            Slot(SlotKind.TENSOR, t, r) for t, r in zip(node.outputs, out_regions, strict=True)
+        ]
+    return TaskLayout(_unique(inputs), _unique(outputs), ())
+
+
+def backward_layout(graph: OperatorGraph, group: FusedGroup, tiles: Sequence[Region]) -> TaskLayout:
+    """Backward: reads inputs, weights, outputs and the gradients of outputs leaving the group;
+    adds into the gradients of inputs from outside the group and of the weights."""
+    inputs, reductions = [], []
+    for op, region in zip(group.ops, tiles, strict=True):
+        node = graph.ops[op]
+        in_regions, w_regions, out_regions = _tiles(graph, op, region)
+        inputs += [
+            Slot(SlotKind.TENSOR, t, r) for t, r in zip(node.inputs, in_regions, strict=True)
+        ]
+        inputs += [
+            Slot(SlotKind.WEIGHT, p, r) for p, r in zip(node.weights, w_regions, strict=True)
+        ]
+        inputs += [
+            Slot(SlotKind.TENSOR, t, r) for t, r in zip(node.outputs, out_regions, strict=True)
+        ]
+        for tid, r in zip(node.outputs, out_regions, strict=True):
+            if tid not in group.internal:
+                inputs.append(Slot(SlotKind.GRAD, tid, r))
+        for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
+            if spec.dtype.is_float and tid not in group.internal:
+                reductions.append(Slot(SlotKind.GRAD, tid, r))
+        reductions += [
+            Slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in zip(node.weights, w_regions, strict=True)
+        ]
+    return TaskLayout(_unique(inputs), (), _unique(reductions))
+
+
+class TileBackend(Protocol):
+    """What a task variant supplies to run a fused task: its arrays and its op tile kernels."""
+
+    def forward(self, op, sig, region: Region, inputs: list, weights: list) -> Sequence[Any]: ...
+
+    def backward(
+        self, op, sig, region: Region, inputs: list, weights: list, outputs: list, grads: list
+    ) -> tuple[Sequence[Any], Sequence[Any]]: ...
+
+    def write(self, target: Any, value: Any) -> None:
+        """target[...] = value, target being an output argument of the task."""
+
+    def add(self, target: Any, value: Any) -> None:
+        """target[...] += value, target being a reduction argument of the task."""
+
+    def accumulate(self, total: Any, value: Any) -> Any:
+        """total + value, for a gradient that stays in memory."""
+
+
+@dataclass(frozen=True, slots=True)
+class FusedTask:
+    """One task of a fused group as its body sees it, the same on every variant; built once
+    per (group, task) by `fused_task`, run each iteration."""
+
+    graph: OperatorGraph
+    group: FusedGroup
+    index: int
+    tiles: tuple[Region, ...]
+    """The output tile of each op of the group in this task."""
+    op_tiles: tuple[tuple[tuple[Region, ...], tuple[Region, ...], tuple[Region, ...]], ...]
+    """Per op: the tiles of its inputs, weights and outputs."""
+    forward: TaskLayout
+    backward: TaskLayout
+
+
+def fused_task(
+    graph: OperatorGraph, group: FusedGroup, index: int, tiles: Sequence[Region]
+) -> FusedTask:
+    return FusedTask(
+        graph,
+        group,
+        index,
+        tuple(tiles),
+        tuple(_tiles(graph, op, region) for op, region in zip(group.ops, tiles, strict=True)),
+        forward_layout(graph, group, tiles),
+        backward_layout(graph, group, tiles),
+    )
+
+
+class TaskRun:
+    """What one run of a fused task records: (op, task, pass, start, end, thread) per op."""
+
+    def __init__(self, timeline: list | None, index: int, pass_id: int) -> None:
+        self.timeline, self.index, self.pass_id = timeline, index, pass_id
+
+    def record(self, op: int, begin: float) -> None:
+        if self.timeline is not None:
+            end = time.perf_counter()
+            self.timeline.append((op, self.index, self.pass_id, begin, end, threading.get_ident()))
+
+
+def run_forward(
+    task: FusedTask,
+    backend: TileBackend,
+    values: dict,
+    outputs: dict,
+    extra: tuple[int, ...],
+    run: TaskRun,
+) -> None:
+    """values: input slot -> array; outputs: output slot -> the task's output argument;
+    extra: (training, iteration), what dropout needs (flexflow.task_modes)."""
+    made: dict[int, Any] = {}
+    internal = task.group.internal
+    for op, region, (in_regions, w_regions, out_regions) in zip(
+        task.group.ops, task.tiles, task.op_tiles, strict=True
+    ):
+        begin = time.perf_counter()
+        node = task.graph.ops[op]
+        inputs = [
+            made[t] if t in internal else values[Slot(SlotKind.TENSOR, t, r)]
+            for t, r in zip(node.inputs, in_regions, strict=True)
+        ]
+        weights = [
+            values[Slot(SlotKind.WEIGHT, p, r)]
+            for p, r in zip(node.weights, w_regions, strict=True)
+        ]
+        op_now = op_for_task(node.op, extra)
+        if op_now is None:  # dropout outside training: the identity
+            results: Sequence[Any] = (inputs[0],)
+        else:
+            results = backend.forward(op_now, node.sig, region, inputs, weights)
+        for tid, r, value in zip(node.outputs, out_regions, results, strict=True):
+            if tid in internal:
+                made[tid] = value
+            backend.write(outputs[Slot(SlotKind.TENSOR, tid, r)], value)
+        run.record(op, begin)
+
+
+def run_backward(
+    task: FusedTask,
+    backend: TileBackend,
+    values: dict,
+    reductions: dict,
+    extra: tuple[int, ...],
+    run: TaskRun,
+) -> None:
+    """values: input slot -> array; reductions: reduction slot -> the task's argument."""
+    grads: dict[int, Any] = {}  # gradients of internal tensors, kept in memory
+    internal = task.group.internal
+    for op, region, (in_regions, w_regions, out_regions) in reversed(
+        tuple(zip(task.group.ops, task.tiles, task.op_tiles, strict=True))
+    ):
+        begin = time.perf_counter()
+        node = task.graph.ops[op]
+        inputs = [
+            values[Slot(SlotKind.TENSOR, t, r)]
+            for t, r in zip(node.inputs, in_regions, strict=True)
+        ]
+        weights = [
+            values[Slot(SlotKind.WEIGHT, p, r)]
+            for p, r in zip(node.weights, w_regions, strict=True)
+        ]
+        outputs = [
+            values[Slot(SlotKind.TENSOR, t, r)]
+            for t, r in zip(node.outputs, out_regions, strict=True)
+        ]
+        grad_outputs = [
+            grads.pop(t) if t in internal else values[Slot(SlotKind.GRAD, t, r)]
+            for t, r in zip(node.outputs, out_regions, strict=True)
+        ]
+        # backward passes always train: dropout applies this iteration's mask
+        op_now = op_for_task(node.op, extra) or node.op
+        grad_inputs, grad_weights = backend.backward(
+            op_now, node.sig, region, inputs, weights, outputs, grad_outputs
+        )
+        for tid, spec, r, grad in zip(
+            node.inputs, node.sig.inputs, in_regions, grad_inputs, strict=True
+        ):
+            if not spec.dtype.is_float:
+                continue
+            if tid in internal:
+                grads[tid] = backend.accumulate(grads[tid], grad) if tid in grads else grad
+            else:
+                backend.add(reductions[Slot(SlotKind.GRAD, tid, r)], grad)
+        for pid, r, grad in zip(node.weights, w_regions, grad_weights, strict=True):
+            backend.add(reductions[Slot(SlotKind.WEIGHT_GRAD, pid, r)], grad)
+        run.record(op, begin)
