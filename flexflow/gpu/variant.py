@@ -12,7 +12,6 @@ This is the only module of flexflow.gpu that touches Legate objects (through `co
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from flexflow.gpu import prims, tiles, training
@@ -55,9 +54,11 @@ def _run(
 ) -> None:
     from flexflow.runtime.loss import LOSS_IDS  # the runtime is loaded by the time tasks run
     from flexflow.runtime.tasks import Pass
-    from flexflow.task_modes import op_for_task
 
     which = Pass(which)
+    if which in (Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD):
+        _run_fused(gpu, context, executor, which, op, index, extra)
+        return
     if which == Pass.FEED:  # one shard of a model input, copied in on the device that reads it
         if extra:  # the batch staged in this process: host to device
             shard = executor.staged_tile(extra[0], executor.input_shard(op, index))
@@ -70,7 +71,8 @@ def _run(
         inputs, outputs = iter(arrays), iter(context.outputs)
         states = len(executor.optimizer.state_names)
         for _ in executor.update_groups[op]:
-            weight, grad, *old = (next(inputs) for _ in range(2 + states))
+            weight, grads, *old = (next(inputs) for _ in range(2 + states))
+            grad = prims.reduce_sum(gpu, grads, (0,))  # the devices' partial gradients
             new_weight, new_states = training.update(
                 gpu, executor.optimizer, weight, grad, old, extra[0]
             )
@@ -97,15 +99,9 @@ def _run(
             value = node.op.statistics_from_running(node.sig, host[0])
         _write(gpu, context.outputs[0], gpu.to_device(value))
         return
-    region = executor.regions(op)[index]
+    # the forward and backward passes of an op with batch statistics (batch norm), which never
+    # joins a fused group; every other op runs in `_run_fused`
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
-    if which in (Pass.FORWARD, Pass.BACKWARD):
-        op_now = op_for_task(node.op, tuple(extra))
-        if op_now is None:  # dropout outside training (forward passes only): the identity
-            _write(gpu, context.outputs[0], arrays[0])
-            return
-        if op_now is not node.op:
-            node = replace(node, op=op_now)
     if which == Pass.STATISTICS_FORWARD:
         stats = tiles.statistics_forward(gpu, node.op, arrays[0])
         _write(gpu, context.reductions[0], stats, add=True)
@@ -113,12 +109,9 @@ def _run(
     inputs, weights = arrays[:n_in], arrays[n_in : n_in + n_w]
     rest = arrays[n_in + n_w :]
     if which == Pass.FORWARD:
-        if node.op.statistics_dims:
-            outputs = tiles.forward_tile_with_statistics(
-                gpu, node.op, node.sig, inputs[0], weights, rest[0]
-            )
-        else:
-            outputs = tiles.forward_tile(gpu, node.op, node.sig, region, inputs, weights)
+        outputs = tiles.forward_tile_with_statistics(
+            gpu, node.op, node.sig, inputs[0], weights, rest[0]
+        )
         for target, value in zip(context.outputs, outputs, strict=True):
             _write(gpu, target, value)
         return
@@ -134,25 +127,62 @@ def _run(
         )
         _write(gpu, context.reductions[0], partial, add=True)
         return
-    if node.op.statistics_dims:
-        grad_inputs, grad_weights = tiles.backward_tile_with_statistics(
-            gpu,
-            node.op,
-            node.sig,
-            inputs[0],
-            weights,
-            outputs[0],
-            grad_outputs[0],
-            stats[0],
-            stats[1],
-        )
-    else:
-        grad_inputs, grad_weights = tiles.backward_tile(
-            gpu, node.op, node.sig, region, inputs, weights, outputs, grad_outputs
-        )
+    grad_inputs, grad_weights = tiles.backward_tile_with_statistics(
+        gpu, node.op, node.sig, inputs[0], weights, outputs[0], grad_outputs[0], stats[0], stats[1]
+    )
     reductions = iter(context.reductions)
     for grad, spec in zip(grad_inputs, node.sig.inputs, strict=True):
         if spec.dtype.is_float:
             _write(gpu, next(reductions), grad, add=True)
-    for grad in grad_weights:
-        _write(gpu, next(reductions), grad, add=True)
+    # this device's partial weight gradients: read after the statistics, written as outputs
+    backend = _GpuTiles(gpu)
+    for grad, current, target in zip(grad_weights, stats[2:], context.outputs, strict=True):
+        _write(gpu, target, backend.accumulate(current, grad))
+
+
+class _GpuTiles:
+    """The GPU variant's side of a fused task (flexflow.runtime.fusion.TileBackend)."""
+
+    def __init__(self, gpu: Gpu) -> None:
+        self.gpu = gpu
+
+    def forward(self, op, sig, region, inputs, weights):
+        return tiles.forward_tile(self.gpu, op, sig, region, inputs, weights)
+
+    def backward(self, op, sig, region, inputs, weights, outputs, grads):
+        return tiles.backward_tile(self.gpu, op, sig, region, inputs, weights, outputs, grads)
+
+    def write(self, target: Any, value: DeviceArray) -> None:
+        _write(self.gpu, target, value)
+
+    def add(self, target: Any, value: DeviceArray) -> None:
+        _write(self.gpu, target, value, add=True)
+
+    def accumulate(self, total: DeviceArray, value: DeviceArray) -> DeviceArray:
+        """total + value; a partial gradient's leading device axis is ignored (same size)."""
+        return prims.binary(self.gpu, "add", total, value.reshape(total.shape))
+
+
+def _run_fused(
+    gpu: Gpu, context: Any, executor: Executor, which: int, group: int, index: int, extra
+) -> None:
+    from flexflow.runtime.fusion import TaskRun, run_backward, run_forward
+    from flexflow.runtime.tasks import Pass
+
+    task = executor.fused_tasks[group][index]
+    backend = _GpuTiles(gpu)
+    arrays = [prims.contiguous(gpu, device_array(a)) for a in context.inputs]
+    if which == Pass.FUSED_FORWARD:
+        values = dict(zip(task.forward.inputs, arrays, strict=True))
+        outputs = dict(zip(task.forward.outputs, context.outputs, strict=True))
+        run = TaskRun(executor.timeline, index, Pass.FORWARD)
+        run_forward(task, backend, values, outputs, tuple(extra), run)
+        return
+    layout = task.backward
+    values = dict(zip(layout.inputs, arrays, strict=False))
+    currents = arrays[len(layout.inputs) :]  # the accumulators come after the inputs
+    pairs = zip(currents, context.outputs, strict=True)
+    accumulators = dict(zip(layout.accumulators, pairs, strict=True))
+    sums = dict(zip(layout.reductions, context.reductions, strict=True))
+    run = TaskRun(executor.timeline, index, Pass.BACKWARD)
+    run_backward(task, backend, values, sums, accumulators, tuple(extra), run)

@@ -58,6 +58,14 @@ def _slice(store, region: Region):
     return store
 
 
+def _contributors(graph: OperatorGraph, strategy: Strategy) -> dict[int, tuple[int, ...]]:
+    devices: dict[int, set[int]] = {p.id: set() for p in graph.parameters}
+    for node, config in zip(graph.ops, strategy.configs, strict=True):
+        for pid in node.weights:
+            devices[pid].update(config.devices)
+    return {pid: tuple(sorted(found)) for pid, found in devices.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class BatchStats:
     """The loss and correct predictions of one batch, read from Legate when first asked for.
@@ -147,9 +155,16 @@ class Executor:
         }
         rng = np.random.default_rng(seed)
         self.weights = {p.id: self._store_of(initialize(p.spec, rng)) for p in graph.parameters}
+        self.contributors = _contributors(graph, strategy)
+        """Per parameter, the devices whose backward tasks compute parts of its gradient."""
         self.weight_grads = {
-            p.id: self.runtime.create_store(ty.float32, p.spec.shape) for p in graph.parameters
+            p.id: self.runtime.create_store(
+                ty.float32, (len(self.contributors[p.id]),) + p.spec.shape
+            )
+            for p in graph.parameters
         }
+        """Per parameter, one partial gradient per contributing device (`TaskLayout.accumulators`
+        says why); the update sums them."""
         self.states = {p.id: self._zero_states(p.spec.shape) for p in graph.parameters}
         """Each weight's optimizer states (momentum, Adam's moments), stores shaped like it."""
         # ops whose tiles share batch statistics (batch norm): per-channel sums, float64
@@ -389,8 +404,11 @@ class Executor:
                 for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
                     if spec.dtype.is_float:
                         task.add_reduction(_slice(self.grads[tid], r), ty.ReductionOpKind.ADD)
-                for pid, r in zip(node.weights, w_regions, strict=True):
-                    task.add_reduction(_slice(self.weight_grads[pid], r), ty.ReductionOpKind.ADD)
+                weight_slots = [
+                    Slot(SlotKind.WEIGHT_GRAD, pid, r)
+                    for pid, r in zip(node.weights, w_regions, strict=True)
+                ]
+                self._add_accumulators(task, weight_slots, device)
             task.execute()
 
     def _run_group(self, group_id: int, which: Pass, training: bool) -> None:
@@ -413,14 +431,26 @@ class Executor:
                     task.add_output(self._slot(slot))
                 for slot in layout.reductions:
                     task.add_reduction(self._slot(slot), ty.ReductionOpKind.ADD)
+                self._add_accumulators(task, layout.accumulators, device)
                 task.execute()
+
+    def _add_accumulators(self, task, slots, device: int) -> None:
+        """This device's partial weight gradients, read (after the other inputs) and written."""
+        tiles = [self._partial_grad(slot.id, slot.region, device) for slot in slots]
+        for tile in tiles:
+            task.add_input(tile)
+        for tile in tiles:
+            task.add_output(tile)
+
+    def _partial_grad(self, pid: int, region: Region, device: int):
+        k = self.contributors[pid].index(device)
+        return _slice(self.weight_grads[pid], ((k, k + 1), *region))
 
     def _slot(self, slot: Slot):
         stores = {
             SlotKind.TENSOR: self.tensors,
             SlotKind.WEIGHT: self.weights,
             SlotKind.GRAD: self.grads,
-            SlotKind.WEIGHT_GRAD: self.weight_grads,
         }[slot.kind]
         return _slice(stores[slot.id], slot.region)
 
@@ -464,7 +494,8 @@ class Executor:
                 for pid, region in items:
                     tiles = [_slice(s, region) for s in (self.weights[pid], *self.states[pid])]
                     task.add_input(tiles[0])
-                    task.add_input(_slice(self.weight_grads[pid], region))
+                    grads = self.weight_grads[pid]  # every device's partial gradient
+                    task.add_input(_slice(grads, ((0, grads.shape[0]), *region)))
                     for tile in tiles[1:]:
                         task.add_input(tile)
                     for tile in tiles:

@@ -75,7 +75,7 @@ def _links(graph, strategy, regions, group: list[int], op: int) -> set[int] | No
     members = set(group)
     links = set()
     for position, tid in enumerate(node.inputs):
-        tensor = graph.tensors[tid]
+        tensor = graph.tensor(tid)
         if tensor.producer not in members:
             continue
         if graph.consumers(tid) != (op,) or node.inputs.count(tid) != 1:
@@ -117,6 +117,11 @@ class TaskLayout:
     inputs: tuple[Slot, ...]
     outputs: tuple[Slot, ...]
     reductions: tuple[Slot, ...]
+    accumulators: tuple[Slot, ...] = ()
+    """Read and written (added after the inputs and after the outputs): this device's partial
+    weight gradients. Each device adds into its own copy, and the update sums the copies: a
+    Legate reduction from tasks on two processors into one weight gradient serialized them
+    (LeNet's data-parallel backward tasks ran one after the other)."""
 
 
 def _unique(slots) -> tuple[Slot, ...]:
@@ -154,7 +159,7 @@ def forward_layout(graph: OperatorGraph, group: FusedGroup, tiles: Sequence[Regi
 def backward_layout(graph: OperatorGraph, group: FusedGroup, tiles: Sequence[Region]) -> TaskLayout:
     """Backward: reads inputs, weights, outputs and the gradients of outputs leaving the group;
     adds into the gradients of inputs from outside the group and of the weights."""
-    inputs, reductions = [], []
+    inputs, reductions, accumulators = [], [], []
     for op, region in zip(group.ops, tiles, strict=True):
         node = graph.ops[op]
         in_regions, w_regions, out_regions = _tiles(graph, op, region)
@@ -173,10 +178,10 @@ def backward_layout(graph: OperatorGraph, group: FusedGroup, tiles: Sequence[Reg
         for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
             if spec.dtype.is_float and tid not in group.internal:
                 reductions.append(Slot(SlotKind.GRAD, tid, r))
-        reductions += [
+        accumulators += [
             Slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in zip(node.weights, w_regions, strict=True)
         ]
-    return TaskLayout(_unique(inputs), (), _unique(reductions))
+    return TaskLayout(_unique(inputs), (), _unique(reductions), _unique(accumulators))
 
 
 class TileBackend(Protocol):
@@ -282,11 +287,14 @@ def run_backward(
     backend: TileBackend,
     values: dict,
     reductions: dict,
+    accumulators: dict,
     extra: tuple[int, ...],
     run: TaskRun,
 ) -> None:
-    """values: input slot -> array; reductions: reduction slot -> the task's argument."""
+    """values: input slot -> array; reductions: reduction slot -> the task's argument;
+    accumulators: accumulator slot -> (its current value, its output argument)."""
     grads: dict[int, Any] = {}  # gradients of internal tensors, kept in memory
+    weight_grads: dict[Slot, Any] = {}  # summed over the group's ops, written once at the end
     internal = task.group.internal
     for op, region, (in_regions, w_regions, out_regions) in reversed(
         tuple(zip(task.group.ops, task.tiles, task.op_tiles, strict=True))
@@ -324,5 +332,10 @@ def run_backward(
             else:
                 backend.add(reductions[Slot(SlotKind.GRAD, tid, r)], grad)
         for pid, r, grad in zip(node.weights, w_regions, grad_weights, strict=True):
-            backend.add(reductions[Slot(SlotKind.WEIGHT_GRAD, pid, r)], grad)
+            slot = Slot(SlotKind.WEIGHT_GRAD, pid, r)
+            total = weight_grads.get(slot)
+            weight_grads[slot] = grad if total is None else backend.accumulate(total, grad)
         run.record(op, begin)
+    for slot, total in weight_grads.items():
+        current, target = accumulators[slot]
+        backend.write(target, backend.accumulate(current, total))

@@ -13,7 +13,6 @@ import enum
 import itertools
 import threading
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +21,6 @@ from legate.core._lib.task.task_info import TaskInfo
 
 from flexflow.runtime.fusion import TaskRun, run_backward, run_forward
 from flexflow.runtime.loss import loss_tile
-from flexflow.task_modes import op_for_task
 
 if TYPE_CHECKING:
     from flexflow.runtime.executor import Executor
@@ -136,10 +134,16 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         run = TaskRun(executor.timeline, index, Pass.FORWARD)
         run_forward(task, _CpuTiles, values, outputs, extra, run)
     else:
-        values = dict(zip(task.backward.inputs, map(_array, context.inputs), strict=True))
-        sums = dict(zip(task.backward.reductions, map(_array, context.reductions), strict=True))
+        layout = task.backward
+        arrays = [_array(a) for a in context.inputs]
+        values = dict(zip(layout.inputs, arrays, strict=False))
+        currents = arrays[len(layout.inputs) :]  # the accumulators come after the inputs
+        targets = map(_array, context.outputs)
+        pairs = zip(currents, targets, strict=True)
+        accumulators = dict(zip(layout.accumulators, pairs, strict=True))
+        sums = dict(zip(layout.reductions, map(_array, context.reductions), strict=True))
         run = TaskRun(executor.timeline, index, Pass.BACKWARD)
-        run_backward(task, _CpuTiles, values, sums, extra, run)
+        run_backward(task, _CpuTiles, values, sums, accumulators, extra, run)
 
 
 def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, extra) -> None:
@@ -154,7 +158,8 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         inputs, outputs = iter(context.inputs), iter(context.outputs)
         states = len(executor.optimizer.state_names)
         for _ in executor.update_groups[op]:
-            weight, grad, *old = (_array(next(inputs)) for _ in range(2 + states))
+            weight, grads, *old = (_array(next(inputs)) for _ in range(2 + states))
+            grad = grads.sum(axis=0)  # the devices' partial gradients (executor.weight_grads)
             new_weight, new_states = executor.optimizer.update(weight, grad, old, extra[0])
             for value in (new_weight, *new_states):
                 _array(next(outputs))[...] = value
@@ -179,7 +184,8 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
             value = node.op.statistics_from_running(node.sig, arrays[0])
         _array(context.outputs[0])[...] = value
         return
-    region = executor.regions(op)[index]
+    # the forward and backward passes of an op with batch statistics (batch norm), which never
+    # joins a fused group (flexflow.runtime.fusion); every other op runs in `_run_fused`
     arrays = [_array(a) for a in context.inputs]
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
     if which == Pass.STATISTICS_FORWARD:
@@ -187,17 +193,8 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         return
     inputs, weights = arrays[:n_in], arrays[n_in : n_in + n_w]
     rest = arrays[n_in + n_w :]
-    op_now = op_for_task(node.op, extra)
-    if op_now is None:  # dropout outside training: the identity
-        _array(context.outputs[0])[...] = inputs[0]
-        return
-    if op_now is not node.op:
-        node = replace(node, op=op_now)
     if which == Pass.FORWARD:
-        if node.op.statistics_dims:
-            outputs = node.op.forward_tile_with_statistics(node.sig, inputs[0], weights, rest[0])
-        else:
-            outputs = node.op.forward_tile(node.sig, region, inputs, weights)
+        outputs = node.op.forward_tile_with_statistics(node.sig, inputs[0], weights, rest[0])
         for target, value in zip(context.outputs, outputs, strict=True):
             _array(target)[...] = value
         return
@@ -208,17 +205,13 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         )
         _array(context.reductions[0])[...] += partial
         return
-    if node.op.statistics_dims:
-        grad_inputs, grad_weights = node.op.backward_tile_with_statistics(
-            node.sig, inputs[0], weights, outputs[0], grad_outputs[0], stats[0], stats[1]
-        )
-    else:
-        grad_inputs, grad_weights = node.op.backward_tile(
-            node.sig, region, inputs, weights, outputs, grad_outputs
-        )
+    grad_inputs, grad_weights = node.op.backward_tile_with_statistics(
+        node.sig, inputs[0], weights, outputs[0], grad_outputs[0], stats[0], stats[1]
+    )
     reductions = iter(context.reductions)
     for grad, spec in zip(grad_inputs, node.sig.inputs, strict=True):
         if spec.dtype.is_float:
             _array(next(reductions))[...] += grad
-    for grad in grad_weights:
-        _array(next(reductions))[...] += grad
+    # this device's partial weight gradients: read after the statistics, written as outputs
+    for grad, current, target in zip(grad_weights, stats[2:], context.outputs, strict=True):
+        _array(target)[...] = current + grad

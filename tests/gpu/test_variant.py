@@ -44,7 +44,8 @@ Pass = _pass_enum()
 @pytest.fixture(autouse=True)
 def runtime_without_legate(monkeypatch):
     package = types.ModuleType("flexflow.runtime")
-    package.__path__ = []
+    package.__path__ = [str(REPO / "flexflow" / "runtime")]  # fusion.py imports no Legate
+    monkeypatch.delitem(sys.modules, "flexflow.runtime.fusion", raising=False)
     tasks = types.ModuleType("flexflow.runtime.tasks")
     tasks.Pass = Pass
     monkeypatch.setitem(sys.modules, "flexflow.runtime", package)
@@ -79,6 +80,7 @@ class Node:
     sig: object
     inputs: tuple
     weights: tuple
+    outputs: tuple = (1,)
 
 
 @dataclass
@@ -88,6 +90,14 @@ class Executor:
     optimizer: object = None
     update_groups: dict = field(default_factory=dict)
     staged: dict = field(default_factory=dict)
+    timeline: list | None = None
+
+    @property
+    def fused_tasks(self):
+        """The node alone as fused group 0, one task (flexflow.runtime.fusion)."""
+        from flexflow.runtime.fusion import FusedGroup, fused_task
+
+        return [(fused_task(self.graph, FusedGroup((0,), frozenset()), 0, [self.region]),)]
 
     @property
     def graph(self):
@@ -126,24 +136,29 @@ def test_forward_and_backward_through_strided_allocations(host):  # noqa: F811
     case = next(c for c in CASES if c.name == "conv2d halo tile")
     data = tile_data(case)
     op, sig, region = case.op, data.sig, data.region
-    node = Node(op, sig, inputs=(0,), weights=(0, 1))
-    executor = Executor(node, region)
+    executor = Executor(Node(op, sig, inputs=(0,), weights=(0, 1)), region, timeline=[])
+    # a fused task's inputs: the input tile, then the weights (TaskLayout order)
     ins = [Physical(strided(host, _f32(a))) for a in data.inputs + data.weights]
     (y_ref,) = op.forward_tile(sig, region, data.inputs, data.weights)
     out = Physical(strided(host, np.zeros(y_ref.shape, np.float32)))
-    variant._run(host, Context(tuple(ins), (out,)), executor, Pass.FORWARD, 0, 0, ())
+    variant._run(host, Context(tuple(ins), (out,)), executor, Pass.FUSED_FORWARD, 0, 0, (1, 0))
     assert check.compare("fwd", "y", host_of(host, out.array), y_ref).ok
+    assert [entry[:3] for entry in executor.timeline] == [(0, 0, Pass.FORWARD)]
 
     (gx_ref,), gw_ref = op.backward_tile(
         sig, region, data.inputs, data.weights, (y_ref,), data.grad_outputs
     )
     extra = [Physical(strided(host, _f32(a))) for a in (y_ref,) + data.grad_outputs]
-    # reductions start at 1: the task must add into them, never overwrite
-    reductions = [Physical(strided(host, np.ones(g.shape, np.float32))) for g in (gx_ref, *gw_ref)]
-    context = Context(tuple(ins + extra), (), tuple(reductions))
-    variant._run(host, context, executor, Pass.BACKWARD, 0, 0, ())
-    for physical, want in zip(reductions, (gx_ref, *gw_ref), strict=True):
-        assert check.compare("bwd", "grad", host_of(host, physical.array), want + 1).ok
+    # reductions start at 1: the task must add into them, never overwrite; the partial weight
+    # gradients (a leading device axis) are read after the inputs and written as outputs
+    reductions = [Physical(strided(host, np.ones(gx_ref.shape, np.float32)))]
+    currents = [Physical(strided(host, np.ones((1,) + g.shape, np.float32))) for g in gw_ref]
+    targets = [Physical(strided(host, np.zeros((1,) + g.shape, np.float32))) for g in gw_ref]
+    context = Context(tuple(ins + extra + currents), tuple(targets), tuple(reductions))
+    variant._run(host, context, executor, Pass.FUSED_BACKWARD, 0, 0, (1, 0))
+    for physical, want in zip(reductions + targets, (gx_ref, *gw_ref), strict=True):
+        got = host_of(host, physical.array).reshape(want.shape)
+        assert check.compare("bwd", "grad", got, want + 1).ok
 
 
 def test_batch_norm_statistics_passes(host):  # noqa: F811
@@ -172,11 +187,13 @@ def test_update_loss_and_feed_passes(host):  # noqa: F811
     weight, grad = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
     states = [np.zeros_like(weight), np.zeros_like(weight)]
     outs = [Physical(strided(host, np.zeros_like(weight))) for _ in range(3)]
-    ins = tuple(Physical(strided(host, a)) for a in (weight, grad, *states))
+    # gradients arrive as every device's partial gradient (a leading device axis), summed
+    partials = np.stack([grad, np.zeros_like(grad)])
+    ins = tuple(Physical(strided(host, a)) for a in (weight, partials, *states))
     # two weight tiles on this device, one task: inputs (w, g, m, v) per tile, outputs (w, m, v)
     updater = Executor(None, (), optimizer, update_groups={0: [(0, ()), (1, ())]})
     outs += [Physical(strided(host, np.zeros_like(weight))) for _ in range(3)]
-    ins = ins + tuple(Physical(strided(host, a)) for a in (weight, 2 * grad, *states))
+    ins = ins + tuple(Physical(strided(host, a)) for a in (weight, 2 * grad[None], *states))
     variant._run(host, Context(ins, tuple(outs)), updater, Pass.UPDATE, 0, -1, (1,))
     first = optimizer.update(weight, grad, states, 1)
     second = optimizer.update(weight, 2 * grad, states, 1)

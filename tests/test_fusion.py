@@ -1,0 +1,107 @@
+"""Which ops the runtime fuses into one task per device, and the store arguments of a fused task.
+
+Fused execution's numbers are checked end to end by tests/runtime (every strategy trains to the
+single-device numbers, and each strategy fuses differently); these pin the grouping rules.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.machine import parse_machine
+from flexflow.runtime.fusion import SlotKind, fuse, fused_task
+from flexflow.strategies import named_strategy
+from flexflow.strategy import ParallelConfig, Strategy
+from flexflow.zoo import load_model
+
+
+def _groups(graph, strategy):
+    regions = [c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, strategy.configs)]
+    return fuse(graph, strategy, regions), regions
+
+
+def _names(graph, groups):
+    return [[graph.ops[op].name for op in group.ops] for group in groups]
+
+
+def test_a_data_parallel_chain_is_one_group_with_every_intermediate_in_memory():
+    graph = load_model("lenet", FFConfig(batch_size=8)).graph()
+    strategy = named_strategy("dp", graph, parse_machine("p100:2"))
+    (group,), _ = _groups(graph, strategy)
+    assert group.ops == tuple(range(len(graph.ops)))
+    produced = {t for node in graph.ops for t in node.outputs}
+    assert group.internal == produced - {graph.ops[-1].outputs[0]}
+
+
+def test_other_devices_or_a_halo_start_a_new_group():
+    graph = load_model("lenet", FFConfig(batch_size=8)).graph()
+    dp = named_strategy("dp", graph, parse_machine("p100:2"))
+    moved = dp.replace("fc1", ParallelConfig((2, 1), (1, 0)))  # same degrees, swapped devices
+    assert _names(graph, _groups(graph, moved)[0]) == [
+        ["conv1", "pool1", "conv2", "pool2", "flat"],
+        ["fc1"],
+        ["fc2", "softmax"],
+    ]
+    # conv2 split by height reads rows across pool1's tiles (its halo): not the same tile
+    spatial = dp.replace("pool1", ParallelConfig((1, 1, 2, 1), (0, 1))).replace(
+        "conv2", ParallelConfig((1, 1, 2, 1), (0, 1))
+    )
+    assert [g[0] for g in _names(graph, _groups(graph, spatial)[0])] == [
+        "conv1",
+        "pool1",
+        "conv2",
+        "pool2",
+    ]
+
+
+def test_a_tensor_read_twice_or_batch_statistics_break_the_chain():
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 6), name="x")
+    h = model.dense(x, 6, ActiMode.AC_MODE_RELU, name="h")
+    y = model.dense(h, 6, name="y")
+    model.add(h, y, name="residual")  # h has two readers: its gradient sums both
+    graph = model.graph()
+    strategy = named_strategy("dp", graph, parse_machine("p100:2"))
+    assert _names(graph, _groups(graph, strategy)[0]) == [["h"], ["y", "residual"]]
+
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3, 8, 8), name="x")
+    c = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, name="conv")
+    b = model.batch_norm(c, name="bn")
+    model.relu(b, name="act")
+    graph = model.graph()
+    strategy = named_strategy("dp", graph, parse_machine("p100:2"))
+    assert _names(graph, _groups(graph, strategy)[0]) == [["conv"], ["bn"], ["act"]]
+
+
+def test_a_fused_task_names_each_store_tile_once_and_keeps_internal_gradients_out():
+    graph = load_model("lenet", FFConfig(batch_size=8)).graph()
+    strategy = named_strategy("dp", graph, parse_machine("p100:2"))
+    (group,), regions = _groups(graph, strategy)
+    task = fused_task(graph, group, 1, [regions[op][1] for op in group.ops])
+    for layout in (task.forward, task.backward):
+        slots = layout.inputs + layout.outputs + layout.reductions + layout.accumulators
+        assert not [s for s, n in Counter(layout.inputs).items() if n > 1]
+        assert not [s for s in slots if s.kind is SlotKind.GRAD and s.id in group.internal]
+    x, out = graph.input_tensors[0].id, graph.ops[-1].outputs[0]
+    # forward reads only the model input's tile and the weights, and writes every output tile
+    assert {s.kind for s in task.forward.inputs} == {SlotKind.TENSOR, SlotKind.WEIGHT}
+    assert [s.id for s in task.forward.inputs if s.kind is SlotKind.TENSOR] == [x]
+    assert len(task.forward.outputs) == len(graph.ops)
+    # backward: the loss gradient comes in; the input's gradient goes out by reduction; each
+    # weight's gradient is this device's partial, read and written
+    assert [s.id for s in task.backward.inputs if s.kind is SlotKind.GRAD] == [out]
+    assert [(s.kind, s.id) for s in task.backward.reductions] == [(SlotKind.GRAD, x)]
+    assert sorted(s.id for s in task.backward.accumulators) == [p.id for p in graph.parameters]
+    assert task.tiles == tuple(regions[op][1] for op in group.ops)
+
+
+def test_one_device_strategy_groups_like_data_parallelism():
+    graph = load_model("lenet", FFConfig(batch_size=8)).graph()
+    single = Strategy(
+        tuple(n.name for n in graph.ops),
+        tuple(ParallelConfig.single(len(n.sig.output_shape)) for n in graph.ops),
+    )
+    (group,), _ = _groups(graph, single)
+    assert len(group.ops) == len(graph.ops)
