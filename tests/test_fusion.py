@@ -17,7 +17,9 @@ from flexflow.zoo import load_model
 
 
 def _groups(graph, strategy):
-    regions = [c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, strategy.configs)]
+    regions = [
+        c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, strategy.configs, strict=True)
+    ]
     return fuse(graph, strategy, regions), regions
 
 
