@@ -130,7 +130,17 @@ class Executor:
             )
             for group in self.groups
         ]
-        self._internal = frozenset().union(*(group.internal for group in self.groups))
+        internal = frozenset().union(*(group.internal for group in self.groups))
+        self._reduced_grads = tuple(
+            t.id
+            for t in graph.tensors
+            if t.spec.dtype.is_float
+            and t.producer is not None
+            and t.id not in internal
+            and t.id != graph.ops[-1].outputs[0]
+        )
+        """Gradients that backward tasks add into, zeroed each iteration; internal ones stay in
+        their fused task, the loss writes the output's, and model inputs get none."""
         self._update_pieces = update_pieces(graph, strategy, self._regions)
         self.update_groups: dict[int, list[tuple[int, Region]]] = {}
         """Per device, the (parameter, region) tiles its one update task updates in place."""
@@ -144,10 +154,10 @@ class Executor:
         self._staging = self.runtime.node_count == 1
         self._staged: dict[int, list] = {}
         self._stage_ids = itertools.count()
-        self.tensors = {
-            t.id: self.runtime.create_store(LEGATE_TYPES[t.spec.dtype.value], t.spec.shape)
-            for t in graph.tensors
-        }
+        self.tensors = {t.id: self._tensor_store(t.spec) for t in graph.tensors}
+        self._spare_inputs = {t.id: self._tensor_store(t.spec) for t in graph.input_tensors}
+        """A second store per model input, fed in turn with the first: the next batch's feed
+        tasks then need not wait for this iteration's backward tasks, which read the input."""
         self.grads = {
             t.id: self.runtime.create_store(ty.float32, t.spec.shape)
             for t in graph.tensors
@@ -181,6 +191,9 @@ class Executor:
             for op, c in ((op, stats[0].shape[1]) for op, stats in self.statistics.items())
         }
         """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
+
+    def _tensor_store(self, spec):
+        return self.runtime.create_store(LEGATE_TYPES[spec.dtype.value], spec.shape)
 
     @staticmethod
     def _processors(local, strategy: Strategy) -> list:
@@ -282,7 +295,9 @@ class Executor:
             key = self._stage(np.ascontiguousarray(value), len(shards))
         else:
             source = self._source_store(value)
-        target = self.tensors[tensor_id]
+        target = self._spare_inputs[tensor_id]
+        self._spare_inputs[tensor_id] = self.tensors[tensor_id]
+        self.tensors[tensor_id] = target
         # a copy task per shard: Legate 25.11's issue_copy of store slices fails inside a Scope
         # of any processor but the first
         for index, (region, device) in enumerate(shards):
@@ -532,9 +547,8 @@ class Executor:
         """Issue one training iteration (forward, loss, backward, update) without waiting;
         samples past `valid` (padding) add nothing to the loss or the gradients."""
         self.forward(inputs, read=False, training=True)
-        for tid, store in self.grads.items():
-            if tid not in self._internal:  # internal gradients never leave their fused task
-                self.runtime.issue_fill(store, 0.0)
+        for tid in self._reduced_grads:
+            self.runtime.issue_fill(self.grads[tid], 0.0)
         for store in self.weight_grads.values():
             self.runtime.issue_fill(store, 0.0)
         stats = self._loss(loss, target, valid)

@@ -176,12 +176,20 @@ def backward_layout(graph: OperatorGraph, group: FusedGroup, tiles: Sequence[Reg
             if tid not in group.internal:
                 inputs.append(Slot(SlotKind.GRAD, tid, r))
         for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
-            if spec.dtype.is_float and tid not in group.internal:
+            if _gradient_leaves(graph, group, tid, spec):
                 reductions.append(Slot(SlotKind.GRAD, tid, r))
         accumulators += [
             Slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in zip(node.weights, w_regions, strict=True)
         ]
     return TaskLayout(_unique(inputs), (), _unique(reductions), _unique(accumulators))
+
+
+def _gradient_leaves(graph: OperatorGraph, group: FusedGroup, tid: int, spec) -> bool:
+    """Whether the group adds into the gradient store of its input `tid`: not for integer
+    inputs (token ids), internal tensors (kept in memory) or model inputs (nobody reads it)."""
+    return (
+        spec.dtype.is_float and tid not in group.internal and graph.tensor(tid).producer is not None
+    )
 
 
 class TileBackend(Protocol):
@@ -325,11 +333,9 @@ def run_backward(
         for tid, spec, r, grad in zip(
             node.inputs, node.sig.inputs, in_regions, grad_inputs, strict=True
         ):
-            if not spec.dtype.is_float:
-                continue
             if tid in internal:
                 grads[tid] = backend.accumulate(grads[tid], grad) if tid in grads else grad
-            else:
+            elif _gradient_leaves(task.graph, task.group, tid, spec):
                 backend.add(reductions[Slot(SlotKind.GRAD, tid, r)], grad)
         for pid, r, grad in zip(node.weights, w_regions, grad_weights, strict=True):
             slot = Slot(SlotKind.WEIGHT_GRAD, pid, r)
