@@ -81,26 +81,35 @@ FF_POOL2D(f32, float)
 FF_POOL2D(f64, double)
 
 /* im2col and col2im walk the same cells in the same order: row (sample, output row, output
- * column), then channel, kernel row, kernel column; the innermost run reads or writes the input
- * along a row, so both stream through memory. */
+ * column), then channel, kernel row, kernel column. Each window's in-bounds columns [j0, j1)
+ * are found once per output column, so the innermost loop is a plain run along an input row
+ * (vectorized), with zeros only where the window hangs over the padding. */
 #define FF_IM2COL(SUFFIX, T)                                                                   \
   void ff_im2col_##SUFFIX(const T *x, T *cols, long n, long c, long h, long w, long oh,        \
                           long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left) { \
     T *out = cols;                                                                             \
     for (long s = 0; s < n; ++s)                                                               \
       for (long r = 0; r < oh; ++r)                                                            \
-        for (long q = 0; q < ow; ++q)                                                          \
+        for (long q = 0; q < ow; ++q) {                                                        \
+          long left = q * sw - pad_left;                                                       \
+          int j0 = left < 0 ? (int)-left : 0;                                                  \
+          int j1 = left + kw > w ? (int)(w - left) : kw;                                       \
+          if (j1 < j0) j1 = j0;                                                                \
           for (long ch = 0; ch < c; ++ch) {                                                    \
             const T *plane = x + (s * c + ch) * h * w;                                         \
-            for (int i = 0; i < kh; ++i) {                                                     \
+            for (int i = 0; i < kh; ++i, out += kw) {                                          \
               long ih = r * sh - pad_top + i;                                                  \
-              int row_in = ih >= 0 && ih < h;                                                  \
-              for (int j = 0; j < kw; ++j) {                                                   \
-                long iw = q * sw - pad_left + j;                                               \
-                *out++ = (row_in && iw >= 0 && iw < w) ? plane[ih * w + iw] : (T)0;            \
+              if (ih < 0 || ih >= h) {                                                         \
+                for (int j = 0; j < kw; ++j) out[j] = (T)0;                                    \
+                continue;                                                                      \
               }                                                                                \
+              const T *src = plane + ih * w + left;                                            \
+              for (int j = 0; j < j0; ++j) out[j] = (T)0;                                      \
+              for (int j = j0; j < j1; ++j) out[j] = src[j];                                   \
+              for (int j = j1; j < kw; ++j) out[j] = (T)0;                                     \
             }                                                                                  \
           }                                                                                    \
+        }                                                                                      \
   }                                                                                            \
                                                                                                \
   void ff_col2im_##SUFFIX(const T *cols, T *dx, long n, long c, long h, long w, long oh,       \
@@ -109,18 +118,20 @@ FF_POOL2D(f64, double)
     const T *in = cols;                                                                        \
     for (long s = 0; s < n; ++s)                                                               \
       for (long r = 0; r < oh; ++r)                                                            \
-        for (long q = 0; q < ow; ++q)                                                          \
+        for (long q = 0; q < ow; ++q) {                                                        \
+          long left = q * sw - pad_left;                                                       \
+          int j0 = left < 0 ? (int)-left : 0;                                                  \
+          int j1 = left + kw > w ? (int)(w - left) : kw;                                       \
           for (long ch = 0; ch < c; ++ch) {                                                    \
             T *plane = dx + (s * c + ch) * h * w;                                              \
-            for (int i = 0; i < kh; ++i) {                                                     \
+            for (int i = 0; i < kh; ++i, in += kw) {                                           \
               long ih = r * sh - pad_top + i;                                                  \
-              int row_in = ih >= 0 && ih < h;                                                  \
-              for (int j = 0; j < kw; ++j, ++in) {                                             \
-                long iw = q * sw - pad_left + j;                                               \
-                if (row_in && iw >= 0 && iw < w) plane[ih * w + iw] += *in;                    \
-              }                                                                                \
+              if (ih < 0 || ih >= h) continue;                                                 \
+              T *dst = plane + ih * w + left;                                                  \
+              for (int j = j0; j < j1; ++j) dst[j] += in[j];                                   \
             }                                                                                  \
           }                                                                                    \
+        }                                                                                      \
   }
 
 FF_IM2COL(f32, float)
