@@ -3,7 +3,8 @@
 LeNet (28x28x1, batch 64) and an MLP (784-512-512-10, batch 64), SGD on sparse cross-entropy.
 Ours: data parallelism on 2 Legate CPU processors (a subprocess with LEGATE_CONFIG="--cpus 2
 --gpus 0"). PyTorch: the same layers and batch with torch.set_num_threads(2), in this process.
-Both: WARMUP iterations, then the mean of ITERATIONS timed back to back.
+Both: WARMUP iterations, then BLOCKS blocks of ITERATIONS timed back to back; the median
+block's mean (PyTorch's time moved by 20% between runs on this host).
 
 Where our time goes, from the task bodies' own timers (`Executor(record_timeline=True)`):
 "kernel" is the busiest processor's summed op-tile time per iteration (the numpy and C work of
@@ -33,6 +34,8 @@ from results_io import RESULTS, write_csv, write_markdown  # noqa: E402
 BATCH = 64
 CPUS = 2
 WARMUP = 3
+BLOCKS = 5
+"""Each side times BLOCKS blocks of --iterations iterations and keeps the median block."""
 MODELS = ("lenet", "mlp")
 
 
@@ -72,17 +75,21 @@ def measure_ours(name: str, iterations: int) -> dict:
     with Executor(graph, strategy, learning_rate=0.01, record_timeline=True) as executor:
         for _ in range(WARMUP):
             executor.train_batch(inputs, y, loss).read()
-        executor.runtime.issue_execution_fence(block=True)
-        begin = time.perf_counter()
-        for _ in range(iterations):
-            stats = executor.train_batch(inputs, y, loss)
-        stats.read()
-        executor.runtime.issue_execution_fence(block=True)
-        wall = time.perf_counter() - begin
-        busy: dict[int, float] = defaultdict(float)
-        for *_, start, end, thread in executor.timeline:
-            if start >= begin:
-                busy[thread] += end - start
+        blocks = []  # (wall s, busiest processor's op-tile s) per block of iterations
+        for _ in range(BLOCKS):
+            executor.runtime.issue_execution_fence(block=True)
+            begin = time.perf_counter()
+            for _ in range(iterations):
+                stats = executor.train_batch(inputs, y, loss)
+            stats.read()
+            executor.runtime.issue_execution_fence(block=True)
+            end = time.perf_counter()
+            busy: dict[int, float] = defaultdict(float)
+            for *_, start, stop, thread in executor.timeline:
+                if begin <= start < end:
+                    busy[thread] += stop - start
+            blocks.append((end - begin, max(busy.values())))
+        wall, kernel = sorted(blocks)[BLOCKS // 2]  # the median block: this host is noisy
         # Legate tasks per iteration: feed shards, a fused task per group, task and pass
         # (flexflow.runtime.fusion), the loss tiles, one update task per device
         tasks = (
@@ -91,13 +98,12 @@ def measure_ours(name: str, iterations: int) -> dict:
             + len(executor.regions(len(graph.ops) - 1))
             + len(executor.update_groups)
         )
-    kernel = max(busy.values()) / iterations
+    wall, kernel = wall / iterations, kernel / iterations
     return {
-        "iteration_s": wall / iterations,
+        "iteration_s": wall,
         "kernel_s": kernel,
-        "overhead_s": wall / iterations - kernel,
+        "overhead_s": wall - kernel,
         "tasks_per_iteration": tasks,
-        "processors_seen": len(busy),
     }
 
 
@@ -135,10 +141,13 @@ def measure_torch(name: str, iterations: int) -> float:
 
     for _ in range(WARMUP):
         step()
-    begin = time.perf_counter()
-    for _ in range(iterations):
-        step()
-    return (time.perf_counter() - begin) / iterations
+    blocks = []
+    for _ in range(BLOCKS):
+        begin = time.perf_counter()
+        for _ in range(iterations):
+            step()
+        blocks.append((time.perf_counter() - begin) / iterations)
+    return sorted(blocks)[BLOCKS // 2]
 
 
 def main() -> None:
@@ -190,8 +199,9 @@ def main() -> None:
         f"# Training iteration: ours on {CPUS} Legate CPUs (data parallel) vs PyTorch "
         f"{torch.__version__} with {CPUS} threads",
         "",
-        f"`.venv/bin/python benchmarks/runtime.py --iterations {args.iterations}`; mean of "
-        f"{args.iterations} iterations after {WARMUP} warm-up ones. Goals: ratio <= 1.5, "
+        f"`.venv/bin/python benchmarks/runtime.py --iterations {args.iterations}`; per side, "
+        f"the median of {BLOCKS} blocks of {args.iterations} iterations (mean) after {WARMUP} "
+        "warm-up ones. Goals: ratio <= 1.5, "
         "overhead <= 20% of kernel time.",
         "",
         "| model | batch | ours ms | PyTorch ms | ratio | kernel ms | overhead ms | overhead/kernel | tasks |",
