@@ -52,11 +52,10 @@ def run_tile_gpu(context: Any, executor: Executor, which: int, op: int, index: i
 def _run(
     gpu: Gpu, context: Any, executor: Executor, which: int, op: int, index: int, extra
 ) -> None:
-    from flexflow.runtime.loss import LOSS_IDS  # the runtime is loaded by the time tasks run
     from flexflow.runtime.tasks import Pass
 
     which = Pass(which)
-    if which in (Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD):
+    if which in (Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD, Pass.FUSED_FORWARD_LOSS):
         _run_fused(gpu, context, executor, which, op, index, extra)
         return
     if which == Pass.FEED:  # one shard of a model input, copied in on the device that reads it
@@ -80,15 +79,11 @@ def _run(
                 _write(gpu, next(outputs), value)
         return
     if which == Pass.LOSS:  # this tile's share of the loss, its correct count and gradient
-        loss_id, total, valid, key = extra
-        prediction = arrays[0]
-        if key >= 0:  # the target staged in this process: host to device
-            target = gpu.to_device(executor.staged_tile(key, executor.regions(op)[index]))
-        else:
-            target = arrays[1]
-        sums, grad = training.loss_tile(gpu, LOSS_IDS[loss_id], prediction, target, total, valid)
-        _write(gpu, context.outputs[0], grad)
-        _write(gpu, context.reductions[0], sums, add=True)
+        stored = arrays[1] if len(arrays) > 1 else None
+        _loss_into(
+            gpu, executor, op, index, extra, arrays[0], stored,
+            context.outputs[0], context.reductions[0],
+        )  # fmt: skip
         return
     node = executor.graph.ops[op]
     if which == Pass.RUNNING_STATISTICS:  # batch norm's running statistics: (2, C), on the host
@@ -140,6 +135,23 @@ def _run(
         _write(gpu, target, backend.accumulate(current, grad))
 
 
+def _loss_into(
+    gpu: Gpu, executor: Executor, op: int, index: int, loss_args, prediction, stored, grad, sums
+) -> None:
+    """The CPU body's `_loss_into` on the device: the gradient written into `grad`, (loss,
+    correct) added into `sums` (both task arguments)."""
+    from flexflow.runtime.loss import LOSS_IDS
+
+    loss_id, total, valid, key = loss_args
+    if key >= 0:  # the target staged in this process: host to device
+        target = gpu.to_device(executor.staged_tile(key, executor.regions(op)[index]))
+    else:
+        target = stored
+    values, gradient = training.loss_tile(gpu, LOSS_IDS[loss_id], prediction, target, total, valid)
+    _write(gpu, grad, gradient)
+    _write(gpu, sums, values, add=True)
+
+
 class _GpuTiles:
     """The GPU variant's side of a fused task (flexflow.runtime.fusion.TileBackend)."""
 
@@ -172,11 +184,19 @@ def _run_fused(
     task = executor.fused_tasks[group][index]
     backend = _GpuTiles(gpu)
     arrays = [prims.contiguous(gpu, device_array(a)) for a in context.inputs]
-    if which == Pass.FUSED_FORWARD:
-        values = dict(zip(task.forward.inputs, arrays, strict=True))
-        outputs = dict(zip(task.forward.outputs, context.outputs, strict=True))
+    if which in (Pass.FUSED_FORWARD, Pass.FUSED_FORWARD_LOSS):
+        layout = task.forward
+        values = dict(zip(layout.inputs, arrays, strict=False))
+        outputs = dict(zip(layout.outputs, context.outputs, strict=False))
         run = TaskRun(executor.timeline, index, Pass.FORWARD)
-        run_forward(task, backend, values, outputs, tuple(extra), run)
+        run_forward(task, backend, values, outputs, tuple(extra[:2]), run)
+        if which == Pass.FUSED_FORWARD_LOSS:  # the target (unless staged) and the loss's stores
+            stored = arrays[len(layout.inputs) :]
+            prediction = prims.contiguous(gpu, device_array(outputs[task.output_slot]))
+            _loss_into(
+                gpu, executor, task.group.ops[-1], index, tuple(extra[2:]), prediction,
+                stored[0] if stored else None, context.outputs[-1], context.reductions[0],
+            )  # fmt: skip
         return
     layout = task.backward
     values = dict(zip(layout.inputs, arrays, strict=False))

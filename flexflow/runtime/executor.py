@@ -522,6 +522,12 @@ class Executor:
     ) -> np.ndarray | None:
         """Run the forward pass on `inputs` (by input tensor name); the model's output.
         Dropout drops only in `training` mode."""
+        self._feed_inputs(inputs)
+        for group_id in range(len(self.groups)):
+            self._run_group(group_id, Pass.FORWARD, training)
+        return self._read(self.tensors[self._output]) if read else None
+
+    def _feed_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         for tensor in self.graph.input_tensors:
             if tensor.name not in inputs:
                 raise StrategyError(
@@ -529,9 +535,19 @@ class Executor:
                     f"got {sorted(inputs)}."
                 )
             self._feed(tensor.id, inputs[tensor.name])
-        for group_id in range(len(self.groups)):
+
+    def _forward_and_loss(
+        self, inputs: Mapping[str, np.ndarray], target, loss: str, valid: int | None, training: bool
+    ) -> BatchStats:
+        """The forward pass and the loss; the last fused group computes the loss in its own
+        tasks (one task and one dependence less per device and iteration)."""
+        target_check = self._check_target(loss, target, valid)
+        self._feed_inputs(inputs)
+        last = len(self.groups) - 1
+        fused = None if self.graph.ops[self.groups[last].ops[0]].op.statistics_dims else last
+        for group_id in range(last if fused is not None else last + 1):
             self._run_group(group_id, Pass.FORWARD, training)
-        return self._read(self.tensors[self._output]) if read else None
+        return self._loss(target_check, target, fused, training)
 
     @property
     def _output(self) -> int:
@@ -546,12 +562,11 @@ class Executor:
     ) -> BatchStats:
         """Issue one training iteration (forward, loss, backward, update) without waiting;
         samples past `valid` (padding) add nothing to the loss or the gradients."""
-        self.forward(inputs, read=False, training=True)
         for tid in self._reduced_grads:
             self.runtime.issue_fill(self.grads[tid], 0.0)
         for store in self.weight_grads.values():
             self.runtime.issue_fill(store, 0.0)
-        stats = self._loss(loss, target, valid)
+        stats = self._forward_and_loss(inputs, target, loss, valid, training=True)
         for group_id in reversed(range(len(self.groups))):
             self._run_group(group_id, Pass.BACKWARD, training=True)
         self.iteration += 1
@@ -567,8 +582,7 @@ class Executor:
     ) -> BatchStats:
         """Issue the forward pass and the loss of one batch; only its first `valid` samples
         count (the rest pad a last, short batch)."""
-        self.forward(inputs, read=False)
-        return self._loss(loss, target, valid)
+        return self._forward_and_loss(inputs, target, loss, valid, training=False)
 
     def step(
         self,
@@ -580,28 +594,39 @@ class Executor:
         cross-entropy); the loss before the update."""
         return self.train_batch(inputs, target, loss).loss
 
-    def _loss(self, name: str, target, valid: int | None = None) -> BatchStats:
-        """Loss tasks on the output's tiles, adding the loss and the correct predictions of
-        the first `valid` samples into one two-element store."""
+    def _check_target(self, name: str, target, valid: int | None) -> tuple[str, int, int]:
+        """The loss's name, valid samples and target rank, once `target` is known to fit."""
         name = loss_name(name)
-        output_op = len(self.graph.ops) - 1
-        node, config = self.graph.ops[output_op], self.strategy[output_op]
-        shape = node.sig.outputs[0].shape
+        shape = self.graph.ops[-1].sig.outputs[0].shape
         valid = shape[0] if valid is None else valid
         if not 0 < valid <= shape[0]:
             raise StrategyError(f"valid samples must be in 1..{shape[0]}, got {valid}.")
         target_rank = TARGET_RANK[name](len(shape))
         if not hasattr(target, "__legate_data_interface__"):
-            target = np.asarray(target)
-            check_target(name, shape, target)
+            check_target(name, shape, np.asarray(target))
         elif tuple(target.shape) != shape[:target_rank]:
             raise StrategyError(
                 f"{name}: target shape {tuple(target.shape)}, expected {shape[:target_rank]}."
             )
+        return name, valid, target_rank
+
+    def _loss(
+        self, checked: tuple[str, int, int], target, fused: int | None, training: bool
+    ) -> BatchStats:
+        """Loss tasks on the output's tiles, adding the loss and the correct predictions of
+        the first `valid` samples into one two-element store; with `fused`, the tasks of that
+        (last) group's forward pass, which compute the loss after it."""
+        name, valid, target_rank = checked
+        output_op = len(self.graph.ops) - 1
+        config = self.strategy[output_op]
+        shape = self.graph.ops[output_op].sig.outputs[0].shape
         per_sample = int(np.prod(shape[1:])) if name == "mean_squared_error" else 1
         total = valid * per_sample
         tiles = self._regions[output_op]
-        staged = self._staging and not hasattr(target, "__legate_data_interface__")
+        on_host = not hasattr(target, "__legate_data_interface__")
+        if on_host:
+            target = np.asarray(target)
+        staged = self._staging and on_host
         if staged:
             key = self._stage(np.ascontiguousarray(target), len(tiles))
         else:
@@ -612,9 +637,21 @@ class Executor:
         for index, region in enumerate(tiles):
             device = config.devices[index]
             rows = max(0, valid - region[0][0])
+            loss_args = (loss_id, total, rows, key)
             with Scope(machine=self.processors[device]):
-                task = self._task(device, Pass.LOSS, output_op, index, loss_id, total, rows, key)
-                task.add_input(_slice(self.tensors[self._output], region))
+                if fused is None:
+                    task = self._task(device, Pass.LOSS, output_op, index, *loss_args)
+                    task.add_input(_slice(self.tensors[self._output], region))
+                else:
+                    mode = (int(training), self.iteration)
+                    task = self._task(
+                        device, Pass.FUSED_FORWARD_LOSS, fused, index, *mode, *loss_args
+                    )
+                    layout = self.fused_tasks[fused][index].forward
+                    for slot in layout.inputs:
+                        task.add_input(self._slot(slot))
+                    for slot in layout.outputs:
+                        task.add_output(self._slot(slot))
                 if not staged:
                     task.add_input(_slice(target_store, region[:target_rank]))
                 task.add_output(_slice(self.grads[self._output], region))

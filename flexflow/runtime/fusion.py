@@ -226,6 +226,12 @@ class FusedTask:
     forward: TaskLayout
     backward: TaskLayout
 
+    @property
+    def output_slot(self) -> Slot:
+        """The tile of the last op's first output: what a loss after the group reads."""
+        (_, _, out_regions) = self.op_tiles[-1]
+        return Slot(SlotKind.TENSOR, self.graph.ops[self.group.ops[-1]].outputs[0], out_regions[0])
+
 
 def fused_task(
     graph: OperatorGraph, group: FusedGroup, index: int, tiles: Sequence[Region]

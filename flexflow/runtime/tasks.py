@@ -40,6 +40,8 @@ class Pass(enum.IntEnum):
     FUSED_FORWARD = 8
     """A fused group's forward (flexflow.runtime.fusion); the op scalar is the group's id."""
     FUSED_BACKWARD = 9
+    FUSED_FORWARD_LOSS = 10
+    """The last group's forward, then the loss on its output tile (the LOSS pass's scalars)."""
 
 
 EXECUTORS: dict[int, Executor] = {}
@@ -80,7 +82,7 @@ def task_arguments(context) -> tuple[Executor, Pass, int, int, tuple[int, ...]]:
 
 def _op_tile(context) -> None:
     executor, which, op, index, extra = task_arguments(context)
-    if which in (Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD):  # timed per op, inside
+    if which in (Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD, Pass.FUSED_FORWARD_LOSS):  # per op
         _run_fused(context, executor, which, op, index, extra)
         return
     begin = time.perf_counter()
@@ -128,11 +130,23 @@ class _CpuTiles:
 
 def _run_fused(context, executor: Executor, which: Pass, group: int, index: int, extra) -> None:
     task = executor.fused_tasks[group][index]
-    if which == Pass.FUSED_FORWARD:
-        values = dict(zip(task.forward.inputs, map(_array, context.inputs), strict=True))
-        outputs = dict(zip(task.forward.outputs, map(_array, context.outputs), strict=True))
+    if which in (Pass.FUSED_FORWARD, Pass.FUSED_FORWARD_LOSS):
+        layout = task.forward
+        arrays, results = list(map(_array, context.inputs)), list(map(_array, context.outputs))
+        values = dict(zip(layout.inputs, arrays, strict=False))
+        outputs = dict(zip(layout.outputs, results, strict=False))
         run = TaskRun(executor.timeline, index, Pass.FORWARD)
-        run_forward(task, _CpuTiles, values, outputs, extra, run)
+        run_forward(task, _CpuTiles, values, outputs, extra[:2], run)
+        if which == Pass.FUSED_FORWARD_LOSS:  # the target (unless staged) and the loss's stores
+            begin = time.perf_counter()
+            stored = arrays[len(layout.inputs) :]
+            _loss_into(
+                executor, task.group.ops[-1], index, extra[2:], outputs[task.output_slot],
+                stored[0] if stored else None, results[-1], _array(context.reductions[0]),
+            )  # fmt: skip
+            if executor.timeline is not None:
+                entry = (task.group.ops[-1], index, Pass.LOSS, begin, time.perf_counter())
+                executor.timeline.append((*entry, threading.get_ident()))
     else:
         layout = task.backward
         arrays = [_array(a) for a in context.inputs]
@@ -144,6 +158,27 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         sums = dict(zip(layout.reductions, map(_array, context.reductions), strict=True))
         run = TaskRun(executor.timeline, index, Pass.BACKWARD)
         run_backward(task, _CpuTiles, values, sums, accumulators, extra, run)
+
+
+def _loss_into(
+    executor: Executor,
+    op: int,
+    index: int,
+    loss_args,
+    prediction: np.ndarray,
+    stored_target: np.ndarray | None,
+    grad: np.ndarray,
+    sums: np.ndarray,
+) -> None:
+    """Tile `index` of output op `op`: the loss gradient into `grad`, (loss, correct) added
+    into `sums`; the target is staged in this process (key >= 0) or `stored_target`."""
+    loss_id, total, valid, key = loss_args
+    if key >= 0:
+        target = executor.staged_tile(key, executor.regions(op)[index])
+    else:
+        target = stored_target
+    value, grad[...], correct = loss_tile(loss_id, prediction, target, total, valid)
+    sums[...] += (value, correct)
 
 
 def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, extra) -> None:
@@ -165,15 +200,11 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
                 _array(next(outputs))[...] = value
         return
     if which == Pass.LOSS:  # this tile's share of the loss and its tile of the loss gradient
-        loss_id, total, valid, key = extra
-        prediction = _array(context.inputs[0])
-        if key >= 0:  # the target staged in this process
-            target = executor.staged_tile(key, executor.regions(op)[index])
-        else:
-            target = _array(context.inputs[1])
-        value, grad, correct = loss_tile(loss_id, prediction, target, total, valid)
-        _array(context.outputs[0])[...] = grad
-        _array(context.reductions[0])[...] += (value, correct)
+        stored = _array(context.inputs[1]) if len(context.inputs) > 1 else None
+        _loss_into(
+            executor, op, index, extra, _array(context.inputs[0]), stored,
+            _array(context.outputs[0]), _array(context.reductions[0]),
+        )  # fmt: skip
         return
     node = executor.graph.ops[op]
     if which == Pass.RUNNING_STATISTICS:  # batch norm's running mean and variance

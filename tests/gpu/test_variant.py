@@ -101,7 +101,9 @@ class Executor:
 
     @property
     def graph(self):
-        return types.SimpleNamespace(ops={0: self.node})
+        # every tensor made by some earlier op, so its gradient leaves the task
+        made = types.SimpleNamespace(producer=-1)
+        return types.SimpleNamespace(ops={0: self.node}, tensor=lambda tid: made)
 
     def regions(self, op):
         return (self.region,)
@@ -144,6 +146,21 @@ def test_forward_and_backward_through_strided_allocations(host):  # noqa: F811
     variant._run(host, Context(tuple(ins), (out,)), executor, Pass.FUSED_FORWARD, 0, 0, (1, 0))
     assert check.compare("fwd", "y", host_of(host, out.array), y_ref).ok
     assert [entry[:3] for entry in executor.timeline] == [(0, 0, Pass.FORWARD)]
+
+    # the same forward followed by the loss in the same task (the last group's FUSED_FORWARD_LOSS)
+    loss = sys.modules["flexflow.runtime.loss"]
+    loss_id = loss.LOSS_IDS.index("mean_squared_error")
+    target = np.random.default_rng(2).standard_normal(y_ref.shape).astype(np.float32)
+    grad_out = Physical(strided(host, np.zeros_like(y_ref, dtype=np.float32)))
+    sums = Physical(strided(host, np.array([0.5, 1.0])))
+    out = Physical(strided(host, np.zeros(y_ref.shape, np.float32)))
+    context = Context(tuple(ins) + (Physical(strided(host, target)),), (out, grad_out), (sums,))
+    total = y_ref.size + 3  # this tile is part of a larger batch
+    extra = (1, 0, loss_id, total, y_ref.shape[0], -1)
+    variant._run(host, context, executor, Pass.FUSED_FORWARD_LOSS, 0, 0, extra)
+    value, want_grad, correct = loss.loss_tile(loss_id, y_ref, target, total, y_ref.shape[0])
+    assert check.compare("loss", "grad", host_of(host, grad_out.array), want_grad).ok
+    np.testing.assert_allclose(host_of(host, sums.array), [0.5 + value, 1.0 + correct], rtol=1e-5)
 
     (gx_ref,), gw_ref = op.backward_tile(
         sig, region, data.inputs, data.weights, (y_ref,), data.grad_outputs
