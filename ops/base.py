@@ -160,6 +160,10 @@ class Op(ABC):
     """The registry key, e.g. "conv2d"; also the default layer name prefix."""
 
     statistics_dims: ClassVar[tuple[str, ...]] = ()
+    skips_input_grads: ClassVar[bool] = False
+    """True when `backward_tile(..., need_input_grads=False)` saves the input gradients' work
+    (conv2d's col2im, dense's matmul): the runtime asks so when nothing reads them (the first
+    op after the model input). They come back as None then."""
     """Output dims whose split makes tasks combine partial statistics before they finish.
 
     Batch norm's mean and variance span the batch: when its sample dim is split, each task reads
@@ -260,11 +264,15 @@ class Op(ABC):
         weights: Sequence[np.ndarray],
         outputs: Sequence[np.ndarray],
         grad_outputs: Sequence[np.ndarray],
+        need_input_grads: bool = True,
     ) -> tuple[tuple[np.ndarray | None, ...], Arrays]:
         """The gradients the task of tile `region` contributes: one per input and weight region it
         read (`outputs` and `grad_outputs` are the tile's). Contributions of tasks whose regions
-        overlap (halos, replicated weights) are summed."""
-        return self.backward(inputs, weights, outputs, grad_outputs)
+        overlap (halos, replicated weights) are summed. `need_input_grads`: see
+        `skips_input_grads`."""
+        if need_input_grads or not self.skips_input_grads:
+            return self.backward(inputs, weights, outputs, grad_outputs)
+        return self.backward(inputs, weights, outputs, grad_outputs, need_input_grads=False)
 
     @abstractmethod
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:

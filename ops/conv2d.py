@@ -186,20 +186,24 @@ class Conv2D(Window2D):
         (x,) = inputs  # (N_t, C_t, H_t, W_t): the tile's samples, its groups' channels, halos
         return self._tile_op(sig, x, weights).forward([pad_hw_sides(x, rows, cols)], weights)
 
-    def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
+    skips_input_grads = True
+
+    def backward_tile(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads=True
+    ):
         rows, cols = self._tile_padding(sig, region)
         (x,) = inputs
         padded = pad_hw_sides(x, rows, cols)
         tile = self._tile_op(sig, x, weights)
-        (dx,), grads = tile.backward([padded], weights, outputs, grad_outputs)
-        return (crop_hw_sides(dx, rows, cols),), grads
+        (dx,), grads = tile.backward([padded], weights, outputs, grad_outputs, need_input_grads)
+        return (None if dx is None else crop_hw_sides(dx, rows, cols),), grads
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs
         z, _ = self._pre_activation(x, weights)
         return (ACTIVATIONS[self.activation].forward(z),)
 
-    def backward(self, inputs, weights, outputs, grad_outputs):
+    def backward(self, inputs, weights, outputs, grad_outputs, need_input_grads=True):
         (x,) = inputs
         (y,) = outputs
         kernel = weights[0]
@@ -212,11 +216,13 @@ class Conv2D(Window2D):
         dz_rows = dz.transpose(0, 2, 3, 1).reshape(-1, self.out_channels)  # (N*H'*W', O)
         dz_g = self._by_group(dz_rows)  # (G, N*H'*W', O/G)
         grad_kernel = (dz_g.transpose(0, 2, 1) @ self._by_group(cols)).reshape(kernel.shape)
-        dcols = self._from_groups(dz_g @ self._grouped_kernel(kernel))  # (N*H'*W', C*kh*kw)
-        dx = native.col2im(
-            dcols, x.shape, dz.shape[2:], self._kernel, self._stride, self._padding
-        )  # fmt: skip
+        dx = None
+        if need_input_grads:
+            dcols = self._from_groups(dz_g @ self._grouped_kernel(kernel))  # (N*H'*W', C*kh*kw)
+            dx = native.col2im(
+                dcols, x.shape, dz.shape[2:], self._kernel, self._stride, self._padding
+            )  # fmt: skip
         grads = [grad_kernel]
-        if self.use_bias:
-            grads.append(dz_rows.sum(axis=0))
+        if self.use_bias:  # a matrix-vector product: 7x faster than numpy's sum down axis 0
+            grads.append(np.ones(dz_rows.shape[0], dz_rows.dtype) @ dz_rows)
         return (dx,), tuple(grads)

@@ -89,7 +89,9 @@ class Dense(Op):
         (x,) = inputs
         return (ACTIVATIONS[self.activation].forward(self._pre_activation(x, weights)),)
 
-    def backward(self, inputs, weights, outputs, grad_outputs):
+    skips_input_grads = True
+
+    def backward(self, inputs, weights, outputs, grad_outputs, need_input_grads=True):
         (x,) = inputs
         (y,) = outputs
         kernel = weights[0]
@@ -101,4 +103,4 @@ class Dense(Op):
         grads = [dz2.T @ x2]
         if self.use_bias:
             grads.append(dz2.sum(axis=0))
-        return (dz @ kernel,), tuple(grads)
+        return (dz @ kernel if need_input_grads else None,), tuple(grads)

@@ -161,7 +161,8 @@ class _GpuTiles:
     def forward(self, op, sig, region, inputs, weights):
         return tiles.forward_tile(self.gpu, op, sig, region, inputs, weights)
 
-    def backward(self, op, sig, region, inputs, weights, outputs, grads):
+    def backward(self, op, sig, region, inputs, weights, outputs, grads, need_input_grads):
+        # the GPU tiles always compute the input gradients (need_input_grads only saves work)
         return tiles.backward_tile(self.gpu, op, sig, region, inputs, weights, outputs, grads)
 
     def write(self, target: Any, value: DeviceArray) -> None:

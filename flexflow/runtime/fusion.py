@@ -198,8 +198,18 @@ class TileBackend(Protocol):
     def forward(self, op, sig, region: Region, inputs: list, weights: list) -> Sequence[Any]: ...
 
     def backward(
-        self, op, sig, region: Region, inputs: list, weights: list, outputs: list, grads: list
-    ) -> tuple[Sequence[Any], Sequence[Any]]: ...
+        self,
+        op,
+        sig,
+        region: Region,
+        inputs: list,
+        weights: list,
+        outputs: list,
+        grads: list,
+        need_input_grads: bool,
+    ) -> tuple[Sequence[Any], Sequence[Any]]:
+        """The op tile's (input gradients, weight gradients); with `need_input_grads` False
+        nothing reads the input gradients (an op may skip them: `Op.skips_input_grads`)."""
 
     def write(self, target: Any, value: Any) -> None:
         """target[...] = value, target being an output argument of the task."""
@@ -333,8 +343,12 @@ def run_backward(
         ]
         # backward passes always train: dropout applies this iteration's mask
         op_now = op_for_task(node.op, extra) or node.op
+        needed = any(
+            t in internal or _gradient_leaves(task.graph, task.group, t, spec)
+            for t, spec in zip(node.inputs, node.sig.inputs, strict=True)
+        )
         grad_inputs, grad_weights = backend.backward(
-            op_now, node.sig, region, inputs, weights, outputs, grad_outputs
+            op_now, node.sig, region, inputs, weights, outputs, grad_outputs, needed
         )
         for tid, spec, r, grad in zip(
             node.inputs, node.sig.inputs, in_regions, grad_inputs, strict=True
