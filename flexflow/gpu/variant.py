@@ -82,7 +82,7 @@ def _run(
         stored = arrays[1] if len(arrays) > 1 else None
         _loss_into(
             gpu, executor, op, index, extra, arrays[0], stored,
-            context.outputs[0], context.reductions[0],
+            context.outputs[0], context.outputs[1],
         )  # fmt: skip
         return
     node = executor.graph.ops[op]
@@ -138,8 +138,8 @@ def _run(
 def _loss_into(
     gpu: Gpu, executor: Executor, op: int, index: int, loss_args, prediction, stored, grad, sums
 ) -> None:
-    """The CPU body's `_loss_into` on the device: the gradient written into `grad`, (loss,
-    correct) added into `sums` (both task arguments)."""
+    """The CPU body's `_loss_into` on the device: the gradient into `grad`, (loss, correct)
+    into `sums`, this task's row (both task arguments)."""
     from flexflow.runtime.loss import LOSS_IDS
 
     loss_id, total, valid, key = loss_args
@@ -149,7 +149,7 @@ def _loss_into(
         target = stored
     values, gradient = training.loss_tile(gpu, LOSS_IDS[loss_id], prediction, target, total, valid)
     _write(gpu, grad, gradient)
-    _write(gpu, sums, values, add=True)
+    _write(gpu, sums, values)
 
 
 class _GpuTiles:
@@ -196,7 +196,7 @@ def _run_fused(
             prediction = prims.contiguous(gpu, device_array(outputs[task.output_slot]))
             _loss_into(
                 gpu, executor, task.group.ops[-1], index, tuple(extra[2:]), prediction,
-                stored[0] if stored else None, context.outputs[-1], context.reductions[0],
+                stored[0] if stored else None, context.outputs[-2], context.outputs[-1],
             )  # fmt: skip
         return
     layout = task.backward

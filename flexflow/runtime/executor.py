@@ -77,7 +77,7 @@ class BatchStats:
     samples: int
 
     def read(self) -> tuple[float, int]:
-        loss, correct = Executor._read(self._store)
+        loss, correct = Executor._read(self._store).sum(axis=0)  # over the loss's tasks
         return float(loss), int(round(correct))
 
     @property
@@ -613,8 +613,9 @@ class Executor:
     def _loss(
         self, checked: tuple[str, int, int], target, fused: int | None, training: bool
     ) -> BatchStats:
-        """Loss tasks on the output's tiles, adding the loss and the correct predictions of
-        the first `valid` samples into one two-element store; with `fused`, the tasks of that
+        """Loss tasks on the output's tiles, each writing the loss and the correct predictions
+        of its share of the first `valid` samples into its row of one store; with `fused`, the
+        tasks of that
         (last) group's forward pass, which compute the loss after it."""
         name, valid, target_rank = checked
         output_op = len(self.graph.ops) - 1
@@ -631,8 +632,9 @@ class Executor:
             key = self._stage(np.ascontiguousarray(target), len(tiles))
         else:
             target_store, key = self._store_of(target), -1
-        sums = self.runtime.create_store(ty.float64, (2,))
-        self.runtime.issue_fill(sums, 0.0)
+        # (loss, correct) per task, summed when read: a reduction from tasks on several
+        # processors into one store serialized them (each device's whole forward pass here)
+        sums = self.runtime.create_store(ty.float64, (len(tiles), 2))
         loss_id = LOSS_IDS.index(name)
         for index, region in enumerate(tiles):
             device = config.devices[index]
@@ -655,6 +657,6 @@ class Executor:
                 if not staged:
                     task.add_input(_slice(target_store, region[:target_rank]))
                 task.add_output(_slice(self.grads[self._output], region))
-                task.add_reduction(sums, ty.ReductionOpKind.ADD)
+                task.add_output(_slice(sums, ((index, index + 1), (0, 2))))
                 task.execute()
         return BatchStats(sums, valid)

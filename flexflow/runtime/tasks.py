@@ -144,7 +144,7 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
             stored = arrays[len(layout.inputs) :]
             _loss_into(
                 executor, task.group.ops[-1], index, extra[2:], outputs[task.output_slot],
-                stored[0] if stored else None, results[-1], _array(context.reductions[0]),
+                stored[0] if stored else None, results[-2], results[-1],
             )  # fmt: skip
             if executor.timeline is not None:
                 entry = (task.group.ops[-1], index, Pass.LOSS, begin, time.perf_counter())
@@ -172,15 +172,16 @@ def _loss_into(
     grad: np.ndarray,
     sums: np.ndarray,
 ) -> None:
-    """Tile `index` of output op `op`: the loss gradient into `grad`, (loss, correct) added
-    into `sums`; the target is staged in this process (key >= 0) or `stored_target`."""
+    """Tile `index` of output op `op`: the loss gradient into `grad`, (loss, correct) into
+    `sums` (this task's row); the target is staged in this process (key >= 0) or
+    `stored_target`."""
     loss_id, total, valid, key = loss_args
     if key >= 0:
         target = executor.staged_tile(key, executor.regions(op)[index])
     else:
         target = stored_target
     value, grad[...], correct = loss_tile(loss_id, prediction, target, total, valid)
-    sums[...] += (value, correct)
+    sums[...] = (value, correct)
 
 
 def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, extra) -> None:
@@ -205,7 +206,7 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         stored = _array(context.inputs[1]) if len(context.inputs) > 1 else None
         _loss_into(
             executor, op, index, extra, _array(context.inputs[0]), stored,
-            _array(context.outputs[0]), _array(context.reductions[0]),
+            _array(context.outputs[0]), _array(context.outputs[1]),
         )  # fmt: skip
         return
     node = executor.graph.ops[op]

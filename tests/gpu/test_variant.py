@@ -152,15 +152,15 @@ def test_forward_and_backward_through_strided_allocations(host):  # noqa: F811
     loss_id = loss.LOSS_IDS.index("mean_squared_error")
     target = np.random.default_rng(2).standard_normal(y_ref.shape).astype(np.float32)
     grad_out = Physical(strided(host, np.zeros_like(y_ref, dtype=np.float32)))
-    sums = Physical(strided(host, np.array([0.5, 1.0])))
+    sums = Physical(strided(host, np.array([[0.5, 1.0]])))  # this task's row: overwritten
     out = Physical(strided(host, np.zeros(y_ref.shape, np.float32)))
-    context = Context(tuple(ins) + (Physical(strided(host, target)),), (out, grad_out), (sums,))
+    context = Context(tuple(ins) + (Physical(strided(host, target)),), (out, grad_out, sums))
     total = y_ref.size + 3  # this tile is part of a larger batch
     extra = (1, 0, loss_id, total, y_ref.shape[0], -1)
     variant._run(host, context, executor, Pass.FUSED_FORWARD_LOSS, 0, 0, extra)
     value, want_grad, correct = loss.loss_tile(loss_id, y_ref, target, total, y_ref.shape[0])
     assert check.compare("loss", "grad", host_of(host, grad_out.array), want_grad).ok
-    np.testing.assert_allclose(host_of(host, sums.array), [0.5 + value, 1.0 + correct], rtol=1e-5)
+    np.testing.assert_allclose(host_of(host, sums.array), [[value, correct]], rtol=1e-5)
 
     (gx_ref,), gw_ref = op.backward_tile(
         sig, region, data.inputs, data.weights, (y_ref,), data.grad_outputs
@@ -223,20 +223,20 @@ def test_update_loss_and_feed_passes(host):  # noqa: F811
     labels = np.array([0, 2, 1, 2], dtype=np.int64)
     loss_id = loss.LOSS_IDS.index("sparse_categorical_crossentropy")
     grad_out = Physical(strided(host, np.zeros_like(probs)))
-    sums = Physical(strided(host, np.array([0.5, 1.0])))
+    sums = Physical(strided(host, np.array([[0.5, 1.0]])))
     context = Context(
-        (Physical(strided(host, probs)), Physical(strided(host, labels))), (grad_out,), (sums,)
+        (Physical(strided(host, probs)), Physical(strided(host, labels))), (grad_out, sums)
     )
     variant._run(host, context, Executor(None, ()), Pass.LOSS, 0, 0, (loss_id, 8, 3, -1))
     value, want_grad, correct = loss.loss_tile(loss_id, probs, labels, 8, 3)
-    np.testing.assert_allclose(host_of(host, sums.array), [0.5 + value, 1.0 + correct], rtol=1e-6)
+    np.testing.assert_allclose(host_of(host, sums.array), [[value, correct]], rtol=1e-6)
     np.testing.assert_allclose(host_of(host, grad_out.array), want_grad, rtol=1e-6)
     # the same with the labels staged in the process (rows 1..3 of a batch of 5)
     tile = Executor(None, ((1, 5), (0, 3)), staged={7: np.concatenate([[9], labels])})
-    sums = Physical(strided(host, np.array([0.5, 1.0])))
-    context = Context((Physical(strided(host, probs)),), (grad_out,), (sums,))
+    sums = Physical(strided(host, np.array([[0.5, 1.0]])))
+    context = Context((Physical(strided(host, probs)),), (grad_out, sums))
     variant._run(host, context, tile, Pass.LOSS, 0, 0, (loss_id, 8, 3, 7))
-    np.testing.assert_allclose(host_of(host, sums.array), [0.5 + value, 1.0 + correct], rtol=1e-6)
+    np.testing.assert_allclose(host_of(host, sums.array), [[value, correct]], rtol=1e-6)
 
     ids = rng.integers(0, 9, (4, 5)).astype(np.int32)
     fed = Physical(strided(host, np.zeros_like(ids)))
