@@ -90,14 +90,7 @@ def measure_ours(name: str, iterations: int) -> dict:
                     busy[thread] += stop - start
             blocks.append((end - begin, max(busy.values())))
         wall, kernel = sorted(blocks)[BLOCKS // 2]  # the median block: this host is noisy
-        # Legate tasks per iteration: feed shards, a fused task per group, task and pass
-        # (flexflow.runtime.fusion), the loss tiles, one update task per device
-        tasks = (
-            sum(len(shards) for shards in executor._input_shards.values())
-            + 2 * sum(len(group_tasks) for group_tasks in executor.fused_tasks)
-            + len(executor.regions(len(graph.ops) - 1))
-            + len(executor.update_groups)
-        )
+        tasks = executor.tasks_per_iteration()
     wall, kernel = wall / iterations, kernel / iterations
     return {
         "iteration_s": wall,

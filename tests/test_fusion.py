@@ -107,3 +107,20 @@ def test_one_device_strategy_groups_like_data_parallelism():
     )
     (group,), _ = _groups(graph, single)
     assert len(group.ops) == len(graph.ops)
+
+
+def test_forward_loss_and_backward_share_a_task_unless_another_output_leaves_the_group():
+    graph = load_model("lenet", FFConfig(batch_size=8)).graph()
+    strategy = named_strategy("dp", graph, parse_machine("p100:2"))
+    (group,), regions = _groups(graph, strategy)
+    assert fused_task(graph, group, 0, [regions[op][0] for op in group.ops]).step_ready
+
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 6), name="x")
+    kept, _unread = model.split(model.dense(x, 6, name="h"), 2, axis=1, name="halves")
+    model.dense(kept, 2, name="out")
+    graph = model.graph()
+    strategy = named_strategy("dp", graph, parse_machine("p100:2"))
+    (group,), regions = _groups(graph, strategy)
+    # the unread half's gradient (zeros) comes from its store, which a step task never reads
+    assert not fused_task(graph, group, 0, [regions[op][0] for op in group.ops]).step_ready

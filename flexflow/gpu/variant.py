@@ -55,7 +55,9 @@ def _run(
     from flexflow.runtime.tasks import Pass
 
     which = Pass(which)
-    if which in (Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD, Pass.FUSED_FORWARD_LOSS):
+    if which in (
+        Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD, Pass.FUSED_FORWARD_LOSS, Pass.FUSED_STEP
+    ):  # fmt: skip
         _run_fused(gpu, context, executor, which, op, index, extra)
         return
     if which == Pass.FEED:  # one shard of a model input, copied in on the device that reads it
@@ -185,19 +187,31 @@ def _run_fused(
     task = executor.fused_tasks[group][index]
     backend = _GpuTiles(gpu)
     arrays = [prims.contiguous(gpu, device_array(a)) for a in context.inputs]
-    if which in (Pass.FUSED_FORWARD, Pass.FUSED_FORWARD_LOSS):
-        layout = task.forward
-        values = dict(zip(layout.inputs, arrays, strict=False))
-        outputs = dict(zip(layout.outputs, context.outputs, strict=False))
+    if which in (Pass.FUSED_FORWARD, Pass.FUSED_FORWARD_LOSS, Pass.FUSED_STEP):
+        # the CPU body's argument order (flexflow.runtime.tasks._run_fused)
+        layout, results = task.forward, list(context.outputs)
+        n_in, n_out = len(layout.inputs), len(layout.outputs)
+        values = dict(zip(layout.inputs, arrays[:n_in], strict=True))
+        outputs = dict(zip(layout.outputs, results[:n_out], strict=True))
         run = TaskRun(executor.timeline, index, Pass.FORWARD)
         run_forward(task, backend, values, outputs, tuple(extra[:2]), run)
-        if which == Pass.FUSED_FORWARD_LOSS:  # the target (unless staged) and the loss's stores
-            stored = arrays[len(layout.inputs) :]
-            prediction = prims.contiguous(gpu, device_array(outputs[task.output_slot]))
-            _loss_into(
-                gpu, executor, task.group.ops[-1], index, tuple(extra[2:]), prediction,
-                stored[0] if stored else None, context.outputs[-2], context.outputs[-1],
-            )  # fmt: skip
+        if which == Pass.FUSED_FORWARD:
+            return
+        n_target = int(extra[5] < 0)  # the loss's key: the target is staged unless negative
+        prediction = prims.contiguous(gpu, device_array(outputs[task.output_slot]))
+        _loss_into(
+            gpu, executor, task.group.ops[-1], index, tuple(extra[2:]), prediction,
+            arrays[n_in] if n_target else None, results[n_out], results[n_out + 1],
+        )  # fmt: skip
+        if which == Pass.FUSED_STEP:  # the backward reads what the stores now hold
+            for slot, physical in outputs.items():
+                values[slot] = prims.contiguous(gpu, device_array(physical))
+            values[task.output_grad_slot] = prims.contiguous(gpu, device_array(results[n_out]))
+            pairs = zip(arrays[n_in + n_target :], results[n_out + 2 :], strict=True)
+            accumulators = dict(zip(task.backward.accumulators, pairs, strict=True))
+            sums = dict(zip(task.backward.reductions, context.reductions, strict=True))
+            run = TaskRun(executor.timeline, index, Pass.BACKWARD)
+            run_backward(task, backend, values, sums, accumulators, tuple(extra[:2]), run)
         return
     layout = task.backward
     values = dict(zip(layout.inputs, arrays, strict=False))

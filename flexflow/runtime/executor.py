@@ -1,19 +1,26 @@
 """Training iterations of an operator graph under a SOAP strategy, as Legate tasks (paper §7).
 
-Every tensor, weight and gradient is a Legate store. Each task of an op's configuration is one
-Legate task placed on its strategy's processor (a `Scope` of that one CPU), reading the store
-slices its input and weight regions name and writing its output tile; Legate moves the data
-between processors. Backward tasks add their input and weight gradients into the gradient
-stores with ADD reductions, which sums the gradients of replicated weights (and of halos) before
-the update. The update is one SGD task per weight on the processor of its first task. Batch
-norm's tiles first add their per-channel partial sums into a statistics store (forward: sums of
-x and x^2; backward: sums of dz and dz*xhat), so any sample split normalizes with the batch's
-statistics.
+Every tensor, weight and gradient is a Legate store. Each task of an op's configuration runs on
+its strategy's processor (a `Scope` of that one CPU or GPU), reading the store slices its input
+and weight regions name and writing its output tile; Legate moves the data between
+processors. Consecutive ops whose tiles line up run as one task per device
+(`flexflow.runtime.fusion`, as FlexFlow's FusedOp): LeNet under data parallelism is one forward
+and one backward task per device, their intermediate tensors' gradients never leave the task.
 
-The loss (`flexflow.runtime.loss`) runs as one task per tile of the model's output, on that
-tile's device: each writes its tile of the loss gradient (which seeds the backward pass) and adds
-its share of the loss into a one-element store. The model's output is the first output of the
-last op; other outputs nothing reads (an LSTM's last cell state) get zero gradients.
+Gradients of tensors read across fused groups are added into their stores with ADD reductions
+(which also sum halos). Weight gradients are not: each device adds into its own partial
+gradient (a leading device axis), and the update, one task per device over the weight rows it
+owns (`flexflow.tiling`), sums the partials; a reduction from tasks on several processors into
+one store made Legate run them one after the other. Batch norm's tiles first add their
+per-channel partial sums into a statistics store (forward: sums of x and x^2; backward: sums of
+dz and dz*xhat), so any sample split normalizes with the batch's statistics.
+
+The loss (`flexflow.runtime.loss`) runs on each tile of the model's output, on that tile's
+device, inside the last fused group's forward tasks (or as its own tasks after a batch norm):
+each writes its tile of the loss gradient (which seeds the backward pass) and its share of the
+loss and correct predictions into its row of a small store. The model's output is the first
+output of the last op; other outputs nothing reads (an LSTM's last cell state) get zero
+gradients. Model inputs are double-buffered so the next batch's feed overlaps this iteration.
 """
 
 from __future__ import annotations
@@ -131,6 +138,7 @@ class Executor:
             for group in self.groups
         ]
         internal = frozenset().union(*(group.internal for group in self.groups))
+        self._step_ready = [all(t.step_ready for t in tasks) for tasks in self.fused_tasks]
         self._reduced_grads = tuple(
             t.id
             for t in graph.tensors
@@ -228,6 +236,22 @@ class Executor:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+    def tasks_per_iteration(self) -> int:
+        """The Legate tasks one `train_batch` issues (fills aside): what fusion saves."""
+        tasks = sum(len(shards) for shards in self._input_shards.values())
+        tasks += sum(len(pieces) > 0 for pieces in self.update_groups.values())
+        last = len(self.groups) - 1
+        for group_id, group_tasks in enumerate(self.fused_tasks):
+            count = len(group_tasks)
+            if self.graph.ops[self.groups[group_id].ops[0]].op.statistics_dims:
+                # statistics, running statistics, forward; statistics, backward; the loss
+                tasks += 4 * count + 1 + (count if group_id == last else 0)
+            elif group_id == last:  # the loss inside the forward, and the backward with it
+                tasks += count if self._step_ready[group_id] else 2 * count
+            else:
+                tasks += 2 * count
+        return tasks
 
     def regions(self, op: int) -> tuple[Region, ...]:
         return self._regions[op]
@@ -537,17 +561,24 @@ class Executor:
             self._feed(tensor.id, inputs[tensor.name])
 
     def _forward_and_loss(
-        self, inputs: Mapping[str, np.ndarray], target, loss: str, valid: int | None, training: bool
-    ) -> BatchStats:
+        self,
+        inputs: Mapping[str, np.ndarray],
+        target,
+        loss: str,
+        valid: int | None,
+        training: bool,
+    ) -> tuple[BatchStats, bool]:
         """The forward pass and the loss; the last fused group computes the loss in its own
-        tasks (one task and one dependence less per device and iteration)."""
+        tasks (one task and one dependence less per device and iteration), and in training
+        its backward pass too where it can (`FusedTask.step_ready`). Whether it did."""
         target_check = self._check_target(loss, target, valid)
         self._feed_inputs(inputs)
         last = len(self.groups) - 1
         fused = None if self.graph.ops[self.groups[last].ops[0]].op.statistics_dims else last
         for group_id in range(last if fused is not None else last + 1):
             self._run_group(group_id, Pass.FORWARD, training)
-        return self._loss(target_check, target, fused, training)
+        step = training and fused is not None and self._step_ready[fused]
+        return self._loss(target_check, target, fused, training, step), step
 
     @property
     def _output(self) -> int:
@@ -566,8 +597,8 @@ class Executor:
             self.runtime.issue_fill(self.grads[tid], 0.0)
         for store in self.weight_grads.values():
             self.runtime.issue_fill(store, 0.0)
-        stats = self._forward_and_loss(inputs, target, loss, valid, training=True)
-        for group_id in reversed(range(len(self.groups))):
+        stats, stepped = self._forward_and_loss(inputs, target, loss, valid, training=True)
+        for group_id in reversed(range(len(self.groups) - int(stepped))):
             self._run_group(group_id, Pass.BACKWARD, training=True)
         self.iteration += 1
         self._update()
@@ -582,7 +613,7 @@ class Executor:
     ) -> BatchStats:
         """Issue the forward pass and the loss of one batch; only its first `valid` samples
         count (the rest pad a last, short batch)."""
-        return self._forward_and_loss(inputs, target, loss, valid, training=False)
+        return self._forward_and_loss(inputs, target, loss, valid, training=False)[0]
 
     def step(
         self,
@@ -611,7 +642,12 @@ class Executor:
         return name, valid, target_rank
 
     def _loss(
-        self, checked: tuple[str, int, int], target, fused: int | None, training: bool
+        self,
+        checked: tuple[str, int, int],
+        target,
+        fused: int | None,
+        training: bool,
+        step: bool = False,
     ) -> BatchStats:
         """Loss tasks on the output's tiles, each writing the loss and the correct predictions
         of its share of the first `valid` samples into its row of one store; with `fused`, the
@@ -646,17 +682,20 @@ class Executor:
                     task.add_input(_slice(self.tensors[self._output], region))
                 else:
                     mode = (int(training), self.iteration)
-                    task = self._task(
-                        device, Pass.FUSED_FORWARD_LOSS, fused, index, *mode, *loss_args
-                    )
-                    layout = self.fused_tasks[fused][index].forward
-                    for slot in layout.inputs:
+                    which = Pass.FUSED_STEP if step else Pass.FUSED_FORWARD_LOSS
+                    task = self._task(device, which, fused, index, *mode, *loss_args)
+                    info = self.fused_tasks[fused][index]
+                    for slot in info.forward.inputs:
                         task.add_input(self._slot(slot))
-                    for slot in layout.outputs:
+                    for slot in info.forward.outputs:
                         task.add_output(self._slot(slot))
                 if not staged:
                     task.add_input(_slice(target_store, region[:target_rank]))
                 task.add_output(_slice(self.grads[self._output], region))
                 task.add_output(_slice(sums, ((index, index + 1), (0, 2))))
+                if step:  # then the backward's: partial weight gradients, input gradients
+                    self._add_accumulators(task, info.backward.accumulators, device)
+                    for slot in info.backward.reductions:
+                        task.add_reduction(self._slot(slot), ty.ReductionOpKind.ADD)
                 task.execute()
         return BatchStats(sums, valid)

@@ -242,6 +242,18 @@ class FusedTask:
         (_, _, out_regions) = self.op_tiles[-1]
         return Slot(SlotKind.TENSOR, self.graph.ops[self.group.ops[-1]].outputs[0], out_regions[0])
 
+    @property
+    def output_grad_slot(self) -> Slot:
+        return Slot(SlotKind.GRAD, self.output_slot.id, self.output_slot.region)
+
+    @property
+    def step_ready(self) -> bool:
+        """Whether forward, loss and backward can run as one task (FUSED_STEP): the backward
+        reads nothing but the forward's inputs and outputs and the loss's gradient (no other
+        output of the group leaves it, e.g. an LSTM's unread cell state)."""
+        known = {*self.forward.inputs, *self.forward.outputs, self.output_grad_slot}
+        return all(slot in known for slot in self.backward.inputs)
+
 
 def fused_task(
     graph: OperatorGraph, group: FusedGroup, index: int, tiles: Sequence[Region]

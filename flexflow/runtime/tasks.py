@@ -42,7 +42,11 @@ class Pass(enum.IntEnum):
     FUSED_BACKWARD = 9
     FUSED_FORWARD_LOSS = 10
     """The last group's forward, then the loss on its output tile (the LOSS pass's scalars)."""
+    FUSED_STEP = 11
+    """FUSED_FORWARD_LOSS, then the group's backward in the same task (training)."""
 
+
+FUSED_PASSES = (Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD, Pass.FUSED_FORWARD_LOSS, Pass.FUSED_STEP)
 
 EXECUTORS: dict[int, Executor] = {}
 """Executors of this process by id, for the task body (Legate hands it only stores and scalars).
@@ -82,7 +86,7 @@ def task_arguments(context) -> tuple[Executor, Pass, int, int, tuple[int, ...]]:
 
 def _op_tile(context) -> None:
     executor, which, op, index, extra = task_arguments(context)
-    if which in (Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD, Pass.FUSED_FORWARD_LOSS):  # per op
+    if which in FUSED_PASSES:  # timed per op, inside
         _run_fused(context, executor, which, op, index, extra)
         return
     begin = time.perf_counter()
@@ -131,24 +135,38 @@ class _CpuTiles:
 
 
 def _run_fused(context, executor: Executor, which: Pass, group: int, index: int, extra) -> None:
+    """A fused task's arguments, in `TaskLayout` order: the forward's inputs, then (with the
+    loss) the target unless staged, then (FUSED_STEP) the partial weight gradients; outputs
+    likewise: the forward's, the loss gradient and loss row, the partial gradients."""
     task = executor.fused_tasks[group][index]
-    if which in (Pass.FUSED_FORWARD, Pass.FUSED_FORWARD_LOSS):
+    if which in (Pass.FUSED_FORWARD, Pass.FUSED_FORWARD_LOSS, Pass.FUSED_STEP):
         layout = task.forward
         arrays, results = list(map(_array, context.inputs)), list(map(_array, context.outputs))
-        values = dict(zip(layout.inputs, arrays, strict=False))
-        outputs = dict(zip(layout.outputs, results, strict=False))
+        n_in, n_out = len(layout.inputs), len(layout.outputs)
+        values = dict(zip(layout.inputs, arrays[:n_in], strict=True))
+        outputs = dict(zip(layout.outputs, results[:n_out], strict=True))
         run = TaskRun(executor.timeline, index, Pass.FORWARD)
         run_forward(task, _CpuTiles, values, outputs, extra[:2], run)
-        if which == Pass.FUSED_FORWARD_LOSS:  # the target (unless staged) and the loss's stores
-            begin = time.perf_counter()
-            stored = arrays[len(layout.inputs) :]
-            _loss_into(
-                executor, task.group.ops[-1], index, extra[2:], outputs[task.output_slot],
-                stored[0] if stored else None, results[-2], results[-1],
-            )  # fmt: skip
-            if executor.timeline is not None:
-                entry = (task.group.ops[-1], index, Pass.LOSS, begin, time.perf_counter())
-                executor.timeline.append((*entry, threading.get_ident()))
+        if which == Pass.FUSED_FORWARD:
+            return
+        begin = time.perf_counter()
+        n_target = int(extra[5] < 0)  # the loss's key: the target is staged unless negative
+        stored = arrays[n_in] if n_target else None
+        grad = _loss_into(
+            executor, task.group.ops[-1], index, extra[2:], outputs[task.output_slot], stored,
+            results[n_out], results[n_out + 1],
+        )  # fmt: skip
+        if executor.timeline is not None:
+            entry = (task.group.ops[-1], index, Pass.LOSS, begin, time.perf_counter())
+            executor.timeline.append((*entry, threading.get_ident()))
+        if which == Pass.FUSED_STEP:  # the backward reads what the stores now hold
+            values.update(outputs)
+            values[task.output_grad_slot] = grad
+            pairs = zip(arrays[n_in + n_target :], results[n_out + 2 :], strict=True)
+            accumulators = dict(zip(task.backward.accumulators, pairs, strict=True))
+            sums = dict(zip(task.backward.reductions, map(_array, context.reductions), strict=True))
+            run = TaskRun(executor.timeline, index, Pass.BACKWARD)
+            run_backward(task, _CpuTiles, values, sums, accumulators, extra[:2], run)
     else:
         layout = task.backward
         arrays = [_array(a) for a in context.inputs]
@@ -171,7 +189,7 @@ def _loss_into(
     stored_target: np.ndarray | None,
     grad: np.ndarray,
     sums: np.ndarray,
-) -> None:
+) -> np.ndarray:
     """Tile `index` of output op `op`: the loss gradient into `grad`, (loss, correct) into
     `sums` (this task's row); the target is staged in this process (key >= 0) or
     `stored_target`."""
@@ -180,8 +198,10 @@ def _loss_into(
         target = executor.staged_tile(key, executor.regions(op)[index])
     else:
         target = stored_target
-    value, grad[...], correct = loss_tile(loss_id, prediction, target, total, valid)
+    value, gradient, correct = loss_tile(loss_id, prediction, target, total, valid)
+    grad[...] = gradient
     sums[...] = (value, correct)
+    return grad
 
 
 def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, extra) -> None:

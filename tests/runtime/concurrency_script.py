@@ -1,5 +1,7 @@
 """Run in a Legate process by test_concurrency.py: two independent dense ops placed on CPU 0 and
-CPU 1; prints the start and end times their forward tasks measured while running."""
+CPU 1; prints the start and end times their forward tasks measured while running. Then a
+data-parallel MLP trains on both CPUs: the times of its two devices' backward tiles (one fused
+task per device: forward, loss and backward) and its Legate tasks per iteration."""
 
 from __future__ import annotations
 
@@ -37,4 +39,20 @@ try:  # a strategy using a processor this process does not have is refused befor
     refused = ""
 except FlexFlowError as exc:
     refused = str(exc)
-print(json.dumps({"spans": spans, "refused": refused}))
+
+mlp = FFModel(FFConfig(batch_size=256))
+h = mlp.dense(mlp.create_tensor((256, 1024), name="x"), 1024, name="hidden")
+mlp.dense(h, 10, name="out")
+mlp_graph = mlp.graph()
+dp = Strategy(("hidden", "out"), (ParallelConfig((2, 1), (0, 1)), ParallelConfig((2, 1), (0, 1))))
+trainer = Executor(mlp_graph, dp, record_timeline=True)
+batch = {"x": inputs["x"][:, :1024]}
+for _ in range(6):
+    trainer.train_batch(batch, np.zeros((256, 10), np.float32)).read()
+backward = {0: [], 1: []}
+for op, index, which, start, end, _thread in trainer.timeline:
+    if op == 0 and which is Pass.BACKWARD:
+        backward[index].append((start, end))
+report = {"spans": spans, "refused": refused, "backward": backward}
+report["tasks_per_iteration"] = trainer.tasks_per_iteration()
+print(json.dumps(report))

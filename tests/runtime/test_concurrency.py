@@ -32,3 +32,14 @@ def test_ops_on_different_cpus_overlap_in_time():
     # and the join, placed after both, starts only when both have ended
     for (_, l1), (_, r1), (j0, _) in zip(spans["left"], spans["right"], spans["join"], strict=True):
         assert j0 >= max(l1, r1)
+
+    # data parallelism: the two devices' backward tiles run side by side too (each adds into its
+    # own partial weight gradient: one shared reduction made Legate run them in turn)
+    backward = report["backward"]
+    overlaps = [
+        (min(a1, b1) - max(a0, b0)) / min(a1 - a0, b1 - b0)
+        for (a0, a1), (b0, b1) in zip(backward["0"], backward["1"], strict=True)
+    ]
+    assert max(overlaps[1:]) > 0.5, (backward, overlaps)
+    # 2 feed shards, 2 fused tasks (forward, loss and backward), 2 update tasks
+    assert report["tasks_per_iteration"] == 6
