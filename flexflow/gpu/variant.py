@@ -181,7 +181,7 @@ class _GpuTiles:
 def _run_fused(
     gpu: Gpu, context: Any, executor: Executor, which: int, group: int, index: int, extra
 ) -> None:
-    from flexflow.runtime.fusion import TaskRun, run_backward, run_forward
+    from flexflow.runtime.fusion import TaskRun, partial_gradients, run_backward, run_forward
     from flexflow.runtime.tasks import Pass
 
     task = executor.fused_tasks[group][index]
@@ -207,8 +207,8 @@ def _run_fused(
             for slot, physical in outputs.items():
                 values[slot] = prims.contiguous(gpu, device_array(physical))
             values[task.output_grad_slot] = prims.contiguous(gpu, device_array(results[n_out]))
-            pairs = zip(arrays[n_in + n_target :], results[n_out + 2 :], strict=True)
-            accumulators = dict(zip(task.backward.accumulators, pairs, strict=True))
+            currents, targets = arrays[n_in + n_target :], results[n_out + 2 :]
+            accumulators = partial_gradients(task.backward, currents, targets)
             sums = dict(zip(task.backward.reductions, context.reductions, strict=True))
             run = TaskRun(executor.timeline, index, Pass.BACKWARD)
             run_backward(task, backend, values, sums, accumulators, tuple(extra[:2]), run)
@@ -216,8 +216,7 @@ def _run_fused(
     layout = task.backward
     values = dict(zip(layout.inputs, arrays, strict=False))
     currents = arrays[len(layout.inputs) :]  # the accumulators come after the inputs
-    pairs = zip(currents, context.outputs, strict=True)
-    accumulators = dict(zip(layout.accumulators, pairs, strict=True))
+    accumulators = partial_gradients(layout, currents, context.outputs)
     sums = dict(zip(layout.reductions, context.reductions, strict=True))
     run = TaskRun(executor.timeline, index, Pass.BACKWARD)
     run_backward(task, backend, values, sums, accumulators, tuple(extra), run)

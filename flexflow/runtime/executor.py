@@ -44,7 +44,15 @@ from flexflow.ops.base import Region
 from flexflow.ops.init import initialize
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.allocator import keep_freed_memory
-from flexflow.runtime.fusion import FusedTask, Slot, SlotKind, fuse, fused_task
+from flexflow.runtime.fusion import (
+    FusedTask,
+    Slot,
+    SlotKind,
+    TaskLayout,
+    fuse,
+    fused_task,
+    sole_gradients,
+)
 from flexflow.runtime.loss import LOSS_IDS, TARGET_RANK, check_target, loss_name
 from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_task
 from flexflow.strategy import Strategy
@@ -128,11 +136,19 @@ class Executor:
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
         self.groups = fuse(graph, strategy, self._regions)
+        self._sole = sole_gradients(graph, strategy)
+        """Parameters whose partial gradients their backward tasks write whole: not zeroed."""
         """Consecutive ops run as one task per device (`flexflow.runtime.fusion`); ops with
         batch statistics stay alone and run through `_run_op`."""
         self.fused_tasks: list[tuple[FusedTask, ...]] = [
             tuple(
-                fused_task(graph, group, index, [self._regions[op][index] for op in group.ops])
+                fused_task(
+                    graph,
+                    group,
+                    index,
+                    [self._regions[op][index] for op in group.ops],
+                    self._sole,
+                )
                 for index in range(strategy[group.ops[0]].num_tasks)
             )
             for group in self.groups
@@ -447,7 +463,7 @@ class Executor:
                     Slot(SlotKind.WEIGHT_GRAD, pid, r)
                     for pid, r in zip(node.weights, w_regions, strict=True)
                 ]
-                self._add_accumulators(task, weight_slots, device)
+                self._add_partial_grads(task, TaskLayout((), (), (), tuple(weight_slots)), device)
             task.execute()
 
     def _run_group(self, group_id: int, which: Pass, training: bool) -> None:
@@ -470,15 +486,17 @@ class Executor:
                     task.add_output(self._slot(slot))
                 for slot in layout.reductions:
                     task.add_reduction(self._slot(slot), ty.ReductionOpKind.ADD)
-                self._add_accumulators(task, layout.accumulators, device)
+                self._add_partial_grads(task, layout, device)
                 task.execute()
 
-    def _add_accumulators(self, task, slots, device: int) -> None:
-        """This device's partial weight gradients, read (after the other inputs) and written."""
-        tiles = [self._partial_grad(slot.id, slot.region, device) for slot in slots]
-        for tile in tiles:
+    def _add_partial_grads(self, task, layout: TaskLayout, device: int) -> None:
+        """This device's partial weight gradients: the accumulators read (after the other
+        inputs), then the accumulators and the overwritten ones written (after the outputs)."""
+        read = [self._partial_grad(s.id, s.region, device) for s in layout.accumulators]
+        written = [self._partial_grad(s.id, s.region, device) for s in layout.overwrites]
+        for tile in read:
             task.add_input(tile)
-        for tile in tiles:
+        for tile in read + written:
             task.add_output(tile)
 
     def _partial_grad(self, pid: int, region: Region, device: int):
@@ -595,8 +613,9 @@ class Executor:
         samples past `valid` (padding) add nothing to the loss or the gradients."""
         for tid in self._reduced_grads:
             self.runtime.issue_fill(self.grads[tid], 0.0)
-        for store in self.weight_grads.values():
-            self.runtime.issue_fill(store, 0.0)
+        for pid, store in self.weight_grads.items():
+            if pid not in self._sole:
+                self.runtime.issue_fill(store, 0.0)
         stats, stepped = self._forward_and_loss(inputs, target, loss, valid, training=True)
         for group_id in reversed(range(len(self.groups) - int(stepped))):
             self._run_group(group_id, Pass.BACKWARD, training=True)
@@ -694,7 +713,7 @@ class Executor:
                 task.add_output(_slice(self.grads[self._output], region))
                 task.add_output(_slice(sums, ((index, index + 1), (0, 2))))
                 if step:  # then the backward's: partial weight gradients, input gradients
-                    self._add_accumulators(task, info.backward.accumulators, device)
+                    self._add_partial_grads(task, info.backward, device)
                     for slot in info.backward.reductions:
                         task.add_reduction(self._slot(slot), ty.ReductionOpKind.ADD)
                 task.execute()

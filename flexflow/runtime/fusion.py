@@ -122,6 +122,9 @@ class TaskLayout:
     weight gradients. Each device adds into its own copy, and the update sums the copies: a
     Legate reduction from tasks on two processors into one weight gradient serialized them
     (LeNet's data-parallel backward tasks ran one after the other)."""
+    overwrites: tuple[Slot, ...] = ()
+    """Partial weight gradients this task alone writes, whole, each iteration: written (after
+    the accumulators' outputs), never read, so nothing zeroes them first."""
 
 
 def _unique(slots) -> tuple[Slot, ...]:
@@ -156,9 +159,15 @@ def forward_layout(graph: OperatorGraph, group: FusedGroup, tiles: Sequence[Regi
     return TaskLayout(_unique(inputs), _unique(outputs), ())
 
 
-def backward_layout(graph: OperatorGraph, group: FusedGroup, tiles: Sequence[Region]) -> TaskLayout:
+def backward_layout(
+    graph: OperatorGraph,
+    group: FusedGroup,
+    tiles: Sequence[Region],
+    sole: frozenset[int] = frozenset(),
+) -> TaskLayout:
     """Backward: reads inputs, weights, outputs and the gradients of outputs leaving the group;
-    adds into the gradients of inputs from outside the group and of the weights."""
+    adds into the gradients of inputs from outside the group and of the weights, or writes
+    those of the parameters in `sole` (see `TaskLayout.overwrites`)."""
     inputs, reductions, accumulators = [], [], []
     for op, region in zip(group.ops, tiles, strict=True):
         node = graph.ops[op]
@@ -181,7 +190,47 @@ def backward_layout(graph: OperatorGraph, group: FusedGroup, tiles: Sequence[Reg
         accumulators += [
             Slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in zip(node.weights, w_regions, strict=True)
         ]
-    return TaskLayout(_unique(inputs), (), _unique(reductions), _unique(accumulators))
+    partials = _unique(accumulators)
+    return TaskLayout(
+        _unique(inputs),
+        (),
+        _unique(reductions),
+        tuple(s for s in partials if s.id not in sole),
+        tuple(s for s in partials if s.id in sole),
+    )
+
+
+def sole_gradients(graph: OperatorGraph, strategy: Strategy) -> frozenset[int]:
+    """Parameters whose partial gradient on each device comes from one task that reads the
+    whole weight (a replicated weight of one op): those tasks write their device's partial
+    outright and nothing zeroes it each iteration. Batch norm's weights always accumulate."""
+    writers: dict[tuple[int, int], int] = {}
+    shared: set[int] = set()
+    for node, config in zip(graph.ops, strategy.configs, strict=True):
+        for index, region in enumerate(config.task_regions(node.sig.output_shape)):
+            for pid, r in zip(node.weights, node.op.weight_regions(node.sig, region), strict=True):
+                full = tuple((0, size) for size in graph.parameters[pid].spec.shape)
+                if r != full or node.op.statistics_dims:
+                    shared.add(pid)
+                key = (pid, config.devices[index])
+                writers[key] = writers.get(key, 0) + 1
+    shared |= {pid for (pid, _), count in writers.items() if count > 1}
+    return frozenset(p.id for p in graph.parameters) - shared
+
+
+def partial_gradients(
+    layout: TaskLayout, currents: Sequence[Any], targets: Sequence[Any]
+) -> dict[Slot, tuple[Any, Any]]:
+    """Slot -> (current value or None when overwritten, output argument), from a backward's
+    accumulator inputs and its accumulator-then-overwrite outputs."""
+    targets = list(targets)
+    count = len(layout.accumulators)
+    pairs = dict(zip(layout.accumulators, zip(currents, targets[:count], strict=True), strict=True))
+    pairs.update(
+        (slot, (None, target))
+        for slot, target in zip(layout.overwrites, targets[count:], strict=True)
+    )
+    return pairs
 
 
 def _gradient_leaves(graph: OperatorGraph, group: FusedGroup, tid: int, spec) -> bool:
@@ -256,7 +305,11 @@ class FusedTask:
 
 
 def fused_task(
-    graph: OperatorGraph, group: FusedGroup, index: int, tiles: Sequence[Region]
+    graph: OperatorGraph,
+    group: FusedGroup,
+    index: int,
+    tiles: Sequence[Region],
+    sole: frozenset[int] = frozenset(),
 ) -> FusedTask:
     return FusedTask(
         graph,
@@ -265,7 +318,7 @@ def fused_task(
         tuple(tiles),
         tuple(_tiles(graph, op, region) for op, region in zip(group.ops, tiles, strict=True)),
         forward_layout(graph, group, tiles),
-        backward_layout(graph, group, tiles),
+        backward_layout(graph, group, tiles, sole),
     )
 
 
@@ -328,7 +381,8 @@ def run_backward(
     run: TaskRun,
 ) -> None:
     """values: input slot -> array; reductions: reduction slot -> the task's argument;
-    accumulators: accumulator slot -> (its current value, its output argument)."""
+    accumulators: partial weight gradient slot -> (its current value, or None to overwrite it;
+    its output argument), see `partial_gradients`."""
     grads: dict[int, Any] = {}  # gradients of internal tensors, kept in memory
     weight_grads: dict[Slot, Any] = {}  # summed over the group's ops, written once at the end
     internal = task.group.internal
@@ -376,4 +430,4 @@ def run_backward(
         run.record(op, begin)
     for slot, total in weight_grads.items():
         current, target = accumulators[slot]
-        backend.write(target, backend.accumulate(current, total))
+        backend.write(target, total if current is None else backend.accumulate(current, total))

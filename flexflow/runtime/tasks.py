@@ -19,7 +19,7 @@ import numpy as np
 from legate.core import ResourceConfig, VariantCode, get_legate_runtime
 from legate.core._lib.task.task_info import TaskInfo
 
-from flexflow.runtime.fusion import TaskRun, run_backward, run_forward
+from flexflow.runtime.fusion import TaskRun, partial_gradients, run_backward, run_forward
 from flexflow.runtime.loss import loss_tile
 
 if TYPE_CHECKING:
@@ -162,8 +162,8 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         if which == Pass.FUSED_STEP:  # the backward reads what the stores now hold
             values.update(outputs)
             values[task.output_grad_slot] = grad
-            pairs = zip(arrays[n_in + n_target :], results[n_out + 2 :], strict=True)
-            accumulators = dict(zip(task.backward.accumulators, pairs, strict=True))
+            currents, targets = arrays[n_in + n_target :], results[n_out + 2 :]
+            accumulators = partial_gradients(task.backward, currents, targets)
             sums = dict(zip(task.backward.reductions, map(_array, context.reductions), strict=True))
             run = TaskRun(executor.timeline, index, Pass.BACKWARD)
             run_backward(task, _CpuTiles, values, sums, accumulators, extra[:2], run)
@@ -172,9 +172,7 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         arrays = [_array(a) for a in context.inputs]
         values = dict(zip(layout.inputs, arrays, strict=False))
         currents = arrays[len(layout.inputs) :]  # the accumulators come after the inputs
-        targets = map(_array, context.outputs)
-        pairs = zip(currents, targets, strict=True)
-        accumulators = dict(zip(layout.accumulators, pairs, strict=True))
+        accumulators = partial_gradients(layout, currents, map(_array, context.outputs))
         sums = dict(zip(layout.reductions, map(_array, context.reductions), strict=True))
         run = TaskRun(executor.timeline, index, Pass.BACKWARD)
         run_backward(task, _CpuTiles, values, sums, accumulators, extra, run)
