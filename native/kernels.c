@@ -84,6 +84,14 @@ FF_POOL2D(f64, double)
  * column), then channel, kernel row, kernel column. Each window's in-bounds columns [j0, j1)
  * are found once per output column, so the innermost loop is a plain run along an input row
  * (vectorized), with zeros only where the window hangs over the padding. */
+/* The in-bounds kernel columns [j0, j1) of output column q's window, which starts at input
+ * column `left` (negative in the left padding). */
+#define FF_WINDOW_COLUMNS                                                                      \
+  long left = q * sw - pad_left;                                                               \
+  int j0 = left < 0 ? (int)-left : 0;                                                          \
+  int j1 = left + kw > w ? (int)(w - left) : kw;                                               \
+  if (j1 < j0) j1 = j0;
+
 #define FF_IM2COL(SUFFIX, T)                                                                   \
   void ff_im2col_##SUFFIX(const T *x, T *cols, long n, long c, long h, long w, long oh,        \
                           long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left) { \
@@ -91,10 +99,7 @@ FF_POOL2D(f64, double)
     for (long s = 0; s < n; ++s)                                                               \
       for (long r = 0; r < oh; ++r)                                                            \
         for (long q = 0; q < ow; ++q) {                                                        \
-          long left = q * sw - pad_left;                                                       \
-          int j0 = left < 0 ? (int)-left : 0;                                                  \
-          int j1 = left + kw > w ? (int)(w - left) : kw;                                       \
-          if (j1 < j0) j1 = j0;                                                                \
+          FF_WINDOW_COLUMNS                                                                    \
           for (long ch = 0; ch < c; ++ch) {                                                    \
             const T *plane = x + (s * c + ch) * h * w;                                         \
             for (int i = 0; i < kh; ++i, out += kw) {                                          \
@@ -119,9 +124,7 @@ FF_POOL2D(f64, double)
     for (long s = 0; s < n; ++s)                                                               \
       for (long r = 0; r < oh; ++r)                                                            \
         for (long q = 0; q < ow; ++q) {                                                        \
-          long left = q * sw - pad_left;                                                       \
-          int j0 = left < 0 ? (int)-left : 0;                                                  \
-          int j1 = left + kw > w ? (int)(w - left) : kw;                                       \
+          FF_WINDOW_COLUMNS                                                                    \
           for (long ch = 0; ch < c; ++ch) {                                                    \
             T *plane = dx + (s * c + ch) * h * w;                                              \
             for (int i = 0; i < kh; ++i, in += kw) {                                           \
