@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 
 from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.fusion import SlotKind, fuse, fused_task
 from flexflow.machine import parse_machine
-from flexflow.runtime.fusion import SlotKind, fuse, fused_task
 from flexflow.strategies import named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 from flexflow.zoo import load_model
@@ -127,7 +127,7 @@ def test_forward_loss_and_backward_share_a_task_unless_another_output_leaves_the
 
 
 def test_a_weight_whole_on_one_task_per_device_is_written_not_accumulated():
-    from flexflow.runtime.fusion import sole_gradients
+    from flexflow.fusion import sole_gradients
 
     graph = load_model("lenet", FFConfig(batch_size=8)).graph()
     machine = parse_machine("p100:1")  # 4 GPUs

@@ -4,7 +4,7 @@ Every tensor, weight and gradient is a Legate store. Each task of an op's config
 its strategy's processor (a `Scope` of that one CPU or GPU), reading the store slices its input
 and weight regions name and writing its output tile; Legate moves the data between
 processors. Consecutive ops whose tiles line up run as one task per device
-(`flexflow.runtime.fusion`, as FlexFlow's FusedOp): LeNet under data parallelism is one forward
+(`flexflow.fusion`, as FlexFlow's FusedOp): LeNet under data parallelism is one forward
 and one backward task per device, their intermediate tensors' gradients never leave the task.
 
 Gradients of tensors read across fused groups are added into their stores with ADD reductions
@@ -38,13 +38,7 @@ from threadpoolctl import threadpool_limits
 
 from flexflow.checkpoint import check_checkpoint, read_checkpoint, write_checkpoint
 from flexflow.errors import StrategyError
-from flexflow.graph import OperatorGraph
-from flexflow.machine import parse_machine
-from flexflow.ops.base import Region
-from flexflow.ops.init import initialize
-from flexflow.optimizers import Optimizer, SGDOptimizer
-from flexflow.runtime.allocator import keep_freed_memory
-from flexflow.runtime.fusion import (
+from flexflow.fusion import (
     FusedTask,
     Slot,
     SlotKind,
@@ -53,6 +47,12 @@ from flexflow.runtime.fusion import (
     fused_task,
     sole_gradients,
 )
+from flexflow.graph import OperatorGraph
+from flexflow.machine import parse_machine
+from flexflow.ops.base import Region
+from flexflow.ops.init import initialize
+from flexflow.optimizers import Optimizer, SGDOptimizer
+from flexflow.runtime.allocator import keep_freed_memory
 from flexflow.runtime.loss import LOSS_IDS, TARGET_RANK, check_target, loss_name
 from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_task
 from flexflow.strategy import Strategy
@@ -138,7 +138,7 @@ class Executor:
         self.groups = fuse(graph, strategy, self._regions)
         self._sole = sole_gradients(graph, strategy)
         """Parameters whose partial gradients their backward tasks write whole: not zeroed."""
-        """Consecutive ops run as one task per device (`flexflow.runtime.fusion`); ops with
+        """Consecutive ops run as one task per device (`flexflow.fusion`); ops with
         batch statistics stay alone and run through `_run_op`."""
         self.fused_tasks: list[tuple[FusedTask, ...]] = [
             tuple(

@@ -19,7 +19,7 @@ import numpy as np
 from legate.core import ResourceConfig, VariantCode, get_legate_runtime
 from legate.core._lib.task.task_info import TaskInfo
 
-from flexflow.runtime.fusion import TaskRun, partial_gradients, run_backward, run_forward
+from flexflow.fusion import TaskRun, partial_gradients, run_backward, run_forward
 from flexflow.runtime.loss import loss_tile
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class Pass(enum.IntEnum):
     FEED = 6
     RUNNING_STATISTICS = 7
     FUSED_FORWARD = 8
-    """A fused group's forward (flexflow.runtime.fusion); the op scalar is the group's id."""
+    """A fused group's forward (flexflow.fusion); the op scalar is the group's id."""
     FUSED_BACKWARD = 9
     FUSED_FORWARD_LOSS = 10
     """The last group's forward, then the loss on its output tile (the LOSS pass's scalars)."""
@@ -237,7 +237,7 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         _array(context.outputs[0])[...] = value
         return
     # the forward and backward passes of an op with batch statistics (batch norm), which never
-    # joins a fused group (flexflow.runtime.fusion); every other op runs in `_run_fused`
+    # joins a fused group (flexflow.fusion); every other op runs in `_run_fused`
     arrays = [_array(a) for a in context.inputs]
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
     if which == Pass.STATISTICS_FORWARD:
