@@ -64,6 +64,13 @@ def fuse(
     return tuple(groups)
 
 
+def joins_previous(graph: OperatorGraph, configs, regions, op: int) -> bool:
+    """Whether `op` runs inside the fused task of op - 1: `fuse`'s rule, looking at the op
+    before only (the same on chains), so the simulator can decide it from two configurations.
+    `configs[op]` and `regions[op]` are an op's configuration and task tiles."""
+    return op > 0 and _links(graph, configs, regions, [op - 1], op) is not None
+
+
 def _links(graph, strategy, regions, group: list[int], op: int) -> set[int] | None:
     """The tensors `op` would read in memory from `group`; None when it cannot join it."""
     if not group or _has_statistics(graph, op) or _has_statistics(graph, group[0]):

@@ -64,7 +64,8 @@ def plan_strategy(
     if budget_s < 0:
         raise StrategyError(f"--budget must be >= 0 seconds, got {budget_s}.")
     console = console or Console(stderr=True)
-    context = SimContext(graph, machine, CostModel(profile))
+    # the run this plans executes on flexflow's runtime, which fuses ops (flexflow.fusion)
+    context = SimContext(graph, machine, CostModel(profile), fused_launches=True)
     dp = named_strategy("dp", graph, machine)
     dp_s = full_simulate(TaskGraph(context, dp)).iteration_s
     if import_path is not None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flexflow.errors import FlexFlowError
 from flexflow.search.bound import LowerBound, Prefix
 from flexflow.search.mcmc import run_chain
 from flexflow.search.spaces import Space
@@ -218,6 +219,11 @@ def exhaustive_search(
     `seed` and `seed_proposals` set the MCMC chain that seeds the best cost (0 proposals: named
     strategies only); the optimum found does not depend on them, only how fast it is proven.
     """
+    if context.fused_launches:
+        raise FlexFlowError(
+            "exhaustive search bounds a launch per op; simulate without fused launches "
+            "(SimContext(..., fused_launches=False), as `flexflow exhaustive` does)."
+        )
     begin = clock()
     incumbent, incumbent_s, seed_from = seed_incumbent(context, space, seed, seed_proposals)
     search = _BranchAndBound(

@@ -54,10 +54,19 @@ class ResourceSets:
 
 class SimContext:
     def __init__(
-        self, graph: OperatorGraph, machine: Machine, cost: CostModel | None = None
+        self,
+        graph: OperatorGraph,
+        machine: Machine,
+        cost: CostModel | None = None,
+        fused_launches: bool = False,
     ) -> None:
         self.graph, self.machine = graph, machine
         self.cost = cost or CostModel()
+        self.fused_launches = fused_launches
+        """Model this project's runtime, which runs an op inside the task of the op before it
+        where their tiles line up (`flexflow.fusion`): such an op pays no launch overhead.
+        Off for the paper's simulator (the presets, exhaustive search, whose bound assumes
+        a launch per op); on when planning a run on the `local` machine."""
         self.num_devices = machine.num_devices
         self.num_resources = machine.num_devices + len(machine.links)
         self.resource_sets = ResourceSets(machine.num_devices)

@@ -45,6 +45,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from flexflow.cost import DEVICE_CONSTANTS, TaskTime
+from flexflow.fusion import joins_previous
 from flexflow.graph import GraphTensor, OpNode
 from flexflow.ops.base import Region, region_volume
 from flexflow.simulator.context import SimContext
@@ -166,12 +168,19 @@ class TaskGraph:
 
     # ---- delta ---------------------------------------------------------------------------------
     def affected_blocks(self, op: int) -> list[Block]:
-        node = self.graph.ops[op]
-        blocks: list[Block] = [("op", op)]
-        blocks += [("edge", op, j) for j in range(len(node.inputs))]
-        blocks += [("edge", c, j) for c, j in self._consumers[op]]
-        blocks += [("sync", pid) for pid in dict.fromkeys(node.weights)]
-        return blocks
+        """The blocks a change of `op` rebuilds: its own; with fused launches also those of
+        the op after it, whose task times depend on whether it still fuses with `op`. The
+        ops' blocks come first (edges and syncs name their tasks)."""
+        changed = (op, op + 1) if self.context.fused_launches else (op,)
+        blocks: list[Block] = []
+        for o in changed[: len(self.graph.ops) - op]:
+            node = self.graph.ops[o]
+            blocks.append(("op", o))
+            blocks += [("edge", o, j) for j in range(len(node.inputs))]
+            blocks += [("edge", c, j) for c, j in self._consumers[o]]
+            blocks += [("sync", pid) for pid in dict.fromkeys(node.weights)]
+        blocks = list(dict.fromkeys(blocks))
+        return [b for b in blocks if b[0] == "op"] + [b for b in blocks if b[0] != "op"]
 
     def set_config(self, op: int, config: ParallelConfig) -> GraphChange:
         """Give `op` a new configuration, rebuilding only its blocks."""
@@ -189,9 +198,10 @@ class TaskGraph:
         for t in removed:
             live[t] = 0
         self._free += reversed(removed)  # reused first to last
-        self._build_op(self.graph.ops[op])
-        for block in blocks[1:]:
-            if block[0] == "edge":
+        for block in blocks:
+            if block[0] == "op":
+                self._build_op(self.graph.ops[block[1]])
+            elif block[0] == "edge":
                 self._build_edge(self.graph.ops[block[1]], block[2])
             else:
                 self._build_sync(block[1])
@@ -265,9 +275,17 @@ class TaskGraph:
         config = self.configs[node.id]
         devices = self.machine.devices
         stats_s = self._statistics_s(node, config)
+        fused = self.context.fused_launches and joins_previous(
+            self.graph, self.configs, _TaskTiles(self), node.id
+        )
         fwd, bwd = [], []
         for k, device in enumerate(config.devices):
             time = self.context.task_time(node.id, config.degrees, devices[device])
+            if fused:  # inside the previous op's task: launched with it
+                launch = DEVICE_CONSTANTS[devices[device].kind].launch_overhead_s
+                time = TaskTime(
+                    max(0.0, time.forward_s - launch), max(0.0, time.backward_s - launch)
+                )
             f = self._new(
                 block,
                 COMPUTE,
@@ -456,3 +474,13 @@ class TaskGraph:
                     if key_kind(self.order[t]) == XFER_KEY:
                         memory[self.res_dst[t]] += self.size_bytes[t]
         return memory
+
+
+class _TaskTiles:
+    """`regions[op]`: an op's task tiles under the task graph's current configurations."""
+
+    def __init__(self, graph: TaskGraph) -> None:
+        self._graph = graph
+
+    def __getitem__(self, op: int) -> tuple[Region, ...]:
+        return self._graph.context.regions(op, self._graph.configs[op].degrees)

@@ -217,3 +217,12 @@ def test_cli_exhaustive_prints_and_exports_the_optimum(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["iteration_ms"] == out["best_iteration_ms"]
     assert main(argv + ["--quiet"]) == 0
     assert "optimum" in capsys.readouterr().out
+
+
+def test_exhaustive_search_refuses_fused_launches():
+    from flexflow.errors import FlexFlowError
+
+    graph, machine = dense_chain(), parse_machine("p100:1")
+    context = SimContext(graph, machine, fused_launches=True)
+    with pytest.raises(FlexFlowError, match="bounds a launch per op"):
+        exhaustive_search(context, make_space("soap", graph, machine))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -96,3 +97,51 @@ def test_delta_on_a_zoo_model_matches_full():
         delta.iteration_s
         == full_simulate(TaskGraph(SimContext(graph, m, cost), strategy)).iteration_s
     )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_seed=st.integers(0, 10_000),
+    machine=st.sampled_from(MACHINES),
+    start=st.sampled_from(("dp", "expert", "random")),
+    moves=st.lists(
+        st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), min_size=1, max_size=8
+    ),
+)
+def test_delta_equals_full_with_fused_launches(graph_seed, machine, start, moves):
+    """A change also re-times the op after the changed one (it may stop or start fusing)."""
+    graph, m = random_graph(graph_seed), parse_machine(machine)
+    context = SimContext(graph, m, CostModel(), fused_launches=True)
+    strategy = named_strategy(start, graph, m, seed=graph_seed)
+    delta = DeltaSimulator(TaskGraph(context, strategy))
+    for op_pick, config_pick in moves:
+        op = op_pick % len(graph.ops)
+        space = enumerate_configs(graph.ops[op].sig, m)
+        config = space[config_pick % len(space)]
+        strategy = strategy.replace(op, config)
+        delta.change(op, config)
+        fresh = TaskGraph(context, strategy)
+        full = full_simulate(fresh)
+        assert delta.iteration_s == full.iteration_s
+        assert timeline(delta.tg, delta.schedule) == timeline(fresh, full)
+
+
+def test_fused_launches_charge_an_op_in_its_predecessors_task_no_launch():
+    from flexflow.cost import DEVICE_CONSTANTS
+    from flexflow.strategy import ParallelConfig
+    from flexflow.zoo import load_model
+
+    graph, m = load_model("lenet", FFConfig(batch_size=8)).graph(), parse_machine("p100:1")
+    launch = DEVICE_CONSTANTS["gpu"].launch_overhead_s
+    dp = named_strategy("dp", graph, m)
+    moved = dp.replace("fc1", ParallelConfig((4, 1), (1, 0, 2, 3)))  # other devices: no fusion
+
+    def exe(strategy, fused):
+        tg = TaskGraph(SimContext(graph, m, CostModel(), fused_launches=fused), strategy)
+        return [tg.exe[tg.fwd[op][0]] for op in range(len(graph.ops))]
+
+    for strategy, unfused_ops in ((dp, {0}), (moved, {0, 5, 6})):
+        plain, fused = exe(strategy, False), exe(strategy, True)
+        for op, (a, b) in enumerate(zip(plain, fused, strict=True)):
+            want = a if op in unfused_ops else max(0.0, a - launch)
+            assert b == pytest.approx(want, abs=1e-15), (graph.ops[op].name, a, b)
