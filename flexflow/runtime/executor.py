@@ -418,52 +418,51 @@ class Executor:
             task.add_scalar_arg(value, ty.int64)
         return task
 
-    def _launch(self, op: int, index: int, which: Pass, training: bool) -> None:
-        """One task of op `op`: its store slices in the order the task body reads them."""
+    def _launch(self, op: int, index: int, which: Pass) -> None:
+        """One task of an op with batch statistics (batch norm; every other op runs fused,
+        `_run_group`): its store slices in the order the task body reads them."""
         node, config = self.graph.ops[op], self.strategy[op]
         region = self._regions[op][index]
         in_regions = node.op.input_regions(node.sig, region)
         w_regions = node.op.weight_regions(node.sig, region)
         out_regions = node.op.output_regions(node.sig, region)
-        stats = self.statistics.get(op)
-        channels = ((0, 2), region[1]) if stats else None  # a statistics op's channel range
+        stats = self.statistics[op]
+        channels = ((0, 2), region[1])  # the task's channels of the statistics
         device = config.devices[index]
-        # dropout draws a new mask each training iteration, and passes data through otherwise
-        mode = (int(training), self.iteration) if node.op.kind == "dropout" else ()
         with Scope(machine=self.processors[device]):
-            task = self._task(device, which, op, index, *mode)
+            task = self._task(device, which, op, index)
             for tid, r in zip(node.inputs, in_regions, strict=True):
                 task.add_input(_slice(self.tensors[tid], r))
             if which is Pass.STATISTICS_FORWARD:
                 task.add_reduction(_slice(stats[0], channels), ty.ReductionOpKind.ADD)
-            else:
-                for pid, r in zip(node.weights, w_regions, strict=True):
-                    task.add_input(_slice(self.weights[pid], r))
+                task.execute()
+                return
+            for pid, r in zip(node.weights, w_regions, strict=True):
+                task.add_input(_slice(self.weights[pid], r))
             if which is Pass.FORWARD:
-                if stats:
-                    task.add_input(_slice(stats[0], channels))
+                task.add_input(_slice(stats[0], channels))
                 for tid, r in zip(node.outputs, out_regions, strict=True):
                     task.add_output(_slice(self.tensors[tid], r))
-            elif which in (Pass.BACKWARD, Pass.STATISTICS_BACKWARD):
-                for tid, r in zip(node.outputs, out_regions, strict=True):
-                    task.add_input(_slice(self.tensors[tid], r))
-                for tid, r in zip(node.outputs, out_regions, strict=True):
-                    task.add_input(_slice(self.grads[tid], r))
-                if stats:
-                    task.add_input(_slice(stats[0], channels))
+                task.execute()
+                return
+            for tid, r in zip(node.outputs, out_regions, strict=True):
+                task.add_input(_slice(self.tensors[tid], r))
+            for tid, r in zip(node.outputs, out_regions, strict=True):
+                task.add_input(_slice(self.grads[tid], r))
+            task.add_input(_slice(stats[0], channels))
             if which is Pass.STATISTICS_BACKWARD:
                 task.add_reduction(_slice(stats[1], channels), ty.ReductionOpKind.ADD)
-            elif which is Pass.BACKWARD:
-                if stats:
-                    task.add_input(_slice(stats[1], channels))
-                for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
-                    if spec.dtype.is_float:
-                        task.add_reduction(_slice(self.grads[tid], r), ty.ReductionOpKind.ADD)
-                weight_slots = [
-                    Slot(SlotKind.WEIGHT_GRAD, pid, r)
-                    for pid, r in zip(node.weights, w_regions, strict=True)
-                ]
-                self._add_partial_grads(task, TaskLayout((), (), (), tuple(weight_slots)), device)
+                task.execute()
+                return
+            task.add_input(_slice(stats[1], channels))
+            for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
+                if spec.dtype.is_float:
+                    task.add_reduction(_slice(self.grads[tid], r), ty.ReductionOpKind.ADD)
+            weight_slots = tuple(
+                Slot(SlotKind.WEIGHT_GRAD, pid, r)
+                for pid, r in zip(node.weights, w_regions, strict=True)
+            )
+            self._add_partial_grads(task, TaskLayout((), (), (), weight_slots), device)
             task.execute()
 
     def _run_group(self, group_id: int, which: Pass, training: bool) -> None:
@@ -512,19 +511,19 @@ class Executor:
         return _slice(stores[slot.id], slot.region)
 
     def _run_op(self, op: int, which: Pass, training: bool) -> None:
-        """Every task of `op` for one pass; ops sharing batch statistics first reduce them."""
+        """Every task of an op with batch statistics for one pass, after the statistics."""
         tasks = range(self.strategy[op].num_tasks)
-        if op in self.statistics and which is Pass.FORWARD and not training:
+        if which is Pass.FORWARD and not training:
             self._running_statistics(op, update=False)  # evaluation: the running statistics
-        elif op in self.statistics:
+        else:
             before = Pass.STATISTICS_FORWARD if which is Pass.FORWARD else Pass.STATISTICS_BACKWARD
             self.runtime.issue_fill(self.statistics[op][0 if which is Pass.FORWARD else 1], 0.0)
             for index in tasks:
-                self._launch(op, index, before, training)
+                self._launch(op, index, before)
             if which is Pass.FORWARD:
                 self._running_statistics(op, update=True)
         for index in tasks:
-            self._launch(op, index, which, training)
+            self._launch(op, index, which)
 
     def _running_statistics(self, op: int, update: bool) -> None:
         """Training: fold the batch's statistics into the running ones. Evaluation: write the
