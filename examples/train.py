@@ -161,7 +161,9 @@ def write_simulation(args: argparse.Namespace, graph, machine, plan, profile) ->
     from flexflow.simulator.export import write_trace
     from flexflow.simulator.plot import render_timeline
 
-    tg = TaskGraph(SimContext(graph, machine, CostModel(profile)), plan.strategy)
+    # simulated as planned: with the runtime's fused launches (flexflow.planning)
+    context = SimContext(graph, machine, CostModel(profile), fused_launches=True)
+    tg = TaskGraph(context, plan.strategy)
     schedule = full_simulate(tg)
     title = f"{args.model} on {machine.name}: {plan.simulated_ms:.3f} ms per iteration (simulated)"
     if args.trace:
