@@ -371,7 +371,9 @@ def plot_fig8(rows: list[Row], case: tuple[str, str]) -> bytes:
     return _png(fig)
 
 
-def plot_fig10(rows: list[Row]) -> bytes:
+def plot_fig10(rows: list[Row]) -> bytes | None:
+    """Figure 10's panels: SOAP against the operation-only and OptCNN searches; None when
+    both were skipped (nothing to plot)."""
     machines = list(dict.fromkeys(r.machine for r in rows))
     models = list(dict.fromkeys(r.model for r in rows))
     ms = {(r.machine, r.model, r.strategy): r.iteration_ms for r in rows}
@@ -382,6 +384,8 @@ def plot_fig10(rows: list[Row]) -> bytes:
         for kind, table in (("operation", "fig10a"), ("optcnn", "fig10b"))
         if any(r.strategy == labels[kind] for r in rows)
     )
+    if not panels:
+        return None
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
     axes = axes[0]
     width = 0.8 / len(machines)
@@ -423,7 +427,9 @@ def write_outputs(rows: list[Row], out: Path, budget_s: float, console: Console 
     atomic_write_text(out / "paper.md", text)
     atomic_write_bytes(out / "paper_fig7.png", plot_fig7(rows))
     atomic_write_bytes(out / "paper_fig8.png", plot_fig8(rows, fig8))
-    atomic_write_bytes(out / "paper_fig10.png", plot_fig10(rows))
+    fig10 = plot_fig10(rows)
+    if fig10 is not None:
+        atomic_write_bytes(out / "paper_fig10.png", fig10)
     if console is None:
         return
     console.print(text, markup=False, highlight=False, soft_wrap=True)
