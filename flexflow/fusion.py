@@ -16,23 +16,24 @@ touch a store.
 
 A fused task's store arguments are named by `Slot`s; `TaskLayout` fixes their order, once per
 (group, task, pass), for both the issuing side (flexflow.runtime.executor) and the task bodies
-(flexflow.runtime.tasks, flexflow.gpu.variant), which run `run_forward` / `run_backward` with
-their own `TileBackend`.
+(flexflow.runtime.tasks, flexflow.gpu.variant), which run it with `flexflow.fused_run`.
+
+In training, the last group also computes the loss and, where its backward reads nothing but
+what the task already holds (`FusedTask.step_ready`), its backward: one task per device for a
+data-parallel chain. Partial weight gradients that one task per device writes whole
+(`sole_gradients`) are overwritten each iteration instead of zeroed and accumulated.
+`joins_previous` lets the simulator charge a fused op no launch when planning a run.
 """
 
 from __future__ import annotations
 
 import enum
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from flexflow.graph import OperatorGraph
 from flexflow.ops.base import Region
 from flexflow.strategy import Strategy
-from flexflow.task_modes import op_for_task
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +193,7 @@ def backward_layout(
             if tid not in group.internal:
                 inputs.append(Slot(SlotKind.GRAD, tid, r))
         for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
-            if _gradient_leaves(graph, group, tid, spec):
+            if gradient_leaves(graph, group, tid, spec):
                 reductions.append(Slot(SlotKind.GRAD, tid, r))
         accumulators += [
             Slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in zip(node.weights, w_regions, strict=True)
@@ -225,56 +226,12 @@ def sole_gradients(graph: OperatorGraph, strategy: Strategy) -> frozenset[int]:
     return frozenset(p.id for p in graph.parameters) - shared
 
 
-def partial_gradients(
-    layout: TaskLayout, currents: Sequence[Any], targets: Sequence[Any]
-) -> dict[Slot, tuple[Any, Any]]:
-    """Slot -> (current value or None when overwritten, output argument), from a backward's
-    accumulator inputs and its accumulator-then-overwrite outputs."""
-    targets = list(targets)
-    count = len(layout.accumulators)
-    pairs = dict(zip(layout.accumulators, zip(currents, targets[:count], strict=True), strict=True))
-    pairs.update(
-        (slot, (None, target))
-        for slot, target in zip(layout.overwrites, targets[count:], strict=True)
-    )
-    return pairs
-
-
-def _gradient_leaves(graph: OperatorGraph, group: FusedGroup, tid: int, spec) -> bool:
+def gradient_leaves(graph: OperatorGraph, group: FusedGroup, tid: int, spec) -> bool:
     """Whether the group adds into the gradient store of its input `tid`: not for integer
     inputs (token ids), internal tensors (kept in memory) or model inputs (nobody reads it)."""
     return (
         spec.dtype.is_float and tid not in group.internal and graph.tensor(tid).producer is not None
     )
-
-
-class TileBackend(Protocol):
-    """What a task variant supplies to run a fused task: its arrays and its op tile kernels."""
-
-    def forward(self, op, sig, region: Region, inputs: list, weights: list) -> Sequence[Any]: ...
-
-    def backward(
-        self,
-        op,
-        sig,
-        region: Region,
-        inputs: list,
-        weights: list,
-        outputs: list,
-        grads: list,
-        need_input_grads: bool,
-    ) -> tuple[Sequence[Any], Sequence[Any]]:
-        """The op tile's (input gradients, weight gradients); with `need_input_grads` False
-        nothing reads the input gradients (an op may skip them: `Op.skips_input_grads`)."""
-
-    def write(self, target: Any, value: Any) -> None:
-        """target[...] = value, target being an output argument of the task."""
-
-    def add(self, target: Any, value: Any) -> None:
-        """target[...] += value, target being a reduction argument of the task."""
-
-    def accumulate(self, total: Any, value: Any) -> Any:
-        """total + value, for a gradient that stays in memory."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,114 +284,3 @@ def fused_task(
         forward_layout(graph, group, tiles),
         backward_layout(graph, group, tiles, sole),
     )
-
-
-class TaskRun:
-    """What one run of a fused task records: (op, task, pass, start, end, thread) per op."""
-
-    def __init__(self, timeline: list | None, index: int, pass_id: int) -> None:
-        self.timeline, self.index, self.pass_id = timeline, index, pass_id
-
-    def record(self, op: int, begin: float) -> None:
-        if self.timeline is not None:
-            end = time.perf_counter()
-            self.timeline.append((op, self.index, self.pass_id, begin, end, threading.get_ident()))
-
-
-def run_forward(
-    task: FusedTask,
-    backend: TileBackend,
-    values: dict,
-    outputs: dict,
-    extra: tuple[int, ...],
-    run: TaskRun,
-) -> None:
-    """values: input slot -> array; outputs: output slot -> the task's output argument;
-    extra: (training, iteration), what dropout needs (flexflow.task_modes)."""
-    made: dict[int, Any] = {}
-    internal = task.group.internal
-    for op, region, (in_regions, w_regions, out_regions) in zip(
-        task.group.ops, task.tiles, task.op_tiles, strict=True
-    ):
-        begin = time.perf_counter()
-        node = task.graph.ops[op]
-        inputs = [
-            made[t] if t in internal else values[Slot(SlotKind.TENSOR, t, r)]
-            for t, r in zip(node.inputs, in_regions, strict=True)
-        ]
-        weights = [
-            values[Slot(SlotKind.WEIGHT, p, r)]
-            for p, r in zip(node.weights, w_regions, strict=True)
-        ]
-        op_now = op_for_task(node.op, extra)
-        if op_now is None:  # dropout outside training: the identity
-            results: Sequence[Any] = (inputs[0],)
-        else:
-            results = backend.forward(op_now, node.sig, region, inputs, weights)
-        for tid, r, value in zip(node.outputs, out_regions, results, strict=True):
-            if tid in internal:
-                made[tid] = value
-            backend.write(outputs[Slot(SlotKind.TENSOR, tid, r)], value)
-        run.record(op, begin)
-
-
-def run_backward(
-    task: FusedTask,
-    backend: TileBackend,
-    values: dict,
-    reductions: dict,
-    accumulators: dict,
-    extra: tuple[int, ...],
-    run: TaskRun,
-) -> None:
-    """values: input slot -> array; reductions: reduction slot -> the task's argument;
-    accumulators: partial weight gradient slot -> (its current value, or None to overwrite it;
-    its output argument), see `partial_gradients`."""
-    grads: dict[int, Any] = {}  # gradients of internal tensors, kept in memory
-    weight_grads: dict[Slot, Any] = {}  # summed over the group's ops, written once at the end
-    internal = task.group.internal
-    for op, region, (in_regions, w_regions, out_regions) in reversed(
-        tuple(zip(task.group.ops, task.tiles, task.op_tiles, strict=True))
-    ):
-        begin = time.perf_counter()
-        node = task.graph.ops[op]
-        inputs = [
-            values[Slot(SlotKind.TENSOR, t, r)]
-            for t, r in zip(node.inputs, in_regions, strict=True)
-        ]
-        weights = [
-            values[Slot(SlotKind.WEIGHT, p, r)]
-            for p, r in zip(node.weights, w_regions, strict=True)
-        ]
-        outputs = [
-            values[Slot(SlotKind.TENSOR, t, r)]
-            for t, r in zip(node.outputs, out_regions, strict=True)
-        ]
-        grad_outputs = [
-            grads.pop(t) if t in internal else values[Slot(SlotKind.GRAD, t, r)]
-            for t, r in zip(node.outputs, out_regions, strict=True)
-        ]
-        # backward passes always train: dropout applies this iteration's mask
-        op_now = op_for_task(node.op, extra) or node.op
-        needed = any(
-            t in internal or _gradient_leaves(task.graph, task.group, t, spec)
-            for t, spec in zip(node.inputs, node.sig.inputs, strict=True)
-        )
-        grad_inputs, grad_weights = backend.backward(
-            op_now, node.sig, region, inputs, weights, outputs, grad_outputs, needed
-        )
-        for tid, spec, r, grad in zip(
-            node.inputs, node.sig.inputs, in_regions, grad_inputs, strict=True
-        ):
-            if tid in internal:
-                grads[tid] = backend.accumulate(grads[tid], grad) if tid in grads else grad
-            elif _gradient_leaves(task.graph, task.group, tid, spec):
-                backend.add(reductions[Slot(SlotKind.GRAD, tid, r)], grad)
-        for pid, r, grad in zip(node.weights, w_regions, grad_weights, strict=True):
-            slot = Slot(SlotKind.WEIGHT_GRAD, pid, r)
-            total = weight_grads.get(slot)
-            weight_grads[slot] = grad if total is None else backend.accumulate(total, grad)
-        run.record(op, begin)
-    for slot, total in weight_grads.items():
-        current, target = accumulators[slot]
-        backend.write(target, total if current is None else backend.accumulate(current, total))

@@ -155,7 +155,7 @@ def _loss_into(
 
 
 class _GpuTiles:
-    """The GPU variant's side of a fused task (flexflow.fusion.TileBackend)."""
+    """The GPU variant's side of a fused task (flexflow.fused_run.TileBackend)."""
 
     def __init__(self, gpu: Gpu) -> None:
         self.gpu = gpu
@@ -181,7 +181,7 @@ class _GpuTiles:
 def _run_fused(
     gpu: Gpu, context: Any, executor: Executor, which: int, group: int, index: int, extra
 ) -> None:
-    from flexflow.fusion import TaskRun, partial_gradients, run_backward, run_forward
+    from flexflow.fused_run import TaskRun, partial_gradients, run_backward, run_forward
     from flexflow.runtime.tasks import Pass
 
     task = executor.fused_tasks[group][index]

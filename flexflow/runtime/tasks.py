@@ -19,7 +19,7 @@ import numpy as np
 from legate.core import ResourceConfig, VariantCode, get_legate_runtime
 from legate.core._lib.task.task_info import TaskInfo
 
-from flexflow.fusion import TaskRun, partial_gradients, run_backward, run_forward
+from flexflow.fused_run import TaskRun, partial_gradients, run_backward, run_forward
 from flexflow.runtime.loss import loss_tile
 
 if TYPE_CHECKING:
