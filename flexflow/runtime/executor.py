@@ -177,6 +177,7 @@ class Executor:
         # as a store; with several ranks, batches travel as stores.
         self._staging = self.runtime.node_count == 1
         self._staged: dict[int, list] = {}
+        self._tiles: dict[tuple[int, Region], tuple] = {}  # see `_tile`
         self._stage_ids = itertools.count()
         self.tensors = {t.id: self._tensor_store(t.spec) for t in graph.tensors}
         self._spare_inputs = {t.id: self._tensor_store(t.spec) for t in graph.input_tensors}
@@ -371,6 +372,7 @@ class Executor:
         return {self.graph.parameters[p].name: self._read(s) for p, s in self.weights.items()}
 
     def set_weights(self, values: Mapping[str, np.ndarray]) -> None:
+        self._tiles.clear()  # views of the stores replaced here
         by_name = {p.name: p for p in self.graph.parameters}
         for name, value in values.items():
             param = by_name[name]
@@ -399,6 +401,7 @@ class Executor:
         names = [p.name for p in self.graph.parameters]
         running = {op: f"{self.graph.ops[op].name}@running" for op in self.running}
         check_checkpoint(path, values, meta, names, self.optimizer, list(running.values()))
+        self._tiles.clear()  # views of the stores replaced here
         self.set_weights({name: values[name] for name in names})
         for op, key in running.items():
             self.running[op] = self._store_of(values[key])
@@ -500,7 +503,18 @@ class Executor:
 
     def _partial_grad(self, pid: int, region: Region, device: int):
         k = self.contributors[pid].index(device)
-        return _slice(self.weight_grads[pid], ((k, k + 1), *region))
+        return self._tile(self.weight_grads[pid], ((k, k + 1), *region))
+
+    def _tile(self, store, region: Region):
+        """`_slice`, kept: fused tasks name the same tiles every iteration (the views cost the
+        issuing thread ~10 us each). Stores replaced by set_weights or a checkpoint are
+        dropped with the whole cache."""
+        key = (id(store), region)
+        found = self._tiles.get(key)
+        if found is None or found[0] is not store:
+            found = (store, _slice(store, region))
+            self._tiles[key] = found
+        return found[1]
 
     def _slot(self, slot: Slot):
         stores = {
@@ -508,7 +522,7 @@ class Executor:
             SlotKind.WEIGHT: self.weights,
             SlotKind.GRAD: self.grads,
         }[slot.kind]
-        return _slice(stores[slot.id], slot.region)
+        return self._tile(stores[slot.id], slot.region)
 
     def _run_op(self, op: int, which: Pass, training: bool) -> None:
         """Every task of an op with batch statistics for one pass, after the statistics."""
@@ -548,10 +562,10 @@ class Executor:
             with Scope(machine=self.processors[device]):
                 task = self._task(device, Pass.UPDATE, device, -1, self.iteration)
                 for pid, region in items:
-                    tiles = [_slice(s, region) for s in (self.weights[pid], *self.states[pid])]
+                    tiles = [self._tile(s, region) for s in (self.weights[pid], *self.states[pid])]
                     task.add_input(tiles[0])
                     grads = self.weight_grads[pid]  # every device's partial gradient
-                    task.add_input(_slice(grads, ((0, grads.shape[0]), *region)))
+                    task.add_input(self._tile(grads, ((0, grads.shape[0]), *region)))
                     for tile in tiles[1:]:
                         task.add_input(tile)
                     for tile in tiles:
