@@ -11,7 +11,13 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from flexflow.cli_args import add_batch_size, add_model_and_machine, add_profile, positive_int
+from flexflow.cli_args import (
+    add_batch_size,
+    add_fused_launches,
+    add_model_and_machine,
+    add_profile,
+    positive_int,
+)
 from flexflow.errors import FlexFlowError
 from flexflow.fileio import atomic_write_text
 from flexflow.graph import OperatorGraph
@@ -336,7 +342,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     machine = parse_machine(args.machine)
     strategy = _strategy_arg(args.strategy, graph, machine, args.seed)
     cost = CostModel(Profile.load(args.profile) if args.profile else None)
-    tg = TaskGraph(SimContext(graph, machine, cost), strategy)
+    tg = TaskGraph(SimContext(graph, machine, cost, fused_launches=args.fused_launches), strategy)
     schedule = full_simulate(tg)
     result = summarize(tg, schedule)
     if args.trace:
@@ -439,6 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulate.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
     add_profile(simulate)
+    add_fused_launches(simulate)
     add_batch_size(simulate)
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
     simulate.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace")

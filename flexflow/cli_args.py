@@ -42,3 +42,12 @@ def add_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile", metavar="FILE", help="measured task times overriding the analytic model"
     )
+
+
+def add_fused_launches(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--fused-launches",
+        action="store_true",
+        help="model flexflow's runtime, which runs an op inside the task of the op before it "
+        "where their tiles line up (no launch of its own), as planning a training run does",
+    )

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from flexflow.cli_args import (
     add_batch_size,
+    add_fused_launches,
     add_model_and_machine,
     add_profile,
     positive_float,
@@ -33,7 +34,8 @@ def _setup(args: argparse.Namespace):
     graph = load_model(args.model, _config(args)).graph()
     machine = parse_machine(args.machine)
     profile = Profile.load(args.profile) if args.profile else None
-    return graph, machine, SimContext(graph, machine, CostModel(profile))
+    fused = getattr(args, "fused_launches", False)
+    return graph, machine, SimContext(graph, machine, CostModel(profile), fused_launches=fused)
 
 
 def _export_and_print_json(args: argparse.Namespace, graph, machine, best, data: dict) -> bool:
@@ -231,6 +233,7 @@ def register(add: Callable) -> None:
         "--beta", type=positive_float, default=DEFAULT_BETA, help="MCMC inverse temperature"
     )
     add_profile(search)
+    add_fused_launches(search)
     add_batch_size(search)
     search.add_argument("--export", metavar="FILE", help="write the best strategy (atomically)")
     search.add_argument("--json", action="store_true", help="print one JSON object")
@@ -291,5 +294,6 @@ def register(add: Callable) -> None:
         "--space", choices=tuple(SPACES), default="soap", help="the neighbourhood's space"
     )
     add_profile(check)
+    add_fused_launches(check)
     add_batch_size(check)
     check.add_argument("--json", action="store_true", help="print one JSON object")

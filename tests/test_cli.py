@@ -203,6 +203,20 @@ def test_simulate_json_trace_and_taskgraph(capsys, tmp_path):
     assert max(t["end_ms"] for t in tasks) == pytest.approx(result["iteration_ms"])
 
 
+def test_fused_launches_model_the_runtime(capsys):
+    args = ("lenet", "--machine", "p100:1", "--strategy", "dp", "--json")
+    times = []
+    for extra in ((), ("--fused-launches",)):
+        code, out, _ = run(capsys, "simulate", *args, *extra)
+        assert code == 0
+        times.append(json.loads(out)["iteration_ms"])
+    # data parallel LeNet fuses into one task per GPU: 7 of its 8 ops launch nothing (10 us
+    # each, forward and backward), some of it on the critical path
+    assert times[0] - 7 * 2 * 10e-3 <= times[1] < times[0]
+    code, out, _ = run(capsys, "check-local", *args, "--fused-launches")
+    assert code == 0 and json.loads(out)["iteration_ms"] == pytest.approx(times[1])
+
+
 def test_simulate_rejects_a_bad_strategy_file(capsys, tmp_path):
     path = tmp_path / "s.json"
     path.write_text('{"format": "flexflow-strategy", "version": 1, "ops": [')
