@@ -160,10 +160,6 @@ class Op(ABC):
     """The registry key, e.g. "conv2d"; also the default layer name prefix."""
 
     statistics_dims: ClassVar[tuple[str, ...]] = ()
-    skips_input_grads: ClassVar[bool] = False
-    """True when `backward_tile(..., need_input_grads=False)` saves the input gradients' work
-    (conv2d's col2im, dense's matmul): the runtime asks so when nothing reads them (the first
-    op after the model input). They come back as None then."""
     """Output dims whose split makes tasks combine partial statistics before they finish.
 
     Batch norm's mean and variance span the batch: when its sample dim is split, each task reads
@@ -171,6 +167,10 @@ class Op(ABC):
     per-channel sums and sums of squares (`statistics_elements` floats each). The runtime and
     the simulator add that exchange; every other op leaves this empty.
     """
+    skips_input_grads: ClassVar[bool] = False
+    """True when `backward_tile(..., need_input_grads=False)` saves the input gradients' work
+    (conv2d's col2im, dense's matmul): the runtime asks so when nothing reads them (the first
+    op after the model input). They come back as None then."""
 
     # ---- shapes -------------------------------------------------------------------------------
     @abstractmethod
