@@ -50,18 +50,11 @@ def timeline(tg: TaskGraph, schedule) -> dict:
     }
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    graph_seed=st.integers(0, 10_000),
-    machine=st.sampled_from(MACHINES),
-    start=st.sampled_from(("dp", "expert", "model", "random")),
-    moves=st.lists(
-        st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), min_size=1, max_size=12
-    ),
-)
-def test_delta_equals_full_after_every_change(graph_seed, machine, start, moves):
+def assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches: bool) -> None:
+    """After each move (op pick, configuration pick), delta simulation's schedule is the full
+    simulation's of the changed strategy, task for task."""
     graph, m = random_graph(graph_seed), parse_machine(machine)
-    context = SimContext(graph, m, CostModel())
+    context = SimContext(graph, m, CostModel(), fused_launches=fused_launches)
     strategy = named_strategy(start, graph, m, seed=graph_seed)
     delta = DeltaSimulator(TaskGraph(context, strategy))
     for op_pick, config_pick in moves:
@@ -74,6 +67,19 @@ def test_delta_equals_full_after_every_change(graph_seed, machine, start, moves)
         full = full_simulate(fresh)
         assert delta.iteration_s == full.iteration_s
         assert timeline(delta.tg, delta.schedule) == timeline(fresh, full)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_seed=st.integers(0, 10_000),
+    machine=st.sampled_from(MACHINES),
+    start=st.sampled_from(("dp", "expert", "model", "random")),
+    moves=st.lists(
+        st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), min_size=1, max_size=12
+    ),
+)
+def test_delta_equals_full_after_every_change(graph_seed, machine, start, moves):
+    assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches=False)
 
 
 def test_delta_on_a_zoo_model_matches_full():
@@ -110,20 +116,7 @@ def test_delta_on_a_zoo_model_matches_full():
 )
 def test_delta_equals_full_with_fused_launches(graph_seed, machine, start, moves):
     """A change also re-times the op after the changed one (it may stop or start fusing)."""
-    graph, m = random_graph(graph_seed), parse_machine(machine)
-    context = SimContext(graph, m, CostModel(), fused_launches=True)
-    strategy = named_strategy(start, graph, m, seed=graph_seed)
-    delta = DeltaSimulator(TaskGraph(context, strategy))
-    for op_pick, config_pick in moves:
-        op = op_pick % len(graph.ops)
-        space = enumerate_configs(graph.ops[op].sig, m)
-        config = space[config_pick % len(space)]
-        strategy = strategy.replace(op, config)
-        delta.change(op, config)
-        fresh = TaskGraph(context, strategy)
-        full = full_simulate(fresh)
-        assert delta.iteration_s == full.iteration_s
-        assert timeline(delta.tg, delta.schedule) == timeline(fresh, full)
+    assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches=True)
 
 
 def test_fused_launches_charge_an_op_in_its_predecessors_task_no_launch():
