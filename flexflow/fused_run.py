@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from flexflow.fusion import FusedTask, Slot, SlotKind, TaskLayout, gradient_leaves
+from flexflow.fusion import FusedTask, Slot, SlotKind, TaskLayout
 from flexflow.ops.base import Region
 from flexflow.task_modes import op_for_task
 
@@ -148,20 +148,19 @@ def run_backward(
         ]
         # backward passes always train: dropout applies this iteration's mask
         op_now = op_for_task(node.op, extra) or node.op
+        # an input's gradient stays in memory (internal) or leaves by its reduction slot
+        leaving = [Slot(SlotKind.GRAD, t, r) for t, r in zip(node.inputs, in_regions, strict=True)]
         needed = any(
-            t in internal or gradient_leaves(task.graph, task.group, t, spec)
-            for t, spec in zip(node.inputs, node.sig.inputs, strict=True)
+            t in internal or s in reductions for t, s in zip(node.inputs, leaving, strict=True)
         )
         grad_inputs, grad_weights = backend.backward(
             op_now, node.sig, region, inputs, weights, outputs, grad_outputs, needed
         )
-        for tid, spec, r, grad in zip(
-            node.inputs, node.sig.inputs, in_regions, grad_inputs, strict=True
-        ):
+        for tid, slot, grad in zip(node.inputs, leaving, grad_inputs, strict=True):
             if tid in internal:
                 grads[tid] = backend.accumulate(grads[tid], grad) if tid in grads else grad
-            elif gradient_leaves(task.graph, task.group, tid, spec):
-                backend.add(reductions[Slot(SlotKind.GRAD, tid, r)], grad)
+            elif slot in reductions:
+                backend.add(reductions[slot], grad)
         for pid, r, grad in zip(node.weights, w_regions, grad_weights, strict=True):
             slot = Slot(SlotKind.WEIGHT_GRAD, pid, r)
             total = weight_grads.get(slot)
@@ -170,3 +169,63 @@ def run_backward(
     for slot, total in weight_grads.items():
         current, target = accumulators[slot]
         backend.write(target, total if current is None else backend.accumulate(current, total))
+
+
+FUSED_PARTS = ("forward", "forward+loss", "step", "backward")
+"""What a fused task runs: its group's forward; then the loss on its output tile; then (a
+training step) the group's backward in the same task; or the backward alone."""
+
+
+def run_fused_task(
+    task: FusedTask,
+    backend: TileBackend,
+    parts: str,
+    arguments: tuple[Sequence[Any], Sequence[Any], Sequence[Any]],
+    extra: Sequence[int],
+    timeline: list | None,
+    pass_ids: tuple[Any, Any, Any],
+    read_back: Callable[[Any], Any],
+    loss_into: Callable[..., None],
+) -> None:
+    """Run `parts` of a fused task from its (inputs, outputs, reductions) arguments, in the
+    executor's order: the layout's inputs, the target unless staged, the read partial weight
+    gradients; the layout's outputs, the loss gradient and loss row, the written partial
+    gradients; the layout's reductions. Inputs are arrays; outputs and reductions are whatever
+    the backend writes into, `read_back` reading an output as an array. `extra` is (training,
+    iteration[, the loss's id, total, valid rows, key]); `pass_ids` name the forward, loss and
+    backward in the timeline; `loss_into(op, index, loss_args, prediction, stored_target,
+    grad, sums)` computes the loss of the output tile."""
+    inputs, outputs, reductions = (list(a) for a in arguments)
+    mode = tuple(extra[:2])
+    forward_id, loss_id, backward_id = pass_ids
+    if parts == "backward":
+        layout = task.backward
+        count = len(layout.inputs)
+        values = dict(zip(layout.inputs, inputs[:count], strict=True))
+        partials = partial_gradients(layout, inputs[count:], outputs)
+        sums = dict(zip(layout.reductions, reductions, strict=True))
+        run = TaskRun(timeline, task.index, backward_id)
+        run_backward(task, backend, values, sums, partials, mode, run)
+        return
+    layout = task.forward
+    n_in, n_out = len(layout.inputs), len(layout.outputs)
+    values = dict(zip(layout.inputs, inputs[:n_in], strict=True))
+    written = dict(zip(layout.outputs, outputs[:n_out], strict=True))
+    run_forward(task, backend, values, written, mode, TaskRun(timeline, task.index, forward_id))
+    if parts == "forward":
+        return
+    begin = time.perf_counter()
+    loss_args = tuple(extra[2:6])
+    n_target = int(loss_args[3] < 0)  # the loss's key: the target is staged unless negative
+    op = task.group.ops[-1]
+    prediction = read_back(written[task.output_slot])
+    stored = inputs[n_in] if n_target else None
+    loss_into(op, task.index, loss_args, prediction, stored, outputs[n_out], outputs[n_out + 1])
+    TaskRun(timeline, task.index, loss_id).record(op, begin)
+    if parts == "step":  # the backward reads what the stores now hold
+        values.update((slot, read_back(target)) for slot, target in written.items())
+        values[task.output_grad_slot] = read_back(outputs[n_out])
+        partials = partial_gradients(task.backward, inputs[n_in + n_target :], outputs[n_out + 2 :])
+        sums = dict(zip(task.backward.reductions, reductions, strict=True))
+        run = TaskRun(timeline, task.index, backward_id)
+        run_backward(task, backend, values, sums, partials, mode, run)

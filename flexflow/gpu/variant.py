@@ -52,12 +52,10 @@ def run_tile_gpu(context: Any, executor: Executor, which: int, op: int, index: i
 def _run(
     gpu: Gpu, context: Any, executor: Executor, which: int, op: int, index: int, extra
 ) -> None:
-    from flexflow.runtime.tasks import Pass
+    from flexflow.runtime.tasks import FUSED_PASSES, Pass
 
     which = Pass(which)
-    if which in (
-        Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD, Pass.FUSED_FORWARD_LOSS, Pass.FUSED_STEP
-    ):  # fmt: skip
+    if which in FUSED_PASSES:
         _run_fused(gpu, context, executor, which, op, index, extra)
         return
     if which == Pass.FEED:  # one shard of a model input, copied in on the device that reads it
@@ -181,42 +179,19 @@ class _GpuTiles:
 def _run_fused(
     gpu: Gpu, context: Any, executor: Executor, which: int, group: int, index: int, extra
 ) -> None:
-    from flexflow.fused_run import TaskRun, partial_gradients, run_backward, run_forward
-    from flexflow.runtime.tasks import Pass
+    """A fused task on device arrays (flexflow.fused_run.run_fused_task)."""
+    from flexflow.fused_run import run_fused_task
+    from flexflow.runtime.tasks import FUSED_PASSES, Pass
 
-    task = executor.fused_tasks[group][index]
-    backend = _GpuTiles(gpu)
-    arrays = [prims.contiguous(gpu, device_array(a)) for a in context.inputs]
-    if which in (Pass.FUSED_FORWARD, Pass.FUSED_FORWARD_LOSS, Pass.FUSED_STEP):
-        # the CPU body's argument order (flexflow.runtime.tasks._run_fused)
-        layout, results = task.forward, list(context.outputs)
-        n_in, n_out = len(layout.inputs), len(layout.outputs)
-        values = dict(zip(layout.inputs, arrays[:n_in], strict=True))
-        outputs = dict(zip(layout.outputs, results[:n_out], strict=True))
-        run = TaskRun(executor.timeline, index, Pass.FORWARD)
-        run_forward(task, backend, values, outputs, tuple(extra[:2]), run)
-        if which == Pass.FUSED_FORWARD:
-            return
-        n_target = int(extra[5] < 0)  # the loss's key: the target is staged unless negative
-        prediction = prims.contiguous(gpu, device_array(outputs[task.output_slot]))
-        _loss_into(
-            gpu, executor, task.group.ops[-1], index, tuple(extra[2:]), prediction,
-            arrays[n_in] if n_target else None, results[n_out], results[n_out + 1],
-        )  # fmt: skip
-        if which == Pass.FUSED_STEP:  # the backward reads what the stores now hold
-            for slot, physical in outputs.items():
-                values[slot] = prims.contiguous(gpu, device_array(physical))
-            values[task.output_grad_slot] = prims.contiguous(gpu, device_array(results[n_out]))
-            currents, targets = arrays[n_in + n_target :], results[n_out + 2 :]
-            accumulators = partial_gradients(task.backward, currents, targets)
-            sums = dict(zip(task.backward.reductions, context.reductions, strict=True))
-            run = TaskRun(executor.timeline, index, Pass.BACKWARD)
-            run_backward(task, backend, values, sums, accumulators, tuple(extra[:2]), run)
-        return
-    layout = task.backward
-    values = dict(zip(layout.inputs, arrays, strict=False))
-    currents = arrays[len(layout.inputs) :]  # the accumulators come after the inputs
-    accumulators = partial_gradients(layout, currents, context.outputs)
-    sums = dict(zip(layout.reductions, context.reductions, strict=True))
-    run = TaskRun(executor.timeline, index, Pass.BACKWARD)
-    run_backward(task, backend, values, sums, accumulators, tuple(extra), run)
+    def read_back(physical: Any) -> DeviceArray:
+        return prims.contiguous(gpu, device_array(physical))
+
+    def loss_into(op, index, loss_args, prediction, stored, grad, sums) -> None:
+        _loss_into(gpu, executor, op, index, loss_args, prediction, stored, grad, sums)
+
+    inputs = [read_back(a) for a in context.inputs]
+    run_fused_task(
+        executor.fused_tasks[group][index], _GpuTiles(gpu), FUSED_PASSES[Pass(which)],
+        (inputs, context.outputs, context.reductions), tuple(extra), executor.timeline,
+        (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), read_back, loss_into,
+    )  # fmt: skip

@@ -19,7 +19,7 @@ import numpy as np
 from legate.core import ResourceConfig, VariantCode, get_legate_runtime
 from legate.core._lib.task.task_info import TaskInfo
 
-from flexflow.fused_run import TaskRun, partial_gradients, run_backward, run_forward
+from flexflow.fused_run import run_fused_task
 from flexflow.runtime.loss import loss_tile
 
 if TYPE_CHECKING:
@@ -46,7 +46,13 @@ class Pass(enum.IntEnum):
     """FUSED_FORWARD_LOSS, then the group's backward in the same task (training)."""
 
 
-FUSED_PASSES = (Pass.FUSED_FORWARD, Pass.FUSED_BACKWARD, Pass.FUSED_FORWARD_LOSS, Pass.FUSED_STEP)
+FUSED_PASSES = {
+    Pass.FUSED_FORWARD: "forward",
+    Pass.FUSED_FORWARD_LOSS: "forward+loss",
+    Pass.FUSED_STEP: "step",
+    Pass.FUSED_BACKWARD: "backward",
+}
+"""The passes of fused tasks and what each runs (flexflow.fused_run.FUSED_PARTS)."""
 
 EXECUTORS: dict[int, Executor] = {}
 """Executors of this process by id, for the task body (Legate hands it only stores and scalars).
@@ -135,47 +141,17 @@ class _CpuTiles:
 
 
 def _run_fused(context, executor: Executor, which: Pass, group: int, index: int, extra) -> None:
-    """A fused task's arguments, in `TaskLayout` order: the forward's inputs, then (with the
-    loss) the target unless staged, then (FUSED_STEP) the partial weight gradients; outputs
-    likewise: the forward's, the loss gradient and loss row, the partial gradients."""
-    task = executor.fused_tasks[group][index]
-    if which in (Pass.FUSED_FORWARD, Pass.FUSED_FORWARD_LOSS, Pass.FUSED_STEP):
-        layout = task.forward
-        arrays, results = list(map(_array, context.inputs)), list(map(_array, context.outputs))
-        n_in, n_out = len(layout.inputs), len(layout.outputs)
-        values = dict(zip(layout.inputs, arrays[:n_in], strict=True))
-        outputs = dict(zip(layout.outputs, results[:n_out], strict=True))
-        run = TaskRun(executor.timeline, index, Pass.FORWARD)
-        run_forward(task, _CpuTiles, values, outputs, extra[:2], run)
-        if which == Pass.FUSED_FORWARD:
-            return
-        begin = time.perf_counter()
-        n_target = int(extra[5] < 0)  # the loss's key: the target is staged unless negative
-        stored = arrays[n_in] if n_target else None
-        grad = _loss_into(
-            executor, task.group.ops[-1], index, extra[2:], outputs[task.output_slot], stored,
-            results[n_out], results[n_out + 1],
-        )  # fmt: skip
-        if executor.timeline is not None:
-            entry = (task.group.ops[-1], index, Pass.LOSS, begin, time.perf_counter())
-            executor.timeline.append((*entry, threading.get_ident()))
-        if which == Pass.FUSED_STEP:  # the backward reads what the stores now hold
-            values.update(outputs)
-            values[task.output_grad_slot] = grad
-            currents, targets = arrays[n_in + n_target :], results[n_out + 2 :]
-            accumulators = partial_gradients(task.backward, currents, targets)
-            sums = dict(zip(task.backward.reductions, map(_array, context.reductions), strict=True))
-            run = TaskRun(executor.timeline, index, Pass.BACKWARD)
-            run_backward(task, _CpuTiles, values, sums, accumulators, extra[:2], run)
-    else:
-        layout = task.backward
-        arrays = [_array(a) for a in context.inputs]
-        values = dict(zip(layout.inputs, arrays, strict=False))
-        currents = arrays[len(layout.inputs) :]  # the accumulators come after the inputs
-        accumulators = partial_gradients(layout, currents, map(_array, context.outputs))
-        sums = dict(zip(layout.reductions, map(_array, context.reductions), strict=True))
-        run = TaskRun(executor.timeline, index, Pass.BACKWARD)
-        run_backward(task, _CpuTiles, values, sums, accumulators, extra, run)
+    """A fused task on numpy arrays (flexflow.fused_run.run_fused_task)."""
+
+    def loss_into(op, index, loss_args, prediction, stored, grad, sums) -> None:
+        _loss_into(executor, op, index, loss_args, prediction, stored, grad, sums)
+
+    arguments = tuple(list(map(_array, a)) for a in (context.inputs, context.outputs))
+    run_fused_task(
+        executor.fused_tasks[group][index], _CpuTiles, FUSED_PASSES[which],
+        (*arguments, list(map(_array, context.reductions))), extra, executor.timeline,
+        (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda array: array, loss_into,
+    )  # fmt: skip
 
 
 def _loss_into(
@@ -187,7 +163,7 @@ def _loss_into(
     stored_target: np.ndarray | None,
     grad: np.ndarray,
     sums: np.ndarray,
-) -> np.ndarray:
+) -> None:
     """Tile `index` of output op `op`: the loss gradient into `grad`, (loss, correct) into
     `sums` (this task's row); the target is staged in this process (key >= 0) or
     `stored_target`."""
@@ -199,7 +175,6 @@ def _loss_into(
     value, gradient, correct = loss_tile(loss_id, prediction, target, total, valid)
     grad[...] = gradient
     sums[...] = (value, correct)
-    return grad
 
 
 def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, extra) -> None:

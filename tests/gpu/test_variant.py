@@ -29,16 +29,23 @@ from .test_emulated import host  # noqa: F401  (the emulation fixture)
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _pass_enum() -> type:
-    """`Pass` from flexflow/runtime/tasks.py's source, without importing Legate."""
+def _task_module() -> dict:
+    """`Pass` and `FUSED_PASSES` from flexflow/runtime/tasks.py's source, without importing
+    Legate."""
     tree = ast.parse((REPO / "flexflow" / "runtime" / "tasks.py").read_text())
-    (node,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Pass"]
+    wanted = [
+        n
+        for n in tree.body
+        if (isinstance(n, ast.ClassDef) and n.name == "Pass")
+        or (isinstance(n, ast.Assign) and [t.id for t in n.targets] == ["FUSED_PASSES"])
+    ]
     namespace: dict = {"enum": __import__("enum")}
-    exec(compile(ast.Module([node], []), "tasks.py", "exec"), namespace)
-    return namespace["Pass"]
+    exec(compile(ast.Module(wanted, []), "tasks.py", "exec"), namespace)
+    return namespace
 
 
-Pass = _pass_enum()
+TASKS = _task_module()
+Pass = TASKS["Pass"]
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +53,7 @@ def runtime_without_legate(monkeypatch):
     package = types.ModuleType("flexflow.runtime")
     package.__path__ = []
     tasks = types.ModuleType("flexflow.runtime.tasks")
-    tasks.Pass = Pass
+    tasks.Pass, tasks.FUSED_PASSES = Pass, TASKS["FUSED_PASSES"]
     monkeypatch.setitem(sys.modules, "flexflow.runtime", package)
     monkeypatch.setitem(sys.modules, "flexflow.runtime.tasks", tasks)
     monkeypatch.setitem(sys.modules, "flexflow.runtime.loss", check.load_loss_reference(REPO))
@@ -275,8 +282,11 @@ def test_update_loss_and_feed_passes(host):  # noqa: F811
 
 def test_every_pass_of_the_task_body_is_handled():
     source = (REPO / "flexflow" / "gpu" / "variant.py").read_text()
+    fused = TASKS["FUSED_PASSES"]  # dispatched as a whole to flexflow.fused_run
+    assert "if which in FUSED_PASSES:" in source
     for member in Pass:
-        assert f"Pass.{member.name}" in source, f"run_tile_gpu does not handle {member.name}"
+        handled = f"Pass.{member.name}" in source or member in fused
+        assert handled, f"run_tile_gpu does not handle {member.name}"
 
 
 def test_results_that_do_not_fit_their_store_are_refused(host):  # noqa: F811
