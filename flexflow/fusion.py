@@ -148,13 +148,18 @@ def _tiles(graph: OperatorGraph, op: int, region: Region):
     )
 
 
-def forward_layout(graph: OperatorGraph, group: FusedGroup, tiles: Sequence[Region]) -> TaskLayout:
+OpTiles = tuple[tuple[Region, ...], tuple[Region, ...], tuple[Region, ...]]
+"""An op's tiles in one task: of its inputs, its weights and its outputs."""
+
+
+def forward_layout(
+    graph: OperatorGraph, group: FusedGroup, op_tiles: Sequence[OpTiles]
+) -> TaskLayout:
     """Forward: reads the inputs from outside the group and the weights, writes every output.
-    `tiles[k]` is the output tile of `group.ops[k]` in this task."""
+    `op_tiles[k]` are the tiles of `group.ops[k]` in this task."""
     inputs, outputs = [], []
-    for op, region in zip(group.ops, tiles, strict=True):
+    for op, (in_regions, w_regions, out_regions) in zip(group.ops, op_tiles, strict=True):
         node = graph.ops[op]
-        in_regions, w_regions, out_regions = _tiles(graph, op, region)
         for tid, r in zip(node.inputs, in_regions, strict=True):
             if tid not in group.internal:
                 inputs.append(Slot(SlotKind.TENSOR, tid, r))
@@ -170,16 +175,15 @@ def forward_layout(graph: OperatorGraph, group: FusedGroup, tiles: Sequence[Regi
 def backward_layout(
     graph: OperatorGraph,
     group: FusedGroup,
-    tiles: Sequence[Region],
+    op_tiles: Sequence[OpTiles],
     sole: frozenset[int] = frozenset(),
 ) -> TaskLayout:
     """Backward: reads inputs, weights, outputs and the gradients of outputs leaving the group;
     adds into the gradients of inputs from outside the group and of the weights, or writes
     those of the parameters in `sole` (see `TaskLayout.overwrites`)."""
     inputs, reductions, accumulators = [], [], []
-    for op, region in zip(group.ops, tiles, strict=True):
+    for op, (in_regions, w_regions, out_regions) in zip(group.ops, op_tiles, strict=True):
         node = graph.ops[op]
-        in_regions, w_regions, out_regions = _tiles(graph, op, region)
         inputs += [
             Slot(SlotKind.TENSOR, t, r) for t, r in zip(node.inputs, in_regions, strict=True)
         ]
@@ -193,7 +197,7 @@ def backward_layout(
             if tid not in group.internal:
                 inputs.append(Slot(SlotKind.GRAD, tid, r))
         for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
-            if gradient_leaves(graph, group, tid, spec):
+            if _gradient_leaves(graph, group, tid, spec):
                 reductions.append(Slot(SlotKind.GRAD, tid, r))
         accumulators += [
             Slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in zip(node.weights, w_regions, strict=True)
@@ -208,14 +212,17 @@ def backward_layout(
     )
 
 
-def sole_gradients(graph: OperatorGraph, strategy: Strategy) -> frozenset[int]:
+def sole_gradients(
+    graph: OperatorGraph, strategy: Strategy, regions: Sequence[tuple[Region, ...]]
+) -> frozenset[int]:
     """Parameters whose partial gradient on each device comes from one task that reads the
     whole weight (a replicated weight of one op): those tasks write their device's partial
-    outright and nothing zeroes it each iteration. Batch norm's weights always accumulate."""
+    outright and nothing zeroes it each iteration. Batch norm's weights always accumulate.
+    `regions[op]` are the op's task tiles."""
     writers: dict[tuple[int, int], int] = {}
     shared: set[int] = set()
     for node, config in zip(graph.ops, strategy.configs, strict=True):
-        for index, region in enumerate(config.task_regions(node.sig.output_shape)):
+        for index, region in enumerate(regions[node.id]):
             for pid, r in zip(node.weights, node.op.weight_regions(node.sig, region), strict=True):
                 full = tuple((0, size) for size in graph.parameters[pid].spec.shape)
                 if r != full or node.op.statistics_dims:
@@ -226,7 +233,7 @@ def sole_gradients(graph: OperatorGraph, strategy: Strategy) -> frozenset[int]:
     return frozenset(p.id for p in graph.parameters) - shared
 
 
-def gradient_leaves(graph: OperatorGraph, group: FusedGroup, tid: int, spec) -> bool:
+def _gradient_leaves(graph: OperatorGraph, group: FusedGroup, tid: int, spec) -> bool:
     """Whether the group adds into the gradient store of its input `tid`: not for integer
     inputs (token ids), internal tensors (kept in memory) or model inputs (nobody reads it)."""
     return (
@@ -244,8 +251,8 @@ class FusedTask:
     index: int
     tiles: tuple[Region, ...]
     """The output tile of each op of the group in this task."""
-    op_tiles: tuple[tuple[tuple[Region, ...], tuple[Region, ...], tuple[Region, ...]], ...]
-    """Per op: the tiles of its inputs, weights and outputs."""
+    op_tiles: tuple[OpTiles, ...]
+    """Per op, its tiles in this task."""
     forward: TaskLayout
     backward: TaskLayout
 
@@ -275,12 +282,13 @@ def fused_task(
     tiles: Sequence[Region],
     sole: frozenset[int] = frozenset(),
 ) -> FusedTask:
+    op_tiles = tuple(_tiles(graph, op, region) for op, region in zip(group.ops, tiles, strict=True))
     return FusedTask(
         graph,
         group,
         index,
         tuple(tiles),
-        tuple(_tiles(graph, op, region) for op, region in zip(group.ops, tiles, strict=True)),
-        forward_layout(graph, group, tiles),
-        backward_layout(graph, group, tiles, sole),
+        op_tiles,
+        forward_layout(graph, group, op_tiles),
+        backward_layout(graph, group, op_tiles, sole),
     )

@@ -136,10 +136,10 @@ class Executor:
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
         self.groups = fuse(graph, strategy, self._regions)
-        self._sole = sole_gradients(graph, strategy)
-        """Parameters whose partial gradients their backward tasks write whole: not zeroed."""
         """Consecutive ops run as one task per device (`flexflow.fusion`); ops with
         batch statistics stay alone and run through `_run_op`."""
+        self._sole = sole_gradients(graph, strategy, self._regions)
+        """Parameters whose partial gradients their backward tasks write whole: not zeroed."""
         self.fused_tasks: list[tuple[FusedTask, ...]] = [
             tuple(
                 fused_task(
@@ -161,7 +161,7 @@ class Executor:
             if t.spec.dtype.is_float
             and t.producer is not None
             and t.id not in internal
-            and t.id != graph.ops[-1].outputs[0]
+            and t.id != self._output
         )
         """Gradients that backward tasks add into, zeroed each iteration; internal ones stay in
         their fused task, the loss writes the output's, and model inputs get none."""
@@ -261,7 +261,7 @@ class Executor:
         last = len(self.groups) - 1
         for group_id, group_tasks in enumerate(self.fused_tasks):
             count = len(group_tasks)
-            if self.graph.ops[self.groups[group_id].ops[0]].op.statistics_dims:
+            if self._has_statistics(group_id):
                 # statistics, running statistics, forward; statistics, backward; the loss
                 tasks += 4 * count + 1 + (count if group_id == last else 0)
             elif group_id == last:  # the loss inside the forward, and the backward with it
@@ -269,6 +269,10 @@ class Executor:
             else:
                 tasks += 2 * count
         return tasks
+
+    def _has_statistics(self, group_id: int) -> bool:
+        """Whether the group is an op with batch statistics (alone: it never fuses)."""
+        return bool(self.graph.ops[self.groups[group_id].ops[0]].op.statistics_dims)
 
     def regions(self, op: int) -> tuple[Region, ...]:
         return self._regions[op]
@@ -401,7 +405,6 @@ class Executor:
         names = [p.name for p in self.graph.parameters]
         running = {op: f"{self.graph.ops[op].name}@running" for op in self.running}
         check_checkpoint(path, values, meta, names, self.optimizer, list(running.values()))
-        self._tiles.clear()  # views of the stores replaced here
         self.set_weights({name: values[name] for name in names})
         for op, key in running.items():
             self.running[op] = self._store_of(values[key])
@@ -411,6 +414,7 @@ class Executor:
                 for state in self.optimizer.state_names
             ]
         self.iteration = int(meta.get("iteration", 0))
+        self._tiles.clear()  # views of the states and statistics replaced here
 
     # ---- one iteration -----------------------------------------------------------------------
     def _task(self, device: int, which: Pass, op: int, index: int, *extra: int):
@@ -471,7 +475,7 @@ class Executor:
     def _run_group(self, group_id: int, which: Pass, training: bool) -> None:
         """Every task of a fused group for one pass; an op with batch statistics alone."""
         group = self.groups[group_id]
-        if self.graph.ops[group.ops[0]].op.statistics_dims:
+        if self._has_statistics(group_id):
             self._run_op(group.ops[0], which, training)
             return
         fused = Pass.FUSED_FORWARD if which is Pass.FORWARD else Pass.FUSED_BACKWARD
@@ -605,7 +609,7 @@ class Executor:
         target_check = self._check_target(loss, target, valid)
         self._feed_inputs(inputs)
         last = len(self.groups) - 1
-        fused = None if self.graph.ops[self.groups[last].ops[0]].op.statistics_dims else last
+        fused = None if self._has_statistics(last) else last
         for group_id in range(last if fused is not None else last + 1):
             self._run_group(group_id, Pass.FORWARD, training)
         step = training and fused is not None and self._step_ready[fused]
@@ -683,8 +687,8 @@ class Executor:
     ) -> BatchStats:
         """Loss tasks on the output's tiles, each writing the loss and the correct predictions
         of its share of the first `valid` samples into its row of one store; with `fused`, the
-        tasks of that
-        (last) group's forward pass, which compute the loss after it."""
+        tasks of that (last) group's forward pass compute the loss after it, and with `step`
+        its backward pass too."""
         name, valid, target_rank = checked
         output_op = len(self.graph.ops) - 1
         config = self.strategy[output_op]
