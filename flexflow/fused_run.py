@@ -45,6 +45,10 @@ class TileBackend(Protocol):
     def accumulate(self, total: Any, value: Any) -> Any:
         """total + value, for a gradient that stays in memory."""
 
+    def hold(self, value: Any, dtype: str) -> Any:
+        """`value` as the `dtype` array a store of that type would give back, for a value that
+        stays in memory instead (a training step's activations)."""
+
 
 def partial_gradients(
     layout: TaskLayout, currents: Sequence[Any], targets: Sequence[Any]
@@ -77,12 +81,13 @@ def run_forward(
     task: FusedTask,
     backend: TileBackend,
     values: dict,
-    outputs: dict,
+    outputs: dict | None,
     extra: tuple[int, ...],
     run: TaskRun,
 ) -> None:
-    """values: input slot -> array; outputs: output slot -> the task's output argument;
-    extra: (training, iteration), what dropout needs (flexflow.task_modes)."""
+    """values: input slot -> array; outputs: output slot -> the task's output argument, or
+    None to keep every output in `values` instead (a training step: nothing after the task
+    reads them); extra: (training, iteration), what dropout needs (flexflow.task_modes)."""
     made: dict[int, Any] = {}
     internal = task.group.internal
     for op, region, (in_regions, w_regions, out_regions) in zip(
@@ -103,10 +108,16 @@ def run_forward(
             results: Sequence[Any] = (inputs[0],)
         else:
             results = backend.forward(op_now, node.sig, region, inputs, weights)
-        for tid, r, value in zip(node.outputs, out_regions, results, strict=True):
+        for tid, spec, r, value in zip(
+            node.outputs, node.sig.outputs, out_regions, results, strict=True
+        ):
+            slot = Slot(SlotKind.TENSOR, tid, r)
+            if outputs is None:
+                value = values[slot] = backend.hold(value, spec.dtype.value)
+            else:
+                backend.write(outputs[slot], value)
             if tid in internal:
                 made[tid] = value
-            backend.write(outputs[Slot(SlotKind.TENSOR, tid, r)], value)
         run.record(op, begin)
 
 
@@ -190,11 +201,14 @@ def run_fused_task(
     """Run `parts` of a fused task from its (inputs, outputs, reductions) arguments, in the
     executor's order: the layout's inputs, the target unless staged, the read partial weight
     gradients; the layout's outputs, the loss gradient and loss row, the written partial
-    gradients; the layout's reductions. Inputs are arrays; outputs and reductions are whatever
-    the backend writes into, `read_back` reading an output as an array. `extra` is (training,
-    iteration[, the loss's id, total, valid rows, key]); `pass_ids` name the forward, loss and
-    backward in the timeline; `loss_into(op, index, loss_args, prediction, stored_target,
-    grad, sums)` computes the loss of the output tile."""
+    gradients; the layout's reductions. A training step ("step") keeps its activations and
+    its loss gradient in memory: its outputs are the loss row and the partial gradients only.
+    Inputs are arrays; outputs and reductions are whatever the backend writes into,
+    `read_back` reading an output as an array. `extra` is (training, iteration[, the loss's
+    id, total, valid rows, key]); `pass_ids` name the forward, loss and backward in the
+    timeline; `loss_into(op, index, loss_args, prediction, stored_target, grad, sums)`
+    computes the loss of the output tile, writes its gradient into `grad` unless None, and
+    returns that gradient."""
     inputs, outputs, reductions = (list(a) for a in arguments)
     mode = tuple(extra[:2])
     forward_id, loss_id, backward_id = pass_ids
@@ -208,9 +222,11 @@ def run_fused_task(
         run_backward(task, backend, values, sums, partials, mode, run)
         return
     layout = task.forward
-    n_in, n_out = len(layout.inputs), len(layout.outputs)
+    step = parts == "step"
+    n_in = len(layout.inputs)
+    n_out = 0 if step else len(layout.outputs)  # a step keeps its activations in memory
     values = dict(zip(layout.inputs, inputs[:n_in], strict=True))
-    written = dict(zip(layout.outputs, outputs[:n_out], strict=True))
+    written = None if step else dict(zip(layout.outputs, outputs[:n_out], strict=True))
     run_forward(task, backend, values, written, mode, TaskRun(timeline, task.index, forward_id))
     if parts == "forward":
         return
@@ -218,14 +234,16 @@ def run_fused_task(
     loss_args = tuple(extra[2:6])
     n_target = int(loss_args[3] < 0)  # the loss's key: the target is staged unless negative
     op = task.group.ops[-1]
-    prediction = read_back(written[task.output_slot])
+    prediction = values[task.output_slot] if step else read_back(written[task.output_slot])
     stored = inputs[n_in] if n_target else None
-    loss_into(op, task.index, loss_args, prediction, stored, outputs[n_out], outputs[n_out + 1])
+    # a step's outputs: the loss row, then the partial gradients; otherwise the layout's
+    # outputs, the loss gradient, the loss row
+    grad, sums_row = (None, outputs[0]) if step else (outputs[n_out], outputs[n_out + 1])
+    gradient = loss_into(op, task.index, loss_args, prediction, stored, grad, sums_row)
     TaskRun(timeline, task.index, loss_id).record(op, begin)
-    if parts == "step":  # the backward reads what the stores now hold
-        values.update((slot, read_back(target)) for slot, target in written.items())
-        values[task.output_grad_slot] = read_back(outputs[n_out])
-        partials = partial_gradients(task.backward, inputs[n_in + n_target :], outputs[n_out + 2 :])
+    if step:
+        values[task.output_grad_slot] = gradient
+        partials = partial_gradients(task.backward, inputs[n_in + n_target :], outputs[1:])
         sums = dict(zip(task.backward.reductions, reductions, strict=True))
         run = TaskRun(timeline, task.index, backward_id)
         run_backward(task, backend, values, sums, partials, mode, run)

@@ -3,9 +3,11 @@
 An optimizer is an immutable value. Its update is element-wise, so it runs on any tiling of a
 weight: the runtime keeps each state (momentum, Adam's moments) in a Legate store shaped and
 partitioned like its weight and updates every tile where that tile lives, and the result does
-not depend on the tiling. `update` is the reference the runtime's tasks (and the GPU kernels)
-compute; it works in float32 like the stores, in a fixed order of operations, so every tiling
-gives bit-identical weights.
+not depend on the tiling. `apply` is what the runtime's CPU tasks run: in place on the tiles
+(numpy `out=` operations: a training step's update pass allocates no weight-sized temporaries
+beyond one); `update` is the same arithmetic on copies, the reference the GPU kernels are
+checked against. Both work in float32 like the stores, in a fixed order of operations, so every
+tiling gives bit-identical weights.
 """
 
 from __future__ import annotations
@@ -25,13 +27,30 @@ class Optimizer(Protocol):
     @property
     def state_names(self) -> tuple[str, ...]: ...
 
+    def apply(
+        self, weight: np.ndarray, grad: np.ndarray, states: Sequence[np.ndarray], step: int
+    ) -> None:
+        """Update number `step` (1, 2, ...) of a float32 weight tile and its state tiles, in
+        place; `grad` (float32) is scratch space afterwards."""
+        ...
+
     def update(
         self, weight: np.ndarray, grad: np.ndarray, states: Sequence[np.ndarray], step: int
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-        """The new weight tile and state tiles after update number `step` (1, 2, ...)."""
+        """The new weight tile and state tiles after update number `step`, as new arrays."""
         ...
 
     def to_json(self) -> dict: ...
+
+
+def _update_copies(
+    optimizer: Optimizer, weight, grad, states: Sequence, step: int
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """`optimizer.apply` on float32 copies: the new weight and states, the arguments untouched."""
+    new_weight = np.array(weight, dtype=_F32)
+    new_states = tuple(np.array(state, dtype=_F32) for state in states)
+    optimizer.apply(new_weight, np.array(grad, dtype=_F32), new_states, step)
+    return new_weight, new_states
 
 
 def _check(name: str, **values: float) -> None:
@@ -73,16 +92,23 @@ class SGDOptimizer:
     def state_names(self) -> tuple[str, ...]:
         return ("momentum",) if self.momentum else ()
 
-    def update(self, weight, grad, states, step):
+    def apply(self, weight, grad, states, step):
         lr, mu, wd = _F32(self.learning_rate), _F32(self.momentum), _F32(self.weight_decay)
-        grad = grad.astype(_F32, copy=False)
         if wd:
-            grad = grad + wd * weight
-        if not mu:
-            return weight - lr * grad, ()
-        velocity = mu * states[0] + grad
-        direction = grad + mu * velocity if self.nesterov else velocity
-        return weight - lr * direction, (velocity,)
+            grad += wd * weight
+        direction = grad
+        if mu:
+            velocity = states[0]
+            velocity *= mu
+            velocity += grad
+            if self.nesterov:
+                grad += mu * velocity
+            else:
+                direction = velocity
+        weight -= np.multiply(direction, lr, out=grad)
+
+    def update(self, weight, grad, states, step):
+        return _update_copies(self, weight, grad, states, step)
 
     def to_json(self) -> dict:
         return {
@@ -120,19 +146,25 @@ class AdamOptimizer:
     def state_names(self) -> tuple[str, ...]:
         return ("m", "v")
 
-    def update(self, weight, grad, states, step):
+    def apply(self, weight, grad, states, step):
         b1, b2 = _F32(self.beta1), _F32(self.beta2)
-        grad = grad.astype(_F32, copy=False)
         if self.weight_decay:
-            grad = grad + _F32(self.weight_decay) * weight
-        m = b1 * states[0] + (_F32(1) - b1) * grad
-        v = b2 * states[1] + (_F32(1) - b2) * grad * grad
-        m_hat = m / _F32(1 - self.beta1**step)
-        v_hat = v / _F32(1 - self.beta2**step)
-        return weight - _F32(self.learning_rate) * m_hat / (np.sqrt(v_hat) + _F32(self.epsilon)), (
-            m,
-            v,
-        )
+            grad += _F32(self.weight_decay) * weight
+        m, v = states
+        m *= b1
+        m += (_F32(1) - b1) * grad
+        v *= b2
+        grad_squared = np.multiply(_F32(1) - b2, grad)
+        v += np.multiply(grad_squared, grad, out=grad_squared)
+        step_size = np.divide(m, _F32(1 - self.beta1**step), out=grad)  # m_hat
+        step_size *= _F32(self.learning_rate)
+        denominator = np.divide(v, _F32(1 - self.beta2**step), out=grad_squared)  # v_hat
+        np.sqrt(denominator, out=denominator)
+        denominator += _F32(self.epsilon)
+        weight -= np.divide(step_size, denominator, out=step_size)
+
+    def update(self, weight, grad, states, step):
+        return _update_copies(self, weight, grad, states, step)
 
     def to_json(self) -> dict:
         return {

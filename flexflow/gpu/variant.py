@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from flexflow.gpu import prims, tiles, training
 from flexflow.gpu.device import DeviceArray, Gpu
 from flexflow.gpu.errors import UnsupportedTileError
@@ -137,9 +139,9 @@ def _run(
 
 def _loss_into(
     gpu: Gpu, executor: Executor, op: int, index: int, loss_args, prediction, stored, grad, sums
-) -> None:
-    """The CPU body's `_loss_into` on the device: the gradient into `grad`, (loss, correct)
-    into `sums`, this task's row (both task arguments)."""
+) -> DeviceArray:
+    """The CPU body's `_loss_into` on the device: the gradient (returned, and written into
+    `grad` unless None), (loss, correct) into `sums`, this task's row (task arguments)."""
     from flexflow.runtime.loss import LOSS_IDS
 
     loss_id, total, valid, key = loss_args
@@ -148,8 +150,10 @@ def _loss_into(
     else:
         target = stored
     values, gradient = training.loss_tile(gpu, LOSS_IDS[loss_id], prediction, target, total, valid)
-    _write(gpu, grad, gradient)
+    if grad is not None:
+        _write(gpu, grad, gradient)
     _write(gpu, sums, values)
+    return gradient
 
 
 class _GpuTiles:
@@ -175,6 +179,14 @@ class _GpuTiles:
         """total + value; a partial gradient's leading device axis is ignored (same size)."""
         return prims.binary(self.gpu, "add", total, value.reshape(total.shape))
 
+    def hold(self, value: DeviceArray, dtype: str) -> DeviceArray:
+        if np.dtype(value.dtype) != np.dtype(dtype):
+            raise UnsupportedTileError(
+                f"GPU tile result {value.shape} {value.dtype} is not the {dtype} its tensor "
+                "holds; the GPU kernel and the CPU reference disagree on this output."
+            )
+        return value
+
 
 def _run_fused(
     gpu: Gpu, context: Any, executor: Executor, which: int, group: int, index: int, extra
@@ -186,8 +198,8 @@ def _run_fused(
     def read_back(physical: Any) -> DeviceArray:
         return prims.contiguous(gpu, device_array(physical))
 
-    def loss_into(op, index, loss_args, prediction, stored, grad, sums) -> None:
-        _loss_into(gpu, executor, op, index, loss_args, prediction, stored, grad, sums)
+    def loss_into(op, index, loss_args, prediction, stored, grad, sums) -> DeviceArray:
+        return _loss_into(gpu, executor, op, index, loss_args, prediction, stored, grad, sums)
 
     inputs = [read_back(a) for a in context.inputs]
     run_fused_task(

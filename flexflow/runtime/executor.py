@@ -723,11 +723,13 @@ class Executor:
                     info = self.fused_tasks[fused][index]
                     for slot in info.forward.inputs:
                         task.add_input(self._slot(slot))
-                    for slot in info.forward.outputs:
-                        task.add_output(self._slot(slot))
+                    if not step:  # a step keeps its activations in memory
+                        for slot in info.forward.outputs:
+                            task.add_output(self._slot(slot))
                 if not staged:
                     task.add_input(_slice(target_store, region[:target_rank]))
-                task.add_output(_slice(self.grads[self._output], region))
+                if not step:  # ... and its loss gradient
+                    task.add_output(_slice(self.grads[self._output], region))
                 task.add_output(_slice(sums, ((index, index + 1), (0, 2))))
                 if step:  # then the backward's: partial weight gradients, input gradients
                     self._add_partial_grads(task, info.backward, device)

@@ -78,7 +78,8 @@ def library_and_task():
 
 
 def _array(physical) -> np.ndarray:
-    return np.asarray(physical.data().get_inline_allocation())
+    # the store's own array interface: a third of the cost of an inline allocation's
+    return np.asarray(physical.data())
 
 
 def task_arguments(context) -> tuple[Executor, Pass, int, int, tuple[int, ...]]:
@@ -139,12 +140,16 @@ class _CpuTiles:
     def accumulate(total, value):
         return total + value
 
+    @staticmethod
+    def hold(value, dtype: str) -> np.ndarray:
+        return np.asarray(value, dtype=dtype)
+
 
 def _run_fused(context, executor: Executor, which: Pass, group: int, index: int, extra) -> None:
     """A fused task on numpy arrays (flexflow.fused_run.run_fused_task)."""
 
-    def loss_into(op, index, loss_args, prediction, stored, grad, sums) -> None:
-        _loss_into(executor, op, index, loss_args, prediction, stored, grad, sums)
+    def loss_into(op, index, loss_args, prediction, stored, grad, sums) -> np.ndarray:
+        return _loss_into(executor, op, index, loss_args, prediction, stored, grad, sums)
 
     arguments = tuple(list(map(_array, a)) for a in (context.inputs, context.outputs))
     run_fused_task(
@@ -161,20 +166,23 @@ def _loss_into(
     loss_args,
     prediction: np.ndarray,
     stored_target: np.ndarray | None,
-    grad: np.ndarray,
+    grad: np.ndarray | None,
     sums: np.ndarray,
-) -> None:
-    """Tile `index` of output op `op`: the loss gradient into `grad`, (loss, correct) into
-    `sums` (this task's row); the target is staged in this process (key >= 0) or
-    `stored_target`."""
+) -> np.ndarray:
+    """Tile `index` of output op `op`: the loss gradient (returned, and written into `grad`
+    unless None), (loss, correct) into `sums` (this task's row); the target is staged in this
+    process (key >= 0) or `stored_target`."""
     loss_id, total, valid, key = loss_args
     if key >= 0:
         target = executor.staged_tile(key, executor.regions(op)[index])
     else:
         target = stored_target
     value, gradient, correct = loss_tile(loss_id, prediction, target, total, valid)
-    grad[...] = gradient
+    gradient = np.asarray(gradient, dtype=np.float32)  # as the gradient's store holds it
+    if grad is not None:
+        grad[...] = gradient
     sums[...] = (value, correct)
+    return gradient
 
 
 def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, extra) -> None:
@@ -186,14 +194,15 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         _array(context.outputs[0])[...] = shard
         return
     if which == Pass.UPDATE:  # the weight tiles of one device, and their optimizer states
-        inputs, outputs = iter(context.inputs), iter(context.outputs)
-        states = len(executor.optimizer.state_names)
-        for _ in executor.update_groups[op]:
-            weight, grads, *old = (_array(next(inputs)) for _ in range(2 + states))
-            grad = grads.sum(axis=0)  # the devices' partial gradients (executor.weight_grads)
-            new_weight, new_states = executor.optimizer.update(weight, grad, old, extra[0])
-            for value in (new_weight, *new_states):
-                _array(next(outputs))[...] = value
+        # each piece's weight and states are inputs and outputs (read-write): updated in place
+        # through the outputs; of the inputs, only the partial gradients are read
+        inputs, outputs = context.inputs, iter(context.outputs)
+        width = 2 + len(executor.optimizer.state_names)  # weight, gradients, states
+        for piece in range(len(executor.update_groups[op])):
+            weight, *states = (_array(next(outputs)) for _ in range(width - 1))
+            # the devices' partial gradients (executor.weight_grads), summed into scratch
+            grad = _array(inputs[piece * width + 1]).sum(axis=0)
+            executor.optimizer.apply(weight, grad, states, extra[0])
         return
     if which == Pass.LOSS:  # this tile's share of the loss and its tile of the loss gradient
         stored = _array(context.inputs[1]) if len(context.inputs) > 1 else None

@@ -37,8 +37,11 @@ with Executor(graph, named_strategy("dp", graph, local)) as executor:
     evaluated = [executor.forward(inputs), executor.forward(inputs)]
     masks = []
     for _ in range(2):
-        executor.train_batch(inputs, target).read()
+        # a training step keeps its activations in memory: a training-mode forward pass at
+        # the same iteration draws the mask that step uses, into the dropout's store
+        executor.forward(inputs, read=False, training=True)
         masks.append((executor._read(executor.tensors[drop_out]) != 0).tolist())
+        executor.train_batch(inputs, target).read()
 with Executor(plain, named_strategy("dp", plain, local)) as reference:
     reference.set_weights(weights)
     report["eval_is_identity"] = all(
