@@ -176,6 +176,11 @@ class Executor:
         # read numpy batches straight from here (`staged_tile`) instead of attaching each batch
         # as a store; with several ranks, batches travel as stores.
         self._staging = self.runtime.node_count == 1
+        self.staged_inputs = self._inputs_read_in_task(local)
+        """Model inputs (tensor id -> readers) the last group's tasks read straight from the
+        staged batch: no feed task, no store (`_inputs_read_in_task`)."""
+        self._input_keys: dict[int, int] = {}
+        """This call's staged key per model input in `staged_inputs`; -1 when fed to a store."""
         self._staged: dict[int, list] = {}
         self._tiles: dict[tuple[int, Region], tuple] = {}  # see `_tile`
         self._stage_ids = itertools.count()
@@ -217,6 +222,43 @@ class Executor:
         }
         """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
 
+    def _inputs_read_in_task(self, local) -> dict[int, int]:
+        """The model inputs that the last group's tasks read from a batch staged in this process
+        instead of from a store a feed task filled (one task and one dependence less per device
+        and iteration), with how many task arguments read each: where there is one rank
+        (staging), the group is fused and runs the training step in one task per device (its
+        backward then reads the input in memory, FUSED_STEP), every op reading the input is in
+        that group, and its devices are CPUs (the GPU variant reads stores)."""
+        last = len(self.groups) - 1
+        if not self._staging or self._has_statistics(last) or not self._step_ready[last]:
+            return {}
+        kinds = local.kind_ordinals()
+        if any(
+            kinds[device][0] != "cpu" for device in self.strategy[self.groups[last].ops[0]].devices
+        ):
+            return {}
+        members = set(self.groups[last].ops)
+        readers = {}
+        for tensor in self.graph.input_tensors:
+            if set(self.graph.consumers(tensor.id)) <= members:
+                readers[tensor.id] = sum(
+                    slot.kind is SlotKind.TENSOR and slot.id == tensor.id
+                    for task in self.fused_tasks[last]
+                    for slot in task.forward.inputs
+                )
+        return readers
+
+    def _staged_input_keys(self) -> tuple[int, ...]:
+        """Scalars of the last group's forward tasks: the staged key of each input in
+        `staged_inputs` (-1: read from its store)."""
+        return tuple(self._input_keys.get(tid, -1) for tid in self.staged_inputs)
+
+    def _add_forward_inputs(self, task, layout: TaskLayout) -> None:
+        """A fused forward's input slots, less the model inputs it reads from staging."""
+        for slot in layout.inputs:
+            if slot.kind is not SlotKind.TENSOR or self._input_keys.get(slot.id, -1) < 0:
+                task.add_input(self._slot(slot))
+
     def _tensor_store(self, spec):
         return self.runtime.create_store(LEGATE_TYPES[spec.dtype.value], spec.shape)
 
@@ -256,7 +298,11 @@ class Executor:
 
     def tasks_per_iteration(self) -> int:
         """The Legate tasks one `train_batch` issues (fills aside): what fusion saves."""
-        tasks = sum(len(shards) for shards in self._input_shards.values())
+        tasks = sum(
+            len(shards)
+            for tid, shards in self._input_shards.items()
+            if tid not in self.staged_inputs  # read from the staged batch (numpy batches)
+        )
         tasks += sum(len(pieces) > 0 for pieces in self.update_groups.values())
         last = len(self.groups) - 1
         for group_id, group_tasks in enumerate(self.fused_tasks):
@@ -336,6 +382,11 @@ class Executor:
             value = value.astype(spec.dtype.value)
         shards = self._input_shards[tensor_id]
         staged = self._staging and not hasattr(value, "__legate_data_interface__")
+        self._input_keys.pop(tensor_id, None)
+        if staged and tensor_id in self.staged_inputs:  # the tasks read it from here
+            array = np.ascontiguousarray(value)
+            self._input_keys[tensor_id] = self._stage(array, self.staged_inputs[tensor_id])
+            return
         if staged:
             key = self._stage(np.ascontiguousarray(value), len(shards))
         else:
@@ -480,14 +531,20 @@ class Executor:
             return
         fused = Pass.FUSED_FORWARD if which is Pass.FORWARD else Pass.FUSED_BACKWARD
         devices = self.strategy[group.ops[0]].devices
+        keys = ()
+        if which is Pass.FORWARD and group_id == len(self.groups) - 1:
+            keys = self._staged_input_keys()
         for task_info, device in zip(self.fused_tasks[group_id], devices, strict=True):
             layout = task_info.forward if which is Pass.FORWARD else task_info.backward
             with Scope(machine=self.processors[device]):
                 task = self._task(
-                    device, fused, group_id, task_info.index, int(training), self.iteration
+                    device, fused, group_id, task_info.index, int(training), self.iteration, *keys
                 )
-                for slot in layout.inputs:
-                    task.add_input(self._slot(slot))
+                if which is Pass.FORWARD:
+                    self._add_forward_inputs(task, layout)
+                else:
+                    for slot in layout.inputs:
+                        task.add_input(self._slot(slot))
                 for slot in layout.outputs:
                     task.add_output(self._slot(slot))
                 for slot in layout.reductions:
@@ -719,10 +776,10 @@ class Executor:
                 else:
                     mode = (int(training), self.iteration)
                     which = Pass.FUSED_STEP if step else Pass.FUSED_FORWARD_LOSS
-                    task = self._task(device, which, fused, index, *mode, *loss_args)
+                    keys = self._staged_input_keys()
+                    task = self._task(device, which, fused, index, *mode, *loss_args, *keys)
                     info = self.fused_tasks[fused][index]
-                    for slot in info.forward.inputs:
-                        task.add_input(self._slot(slot))
+                    self._add_forward_inputs(task, info.forward)
                     if not step:  # a step keeps its activations in memory
                         for slot in info.forward.outputs:
                             task.add_output(self._slot(slot))

@@ -20,6 +20,7 @@ from legate.core import ResourceConfig, VariantCode, get_legate_runtime
 from legate.core._lib.task.task_info import TaskInfo
 
 from flexflow.fused_run import run_fused_task
+from flexflow.fusion import SlotKind
 from flexflow.runtime.loss import loss_tile
 
 if TYPE_CHECKING:
@@ -53,6 +54,14 @@ FUSED_PASSES = {
     Pass.FUSED_BACKWARD: "backward",
 }
 """The passes of fused tasks and what each runs (flexflow.fused_run.FUSED_PARTS)."""
+_FUSED_SCALARS = {
+    Pass.FUSED_FORWARD: 2,
+    Pass.FUSED_BACKWARD: 2,
+    Pass.FUSED_FORWARD_LOSS: 6,
+    Pass.FUSED_STEP: 6,
+}
+"""A fused pass's own scalars, (training, iteration[, the loss's four]); any after them are
+the staged keys of the model inputs the task reads from the batch (Executor.staged_inputs)."""
 
 EXECUTORS: dict[int, Executor] = {}
 """Executors of this process by id, for the task body (Legate hands it only stores and scalars).
@@ -151,10 +160,18 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
     def loss_into(op, index, loss_args, prediction, stored, grad, sums) -> np.ndarray:
         return _loss_into(executor, op, index, loss_args, prediction, stored, grad, sums)
 
-    arguments = tuple(list(map(_array, a)) for a in (context.inputs, context.outputs))
+    task = executor.fused_tasks[group][index]
+    inputs, outputs = (list(map(_array, a)) for a in (context.inputs, context.outputs))
+    width = _FUSED_SCALARS[which]
+    if len(extra) > width:  # model inputs read from the staged batch (Executor.staged_inputs)
+        keys = dict(zip(executor.staged_inputs, extra[width:], strict=True))
+        for position, slot in enumerate(task.forward.inputs):
+            if slot.kind is SlotKind.TENSOR and keys.get(slot.id, -1) >= 0:
+                inputs.insert(position, executor.staged_tile(keys[slot.id], slot.region))
+        extra = extra[:width]
     run_fused_task(
-        executor.fused_tasks[group][index], _CpuTiles, FUSED_PASSES[which],
-        (*arguments, list(map(_array, context.reductions))), extra, executor.timeline,
+        task, _CpuTiles, FUSED_PASSES[which],
+        (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda array: array, loss_into,
     )  # fmt: skip
 
