@@ -30,6 +30,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from legate.core import Scope, TaskTarget, get_legate_runtime, get_machine
@@ -176,6 +177,18 @@ class Executor:
         # read numpy batches straight from here (`staged_tile`) instead of attaching each batch
         # as a store; with several ranks, batches travel as stores.
         self._staging = self.runtime.node_count == 1
+        self.updates_in_step = self._can_update_in_step(local)
+        """Whether each device keeps its own replica of every weight (and optimizer state) and
+        applies the optimizer's update at the start of its next step task (`_can_update_in_step`):
+        no update tasks and one dependence less per iteration."""
+        self._pending = False
+        """With `updates_in_step`: the last iteration's update has not been applied yet."""
+        if self.updates_in_step:  # `_apply_pending`: each device updates its whole replicas
+            self.update_groups = {}
+            for p in graph.parameters:
+                whole = tuple((0, size) for size in p.spec.shape)
+                for device in _contributors(graph, strategy)[p.id]:
+                    self.update_groups.setdefault(device, []).append((p.id, whole))
         self.staged_inputs = self._inputs_read_in_task(local)
         """Model inputs (tensor id -> readers) the last group's tasks read straight from the
         staged batch: no feed task, no store (`_inputs_read_in_task`)."""
@@ -193,19 +206,22 @@ class Executor:
             for t in graph.tensors
             if t.spec.dtype.is_float
         }
-        rng = np.random.default_rng(seed)
-        self.weights = {p.id: self._store_of(initialize(p.spec, rng)) for p in graph.parameters}
         self.contributors = _contributors(graph, strategy)
         """Per parameter, the devices whose backward tasks compute parts of its gradient."""
-        self.weight_grads = {
-            p.id: self.runtime.create_store(
-                ty.float32, (len(self.contributors[p.id]),) + p.spec.shape
-            )
+        rng = np.random.default_rng(seed)
+        self.weights = {
+            p.id: self._store_of(self._per_replica(p.id, initialize(p.spec, rng)))
             for p in graph.parameters
         }
+        """Each weight's store; with `updates_in_step`, one replica per contributing device
+        along a leading axis (`_weight_view`)."""
+        self.weight_grads = self._partial_grad_stores()
         """Per parameter, one partial gradient per contributing device (`TaskLayout.accumulators`
         says why); the update sums them."""
-        self.states = {p.id: self._zero_states(p.spec.shape) for p in graph.parameters}
+        self._pending_grads = self._partial_grad_stores() if self.updates_in_step else None
+        """With `updates_in_step`: the partial gradients of the update not applied yet; the
+        two sets of stores swap each iteration, so a step writes one while it reads the other."""
+        self.states = {p.id: self._zero_states(self._stored_shape(p.id)) for p in graph.parameters}
         """Each weight's optimizer states (momentum, Adam's moments), stores shaped like it."""
         # ops whose tiles share batch statistics (batch norm): per-channel sums, float64
         self.statistics = {
@@ -221,6 +237,62 @@ class Executor:
             for op, c in ((op, stats[0].shape[1]) for op, stats in self.statistics.items())
         }
         """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
+
+    def _can_update_in_step(self, local) -> bool:
+        """Whether the whole model runs as one training-step task per device (one fused group,
+        `FusedTask.step_ready`) on CPUs, each task reading every weight it uses whole
+        (`sole_gradients`: data parallelism, or ops placed whole on one device). Then every
+        device can keep its own copy of the weights and states and update it from all the
+        devices' partial gradients at the start of its next step, as data-parallel training
+        does after its all-reduce; the copies stay bit-identical (same sums, same order)."""
+        if len(self.groups) != 1 or self._has_statistics(0) or not self._step_ready[0]:
+            return False
+        kinds = local.kind_ordinals()
+        devices = self.strategy[self.groups[0].ops[0]].devices
+        if any(kinds[device][0] != "cpu" for device in devices):
+            return False
+        return all(p.id in self._sole for p in self.graph.parameters)
+
+    def _stored_shape(self, pid: int) -> tuple[int, ...]:
+        """The shape of a weight's (and its states') store: with a replica axis in front when
+        `updates_in_step`."""
+        shape = self.graph.parameters[pid].spec.shape
+        return (len(self.contributors[pid]), *shape) if self.updates_in_step else shape
+
+    def _per_replica(self, pid: int, value: np.ndarray) -> np.ndarray:
+        """`value` (a whole weight or state) as its store holds it (`_stored_shape`)."""
+        value = np.asarray(value, dtype=np.float32)
+        return np.ascontiguousarray(np.broadcast_to(value, self._stored_shape(pid)))
+
+    def _partial_grad_stores(self) -> dict:
+        return {
+            p.id: self.runtime.create_store(
+                ty.float32, (len(self.contributors[p.id]),) + p.spec.shape
+            )
+            for p in self.graph.parameters
+        }
+
+    def _weight_view(self, store, pid: int, device: int):
+        """The weight (or state) `store` as `device`'s tasks read it: its replica there under
+        `updates_in_step`, else the store."""
+        if not self.updates_in_step:
+            return store
+        key = (id(store), "replica", device)
+        found = self._tiles.get(key)
+        if found is None or found[0] is not store:
+            k = self.contributors[pid].index(device)
+            # a slice first: Legate keeps the devices' replicas apart (a projection of the
+            # whole store made the devices' step tasks wait for each other)
+            found = (store, store.slice(0, slice(k, k + 1)).project(0, 0))
+            self._tiles[key] = found
+        return found[1]
+
+    def _apply_pending(self) -> None:
+        """Apply the update the next step would have applied (before the weights are read,
+        replaced, or used for anything but a training step)."""
+        if self._pending:
+            self._update(self._pending_grads)
+            self._pending = False
 
     def _inputs_read_in_task(self, local) -> dict[int, int]:
         """The model inputs that the last group's tasks read from a batch staged in this process
@@ -253,11 +325,11 @@ class Executor:
         `staged_inputs` (-1: read from its store)."""
         return tuple(self._input_keys.get(tid, -1) for tid in self.staged_inputs)
 
-    def _add_forward_inputs(self, task, layout: TaskLayout) -> None:
+    def _add_forward_inputs(self, task, layout: TaskLayout, device: int) -> None:
         """A fused forward's input slots, less the model inputs it reads from staging."""
         for slot in layout.inputs:
             if slot.kind is not SlotKind.TENSOR or self._input_keys.get(slot.id, -1) < 0:
-                task.add_input(self._slot(slot))
+                task.add_input(self._slot(slot, device))
 
     def _tensor_store(self, spec):
         return self.runtime.create_store(LEGATE_TYPES[spec.dtype.value], spec.shape)
@@ -303,7 +375,8 @@ class Executor:
             for tid, shards in self._input_shards.items()
             if tid not in self.staged_inputs  # read from the staged batch (numpy batches)
         )
-        tasks += sum(len(pieces) > 0 for pieces in self.update_groups.values())
+        if not self.updates_in_step:
+            tasks += sum(len(pieces) > 0 for pieces in self.update_groups.values())
         last = len(self.groups) - 1
         for group_id, group_tasks in enumerate(self.fused_tasks):
             count = len(group_tasks)
@@ -424,9 +497,18 @@ class Executor:
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """Every weight by name (`<layer>.<weight>`), as numpy arrays."""
-        return {self.graph.parameters[p].name: self._read(s) for p, s in self.weights.items()}
+        return {
+            self.graph.parameters[p].name: self._read_weight(s) for p, s in self.weights.items()
+        }
+
+    def _read_weight(self, store) -> np.ndarray:
+        """A weight or state store's value (the first replica's: they are identical)."""
+        self._apply_pending()
+        value = self._read(store)
+        return value[0].copy() if self.updates_in_step else value
 
     def set_weights(self, values: Mapping[str, np.ndarray]) -> None:
+        self._apply_pending()  # its optimizer states move on; the weights are replaced
         self._tiles.clear()  # views of the stores replaced here
         by_name = {p.name: p for p in self.graph.parameters}
         for name, value in values.items():
@@ -435,7 +517,7 @@ class Executor:
                 raise StrategyError(
                     f"set_weights: '{name}' has shape {param.spec.shape}, got {tuple(value.shape)}."
                 )
-            self.weights[param.id] = self._store_of(np.asarray(value, dtype=np.float32))
+            self.weights[param.id] = self._store_of(self._per_replica(param.id, value))
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
         """Write every weight, the optimizer's states, batch norm's running statistics and the
@@ -444,7 +526,7 @@ class Executor:
         for pid, stores in self.states.items():
             name = self.graph.parameters[pid].name
             for state, store in zip(self.optimizer.state_names, stores, strict=True):
-                arrays[f"{name}@{state}"] = self._read(store)
+                arrays[f"{name}@{state}"] = self._read_weight(store)
         for op, store in self.running.items():
             arrays[f"{self.graph.ops[op].name}@running"] = self._read(store)
         return write_checkpoint(path, arrays, self.iteration, self.optimizer)
@@ -461,7 +543,7 @@ class Executor:
             self.running[op] = self._store_of(values[key])
         for param in self.graph.parameters:
             self.states[param.id] = [
-                self._store_of(values[f"{param.name}@{state}"].astype(np.float32))
+                self._store_of(self._per_replica(param.id, values[f"{param.name}@{state}"]))
                 for state in self.optimizer.state_names
             ]
         self.iteration = int(meta.get("iteration", 0))
@@ -541,16 +623,33 @@ class Executor:
                     device, fused, group_id, task_info.index, int(training), self.iteration, *keys
                 )
                 if which is Pass.FORWARD:
-                    self._add_forward_inputs(task, layout)
+                    self._add_forward_inputs(task, layout, device)
                 else:
                     for slot in layout.inputs:
-                        task.add_input(self._slot(slot))
+                        task.add_input(self._slot(slot, device))
                 for slot in layout.outputs:
-                    task.add_output(self._slot(slot))
+                    task.add_output(self._slot(slot, device))
                 for slot in layout.reductions:
-                    task.add_reduction(self._slot(slot), ty.ReductionOpKind.ADD)
+                    task.add_reduction(self._slot(slot, device), ty.ReductionOpKind.ADD)
                 self._add_partial_grads(task, layout, device)
                 task.execute()
+
+    def _add_pending_update(self, task, device: int) -> None:
+        """The last arguments of a step that first applies the pending update to `device`'s
+        replicas (`updates_in_step`): per weight, every device's partial gradients and the
+        replica's states read; the replica and its states written (with the step's reading
+        of the weight, read-write: updated in place before the forward pass reads them)."""
+        written = []
+        for param in self.graph.parameters:
+            grads = self._pending_grads[param.id]
+            task.add_input(self._tile(grads, tuple((0, size) for size in grads.shape)))
+            stores = (self.weights[param.id], *self.states[param.id])
+            views = [self._weight_view(store, param.id, device) for store in stores]
+            for view in views[1:]:
+                task.add_input(view)
+            written += views
+        for view in written:
+            task.add_output(view)
 
     def _add_partial_grads(self, task, layout: TaskLayout, device: int) -> None:
         """This device's partial weight gradients: the accumulators read (after the other
@@ -577,13 +676,13 @@ class Executor:
             self._tiles[key] = found
         return found[1]
 
-    def _slot(self, slot: Slot):
-        stores = {
-            SlotKind.TENSOR: self.tensors,
-            SlotKind.WEIGHT: self.weights,
-            SlotKind.GRAD: self.grads,
-        }[slot.kind]
-        return self._tile(stores[slot.id], slot.region)
+    def _slot(self, slot: Slot, device: int):
+        """The store view a fused task on `device` names by `slot`."""
+        if slot.kind is SlotKind.WEIGHT:
+            store = self._weight_view(self.weights[slot.id], slot.id, device)
+        else:
+            store = (self.tensors if slot.kind is SlotKind.TENSOR else self.grads)[slot.id]
+        return self._tile(store, slot.region)
 
     def _run_op(self, op: int, which: Pass, training: bool) -> None:
         """Every task of an op with batch statistics for one pass, after the statistics."""
@@ -616,16 +715,19 @@ class Executor:
                 task.add_output(stats)
             task.execute()
 
-    def _update(self) -> None:
+    def _update(self, partial_grads: Mapping[int, Any]) -> None:
         """The optimizer's update, in place: one task per device over every weight tile it
-        owns (`flexflow.tiling`), reading the tiles of the weights, gradients and states."""
+        owns (`flexflow.tiling`; under `updates_in_step`, every weight's replica there),
+        reading the tiles of the weights, gradients and states."""
         for device, items in self.update_groups.items():
             with Scope(machine=self.processors[device]):
                 task = self._task(device, Pass.UPDATE, device, -1, self.iteration)
                 for pid, region in items:
-                    tiles = [self._tile(s, region) for s in (self.weights[pid], *self.states[pid])]
+                    stores = (self.weights[pid], *self.states[pid])
+                    views = [self._weight_view(store, pid, device) for store in stores]
+                    tiles = [self._tile(view, region) for view in views]
                     task.add_input(tiles[0])
-                    grads = self.weight_grads[pid]  # every device's partial gradient
+                    grads = partial_grads[pid]  # every device's partial gradient
                     task.add_input(self._tile(grads, ((0, grads.shape[0]), *region)))
                     for tile in tiles[1:]:
                         task.add_input(tile)
@@ -638,6 +740,7 @@ class Executor:
     ) -> np.ndarray | None:
         """Run the forward pass on `inputs` (by input tensor name); the model's output.
         Dropout drops only in `training` mode."""
+        self._apply_pending()
         self._feed_inputs(inputs)
         for group_id in range(len(self.groups)):
             self._run_group(group_id, Pass.FORWARD, training)
@@ -694,7 +797,11 @@ class Executor:
         for group_id in reversed(range(len(self.groups) - int(stepped))):
             self._run_group(group_id, Pass.BACKWARD, training=True)
         self.iteration += 1
-        self._update()
+        if self.updates_in_step:  # the next step applies it (or `_apply_pending`)
+            self.weight_grads, self._pending_grads = self._pending_grads, self.weight_grads
+            self._pending = True
+        else:
+            self._update(self.weight_grads)
         return stats
 
     def eval_batch(
@@ -706,6 +813,7 @@ class Executor:
     ) -> BatchStats:
         """Issue the forward pass and the loss of one batch; only its first `valid` samples
         count (the rest pad a last, short batch)."""
+        self._apply_pending()
         return self._forward_and_loss(inputs, target, loss, valid, training=False)[0]
 
     def step(
@@ -776,13 +884,17 @@ class Executor:
                 else:
                     mode = (int(training), self.iteration)
                     which = Pass.FUSED_STEP if step else Pass.FUSED_FORWARD_LOSS
+                    # a step's last own scalar: the number of the update it applies first
+                    update = (self.iteration if self._pending else 0,) if step else ()
                     keys = self._staged_input_keys()
-                    task = self._task(device, which, fused, index, *mode, *loss_args, *keys)
+                    task = self._task(
+                        device, which, fused, index, *mode, *loss_args, *update, *keys
+                    )
                     info = self.fused_tasks[fused][index]
-                    self._add_forward_inputs(task, info.forward)
+                    self._add_forward_inputs(task, info.forward, device)
                     if not step:  # a step keeps its activations in memory
                         for slot in info.forward.outputs:
-                            task.add_output(self._slot(slot))
+                            task.add_output(self._slot(slot, device))
                 if not staged:
                     task.add_input(_slice(target_store, region[:target_rank]))
                 if not step:  # ... and its loss gradient
@@ -791,6 +903,10 @@ class Executor:
                 if step:  # then the backward's: partial weight gradients, input gradients
                     self._add_partial_grads(task, info.backward, device)
                     for slot in info.backward.reductions:
-                        task.add_reduction(self._slot(slot), ty.ReductionOpKind.ADD)
+                        task.add_reduction(self._slot(slot, device), ty.ReductionOpKind.ADD)
+                    if self._pending:
+                        self._add_pending_update(task, device)
                 task.execute()
+        if step:
+            self._pending = False
         return BatchStats(sums, valid)

@@ -58,10 +58,11 @@ _FUSED_SCALARS = {
     Pass.FUSED_FORWARD: 2,
     Pass.FUSED_BACKWARD: 2,
     Pass.FUSED_FORWARD_LOSS: 6,
-    Pass.FUSED_STEP: 6,
+    Pass.FUSED_STEP: 7,
 }
-"""A fused pass's own scalars, (training, iteration[, the loss's four]); any after them are
-the staged keys of the model inputs the task reads from the batch (Executor.staged_inputs)."""
+"""A fused pass's own scalars, (training, iteration[, the loss's four][, a step's pending
+update]); any after them are the staged keys of the model inputs the task reads from the batch
+(Executor.staged_inputs)."""
 
 EXECUTORS: dict[int, Executor] = {}
 """Executors of this process by id, for the task body (Legate hands it only stores and scalars).
@@ -163,6 +164,12 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
     task = executor.fused_tasks[group][index]
     inputs, outputs = (list(map(_array, a)) for a in (context.inputs, context.outputs))
     width = _FUSED_SCALARS[which]
+    if which == Pass.FUSED_STEP and extra[6]:  # first the pending update, on this replica
+        begin = time.perf_counter()
+        _apply_pending_update(executor, inputs, outputs, extra[6])
+        if executor.timeline is not None:
+            end = time.perf_counter()
+            executor.timeline.append((-1, index, Pass.UPDATE, begin, end, threading.get_ident()))
     if len(extra) > width:  # model inputs read from the staged batch (Executor.staged_inputs)
         keys = dict(zip(executor.staged_inputs, extra[width:], strict=True))
         for position, slot in enumerate(task.forward.inputs):
@@ -174,6 +181,20 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda array: array, loss_into,
     )  # fmt: skip
+
+
+def _apply_pending_update(executor: Executor, inputs: list, outputs: list, update: int) -> None:
+    """Update number `update` of this device's weight replicas (Executor.updates_in_step),
+    from the arguments at the end of `inputs` (per weight: all partial gradients, the states)
+    and `outputs` (per weight: the replica, its states), which it removes."""
+    width = 1 + len(executor.optimizer.state_names)
+    count = width * len(executor.graph.parameters)
+    read, written = inputs[-count:], outputs[-count:]
+    del inputs[-count:], outputs[-count:]
+    for start in range(0, count, width):
+        weight, *states = written[start : start + width]
+        grad = read[start].sum(axis=0)  # the devices' partial gradients, in device order
+        executor.optimizer.apply(weight, grad, states, update)
 
 
 def _loss_into(

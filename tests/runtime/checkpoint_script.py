@@ -12,6 +12,7 @@ import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.errors import FlexFlowError
 from flexflow.machine import parse_machine
+from flexflow.optimizers import SGDOptimizer
 from flexflow.runtime import Executor
 from flexflow.strategies import named_strategy
 
@@ -20,22 +21,39 @@ model = FFModel(FFConfig(batch_size=8))
 x = model.create_tensor((8, 6), name="x")
 model.dense(model.dense(x, 10, ActiMode.AC_MODE_RELU), 4)
 graph = model.graph()
-strategy = named_strategy("random", graph, parse_machine("local"), 3)
 rng = np.random.default_rng(0)
 inputs = {"x": rng.standard_normal((8, 6)).astype(np.float32)}
 target = rng.standard_normal((8, 4))
 
-with Executor(graph, strategy, learning_rate=0.05) as straight:
-    losses = [straight.step(inputs, target) for _ in range(4)]
-    final = straight.get_weights()
 
-with Executor(graph, strategy, learning_rate=0.05) as first:
-    resumed_losses = [first.step(inputs, target) for _ in range(2)]
-    first.save_checkpoint(f"{directory}/ckpt.npz")
-with Executor(graph, strategy, seed=99, learning_rate=0.05) as second:  # other initial weights
-    second.load_checkpoint(f"{directory}/ckpt.npz")
-    resumed_losses += [second.step(inputs, target) for _ in range(2)]
-    resumed = second.get_weights()
+def resume(strategy, optimizer) -> dict:
+    """4 steps straight vs 2, a checkpoint, and 2 more from it in a fresh executor."""
+    with Executor(graph, strategy, optimizer=optimizer) as straight:
+        losses = [straight.step(inputs, target) for _ in range(4)]
+        final = straight.get_weights()
+        in_step = straight.updates_in_step
+    with Executor(graph, strategy, optimizer=optimizer) as first:
+        resumed_losses = [first.step(inputs, target) for _ in range(2)]
+        first.save_checkpoint(f"{directory}/ckpt.npz")
+    with Executor(graph, strategy, seed=99, optimizer=optimizer) as second:  # other weights
+        second.load_checkpoint(f"{directory}/ckpt.npz")
+        resumed_losses += [second.step(inputs, target) for _ in range(2)]
+        resumed = second.get_weights()
+    return {
+        "losses": losses,
+        "resumed_losses": resumed_losses,
+        "identical_weights": all(np.array_equal(final[k], resumed[k]) for k in final),
+        "updates_in_step": in_step,
+    }
+
+
+local = parse_machine("local")
+runs = {
+    # tasks on several devices, each op split its own way: separate update tasks
+    "random": resume(named_strategy("random", graph, local, 3), SGDOptimizer(0.05)),
+    # data parallelism: each device updates its weight copies in its next step (momentum too)
+    "dp": resume(named_strategy("dp", graph, local), SGDOptimizer(0.05, momentum=0.9)),
+}
 
 try:
     other = FFModel(FFConfig(batch_size=8))
@@ -46,13 +64,4 @@ try:
 except FlexFlowError as exc:
     refused = str(exc)
 
-print(
-    json.dumps(
-        {
-            "losses": losses,
-            "resumed_losses": resumed_losses,
-            "identical_weights": all(np.array_equal(final[k], resumed[k]) for k in final),
-            "refused": refused,
-        }
-    )
-)
+print(json.dumps({"runs": runs, "refused": refused}))

@@ -20,7 +20,10 @@ def test_resume_is_bit_identical(tmp_path):
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["resumed_losses"] == report["losses"]
-    assert report["identical_weights"]
+    runs = report["runs"]
+    assert not runs["random"]["updates_in_step"] and runs["dp"]["updates_in_step"]
+    for run in runs.values():
+        assert run["resumed_losses"] == run["losses"]
+        assert run["identical_weights"]
     assert "lacks 2 weight(s) of this model (head.bias, head.kernel)" in report["refused"]
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.npz"]  # no temporary file left behind
