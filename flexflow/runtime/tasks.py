@@ -167,7 +167,7 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
     if which == Pass.FUSED_STEP and extra[6]:  # first the pending update, on this replica
         begin = time.perf_counter()
         _apply_pending_update(executor, inputs, outputs, extra[6])
-        if executor.timeline is not None:
+        if executor.timeline is not None:  # an update pass of no processor's own: op -1
             end = time.perf_counter()
             executor.timeline.append((-1, index, Pass.UPDATE, begin, end, threading.get_ident()))
     if len(extra) > width:  # model inputs read from the staged batch (Executor.staged_inputs)

@@ -19,8 +19,8 @@ from flexflow.runtime.tasks import Pass
 
 
 def _task_name(graph: OperatorGraph, op: int, index: int, which: Pass) -> str:
-    if which is Pass.UPDATE:
-        return f"update (processor {op})"
+    if which is Pass.UPDATE:  # an update task (op: its processor) or one inside a step (-1)
+        return f"update (processor {op})" if op >= 0 else f"update inside step [{index}]"
     if which is Pass.FEED:
         return f"feed {graph.tensors[op].name}[{index}]" if op >= 0 else "store fill"
     return f"{graph.ops[op].name}[{index}] {which.name.lower()}"
