@@ -177,6 +177,8 @@ class Executor:
         # read numpy batches straight from here (`staged_tile`) instead of attaching each batch
         # as a store; with several ranks, batches travel as stores.
         self._staging = self.runtime.node_count == 1
+        self.contributors = _contributors(graph, strategy)
+        """Per parameter, the devices whose backward tasks compute parts of its gradient."""
         self.updates_in_step = self._can_update_in_step(local)
         """Whether each device keeps its own replica of every weight (and optimizer state) and
         applies the optimizer's update at the start of its next step task (`_can_update_in_step`):
@@ -187,7 +189,7 @@ class Executor:
             self.update_groups = {}
             for p in graph.parameters:
                 whole = tuple((0, size) for size in p.spec.shape)
-                for device in _contributors(graph, strategy)[p.id]:
+                for device in self.contributors[p.id]:
                     self.update_groups.setdefault(device, []).append((p.id, whole))
         self.staged_inputs = self._inputs_read_in_task(local)
         """Model inputs (tensor id -> readers) the last group's tasks read straight from the
@@ -206,8 +208,6 @@ class Executor:
             for t in graph.tensors
             if t.spec.dtype.is_float
         }
-        self.contributors = _contributors(graph, strategy)
-        """Per parameter, the devices whose backward tasks compute parts of its gradient."""
         rng = np.random.default_rng(seed)
         self.weights = {
             p.id: self._store_of(self._per_replica(p.id, initialize(p.spec, rng)))
@@ -264,7 +264,8 @@ class Executor:
         value = np.asarray(value, dtype=np.float32)
         return np.ascontiguousarray(np.broadcast_to(value, self._stored_shape(pid)))
 
-    def _partial_grad_stores(self) -> dict:
+    def _partial_grad_stores(self) -> dict[int, Any]:
+        """Per parameter, a store of one partial gradient per contributing device."""
         return {
             p.id: self.runtime.create_store(
                 ty.float32, (len(self.contributors[p.id]),) + p.spec.shape
