@@ -4,27 +4,32 @@ Every tensor, weight and gradient is a Legate store. Each task of an op's config
 its strategy's processor (a `Scope` of that one CPU or GPU), reading the store slices its input
 and weight regions name and writing its output tile; Legate moves the data between
 processors. Consecutive ops whose tiles line up run as one task per device
-(`flexflow.fusion`, as FlexFlow's FusedOp): LeNet under data parallelism is one forward
-and one backward task per device, their intermediate tensors' gradients never leave the task.
+(`flexflow.fusion`, as FlexFlow's FusedOp): LeNet under data parallelism is one task per
+device and iteration; intermediate tensors' gradients never leave the task.
 
 Gradients of tensors read across fused groups are added into their stores with ADD reductions
-(which also sum halos). Weight gradients are not: each device adds into its own partial
-gradient (a leading device axis), and the update, one task per device over the weight rows it
-owns (`flexflow.tiling`), sums the partials; a reduction from tasks on several processors into
-one store made Legate run them one after the other. Batch norm's tiles first add their
+(which also sum halos). Weight gradients are not: each device writes its own partial gradient
+(`flexflow.runtime.weights`), and the update sums them: one task per device over the weight
+rows it owns (`flexflow.tiling`), or, where the whole model is one training-step task per
+device reading its weights whole (data parallelism), inside each device's next step, on that
+device's own copy of the weights (`updates_in_step`). Batch norm's tiles first add their
 per-channel partial sums into a statistics store (forward: sums of x and x^2; backward: sums of
 dz and dz*xhat), so any sample split normalizes with the batch's statistics.
 
 The loss (`flexflow.runtime.loss`) runs on each tile of the model's output, on that tile's
 device, inside the last fused group's forward tasks (or as its own tasks after a batch norm):
-each writes its tile of the loss gradient (which seeds the backward pass) and its share of the
-loss and correct predictions into its row of a small store. The model's output is the first
-output of the last op; other outputs nothing reads (an LSTM's last cell state) get zero
-gradients. Model inputs are double-buffered so the next batch's feed overlaps this iteration.
+each writes its share of the loss and correct predictions into its row of a small store, and
+its tile of the loss gradient, which seeds the backward pass (in memory when the backward runs
+in the same task). The model's output is the first output of the last op; other outputs
+nothing reads (an LSTM's last cell state) get zero gradients. Model inputs are fed by copy
+tasks into double-buffered stores, so the next batch's feed overlaps this iteration, or, in a
+one-rank run whose step tasks read them, straight from the batch held in this process
+(`staged_inputs`).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from collections.abc import Mapping
@@ -51,27 +56,21 @@ from flexflow.fusion import (
 from flexflow.graph import OperatorGraph
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region
-from flexflow.ops.init import initialize
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.allocator import keep_freed_memory
 from flexflow.runtime.loss import LOSS_IDS, TARGET_RANK, check_target, loss_name
+from flexflow.runtime.stores import (
+    LEGATE_TYPES,
+    copied_store,
+    read_store,
+    slice_store,
+    source_store,
+)
 from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_task
+from flexflow.runtime.weights import ParameterStores
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import validate_strategy
 from flexflow.tiling import input_shards, update_pieces
-
-LEGATE_TYPES = {
-    "float32": ty.float32,
-    "float64": ty.float64,
-    "int32": ty.int32,
-    "int64": ty.int64,
-}
-
-
-def _slice(store, region: Region):
-    for dim, (start, stop) in enumerate(region):
-        store = store.slice(dim, slice(start, stop))
-    return store
 
 
 def _contributors(graph: OperatorGraph, strategy: Strategy) -> dict[int, tuple[int, ...]]:
@@ -93,7 +92,7 @@ class BatchStats:
     samples: int
 
     def read(self) -> tuple[float, int]:
-        loss, correct = Executor._read(self._store).sum(axis=0)  # over the loss's tasks
+        loss, correct = read_store(self._store).sum(axis=0)  # over the loss's tasks
         return float(loss), int(round(correct))
 
     @property
@@ -132,6 +131,12 @@ class Executor:
         self.library, self.task_id = library_and_task()
         self.id = next(EXECUTOR_IDS)
         EXECUTORS[self.id] = self
+        self._store_of = functools.partial(
+            copied_store, self.runtime, self.library, self.task_id, self.id
+        )
+        """array -> a new store holding it (`copied_store`); no reference to the executor, so
+        the stores that keep it (`ParameterStores`) make no cycle that Python's garbage
+        collector would free inside a task, where Legate forbids destroying stores."""
         self._regions = [
             config.task_regions(node.sig.output_shape)
             for node, config in zip(graph.ops, strategy.configs, strict=True)
@@ -208,21 +213,16 @@ class Executor:
             for t in graph.tensors
             if t.spec.dtype.is_float
         }
-        rng = np.random.default_rng(seed)
-        self.weights = {
-            p.id: self._store_of(self._per_replica(p.id, initialize(p.spec, rng)))
-            for p in graph.parameters
-        }
-        """Each weight's store; with `updates_in_step`, one replica per contributing device
-        along a leading axis (`_weight_view`)."""
-        self.weight_grads = self._partial_grad_stores()
-        """Per parameter, one partial gradient per contributing device (`TaskLayout.accumulators`
-        says why); the update sums them."""
-        self._pending_grads = self._partial_grad_stores() if self.updates_in_step else None
-        """With `updates_in_step`: the partial gradients of the update not applied yet; the
-        two sets of stores swap each iteration, so a step writes one while it reads the other."""
-        self.states = {p.id: self._zero_states(self._stored_shape(p.id)) for p in graph.parameters}
-        """Each weight's optimizer states (momentum, Adam's moments), stores shaped like it."""
+        self.params = ParameterStores(
+            self.runtime,
+            graph,
+            self.contributors,
+            self.optimizer.state_names,
+            self.updates_in_step,  # a copy of every weight and state per device
+            self._store_of,
+            seed,
+        )
+        """Weights, optimizer states and per-device partial gradients (`flexflow.runtime.weights`)."""
         # ops whose tiles share batch statistics (batch norm): per-channel sums, float64
         self.statistics = {
             node.id: (
@@ -253,46 +253,11 @@ class Executor:
             return False
         return all(p.id in self._sole for p in self.graph.parameters)
 
-    def _stored_shape(self, pid: int) -> tuple[int, ...]:
-        """The shape of a weight's (and its states') store: with a replica axis in front when
-        `updates_in_step`."""
-        shape = self.graph.parameters[pid].spec.shape
-        return (len(self.contributors[pid]), *shape) if self.updates_in_step else shape
-
-    def _per_replica(self, pid: int, value: np.ndarray) -> np.ndarray:
-        """`value` (a whole weight or state) as its store holds it (`_stored_shape`)."""
-        value = np.asarray(value, dtype=np.float32)
-        return np.ascontiguousarray(np.broadcast_to(value, self._stored_shape(pid)))
-
-    def _partial_grad_stores(self) -> dict[int, Any]:
-        """Per parameter, a store of one partial gradient per contributing device."""
-        return {
-            p.id: self.runtime.create_store(
-                ty.float32, (len(self.contributors[p.id]),) + p.spec.shape
-            )
-            for p in self.graph.parameters
-        }
-
-    def _weight_view(self, store, pid: int, device: int):
-        """The weight (or state) `store` as `device`'s tasks read it: its replica there under
-        `updates_in_step`, else the store."""
-        if not self.updates_in_step:
-            return store
-        key = (id(store), "replica", device)
-        found = self._tiles.get(key)
-        if found is None or found[0] is not store:
-            k = self.contributors[pid].index(device)
-            # a slice first: Legate keeps the devices' replicas apart (a projection of the
-            # whole store made the devices' step tasks wait for each other)
-            found = (store, store.slice(0, slice(k, k + 1)).project(0, 0))
-            self._tiles[key] = found
-        return found[1]
-
     def _apply_pending(self) -> None:
         """Apply the update the next step would have applied (before the weights are read,
         replaced, or used for anything but a training step)."""
         if self._pending:
-            self._update(self._pending_grads)
+            self._update(self.params.pending)
             self._pending = False
 
     def _inputs_read_in_task(self, local) -> dict[int, int]:
@@ -401,45 +366,6 @@ class Executor:
         return self._input_shards[tensor_id][index][0]
 
     # ---- data in and out -----------------------------------------------------------------------
-    def _zero_states(self, shape: tuple[int, ...]) -> list:
-        states = []
-        for _ in self.optimizer.state_names:
-            store = self.runtime.create_store(ty.float32, shape)
-            self.runtime.issue_fill(store, 0.0)
-            states.append(store)
-        return states
-
-    def _source_store(self, value):
-        """A Legate store holding `value`: a cuPyNumeric array's own store (no copy through the
-        host), or a store over a numpy array's buffer."""
-        interface = getattr(value, "__legate_data_interface__", None)
-        if interface is not None:
-            return next(iter(interface["data"].values())).data
-        array = np.ascontiguousarray(value)
-        if str(array.dtype) not in LEGATE_TYPES:
-            array = array.astype(np.float32)
-        dtype = LEGATE_TYPES[str(array.dtype)]
-        return self.runtime.create_store_from_buffer(dtype, array.shape, array, True)
-
-    def _store_of(self, array: np.ndarray):
-        """A new store holding `array`, filled by a copy task: with several ranks, Legate
-        25.11's issue_copy into a store it splits across ranks aborts ("Could not find
-        ProcessorKind 0 in default store targets"), and so does one inside a Scope."""
-        source = self._source_store(array)
-        store = self.runtime.create_store(source.type, source.shape)
-        task = self.runtime.create_auto_task(self.library, self.task_id)
-        for value in (self.id, int(Pass.FEED), -1, 0):
-            task.add_scalar_arg(value, ty.int64)
-        task.add_input(source)
-        task.add_output(store)
-        task.add_alignment(source, store)
-        task.execute()
-        return store
-
-    @staticmethod
-    def _read(store) -> np.ndarray:
-        return np.array(store.get_physical_store().get_inline_allocation())
-
     def _feed(self, tensor_id: int, value) -> None:
         """Copy a model input in, one shard per device that reads it (`flexflow.tiling`)."""
         spec = self.graph.tensors[tensor_id].spec
@@ -464,7 +390,7 @@ class Executor:
         if staged:
             key = self._stage(np.ascontiguousarray(value), len(shards))
         else:
-            source = self._source_store(value)
+            source = source_store(self.runtime, value)
         target = self._spare_inputs[tensor_id]
         self._spare_inputs[tensor_id] = self.tensors[tensor_id]
         self.tensors[tensor_id] = target
@@ -476,8 +402,8 @@ class Executor:
                     task = self._task(device, Pass.FEED, tensor_id, index, key)
                 else:
                     task = self._task(device, Pass.FEED, tensor_id, index)
-                    task.add_input(_slice(source, region))
-                task.add_output(_slice(target, region))
+                    task.add_input(slice_store(source, region))
+                task.add_output(slice_store(target, region))
                 task.execute()
 
     def _stage(self, array: np.ndarray, readers: int) -> int:
@@ -498,15 +424,9 @@ class Executor:
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """Every weight by name (`<layer>.<weight>`), as numpy arrays."""
-        return {
-            self.graph.parameters[p].name: self._read_weight(s) for p, s in self.weights.items()
-        }
-
-    def _read_weight(self, store) -> np.ndarray:
-        """A weight or state store's value (the first replica's: they are identical)."""
         self._apply_pending()
-        value = self._read(store)
-        return value[0].copy() if self.updates_in_step else value
+        weights = self.params.weights
+        return {self.graph.parameters[p].name: self.params.value(s) for p, s in weights.items()}
 
     def set_weights(self, values: Mapping[str, np.ndarray]) -> None:
         self._apply_pending()  # its optimizer states move on; the weights are replaced
@@ -518,18 +438,18 @@ class Executor:
                 raise StrategyError(
                     f"set_weights: '{name}' has shape {param.spec.shape}, got {tuple(value.shape)}."
                 )
-            self.weights[param.id] = self._store_of(self._per_replica(param.id, value))
+            self.params.replace_weight(param.id, value)
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
         """Write every weight, the optimizer's states, batch norm's running statistics and the
         iteration count to `path` atomically (`flexflow.checkpoint`)."""
-        arrays = self.get_weights()
-        for pid, stores in self.states.items():
+        arrays = self.get_weights()  # the pending update applied first
+        for pid, stores in self.params.states.items():
             name = self.graph.parameters[pid].name
             for state, store in zip(self.optimizer.state_names, stores, strict=True):
-                arrays[f"{name}@{state}"] = self._read_weight(store)
+                arrays[f"{name}@{state}"] = self.params.value(store)
         for op, store in self.running.items():
-            arrays[f"{self.graph.ops[op].name}@running"] = self._read(store)
+            arrays[f"{self.graph.ops[op].name}@running"] = read_store(store)
         return write_checkpoint(path, arrays, self.iteration, self.optimizer)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
@@ -543,10 +463,8 @@ class Executor:
         for op, key in running.items():
             self.running[op] = self._store_of(values[key])
         for param in self.graph.parameters:
-            self.states[param.id] = [
-                self._store_of(self._per_replica(param.id, values[f"{param.name}@{state}"]))
-                for state in self.optimizer.state_names
-            ]
+            states = [values[f"{param.name}@{state}"] for state in self.optimizer.state_names]
+            self.params.replace_states(param.id, states)
         self.iteration = int(meta.get("iteration", 0))
         self._tiles.clear()  # views of the states and statistics replaced here
 
@@ -573,32 +491,32 @@ class Executor:
         with Scope(machine=self.processors[device]):
             task = self._task(device, which, op, index)
             for tid, r in zip(node.inputs, in_regions, strict=True):
-                task.add_input(_slice(self.tensors[tid], r))
+                task.add_input(slice_store(self.tensors[tid], r))
             if which is Pass.STATISTICS_FORWARD:
-                task.add_reduction(_slice(stats[0], channels), ty.ReductionOpKind.ADD)
+                task.add_reduction(slice_store(stats[0], channels), ty.ReductionOpKind.ADD)
                 task.execute()
                 return
             for pid, r in zip(node.weights, w_regions, strict=True):
-                task.add_input(_slice(self.weights[pid], r))
+                task.add_input(slice_store(self.params.weights[pid], r))
             if which is Pass.FORWARD:
-                task.add_input(_slice(stats[0], channels))
+                task.add_input(slice_store(stats[0], channels))
                 for tid, r in zip(node.outputs, out_regions, strict=True):
-                    task.add_output(_slice(self.tensors[tid], r))
+                    task.add_output(slice_store(self.tensors[tid], r))
                 task.execute()
                 return
             for tid, r in zip(node.outputs, out_regions, strict=True):
-                task.add_input(_slice(self.tensors[tid], r))
+                task.add_input(slice_store(self.tensors[tid], r))
             for tid, r in zip(node.outputs, out_regions, strict=True):
-                task.add_input(_slice(self.grads[tid], r))
-            task.add_input(_slice(stats[0], channels))
+                task.add_input(slice_store(self.grads[tid], r))
+            task.add_input(slice_store(stats[0], channels))
             if which is Pass.STATISTICS_BACKWARD:
-                task.add_reduction(_slice(stats[1], channels), ty.ReductionOpKind.ADD)
+                task.add_reduction(slice_store(stats[1], channels), ty.ReductionOpKind.ADD)
                 task.execute()
                 return
-            task.add_input(_slice(stats[1], channels))
+            task.add_input(slice_store(stats[1], channels))
             for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
                 if spec.dtype.is_float:
-                    task.add_reduction(_slice(self.grads[tid], r), ty.ReductionOpKind.ADD)
+                    task.add_reduction(slice_store(self.grads[tid], r), ty.ReductionOpKind.ADD)
             weight_slots = tuple(
                 Slot(SlotKind.WEIGHT_GRAD, pid, r)
                 for pid, r in zip(node.weights, w_regions, strict=True)
@@ -642,10 +560,10 @@ class Executor:
         of the weight, read-write: updated in place before the forward pass reads them)."""
         written = []
         for param in self.graph.parameters:
-            grads = self._pending_grads[param.id]
+            grads = self.params.pending[param.id]
             task.add_input(self._tile(grads, tuple((0, size) for size in grads.shape)))
-            stores = (self.weights[param.id], *self.states[param.id])
-            views = [self._weight_view(store, param.id, device) for store in stores]
+            stores = (self.params.weights[param.id], *self.params.states[param.id])
+            views = [self.params.view(store, param.id, device) for store in stores]
             for view in views[1:]:
                 task.add_input(view)
             written += views
@@ -664,7 +582,7 @@ class Executor:
 
     def _partial_grad(self, pid: int, region: Region, device: int):
         k = self.contributors[pid].index(device)
-        return self._tile(self.weight_grads[pid], ((k, k + 1), *region))
+        return self._tile(self.params.partials[pid], ((k, k + 1), *region))
 
     def _tile(self, store, region: Region):
         """`_slice`, kept: fused tasks name the same tiles every iteration (the views cost the
@@ -673,14 +591,14 @@ class Executor:
         key = (id(store), region)
         found = self._tiles.get(key)
         if found is None or found[0] is not store:
-            found = (store, _slice(store, region))
+            found = (store, slice_store(store, region))
             self._tiles[key] = found
         return found[1]
 
     def _slot(self, slot: Slot, device: int):
         """The store view a fused task on `device` names by `slot`."""
         if slot.kind is SlotKind.WEIGHT:
-            store = self._weight_view(self.weights[slot.id], slot.id, device)
+            store = self.params.view(self.params.weights[slot.id], slot.id, device)
         else:
             store = (self.tensors if slot.kind is SlotKind.TENSOR else self.grads)[slot.id]
         return self._tile(store, slot.region)
@@ -724,8 +642,8 @@ class Executor:
             with Scope(machine=self.processors[device]):
                 task = self._task(device, Pass.UPDATE, device, -1, self.iteration)
                 for pid, region in items:
-                    stores = (self.weights[pid], *self.states[pid])
-                    views = [self._weight_view(store, pid, device) for store in stores]
+                    stores = (self.params.weights[pid], *self.params.states[pid])
+                    views = [self.params.view(store, pid, device) for store in stores]
                     tiles = [self._tile(view, region) for view in views]
                     task.add_input(tiles[0])
                     grads = partial_grads[pid]  # every device's partial gradient
@@ -745,7 +663,7 @@ class Executor:
         self._feed_inputs(inputs)
         for group_id in range(len(self.groups)):
             self._run_group(group_id, Pass.FORWARD, training)
-        return self._read(self.tensors[self._output]) if read else None
+        return read_store(self.tensors[self._output]) if read else None
 
     def _feed_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         for tensor in self.graph.input_tensors:
@@ -791,7 +709,7 @@ class Executor:
         samples past `valid` (padding) add nothing to the loss or the gradients."""
         for tid in self._reduced_grads:
             self.runtime.issue_fill(self.grads[tid], 0.0)
-        for pid, store in self.weight_grads.items():
+        for pid, store in self.params.partials.items():
             if pid not in self._sole:
                 self.runtime.issue_fill(store, 0.0)
         stats, stepped = self._forward_and_loss(inputs, target, loss, valid, training=True)
@@ -799,10 +717,10 @@ class Executor:
             self._run_group(group_id, Pass.BACKWARD, training=True)
         self.iteration += 1
         if self.updates_in_step:  # the next step applies it (or `_apply_pending`)
-            self.weight_grads, self._pending_grads = self._pending_grads, self.weight_grads
+            self.params.swap()
             self._pending = True
         else:
-            self._update(self.weight_grads)
+            self._update(self.params.partials)
         return stats
 
     def eval_batch(
@@ -881,7 +799,7 @@ class Executor:
             with Scope(machine=self.processors[device]):
                 if fused is None:
                     task = self._task(device, Pass.LOSS, output_op, index, *loss_args)
-                    task.add_input(_slice(self.tensors[self._output], region))
+                    task.add_input(slice_store(self.tensors[self._output], region))
                 else:
                     mode = (int(training), self.iteration)
                     which = Pass.FUSED_STEP if step else Pass.FUSED_FORWARD_LOSS
@@ -897,10 +815,10 @@ class Executor:
                         for slot in info.forward.outputs:
                             task.add_output(self._slot(slot, device))
                 if not staged:
-                    task.add_input(_slice(target_store, region[:target_rank]))
+                    task.add_input(slice_store(target_store, region[:target_rank]))
                 if not step:  # ... and its loss gradient
-                    task.add_output(_slice(self.grads[self._output], region))
-                task.add_output(_slice(sums, ((index, index + 1), (0, 2))))
+                    task.add_output(slice_store(self.grads[self._output], region))
+                task.add_output(slice_store(sums, ((index, index + 1), (0, 2))))
                 if step:  # then the backward's: partial weight gradients, input gradients
                     self._add_partial_grads(task, info.backward, device)
                     for slot in info.backward.reductions:

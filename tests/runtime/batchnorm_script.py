@@ -13,6 +13,7 @@ import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import FFConfig, FFModel
 from flexflow.machine import parse_machine
 from flexflow.runtime import Executor
+from flexflow.runtime.stores import read_store
 from flexflow.strategies import named_strategy
 
 model = FFModel(FFConfig(batch_size=8))
@@ -33,11 +34,11 @@ report = {}
 with Executor(graph, named_strategy("dp", graph, parse_machine("local"))) as executor:
     for _ in range(3):
         executor.train_batch(inputs, target).read()
-    got = executor._read(executor.running[bn.id])
+    got = read_store(executor.running[bn.id])
     report["running_matches"] = bool(np.allclose(got, running, rtol=1e-10))
     # evaluation normalizes with the running statistics (not the batch's)
     executor.forward(inputs, read=False)
-    normalized = executor._read(executor.tensors[bn.outputs[0]])
+    normalized = read_store(executor.tensors[bn.outputs[0]])
     mean, var = running
     gamma, beta = (executor.get_weights()[f"bn.{w}"] for w in ("gamma", "beta"))
     shape = (1, 4, 1, 1)
@@ -48,6 +49,6 @@ with Executor(graph, named_strategy("dp", graph, parse_machine("local"))) as exe
 with Executor(graph, named_strategy("dp", graph, parse_machine("local"))) as restored:
     restored.load_checkpoint(f"{sys.argv[1]}/bn.npz")
     report["checkpoint_keeps_running"] = bool(
-        np.array_equal(restored._read(restored.running[bn.id]), got)
+        np.array_equal(read_store(restored.running[bn.id]), got)
     )
 print(json.dumps(report))

@@ -11,6 +11,7 @@ import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import FFConfig, FFModel
 from flexflow.machine import parse_machine
 from flexflow.runtime import Executor
+from flexflow.runtime.stores import read_store
 from flexflow.strategies import named_strategy
 
 
@@ -40,7 +41,7 @@ with Executor(graph, named_strategy("dp", graph, local)) as executor:
         # a training step keeps its activations in memory: a training-mode forward pass at
         # the same iteration draws the mask that step uses, into the dropout's store
         executor.forward(inputs, read=False, training=True)
-        masks.append((executor._read(executor.tensors[drop_out]) != 0).tolist())
+        masks.append((read_store(executor.tensors[drop_out]) != 0).tolist())
         executor.train_batch(inputs, target).read()
 with Executor(plain, named_strategy("dp", plain, local)) as reference:
     reference.set_weights(weights)
