@@ -28,6 +28,7 @@ data-parallel chain. Partial weight gradients that one task per device writes wh
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -292,3 +293,52 @@ def fused_task(
         forward_layout(graph, group, op_tiles),
         backward_layout(graph, group, op_tiles, sole),
     )
+
+
+def _one_step_group(groups: Sequence[FusedGroup], tasks: Sequence[Sequence[FusedTask]]) -> bool:
+    """Whether the whole graph is one fused group that runs a training step in one task per
+    device (`FusedTask.step_ready`)."""
+    return len(groups) == 1 and all(task.step_ready for task in tasks[0])
+
+
+def _on_cpus(tasks: Sequence[FusedTask], strategy: Strategy, kinds: Sequence[str]) -> bool:
+    devices = strategy[tasks[0].group.ops[0]].devices
+    return all(kinds[device] == "cpu" for device in devices)
+
+
+def updates_in_step(
+    graph: OperatorGraph,
+    strategy: Strategy,
+    groups: Sequence[FusedGroup],
+    tasks: Sequence[Sequence[FusedTask]],
+    sole: frozenset[int],
+    kinds: Sequence[str],
+) -> bool:
+    """Whether each device can keep its own copy of every weight and apply the optimizer's
+    update at the start of its next step task instead of in update tasks (data parallelism
+    does so after its all-reduce): the whole model is one step task per device, on CPUs
+    (`kinds[d]` is device d's kind; the GPU variant runs update tasks), and every task reads
+    each weight it uses whole (`sole`), so every device updates all of it from every device's
+    partial gradients, summed in the same order, and the copies stay bit-identical."""
+    if not _one_step_group(groups, tasks) or not _on_cpus(tasks[0], strategy, kinds):
+        return False
+    return all(p.id in sole for p in graph.parameters)
+
+
+def inputs_read_in_step(
+    graph: OperatorGraph,
+    strategy: Strategy,
+    groups: Sequence[FusedGroup],
+    tasks: Sequence[Sequence[FusedTask]],
+    kinds: Sequence[str],
+) -> dict[int, int]:
+    """The model inputs a step task can read straight from the batch in its process instead of
+    from a store a feed task filled, with how many task arguments read each: the whole model
+    is one step task per device on CPUs (its backward reads the input in memory), and those
+    tasks read the input."""
+    if not _one_step_group(groups, tasks) or not _on_cpus(tasks[0], strategy, kinds):
+        return {}
+    readers = Counter(
+        slot.id for task in tasks[0] for slot in task.forward.inputs if slot.kind is SlotKind.TENSOR
+    )
+    return {t.id: readers[t.id] for t in graph.input_tensors if readers[t.id]}

@@ -145,3 +145,49 @@ def test_a_weight_whole_on_one_task_per_device_is_written_not_accumulated():
     task = fused_task(graph, group, 0, [regions[op][0] for op in group.ops], everything)
     assert task.backward.accumulators == ()
     assert sorted(s.id for s in task.backward.overwrites) == sorted(everything)
+
+
+def _decisions(graph, strategy, kinds):
+    from flexflow.fusion import inputs_read_in_step, sole_gradients, updates_in_step
+
+    groups, regions = _groups(graph, strategy)
+    sole = sole_gradients(graph, strategy, regions)
+    tasks = [
+        tuple(
+            fused_task(graph, g, i, [regions[op][i] for op in g.ops], sole)
+            for i in range(strategy[g.ops[0]].num_tasks)
+        )
+        for g in groups
+    ]
+    return (
+        updates_in_step(graph, strategy, groups, tasks, sole, kinds),
+        inputs_read_in_step(graph, strategy, groups, tasks, kinds),
+    )
+
+
+def test_data_parallel_steps_on_cpus_update_their_own_copies_and_read_the_batch():
+    graph = load_model("lenet", FFConfig(batch_size=8)).graph()
+    machine = parse_machine("p100:1")  # 4 devices; the decisions take their kinds
+    dp = named_strategy("dp", graph, machine)
+    (image,) = graph.input_tensors
+    # one step task per device: each reads its shard of the batch (4 readers in all)
+    assert _decisions(graph, dp, ["cpu"] * 4) == (True, {image.id: 4})
+    # the GPU variant reads stores and runs update tasks
+    assert _decisions(graph, dp, ["gpu"] * 4) == (False, {})
+    # fc1 split by channel: each device reads part of its weight, and the model is 3 groups
+    split = dp.replace("fc1", ParallelConfig((1, 4), (0, 1, 2, 3)))
+    assert _decisions(graph, split, ["cpu"] * 4) == (False, {})
+
+
+def test_a_step_reading_part_of_a_weight_keeps_update_tasks():
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 6), name="x")
+    model.dense(x, 8, name="a")
+    graph = model.graph()
+    (x_id,) = (t.id for t in graph.input_tensors)
+    # split by channel: one step task per device, each reading half of a's weight rows and
+    # the whole input
+    channel = Strategy(("a",), (ParallelConfig((1, 2), (0, 1)),))
+    assert _decisions(graph, channel, ["cpu", "cpu"]) == (False, {x_id: 2})
+    dp = named_strategy("dp", graph, parse_machine("p100:1"))
+    assert _decisions(graph, dp, ["cpu"] * 4)[0]  # dp on all four: copies of every weight

@@ -51,7 +51,9 @@ from flexflow.fusion import (
     TaskLayout,
     fuse,
     fused_task,
+    inputs_read_in_step,
     sole_gradients,
+    updates_in_step,
 )
 from flexflow.graph import OperatorGraph
 from flexflow.machine import parse_machine
@@ -184,10 +186,13 @@ class Executor:
         self._staging = self.runtime.node_count == 1
         self.contributors = _contributors(graph, strategy)
         """Per parameter, the devices whose backward tasks compute parts of its gradient."""
-        self.updates_in_step = self._can_update_in_step(local)
-        """Whether each device keeps its own replica of every weight (and optimizer state) and
-        applies the optimizer's update at the start of its next step task (`_can_update_in_step`):
-        no update tasks and one dependence less per iteration."""
+        kinds = [kind for kind, _ in local.kind_ordinals()]
+        self.updates_in_step = updates_in_step(
+            graph, strategy, self.groups, self.fused_tasks, self._sole, kinds
+        )
+        """Whether each device keeps its own copy of every weight (and optimizer state) and
+        applies the optimizer's update at the start of its next step task
+        (`flexflow.fusion.updates_in_step`): no update tasks, one dependence less."""
         self._pending = False
         """With `updates_in_step`: the last iteration's update has not been applied yet."""
         if self.updates_in_step:  # `_apply_pending`: each device updates its whole replicas
@@ -196,9 +201,14 @@ class Executor:
                 whole = tuple((0, size) for size in p.spec.shape)
                 for device in self.contributors[p.id]:
                     self.update_groups.setdefault(device, []).append((p.id, whole))
-        self.staged_inputs = self._inputs_read_in_task(local)
-        """Model inputs (tensor id -> readers) the last group's tasks read straight from the
-        staged batch: no feed task, no store (`_inputs_read_in_task`)."""
+        self.staged_inputs = (
+            inputs_read_in_step(graph, strategy, self.groups, self.fused_tasks, kinds)
+            if self._staging
+            else {}
+        )
+        """Model inputs (tensor id -> readers) the step tasks read straight from the batch
+        staged in this process (`flexflow.fusion.inputs_read_in_step`; one rank): no feed
+        task, no store."""
         self._input_keys: dict[int, int] = {}
         """This call's staged key per model input in `staged_inputs`; -1 when fed to a store."""
         self._staged: dict[int, list] = {}
@@ -238,53 +248,12 @@ class Executor:
         }
         """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
 
-    def _can_update_in_step(self, local) -> bool:
-        """Whether the whole model runs as one training-step task per device (one fused group,
-        `FusedTask.step_ready`) on CPUs, each task reading every weight it uses whole
-        (`sole_gradients`: data parallelism, or ops placed whole on one device). Then every
-        device can keep its own copy of the weights and states and update it from all the
-        devices' partial gradients at the start of its next step, as data-parallel training
-        does after its all-reduce; the copies stay bit-identical (same sums, same order)."""
-        if len(self.groups) != 1 or self._has_statistics(0) or not self._step_ready[0]:
-            return False
-        kinds = local.kind_ordinals()
-        devices = self.strategy[self.groups[0].ops[0]].devices
-        if any(kinds[device][0] != "cpu" for device in devices):
-            return False
-        return all(p.id in self._sole for p in self.graph.parameters)
-
     def _apply_pending(self) -> None:
         """Apply the update the next step would have applied (before the weights are read,
         replaced, or used for anything but a training step)."""
         if self._pending:
             self._update(self.params.pending)
             self._pending = False
-
-    def _inputs_read_in_task(self, local) -> dict[int, int]:
-        """The model inputs that the last group's tasks read from a batch staged in this process
-        instead of from a store a feed task filled (one task and one dependence less per device
-        and iteration), with how many task arguments read each: where there is one rank
-        (staging), the group is fused and runs the training step in one task per device (its
-        backward then reads the input in memory, FUSED_STEP), every op reading the input is in
-        that group, and its devices are CPUs (the GPU variant reads stores)."""
-        last = len(self.groups) - 1
-        if not self._staging or self._has_statistics(last) or not self._step_ready[last]:
-            return {}
-        kinds = local.kind_ordinals()
-        if any(
-            kinds[device][0] != "cpu" for device in self.strategy[self.groups[last].ops[0]].devices
-        ):
-            return {}
-        members = set(self.groups[last].ops)
-        readers = {}
-        for tensor in self.graph.input_tensors:
-            if set(self.graph.consumers(tensor.id)) <= members:
-                readers[tensor.id] = sum(
-                    slot.kind is SlotKind.TENSOR and slot.id == tensor.id
-                    for task in self.fused_tasks[last]
-                    for slot in task.forward.inputs
-                )
-        return readers
 
     def _staged_input_keys(self) -> tuple[int, ...]:
         """Scalars of the last group's forward tasks: the staged key of each input in
