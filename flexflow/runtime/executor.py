@@ -12,9 +12,8 @@ Gradients of tensors read across fused groups are added into their stores with A
 (`flexflow.runtime.weights`), and the update sums them: one task per device over the weight
 rows it owns (`flexflow.tiling`), or, where the whole model is one training-step task per
 device reading its weights whole (data parallelism), inside each device's next step, on that
-device's own copy of the weights (`updates_in_step`). Batch norm's tiles first add their
-per-channel partial sums into a statistics store (forward: sums of x and x^2; backward: sums of
-dz and dz*xhat), so any sample split normalizes with the batch's statistics.
+device's own copy of the weights (`updates_in_step`). Batch norm's tiles normalize with the
+whole batch's statistics under any sample split (`flexflow.runtime.batch_statistics`).
 
 The loss (`flexflow.runtime.loss`) runs on each tile of the model's output, on that tile's
 device, inside the last fused group's forward tasks (or as its own tasks after a batch norm):
@@ -60,6 +59,7 @@ from flexflow.machine import parse_machine
 from flexflow.ops.base import Region
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.allocator import keep_freed_memory
+from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.loss import LOSS_IDS, TARGET_RANK, check_target, loss_name
 from flexflow.runtime.stores import (
     LEGATE_TYPES,
@@ -145,7 +145,7 @@ class Executor:
         ]
         self.groups = fuse(graph, strategy, self._regions)
         """Consecutive ops run as one task per device (`flexflow.fusion`); ops with
-        batch statistics stay alone and run through `_run_op`."""
+        batch statistics stay alone and run through `batch_statistics`."""
         self._sole = sole_gradients(graph, strategy, self._regions)
         """Parameters whose partial gradients their backward tasks write whole: not zeroed."""
         self.fused_tasks: list[tuple[FusedTask, ...]] = [
@@ -233,19 +233,9 @@ class Executor:
             seed,
         )
         """Weights, optimizer states and per-device partial gradients (`flexflow.runtime.weights`)."""
-        # ops whose tiles share batch statistics (batch norm): per-channel sums, float64
-        self.statistics = {
-            node.id: (
-                self.runtime.create_store(ty.float64, (2, node.sig.inputs[0].shape[1])),
-                self.runtime.create_store(ty.float64, (2, node.sig.inputs[0].shape[1])),
-            )
-            for node in graph.ops
-            if node.op.statistics_dims
-        }
-        self.running = {
-            op: self._store_of(np.stack([np.zeros(c), np.ones(c)]))
-            for op, c in ((op, stats[0].shape[1]) for op, stats in self.statistics.items())
-        }
+        self.batch_statistics = BatchStatistics(self.runtime, graph, self._store_of)
+        """Ops with batch statistics (batch norm): their statistics stores and tasks."""
+        self.running = self.batch_statistics.running
         """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
 
     def _apply_pending(self) -> None:
@@ -368,9 +358,9 @@ class Executor:
         for index, (region, device) in enumerate(shards):
             with Scope(machine=self.processors[device]):
                 if staged:
-                    task = self._task(device, Pass.FEED, tensor_id, index, key)
+                    task = self.new_task(device, Pass.FEED, tensor_id, index, key)
                 else:
-                    task = self._task(device, Pass.FEED, tensor_id, index)
+                    task = self.new_task(device, Pass.FEED, tensor_id, index)
                     task.add_input(slice_store(source, region))
                 task.add_output(slice_store(target, region))
                 task.execute()
@@ -438,7 +428,7 @@ class Executor:
         self._tiles.clear()  # views of the states and statistics replaced here
 
     # ---- one iteration -----------------------------------------------------------------------
-    def _task(self, device: int, which: Pass, op: int, index: int, *extra: int):
+    def new_task(self, device: int, which: Pass, op: int, index: int, *extra: int):
         """A task on processor `device`; run it with `.execute()` after adding its stores."""
         with Scope(machine=self.processors[device]):
             task = self.runtime.create_auto_task(self.library, self.task_id)
@@ -446,58 +436,11 @@ class Executor:
             task.add_scalar_arg(value, ty.int64)
         return task
 
-    def _launch(self, op: int, index: int, which: Pass) -> None:
-        """One task of an op with batch statistics (batch norm; every other op runs fused,
-        `_run_group`): its store slices in the order the task body reads them."""
-        node, config = self.graph.ops[op], self.strategy[op]
-        region = self._regions[op][index]
-        in_regions = node.op.input_regions(node.sig, region)
-        w_regions = node.op.weight_regions(node.sig, region)
-        out_regions = node.op.output_regions(node.sig, region)
-        stats = self.statistics[op]
-        channels = ((0, 2), region[1])  # the task's channels of the statistics
-        device = config.devices[index]
-        with Scope(machine=self.processors[device]):
-            task = self._task(device, which, op, index)
-            for tid, r in zip(node.inputs, in_regions, strict=True):
-                task.add_input(slice_store(self.tensors[tid], r))
-            if which is Pass.STATISTICS_FORWARD:
-                task.add_reduction(slice_store(stats[0], channels), ty.ReductionOpKind.ADD)
-                task.execute()
-                return
-            for pid, r in zip(node.weights, w_regions, strict=True):
-                task.add_input(slice_store(self.params.weights[pid], r))
-            if which is Pass.FORWARD:
-                task.add_input(slice_store(stats[0], channels))
-                for tid, r in zip(node.outputs, out_regions, strict=True):
-                    task.add_output(slice_store(self.tensors[tid], r))
-                task.execute()
-                return
-            for tid, r in zip(node.outputs, out_regions, strict=True):
-                task.add_input(slice_store(self.tensors[tid], r))
-            for tid, r in zip(node.outputs, out_regions, strict=True):
-                task.add_input(slice_store(self.grads[tid], r))
-            task.add_input(slice_store(stats[0], channels))
-            if which is Pass.STATISTICS_BACKWARD:
-                task.add_reduction(slice_store(stats[1], channels), ty.ReductionOpKind.ADD)
-                task.execute()
-                return
-            task.add_input(slice_store(stats[1], channels))
-            for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
-                if spec.dtype.is_float:
-                    task.add_reduction(slice_store(self.grads[tid], r), ty.ReductionOpKind.ADD)
-            weight_slots = tuple(
-                Slot(SlotKind.WEIGHT_GRAD, pid, r)
-                for pid, r in zip(node.weights, w_regions, strict=True)
-            )
-            self._add_partial_grads(task, TaskLayout((), (), (), weight_slots), device)
-            task.execute()
-
     def _run_group(self, group_id: int, which: Pass, training: bool) -> None:
         """Every task of a fused group for one pass; an op with batch statistics alone."""
         group = self.groups[group_id]
         if self._has_statistics(group_id):
-            self._run_op(group.ops[0], which, training)
+            self.batch_statistics.run(self, group.ops[0], which, training)
             return
         fused = Pass.FUSED_FORWARD if which is Pass.FORWARD else Pass.FUSED_BACKWARD
         devices = self.strategy[group.ops[0]].devices
@@ -507,7 +450,7 @@ class Executor:
         for task_info, device in zip(self.fused_tasks[group_id], devices, strict=True):
             layout = task_info.forward if which is Pass.FORWARD else task_info.backward
             with Scope(machine=self.processors[device]):
-                task = self._task(
+                task = self.new_task(
                     device, fused, group_id, task_info.index, int(training), self.iteration, *keys
                 )
                 if which is Pass.FORWARD:
@@ -519,7 +462,7 @@ class Executor:
                     task.add_output(self._slot(slot, device))
                 for slot in layout.reductions:
                     task.add_reduction(self._slot(slot, device), ty.ReductionOpKind.ADD)
-                self._add_partial_grads(task, layout, device)
+                self.add_partial_grads(task, layout, device)
                 task.execute()
 
     def _add_pending_update(self, task, device: int) -> None:
@@ -539,7 +482,7 @@ class Executor:
         for view in written:
             task.add_output(view)
 
-    def _add_partial_grads(self, task, layout: TaskLayout, device: int) -> None:
+    def add_partial_grads(self, task, layout: TaskLayout, device: int) -> None:
         """This device's partial weight gradients: the accumulators read (after the other
         inputs), then the accumulators and the overwritten ones written (after the outputs)."""
         read = [self._partial_grad(s.id, s.region, device) for s in layout.accumulators]
@@ -572,44 +515,13 @@ class Executor:
             store = (self.tensors if slot.kind is SlotKind.TENSOR else self.grads)[slot.id]
         return self._tile(store, slot.region)
 
-    def _run_op(self, op: int, which: Pass, training: bool) -> None:
-        """Every task of an op with batch statistics for one pass, after the statistics."""
-        tasks = range(self.strategy[op].num_tasks)
-        if which is Pass.FORWARD and not training:
-            self._running_statistics(op, update=False)  # evaluation: the running statistics
-        else:
-            before = Pass.STATISTICS_FORWARD if which is Pass.FORWARD else Pass.STATISTICS_BACKWARD
-            self.runtime.issue_fill(self.statistics[op][0 if which is Pass.FORWARD else 1], 0.0)
-            for index in tasks:
-                self._launch(op, index, before)
-            if which is Pass.FORWARD:
-                self._running_statistics(op, update=True)
-        for index in tasks:
-            self._launch(op, index, which)
-
-    def _running_statistics(self, op: int, update: bool) -> None:
-        """Training: fold the batch's statistics into the running ones. Evaluation: write the
-        statistics store from the running ones, for the forward tiles to normalize with."""
-        device = self.strategy[op].devices[0]
-        stats, running = self.statistics[op][0], self.running[op]
-        with Scope(machine=self.processors[device]):
-            task = self._task(device, Pass.RUNNING_STATISTICS, op, 0, int(update))
-            if update:
-                task.add_input(stats)
-                task.add_input(running)
-                task.add_output(running)
-            else:
-                task.add_input(running)
-                task.add_output(stats)
-            task.execute()
-
     def _update(self, partial_grads: Mapping[int, Any]) -> None:
         """The optimizer's update, in place: one task per device over every weight tile it
         owns (`flexflow.tiling`; under `updates_in_step`, every weight's replica there),
         reading the tiles of the weights, gradients and states."""
         for device, items in self.update_groups.items():
             with Scope(machine=self.processors[device]):
-                task = self._task(device, Pass.UPDATE, device, -1, self.iteration)
+                task = self.new_task(device, Pass.UPDATE, device, -1, self.iteration)
                 for pid, region in items:
                     stores = (self.params.weights[pid], *self.params.states[pid])
                     views = [self.params.view(store, pid, device) for store in stores]
@@ -767,7 +679,7 @@ class Executor:
             loss_args = (loss_id, total, rows, key)
             with Scope(machine=self.processors[device]):
                 if fused is None:
-                    task = self._task(device, Pass.LOSS, output_op, index, *loss_args)
+                    task = self.new_task(device, Pass.LOSS, output_op, index, *loss_args)
                     task.add_input(slice_store(self.tensors[self._output], region))
                 else:
                     mode = (int(training), self.iteration)
@@ -775,7 +687,7 @@ class Executor:
                     # a step's last own scalar: the number of the update it applies first
                     update = (self.iteration if self._pending else 0,) if step else ()
                     keys = self._staged_input_keys()
-                    task = self._task(
+                    task = self.new_task(
                         device, which, fused, index, *mode, *loss_args, *update, *keys
                     )
                     info = self.fused_tasks[fused][index]
@@ -789,7 +701,7 @@ class Executor:
                     task.add_output(slice_store(self.grads[self._output], region))
                 task.add_output(slice_store(sums, ((index, index + 1), (0, 2))))
                 if step:  # then the backward's: partial weight gradients, input gradients
-                    self._add_partial_grads(task, info.backward, device)
+                    self.add_partial_grads(task, info.backward, device)
                     for slot in info.backward.reductions:
                         task.add_reduction(self._slot(slot, device), ty.ReductionOpKind.ADD)
                     if self._pending:
