@@ -27,7 +27,11 @@ def improving_neighbours(
     space: Space,
     on_op: Callable[[int], None] | None = None,
 ) -> tuple[float, list[Neighbour]]:
-    """The strategy's cost and every single-op change that lowers it, fastest first."""
+    """The strategy's cost and every single-op change that lowers it, fastest first.
+
+    An op's configurations are tried one after the other, each a delta simulation from the
+    one before (delta simulation gives the same times whatever the path), and the op gets its
+    own configuration back once after them: half the simulations of reverting each one."""
     evaluator = Evaluator(context, strategy)
     base = evaluator.cost_s
     better = []
@@ -38,10 +42,17 @@ def improving_neighbours(
             cost = evaluator.propose(op, config)
             if cost < base * (1 - RELATIVE_TOLERANCE):
                 better.append(Neighbour(strategy.ops[op], config, cost))
-            evaluator.revert()
+        _settle(evaluator, op, strategy[op])
         if on_op is not None:
             on_op(op)
     return base, sorted(better, key=lambda n: n.iteration_s)
+
+
+def _settle(evaluator: Evaluator, op: int, config: ParallelConfig) -> float:
+    """Give `op` the configuration `config` unless it has it; the cost either way."""
+    if evaluator.strategy[op] != config:
+        return evaluator.propose(op, config)
+    return evaluator.cost_s
 
 
 def descend(
@@ -64,19 +75,16 @@ def descend(
     while unchanged < len(strategy):
         start = evaluator.strategy[op]
         best, best_cost = start, current
-        for config in space(op):
+        for config in space(op):  # each a delta from the last (see `improving_neighbours`)
             if deadline is not None and clock() > deadline:
+                _settle(evaluator, op, best)
                 return evaluator.strategy, False
             if config == start:
                 continue
             cost = evaluator.propose(op, config)
             if cost < best_cost * (1 - RELATIVE_TOLERANCE):
                 best, best_cost = config, cost
-            evaluator.revert()
-        if best != start:
-            current = evaluator.propose(op, best)
-            unchanged = 0
-        else:
-            unchanged += 1
+        current = _settle(evaluator, op, best)
+        unchanged = 0 if best != start else unchanged + 1
         op = (op + 1) % len(strategy)
     return evaluator.strategy, True

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from flexflow import FFConfig, FFModel
 from flexflow.cli import main
 from flexflow.machine import parse_machine
@@ -50,6 +52,10 @@ def test_local_descent_reaches_a_locally_optimal_strategy():
     start = named_strategy("model", graph, machine)
     base, better = improving_neighbours(context, start, space)
     assert better and all(n.iteration_s < base for n in better)
+    # each neighbour is simulated as a delta from the one before it: exactly its own time
+    for n in better:
+        alone = full_simulate(TaskGraph(context, start.replace(n.op, n.config))).iteration_s
+        assert alone == pytest.approx(n.iteration_s, rel=1e-12, abs=0)
     optimum, finished = descend(context, start, space)
     assert finished
     cost, none = improving_neighbours(context, optimum, space)
