@@ -20,6 +20,7 @@ from flexflow.graph import OperatorGraph
 from flexflow.machine import Device, Machine
 from flexflow.ops.base import Region
 from flexflow.simulator.native import grid_overlaps
+from flexflow.strategy import ParallelConfig
 
 Overlap = tuple[int, int, int]  # (consumer task, producer task, overlap volume in elements)
 
@@ -74,6 +75,9 @@ class SimContext:
         self._times: dict[tuple[int, tuple[int, ...], str], TaskTime] = {}
         self._weights: dict[tuple[int, tuple[int, ...]], tuple[tuple[Region, ...], ...]] = {}
         self._overlaps: dict[tuple, tuple[Overlap, ...]] = {}
+        self._sync_groups: dict[
+            tuple, tuple[tuple[Region, tuple[int, ...], tuple[int, ...]], ...]
+        ] = {}
         self._inputs: dict[tuple[int, tuple[int, ...]], tuple[tuple[Region, ...], ...]] = {}
         self._needs: dict[tuple[int, int, tuple[int, ...]], array] = {}
         self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
@@ -109,6 +113,26 @@ class SimContext:
             node = self.graph.ops[op]
             found = tuple(node.op.weight_regions(node.sig, r) for r in self.regions(op, degrees))
             self._weights[(op, degrees)] = found
+        return found
+
+    def op_sync_groups(
+        self, op: int, pid: int, config: ParallelConfig
+    ) -> tuple[tuple[Region, tuple[int, ...], tuple[int, ...]], ...]:
+        """The tasks of `op` under `config` that read parameter `pid`, grouped by the weight
+        region they read: (region, devices, task indices), in task order; what a task graph
+        gathers over the parameter's users to build its synchronization."""
+        key = (op, pid, config)
+        found = self._sync_groups.get(key)
+        if found is None:
+            w = self.graph.ops[op].weights.index(pid)
+            groups: dict[Region, tuple[list[int], list[int]]] = {}
+            for k, regions in enumerate(self.weight_regions(op, config.degrees)):
+                devices, tasks = groups.setdefault(regions[w], ([], []))
+                if config.devices[k] not in devices:
+                    devices.append(config.devices[k])
+                tasks.append(k)
+            found = tuple((r, tuple(d), tuple(t)) for r, (d, t) in groups.items())
+            self._sync_groups[key] = found
         return found
 
     def overlaps(

@@ -379,15 +379,13 @@ class TaskGraph:
 
     def _sync_groups(self, pid: int) -> list[tuple[Region, list[int], list[int]]]:
         """The tasks using parameter `pid`, grouped by the weight region they read: (region, devices, backward tasks)."""
-        groups: dict[Region, tuple[list[int], list[int]]] = {}
+        groups: dict[Region, tuple[set[int], list[int]]] = {}
         for op in self._users[pid]:
-            node, config = self.graph.ops[op], self.configs[op]
-            w = node.weights.index(pid)
-            for k, regions in enumerate(self.context.weight_regions(op, config.degrees)):
-                devices, tasks = groups.setdefault(regions[w], ([], []))
-                if config.devices[k] not in devices:
-                    devices.append(config.devices[k])
-                tasks.append(self.bwd[op][k])
+            bwd = self.bwd[op]
+            for region, devices, tasks in self.context.op_sync_groups(op, pid, self.configs[op]):
+                found, backward = groups.setdefault(region, (set(), []))
+                found.update(devices)
+                backward += [bwd[k] for k in tasks]
         return [
             (region, sorted(devices), tasks) for region, (devices, tasks) in sorted(groups.items())
         ]
@@ -411,8 +409,8 @@ class TaskGraph:
                     task_key(GATHER_KEY, pid, g),
                     f"{name}#{g} grads ready",
                 )
-                for t in tasks:
-                    self._edge(t, gather)
+                self.edge_src.extend(tasks)  # t -> gather for every t in tasks
+                self.edge_dst.extend([gather] * len(tasks))
                 done = self._new(
                     block,
                     BARRIER,
