@@ -11,7 +11,8 @@ from flexflow.strategy import ParallelConfig, Strategy
 class Evaluator:
     """Holds the current strategy and its task graph; `propose` applies a one-op change, `revert` undoes it.
 
-    Every evaluation is a delta simulation; reverting a rejected proposal is one more.
+    Every evaluation is a delta simulation; reverting a rejected proposal restores the task
+    graph and schedule as they were (`DeltaSimulator.undo`).
     """
 
     def __init__(self, context: SimContext, strategy: Strategy) -> None:
@@ -56,6 +57,5 @@ class Evaluator:
             return self.cost_s
         op, config = undo
         self.strategy = self.strategy.replace(op, config)
-        self._delta.change(op, config)
-        self.evaluations += 1
+        self._delta.undo()  # the graph and schedule restored, not simulated again
         return self.cost_s

@@ -69,12 +69,28 @@ class DeltaSimulator:
         self.tg = tg
         self.schedule = full_simulate(tg)
         self.replayed = 0  # tasks re-simulated by the last change, for benchmarks
+        self._before: tuple | None = None  # the times before the last change (`undo`)
 
     @property
     def iteration_s(self) -> float:
         return self.schedule.iteration_s
 
     def change(self, op: int, config: ParallelConfig) -> None:
+        s = self.schedule
+        # what `undo` restores: copying the times is cheaper than simulating the way back
+        self._before = (
+            array("d", s.ready),
+            array("d", s.start),
+            array("d", s.end),
+            s.iteration_s,
+        )
         change = self.tg.set_config(op, config)
-        self.schedule.grow()
-        self.replayed = simulate(self.tg, self.schedule, math.inf, change)
+        s.grow()
+        self.replayed = simulate(self.tg, s, math.inf, change)
+
+    def undo(self) -> None:
+        """Take back the last `change`: the task graph and the schedule are as before it."""
+        self.tg.undo()
+        s = self.schedule
+        s.ready, s.start, s.end, s.iteration_s = self._before
+        self._before = None

@@ -43,7 +43,7 @@ import math
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flexflow.cost import DEVICE_CONSTANTS, TaskTime
 from flexflow.fusion import joins_previous
@@ -87,6 +87,23 @@ class GraphChange:
     touched: array  # the targets of removed edges: tasks that lost a predecessor (some now free)
 
 
+@dataclass(slots=True)
+class _Undo:
+    """What `TaskGraph.set_config` replaced: enough to restore the graph exactly."""
+
+    op: int
+    config: ParallelConfig
+    size: int  # task ids before the change
+    free: list[int]  # the free ids before the change
+    edge_count: int
+    removed_edges: int
+    blocks: dict  # block -> (its task ids, its edge range)
+    tasks: dict  # op -> (forward task ids, backward task ids)
+    edges: list = field(default_factory=list)  # (lo, the sources of edges lo..) before removal
+    removed: list[int] = field(default_factory=list)
+    added: list[int] = field(default_factory=list)
+
+
 class TaskGraph:
     """Tasks in parallel arrays indexed by task id; ids of removed tasks are reused."""
 
@@ -109,6 +126,7 @@ class TaskGraph:
         self.res_dst: list[int] = []  # destination device of a transfer, else -1
         self.name: list[str] = []
         self._free: list[int] = []
+        self._undo: _Undo | None = None  # how to take back the last set_config
         # dependencies: edge_src[e] -> edge_dst[e], source -1 once removed
         self.edge_src = array("i")
         self.edge_dst = array("i")
@@ -183,9 +201,22 @@ class TaskGraph:
         return [b for b in blocks if b[0] == "op"] + [b for b in blocks if b[0] != "op"]
 
     def set_config(self, op: int, config: ParallelConfig) -> GraphChange:
-        """Give `op` a new configuration, rebuilding only its blocks."""
-        self.configs[op] = config
+        """Give `op` a new configuration, rebuilding only its blocks. Until the next call,
+        `undo` can take the change back: the removed tasks keep their ids and data (new tasks
+        take free ids of earlier changes, or new ones) and only become free at that call."""
+        self._commit()
         blocks = self.affected_blocks(op)
+        undo = _Undo(
+            op,
+            self.configs[op],
+            len(self.exe),
+            list(self._free),
+            len(self.edge_src),
+            self._removed_edges,
+            {b: (self.blocks[b], self._edge_ranges[b]) for b in blocks},
+            {o: (self.fwd[o], self.bwd[o]) for b in blocks if b[0] == "op" for o in b[1:]},
+        )
+        self.configs[op] = config
         removed: list[int] = []
         touched = array("i")
         live, edge_src = self.live, self.edge_src
@@ -193,11 +224,11 @@ class TaskGraph:
             removed += self.blocks.pop(block)
             lo, hi = self._edge_ranges.pop(block)
             touched += self.edge_dst[lo:hi]
+            undo.edges.append((lo, edge_src[lo:hi]))
             edge_src[lo:hi] = _NO_EDGE * (hi - lo)
             self._removed_edges += hi - lo
         for t in removed:
             live[t] = 0
-        self._free += reversed(removed)  # reused first to last
         for block in blocks:
             if block[0] == "op":
                 self._build_op(self.graph.ops[block[1]])
@@ -205,10 +236,42 @@ class TaskGraph:
                 self._build_edge(self.graph.ops[block[1]], block[2])
             else:
                 self._build_sync(block[1])
+        added = [t for block in blocks for t in self.blocks[block]]
+        undo.removed, undo.added = removed, added
+        self._undo = undo
+        return GraphChange(array("i", removed), array("i", added), touched)
+
+    def undo(self) -> None:
+        """Take back the last `set_config` (the graph is then as before it, task ids too)."""
+        undo, self._undo = self._undo, None
+        if undo is None:
+            raise AssertionError("TaskGraph.undo() without a change to take back")
+        for t in undo.added:
+            self.live[t] = 0
+        for t in undo.removed:
+            self.live[t] = 1
+        for per_task in (self.exe, self.order, self.live, self.res_set, self.res, self.kind):
+            del per_task[undo.size :]
+        for per_task in (self.size_bytes, self.res_dst, self.name):
+            del per_task[undo.size :]
+        self._free = undo.free
+        del self.edge_src[undo.edge_count :], self.edge_dst[undo.edge_count :]
+        for lo, sources in undo.edges:
+            self.edge_src[lo : lo + len(sources)] = sources
+        self._removed_edges = undo.removed_edges
+        for block, (tasks, edge_range) in undo.blocks.items():
+            self.blocks[block], self._edge_ranges[block] = tasks, edge_range
+        for o, (fwd, bwd) in undo.tasks.items():
+            self.fwd[o], self.bwd[o] = fwd, bwd
+        self.configs[undo.op] = undo.config
+
+    def _commit(self) -> None:
+        """The last change stays: its removed tasks' ids become free (reused first to last)."""
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            self._free += reversed(undo.removed)
         if 2 * self._removed_edges > len(self.edge_src):
             self._compact_edges()
-        added = [t for block in blocks for t in self.blocks[block]]
-        return GraphChange(array("i", removed), array("i", added), touched)
 
     def _compact_edges(self) -> None:
         """Drop removed edges: copy each block's range into fresh arrays."""

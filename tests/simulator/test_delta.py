@@ -57,12 +57,15 @@ def assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches: 
     context = SimContext(graph, m, CostModel(), fused_launches=fused_launches)
     strategy = named_strategy(start, graph, m, seed=graph_seed)
     delta = DeltaSimulator(TaskGraph(context, strategy))
-    for op_pick, config_pick in moves:
+    for op_pick, config_pick, *undo in moves:
         op = op_pick % len(graph.ops)
         space = enumerate_configs(graph.ops[op].sig, m)
         config = space[config_pick % len(space)]
-        strategy = strategy.replace(op, config)
         delta.change(op, config)
+        if undo and undo[0]:  # taken back (a rejected proposal): as before the change
+            delta.undo()
+        else:
+            strategy = strategy.replace(op, config)
         fresh = TaskGraph(context, strategy)
         full = full_simulate(fresh)
         assert delta.iteration_s == full.iteration_s
@@ -80,6 +83,26 @@ def assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches: 
 )
 def test_delta_equals_full_after_every_change(graph_seed, machine, start, moves):
     assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches=False)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_seed=st.integers(0, 10_000),
+    machine=st.sampled_from(MACHINES),
+    start=st.sampled_from(("dp", "expert", "model", "random")),
+    moves=st.lists(
+        st.tuples(st.integers(0, 10_000), st.integers(0, 10_000), st.booleans()),
+        min_size=1,
+        max_size=12,
+    ),
+    fused=st.booleans(),
+)
+def test_an_undone_change_leaves_the_graph_and_schedule_as_before(
+    graph_seed, machine, start, moves, fused
+):
+    """Changes kept or taken back in any order: the schedule is always the full simulation's
+    of the strategy that stands (an undo restores the task graph, then the times)."""
+    assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches=fused)
 
 
 def test_delta_on_a_zoo_model_matches_full():
