@@ -55,22 +55,35 @@ def _settle(evaluator: Evaluator, op: int, config: ParallelConfig) -> float:
     return evaluator.cost_s
 
 
+@dataclass(frozen=True, slots=True)
+class Descent:
+    """What `descend` returns."""
+
+    strategy: Strategy
+    finished: bool
+    """The strategy is locally optimal (the descent did not run out of time)."""
+    improved_at_s: float | None
+    """Seconds into the descent when it last improved the strategy; None if it never did."""
+
+
 def descend(
     context: SimContext,
     strategy: Strategy,
     space: Space,
     budget_s: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
-) -> tuple[Strategy, bool]:
+) -> Descent:
     """Coordinate descent: give each op in turn its best configuration with the others fixed,
     cycling over the ops until a full sweep changes nothing, so the result is locally optimal.
 
-    With `budget_s` it stops after that many seconds; the flag says whether it finished (the
-    strategy is then locally optimal) or ran out of time (it is only no worse)."""
-    deadline = None if budget_s is None else clock() + budget_s
+    With `budget_s` it stops after that many seconds, and `finished` says whether it got
+    there (the strategy is then locally optimal) or ran out of time (it is only no worse)."""
+    begin = clock()
+    deadline = None if budget_s is None else begin + budget_s
     evaluator = Evaluator(context, strategy)
     current = evaluator.cost_s
     unchanged = 0  # ops examined since the last improvement
+    improved_at = None
     op = 0
     while unchanged < len(strategy):
         start = evaluator.strategy[op]
@@ -78,13 +91,17 @@ def descend(
         for config in space(op):  # each a delta from the last (see `improving_neighbours`)
             if deadline is not None and clock() > deadline:
                 _settle(evaluator, op, best)
-                return evaluator.strategy, False
+                improved_at = clock() - begin if best != start else improved_at
+                return Descent(evaluator.strategy, False, improved_at)
             if config == start:
                 continue
             cost = evaluator.propose(op, config)
             if cost < best_cost * (1 - RELATIVE_TOLERANCE):
                 best, best_cost = config, cost
         current = _settle(evaluator, op, best)
-        unchanged = 0 if best != start else unchanged + 1
+        if best != start:
+            unchanged, improved_at = 0, clock() - begin
+        else:
+            unchanged += 1
         op = (op + 1) % len(strategy)
-    return evaluator.strategy, True
+    return Descent(evaluator.strategy, True, improved_at)

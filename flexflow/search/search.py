@@ -31,18 +31,24 @@ class SearchResult:
     polish_s: float = 0.0
     locally_optimal: bool | None = None
     """Whether the final descent finished (no single-op change is faster); None without one."""
+    polish_improved_s: float | None = None
+    """Seconds into the final descent when it last improved the strategy; None if it never
+    did (the chains' best is returned)."""
 
     @property
     def converged_s(self) -> float:
         """Seconds from the start until the returned strategy was in hand: set-up, the chains
-        run before the best one, the best chain's last improvement, and the final descent."""
+        run before the best one and the best chain's last improvement; or, when the final
+        descent improved on it, every chain and the descent up to its last improvement."""
         if not self.chains:
             return self.seconds
         best = min(self.chains, key=lambda c: c.best_s)
         chains_s = sum(c.seconds for c in self.chains)
-        before = sum(c.seconds for c in self.chains[: self.chains.index(best)])
         setup = self.seconds - chains_s - self.polish_s
-        return setup + before + best.history[-1][0] + self.polish_s
+        if self.polish_improved_s is not None:
+            return setup + chains_s + self.polish_improved_s
+        before = sum(c.seconds for c in self.chains[: self.chains.index(best)])
+        return setup + before + best.history[-1][0]
 
     @property
     def proposals(self) -> int:
@@ -149,12 +155,15 @@ def search(
     best = min(chains, key=lambda c: c.best_s)
     strategy, cost = best.best, best.best_s
     polish_begin = clock()
-    local = None
+    local = improved = None
     if polish:
-        strategy, local = descend(context, strategy, proposal_space, polish_budget_s, clock)
+        descent = descend(context, strategy, proposal_space, polish_budget_s, clock)
+        strategy, local, improved = descent.strategy, descent.finished, descent.improved_at_s
         cost = full_simulate(TaskGraph(context, strategy)).iteration_s
     polish_s = clock() - polish_begin
-    return SearchResult(strategy, cost, dp_s, tuple(chains), clock() - begin, polish_s, local)
+    return SearchResult(
+        strategy, cost, dp_s, tuple(chains), clock() - begin, polish_s, local, improved
+    )
 
 
 def _project(strategy: Strategy, space) -> Strategy:

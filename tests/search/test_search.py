@@ -56,8 +56,10 @@ def test_local_descent_reaches_a_locally_optimal_strategy():
     for n in better:
         alone = full_simulate(TaskGraph(context, start.replace(n.op, n.config))).iteration_s
         assert alone == pytest.approx(n.iteration_s, rel=1e-12, abs=0)
-    optimum, finished = descend(context, start, space)
-    assert finished
+    descent = descend(context, start, space)
+    optimum = descent.strategy
+    assert descent.finished and descent.improved_at_s is not None  # `start` was improvable
+    assert not descend(context, optimum, space).improved_at_s  # a local optimum stays put
     cost, none = improving_neighbours(context, optimum, space)
     assert none == [] and cost < base
 
@@ -154,9 +156,32 @@ def test_a_bounded_descent_says_when_it_ran_out_of_time():
     space = make_space("soap", context.graph, context.machine)
     start = named_strategy("random", context.graph, context.machine, 3)
     ticks = iter(range(10**6))
-    strategy, finished = descend(context, start, space, budget_s=5, clock=lambda: next(ticks))
-    assert not finished  # five clock ticks: five configurations examined
+    descent = descend(context, start, space, budget_s=5, clock=lambda: next(ticks))
+    strategy = descent.strategy
+    assert not descent.finished  # five clock ticks: five configurations examined
     assert (
         full_simulate(TaskGraph(context, strategy)).iteration_s
         <= full_simulate(TaskGraph(context, start)).iteration_s
     )
+
+
+def test_converged_time_counts_the_descent_only_when_it_improved():
+    from flexflow.search.mcmc import ChainResult
+    from flexflow.search.search import SearchResult
+
+    strategy = named_strategy("dp", *_lenet_graph_and_machine())
+
+    def chain(seconds, history):
+        return ChainResult("dp", strategy, history[-1][1], 2.0, 10, 5, seconds, history)
+
+    # 1 s of set-up, chains of 4 s and 5 s (the second found the best 2 s into it), a 3 s descent
+    chains = (chain(4.0, ((0.0, 2.0), (1.0, 1.5))), chain(5.0, ((0.0, 2.0), (2.0, 1.0))))
+    kept = SearchResult(strategy, 1.0, 2.0, chains, 13.0, 3.0, True, None)
+    assert kept.converged_s == pytest.approx(1.0 + 4.0 + 2.0)  # the descent changed nothing
+    improved = SearchResult(strategy, 0.9, 2.0, chains, 13.0, 3.0, True, 0.5)
+    assert improved.converged_s == pytest.approx(1.0 + 9.0 + 0.5)
+
+
+def _lenet_graph_and_machine():
+    machine = parse_machine("p100:1")
+    return load_model("lenet").graph(), machine
