@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flexflow.graph import OperatorGraph
-from flexflow.ops.base import Region
+from flexflow.ops.base import Region, full_region
 from flexflow.strategy import Strategy
 
 
@@ -225,7 +225,7 @@ def sole_gradients(
     for node, config in zip(graph.ops, strategy.configs, strict=True):
         for index, region in enumerate(regions[node.id]):
             for pid, r in zip(node.weights, node.op.weight_regions(node.sig, region), strict=True):
-                full = tuple((0, size) for size in graph.parameters[pid].spec.shape)
+                full = full_region(graph.parameters[pid].spec.shape)
                 if r != full or node.op.statistics_dims:
                     shared.add(pid)
                 key = (pid, config.devices[index])

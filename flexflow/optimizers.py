@@ -4,8 +4,8 @@ An optimizer is an immutable value. Its update is element-wise, so it runs on an
 weight: the runtime keeps each state (momentum, Adam's moments) in a Legate store shaped and
 partitioned like its weight and updates every tile where that tile lives, and the result does
 not depend on the tiling. `apply` is what the runtime's CPU tasks run: in place on the tiles
-(numpy `out=` operations: a training step's update pass allocates no weight-sized temporaries
-beyond one); `update` is the same arithmetic on copies, the reference the GPU kernels are
+(numpy in-place and `out=` operations, reusing the gradient as scratch: few weight-sized
+temporaries); `update` is the same arithmetic on copies, the reference the GPU kernels are
 checked against. Both work in float32 like the stores, in a fixed order of operations, so every
 tiling gives bit-identical weights.
 """

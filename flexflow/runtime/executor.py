@@ -56,7 +56,7 @@ from flexflow.fusion import (
 )
 from flexflow.graph import OperatorGraph
 from flexflow.machine import parse_machine
-from flexflow.ops.base import Region
+from flexflow.ops.base import Region, full_region
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.allocator import keep_freed_memory
 from flexflow.runtime.batch_statistics import BatchStatistics
@@ -173,12 +173,6 @@ class Executor:
         )
         """Gradients that backward tasks add into, zeroed each iteration; internal ones stay in
         their fused task, the loss writes the output's, and model inputs get none."""
-        self._update_pieces = update_pieces(graph, strategy, self._regions)
-        self.update_groups: dict[int, list[tuple[int, Region]]] = {}
-        """Per device, the (parameter, region) tiles its one update task updates in place."""
-        for pid, pieces in self._update_pieces.items():
-            for region, device in pieces:
-                self.update_groups.setdefault(device, []).append((pid, region))
         self._input_shards = input_shards(graph, strategy, self._regions)
         # One process holds every rank's data in a single-rank run, so the feed and loss tasks
         # read numpy batches straight from here (`staged_tile`) instead of attaching each batch
@@ -195,12 +189,20 @@ class Executor:
         (`flexflow.fusion.updates_in_step`): no update tasks, one dependence less."""
         self._pending = False
         """With `updates_in_step`: the last iteration's update has not been applied yet."""
-        if self.updates_in_step:  # `_apply_pending`: each device updates its whole replicas
-            self.update_groups = {}
-            for p in graph.parameters:
-                whole = tuple((0, size) for size in p.spec.shape)
-                for device in self.contributors[p.id]:
-                    self.update_groups.setdefault(device, []).append((p.id, whole))
+        self.update_groups: dict[int, list[tuple[int, Region]]] = {}
+        """Per device, the (parameter, region) tiles its one update task updates in place:
+        the pieces `flexflow.tiling` assigns it, or, under `updates_in_step` (where update
+        tasks only apply a pending update, `_apply_pending`), its whole copy of every weight."""
+        if self.updates_in_step:
+            pieces = {
+                p.id: tuple((full_region(p.spec.shape), d) for d in self.contributors[p.id])
+                for p in graph.parameters
+            }
+        else:
+            pieces = update_pieces(graph, strategy, self._regions)
+        for pid, owned in pieces.items():
+            for region, device in owned:
+                self.update_groups.setdefault(device, []).append((pid, region))
         self.staged_inputs = (
             inputs_read_in_step(graph, strategy, self.groups, self.fused_tasks, kinds)
             if self._staging
@@ -391,6 +393,12 @@ class Executor:
         self._apply_pending()  # its optimizer states move on; the weights are replaced
         self._tiles.clear()  # views of the stores replaced here
         by_name = {p.name: p for p in self.graph.parameters}
+        unknown = sorted(set(values) - set(by_name))
+        if unknown:
+            raise StrategyError(
+                f"set_weights: no weight named {', '.join(unknown)} in this model; its weights "
+                f"are {', '.join(sorted(by_name))}."
+            )
         for name, value in values.items():
             param = by_name[name]
             if tuple(value.shape) != param.spec.shape:
@@ -472,8 +480,7 @@ class Executor:
         of the weight, read-write: updated in place before the forward pass reads them)."""
         written = []
         for param in self.graph.parameters:
-            grads = self.params.pending[param.id]
-            task.add_input(self._tile(grads, tuple((0, size) for size in grads.shape)))
+            task.add_input(self.params.pending[param.id])  # every device's, whole
             stores = (self.params.weights[param.id], *self.params.states[param.id])
             views = [self.params.view(store, param.id, device) for store in stores]
             for view in views[1:]:

@@ -164,9 +164,10 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
     task = executor.fused_tasks[group][index]
     inputs, outputs = (list(map(_array, a)) for a in (context.inputs, context.outputs))
     width = _FUSED_SCALARS[which]
-    if which == Pass.FUSED_STEP and extra[6]:  # first the pending update, on this replica
+    update = extra[width - 1] if which == Pass.FUSED_STEP else 0  # a pending update's number
+    if update:  # first the pending update, on this device's copy of the weights
         begin = time.perf_counter()
-        _apply_pending_update(executor, inputs, outputs, extra[6])
+        _apply_pending_update(executor, inputs, outputs, update)
         if executor.timeline is not None:  # an update pass of no processor's own: op -1
             end = time.perf_counter()
             executor.timeline.append((-1, index, Pass.UPDATE, begin, end, threading.get_ident()))
@@ -193,8 +194,13 @@ def _apply_pending_update(executor: Executor, inputs: list, outputs: list, updat
     del inputs[-count:], outputs[-count:]
     for start in range(0, count, width):
         weight, *states = written[start : start + width]
-        grad = read[start].sum(axis=0)  # the devices' partial gradients, in device order
-        executor.optimizer.apply(weight, grad, states, update)
+        _apply_update(executor, weight, read[start], states, update)
+
+
+def _apply_update(executor: Executor, weight, partials, states, step: int) -> None:
+    """Update number `step` of a weight tile and its states, in place, from the devices'
+    partial gradients (`partials`, a leading device axis, summed in device order)."""
+    executor.optimizer.apply(weight, partials.sum(axis=0), states, step)
 
 
 def _loss_into(
@@ -238,9 +244,8 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         width = 2 + len(executor.optimizer.state_names)  # weight, gradients, states
         for piece in range(len(executor.update_groups[op])):
             weight, *states = (_array(next(outputs)) for _ in range(width - 1))
-            # the devices' partial gradients (executor.weight_grads), summed into scratch
-            grad = _array(inputs[piece * width + 1]).sum(axis=0)
-            executor.optimizer.apply(weight, grad, states, extra[0])
+            partials = _array(inputs[piece * width + 1])  # executor.params.partials
+            _apply_update(executor, weight, partials, states, extra[0])
         return
     if which == Pass.LOSS:  # this tile's share of the loss and its tile of the loss gradient
         stored = _array(context.inputs[1]) if len(context.inputs) > 1 else None

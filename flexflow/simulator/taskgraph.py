@@ -250,9 +250,7 @@ class TaskGraph:
             self.live[t] = 0
         for t in undo.removed:
             self.live[t] = 1
-        for per_task in (self.exe, self.order, self.live, self.res_set, self.res, self.kind):
-            del per_task[undo.size :]
-        for per_task in (self.size_bytes, self.res_dst, self.name):
+        for per_task in self._per_task():
             del per_task[undo.size :]
         self._free = undo.free
         del self.edge_src[undo.edge_count :], self.edge_dst[undo.edge_count :]
@@ -264,6 +262,11 @@ class TaskGraph:
         for o, (fwd, bwd) in undo.tasks.items():
             self.fwd[o], self.bwd[o] = fwd, bwd
         self.configs[undo.op] = undo.config
+
+    def _per_task(self) -> tuple:
+        """The containers with an entry per task id."""
+        return (self.exe, self.order, self.live, self.res_set, self.res, self.kind,
+                self.size_bytes, self.res_dst, self.name)  # fmt: skip
 
     def _commit(self) -> None:
         """The last change stays: its removed tasks' ids become free (reused first to last)."""

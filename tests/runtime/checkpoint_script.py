@@ -64,4 +64,13 @@ try:
 except FlexFlowError as exc:
     refused = str(exc)
 
-print(json.dumps({"runs": runs, "refused": refused}))
+bad_weights = []  # set_weights with a name this model lacks, then with a wrong shape
+with Executor(graph, named_strategy("dp", graph, local)) as executor:
+    for values in ({"nope.kernel": np.zeros(3)}, {graph.parameters[0].name: np.zeros(3)}):
+        try:
+            executor.set_weights(values)
+            bad_weights.append("")
+        except FlexFlowError as exc:
+            bad_weights.append(str(exc))
+
+print(json.dumps({"runs": runs, "refused": refused, "bad_weights": bad_weights}))

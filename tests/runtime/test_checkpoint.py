@@ -26,4 +26,7 @@ def test_resume_is_bit_identical(tmp_path):
         assert run["resumed_losses"] == run["losses"]
         assert run["identical_weights"]
     assert "lacks 2 weight(s) of this model (head.bias, head.kernel)" in report["refused"]
+    unknown, shape = report["bad_weights"]
+    assert "no weight named nope.kernel in this model; its weights are " in unknown
+    assert "has shape" in shape and "got (3,)" in shape
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.npz"]  # no temporary file left behind

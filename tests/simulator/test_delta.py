@@ -15,6 +15,9 @@ from flexflow.space import enumerate_configs
 from flexflow.strategies import named_strategy
 
 MACHINES = ("p100:1", "k80:1", "p100:2", "k80:2", "dgx-h100:1")
+GRAPH_SEEDS = st.integers(0, 10_000)
+PICK = st.integers(0, 10_000)
+"""An op pick or a configuration pick, taken modulo the choices."""
 
 
 def random_graph(seed: int):
@@ -74,12 +77,10 @@ def assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches: 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    graph_seed=st.integers(0, 10_000),
+    graph_seed=GRAPH_SEEDS,
     machine=st.sampled_from(MACHINES),
     start=st.sampled_from(("dp", "expert", "model", "random")),
-    moves=st.lists(
-        st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), min_size=1, max_size=12
-    ),
+    moves=st.lists(st.tuples(PICK, PICK), min_size=1, max_size=12),
 )
 def test_delta_equals_full_after_every_change(graph_seed, machine, start, moves):
     assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches=False)
@@ -87,14 +88,10 @@ def test_delta_equals_full_after_every_change(graph_seed, machine, start, moves)
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    graph_seed=st.integers(0, 10_000),
+    graph_seed=GRAPH_SEEDS,
     machine=st.sampled_from(MACHINES),
     start=st.sampled_from(("dp", "expert", "model", "random")),
-    moves=st.lists(
-        st.tuples(st.integers(0, 10_000), st.integers(0, 10_000), st.booleans()),
-        min_size=1,
-        max_size=12,
-    ),
+    moves=st.lists(st.tuples(PICK, PICK, st.booleans()), min_size=1, max_size=12),
     fused=st.booleans(),
 )
 def test_an_undone_change_leaves_the_graph_and_schedule_as_before(
@@ -130,12 +127,10 @@ def test_delta_on_a_zoo_model_matches_full():
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    graph_seed=st.integers(0, 10_000),
+    graph_seed=GRAPH_SEEDS,
     machine=st.sampled_from(MACHINES),
     start=st.sampled_from(("dp", "expert", "random")),
-    moves=st.lists(
-        st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), min_size=1, max_size=8
-    ),
+    moves=st.lists(st.tuples(PICK, PICK), min_size=1, max_size=8),
 )
 def test_delta_equals_full_with_fused_launches(graph_seed, machine, start, moves):
     """A change also re-times the op after the changed one (it may stop or start fusing)."""
