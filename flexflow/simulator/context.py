@@ -19,6 +19,7 @@ from flexflow.cost import CostModel, TaskTime
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Device, Machine
 from flexflow.ops.base import Region
+from flexflow.simulator.keys import DEVICE_TASK
 from flexflow.simulator.native import grid_overlaps
 from flexflow.strategy import ParallelConfig
 
@@ -81,8 +82,8 @@ class SimContext:
         self._inputs: dict[tuple[int, tuple[int, ...]], tuple[tuple[Region, ...], ...]] = {}
         self._needs: dict[tuple[int, int, tuple[int, ...]], array] = {}
         self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
-        # (src, dst) -> (resources, resource set id, latency, bandwidth)
-        self._transfers: dict[tuple[int, int], tuple[tuple[int, ...], int, float, float]] = {}
+        # (src, dst) -> (resource set id, latency, bandwidth, order flag)
+        self._transfers: dict[tuple[int, int], tuple[int, float, float, int]] = {}
 
     def regions(self, op: int, degrees: tuple[int, ...]) -> tuple[Region, ...]:
         """Output tile of each task (row-major over the degrees)."""
@@ -193,14 +194,14 @@ class SimContext:
         res, latency, bandwidth = self.route(src, dst)
         return res, latency + size_bytes / bandwidth
 
-    def transfer_task(
-        self, src: int, dst: int, size_bytes: float
-    ) -> tuple[tuple[int, ...], int, float]:
-        """`transfer` plus the id of its resources in `resource_sets`, for a task graph."""
+    def transfer_route(self, src: int, dst: int) -> tuple[int, float, float, int]:
+        """A task graph's transfer from `src` to `dst`: the id of its route in
+        `resource_sets`, the route's latency and bandwidth, and the flag its order gets
+        (`DEVICE_TASK` where the route holds a link)."""
         found = self._transfers.get((src, dst))
         if found is None:
             res, latency, bandwidth = self.route(src, dst)
-            found = (res, self.resource_sets.intern(res), latency, bandwidth)
+            flag = DEVICE_TASK if res else 0
+            found = (self.resource_sets.intern(res), latency, bandwidth, flag)
             self._transfers[(src, dst)] = found
-        res, resource_set, latency, bandwidth = found
-        return res, resource_set, latency + size_bytes / bandwidth
+        return found

@@ -42,14 +42,34 @@ import itertools
 import math
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from flexflow.cost import DEVICE_CONSTANTS, TaskTime
 from flexflow.fusion import joins_previous
 from flexflow.graph import GraphTensor, OpNode
 from flexflow.ops.base import Region, region_volume
 from flexflow.simulator.context import SimContext
+from flexflow.simulator.keys import (
+    A_LIMIT,
+    A_SHIFT,
+    B_SHIFT,
+    BWD_KEY,
+    C_SHIFT,
+    DEVICE_TASK,
+    FIELD_LIMIT,
+    FWD_KEY,
+    GATHER_KEY,
+    GRAD_XFER_KEY,
+    KIND_SHIFT,
+    REDUCED_KEY,
+    RING_KEY,
+    UPDATE_KEY,
+    XFER_KEY,
+    key_fields,
+    key_kind,
+)
 from flexflow.strategy import ParallelConfig, Strategy
 
 COMPUTE, COMM, UPDATE, BARRIER = "compute", "comm", "update", "barrier"
@@ -57,25 +77,7 @@ FORWARD, BACKWARD = 0, 1
 
 Block = tuple  # ("op", i) | ("edge", consumer, input index) | ("sync", parameter id)
 
-# Canonical task keys, packed in an unsigned 64-bit integer (the C loop's `order`): the
-# device-task flag, 3 kind bits, then four fields a, b, c, d of 18, 14, 14 and 14 bits (op or
-# parameter id; task, input or group index; consumer task, ring step or device; producer task).
-FWD_KEY, BWD_KEY, XFER_KEY, GRAD_XFER_KEY, GATHER_KEY, RING_KEY, REDUCED_KEY, UPDATE_KEY = range(8)
-_KIND_SHIFT, _A_SHIFT, _B_SHIFT, _C_SHIFT = 60, 42, 28, 14  # field d: the low 14 bits
-_A, _B = 1 << 18, 1 << 14  # field a's limit, the others'
-DEVICE_TASK = 1 << 63  # above every key: tasks holding a device or link come after barriers
 _NO_EDGE = array("i", [-1])
-
-
-def task_key(kind: int, a: int = 0, b: int = 0, c: int = 0, d: int = 0) -> int:
-    """Pack (kind, a, b, c, d) into an int whose order is the tuple's order (fields >= 0)."""
-    if not (0 <= a < _A and 0 <= b < _B and 0 <= c < _B and 0 <= d < _B):
-        raise AssertionError(f"task key fields {(a, b, c, d)} out of range for 18, 14, 14, 14 bits")
-    return kind << _KIND_SHIFT | a << _A_SHIFT | b << _B_SHIFT | c << _C_SHIFT | d
-
-
-def key_kind(key: int) -> int:
-    return (key >> _KIND_SHIFT) & 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,12 +121,10 @@ class TaskGraph:
         self.exe = array("d")
         self.order = array("Q")  # task_key, plus DEVICE_TASK if it holds a device or link
         self.live = array("b")
-        self.res_set = array("i")  # id of `res` in resource_sets
-        self.res: list[tuple[int, ...]] = []  # devices (ids) and links (num_devices + link id)
-        self.kind: list[str] = []
-        self.size_bytes: list[int] = []
-        self.res_dst: list[int] = []  # destination device of a transfer, else -1
-        self.name: list[str] = []
+        self.res_set = array("i")  # id into resource_sets: its devices and links
+        self.size_bytes = array("q")  # bytes a transfer moves, else 0
+        self.res_src = array("i")  # source device of a transfer, else -1
+        self.res_dst = array("i")  # destination device of a transfer, else -1
         self._free: list[int] = []
         self._undo: _Undo | None = None  # how to take back the last set_config
         # dependencies: edge_src[e] -> edge_dst[e], source -1 once removed
@@ -146,6 +146,10 @@ class TaskGraph:
                 producer = graph.tensor(tid).producer
                 if producer is not None:
                     self._consumers[producer].append((node.id, j))
+        if len(graph.ops) >= A_LIMIT or len(graph.parameters) >= A_LIMIT:
+            raise AssertionError(f"{len(graph.ops)} ops: more than task keys number")
+        if self.num_devices >= FIELD_LIMIT or any(len(n.inputs) >= FIELD_LIMIT for n in graph.ops):
+            raise AssertionError("more devices or op inputs than task keys number")
         for node in graph.ops:
             self._build_op(node)
         for node in graph.ops:
@@ -162,6 +166,44 @@ class TaskGraph:
 
     def live_tasks(self) -> Iterable[int]:
         return itertools.compress(range(len(self.exe)), self.live)
+
+    # derived per task on demand (exports, plots, tests), never stored: a search builds
+    # millions of tasks and reads none of these
+    @property
+    def res(self) -> _PerTask:
+        """`res[t]`: the devices (ids) and links (num_devices + link id) task `t` holds."""
+        sets, res_set = self.resource_sets.sets, self.res_set
+        return _PerTask(lambda t: sets[res_set[t]])
+
+    @property
+    def kind(self) -> _PerTask:
+        """`kind[t]`: COMPUTE, COMM, UPDATE or BARRIER."""
+        order = self.order
+        return _PerTask(lambda t: _KIND_NAMES[key_kind(order[t])])
+
+    @property
+    def name(self) -> _PerTask:
+        """`name[t]`: what task `t` is, for traces and exports."""
+        return _PerTask(self.task_name)
+
+    def task_name(self, t: int) -> str:
+        """Task `t`'s name, read from its key (and a transfer's devices)."""
+        kind, a, b, c, d = key_fields(self.order[t])
+        if kind in (FWD_KEY, BWD_KEY):
+            return f"{self.graph.ops[a].name}[{b}].{'fwd' if kind == FWD_KEY else 'bwd'}"
+        if kind in (XFER_KEY, GRAD_XFER_KEY):
+            consumer = self.graph.ops[a]
+            producer = self.graph.ops[self.graph.tensor(consumer.inputs[b]).producer]
+            label = f"{producer.name}[{d}]->{consumer.name}[{c}]"
+            return label if kind == XFER_KEY else f"grad {label}"
+        weight = f"{self.graph.parameters[a].name}#{b}"
+        if kind == GATHER_KEY:
+            return f"{weight} grads ready"
+        if kind == REDUCED_KEY:
+            return f"{weight} all-reduced"
+        if kind == RING_KEY:
+            return f"all-reduce {weight} {self.res_src[t]}->{self.res_dst[t]}"
+        return f"update {weight}@{c}"
 
     def resource_name(self, r: int) -> str:
         if r < self.num_devices:
@@ -265,8 +307,8 @@ class TaskGraph:
 
     def _per_task(self) -> tuple:
         """The containers with an entry per task id."""
-        return (self.exe, self.order, self.live, self.res_set, self.res, self.kind,
-                self.size_bytes, self.res_dst, self.name)  # fmt: skip
+        return (self.exe, self.order, self.live, self.res_set, self.size_bytes, self.res_src,
+                self.res_dst)  # fmt: skip
 
     def _commit(self) -> None:
         """The last change stays: its removed tasks' ids become free (reused first to last)."""
@@ -289,34 +331,23 @@ class TaskGraph:
 
     # ---- building blocks -------------------------------------------------------------------------
     def _new(
-        self,
-        block: list[int],
-        kind: str,
-        res_set: int,
-        exe: float,
-        key: int,
-        name: str,
-        size_bytes: int = 0,
-        dst: int = -1,
-    ) -> int:
-        res = self.resource_sets.sets[res_set]
-        order = key | DEVICE_TASK if res else key
+        self, block: list[int], res_set: int, exe: float, order: int, size: int = 0,
+        src: int = -1, dst: int = -1,
+    ) -> int:  # fmt: skip
+        """A task in `block`; `order` is its key, with DEVICE_TASK if `res_set` is not empty."""
         if self._free:
             t = self._free.pop()
-            self.exe[t], self.res[t], self.res_set[t], self.order[t] = exe, res, res_set, order
-            self.kind[t], self.name[t], self.size_bytes[t] = kind, name, size_bytes
-            self.res_dst[t], self.live[t] = dst, 1
+            self.exe[t], self.res_set[t], self.order[t], self.live[t] = exe, res_set, order, 1
+            self.size_bytes[t], self.res_src[t], self.res_dst[t] = size, src, dst
         else:
             t = len(self.exe)
             self.exe.append(exe)
-            self.res.append(res)
             self.res_set.append(res_set)
             self.order.append(order)
-            self.kind.append(kind)
-            self.name.append(name)
-            self.size_bytes.append(size_bytes)
-            self.res_dst.append(dst)
             self.live.append(1)
+            self.size_bytes.append(size)
+            self.res_src.append(src)
+            self.res_dst.append(dst)
         block.append(t)
         return t
 
@@ -344,7 +375,11 @@ class TaskGraph:
         fused = self.context.fused_launches and joins_previous(
             self.graph, self.configs, _TaskTiles(self), node.id
         )
+        if len(config.devices) >= FIELD_LIMIT:  # task, ring and group indices fit a key
+            raise AssertionError(f"{node.name}: {len(config.devices)} tasks, more than keys number")
         fwd, bwd = [], []
+        fwd_key = FWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
+        bwd_key = BWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
         for k, device in enumerate(config.devices):
             time = self.context.task_time(node.id, config.degrees, devices[device])
             if fused:  # inside the previous op's task: launched with it
@@ -352,23 +387,11 @@ class TaskGraph:
                 time = TaskTime(
                     max(0.0, time.forward_s - launch), max(0.0, time.backward_s - launch)
                 )
-            f = self._new(
-                block,
-                COMPUTE,
-                device,  # resource set `device` is the device alone
-                time.forward_s + stats_s,
-                task_key(FWD_KEY, node.id, k),
-                f"{node.name}[{k}].fwd",
-            )
-            b = self._new(
-                block,
-                COMPUTE,
-                device,
-                time.backward_s + stats_s,
-                task_key(BWD_KEY, node.id, k),
-                f"{node.name}[{k}].bwd",
-            )
-            self._edge(f, b)
+            # resource set `device` is the device alone
+            f = self._new(block, device, time.forward_s + stats_s, fwd_key | k << B_SHIFT)
+            b = self._new(block, device, time.backward_s + stats_s, bwd_key | k << B_SHIFT)
+            self.edge_src.append(f)
+            self.edge_dst.append(b)
             fwd.append(f)
             bwd.append(b)
         self.fwd[node.id], self.bwd[node.id] = fwd, bwd
@@ -393,11 +416,9 @@ class TaskGraph:
         worst = max((self.context.transfer(a, b, size)[1] for a, b in hops if a != b), default=0.0)
         return worst * (ring - 1)  # ring steps, each bounded by the slowest hop
 
-    def _transfer(
-        self, block: list[int], src: int, dst: int, size: int, key: int, name: str
-    ) -> int:
-        _, res_set, exe = self.context.transfer_task(src, dst, size)
-        return self._new(block, COMM, res_set, exe, key, name, size, dst)
+    def _transfer(self, block: list[int], src: int, dst: int, size: int, key: int) -> int:
+        res_set, latency, bandwidth, flag = self.context.transfer_route(src, dst)
+        return self._new(block, res_set, latency + size / bandwidth, key | flag, size, src, dst)
 
     def _build_edge(self, consumer: OpNode, j: int) -> None:
         block_id = ("edge", consumer.id, j)
@@ -409,39 +430,36 @@ class TaskGraph:
 
     def _connect(self, block: list[int], consumer: OpNode, j: int, tensor: GraphTensor) -> None:
         """The dependencies and transfers of input `j` of `consumer` (a producer's output)."""
-        producer = self.graph.ops[tensor.producer]
-        p_config, c_config = self.configs[producer.id], self.configs[consumer.id]
+        producer = tensor.producer
+        p_config, c_config = self.configs[producer], self.configs[consumer.id]
         itemsize = tensor.spec.dtype.itemsize
         grads = tensor.spec.dtype.is_float
-        p_fwd, p_bwd = self.fwd[producer.id], self.bwd[producer.id]
+        p_fwd, p_bwd = self.fwd[producer], self.bwd[producer]
         c_fwd, c_bwd = self.fwd[consumer.id], self.bwd[consumer.id]
+        p_devices, c_devices = p_config.devices, c_config.devices
         overlaps = self.context.overlaps(consumer.id, j, p_config.degrees, c_config.degrees)
+        xfer = XFER_KEY << KIND_SHIFT | consumer.id << A_SHIFT | j << B_SHIFT
+        grad_xfer = GRAD_XFER_KEY << KIND_SHIFT | consumer.id << A_SHIFT | j << B_SHIFT
+        src, dst = [], []  # this block's edges, appended at once
         for kc, kp, volume in overlaps:
-            p_dev, c_dev = p_config.devices[kp], c_config.devices[kc]
+            p_dev, c_dev = p_devices[kp], c_devices[kc]
             if p_dev == c_dev:
-                self._edge(p_fwd[kp], c_fwd[kc])
-                self._edge(c_bwd[kc], p_bwd[kp])
+                src += (p_fwd[kp], c_bwd[kc])
+                dst += (c_fwd[kc], p_bwd[kp])
                 continue
             size = volume * itemsize
-            label = f"{producer.name}[{kp}]->{consumer.name}[{kc}]"
-            x = self._transfer(
-                block, p_dev, c_dev, size, task_key(XFER_KEY, consumer.id, j, kc, kp), label
-            )
-            self._edge(p_fwd[kp], x)
-            self._edge(x, c_fwd[kc])
+            x = self._transfer(block, p_dev, c_dev, size, xfer | kc << C_SHIFT | kp)
+            src += (p_fwd[kp], x)
+            dst += (x, c_fwd[kc])
             if grads:
-                y = self._transfer(
-                    block,
-                    c_dev,
-                    p_dev,
-                    size,
-                    task_key(GRAD_XFER_KEY, consumer.id, j, kc, kp),
-                    f"grad {label}",
-                )
-                self._edge(c_bwd[kc], y)
-                self._edge(y, p_bwd[kp])
+                y = self._transfer(block, c_dev, p_dev, size, grad_xfer | kc << C_SHIFT | kp)
+                src += (c_bwd[kc], y)
+                dst += (y, p_bwd[kp])
             else:
-                self._edge(c_bwd[kc], p_bwd[kp])
+                src.append(c_bwd[kc])
+                dst.append(p_bwd[kp])
+        self.edge_src.extend(src)
+        self.edge_dst.extend(dst)
 
     def _sync_groups(self, pid: int) -> list[tuple[Region, list[int], list[int]]]:
         """The tasks using parameter `pid`, grouped by the weight region they read: (region, devices, backward tasks)."""
@@ -459,56 +477,32 @@ class TaskGraph:
     def _build_sync(self, pid: int) -> None:
         block_id = ("sync", pid)
         block = self._open(block_id)
-        name = self.graph.parameters[pid].name
+        edge_src, edge_dst = self.edge_src, self.edge_dst
         for g, (w_region, holders, tasks) in enumerate(self._sync_groups(pid)):
             elements = region_volume(w_region)
             updates_after = tasks
+            group = pid << A_SHIFT | g << B_SHIFT
             if len(holders) > 1:
                 r = len(holders)
                 size = int(2 * (r - 1) / r * elements * 4)
                 nothing = self.resource_sets.empty
-                gather = self._new(
-                    block,
-                    BARRIER,
-                    nothing,
-                    0.0,
-                    task_key(GATHER_KEY, pid, g),
-                    f"{name}#{g} grads ready",
-                )
-                self.edge_src.extend(tasks)  # t -> gather for every t in tasks
-                self.edge_dst.extend([gather] * len(tasks))
-                done = self._new(
-                    block,
-                    BARRIER,
-                    nothing,
-                    0.0,
-                    task_key(REDUCED_KEY, pid, g),
-                    f"{name}#{g} all-reduced",
-                )
+                gather = self._new(block, nothing, 0.0, GATHER_KEY << KIND_SHIFT | group)
+                edge_src.extend(tasks)  # t -> gather for every t in tasks
+                edge_dst.extend([gather] * len(tasks))
+                done = self._new(block, nothing, 0.0, REDUCED_KEY << KIND_SHIFT | group)
+                ring = RING_KEY << KIND_SHIFT | group
                 for i, src in enumerate(holders):
-                    dst = holders[(i + 1) % r]
-                    x = self._transfer(
-                        block,
-                        src,
-                        dst,
-                        size,
-                        task_key(RING_KEY, pid, g, i),
-                        f"all-reduce {name}#{g} {src}->{dst}",
-                    )
-                    self._edge(gather, x)
-                    self._edge(x, done)
+                    x = self._transfer(block, src, holders[(i + 1) % r], size, ring | i << C_SHIFT)
+                    edge_src.extend((gather, x))
+                    edge_dst.extend((x, done))
                 updates_after = [done]
+            update = UPDATE_KEY << KIND_SHIFT | group | DEVICE_TASK
             for d in holders:
-                u = self._new(
-                    block,
-                    UPDATE,
-                    d,  # resource set `d` is the device alone
-                    self.context.cost.update_time(elements, self.machine.devices[d]),
-                    task_key(UPDATE_KEY, pid, g, d),
-                    f"update {name}#{g}@{d}",
-                )
-                for t in updates_after:
-                    self._edge(t, u)
+                exe = self.context.cost.update_time(elements, self.machine.devices[d])
+                # resource set `d` is the device alone
+                u = self._new(block, d, exe, update | d << C_SHIFT)
+                edge_src.extend(updates_after)
+                edge_dst.extend([u] * len(updates_after))
         self._close(block_id)
 
     # ---- memory ---------------------------------------------------------------------------------
@@ -538,6 +532,30 @@ class TaskGraph:
                     if key_kind(self.order[t]) == XFER_KEY:
                         memory[self.res_dst[t]] += self.size_bytes[t]
         return memory
+
+
+_KIND_NAMES = {
+    FWD_KEY: COMPUTE,
+    BWD_KEY: COMPUTE,
+    XFER_KEY: COMM,
+    GRAD_XFER_KEY: COMM,
+    RING_KEY: COMM,
+    GATHER_KEY: BARRIER,
+    REDUCED_KEY: BARRIER,
+    UPDATE_KEY: UPDATE,
+}
+
+
+class _PerTask:
+    """A read-only per-task sequence computed on access (`view[t]`)."""
+
+    __slots__ = ("_get",)
+
+    def __init__(self, get: Callable[[int], Any]) -> None:
+        self._get = get
+
+    def __getitem__(self, t: int) -> Any:
+        return self._get(t)
 
 
 class _TaskTiles:

@@ -16,13 +16,13 @@ from flexflow.cost import CostModel
 from flexflow.machine import parse_machine
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.simulator.context import ResourceSets
+from flexflow.simulator.keys import DEVICE_TASK
 from flexflow.simulator.native import grid_overlaps, simulate
 from flexflow.simulator.reference import (
     reference_grid_overlaps,
     reference_run,
     reference_simulate,
 )
-from flexflow.simulator.taskgraph import DEVICE_TASK
 from flexflow.strategies import named_strategy
 from tests.simulator.test_delta import MACHINES, random_graph
 
