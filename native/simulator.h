@@ -55,3 +55,56 @@ int64_t ff_simulate(const ff_graph *graph, const ff_change *change, ff_times *ti
 int32_t ff_grid_overlaps(int32_t ndim, int32_t num_needs, const int64_t *needs,
                          const int64_t *steps, const int64_t *grid, int32_t *consumer,
                          int32_t *producer, int64_t *volume);
+
+/* Edge blocks of a task graph (native/edges.c): for each job, the dependencies and transfers
+ * between a producer op's tasks and a consumer op's tasks along the tile overlaps of one input
+ * (flexflow/simulator/reference.py, `reference_edge_block`, is the specification). An overlap
+ * between tasks on one device is two dependencies (forward, and backward the other way);
+ * otherwise a transfer task, and for a tensor with a gradient a transfer back in the backward
+ * pass. Task tables: the devices and forward and backward task ids of every op involved,
+ * each job naming where its producer's and consumer's rows start. */
+typedef struct {
+    int32_t num_jobs;
+    const int32_t *overlap_offsets; /* job j's overlaps: [overlap_offsets[j], [j + 1]) */
+    const int32_t *overlap_consumer; /* consumer task index, producer task index, elements */
+    const int32_t *overlap_producer;
+    const int64_t *overlap_volume;
+    const int32_t *producer_row;    /* per job: its producer's first row in the task tables */
+    const int32_t *consumer_row;
+    const int32_t *task_device;
+    const int32_t *task_forward;
+    const int32_t *task_backward;
+    const int64_t *itemsize;        /* per job: bytes per element of the tensor */
+    const int8_t *grads;            /* per job: 1 if the tensor has a gradient */
+    const uint64_t *transfer_key;   /* per job: its transfers' key with both task fields 0 */
+    const uint64_t *grad_key;
+    int32_t num_devices;            /* route tables, [src * num_devices + dst]: */
+    const int32_t *route_set;       /* the resource set id of the route */
+    const double *route_latency;
+    const double *route_bandwidth;
+    const uint64_t *route_flag;     /* the order flag (device task) of a transfer on it */
+} ff_edge_jobs;
+
+/* Where the new tasks and edges go. Ids come from free_ids (the last first), then next_id
+ * upward: the per-task arrays have room for every id up to next_id + 2 x overlaps. */
+typedef struct {
+    double *exe;
+    uint64_t *order;
+    int8_t *live;
+    int32_t *resource_set;
+    int64_t *size_bytes;
+    int32_t *src;
+    int32_t *dst;
+    const int32_t *free_ids;
+    int32_t num_free;
+    int32_t free_used;              /* out: ids taken from the end of free_ids */
+    int32_t next_id;                /* in/out */
+    int32_t *new_ids;               /* out: job j's tasks new_ids[task_offsets[j] .. [j + 1]) */
+    int32_t *task_offsets;          /* num_jobs + 1 */
+    int32_t *edge_src;              /* out: job j's edges [edge_offsets[j], [j + 1]); room for */
+    int32_t *edge_dst;              /* 4 x overlaps */
+    int32_t *edge_offsets;          /* num_jobs + 1 */
+} ff_edge_out;
+
+/* Builds every job's edge block; returns the number of edges written. */
+int32_t ff_build_edges(const ff_edge_jobs *jobs, ff_edge_out *out);

@@ -76,6 +76,9 @@ class SimContext:
         self._times: dict[tuple[int, tuple[int, ...], str], TaskTime] = {}
         self._weights: dict[tuple[int, tuple[int, ...]], tuple[tuple[Region, ...], ...]] = {}
         self._overlaps: dict[tuple, tuple[Overlap, ...]] = {}
+        self._overlap_arrays: dict[tuple, tuple[array, array, array]] = {}
+        self._route_tables: tuple[array, array, array, array] | None = None
+        self._device_arrays: dict[tuple[int, ...], array] = {}
         self._sync_groups: dict[
             tuple, tuple[tuple[Region, tuple[int, ...], tuple[int, ...]], ...]
         ] = {}
@@ -166,6 +169,46 @@ class SimContext:
             needs = array("q", [x for tile in regions for bounds in tile[j] for x in bounds])
             self._needs[(consumer, j, c_degrees)] = needs
         return grid_overlaps(needs, math.prod(c_degrees), steps, grid)
+
+    def overlap_arrays(
+        self, consumer: int, j: int, p_degrees: tuple[int, ...], c_degrees: tuple[int, ...]
+    ) -> tuple[array, array, array]:
+        """`overlaps` as three arrays (consumer tasks "i", producer tasks "i", volumes "q"),
+        as the C edge builder reads them."""
+        key = (consumer, j, p_degrees, c_degrees)
+        found = self._overlap_arrays.get(key)
+        if found is None:
+            overlaps = self.overlaps(consumer, j, p_degrees, c_degrees)
+            found = (
+                array("i", [kc for kc, _, _ in overlaps]),
+                array("i", [kp for _, kp, _ in overlaps]),
+                array("q", [volume for _, _, volume in overlaps]),
+            )
+            self._overlap_arrays[key] = found
+        return found
+
+    def device_array(self, devices: tuple[int, ...]) -> array:
+        """A configuration's task devices as an array ("i"), for the C edge builder."""
+        found = self._device_arrays.get(devices)
+        if found is None:
+            found = self._device_arrays[devices] = array("i", devices)
+        return found
+
+    def route_tables(self) -> tuple[array, array, array, array]:
+        """`transfer_route` for every (src, dst) pair, at [src * num_devices + dst], as the C
+        edge builder reads it: resource set ids, latencies, bandwidths and order flags
+        (src == dst has no route: bandwidth 1, never read)."""
+        if self._route_tables is None:
+            sets, latency, bandwidth, flags = array("i"), array("d"), array("d"), array("Q")
+            for src in range(self.num_devices):
+                for dst in range(self.num_devices):
+                    route = self.transfer_route(src, dst) if src != dst else (0, 0.0, 1.0, 0)
+                    sets.append(route[0])
+                    latency.append(route[1])
+                    bandwidth.append(route[2])
+                    flags.append(route[3])
+            self._route_tables = (sets, latency, bandwidth, flags)
+        return self._route_tables
 
     def input_regions(self, op: int, degrees: tuple[int, ...]) -> tuple[tuple[Region, ...], ...]:
         """For each task, the region of each input it reads (shared by all producer degrees)."""

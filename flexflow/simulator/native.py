@@ -100,6 +100,135 @@ def simulate(tg: GraphArrays, times: Times, t0: float, change: GraphChange | Non
     return result
 
 
+class EdgeJobs:
+    """The inputs of `build_edges`, gathered job by job (one job per edge block)."""
+
+    __slots__ = ("offsets", "consumer", "producer", "volume", "producer_row", "consumer_row",
+                 "device", "forward", "backward", "itemsize", "grads", "transfer_key",
+                 "grad_key")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.offsets = array("i", [0])
+        self.consumer, self.producer, self.volume = array("i"), array("i"), array("q")
+        self.producer_row, self.consumer_row = array("i"), array("i")
+        self.device, self.forward, self.backward = array("i"), array("i"), array("i")
+        self.itemsize, self.grads = array("q"), array("b")
+        self.transfer_key, self.grad_key = array("Q"), array("Q")
+
+    def rows(self, devices: array, forward: array, backward: array) -> int:
+        """Add an op's tasks to the task tables; returns their first row."""
+        row = len(self.device)
+        self.device += devices
+        self.forward += forward
+        self.backward += backward
+        return row
+
+    def add(
+        self,
+        overlaps: tuple[array, array, array],
+        producer_row: int,
+        consumer_row: int,
+        itemsize: int,
+        grads: bool,
+        transfer_key: int,
+        grad_key: int,
+    ) -> None:
+        consumer, producer, volume = overlaps
+        self.consumer += consumer
+        self.producer += producer
+        self.volume += volume
+        self.offsets.append(len(self.consumer))
+        self.producer_row.append(producer_row)
+        self.consumer_row.append(consumer_row)
+        self.itemsize.append(itemsize)
+        self.grads.append(grads)
+        self.transfer_key.append(transfer_key)
+        self.grad_key.append(grad_key)
+
+    def __len__(self) -> int:
+        return len(self.producer_row)
+
+
+class TaskArrays(Protocol):
+    """The per-task arrays of a task graph `build_edges` writes new tasks into."""
+
+    exe: array  # "d"
+    order: array  # "Q"
+    live: array  # "b"
+    res_set: array  # "i"
+    size_bytes: array  # "q"
+    res_src: array  # "i"
+    res_dst: array  # "i"
+
+
+def build_edges(
+    tg: TaskArrays,
+    free: array,
+    jobs: EdgeJobs,
+    routes: tuple[array, array, array, array],
+    num_devices: int,
+    edge_src: array,
+    edge_dst: array,
+) -> tuple[array, array, array]:
+    """Every job's transfers and dependencies (native/edges.c): new tasks take ids from the end
+    of `free` (removed from it) and then new ids (the per-task arrays grow), the edges are
+    appended to `edge_src`/`edge_dst`. Returns (new task ids, each job's range of them, each
+    job's range of the appended edges, relative to where they start)."""
+    buf = ffi.from_buffer
+    capacity = len(jobs.consumer)
+    size = len(tg.exe)
+    grow = max(0, 2 * capacity - len(free))
+    per_task = (tg.exe, tg.order, tg.live, tg.res_set, tg.size_bytes, tg.res_src, tg.res_dst)
+    for values in per_task:
+        values.frombytes(bytes(values.itemsize * grow))
+    first_edge = len(edge_src)
+    room = array("i", bytes(4 * 4 * capacity))
+    edge_src += room
+    edge_dst += room
+    new_ids = array("i", bytes(4 * 2 * capacity))
+    task_offsets = array("i", bytes(4 * (len(jobs) + 1)))
+    edge_offsets = array("i", bytes(4 * (len(jobs) + 1)))
+    route_set, latency, bandwidth, flags = routes
+    # the views must outlive the call: the structs below only hold their addresses
+    views = [
+        buf("int32_t[]", jobs.offsets), buf("int32_t[]", jobs.consumer),
+        buf("int32_t[]", jobs.producer), buf("int64_t[]", jobs.volume),
+        buf("int32_t[]", jobs.producer_row), buf("int32_t[]", jobs.consumer_row),
+        buf("int32_t[]", jobs.device), buf("int32_t[]", jobs.forward),
+        buf("int32_t[]", jobs.backward), buf("int64_t[]", jobs.itemsize),
+        buf("int8_t[]", jobs.grads), buf("uint64_t[]", jobs.transfer_key),
+        buf("uint64_t[]", jobs.grad_key),
+    ]  # fmt: skip
+    route_views = [
+        buf("int32_t[]", route_set), buf("double[]", latency),
+        buf("double[]", bandwidth), buf("uint64_t[]", flags),
+    ]  # fmt: skip
+    c_jobs = ffi.new("ff_edge_jobs *", (len(jobs), *views, num_devices, *route_views))
+    out_views = [
+        buf("double[]", tg.exe), buf("uint64_t[]", tg.order), buf("int8_t[]", tg.live),
+        buf("int32_t[]", tg.res_set), buf("int64_t[]", tg.size_bytes),
+        buf("int32_t[]", tg.res_src), buf("int32_t[]", tg.res_dst), buf("int32_t[]", free),
+    ]  # fmt: skip
+    edge_views = [buf("int32_t[]", edge_src), buf("int32_t[]", edge_dst)]
+    offset_views = [buf("int32_t[]", a) for a in (new_ids, task_offsets, edge_offsets)]
+    out = ffi.new(
+        "ff_edge_out *",
+        (
+            *out_views, len(free), 0, size, offset_views[0], offset_views[1],
+            edge_views[0] + first_edge, edge_views[1] + first_edge, offset_views[2],
+        ),
+    )  # fmt: skip
+    edges = lib.ff_build_edges(c_jobs, out)
+    used, next_id = out.free_used, out.next_id
+    # release the buffers before resizing the arrays (an exported array cannot resize)
+    del views, route_views, out_views, edge_views, offset_views, c_jobs, out
+    del free[len(free) - used :]
+    for values in per_task:
+        del values[next_id:]
+    del edge_src[first_edge + edges :], edge_dst[first_edge + edges :]
+    return new_ids, task_offsets, edge_offsets
+
+
 def grid_overlaps(
     needs: array, num_needs: int, steps: list[int], grid: tuple[int, ...]
 ) -> tuple[tuple[int, int, int], ...]:

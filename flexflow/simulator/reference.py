@@ -1,5 +1,6 @@
 """The simulator's C parts in plain Python, as their specification: the event loop of Algorithm 1
-(paper §5, native/simulator.c) and the tile overlaps of task-graph edges (native/overlaps.c).
+(paper §5, native/simulator.c), the tile overlaps of task-graph edges (native/overlaps.c) and
+the edge blocks built from them (native/edges.c).
 
 Nothing runs them at simulation time; tests/simulator/test_native.py checks that the C code
 gives bit-identical ready, start and end times and equal overlaps, on random inputs and on
@@ -14,6 +15,7 @@ import math
 from collections.abc import Sequence
 
 from flexflow.ops.base import Region
+from flexflow.simulator.keys import DEVICE_TASK, GRAD_XFER_KEY, XFER_KEY, task_key
 from flexflow.simulator.taskgraph import TaskGraph
 
 Entry = tuple[float, int, int]  # (ready_time, order: device-task flag and canonical key, task id)
@@ -109,3 +111,51 @@ def reference_grid_overlaps(
         )
         for combo in itertools.product(*per_dim)
     ]
+
+
+EdgeTask = tuple[float, int, int, int, int]  # (exe, resource set, bytes, source, destination)
+
+
+def reference_edge_block(
+    tg: TaskGraph, consumer: int, j: int
+) -> tuple[dict[int, EdgeTask], set[tuple[int, int]]]:
+    """What the edge block of input `j` of `consumer` holds (native/edges.c): its tasks by order
+    (key and device-task flag) and its edges as (order, order) pairs, from `tg`'s configurations
+    and op tasks. Every producer tile overlapping a consumer tile's input region gives, on one
+    device, a dependency forward and one backward; across devices a transfer, and for a float
+    tensor the gradient's transfer back (else a backward dependency)."""
+    context, graph = tg.context, tg.graph
+    node = graph.ops[consumer]
+    tensor = graph.tensor(node.inputs[j])
+    tasks: dict[int, EdgeTask] = {}
+    edges: set[tuple[int, int]] = set()
+    if tensor.producer is None:
+        return tasks, edges
+    p_config, c_config = tg.configs[tensor.producer], tg.configs[consumer]
+    order = tg.order
+    p_fwd = [order[t] for t in tg.fwd[tensor.producer]]
+    p_bwd = [order[t] for t in tg.bwd[tensor.producer]]
+    c_fwd, c_bwd = [order[t] for t in tg.fwd[consumer]], [order[t] for t in tg.bwd[consumer]]
+    for kc, kp, volume in context.overlaps(consumer, j, p_config.degrees, c_config.degrees):
+        p_dev, c_dev = p_config.devices[kp], c_config.devices[kc]
+        if p_dev == c_dev:
+            edges |= {(p_fwd[kp], c_fwd[kc]), (c_bwd[kc], p_bwd[kp])}
+            continue
+        size = volume * tensor.spec.dtype.itemsize
+        x = _transfer(context, task_key(XFER_KEY, consumer, j, kc, kp), p_dev, c_dev, size)
+        tasks[x[0]] = x[1]
+        edges |= {(p_fwd[kp], x[0]), (x[0], c_fwd[kc])}
+        if tensor.spec.dtype.is_float:
+            y = _transfer(context, task_key(GRAD_XFER_KEY, consumer, j, kc, kp), c_dev, p_dev, size)
+            tasks[y[0]] = y[1]
+            edges |= {(c_bwd[kc], y[0]), (y[0], p_bwd[kp])}
+        else:
+            edges.add((c_bwd[kc], p_bwd[kp]))
+    return tasks, edges
+
+
+def _transfer(context, key: int, src: int, dst: int, size: int) -> tuple[int, EdgeTask]:
+    """A transfer's order (its key, flagged if its route holds a link) and values."""
+    res, latency, bandwidth = context.route(src, dst)
+    order = key | (DEVICE_TASK if res else 0)
+    return order, (latency + size / bandwidth, context.resource_sets.intern(res), size, src, dst)

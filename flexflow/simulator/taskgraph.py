@@ -48,7 +48,7 @@ from typing import Any
 
 from flexflow.cost import DEVICE_CONSTANTS, TaskTime
 from flexflow.fusion import joins_previous
-from flexflow.graph import GraphTensor, OpNode
+from flexflow.graph import OpNode
 from flexflow.ops.base import Region, region_volume
 from flexflow.simulator.context import SimContext
 from flexflow.simulator.keys import (
@@ -70,6 +70,7 @@ from flexflow.simulator.keys import (
     key_fields,
     key_kind,
 )
+from flexflow.simulator.native import EdgeJobs, build_edges
 from flexflow.strategy import ParallelConfig, Strategy
 
 COMPUTE, COMM, UPDATE, BARRIER = "compute", "comm", "update", "barrier"
@@ -78,6 +79,7 @@ FORWARD, BACKWARD = 0, 1
 Block = tuple  # ("op", i) | ("edge", consumer, input index) | ("sync", parameter id)
 
 _NO_EDGE = array("i", [-1])
+_NO_OVERLAPS = (array("i"), array("i"), array("q"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +98,7 @@ class _Undo:
     op: int
     config: ParallelConfig
     size: int  # task ids before the change
-    free: list[int]  # the free ids before the change
+    free: array  # the free ids before the change
     edge_count: int
     removed_edges: int
     blocks: dict  # block -> (its task ids, its edge range)
@@ -125,7 +127,7 @@ class TaskGraph:
         self.size_bytes = array("q")  # bytes a transfer moves, else 0
         self.res_src = array("i")  # source device of a transfer, else -1
         self.res_dst = array("i")  # destination device of a transfer, else -1
-        self._free: list[int] = []
+        self._free = array("i")  # ids of removed tasks, reused last first
         self._undo: _Undo | None = None  # how to take back the last set_config
         # dependencies: edge_src[e] -> edge_dst[e], source -1 once removed
         self.edge_src = array("i")
@@ -134,8 +136,8 @@ class TaskGraph:
         # structure
         self.blocks: dict[Block, list[int]] = {}
         self._edge_ranges: dict[Block, tuple[int, int]] = {}  # a block's edges: [lo, hi)
-        self.fwd: list[list[int]] = [[] for _ in graph.ops]
-        self.bwd: list[list[int]] = [[] for _ in graph.ops]
+        self.fwd: list[array] = [array("i") for _ in graph.ops]  # task ids, by task index
+        self.bwd: list[array] = [array("i") for _ in graph.ops]
         self._users: dict[int, list[int]] = defaultdict(list)  # parameter -> ops using it
         for node in graph.ops:
             for pid in dict.fromkeys(node.weights):
@@ -152,9 +154,9 @@ class TaskGraph:
             raise AssertionError("more devices or op inputs than task keys number")
         for node in graph.ops:
             self._build_op(node)
-        for node in graph.ops:
-            for j in range(len(node.inputs)):
-                self._build_edge(node, j)
+        self._build_edges(
+            [("edge", node.id, j) for node in graph.ops for j in range(len(node.inputs))]
+        )
         for pid in self._users:
             self._build_sync(pid)
 
@@ -252,7 +254,7 @@ class TaskGraph:
             op,
             self.configs[op],
             len(self.exe),
-            list(self._free),
+            array("i", self._free),
             len(self.edge_src),
             self._removed_edges,
             {b: (self.blocks[b], self._edge_ranges[b]) for b in blocks},
@@ -271,12 +273,12 @@ class TaskGraph:
             self._removed_edges += hi - lo
         for t in removed:
             live[t] = 0
-        for block in blocks:
+        for block in blocks:  # the ops first: edges and syncs name their tasks
             if block[0] == "op":
                 self._build_op(self.graph.ops[block[1]])
-            elif block[0] == "edge":
-                self._build_edge(self.graph.ops[block[1]], block[2])
-            else:
+        self._build_edges([block for block in blocks if block[0] == "edge"])
+        for block in blocks:
+            if block[0] == "sync":
                 self._build_sync(block[1])
         added = [t for block in blocks for t in self.blocks[block]]
         undo.removed, undo.added = removed, added
@@ -314,7 +316,7 @@ class TaskGraph:
         """The last change stays: its removed tasks' ids become free (reused first to last)."""
         undo, self._undo = self._undo, None
         if undo is not None:
-            self._free += reversed(undo.removed)
+            self._free.extend(reversed(undo.removed))
         if 2 * self._removed_edges > len(self.edge_src):
             self._compact_edges()
 
@@ -377,7 +379,7 @@ class TaskGraph:
         )
         if len(config.devices) >= FIELD_LIMIT:  # task, ring and group indices fit a key
             raise AssertionError(f"{node.name}: {len(config.devices)} tasks, more than keys number")
-        fwd, bwd = [], []
+        fwd, bwd = array("i"), array("i")
         fwd_key = FWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
         bwd_key = BWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
         for k, device in enumerate(config.devices):
@@ -420,46 +422,51 @@ class TaskGraph:
         res_set, latency, bandwidth, flag = self.context.transfer_route(src, dst)
         return self._new(block, res_set, latency + size / bandwidth, key | flag, size, src, dst)
 
-    def _build_edge(self, consumer: OpNode, j: int) -> None:
-        block_id = ("edge", consumer.id, j)
-        block = self._open(block_id)
-        tensor = self.graph.tensor(consumer.inputs[j])
-        if tensor.producer is not None:
-            self._connect(block, consumer, j, tensor)
-        self._close(block_id)
-
-    def _connect(self, block: list[int], consumer: OpNode, j: int, tensor: GraphTensor) -> None:
-        """The dependencies and transfers of input `j` of `consumer` (a producer's output)."""
-        producer = tensor.producer
-        p_config, c_config = self.configs[producer], self.configs[consumer.id]
-        itemsize = tensor.spec.dtype.itemsize
-        grads = tensor.spec.dtype.is_float
-        p_fwd, p_bwd = self.fwd[producer], self.bwd[producer]
-        c_fwd, c_bwd = self.fwd[consumer.id], self.bwd[consumer.id]
-        p_devices, c_devices = p_config.devices, c_config.devices
-        overlaps = self.context.overlaps(consumer.id, j, p_config.degrees, c_config.degrees)
-        xfer = XFER_KEY << KIND_SHIFT | consumer.id << A_SHIFT | j << B_SHIFT
-        grad_xfer = GRAD_XFER_KEY << KIND_SHIFT | consumer.id << A_SHIFT | j << B_SHIFT
-        src, dst = [], []  # this block's edges, appended at once
-        for kc, kp, volume in overlaps:
-            p_dev, c_dev = p_devices[kp], c_devices[kc]
-            if p_dev == c_dev:
-                src += (p_fwd[kp], c_bwd[kc])
-                dst += (c_fwd[kc], p_bwd[kp])
+    def _build_edges(self, block_ids: list[Block]) -> None:
+        """The edge blocks `block_ids` (("edge", consumer, input)), built in one C call
+        (native/edges.c): for every producer tile overlapping a consumer tile's input region,
+        dependencies on one device, else a transfer (and its gradient's transfer back)."""
+        jobs = EdgeJobs()
+        rows: dict[int, int] = {}  # op -> its first row in the jobs' task tables
+        graph, configs = self.graph, self.configs
+        for _, c, j in block_ids:
+            consumer = graph.ops[c]
+            tensor = graph.tensor(consumer.inputs[j])
+            producer = tensor.producer
+            if producer is None:  # a model input: no block content
+                jobs.add(_NO_OVERLAPS, 0, 0, 0, False, 0, 0)
                 continue
-            size = volume * itemsize
-            x = self._transfer(block, p_dev, c_dev, size, xfer | kc << C_SHIFT | kp)
-            src += (p_fwd[kp], x)
-            dst += (x, c_fwd[kc])
-            if grads:
-                y = self._transfer(block, c_dev, p_dev, size, grad_xfer | kc << C_SHIFT | kp)
-                src += (c_bwd[kc], y)
-                dst += (y, p_bwd[kp])
-            else:
-                src.append(c_bwd[kc])
-                dst.append(p_bwd[kp])
-        self.edge_src.extend(src)
-        self.edge_dst.extend(dst)
+            for op in (producer, c):
+                if op not in rows:
+                    devices = self.context.device_array(configs[op].devices)
+                    rows[op] = jobs.rows(devices, self.fwd[op], self.bwd[op])
+            p_config, c_config = configs[producer], configs[c]
+            fields = c << A_SHIFT | j << B_SHIFT
+            jobs.add(
+                self.context.overlap_arrays(c, j, p_config.degrees, c_config.degrees),
+                rows[producer],
+                rows[c],
+                tensor.spec.dtype.itemsize,
+                tensor.spec.dtype.is_float,
+                XFER_KEY << KIND_SHIFT | fields,
+                GRAD_XFER_KEY << KIND_SHIFT | fields,
+            )
+        if not block_ids:
+            return
+        first_edge = len(self.edge_src)
+        new_ids, task_offsets, edge_offsets = build_edges(
+            self,
+            self._free,
+            jobs,
+            self.context.route_tables(),
+            self.num_devices,
+            self.edge_src,
+            self.edge_dst,
+        )
+        for i, block_id in enumerate(block_ids):
+            self.blocks[block_id] = new_ids[task_offsets[i] : task_offsets[i + 1]].tolist()
+            lo, hi = edge_offsets[i], edge_offsets[i + 1]
+            self._edge_ranges[block_id] = (first_edge + lo, first_edge + hi)
 
     def _sync_groups(self, pid: int) -> list[tuple[Region, list[int], list[int]]]:
         """The tasks using parameter `pid`, grouped by the weight region they read: (region, devices, backward tasks)."""

@@ -19,10 +19,12 @@ from flexflow.simulator.context import ResourceSets
 from flexflow.simulator.keys import DEVICE_TASK
 from flexflow.simulator.native import grid_overlaps, simulate
 from flexflow.simulator.reference import (
+    reference_edge_block,
     reference_grid_overlaps,
     reference_run,
     reference_simulate,
 )
+from flexflow.space import enumerate_configs
 from flexflow.strategies import named_strategy
 from tests.simulator.test_delta import MACHINES, random_graph
 
@@ -191,3 +193,50 @@ def test_c_grid_overlaps_equal_the_reference(seed):
         for kp, volume in reference_grid_overlaps(need, steps, strides, grid)
     )
     assert grid_overlaps(flat, len(needs), steps, grid) == expected
+
+
+def edge_blocks(tg: TaskGraph) -> dict:
+    """Every edge block of `tg` as the reference describes one: its tasks by order, its edges
+    as (order, order) pairs."""
+    order = tg.order
+    blocks = {}
+    for block, tasks in tg.blocks.items():
+        if block[0] != "edge":
+            continue
+        lo, hi = tg._edge_ranges[block]
+        blocks[block] = (
+            {
+                order[t]: (tg.exe[t], tg.res_set[t], tg.size_bytes[t], tg.res_src[t], tg.res_dst[t])
+                for t in tasks
+            },
+            {
+                (order[a], order[b])
+                for a, b in zip(tg.edge_src[lo:hi], tg.edge_dst[lo:hi], strict=True)
+            },
+        )
+    return blocks
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_seed=st.integers(0, 10_000),
+    machine=st.sampled_from(MACHINES),
+    start=st.sampled_from(("dp", "expert", "model", "random")),
+    moves=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), max_size=6),
+)
+def test_c_edge_blocks_equal_the_reference(graph_seed, machine, start, moves):
+    """Built whole and rebuilt by deltas (new tasks on reused ids), every edge block holds
+    exactly the reference's tasks and edges."""
+    graph, m = random_graph(graph_seed), parse_machine(machine)
+    tg = TaskGraph(SimContext(graph, m, CostModel()), named_strategy(start, graph, m, seed=1))
+    for op_pick, config_pick in [(0, 0), *moves]:
+        if (op_pick, config_pick) != (0, 0):
+            op = op_pick % len(graph.ops)
+            space = enumerate_configs(graph.ops[op].sig, m)
+            tg.set_config(op, space[config_pick % len(space)])
+        built = edge_blocks(tg)
+        assert built and set(built) == {
+            ("edge", n.id, j) for n in graph.ops for j in range(len(n.inputs))
+        }
+        for (_, consumer, j), block in built.items():
+            assert block == reference_edge_block(tg, consumer, j)
