@@ -102,7 +102,7 @@ class _Undo:
     edge_count: int
     removed_edges: int
     blocks: dict  # block -> (its task ids, its edge range)
-    tasks: dict  # op -> (forward task ids, backward task ids)
+    tasks: dict  # op -> (forward task ids, backward task ids, its `_sync_parts`)
     edges: list = field(default_factory=list)  # (lo, the sources of edges lo..) before removal
     removed: list[int] = field(default_factory=list)
     added: list[int] = field(default_factory=list)
@@ -138,6 +138,9 @@ class TaskGraph:
         self._edge_ranges: dict[Block, tuple[int, int]] = {}  # a block's edges: [lo, hi)
         self.fwd: list[array] = [array("i") for _ in graph.ops]  # task ids, by task index
         self.bwd: list[array] = [array("i") for _ in graph.ops]
+        # per op, per parameter it uses: its tasks grouped by the weight region they read,
+        # (region, devices, backward task ids), what `_sync_groups` merges over the users
+        self._sync_parts: list[dict[int, tuple]] = [{} for _ in graph.ops]
         self._users: dict[int, list[int]] = defaultdict(list)  # parameter -> ops using it
         for node in graph.ops:
             for pid in dict.fromkeys(node.weights):
@@ -258,7 +261,12 @@ class TaskGraph:
             len(self.edge_src),
             self._removed_edges,
             {b: (self.blocks[b], self._edge_ranges[b]) for b in blocks},
-            {o: (self.fwd[o], self.bwd[o]) for b in blocks if b[0] == "op" for o in b[1:]},
+            {
+                o: (self.fwd[o], self.bwd[o], self._sync_parts[o])
+                for b in blocks
+                if b[0] == "op"
+                for o in b[1:]
+            },
         )
         self.configs[op] = config
         removed: list[int] = []
@@ -303,8 +311,8 @@ class TaskGraph:
         self._removed_edges = undo.removed_edges
         for block, (tasks, edge_range) in undo.blocks.items():
             self.blocks[block], self._edge_ranges[block] = tasks, edge_range
-        for o, (fwd, bwd) in undo.tasks.items():
-            self.fwd[o], self.bwd[o] = fwd, bwd
+        for o, (fwd, bwd, parts) in undo.tasks.items():
+            self.fwd[o], self.bwd[o], self._sync_parts[o] = fwd, bwd, parts
         self.configs[undo.op] = undo.config
 
     def _per_task(self) -> tuple:
@@ -397,6 +405,13 @@ class TaskGraph:
             fwd.append(f)
             bwd.append(b)
         self.fwd[node.id], self.bwd[node.id] = fwd, bwd
+        self._sync_parts[node.id] = {
+            pid: tuple(
+                (region, devices, [bwd[k] for k in tasks])
+                for region, devices, tasks in self.context.op_sync_groups(node.id, pid, config)
+            )
+            for pid in dict.fromkeys(node.weights)
+        }
         self._close(block_id)
 
     def _statistics_s(self, node: OpNode, config: ParallelConfig) -> float:
@@ -471,12 +486,15 @@ class TaskGraph:
     def _sync_groups(self, pid: int) -> list[tuple[Region, list[int], list[int]]]:
         """The tasks using parameter `pid`, grouped by the weight region they read: (region, devices, backward tasks)."""
         groups: dict[Region, tuple[set[int], list[int]]] = {}
+        parts = self._sync_parts
         for op in self._users[pid]:
-            bwd = self.bwd[op]
-            for region, devices, tasks in self.context.op_sync_groups(op, pid, self.configs[op]):
-                found, backward = groups.setdefault(region, (set(), []))
-                found.update(devices)
-                backward += [bwd[k] for k in tasks]
+            for region, devices, tasks in parts[op][pid]:
+                found = groups.get(region)
+                if found is None:
+                    groups[region] = (set(devices), list(tasks))
+                else:
+                    found[0].update(devices)
+                    found[1].extend(tasks)
         return [
             (region, sorted(devices), tasks) for region, (devices, tasks) in sorted(groups.items())
         ]
