@@ -1,4 +1,4 @@
-"""cffi build of the simulator's C parts (native/simulator.c, overlaps.c, edges.c) as flexflow._simulator."""
+"""cffi build of the simulator's C parts (native/simulator.c, overlaps.c, blocks.c) as flexflow._simulator."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ ffibuilder.cdef((HERE / "simulator.h").read_text())  # one declaration for Pytho
 ffibuilder.set_source(
     "flexflow._simulator",
     '#include <stdint.h>\n#include "simulator.h"\n',
-    sources=[str(HERE / n) for n in ("simulator.c", "overlaps.c", "edges.c")],
+    sources=[str(HERE / n) for n in ("simulator.c", "overlaps.c", "blocks.c")],
     include_dirs=[str(HERE)],
     # The times must equal the Python reference's bit for bit: no contraction into fused
     # multiply-adds, no fast-math reassociation.

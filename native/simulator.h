@@ -56,7 +56,16 @@ int32_t ff_grid_overlaps(int32_t ndim, int32_t num_needs, const int64_t *needs,
                          const int64_t *steps, const int64_t *grid, int32_t *consumer,
                          int32_t *producer, int64_t *volume);
 
-/* Edge blocks of a task graph (native/edges.c): for each job, the dependencies and transfers
+/* The route of a transfer between every pair of devices, at [src * num_devices + dst]. */
+typedef struct {
+    int32_t num_devices;
+    const int32_t *set;             /* the resource set id of the route */
+    const double *latency;
+    const double *bandwidth;
+    const uint64_t *flag;           /* the order flag (device task) of a transfer on it */
+} ff_routes;
+
+/* Edge blocks of a task graph (native/blocks.c): for each job, the dependencies and transfers
  * between a producer op's tasks and a consumer op's tasks along the tile overlaps of one input
  * (flexflow/simulator/reference.py, `reference_edge_block`, is the specification). An overlap
  * between tasks on one device is two dependencies (forward, and backward the other way);
@@ -78,15 +87,28 @@ typedef struct {
     const int8_t *grads;            /* per job: 1 if the tensor has a gradient */
     const uint64_t *transfer_key;   /* per job: its transfers' key with both task fields 0 */
     const uint64_t *grad_key;
-    int32_t num_devices;            /* route tables, [src * num_devices + dst]: */
-    const int32_t *route_set;       /* the resource set id of the route */
-    const double *route_latency;
-    const double *route_bandwidth;
-    const uint64_t *route_flag;     /* the order flag (device task) of a transfer on it */
 } ff_edge_jobs;
 
+/* Synchronization blocks (native/blocks.c; `reference_sync_block` specifies them): for each
+ * job (a parameter), its groups of tasks reading one weight region. A group with several
+ * holders gets a gather barrier after its backward tasks, a ring of transfers, one from each
+ * holder to the next, and a done barrier after them; then every holder's update, after the
+ * done barrier (or the backward tasks, with one holder). */
+typedef struct {
+    int32_t num_jobs;
+    const int32_t *group_offsets;   /* job j's groups: [group_offsets[j], [j + 1]) */
+    const uint64_t *group_key;      /* per group: its keys' parameter and group fields */
+    const int64_t *ring_bytes;      /* per group: bytes each ring transfer moves */
+    const int32_t *holder_offsets;  /* group g's holders: [holder_offsets[g], [g + 1]) */
+    const int32_t *holder;          /* devices, ascending */
+    const double *update_s;         /* each holder's update time */
+    const int32_t *task_offsets;    /* group g's backward tasks: [task_offsets[g], [g + 1]) */
+    const int32_t *task;
+    int32_t empty_set;              /* the resource set of the barriers (none) */
+} ff_sync_jobs;
+
 /* Where the new tasks and edges go. Ids come from free_ids (the last first), then next_id
- * upward: the per-task arrays have room for every id up to next_id + 2 x overlaps. */
+ * upward: the per-task arrays have room for every id the jobs may take. */
 typedef struct {
     double *exe;
     uint64_t *order;
@@ -101,10 +123,13 @@ typedef struct {
     int32_t next_id;                /* in/out */
     int32_t *new_ids;               /* out: job j's tasks new_ids[task_offsets[j] .. [j + 1]) */
     int32_t *task_offsets;          /* num_jobs + 1 */
-    int32_t *edge_src;              /* out: job j's edges [edge_offsets[j], [j + 1]); room for */
-    int32_t *edge_dst;              /* 4 x overlaps */
+    int32_t *edge_src;              /* out: job j's edges [edge_offsets[j], [j + 1]), with */
+    int32_t *edge_dst;              /* room for all */
     int32_t *edge_offsets;          /* num_jobs + 1 */
-} ff_edge_out;
+} ff_block_out;
 
-/* Builds every job's edge block; returns the number of edges written. */
-int32_t ff_build_edges(const ff_edge_jobs *jobs, ff_edge_out *out);
+/* Build every job's block; return the number of edges written. Edge blocks take up to
+ * 2 tasks and 4 edges per overlap; a sync group up to 2 + 2 x holders tasks and
+ * backward tasks + 3 x holders edges plus, with one holder, backward tasks per update. */
+int32_t ff_build_edges(const ff_edge_jobs *jobs, const ff_routes *routes, ff_block_out *out);
+int32_t ff_build_syncs(const ff_sync_jobs *jobs, const ff_routes *routes, ff_block_out *out);

@@ -20,7 +20,7 @@ from flexflow.graph import OperatorGraph
 from flexflow.machine import Device, Machine
 from flexflow.ops.base import Region
 from flexflow.simulator.keys import DEVICE_TASK
-from flexflow.simulator.native import grid_overlaps
+from flexflow.simulator.native import Routes, grid_overlaps
 from flexflow.strategy import ParallelConfig
 
 Overlap = tuple[int, int, int]  # (consumer task, producer task, overlap volume in elements)
@@ -79,6 +79,7 @@ class SimContext:
         self._overlap_arrays: dict[tuple, tuple[array, array, array]] = {}
         self._route_tables: tuple[array, array, array, array] | None = None
         self._device_arrays: dict[tuple[int, ...], array] = {}
+        self._routes_view: Routes | None = None
         self._sync_groups: dict[
             tuple, tuple[tuple[Region, tuple[int, ...], tuple[int, ...]], ...]
         ] = {}
@@ -187,6 +188,12 @@ class SimContext:
             self._overlap_arrays[key] = found
         return found
 
+    def routes(self) -> Routes:
+        """`route_tables` as the C block builders read them (made once)."""
+        if self._routes_view is None:
+            self._routes_view = Routes(self.route_tables(), self.num_devices)
+        return self._routes_view
+
     def device_array(self, devices: tuple[int, ...]) -> array:
         """A configuration's task devices as an array ("i"), for the C edge builder."""
         found = self._device_arrays.get(devices)
@@ -196,7 +203,7 @@ class SimContext:
 
     def route_tables(self) -> tuple[array, array, array, array]:
         """`transfer_route` for every (src, dst) pair, at [src * num_devices + dst], as the C
-        edge builder reads it: resource set ids, latencies, bandwidths and order flags
+        block builders read it: resource set ids, latencies, bandwidths and order flags
         (src == dst has no route: bandwidth 1, never read)."""
         if self._route_tables is None:
             sets, latency, bandwidth, flags = array("i"), array("d"), array("d"), array("Q")

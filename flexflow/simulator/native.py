@@ -149,8 +149,44 @@ class EdgeJobs:
         return len(self.producer_row)
 
 
+class SyncJobs:
+    """The inputs of `build_syncs`, gathered job by job (one job per parameter's sync block)."""
+
+    __slots__ = ("group_offsets", "group_key", "ring_bytes", "holder_offsets", "holder",
+                 "update_s", "task_offsets", "task", "tasks", "edges")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.group_offsets = array("i", [0])
+        self.group_key, self.ring_bytes = array("Q"), array("q")
+        self.holder_offsets, self.holder, self.update_s = array("i", [0]), array("i"), array("d")
+        self.task_offsets, self.task = array("i", [0]), array("i")
+        self.tasks = self.edges = 0  # how many the jobs may create at most
+
+    def add_group(
+        self, key: int, ring_bytes: int, holders: list[int], update_s: list[float], tasks: list[int]
+    ) -> None:
+        """A group of the current job: its key fields, its holders and their update times,
+        the backward tasks that read its weight region."""
+        self.group_key.append(key)
+        self.ring_bytes.append(ring_bytes)
+        self.holder += array("i", holders)
+        self.holder_offsets.append(len(self.holder))
+        self.update_s += array("d", update_s)
+        self.task += array("i", tasks)
+        self.task_offsets.append(len(self.task))
+        r = len(holders)
+        self.tasks += 2 + 2 * r if r > 1 else r
+        self.edges += len(tasks) + 3 * r if r > 1 else len(tasks) * r
+
+    def end_job(self) -> None:
+        self.group_offsets.append(len(self.group_key))
+
+    def __len__(self) -> int:
+        return len(self.group_offsets) - 1
+
+
 class TaskArrays(Protocol):
-    """The per-task arrays of a task graph `build_edges` writes new tasks into."""
+    """The per-task arrays of a task graph the block builders write new tasks into."""
 
     exe: array  # "d"
     order: array  # "Q"
@@ -161,35 +197,29 @@ class TaskArrays(Protocol):
     res_dst: array  # "i"
 
 
+class Routes:
+    """The C view of a context's route tables (`SimContext.route_tables`), made once: the
+    tables never change after they are built."""
+
+    def __init__(self, tables: tuple[array, array, array, array], num_devices: int) -> None:
+        buf = ffi.from_buffer
+        sets, latency, bandwidth, flags = tables
+        self._tables = tables  # the views below point into them
+        self._views = (buf("int32_t[]", sets), buf("double[]", latency),
+                       buf("double[]", bandwidth), buf("uint64_t[]", flags))  # fmt: skip
+        self.struct = ffi.new("ff_routes *", (num_devices, *self._views))
+
+
+Blocks = tuple[array, array, array]
+"""What a block builder returns: the new task ids, each job's range of them (offsets), each
+job's range of the edges it appended (offsets from where they start)."""
+
+
 def build_edges(
-    tg: TaskArrays,
-    free: array,
-    jobs: EdgeJobs,
-    routes: tuple[array, array, array, array],
-    num_devices: int,
-    edge_src: array,
-    edge_dst: array,
-) -> tuple[array, array, array]:
-    """Every job's transfers and dependencies (native/edges.c): new tasks take ids from the end
-    of `free` (removed from it) and then new ids (the per-task arrays grow), the edges are
-    appended to `edge_src`/`edge_dst`. Returns (new task ids, each job's range of them, each
-    job's range of the appended edges, relative to where they start)."""
+    tg: TaskArrays, free: array, jobs: EdgeJobs, routes: Routes, edge_src: array, edge_dst: array
+) -> Blocks:
+    """Every edge job's transfers and dependencies (native/blocks.c); see `_build_blocks`."""
     buf = ffi.from_buffer
-    capacity = len(jobs.consumer)
-    size = len(tg.exe)
-    grow = max(0, 2 * capacity - len(free))
-    per_task = (tg.exe, tg.order, tg.live, tg.res_set, tg.size_bytes, tg.res_src, tg.res_dst)
-    for values in per_task:
-        values.frombytes(bytes(values.itemsize * grow))
-    first_edge = len(edge_src)
-    room = array("i", bytes(4 * 4 * capacity))
-    edge_src += room
-    edge_dst += room
-    new_ids = array("i", bytes(4 * 2 * capacity))
-    task_offsets = array("i", bytes(4 * (len(jobs) + 1)))
-    edge_offsets = array("i", bytes(4 * (len(jobs) + 1)))
-    route_set, latency, bandwidth, flags = routes
-    # the views must outlive the call: the structs below only hold their addresses
     views = [
         buf("int32_t[]", jobs.offsets), buf("int32_t[]", jobs.consumer),
         buf("int32_t[]", jobs.producer), buf("int64_t[]", jobs.volume),
@@ -199,11 +229,55 @@ def build_edges(
         buf("int8_t[]", jobs.grads), buf("uint64_t[]", jobs.transfer_key),
         buf("uint64_t[]", jobs.grad_key),
     ]  # fmt: skip
-    route_views = [
-        buf("int32_t[]", route_set), buf("double[]", latency),
-        buf("double[]", bandwidth), buf("uint64_t[]", flags),
+    c_jobs = ffi.new("ff_edge_jobs *", (len(jobs), *views))
+    overlaps = len(jobs.consumer)
+    return _build_blocks(lib.ff_build_edges, c_jobs, len(jobs), 2 * overlaps, 4 * overlaps,
+                         tg, free, routes, edge_src, edge_dst)  # fmt: skip
+
+
+def build_syncs(
+    tg: TaskArrays,
+    free: array,
+    jobs: SyncJobs,
+    empty_set: int,
+    routes: Routes,
+    edge_src: array,
+    edge_dst: array,
+) -> Blocks:
+    """Every sync job's barriers, ring transfers and updates (native/blocks.c); see
+    `_build_blocks`."""
+    buf = ffi.from_buffer
+    views = [
+        buf("int32_t[]", jobs.group_offsets), buf("uint64_t[]", jobs.group_key),
+        buf("int64_t[]", jobs.ring_bytes), buf("int32_t[]", jobs.holder_offsets),
+        buf("int32_t[]", jobs.holder), buf("double[]", jobs.update_s),
+        buf("int32_t[]", jobs.task_offsets), buf("int32_t[]", jobs.task),
     ]  # fmt: skip
-    c_jobs = ffi.new("ff_edge_jobs *", (len(jobs), *views, num_devices, *route_views))
+    c_jobs = ffi.new("ff_sync_jobs *", (len(jobs), *views, empty_set))
+    return _build_blocks(lib.ff_build_syncs, c_jobs, len(jobs), jobs.tasks, jobs.edges,
+                         tg, free, routes, edge_src, edge_dst)  # fmt: skip
+
+
+def _build_blocks(
+    build, c_jobs, num_jobs: int, task_capacity: int, edge_capacity: int,
+    tg: TaskArrays, free: array, routes: Routes, edge_src: array, edge_dst: array,
+) -> Blocks:  # fmt: skip
+    """Run a C block builder: new tasks take ids from the end of `free` (removed from it),
+    then new ids (the per-task arrays grow); edges are appended to `edge_src`/`edge_dst`."""
+    buf = ffi.from_buffer
+    size = len(tg.exe)
+    grow = max(0, task_capacity - len(free))
+    per_task = (tg.exe, tg.order, tg.live, tg.res_set, tg.size_bytes, tg.res_src, tg.res_dst)
+    for values in per_task:
+        values.frombytes(bytes(values.itemsize * grow))
+    first_edge = len(edge_src)
+    room = array("i", bytes(4 * edge_capacity))
+    edge_src += room
+    edge_dst += room
+    new_ids = array("i", bytes(4 * task_capacity))
+    task_offsets = array("i", bytes(4 * (num_jobs + 1)))
+    edge_offsets = array("i", bytes(4 * (num_jobs + 1)))
+    # the views must outlive the call: the struct below only holds their addresses
     out_views = [
         buf("double[]", tg.exe), buf("uint64_t[]", tg.order), buf("int8_t[]", tg.live),
         buf("int32_t[]", tg.res_set), buf("int64_t[]", tg.size_bytes),
@@ -212,16 +286,16 @@ def build_edges(
     edge_views = [buf("int32_t[]", edge_src), buf("int32_t[]", edge_dst)]
     offset_views = [buf("int32_t[]", a) for a in (new_ids, task_offsets, edge_offsets)]
     out = ffi.new(
-        "ff_edge_out *",
+        "ff_block_out *",
         (
             *out_views, len(free), 0, size, offset_views[0], offset_views[1],
             edge_views[0] + first_edge, edge_views[1] + first_edge, offset_views[2],
         ),
     )  # fmt: skip
-    edges = lib.ff_build_edges(c_jobs, out)
+    edges = build(c_jobs, routes.struct, out)
     used, next_id = out.free_used, out.next_id
     # release the buffers before resizing the arrays (an exported array cannot resize)
-    del views, route_views, out_views, edge_views, offset_views, c_jobs, out
+    del out_views, edge_views, offset_views, out
     del free[len(free) - used :]
     for values in per_task:
         del values[next_id:]

@@ -1,6 +1,6 @@
 """The simulator's C parts in plain Python, as their specification: the event loop of Algorithm 1
-(paper §5, native/simulator.c), the tile overlaps of task-graph edges (native/overlaps.c) and
-the edge blocks built from them (native/edges.c).
+(paper §5, native/simulator.c), the tile overlaps of task-graph edges (native/overlaps.c), and
+the edge and synchronization blocks of a task graph (native/blocks.c).
 
 Nothing runs them at simulation time; tests/simulator/test_native.py checks that the C code
 gives bit-identical ready, start and end times and equal overlaps, on random inputs and on
@@ -14,8 +14,17 @@ import itertools
 import math
 from collections.abc import Sequence
 
-from flexflow.ops.base import Region
-from flexflow.simulator.keys import DEVICE_TASK, GRAD_XFER_KEY, XFER_KEY, task_key
+from flexflow.ops.base import Region, region_volume
+from flexflow.simulator.keys import (
+    DEVICE_TASK,
+    GATHER_KEY,
+    GRAD_XFER_KEY,
+    REDUCED_KEY,
+    RING_KEY,
+    UPDATE_KEY,
+    XFER_KEY,
+    task_key,
+)
 from flexflow.simulator.taskgraph import TaskGraph
 
 Entry = tuple[float, int, int]  # (ready_time, order: device-task flag and canonical key, task id)
@@ -119,7 +128,7 @@ EdgeTask = tuple[float, int, int, int, int]  # (exe, resource set, bytes, source
 def reference_edge_block(
     tg: TaskGraph, consumer: int, j: int
 ) -> tuple[dict[int, EdgeTask], set[tuple[int, int]]]:
-    """What the edge block of input `j` of `consumer` holds (native/edges.c): its tasks by order
+    """What the edge block of input `j` of `consumer` holds (native/blocks.c): its tasks by order
     (key and device-task flag) and its edges as (order, order) pairs, from `tg`'s configurations
     and op tasks. Every producer tile overlapping a consumer tile's input region gives, on one
     device, a dependency forward and one backward; across devices a transfer, and for a float
@@ -159,3 +168,43 @@ def _transfer(context, key: int, src: int, dst: int, size: int) -> tuple[int, Ed
     res, latency, bandwidth = context.route(src, dst)
     order = key | (DEVICE_TASK if res else 0)
     return order, (latency + size / bandwidth, context.resource_sets.intern(res), size, src, dst)
+
+
+def reference_sync_block(
+    tg: TaskGraph, pid: int
+) -> tuple[dict[int, EdgeTask], set[tuple[int, int]]]:
+    """What the sync block of parameter `pid` holds (native/blocks.c), as `reference_edge_block`
+    gives an edge block. The tasks of all ops using the parameter, grouped by the weight region
+    they read: a group on several devices all-reduces its gradient around a ring of them
+    (2(r-1)/r of the region's bytes over each hop; a gather barrier after its backward tasks
+    and a done barrier after the ring), then every holder updates its copy."""
+    context, order = tg.context, tg.order
+    groups: dict = {}
+    for op in tg._users[pid]:
+        for region, devices, tasks in context.op_sync_groups(op, pid, tg.configs[op]):
+            found, backward = groups.setdefault(region, (set(), []))
+            found.update(devices)
+            backward += [order[tg.bwd[op][k]] for k in tasks]
+    tasks: dict[int, EdgeTask] = {}
+    edges: set[tuple[int, int]] = set()
+    for g, (region, (devices, backward)) in enumerate(sorted(groups.items())):
+        holders, elements = sorted(devices), region_volume(region)
+        after = backward
+        if len(holders) > 1:
+            r, empty = len(holders), context.resource_sets.empty
+            size = int(2 * (r - 1) / r * elements * 4)
+            gather, done = task_key(GATHER_KEY, pid, g), task_key(REDUCED_KEY, pid, g)
+            tasks[gather] = tasks[done] = (0.0, empty, 0, -1, -1)
+            edges |= {(t, gather) for t in backward}
+            for i, src in enumerate(holders):
+                x = _transfer(
+                    context, task_key(RING_KEY, pid, g, i), src, holders[(i + 1) % r], size
+                )
+                tasks[x[0]] = x[1]
+                edges |= {(gather, x[0]), (x[0], done)}
+            after = [done]
+        for d in holders:
+            u = task_key(UPDATE_KEY, pid, g, d) | DEVICE_TASK  # on device d alone
+            tasks[u] = (context.cost.update_time(elements, tg.machine.devices[d]), d, 0, -1, -1)
+            edges |= {(t, u) for t in after}
+    return tasks, edges

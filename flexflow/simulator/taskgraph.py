@@ -56,7 +56,6 @@ from flexflow.simulator.keys import (
     A_SHIFT,
     B_SHIFT,
     BWD_KEY,
-    C_SHIFT,
     DEVICE_TASK,
     FIELD_LIMIT,
     FWD_KEY,
@@ -70,7 +69,7 @@ from flexflow.simulator.keys import (
     key_fields,
     key_kind,
 )
-from flexflow.simulator.native import EdgeJobs, build_edges
+from flexflow.simulator.native import Blocks, EdgeJobs, SyncJobs, build_edges, build_syncs
 from flexflow.strategy import ParallelConfig, Strategy
 
 COMPUTE, COMM, UPDATE, BARRIER = "compute", "comm", "update", "barrier"
@@ -160,8 +159,7 @@ class TaskGraph:
         self._build_edges(
             [("edge", node.id, j) for node in graph.ops for j in range(len(node.inputs))]
         )
-        for pid in self._users:
-            self._build_sync(pid)
+        self._build_syncs(list(self._users))
 
     # ---- queries -------------------------------------------------------------------------------
     @property
@@ -285,9 +283,7 @@ class TaskGraph:
             if block[0] == "op":
                 self._build_op(self.graph.ops[block[1]])
         self._build_edges([block for block in blocks if block[0] == "edge"])
-        for block in blocks:
-            if block[0] == "sync":
-                self._build_sync(block[1])
+        self._build_syncs([block[1] for block in blocks if block[0] == "sync"])
         added = [t for block in blocks for t in self.blocks[block]]
         undo.removed, undo.added = removed, added
         self._undo = undo
@@ -433,10 +429,6 @@ class TaskGraph:
         worst = max((self.context.transfer(a, b, size)[1] for a, b in hops if a != b), default=0.0)
         return worst * (ring - 1)  # ring steps, each bounded by the slowest hop
 
-    def _transfer(self, block: list[int], src: int, dst: int, size: int, key: int) -> int:
-        res_set, latency, bandwidth, flag = self.context.transfer_route(src, dst)
-        return self._new(block, res_set, latency + size / bandwidth, key | flag, size, src, dst)
-
     def _build_edges(self, block_ids: list[Block]) -> None:
         """The edge blocks `block_ids` (("edge", consumer, input)), built in one C call
         (native/edges.c): for every producer tile overlapping a consumer tile's input region,
@@ -469,15 +461,14 @@ class TaskGraph:
         if not block_ids:
             return
         first_edge = len(self.edge_src)
-        new_ids, task_offsets, edge_offsets = build_edges(
-            self,
-            self._free,
-            jobs,
-            self.context.route_tables(),
-            self.num_devices,
-            self.edge_src,
-            self.edge_dst,
+        built = build_edges(
+            self, self._free, jobs, self.context.routes(), self.edge_src, self.edge_dst
         )
+        self._place_blocks(block_ids, first_edge, built)
+
+    def _place_blocks(self, block_ids: list[Block], first_edge: int, built: Blocks) -> None:
+        """Record what a C block builder built: each block's tasks and edge range."""
+        new_ids, task_offsets, edge_offsets = built
         for i, block_id in enumerate(block_ids):
             self.blocks[block_id] = new_ids[task_offsets[i] : task_offsets[i + 1]].tolist()
             lo, hi = edge_offsets[i], edge_offsets[i + 1]
@@ -499,36 +490,34 @@ class TaskGraph:
             (region, sorted(devices), tasks) for region, (devices, tasks) in sorted(groups.items())
         ]
 
-    def _build_sync(self, pid: int) -> None:
-        block_id = ("sync", pid)
-        block = self._open(block_id)
-        edge_src, edge_dst = self.edge_src, self.edge_dst
-        for g, (w_region, holders, tasks) in enumerate(self._sync_groups(pid)):
-            elements = region_volume(w_region)
-            updates_after = tasks
-            group = pid << A_SHIFT | g << B_SHIFT
-            if len(holders) > 1:
+    def _build_syncs(self, pids: list[int]) -> None:
+        """The sync blocks of parameters `pids`, built in one C call (native/blocks.c): per
+        group of tasks reading one weight region, the ring all-reduce of its gradient where
+        several devices hold it (2(r-1)/r of the region over each hop), then every holder's
+        update (the optimizer's time for the region on that device)."""
+        if not pids:
+            return
+        jobs = SyncJobs()
+        devices, update_time = self.machine.devices, self.context.cost.update_time
+        for pid in pids:
+            for g, (w_region, holders, tasks) in enumerate(self._sync_groups(pid)):
+                elements = region_volume(w_region)
                 r = len(holders)
-                size = int(2 * (r - 1) / r * elements * 4)
-                nothing = self.resource_sets.empty
-                gather = self._new(block, nothing, 0.0, GATHER_KEY << KIND_SHIFT | group)
-                edge_src.extend(tasks)  # t -> gather for every t in tasks
-                edge_dst.extend([gather] * len(tasks))
-                done = self._new(block, nothing, 0.0, REDUCED_KEY << KIND_SHIFT | group)
-                ring = RING_KEY << KIND_SHIFT | group
-                for i, src in enumerate(holders):
-                    x = self._transfer(block, src, holders[(i + 1) % r], size, ring | i << C_SHIFT)
-                    edge_src.extend((gather, x))
-                    edge_dst.extend((x, done))
-                updates_after = [done]
-            update = UPDATE_KEY << KIND_SHIFT | group | DEVICE_TASK
-            for d in holders:
-                exe = self.context.cost.update_time(elements, self.machine.devices[d])
-                # resource set `d` is the device alone
-                u = self._new(block, d, exe, update | d << C_SHIFT)
-                edge_src.extend(updates_after)
-                edge_dst.extend([u] * len(updates_after))
-        self._close(block_id)
+                ring_bytes = int(2 * (r - 1) / r * elements * 4) if r > 1 else 0
+                update_s = [update_time(elements, devices[d]) for d in holders]
+                jobs.add_group(pid << A_SHIFT | g << B_SHIFT, ring_bytes, holders, update_s, tasks)
+            jobs.end_job()
+        first_edge = len(self.edge_src)
+        built = build_syncs(
+            self,
+            self._free,
+            jobs,
+            self.resource_sets.empty,
+            self.context.routes(),
+            self.edge_src,
+            self.edge_dst,
+        )
+        self._place_blocks([("sync", pid) for pid in pids], first_edge, built)
 
     # ---- memory ---------------------------------------------------------------------------------
     def memory_per_device(self) -> list[int]:

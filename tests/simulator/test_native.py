@@ -23,6 +23,7 @@ from flexflow.simulator.reference import (
     reference_grid_overlaps,
     reference_run,
     reference_simulate,
+    reference_sync_block,
 )
 from flexflow.space import enumerate_configs
 from flexflow.strategies import named_strategy
@@ -195,13 +196,13 @@ def test_c_grid_overlaps_equal_the_reference(seed):
     assert grid_overlaps(flat, len(needs), steps, grid) == expected
 
 
-def edge_blocks(tg: TaskGraph) -> dict:
-    """Every edge block of `tg` as the reference describes one: its tasks by order, its edges
-    as (order, order) pairs."""
+def built_blocks(tg: TaskGraph, kind: str) -> dict:
+    """Every edge or sync block of `tg` as the reference describes one: its tasks by order,
+    its edges as (order, order) pairs."""
     order = tg.order
     blocks = {}
     for block, tasks in tg.blocks.items():
-        if block[0] != "edge":
+        if block[0] != kind:
             continue
         lo, hi = tg._edge_ranges[block]
         blocks[block] = (
@@ -224,9 +225,9 @@ def edge_blocks(tg: TaskGraph) -> dict:
     start=st.sampled_from(("dp", "expert", "model", "random")),
     moves=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), max_size=6),
 )
-def test_c_edge_blocks_equal_the_reference(graph_seed, machine, start, moves):
-    """Built whole and rebuilt by deltas (new tasks on reused ids), every edge block holds
-    exactly the reference's tasks and edges."""
+def test_c_blocks_equal_the_reference(graph_seed, machine, start, moves):
+    """Built whole and rebuilt by deltas (new tasks on reused ids), every edge block and every
+    sync block holds exactly the reference's tasks and edges."""
     graph, m = random_graph(graph_seed), parse_machine(machine)
     tg = TaskGraph(SimContext(graph, m, CostModel()), named_strategy(start, graph, m, seed=1))
     for op_pick, config_pick in [(0, 0), *moves]:
@@ -234,9 +235,10 @@ def test_c_edge_blocks_equal_the_reference(graph_seed, machine, start, moves):
             op = op_pick % len(graph.ops)
             space = enumerate_configs(graph.ops[op].sig, m)
             tg.set_config(op, space[config_pick % len(space)])
-        built = edge_blocks(tg)
-        assert built and set(built) == {
-            ("edge", n.id, j) for n in graph.ops for j in range(len(n.inputs))
-        }
-        for (_, consumer, j), block in built.items():
+        edges, syncs = built_blocks(tg, "edge"), built_blocks(tg, "sync")
+        assert set(edges) == {("edge", n.id, j) for n in graph.ops for j in range(len(n.inputs))}
+        assert syncs and set(syncs) == {("sync", pid) for pid in tg._users}
+        for (_, consumer, j), block in edges.items():
             assert block == reference_edge_block(tg, consumer, j)
+        for (_, pid), block in syncs.items():
+            assert block == reference_sync_block(tg, pid)
