@@ -180,7 +180,7 @@ def reference_sync_block(
     and a done barrier after the ring), then every holder updates its copy."""
     context, order = tg.context, tg.order
     groups: dict = {}
-    for op in tg._users[pid]:
+    for op in tg.parameter_users(pid):
         for region, devices, tasks in context.op_sync_groups(op, pid, tg.configs[op]):
             found, backward = groups.setdefault(region, (set(), []))
             found.update(devices)

@@ -213,6 +213,19 @@ class TaskGraph:
             return self.machine.devices[r].name
         return self.machine.links[r - self.num_devices].name
 
+    def parameter_users(self, pid: int) -> list[int]:
+        """The ops that use parameter `pid`, whose tasks its sync block joins."""
+        return self._users[pid]
+
+    def parameters(self) -> list[int]:
+        """The parameters some op uses: each has a sync block."""
+        return list(self._users)
+
+    def block_edges(self, block: Block) -> tuple[array, array]:
+        """A block's edges: (sources, destinations)."""
+        lo, hi = self._edge_ranges[block]
+        return self.edge_src[lo:hi], self.edge_dst[lo:hi]
+
     def predecessors(self) -> list[list[int]]:
         """Each task id's predecessors (none for free ids), for exports and tests."""
         preds: list[list[int]] = [[] for _ in range(self.size)]

@@ -204,16 +204,13 @@ def built_blocks(tg: TaskGraph, kind: str) -> dict:
     for block, tasks in tg.blocks.items():
         if block[0] != kind:
             continue
-        lo, hi = tg._edge_ranges[block]
+        sources, destinations = tg.block_edges(block)
         blocks[block] = (
             {
                 order[t]: (tg.exe[t], tg.res_set[t], tg.size_bytes[t], tg.res_src[t], tg.res_dst[t])
                 for t in tasks
             },
-            {
-                (order[a], order[b])
-                for a, b in zip(tg.edge_src[lo:hi], tg.edge_dst[lo:hi], strict=True)
-            },
+            {(order[a], order[b]) for a, b in zip(sources, destinations, strict=True)},
         )
     return blocks
 
@@ -237,7 +234,7 @@ def test_c_blocks_equal_the_reference(graph_seed, machine, start, moves):
             tg.set_config(op, space[config_pick % len(space)])
         edges, syncs = built_blocks(tg, "edge"), built_blocks(tg, "sync")
         assert set(edges) == {("edge", n.id, j) for n in graph.ops for j in range(len(n.inputs))}
-        assert syncs and set(syncs) == {("sync", pid) for pid in tg._users}
+        assert syncs and set(syncs) == {("sync", pid) for pid in tg.parameters()}
         for (_, consumer, j), block in edges.items():
             assert block == reference_edge_block(tg, consumer, j)
         for (_, pid), block in syncs.items():
