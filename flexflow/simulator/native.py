@@ -23,6 +23,14 @@ if [array(code).itemsize for code in "biqQd"] != [1, 4, 8, 8, 8]:
     raise AssertionError("this platform's array typecodes do not have the sizes the C side reads")
 
 
+_C_ARRAY = {"b": "int8_t[]", "i": "int32_t[]", "q": "int64_t[]", "Q": "uint64_t[]", "d": "double[]"}
+
+
+def _views(*arrays: array) -> list:
+    """C views of `arrays` (by typecode): they must outlive the call that reads them."""
+    return [ffi.from_buffer(_C_ARRAY[values.typecode], values) for values in arrays]
+
+
 class GraphArrays(Protocol):
     """What the C loop reads of a task graph (TaskGraph has it; tests build small ones)."""
 
@@ -103,9 +111,11 @@ def simulate(tg: GraphArrays, times: Times, t0: float, change: GraphChange | Non
 class EdgeJobs:
     """The inputs of `build_edges`, gathered job by job (one job per edge block)."""
 
+    # in the order of ff_edge_jobs' arrays
     __slots__ = ("offsets", "consumer", "producer", "volume", "producer_row", "consumer_row",
                  "device", "forward", "backward", "itemsize", "grads", "transfer_key",
                  "grad_key")  # fmt: skip
+    C_ARRAYS = __slots__
 
     def __init__(self) -> None:
         self.offsets = array("i", [0])
@@ -152,15 +162,17 @@ class EdgeJobs:
 class SyncJobs:
     """The inputs of `build_syncs`, gathered job by job (one job per parameter's sync block)."""
 
+    # ff_sync_jobs' arrays in order, then how many tasks and edges the jobs may create at most
     __slots__ = ("group_offsets", "group_key", "ring_bytes", "holder_offsets", "holder",
                  "update_s", "task_offsets", "task", "tasks", "edges")  # fmt: skip
+    C_ARRAYS = __slots__[:8]
 
     def __init__(self) -> None:
         self.group_offsets = array("i", [0])
         self.group_key, self.ring_bytes = array("Q"), array("q")
         self.holder_offsets, self.holder, self.update_s = array("i", [0]), array("i"), array("d")
         self.task_offsets, self.task = array("i", [0]), array("i")
-        self.tasks = self.edges = 0  # how many the jobs may create at most
+        self.tasks = self.edges = 0
 
     def add_group(
         self, key: int, ring_bytes: int, holders: list[int], update_s: list[float], tasks: list[int]
@@ -202,11 +214,8 @@ class Routes:
     tables never change after they are built."""
 
     def __init__(self, tables: tuple[array, array, array, array], num_devices: int) -> None:
-        buf = ffi.from_buffer
-        sets, latency, bandwidth, flags = tables
         self._tables = tables  # the views below point into them
-        self._views = (buf("int32_t[]", sets), buf("double[]", latency),
-                       buf("double[]", bandwidth), buf("uint64_t[]", flags))  # fmt: skip
+        self._views = _views(*tables)
         self.struct = ffi.new("ff_routes *", (num_devices, *self._views))
 
 
@@ -219,16 +228,7 @@ def build_edges(
     tg: TaskArrays, free: array, jobs: EdgeJobs, routes: Routes, edge_src: array, edge_dst: array
 ) -> Blocks:
     """Every edge job's transfers and dependencies (native/blocks.c); see `_build_blocks`."""
-    buf = ffi.from_buffer
-    views = [
-        buf("int32_t[]", jobs.offsets), buf("int32_t[]", jobs.consumer),
-        buf("int32_t[]", jobs.producer), buf("int64_t[]", jobs.volume),
-        buf("int32_t[]", jobs.producer_row), buf("int32_t[]", jobs.consumer_row),
-        buf("int32_t[]", jobs.device), buf("int32_t[]", jobs.forward),
-        buf("int32_t[]", jobs.backward), buf("int64_t[]", jobs.itemsize),
-        buf("int8_t[]", jobs.grads), buf("uint64_t[]", jobs.transfer_key),
-        buf("uint64_t[]", jobs.grad_key),
-    ]  # fmt: skip
+    views = _views(*(getattr(jobs, name) for name in jobs.C_ARRAYS))
     c_jobs = ffi.new("ff_edge_jobs *", (len(jobs), *views))
     overlaps = len(jobs.consumer)
     return _build_blocks(lib.ff_build_edges, c_jobs, len(jobs), 2 * overlaps, 4 * overlaps,
@@ -246,13 +246,7 @@ def build_syncs(
 ) -> Blocks:
     """Every sync job's barriers, ring transfers and updates (native/blocks.c); see
     `_build_blocks`."""
-    buf = ffi.from_buffer
-    views = [
-        buf("int32_t[]", jobs.group_offsets), buf("uint64_t[]", jobs.group_key),
-        buf("int64_t[]", jobs.ring_bytes), buf("int32_t[]", jobs.holder_offsets),
-        buf("int32_t[]", jobs.holder), buf("double[]", jobs.update_s),
-        buf("int32_t[]", jobs.task_offsets), buf("int32_t[]", jobs.task),
-    ]  # fmt: skip
+    views = _views(*(getattr(jobs, name) for name in jobs.C_ARRAYS))
     c_jobs = ffi.new("ff_sync_jobs *", (len(jobs), *views, empty_set))
     return _build_blocks(lib.ff_build_syncs, c_jobs, len(jobs), jobs.tasks, jobs.edges,
                          tg, free, routes, edge_src, edge_dst)  # fmt: skip
@@ -264,7 +258,6 @@ def _build_blocks(
 ) -> Blocks:  # fmt: skip
     """Run a C block builder: new tasks take ids from the end of `free` (removed from it),
     then new ids (the per-task arrays grow); edges are appended to `edge_src`/`edge_dst`."""
-    buf = ffi.from_buffer
     size = len(tg.exe)
     grow = max(0, task_capacity - len(free))
     per_task = (tg.exe, tg.order, tg.live, tg.res_set, tg.size_bytes, tg.res_src, tg.res_dst)
@@ -278,13 +271,9 @@ def _build_blocks(
     task_offsets = array("i", bytes(4 * (num_jobs + 1)))
     edge_offsets = array("i", bytes(4 * (num_jobs + 1)))
     # the views must outlive the call: the struct below only holds their addresses
-    out_views = [
-        buf("double[]", tg.exe), buf("uint64_t[]", tg.order), buf("int8_t[]", tg.live),
-        buf("int32_t[]", tg.res_set), buf("int64_t[]", tg.size_bytes),
-        buf("int32_t[]", tg.res_src), buf("int32_t[]", tg.res_dst), buf("int32_t[]", free),
-    ]  # fmt: skip
-    edge_views = [buf("int32_t[]", edge_src), buf("int32_t[]", edge_dst)]
-    offset_views = [buf("int32_t[]", a) for a in (new_ids, task_offsets, edge_offsets)]
+    out_views = _views(*per_task, free)
+    edge_views = _views(edge_src, edge_dst)
+    offset_views = _views(new_ids, task_offsets, edge_offsets)
     out = ffi.new(
         "ff_block_out *",
         (
