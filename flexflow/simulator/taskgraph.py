@@ -34,6 +34,12 @@ one contiguous range of those arrays, and every edge lives exactly as long as it
 edge touches a task of the block or of the op whose change rebuilds it). Rebuilding a block
 marks its range removed (source -1) instead of editing adjacency lists; the arrays are compacted
 when half of them is removed. So a delta changes only the entries of the blocks it rebuilds.
+
+The edge and sync blocks hold nearly all tasks (a transfer per overlapping pair of tiles on two
+devices, a ring per replicated weight region), so they are built in C (native/blocks.c), all
+of a build or a delta in one call; flexflow/simulator/reference.py specifies them. A task's
+name, kind and resources are read back from its key and resource set when asked for (traces,
+exports), never stored: a search builds millions of tasks and names none of them.
 """
 
 from __future__ import annotations
@@ -151,9 +157,9 @@ class TaskGraph:
                 if producer is not None:
                     self._consumers[producer].append((node.id, j))
         if len(graph.ops) >= A_LIMIT or len(graph.parameters) >= A_LIMIT:
-            raise AssertionError(f"{len(graph.ops)} ops: more than task keys number")
+            raise AssertionError(f"task keys number at most {A_LIMIT - 1} ops and parameters")
         if self.num_devices >= FIELD_LIMIT or any(len(n.inputs) >= FIELD_LIMIT for n in graph.ops):
-            raise AssertionError("more devices or op inputs than task keys number")
+            raise AssertionError(f"task keys number at most {FIELD_LIMIT - 1} devices and inputs")
         for node in graph.ops:
             self._build_op(node)
         self._build_edges(
@@ -395,7 +401,7 @@ class TaskGraph:
             self.graph, self.configs, _TaskTiles(self), node.id
         )
         if len(config.devices) >= FIELD_LIMIT:  # task, ring and group indices fit a key
-            raise AssertionError(f"{node.name}: {len(config.devices)} tasks, more than keys number")
+            raise AssertionError(f"{node.name}: {len(config.devices)} tasks; keys number fewer")
         fwd, bwd = array("i"), array("i")
         fwd_key = FWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
         bwd_key = BWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
