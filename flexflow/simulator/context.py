@@ -80,6 +80,7 @@ class SimContext:
         self._route_tables: tuple[array, array, array, array] | None = None
         self._device_arrays: dict[tuple[int, ...], array] = {}
         self._routes_view: Routes | None = None
+        self._sync_groups_built: dict[tuple[int, tuple[int, ...]], tuple[int, array, array]] = {}
         self._sync_groups: dict[
             tuple, tuple[tuple[Region, tuple[int, ...], tuple[int, ...]], ...]
         ] = {}
@@ -193,6 +194,20 @@ class SimContext:
         if self._routes_view is None:
             self._routes_view = Routes(self.route_tables(), self.num_devices)
         return self._routes_view
+
+    def sync_group(self, elements: int, holders: tuple[int, ...]) -> tuple[int, array, array]:
+        """A weight region of `elements` held by `holders` (ascending), as a sync block
+        needs it: the bytes of each ring transfer (2(r-1)/r of the region; 0 for one holder),
+        the holders ("i") and each one's update time ("d")."""
+        key = (elements, holders)
+        found = self._sync_groups_built.get(key)
+        if found is None:
+            r = len(holders)
+            ring_bytes = int(2 * (r - 1) / r * elements * 4) if r > 1 else 0
+            devices = self.machine.devices
+            update_s = array("d", [self.cost.update_time(elements, devices[d]) for d in holders])
+            found = self._sync_groups_built[key] = (ring_bytes, array("i", holders), update_s)
+        return found
 
     def device_array(self, devices: tuple[int, ...]) -> array:
         """A configuration's task devices as an array ("i"), for the C edge builder."""

@@ -175,16 +175,16 @@ class SyncJobs:
         self.tasks = self.edges = 0
 
     def add_group(
-        self, key: int, ring_bytes: int, holders: list[int], update_s: list[float], tasks: list[int]
+        self, key: int, ring_bytes: int, holders: array, update_s: array, tasks: list[int]
     ) -> None:
-        """A group of the current job: its key fields, its holders and their update times,
-        the backward tasks that read its weight region."""
+        """A group of the current job: its key fields, its holders ("i") and their update
+        times ("d"), the backward tasks that read its weight region."""
         self.group_key.append(key)
         self.ring_bytes.append(ring_bytes)
-        self.holder += array("i", holders)
+        self.holder += holders
         self.holder_offsets.append(len(self.holder))
-        self.update_s += array("d", update_s)
-        self.task += array("i", tasks)
+        self.update_s += update_s
+        self.task.extend(tasks)
         self.task_offsets.append(len(self.task))
         r = len(holders)
         self.tasks += 2 + 2 * r if r > 1 else r

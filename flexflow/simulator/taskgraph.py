@@ -493,7 +493,7 @@ class TaskGraph:
             lo, hi = edge_offsets[i], edge_offsets[i + 1]
             self._edge_ranges[block_id] = (first_edge + lo, first_edge + hi)
 
-    def _sync_groups(self, pid: int) -> list[tuple[Region, list[int], list[int]]]:
+    def _sync_groups(self, pid: int) -> list[tuple[Region, tuple[int, ...], list[int]]]:
         """The tasks using parameter `pid`, grouped by the weight region they read: (region, devices, backward tasks)."""
         groups: dict[Region, tuple[set[int], list[int]]] = {}
         parts = self._sync_parts
@@ -506,7 +506,8 @@ class TaskGraph:
                     found[0].update(devices)
                     found[1].extend(tasks)
         return [
-            (region, sorted(devices), tasks) for region, (devices, tasks) in sorted(groups.items())
+            (region, tuple(sorted(devices)), tasks)
+            for region, (devices, tasks) in sorted(groups.items())
         ]
 
     def _build_syncs(self, pids: list[int]) -> None:
@@ -517,14 +518,13 @@ class TaskGraph:
         if not pids:
             return
         jobs = SyncJobs()
-        devices, update_time = self.machine.devices, self.context.cost.update_time
+        sync_group = self.context.sync_group
         for pid in pids:
             for g, (w_region, holders, tasks) in enumerate(self._sync_groups(pid)):
-                elements = region_volume(w_region)
-                r = len(holders)
-                ring_bytes = int(2 * (r - 1) / r * elements * 4) if r > 1 else 0
-                update_s = [update_time(elements, devices[d]) for d in holders]
-                jobs.add_group(pid << A_SHIFT | g << B_SHIFT, ring_bytes, holders, update_s, tasks)
+                ring_bytes, holder_ids, update_s = sync_group(region_volume(w_region), holders)
+                jobs.add_group(
+                    pid << A_SHIFT | g << B_SHIFT, ring_bytes, holder_ids, update_s, tasks
+                )
             jobs.end_job()
         first_edge = len(self.edge_src)
         built = build_syncs(
