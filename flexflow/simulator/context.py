@@ -87,8 +87,6 @@ class SimContext:
         self._inputs: dict[tuple[int, tuple[int, ...]], tuple[tuple[Region, ...], ...]] = {}
         self._needs: dict[tuple[int, int, tuple[int, ...]], array] = {}
         self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
-        # (src, dst) -> (resource set id, latency, bandwidth, order flag)
-        self._transfers: dict[tuple[int, int], tuple[int, float, float, int]] = {}
 
     def regions(self, op: int, degrees: tuple[int, ...]) -> tuple[Region, ...]:
         """Output tile of each task (row-major over the degrees)."""
@@ -217,18 +215,19 @@ class SimContext:
         return found
 
     def route_tables(self) -> tuple[array, array, array, array]:
-        """`transfer_route` for every (src, dst) pair, at [src * num_devices + dst], as the C
-        block builders read it: resource set ids, latencies, bandwidths and order flags
-        (src == dst has no route: bandwidth 1, never read)."""
+        """Every (src, dst) pair's route, at [src * num_devices + dst], as the C block builders
+        read it: the id of its links in `resource_sets`, its latency and bandwidth, and the
+        flag a transfer's order gets (`DEVICE_TASK` where the route holds a link); src == dst
+        has no route (bandwidth 1, never read)."""
         if self._route_tables is None:
             sets, latency, bandwidth, flags = array("i"), array("d"), array("d"), array("Q")
             for src in range(self.num_devices):
                 for dst in range(self.num_devices):
-                    route = self.transfer_route(src, dst) if src != dst else (0, 0.0, 1.0, 0)
-                    sets.append(route[0])
-                    latency.append(route[1])
-                    bandwidth.append(route[2])
-                    flags.append(route[3])
+                    res, lat, bw = self.route(src, dst) if src != dst else ((), 0.0, 1.0)
+                    sets.append(self.resource_sets.intern(res))
+                    latency.append(lat)
+                    bandwidth.append(bw)
+                    flags.append(DEVICE_TASK if res else 0)
             self._route_tables = (sets, latency, bandwidth, flags)
         return self._route_tables
 
@@ -258,15 +257,3 @@ class SimContext:
         """Resources and time of a transfer: it holds every link of its route (cut-through)."""
         res, latency, bandwidth = self.route(src, dst)
         return res, latency + size_bytes / bandwidth
-
-    def transfer_route(self, src: int, dst: int) -> tuple[int, float, float, int]:
-        """A task graph's transfer from `src` to `dst`: the id of its route in
-        `resource_sets`, the route's latency and bandwidth, and the flag its order gets
-        (`DEVICE_TASK` where the route holds a link)."""
-        found = self._transfers.get((src, dst))
-        if found is None:
-            res, latency, bandwidth = self.route(src, dst)
-            flag = DEVICE_TASK if res else 0
-            found = (self.resource_sets.intern(res), latency, bandwidth, flag)
-            self._transfers[(src, dst)] = found
-        return found

@@ -157,9 +157,9 @@ class TaskGraph:
                 if producer is not None:
                     self._consumers[producer].append((node.id, j))
         if len(graph.ops) >= A_LIMIT or len(graph.parameters) >= A_LIMIT:
-            raise AssertionError(f"task keys number at most {A_LIMIT - 1} ops and parameters")
+            raise AssertionError(f"task keys hold at most {A_LIMIT - 1} ops and parameters")
         if self.num_devices >= FIELD_LIMIT or any(len(n.inputs) >= FIELD_LIMIT for n in graph.ops):
-            raise AssertionError(f"task keys number at most {FIELD_LIMIT - 1} devices and inputs")
+            raise AssertionError(f"task keys hold at most {FIELD_LIMIT - 1} devices and inputs")
         for node in graph.ops:
             self._build_op(node)
         self._build_edges(
@@ -355,24 +355,21 @@ class TaskGraph:
         self._removed_edges = 0
 
     # ---- building blocks -------------------------------------------------------------------------
-    def _new(
-        self, block: list[int], res_set: int, exe: float, order: int, size: int = 0,
-        src: int = -1, dst: int = -1,
-    ) -> int:  # fmt: skip
-        """A task in `block`; `order` is its key, with DEVICE_TASK if `res_set` is not empty."""
+    def _new(self, block: list[int], device: int, exe: float, order: int) -> int:
+        """A compute task on `device` in `block` (transfers are made in C, native/blocks.c)."""
         if self._free:
             t = self._free.pop()
-            self.exe[t], self.res_set[t], self.order[t], self.live[t] = exe, res_set, order, 1
-            self.size_bytes[t], self.res_src[t], self.res_dst[t] = size, src, dst
+            self.exe[t], self.res_set[t], self.order[t], self.live[t] = exe, device, order, 1
+            self.size_bytes[t], self.res_src[t], self.res_dst[t] = 0, -1, -1
         else:
             t = len(self.exe)
             self.exe.append(exe)
-            self.res_set.append(res_set)
+            self.res_set.append(device)  # resource set `device` is the device alone
             self.order.append(order)
             self.live.append(1)
-            self.size_bytes.append(size)
-            self.res_src.append(src)
-            self.res_dst.append(dst)
+            self.size_bytes.append(0)
+            self.res_src.append(-1)
+            self.res_dst.append(-1)
         block.append(t)
         return t
 
@@ -387,10 +384,6 @@ class TaskGraph:
         """End a block: its edges are those added since `_open`."""
         self._edge_ranges[block_id] = (self._edge_ranges[block_id][0], len(self.edge_src))
 
-    def _edge(self, a: int, b: int) -> None:
-        self.edge_src.append(a)
-        self.edge_dst.append(b)
-
     def _build_op(self, node: OpNode) -> None:
         block_id = ("op", node.id)
         block = self._open(block_id)
@@ -401,7 +394,7 @@ class TaskGraph:
             self.graph, self.configs, _TaskTiles(self), node.id
         )
         if len(config.devices) >= FIELD_LIMIT:  # task, ring and group indices fit a key
-            raise AssertionError(f"{node.name}: {len(config.devices)} tasks; keys number fewer")
+            raise AssertionError(f"{node.name}: {len(config.devices)} tasks; keys hold fewer")
         fwd, bwd = array("i"), array("i")
         fwd_key = FWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
         bwd_key = BWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
@@ -412,7 +405,6 @@ class TaskGraph:
                 time = TaskTime(
                     max(0.0, time.forward_s - launch), max(0.0, time.backward_s - launch)
                 )
-            # resource set `device` is the device alone
             f = self._new(block, device, time.forward_s + stats_s, fwd_key | k << B_SHIFT)
             b = self._new(block, device, time.backward_s + stats_s, bwd_key | k << B_SHIFT)
             self.edge_src.append(f)
@@ -422,8 +414,8 @@ class TaskGraph:
         self.fwd[node.id], self.bwd[node.id] = fwd, bwd
         self._sync_parts[node.id] = {
             pid: tuple(
-                (region, devices, [bwd[k] for k in tasks])
-                for region, devices, tasks in self.context.op_sync_groups(node.id, pid, config)
+                (region, holders, [bwd[k] for k in tasks])
+                for region, holders, tasks in self.context.op_sync_groups(node.id, pid, config)
             )
             for pid in dict.fromkeys(node.weights)
         }
@@ -450,7 +442,7 @@ class TaskGraph:
 
     def _build_edges(self, block_ids: list[Block]) -> None:
         """The edge blocks `block_ids` (("edge", consumer, input)), built in one C call
-        (native/edges.c): for every producer tile overlapping a consumer tile's input region,
+        (native/blocks.c): for every producer tile overlapping a consumer tile's input region,
         dependencies on one device, else a transfer (and its gradient's transfer back)."""
         jobs = EdgeJobs()
         rows: dict[int, int] = {}  # op -> its first row in the jobs' task tables
