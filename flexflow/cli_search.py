@@ -17,6 +17,7 @@ from flexflow.cli_args import (
     positive_float,
     positive_int,
 )
+from flexflow.search.evaluator import SIMULATIONS
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
 from flexflow.search.mcmc import DEFAULT_BETA
 from flexflow.search.progress import search_with_progress
@@ -72,6 +73,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         max_proposals=args.proposals,
         polish=not args.no_polish,
         polish_budget_s=args.polish_budget,
+        simulation=args.simulation,
     )
     if _export_and_print_json(args, graph, machine, result.best, result.to_json()):
         return 0
@@ -248,6 +250,13 @@ def register(add: Callable) -> None:
         type=positive_float,
         metavar="SECONDS",
         help="time for the final descent (default: as long as it takes to prove a local optimum)",
+    )
+    search.add_argument(
+        "--simulation",
+        choices=SIMULATIONS,
+        default="delta",
+        help="how proposals are evaluated: delta simulation (default) or each task graph "
+        "built and simulated whole (the same result, slower; the paper's Table 4)",
     )
 
     exhaustive = add(

@@ -1,11 +1,21 @@
-"""A strategy under evaluation: its simulated cost, changed one op at a time by delta simulation (paper §6)."""
+"""A strategy under evaluation: its simulated cost, changed one op at a time (paper §6).
+
+`Evaluator` evaluates every change by delta simulation (Algorithm 2), `FullEvaluator` by
+building the task graph again and simulating it whole (Algorithm 1): the search the paper's
+Table 4 compares delta simulation with. Both give every strategy exactly the same cost, so a
+seeded search makes the same proposals and returns the same strategy with either.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph
+from flexflow.errors import FlexFlowError
+from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
 from flexflow.strategy import ParallelConfig, Strategy
+
+SIMULATIONS = ("delta", "full")
+"""How a search evaluates its proposals (`make_evaluator`)."""
 
 
 class Evaluator:
@@ -38,12 +48,9 @@ class Evaluator:
     def propose_many(self, ops: Sequence[int], config: ParallelConfig) -> float:
         """Give every op of `ops` the configuration `config` (a layer's unrolled steps); one
         full simulation of the new strategy, kept beside the old one so `revert` is free."""
-        strategy = self.strategy
-        for op in ops:
-            strategy = strategy.replace(op, config)
         self._undo = (self.strategy, self._delta)
-        self.strategy = strategy
-        self._delta = DeltaSimulator(TaskGraph(self.context, strategy))
+        self.strategy = _replace_all(self.strategy, ops, config)
+        self._delta = DeltaSimulator(TaskGraph(self.context, self.strategy))
         self.evaluations += 1
         return self.cost_s
 
@@ -59,3 +66,66 @@ class Evaluator:
         self.strategy = self.strategy.replace(op, config)
         self._delta.undo()  # the graph and schedule restored, not simulated again
         return self.cost_s
+
+
+class FullEvaluator:
+    """`Evaluator`'s interface with every proposal simulated from scratch: a new task graph
+    and Algorithm 1. Only the current strategy and its cost are kept (and the last ones, for
+    `revert`)."""
+
+    def __init__(self, context: SimContext, strategy: Strategy) -> None:
+        self.context = context
+        self.strategy = strategy
+        self.cost_s = self._simulate(strategy)
+        self._undo: tuple[Strategy, float] | None = None
+        self.evaluations = 1
+
+    def propose(self, op: int, config: ParallelConfig) -> float:
+        return self._move(self.strategy.replace(op, config))
+
+    def propose_many(self, ops: Sequence[int], config: ParallelConfig) -> float:
+        return self._move(_replace_all(self.strategy, ops, config))
+
+    def revert(self) -> float:
+        if self._undo is None:
+            raise AssertionError("revert() without a proposal to undo")
+        (self.strategy, self.cost_s), self._undo = self._undo, None
+        return self.cost_s
+
+    def _move(self, strategy: Strategy) -> float:
+        self._undo = (self.strategy, self.cost_s)
+        self.strategy, self.cost_s = strategy, self._simulate(strategy)
+        self.evaluations += 1
+        return self.cost_s
+
+    def _simulate(self, strategy: Strategy) -> float:
+        return full_simulate(TaskGraph(self.context, strategy)).iteration_s
+
+
+def make_evaluator(
+    context: SimContext, strategy: Strategy, simulation: str = "delta"
+) -> Evaluator | FullEvaluator:
+    """An evaluator of `strategy` that simulates changes by `simulation` ("delta" or "full")."""
+    if simulation == "delta":
+        return Evaluator(context, strategy)
+    if simulation == "full":
+        return FullEvaluator(context, strategy)
+    raise FlexFlowError(
+        f"unknown simulation '{simulation}'; choose one of {', '.join(SIMULATIONS)}."
+    )
+
+
+def project(strategy: Strategy, space: Callable[[int], Sequence[ParallelConfig]]) -> Strategy:
+    """The strategy with every op moved into `space` (its first configuration there if
+    outside): where a restricted space's search starts."""
+    configs = []
+    for i, config in enumerate(strategy.configs):
+        choices = space(i)
+        configs.append(config if config in choices else choices[0])
+    return Strategy(strategy.ops, tuple(configs))
+
+
+def _replace_all(strategy: Strategy, ops: Sequence[int], config: ParallelConfig) -> Strategy:
+    for op in ops:
+        strategy = strategy.replace(op, config)
+    return strategy

@@ -23,6 +23,7 @@ import numpy as np
 
 from flexflow.errors import FlexFlowError
 from flexflow.search.bound import LowerBound, Prefix
+from flexflow.search.evaluator import project
 from flexflow.search.mcmc import run_chain
 from flexflow.search.spaces import Space
 from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
@@ -91,15 +92,6 @@ class ExhaustiveResult:
                 for op, c in self.best.items()
             ],
         }
-
-
-def project(strategy: Strategy, space: Space) -> Strategy:
-    """The strategy with every op moved into `space` (its first configuration there if outside)."""
-    configs = []
-    for i, config in enumerate(strategy.configs):
-        choices = space(i)
-        configs.append(config if config in choices else choices[0])
-    return Strategy(strategy.ops, tuple(configs))
 
 
 def seed_incumbent(

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flexflow.search.evaluator import Evaluator
+from flexflow.search.evaluator import Evaluator, FullEvaluator, make_evaluator
 from flexflow.search.spaces import Space
 from flexflow.simulator import SimContext
 from flexflow.strategy import ParallelConfig, Strategy
@@ -48,7 +48,7 @@ def improving_neighbours(
     return base, sorted(better, key=lambda n: n.iteration_s)
 
 
-def _settle(evaluator: Evaluator, op: int, config: ParallelConfig) -> float:
+def _settle(evaluator: Evaluator | FullEvaluator, op: int, config: ParallelConfig) -> float:
     """Give `op` the configuration `config` unless it has it; the cost either way."""
     if evaluator.strategy[op] != config:
         return evaluator.propose(op, config)
@@ -72,15 +72,17 @@ def descend(
     space: Space,
     budget_s: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    simulation: str = "delta",
 ) -> Descent:
     """Coordinate descent: give each op in turn its best configuration with the others fixed,
     cycling over the ops until a full sweep changes nothing, so the result is locally optimal.
 
     With `budget_s` it stops after that many seconds, and `finished` says whether it got
-    there (the strategy is then locally optimal) or ran out of time (it is only no worse)."""
+    there (the strategy is then locally optimal) or ran out of time (it is only no worse).
+    `simulation` says how each neighbour is simulated (`make_evaluator`)."""
     begin = clock()
     deadline = None if budget_s is None else begin + budget_s
-    evaluator = Evaluator(context, strategy)
+    evaluator = make_evaluator(context, strategy, simulation)
     current = evaluator.cost_s
     unchanged = 0  # ops examined since the last improvement
     improved_at = None

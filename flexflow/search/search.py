@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flexflow.search.evaluator import project
 from flexflow.search.local import descend
 from flexflow.search.mcmc import DEFAULT_BETA, ChainResult, ChainStatus, run_chain
 from flexflow.search.optcnn import optcnn_strategy
@@ -110,6 +111,7 @@ def search(
     clock: Callable[[], float] = time.perf_counter,
     polish: bool = True,
     polish_budget_s: float | None = None,
+    simulation: str = "delta",
 ) -> SearchResult:
     """Run one chain per initial strategy, each with an equal share of the budget.
 
@@ -117,6 +119,8 @@ def search(
     makes it faster, paper §8.4); that final descent is bounded by `polish_budget_s` only (a
     descent over every neighbour of a 200-op graph on 16 GPUs takes minutes), and
     `locally_optimal` says whether it finished.
+    `simulation="full"` evaluates every proposal by simulating its whole task graph again
+    instead of by delta simulation: the same result, slower (the paper's Table 4 compares them).
     `space="optcnn"` runs the OptCNN baseline's dynamic programming instead of MCMC (no
     chains, no polish) and reports its strategy's simulated cost.
     """
@@ -132,7 +136,7 @@ def search(
     rng = np.random.default_rng(seed)
     starts = [(init, initial_strategy(init, context, seed + i)) for i, init in enumerate(inits)]
     if space != "soap":  # a restricted space's chains start inside it
-        starts = [(name, _project(s, proposal_space)) for name, s in starts]
+        starts = [(name, project(s, proposal_space)) for name, s in starts]
     share = budget_s / len(starts)
     per_chain = None if max_proposals is None else math.ceil(max_proposals / len(starts))
     chains = []
@@ -150,6 +154,7 @@ def search(
                 per_chain,
                 on_status,
                 clock,
+                simulation=simulation,
             )
         )
     best = min(chains, key=lambda c: c.best_s)
@@ -157,19 +162,10 @@ def search(
     polish_begin = clock()
     local = improved = None
     if polish:
-        descent = descend(context, strategy, proposal_space, polish_budget_s, clock)
+        descent = descend(context, strategy, proposal_space, polish_budget_s, clock, simulation)
         strategy, local, improved = descent.strategy, descent.finished, descent.improved_at_s
         cost = full_simulate(TaskGraph(context, strategy)).iteration_s
     polish_s = clock() - polish_begin
     return SearchResult(
         strategy, cost, dp_s, tuple(chains), clock() - begin, polish_s, local, improved
     )
-
-
-def _project(strategy: Strategy, space) -> Strategy:
-    """The strategy with every op moved into `space` (its first configuration there if outside)."""
-    configs = []
-    for i, config in enumerate(strategy.configs):
-        choices = space(i)
-        configs.append(config if config in choices else choices[0])
-    return Strategy(strategy.ops, tuple(configs))
