@@ -18,6 +18,7 @@ from flexflow.cost import CostModel, Profile
 from flexflow.errors import StrategyError
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine
+from flexflow.ops import DimKind
 from flexflow.strategy import Strategy
 
 
@@ -35,6 +36,22 @@ class Plan:
             f"({self.dp_simulated_ms / self.simulated_ms:.2f}x data parallelism's "
             f"{self.dp_simulated_ms:.3f} ms)"
         )
+
+
+def _idle_devices(graph: OperatorGraph, dp: Strategy, machine: Machine) -> str:
+    """A note when the batch does not split over every device, so data parallelism leaves
+    some idle (each op splits its batch by the largest degree that divides it)."""
+    used = max(config.num_tasks for config in dp.configs)
+    if used == machine.num_devices:
+        return ""
+    sig = graph.ops[0].sig
+    batch = next(
+        n for d, n in zip(sig.dims, sig.output_shape, strict=True) if d.kind is DimKind.SAMPLE
+    )
+    return (
+        f" on {used} of {machine.num_devices} devices: batch {batch} does not split over "
+        f"{machine.num_devices} (a batch size divisible by {machine.num_devices} uses them all)"
+    )
 
 
 def plan_strategy(
@@ -84,7 +101,10 @@ def plan_strategy(
         strategy = result.best
         source = f"searched for {budget_s:g} s ({result.proposals:,} proposals)"
     else:
-        strategy, source = dp, "data parallelism (no --budget given)"
+        strategy, source = (
+            dp,
+            "data parallelism (no --budget given)" + _idle_devices(graph, dp, machine),
+        )
     simulated_s = full_simulate(TaskGraph(context, strategy)).iteration_s
     if export_path is not None:
         export_strategy(export_path, strategy, graph, machine, model=model_name)

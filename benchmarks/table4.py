@@ -1,0 +1,205 @@
+"""Paper Table 4 (§8.3) measured: the search's time with full and with delta simulation.
+
+The paper averages the search time over 10 random initial strategies. Here one MCMC chain
+starts from each random initial strategy (seeds 0..STARTS-1, the SOAP space, the default
+beta and layer moves) and runs until the progress rule stops it: its best has not improved
+during the last half of its proposals, after at least 10 proposals per op (`patience=
+"progress"` in `flexflow.search.mcmc`), or until CAP_S passes. The rule counts proposals, so
+the same chain evaluated by full simulation (every proposal's task graph built and simulated
+whole) makes exactly the same proposals and finds the same strategy: it is run again that
+way, each run in a fresh simulation context (every search pays its own cache warm-up).
+
+Full simulation is slow (ResNet-101 on 4 GPUs: about 17x the delta chain's time), so a full
+run stops at FULL_CAP_S; its total is then the delta chain's total times the full/delta time
+ratio measured over the proposals both made (marked "est." in the table). Only the first
+FULL_STARTS starts are run with full simulation.
+Results: benchmarks/results/table4.{md,csv}.
+
+    .venv/bin/python benchmarks/table4.py [--models alexnet,nmt] [--machines p100:1]
+        [--starts 10] [--full-starts 3] [--cap 120] [--full-cap 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from paper import PAPER
+from results_io import RESULTS, write_csv, write_markdown
+from rich.console import Console
+
+from flexflow.machine import parse_machine
+from flexflow.search.mcmc import DEFAULT_BETA, ChainResult, ChainStatus, run_chain
+from flexflow.search.spaces import make_space
+from flexflow.simulator import SimContext, TaskGraph, full_simulate
+from flexflow.strategies import named_strategy
+from flexflow.zoo import load_model
+
+MODELS = ("alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt")
+MACHINES = ("p100:1", "p100:4", "k80:16")  # 4, 16 and 64 GPUs, Table 4's columns
+STARTS, FULL_STARTS = 10, 3
+CAP_S, FULL_CAP_S = 120.0, 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """One random initial strategy's chain, with delta and (maybe) full simulation."""
+
+    model: str
+    machine: str
+    gpus: int
+    seed: int
+    proposals: int
+    capped: bool  # the delta chain hit CAP_S before the progress rule stopped it
+    delta_s: float
+    full_s: float | None  # None: not run with full simulation
+    full_estimated: bool  # full_s extrapolated from the proposals the capped full run made
+    initial_x_dp: float
+    best_x_dp: float
+
+
+def run_start(model, machine_name, seed, with_full, cap_s, full_cap_s, show) -> Start:
+    graph, machine = load_model(model).graph(), parse_machine(machine_name)
+    dp = named_strategy("dp", graph, machine)
+    dp_s = full_simulate(TaskGraph(SimContext(graph, machine), dp)).iteration_s
+    space = make_space("soap", graph, machine)
+
+    def chain(simulation: str, budget_s: float, marks: list) -> tuple[ChainResult, float]:
+        def on_status(status: ChainStatus) -> None:
+            marks.append((status.proposals, status.elapsed_s))
+            show(f"{model} {machine_name} seed {seed} {simulation}: {status.proposals:,} proposals")
+
+        context = SimContext(graph, machine)
+        begin = time.perf_counter()
+        result = run_chain(
+            context,
+            "random",
+            named_strategy("random", graph, machine, seed),
+            space,
+            np.random.default_rng(seed),
+            dp_s,
+            DEFAULT_BETA,
+            budget_s,
+            on_status=on_status,
+            patience="progress",
+            simulation=simulation,
+        )
+        return result, time.perf_counter() - begin
+
+    delta_marks: list[tuple[int, float]] = []
+    delta, delta_s = chain("delta", cap_s, delta_marks)
+    full_s, estimated = None, False
+    if with_full:
+        full, full_s = chain("full", full_cap_s, [])
+        if full.proposals == 0:
+            full_s = None
+        elif full.proposals < delta.proposals:  # capped: scale by the ratio over the same proposals
+            ratio = full.seconds / _elapsed_at(delta_marks, full.proposals, delta)
+            full_s, estimated = delta_s * ratio, True
+        elif (full.best_s, full.proposals) != (delta.best_s, delta.proposals):
+            raise AssertionError(
+                f"{model} {machine_name} seed {seed}: full and delta chains differ"
+            )
+    return Start(
+        model,
+        machine_name,
+        machine.num_devices,
+        seed,
+        delta.proposals,
+        delta.proposals > 0 and delta.seconds >= cap_s,
+        delta_s,
+        full_s,
+        estimated,
+        dp_s / delta.initial_s,
+        dp_s / delta.best_s,
+    )
+
+
+def _elapsed_at(marks: list[tuple[int, float]], proposals: int, chain: ChainResult) -> float:
+    """Seconds the delta chain had run after `proposals` proposals (linear between marks)."""
+    points = [(0, 0.0), *marks, (chain.proposals, chain.seconds)]
+    i = bisect.bisect_left([p for p, _ in points], proposals)
+    (p0, t0), (p1, t1) = points[max(i - 1, 0)], points[min(i, len(points) - 1)]
+    return t1 if p1 == p0 else t0 + (t1 - t0) * (proposals - p0) / (p1 - p0)
+
+
+def summary_lines(starts: list[Start], args) -> list[str]:
+    lines = [
+        "# Paper Table 4 measured: search time with full and with delta simulation",
+        "",
+        f"One MCMC chain from each of {args.starts} random initial strategies (seeds 0-"
+        f"{args.starts - 1}), stopped by the progress rule (no improvement in the last half of "
+        f"its proposals, after 10 per op) or after {args.cap:g} s; the first {args.full_starts} "
+        f"rerun with full simulation (same proposals, same strategy), capped at {args.full_cap:g} "
+        "s and then extrapolated by the full/delta time ratio over the proposals both made "
+        "(est.). Means over the starts; x DP is the simulated speed-up over data parallelism "
+        "of the chain's initial and best strategy. The paper's columns are its Table 4 "
+        "(search time averaged over 10 random initial strategies), keyed by GPU count.",
+        "",
+        "| model | machine (GPUs) | delta s | full s | full/delta | paper full / delta s "
+        "| proposals | capped | initial x DP | best x DP (min-max) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    cases = dict.fromkeys((s.model, s.machine) for s in starts)
+    for model, machine in cases:
+        rows = [s for s in starts if (s.model, s.machine) == (model, machine)]
+        fulls = [s for s in rows if s.full_s is not None]
+        delta = statistics.mean(s.delta_s for s in rows)
+        full = statistics.mean(s.full_s for s in fulls) if fulls else None
+        # the ratio over the starts run both ways, not the ratio of the two means
+        ratio = statistics.mean(s.full_s / s.delta_s for s in fulls) if fulls else None
+        est = " (est.)" if any(s.full_estimated for s in fulls) else ""
+        paper = PAPER["table4"].get((model, rows[0].gpus))
+        best = [s.best_x_dp for s in rows]
+        lines.append(
+            f"| {model} | {machine} ({rows[0].gpus}) | {delta:.2f} "
+            f"| {'–' if full is None else f'{full:.2f}{est}'} "
+            f"| {'–' if ratio is None else f'{ratio:.2f}x'} "
+            f"| {'–' if paper is None else f'{paper[0]:g} / {paper[1]:g}'} "
+            f"| {statistics.mean(s.proposals for s in rows):,.0f} "
+            f"| {sum(s.capped for s in rows)}/{len(rows)} "
+            f"| {statistics.mean(s.initial_x_dp for s in rows):.2f}x "
+            f"| {statistics.mean(best):.2f}x ({min(best):.2f}-{max(best):.2f}) |"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--machines", default=",".join(MACHINES))
+    parser.add_argument("--starts", type=int, default=STARTS)
+    parser.add_argument("--full-starts", type=int, default=FULL_STARTS)
+    parser.add_argument("--cap", type=float, default=CAP_S, help="seconds per delta chain")
+    parser.add_argument("--full-cap", type=float, default=FULL_CAP_S, help="seconds per full run")
+    parser.add_argument("--out", default="table4", help="results file stem in benchmarks/results")
+    args = parser.parse_args()
+    console = Console()
+    starts: list[Start] = []
+    with console.status("") as status:
+        for machine in args.machines.split(","):
+            for model in args.models.split(","):
+                for seed in range(args.starts):
+                    start = run_start(
+                        model,
+                        machine,
+                        seed,
+                        seed < args.full_starts,
+                        args.cap,
+                        args.full_cap,
+                        status.update,
+                    )
+                    starts.append(start)
+                    console.log(start)
+                # written after every case, so an interrupted run keeps what it measured
+                write_csv(RESULTS / f"{args.out}.csv", [asdict(s) for s in starts])
+                write_markdown(RESULTS / f"{args.out}.md", summary_lines(starts, args))
+    console.print("\n".join(summary_lines(starts, args)))
+
+
+if __name__ == "__main__":
+    main()
