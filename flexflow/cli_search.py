@@ -171,7 +171,22 @@ def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
 
     graph, machine, context = _setup(args)
     strategy = _strategy_arg(args.strategy, graph, machine, 0)
-    base, better = improving_neighbours(context, strategy, make_space(args.space, graph, machine))
+    space = make_space(args.space, graph, machine)
+    if args.json or not console.is_terminal:
+        base, better = improving_neighbours(context, strategy, space)
+    else:  # every configuration of every op: minutes on a 16-GPU machine
+        with Progress(
+            TextColumn("check-local: ops"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("ops", total=len(strategy))
+            base, better = improving_neighbours(
+                context, strategy, space, lambda op: progress.update(task, completed=op + 1)
+            )
     if args.json:
         print(
             json.dumps(

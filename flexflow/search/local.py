@@ -66,6 +66,25 @@ class Descent:
     """Seconds into the descent when it last improved the strategy; None if it never did."""
 
 
+@dataclass(frozen=True, slots=True)
+class DescentStatus:
+    """What a progress display shows while `descend` runs."""
+
+    cost_s: float
+    """The current strategy's simulated iteration time."""
+    unchanged: int
+    """Ops examined in a row without an improvement: the descent is done at `num_ops`."""
+    num_ops: int
+    neighbours: int
+    """Single-op changes simulated so far."""
+    improvements: int
+    elapsed_s: float
+
+
+STATUS_EVERY = 64
+"""Neighbours between two `DescentStatus` reports inside one op (a 64-GPU op has thousands)."""
+
+
 def descend(
     context: SimContext,
     strategy: Strategy,
@@ -73,20 +92,36 @@ def descend(
     budget_s: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
     simulation: str = "delta",
+    on_status: Callable[[DescentStatus], None] | None = None,
 ) -> Descent:
     """Coordinate descent: give each op in turn its best configuration with the others fixed,
     cycling over the ops until a full sweep changes nothing, so the result is locally optimal.
 
     With `budget_s` it stops after that many seconds, and `finished` says whether it got
     there (the strategy is then locally optimal) or ran out of time (it is only no worse).
-    `simulation` says how each neighbour is simulated (`make_evaluator`)."""
+    `simulation` says how each neighbour is simulated (`make_evaluator`); `on_status` gets a
+    `DescentStatus` after every op and every STATUS_EVERY neighbours."""
     begin = clock()
     deadline = None if budget_s is None else begin + budget_s
     evaluator = make_evaluator(context, strategy, simulation)
     current = evaluator.cost_s
     unchanged = 0  # ops examined since the last improvement
     improved_at = None
+    improvements = 0
     op = 0
+
+    def report() -> None:
+        if on_status is not None:
+            status = DescentStatus(
+                current,
+                unchanged,
+                len(strategy),
+                evaluator.evaluations - 1,
+                improvements,
+                clock() - begin,
+            )
+            on_status(status)
+
     while unchanged < len(strategy):
         start = evaluator.strategy[op]
         best, best_cost = start, current
@@ -100,10 +135,14 @@ def descend(
             cost = evaluator.propose(op, config)
             if cost < best_cost * (1 - RELATIVE_TOLERANCE):
                 best, best_cost = config, cost
+            if evaluator.evaluations % STATUS_EVERY == 0:
+                report()
         current = _settle(evaluator, op, best)
         if best != start:
             unchanged, improved_at = 0, clock() - begin
+            improvements += 1
         else:
             unchanged += 1
+        report()
         op = (op + 1) % len(strategy)
     return Descent(evaluator.strategy, True, improved_at)

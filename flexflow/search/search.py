@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexflow.search.evaluator import project
-from flexflow.search.local import descend
+from flexflow.search.local import DescentStatus, descend
 from flexflow.search.mcmc import DEFAULT_BETA, ChainResult, ChainStatus, run_chain
 from flexflow.search.optcnn import optcnn_strategy
 from flexflow.search.spaces import make_space
@@ -112,6 +112,7 @@ def search(
     polish: bool = True,
     polish_budget_s: float | None = None,
     simulation: str = "delta",
+    on_descent: Callable[[DescentStatus], None] | None = None,
 ) -> SearchResult:
     """Run one chain per initial strategy, each with an equal share of the budget.
 
@@ -119,6 +120,7 @@ def search(
     makes it faster, paper §8.4); that final descent is bounded by `polish_budget_s` only (a
     descent over every neighbour of a 200-op graph on 16 GPUs takes minutes), and
     `locally_optimal` says whether it finished.
+    `on_status` and `on_descent` get the chains' and the final descent's progress.
     `simulation="full"` evaluates every proposal by simulating its whole task graph again
     instead of by delta simulation: the same result, slower (the paper's Table 4 compares them).
     `space="optcnn"` runs the OptCNN baseline's dynamic programming instead of MCMC (no
@@ -162,7 +164,9 @@ def search(
     polish_begin = clock()
     local = improved = None
     if polish:
-        descent = descend(context, strategy, proposal_space, polish_budget_s, clock, simulation)
+        descent = descend(
+            context, strategy, proposal_space, polish_budget_s, clock, simulation, on_descent
+        )
         strategy, local, improved = descent.strategy, descent.finished, descent.improved_at_s
         cost = full_simulate(TaskGraph(context, strategy)).iteration_s
     polish_s = clock() - polish_begin
