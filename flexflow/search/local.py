@@ -1,4 +1,13 @@
-"""Local optimality (paper §8.4): does any single-op change make a strategy faster?"""
+"""Local optimality (paper §8.4): does any single-op change make a strategy faster?
+
+Both `improving_neighbours` (check-local) and `descend` scan ops' neighbours with a scanner
+(`flexflow.search.scan`): in this process, or with `workers` > 1 in that many worker processes,
+several ops at once. The descent then stays the sequential one: scans of the ops after one
+that improved were made against the strategy before the change, so they are dropped and those
+ops scanned again; when nothing improves (the sweep that proves local optimality, most of a
+large model's descent) every scan counts. Both return the same strategy for any number of
+workers.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flexflow.search.evaluator import Evaluator, FullEvaluator, make_evaluator
+from flexflow.search.scan import make_scanner
 from flexflow.search.spaces import Space
 from flexflow.simulator import SimContext
 from flexflow.strategy import ParallelConfig, Strategy
-
-RELATIVE_TOLERANCE = 1e-9  # a neighbour must be faster by more than rounding noise
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,33 +33,20 @@ def improving_neighbours(
     strategy: Strategy,
     space: Space,
     on_op: Callable[[int], None] | None = None,
+    workers: int = 1,
 ) -> tuple[float, list[Neighbour]]:
-    """The strategy's cost and every single-op change that lowers it, fastest first.
-
-    An op's configurations are tried one after the other, each a delta simulation from the
-    one before (delta simulation gives the same times whatever the path), and the op gets its
-    own configuration back once after them: half the simulations of reverting each one."""
-    evaluator = Evaluator(context, strategy)
-    base = evaluator.cost_s
+    """The strategy's cost and every single-op change that lowers it, fastest first;
+    `on_op(done)` after each op with the number of ops scanned."""
     better = []
-    for op in range(len(strategy)):
-        for config in space(op):
-            if config == strategy[op]:
-                continue
-            cost = evaluator.propose(op, config)
-            if cost < base * (1 - RELATIVE_TOLERANCE):
-                better.append(Neighbour(strategy.ops[op], config, cost))
-        _settle(evaluator, op, strategy[op])
-        if on_op is not None:
-            on_op(op)
+    with make_scanner(context, strategy, space, workers) as scanner:
+        base = scanner.cost_s
+        for first in range(0, len(strategy), scanner.width):
+            ops = range(first, min(first + scanner.width, len(strategy)))
+            for scan in scanner.scan(ops, None):
+                better += [Neighbour(strategy.ops[scan.op], c, cost) for c, cost in scan.faster]
+            if on_op is not None:
+                on_op(ops[-1] + 1)
     return base, sorted(better, key=lambda n: n.iteration_s)
-
-
-def _settle(evaluator: Evaluator | FullEvaluator, op: int, config: ParallelConfig) -> float:
-    """Give `op` the configuration `config` unless it has it; the cost either way."""
-    if evaluator.strategy[op] != config:
-        return evaluator.propose(op, config)
-    return evaluator.cost_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +75,6 @@ class DescentStatus:
     elapsed_s: float
 
 
-STATUS_EVERY = 64
-"""Neighbours between two `DescentStatus` reports inside one op (a 64-GPU op has thousands)."""
-
-
 def descend(
     context: SimContext,
     strategy: Strategy,
@@ -93,6 +83,7 @@ def descend(
     clock: Callable[[], float] = time.perf_counter,
     simulation: str = "delta",
     on_status: Callable[[DescentStatus], None] | None = None,
+    workers: int = 1,
 ) -> Descent:
     """Coordinate descent: give each op in turn its best configuration with the others fixed,
     cycling over the ops until a full sweep changes nothing, so the result is locally optimal.
@@ -100,49 +91,41 @@ def descend(
     With `budget_s` it stops after that many seconds, and `finished` says whether it got
     there (the strategy is then locally optimal) or ran out of time (it is only no worse).
     `simulation` says how each neighbour is simulated (`make_evaluator`); `on_status` gets a
-    `DescentStatus` after every op and every STATUS_EVERY neighbours."""
+    `DescentStatus` after every op; `workers` > 1 scans that many ops at once (the module doc;
+    then `clock` must be `time.perf_counter`, which the workers read)."""
+    if workers > 1 and clock is not time.perf_counter:
+        raise ValueError("a descent with workers reads time.perf_counter; pass no other clock")
     begin = clock()
     deadline = None if budget_s is None else begin + budget_s
-    evaluator = make_evaluator(context, strategy, simulation)
-    current = evaluator.cost_s
-    unchanged = 0  # ops examined since the last improvement
+    num_ops = len(strategy)
+    unchanged = improvements = simulations = 0  # unchanged: ops scanned since the last change
     improved_at = None
-    improvements = 0
     op = 0
-
-    def report() -> None:
-        if on_status is not None:
-            status = DescentStatus(
-                current,
-                unchanged,
-                len(strategy),
-                evaluator.evaluations - 1,
-                improvements,
-                clock() - begin,
-            )
-            on_status(status)
-
-    while unchanged < len(strategy):
-        start = evaluator.strategy[op]
-        best, best_cost = start, current
-        for config in space(op):  # each a delta from the last (see `improving_neighbours`)
-            if deadline is not None and clock() > deadline:
-                _settle(evaluator, op, best)
-                improved_at = clock() - begin if best != start else improved_at
-                return Descent(evaluator.strategy, False, improved_at)
-            if config == start:
-                continue
-            cost = evaluator.propose(op, config)
-            if cost < best_cost * (1 - RELATIVE_TOLERANCE):
-                best, best_cost = config, cost
-            if evaluator.evaluations % STATUS_EVERY == 0:
-                report()
-        current = _settle(evaluator, op, best)
-        if best != start:
-            unchanged, improved_at = 0, clock() - begin
-            improvements += 1
-        else:
-            unchanged += 1
-        report()
-        op = (op + 1) % len(strategy)
-    return Descent(evaluator.strategy, True, improved_at)
+    with make_scanner(context, strategy, space, workers, simulation, clock) as scanner:
+        while unchanged < num_ops:
+            batch = [(op + i) % num_ops for i in range(min(scanner.width, num_ops - unchanged))]
+            for scan in scanner.scan(batch, deadline):
+                simulations += scan.simulations
+                op = (scan.op + 1) % num_ops
+                if scan.best != scanner.strategy[scan.op]:
+                    scanner.apply(scan.op, scan.best)
+                    unchanged, improved_at = 0, clock() - begin
+                    improvements += 1
+                else:
+                    unchanged += 1
+                if on_status is not None:
+                    on_status(
+                        DescentStatus(
+                            scanner.cost_s,
+                            unchanged,
+                            num_ops,
+                            simulations,
+                            improvements,
+                            clock() - begin,
+                        )
+                    )
+                if not scan.finished:
+                    return Descent(scanner.strategy, False, improved_at)
+                if unchanged == 0:
+                    break  # the later scans saw the strategy before this change
+        return Descent(scanner.strategy, True, improved_at)

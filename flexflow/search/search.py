@@ -113,6 +113,7 @@ def search(
     polish_budget_s: float | None = None,
     simulation: str = "delta",
     on_descent: Callable[[DescentStatus], None] | None = None,
+    workers: int = 1,
 ) -> SearchResult:
     """Run one chain per initial strategy, each with an equal share of the budget.
 
@@ -120,6 +121,7 @@ def search(
     makes it faster, paper §8.4); that final descent is bounded by `polish_budget_s` only (a
     descent over every neighbour of a 200-op graph on 16 GPUs takes minutes), and
     `locally_optimal` says whether it finished.
+    `workers` > 1 runs the final descent's scans in that many processes (same result).
     `on_status` and `on_descent` get the chains' and the final descent's progress.
     `simulation="full"` evaluates every proposal by simulating its whole task graph again
     instead of by delta simulation: the same result, slower (the paper's Table 4 compares them).
@@ -165,7 +167,14 @@ def search(
     local = improved = None
     if polish:
         descent = descend(
-            context, strategy, proposal_space, polish_budget_s, clock, simulation, on_descent
+            context,
+            strategy,
+            proposal_space,
+            polish_budget_s,
+            clock,
+            simulation,
+            on_descent,
+            workers,
         )
         strategy, local, improved = descent.strategy, descent.finished, descent.improved_at_s
         cost = full_simulate(TaskGraph(context, strategy)).iteration_s

@@ -52,7 +52,7 @@ def test_a_terminal_shows_the_chains_then_the_descent():
 def test_check_local_shows_progress_on_a_terminal(tmp_path):
     class Args:
         model, machine, strategy, space, json = "lenet", "p100:1", "dp", "soap", False
-        profile, fused_launches, batch_size = None, False, None
+        profile, fused_launches, batch_size, workers = None, False, None, 2
 
     out = io.StringIO()
     assert cmd_check_local(Args(), Console(file=out, force_terminal=True, width=120)) == 0

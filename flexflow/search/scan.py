@@ -1,0 +1,224 @@
+"""Scanning an op's neighbours: every configuration of one op tried against the current strategy.
+
+Local descent and check-local (paper §8.4) spend nearly all their time here: a 16-GPU model
+has tens of thousands of single-op neighbours, a 64-GPU one near a million. `SerialScanner`
+scans in this process; `PoolScanner` scans several ops at once in worker processes (forked, so
+each starts with a copy of the simulation context), each holding its own evaluator of the same
+strategy. Both give the same answers: a scan depends only on the strategy it starts from, and
+changes (`apply`) reach every worker.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from flexflow.search.evaluator import Evaluator, FullEvaluator, make_evaluator
+from flexflow.search.spaces import Space
+from flexflow.simulator import SimContext
+from flexflow.strategy import ParallelConfig, Strategy
+
+RELATIVE_TOLERANCE = 1e-9  # a neighbour must be faster by more than rounding noise
+
+
+@dataclass(frozen=True, slots=True)
+class OpScan:
+    """One op's configurations tried against a strategy (which the scan leaves as it was)."""
+
+    op: int
+    best: ParallelConfig
+    """The fastest configuration (each faster than the last by more than the tolerance, in
+    the space's order); the op's own when none is faster."""
+    best_s: float
+    faster: tuple[tuple[ParallelConfig, float], ...]
+    """Every configuration faster than the strategy, with its cost, in the space's order."""
+    simulations: int
+    finished: bool
+    """False: the deadline came first; `best` and `faster` cover the configurations tried."""
+
+
+def scan_op(
+    evaluator: Evaluator | FullEvaluator,
+    op: int,
+    space: Space,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> OpScan:
+    """Try every configuration of `op`, each a delta simulation from the one before (delta
+    simulation gives the same times whatever the path), then give the op its own back once:
+    half the simulations of reverting each one."""
+    start, base = evaluator.strategy[op], evaluator.cost_s
+    best, best_s = start, base
+    faster = []
+    simulations, finished = 0, True
+    for config in space(op):
+        if deadline is not None and clock() > deadline:
+            finished = False
+            break
+        if config == start:
+            continue
+        cost = evaluator.propose(op, config)
+        simulations += 1
+        if cost < base * (1 - RELATIVE_TOLERANCE):
+            faster.append((config, cost))
+        if cost < best_s * (1 - RELATIVE_TOLERANCE):
+            best, best_s = config, cost
+    settle(evaluator, op, start)
+    return OpScan(op, best, best_s, tuple(faster), simulations, finished)
+
+
+def settle(evaluator: Evaluator | FullEvaluator, op: int, config: ParallelConfig) -> float:
+    """Give `op` the configuration `config` unless it has it; the cost either way."""
+    if evaluator.strategy[op] != config:
+        return evaluator.propose(op, config)
+    return evaluator.cost_s
+
+
+class SerialScanner:
+    """Scans one op at a time in this process."""
+
+    width = 1
+
+    def __init__(
+        self,
+        context: SimContext,
+        strategy: Strategy,
+        space: Space,
+        simulation: str = "delta",
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._evaluator = make_evaluator(context, strategy, simulation)
+        self._space, self._clock = space, clock
+
+    @property
+    def strategy(self) -> Strategy:
+        return self._evaluator.strategy
+
+    @property
+    def cost_s(self) -> float:
+        return self._evaluator.cost_s
+
+    def scan(self, ops: Sequence[int], deadline: float | None) -> list[OpScan]:
+        return [scan_op(self._evaluator, op, self._space, deadline, self._clock) for op in ops]
+
+    def apply(self, op: int, config: ParallelConfig) -> float:
+        return settle(self._evaluator, op, config)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> SerialScanner:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class PoolScanner:
+    """Scans up to `workers` ops at once, one per worker process.
+
+    Workers are forked: use it only in a process that runs no Legate runtime (the `flexflow`
+    command, not a training script). Deadlines are read on `time.perf_counter`, which every
+    process of the host shares."""
+
+    def __init__(
+        self,
+        context: SimContext,
+        strategy: Strategy,
+        space: Space,
+        workers: int,
+        simulation: str = "delta",
+    ) -> None:
+        forking = multiprocessing.get_context("fork")
+        self.width = workers
+        self._connections = []
+        self._processes = []
+        for _ in range(workers):
+            parent, child = forking.Pipe()
+            process = forking.Process(
+                target=_serve, args=(child, context, strategy, space, simulation), daemon=True
+            )
+            process.start()
+            child.close()
+            self._connections.append(parent)
+            self._processes.append(process)
+        self.strategy = strategy
+        self.cost_s = [self._receive(c) for c in self._connections][0]  # each worker's start
+
+    def scan(self, ops: Sequence[int], deadline: float | None) -> list[OpScan]:
+        if len(ops) > self.width:
+            raise ValueError(f"{len(ops)} ops to scan at once; this pool has {self.width} workers")
+        remaining = None if deadline is None else deadline - time.perf_counter()
+        for connection, op in zip(self._connections, ops, strict=False):
+            connection.send(("scan", op, remaining))
+        return [self._receive(connection) for connection in self._connections[: len(ops)]]
+
+    def apply(self, op: int, config: ParallelConfig) -> float:
+        for connection in self._connections:
+            connection.send(("apply", op, config))
+        costs = [self._receive(connection) for connection in self._connections]
+        self.strategy = self.strategy.replace(op, config)
+        self.cost_s = costs[0]
+        return self.cost_s
+
+    def close(self) -> None:
+        for connection in self._connections:
+            try:
+                connection.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for process in self._processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.terminate()
+        self._connections, self._processes = [], []
+
+    def __enter__(self) -> PoolScanner:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @staticmethod
+    def _receive(connection):
+        kind, value = connection.recv()
+        if kind == "error":
+            raise RuntimeError(f"a scan worker failed:\n{value}")
+        return value
+
+
+def _serve(connection, context: SimContext, strategy: Strategy, space: Space, simulation: str):
+    """A worker: its own evaluator of the strategy; scans ops and applies changes on request."""
+    try:
+        evaluator = make_evaluator(context, strategy, simulation)
+        connection.send(("ok", evaluator.cost_s))
+        while (message := connection.recv()) is not None:
+            kind, op, value = message
+            if kind == "apply":
+                connection.send(("ok", settle(evaluator, op, value)))
+            else:
+                deadline = None if value is None else time.perf_counter() + value
+                connection.send(("ok", scan_op(evaluator, op, space, deadline)))
+    except EOFError:  # the parent went away
+        pass
+    except BaseException:
+        connection.send(("error", traceback.format_exc()))
+
+
+def make_scanner(
+    context: SimContext,
+    strategy: Strategy,
+    space: Space,
+    workers: int = 1,
+    simulation: str = "delta",
+    clock: Callable[[], float] = time.perf_counter,
+) -> SerialScanner | PoolScanner:
+    """A scanner of `strategy`'s neighbours: in this process, or in `workers` processes."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if workers == 1:
+        return SerialScanner(context, strategy, space, simulation, clock)
+    return PoolScanner(context, strategy, space, workers, simulation)

@@ -1,0 +1,108 @@
+"""Scanning neighbours in worker processes gives the serial answers (flexflow.search.scan)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flexflow import FFConfig
+from flexflow.machine import parse_machine
+from flexflow.search.local import descend, improving_neighbours
+from flexflow.search.scan import PoolScanner, SerialScanner, make_scanner
+from flexflow.search.spaces import make_space
+from flexflow.simulator import SimContext, TaskGraph, full_simulate
+from flexflow.strategies import named_strategy
+from flexflow.zoo import load_model
+
+
+def context_of(model: str, machine: str = "p100:1", **options) -> SimContext:
+    graph = load_model(model, FFConfig(batch_size=8), **options).graph()
+    return SimContext(graph, parse_machine(machine))
+
+
+CASES = [
+    ("lenet", "random", {}),
+    ("lenet", "model", {}),
+    ("rnnlm", "random", {"seq_length": 3, "vocab_size": 64, "embed_size": 16, "hidden_size": 16}),
+]
+
+
+@pytest.mark.parametrize("model, start, options", CASES)
+def test_a_descent_with_workers_is_the_serial_descent(model, start, options):
+    context = context_of(model, **options)
+    graph, machine = context.graph, context.machine
+    strategy = named_strategy(start, graph, machine, 1)
+    space = make_space("soap", graph, machine)
+    serial = descend(context, strategy, space)
+    for workers in (2, 3):
+        pooled = descend(context_of(model, **options), strategy, space, workers=workers)
+        assert pooled.finished and pooled.strategy == serial.strategy
+    assert serial.finished
+
+
+@pytest.mark.parametrize("model, start, options", CASES)
+def test_check_local_with_workers_lists_the_same_neighbours(model, start, options):
+    context = context_of(model, **options)
+    strategy = named_strategy(start, context.graph, context.machine, 2)
+    space = make_space("soap", context.graph, context.machine)
+    serial = improving_neighbours(context, strategy, space)
+    done: list[int] = []
+    pooled = improving_neighbours(context, strategy, space, done.append, workers=2)
+    assert pooled == serial
+    assert done[-1] == len(strategy) and done == sorted(done)
+
+
+def test_workers_apply_changes_and_agree_with_full_simulation():
+    context = context_of("lenet")
+    dp = named_strategy("dp", context.graph, context.machine)
+    space = make_space("soap", context.graph, context.machine)
+    config = space(1)[2]
+    with make_scanner(context, dp, space, workers=2) as pool:
+        assert isinstance(pool, PoolScanner) and pool.width == 2
+        cost = pool.apply(1, config)
+        assert cost == full_simulate(TaskGraph(context, dp.replace(1, config))).iteration_s
+        scans = pool.scan([0, 2], None)
+    with SerialScanner(context, dp.replace(1, config), space) as serial:
+        assert scans == serial.scan([0, 2], None)
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        make_scanner(context, dp, space, workers=0)
+
+
+def test_a_failing_worker_is_reported():
+    context = context_of("lenet")
+    dp = named_strategy("dp", context.graph, context.machine)
+
+    def broken_space(op):
+        raise KeyError(f"no space for op {op}")
+
+    with PoolScanner(context, dp, broken_space, 2) as pool:
+        with pytest.raises(RuntimeError, match="(?s)a scan worker failed.*no space for op 1"):
+            pool.scan([1], None)
+
+
+def test_a_bounded_descent_with_workers_stops_no_worse():
+    context = context_of("rnnlm", "p100:4", seq_length=3, vocab_size=64, embed_size=16)
+    space = make_space("soap", context.graph, context.machine)
+    start = named_strategy("random", context.graph, context.machine, 4)
+    descent = descend(context, start, space, budget_s=0.05, workers=2)
+    assert not descent.finished
+    after = full_simulate(TaskGraph(context, descent.strategy)).iteration_s
+    assert after <= full_simulate(TaskGraph(context, start)).iteration_s
+    with pytest.raises(ValueError, match="reads time.perf_counter"):
+        descend(context, start, space, budget_s=1, clock=lambda: 0.0, workers=2)
+
+
+def test_the_commands_answer_the_same_with_workers(capsys):
+    import json
+
+    from flexflow.cli import main
+
+    for command in (
+        ["check-local", "lenet", "--machine", "p100:1", "--strategy", "random", "--json"],
+        ["search", "lenet", "--machine", "p100:1", "--proposals", "60", "--json"],
+    ):
+        assert main(command) == 0
+        serial = json.loads(capsys.readouterr().out)
+        assert main([*command, "--workers", "2"]) == 0
+        pooled = json.loads(capsys.readouterr().out)
+        for key in ("improving_neighbours", "best_iteration_ms", "locally_optimal"):
+            assert pooled.get(key) == serial.get(key)
