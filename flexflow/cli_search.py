@@ -164,13 +164,12 @@ def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def add_workers(parser: argparse.ArgumentParser, what: str) -> None:
+def add_workers(parser: argparse.ArgumentParser, work: str) -> None:
     parser.add_argument(
         "--workers",
         type=positive_int,
         default=1,
-        help=f"processes that try ops' neighbours at once in the {what} (default 1; the same "
-        "answer with any number, about that many times faster on as many free cores)",
+        help=f"processes that share the work: {work} (default 1)",
     )
 
 
@@ -288,7 +287,12 @@ def register(add: Callable) -> None:
         help="how proposals are evaluated: delta simulation (default) or each task graph "
         "built and simulated whole (the same result, slower; the paper's Table 4)",
     )
-    add_workers(search, "final descent")
+    add_workers(
+        search,
+        "that many chains run at once, each given the budget x (chains at once) / chains, and "
+        "the final descent tries that many ops' neighbours at once; with --proposals the same "
+        "result as with one",
+    )
 
     exhaustive = add(
         "exhaustive",
@@ -336,5 +340,5 @@ def register(add: Callable) -> None:
     add_profile(check)
     add_fused_launches(check)
     add_batch_size(check)
-    add_workers(check, "check")
+    add_workers(check, "that many ops' neighbours tried at once; the same answer")
     check.add_argument("--json", action="store_true", help="print one JSON object")

@@ -13,6 +13,7 @@ from flexflow.search.evaluator import project
 from flexflow.search.local import DescentStatus, descend
 from flexflow.search.mcmc import DEFAULT_BETA, ChainResult, ChainStatus, run_chain
 from flexflow.search.optcnn import optcnn_strategy
+from flexflow.search.processes import run_in_processes
 from flexflow.search.spaces import make_space
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.strategies import NAMED_STRATEGIES, named_strategy
@@ -35,6 +36,11 @@ class SearchResult:
     polish_improved_s: float | None = None
     """Seconds into the final descent when it last improved the strategy; None if it never
     did (the chains' best is returned)."""
+    chains_started_s: tuple[float, ...] | None = None
+    """Seconds from the start when each chain started; None: one after the other, from the
+    end of the set-up."""
+    chains_ended_s: float | None = None
+    """Seconds from the start when the last chain ended; None: set-up plus the chains' times."""
 
     @property
     def converged_s(self) -> float:
@@ -44,12 +50,17 @@ class SearchResult:
         if not self.chains:
             return self.seconds
         best = min(self.chains, key=lambda c: c.best_s)
-        chains_s = sum(c.seconds for c in self.chains)
-        setup = self.seconds - chains_s - self.polish_s
+        if self.chains_started_s is None or self.chains_ended_s is None:
+            chains_s = sum(c.seconds for c in self.chains)
+            setup = self.seconds - chains_s - self.polish_s
+            ended = setup + chains_s
+            started = setup + sum(c.seconds for c in self.chains[: self.chains.index(best)])
+        else:
+            ended = self.chains_ended_s
+            started = self.chains_started_s[self.chains.index(best)]
         if self.polish_improved_s is not None:
-            return setup + chains_s + self.polish_improved_s
-        before = sum(c.seconds for c in self.chains[: self.chains.index(best)])
-        return setup + before + best.history[-1][0]
+            return ended + self.polish_improved_s
+        return started + best.history[-1][0]
 
     @property
     def proposals(self) -> int:
@@ -115,13 +126,16 @@ def search(
     on_descent: Callable[[DescentStatus], None] | None = None,
     workers: int = 1,
 ) -> SearchResult:
-    """Run one chain per initial strategy, each with an equal share of the budget.
+    """Run one chain per initial strategy, each with an equal share of the budget (each with
+    its own random stream, seeded by (`seed`, its index)).
 
     With `polish`, the best strategy then descends to a local optimum (no single-op change
     makes it faster, paper §8.4); that final descent is bounded by `polish_budget_s` only (a
     descent over every neighbour of a 200-op graph on 16 GPUs takes minutes), and
     `locally_optimal` says whether it finished.
-    `workers` > 1 runs the final descent's scans in that many processes (same result).
+    `workers` > 1 runs that many chains at once in worker processes, each then given
+    `budget_s` x (chains at once) / chains, and the final descent's scans in that many
+    processes; with a proposal budget the result is the same as with one worker.
     `on_status` and `on_descent` get the chains' and the final descent's progress.
     `simulation="full"` evaluates every proposal by simulating its whole task graph again
     instead of by delta simulation: the same result, slower (the paper's Table 4 compares them).
@@ -137,30 +151,41 @@ def search(
         cost = full_simulate(TaskGraph(context, strategy)).iteration_s
         return SearchResult(strategy, cost, dp_s, (), clock() - begin)
     proposal_space = make_space(space, graph, machine)
-    rng = np.random.default_rng(seed)
     starts = [(init, initial_strategy(init, context, seed + i)) for i, init in enumerate(inits)]
     if space != "soap":  # a restricted space's chains start inside it
         starts = [(name, project(s, proposal_space)) for name, s in starts]
-    share = budget_s / len(starts)
+    at_once = min(workers, len(starts))
+    share = budget_s * at_once / len(starts)
     per_chain = None if max_proposals is None else math.ceil(max_proposals / len(starts))
-    chains = []
-    for name, start in starts:
-        chains.append(
-            run_chain(
-                context,
-                name,
-                start,
-                proposal_space,
-                rng,
-                dp_s,
-                beta,
-                share,
-                per_chain,
-                on_status,
-                clock,
-                simulation=simulation,
-            )
+
+    def run(index: int, name: str, start: Strategy, report, chain_clock) -> ChainResult:
+        # a random stream per chain: the same proposals one after the other or at once
+        rng = np.random.default_rng([seed, index])
+        return run_chain(
+            context,
+            name,
+            start,
+            proposal_space,
+            rng,
+            dp_s,
+            beta,
+            share,
+            per_chain,
+            report,
+            chain_clock,
+            simulation=simulation,
         )
+
+    if at_once == 1:
+        chains, started = [], []
+        for index, (name, start) in enumerate(starts):
+            started.append(clock() - begin)
+            chains.append(run(index, name, start, on_status, clock))
+    else:
+        if clock is not time.perf_counter:
+            raise ValueError("chains in processes read time.perf_counter; pass no other clock")
+        chains, started = run_in_processes(starts, run, at_once, on_status)
+        started = [t - begin for t in started]
     best = min(chains, key=lambda c: c.best_s)
     strategy, cost = best.best, best.best_s
     polish_begin = clock()
@@ -180,5 +205,14 @@ def search(
         cost = full_simulate(TaskGraph(context, strategy)).iteration_s
     polish_s = clock() - polish_begin
     return SearchResult(
-        strategy, cost, dp_s, tuple(chains), clock() - begin, polish_s, local, improved
+        strategy,
+        cost,
+        dp_s,
+        tuple(chains),
+        clock() - begin,
+        polish_s,
+        local,
+        improved,
+        tuple(started),
+        polish_begin - begin,
     )
