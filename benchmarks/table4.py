@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import csv
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 from paper import PAPER
@@ -140,25 +141,30 @@ def summary_lines(starts: list[Start], args) -> list[str]:
         "of the chain's initial and best strategy. The paper's columns are its Table 4 "
         "(search time averaged over 10 random initial strategies), keyed by GPU count.",
         "",
-        "| model | machine (GPUs) | delta s | full s | full/delta | paper full / delta s "
-        "| proposals | capped | initial x DP | best x DP (min-max) |",
+        "| model | machine (GPUs) | delta s | starts run both ways: delta s / full s "
+        "| full/delta | paper full / delta s | proposals | capped | initial x DP "
+        "| best x DP (min-max) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     cases = dict.fromkeys((s.model, s.machine) for s in starts)
     for model, machine in cases:
         rows = [s for s in starts if (s.model, s.machine) == (model, machine)]
-        fulls = [s for s in rows if s.full_s is not None]
-        delta = statistics.mean(s.delta_s for s in rows)
-        full = statistics.mean(s.full_s for s in fulls) if fulls else None
-        # the ratio over the starts run both ways, not the ratio of the two means
-        ratio = statistics.mean(s.full_s / s.delta_s for s in fulls) if fulls else None
-        est = " (est.)" if any(s.full_estimated for s in fulls) else ""
+        both = [s for s in rows if s.full_s is not None]
+        if both:
+            est = " (est.)" if any(s.full_estimated for s in both) else ""
+            pair = (
+                f"{statistics.mean(s.delta_s for s in both):.2f} / "
+                f"{statistics.mean(s.full_s for s in both):.2f}{est}"
+            )
+            # the mean of the starts' ratios, not the ratio of the means
+            ratio = f"{statistics.mean(s.full_s / s.delta_s for s in both):.2f}x"
+        else:
+            pair = ratio = "–"
         paper = PAPER["table4"].get((model, rows[0].gpus))
         best = [s.best_x_dp for s in rows]
         lines.append(
-            f"| {model} | {machine} ({rows[0].gpus}) | {delta:.2f} "
-            f"| {'–' if full is None else f'{full:.2f}{est}'} "
-            f"| {'–' if ratio is None else f'{ratio:.2f}x'} "
+            f"| {model} | {machine} ({rows[0].gpus}) "
+            f"| {statistics.mean(s.delta_s for s in rows):.2f} | {pair} | {ratio} "
             f"| {'–' if paper is None else f'{paper[0]:g} / {paper[1]:g}'} "
             f"| {statistics.mean(s.proposals for s in rows):,.0f} "
             f"| {sum(s.capped for s in rows)}/{len(rows)} "
@@ -166,6 +172,23 @@ def summary_lines(starts: list[Start], args) -> list[str]:
             f"| {statistics.mean(best):.2f}x ({min(best):.2f}-{max(best):.2f}) |"
         )
     return lines
+
+
+def _read_csv(path) -> list[Start]:
+    """The starts of an earlier run, from its CSV (`write_csv` of `asdict`)."""
+    types = {f.name: f.type for f in fields(Start)}
+    parse = {
+        "str": str,
+        "int": int,
+        "bool": lambda v: v == "True",
+        "float": float,
+        "float | None": lambda v: None if v == "" else float(v),
+    }
+    with open(path, newline="") as handle:
+        return [
+            Start(**{k: parse[types[k]](v) for k, v in row.items()})
+            for row in csv.DictReader(handle)
+        ]
 
 
 def main() -> None:
@@ -177,7 +200,14 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=CAP_S, help="seconds per delta chain")
     parser.add_argument("--full-cap", type=float, default=FULL_CAP_S, help="seconds per full run")
     parser.add_argument("--out", default="table4", help="results file stem in benchmarks/results")
+    parser.add_argument(
+        "--render", action="store_true", help="only write the markdown again from the --out CSV"
+    )
     args = parser.parse_args()
+    if args.render:
+        starts = _read_csv(RESULTS / f"{args.out}.csv")
+        write_markdown(RESULTS / f"{args.out}.md", summary_lines(starts, args))
+        return
     console = Console()
     starts: list[Start] = []
     with console.status("") as status:
