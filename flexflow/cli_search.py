@@ -289,7 +289,7 @@ def register(add: Callable) -> None:
     )
     add_workers(
         search,
-        "that many chains run at once, each given the budget x (chains at once) / chains, and "
+        "that many chains run at once, each given the budget / (waves of chains), and "
         "the final descent tries that many ops' neighbours at once; with --proposals the same "
         "result as with one",
     )

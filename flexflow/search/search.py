@@ -134,7 +134,7 @@ def search(
     descent over every neighbour of a 200-op graph on 16 GPUs takes minutes), and
     `locally_optimal` says whether it finished.
     `workers` > 1 runs that many chains at once in worker processes, each then given
-    `budget_s` x (chains at once) / chains, and the final descent's scans in that many
+    `budget_s` / (waves of chains), and the final descent's scans in that many
     processes; with a proposal budget the result is the same as with one worker.
     `on_status` and `on_descent` get the chains' and the final descent's progress.
     `simulation="full"` evaluates every proposal by simulating its whole task graph again
@@ -155,7 +155,7 @@ def search(
     if space != "soap":  # a restricted space's chains start inside it
         starts = [(name, project(s, proposal_space)) for name, s in starts]
     at_once = min(workers, len(starts))
-    share = budget_s * at_once / len(starts)
+    share = budget_s / math.ceil(len(starts) / at_once)  # chains run in waves of `at_once`
     per_chain = None if max_proposals is None else math.ceil(max_proposals / len(starts))
 
     def run(index: int, name: str, start: Strategy, report, chain_clock) -> ChainResult:
