@@ -17,6 +17,7 @@ from flexflow.cli_args import (
     add_model_and_machine,
     add_profile,
     positive_int,
+    seed_int,
 )
 from flexflow.errors import FlexFlowError
 from flexflow.fileio import atomic_write_text
@@ -426,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument(
         "--check", metavar="FILE", help="validate a strategy file; exit 2 listing every problem"
     )
-    strategy.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
+    strategy.add_argument("--seed", type=seed_int, default=0, help="seed of the random strategy")
     strategy.add_argument("--export", metavar="FILE", help="write the named strategy (atomically)")
     add_batch_size(strategy)
     strategy.add_argument(
@@ -443,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--strategy", default="dp", help="dp, expert, model, random or a strategy file"
     )
-    simulate.add_argument("--seed", type=int, default=0, help="seed of the random strategy")
+    simulate.add_argument("--seed", type=seed_int, default=0, help="seed of the random strategy")
     add_profile(simulate)
     add_fused_launches(simulate)
     add_batch_size(simulate)

@@ -16,6 +16,7 @@ from flexflow.cli_args import (
     add_profile,
     positive_float,
     positive_int,
+    seed_int,
 )
 from flexflow.search.evaluator import SIMULATIONS
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
@@ -246,7 +247,7 @@ def register(add: Callable) -> None:
         help="stop after this many proposals in all (exactly reproducible with --seed)",
     )
     search.add_argument(
-        "--seed", type=int, default=0, help="seed of the proposals and random chains"
+        "--seed", type=seed_int, default=0, help="seed of the proposals and random chains"
     )
     search.add_argument(
         "--init",
@@ -313,7 +314,10 @@ def register(add: Callable) -> None:
         help="stop after this many seconds (the best found is then not proven optimal)",
     )
     exhaustive.add_argument(
-        "--seed", type=int, default=0, help="seed of the MCMC chain that finds a first strategy"
+        "--seed",
+        type=seed_int,
+        default=0,
+        help="seed of the MCMC chain that finds a first strategy",
     )
     exhaustive.add_argument(
         "--seed-proposals",

@@ -30,6 +30,8 @@ class FFConfig:
             raise FlexFlowError(
                 f"FFConfig: learning_rate must be positive, got {self.learning_rate!r}."
             )
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise FlexFlowError(f"FFConfig: seed must be an integer >= 0, got {self.seed!r}.")
         if not self.search_budget >= 0:
             raise FlexFlowError(
                 f"FFConfig: search_budget must be >= 0 seconds, got {self.search_budget!r}."

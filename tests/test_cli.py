@@ -102,6 +102,23 @@ def test_bad_batch_size_is_a_usage_error(capsys):
     assert "expected a positive integer, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["search", "lenet", "--machine", "p100:1", "--seed", "-1"],
+        ["exhaustive", "lenet", "--machine", "p100:1", "--seed", "-2"],
+        ["strategy", "lenet", "--machine", "p100:1", "--name", "random", "--seed", "-3"],
+        ["simulate", "lenet", "--machine", "p100:1", "--strategy", "random", "--seed", "x"],
+    ],
+)
+def test_a_negative_seed_is_a_usage_error(capsys, argv):
+    """numpy's generators take seeds >= 0: a usage error, not numpy's traceback."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "argument --seed: expected an integer >= 0" in capsys.readouterr().err
+
+
 def test_strategy_export_then_check(capsys, tmp_path):
     path = tmp_path / "s.json"
     code, out, _ = run(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flexflow import FFConfig
-from flexflow.errors import StrategyError
+from flexflow.errors import FlexFlowError, StrategyError
 from flexflow.machine import parse_machine
 from flexflow.planning import plan_strategy
 from flexflow.strategy_file import load_strategy
@@ -47,3 +47,18 @@ def test_a_search_is_exported_and_imports_to_the_same_strategy(tmp_path):
 def test_conflicting_or_negative_choices_are_errors(options, match):
     with pytest.raises(StrategyError, match=match):
         plan_strategy(lenet(8), parse_machine("p100:1"), **options)
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+        ({"epochs": 1.5}, "epochs must be a positive integer, got 1.5"),
+        ({"learning_rate": 0.0}, "learning_rate must be positive"),
+        ({"seed": -1}, "seed must be an integer >= 0, got -1"),
+        ({"search_budget": -2.0}, "search_budget must be >= 0 seconds"),
+    ],
+)
+def test_a_bad_training_configuration_names_the_field(options, match):
+    with pytest.raises(FlexFlowError, match=match):
+        FFConfig(**options)
