@@ -2,10 +2,11 @@
 
 Both `improving_neighbours` (check-local) and `descend` scan ops' neighbours with a scanner
 (`flexflow.search.scan`): in this process, or with `workers` > 1 in that many worker processes,
-several ops at once. The descent then stays the sequential one: scans of the ops after one
-that improved were made against the strategy before the change, so they are dropped and those
-ops scanned again; when nothing improves (the sweep that proves local optimality, most of a
-large model's descent) every scan counts. Both return the same strategy for any number of
+several ops at once, each worker taking the next op when it is free. The descent then stays the
+sequential one: a scan counts in the sweep's order, once every op before it showed no
+improvement; scans of the ops after one that improved saw the strategy before the change, so
+they are stopped and dropped and those ops scanned again. When nothing improves (the sweep
+that proves local optimality, most of a large model's descent) every scan counts. Both return the same strategy for any number of
 workers.
 """
 
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flexflow.search.scan import make_scanner
+from flexflow.search.scan import OpScan, make_scanner
 from flexflow.search.spaces import Space
 from flexflow.simulator import SimContext
 from flexflow.strategy import ParallelConfig, Strategy
@@ -35,18 +36,29 @@ def improving_neighbours(
     on_op: Callable[[int], None] | None = None,
     workers: int = 1,
 ) -> tuple[float, list[Neighbour]]:
-    """The strategy's cost and every single-op change that lowers it, fastest first;
+    """The strategy's cost and every single-op change that lowers it, fastest first (equal
+    times in op order);
     `on_op(done)` after each op with the number of ops scanned."""
     better = []
+    ops = iter(range(len(strategy)))
+    done = 0
     with make_scanner(context, strategy, space, workers) as scanner:
         base = scanner.cost_s
-        for first in range(0, len(strategy), scanner.width):
-            ops = range(first, min(first + scanner.width, len(strategy)))
-            for scan in scanner.scan(ops, None):
-                better += [Neighbour(strategy.ops[scan.op], c, cost) for c, cost in scan.faster]
+        while True:
+            while scanner.idle and (op := next(ops, None)) is not None:
+                scanner.start(op)
+            if not scanner.busy:
+                break
+            scan = scanner.result()
+            better += [
+                (cost, scan.op, k, Neighbour(strategy.ops[scan.op], config, cost))
+                for k, (config, cost) in enumerate(scan.faster)
+            ]
+            done += 1
             if on_op is not None:
-                on_op(ops[-1] + 1)
-    return base, sorted(better, key=lambda n: n.iteration_s)
+                on_op(done)
+    # fastest first; equal times in the ops' and then the space's order, however scans ended
+    return base, [n for *_, n in sorted(better, key=lambda entry: entry[:3])]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +108,28 @@ def descend(
     if workers > 1 and clock is not time.perf_counter:
         raise ValueError("a descent with workers reads time.perf_counter; pass no other clock")
     begin = clock()
-    deadline = None if budget_s is None else begin + budget_s
     num_ops = len(strategy)
     unchanged = improvements = simulations = 0  # unchanged: ops scanned since the last change
     improved_at = None
-    op = 0
     with make_scanner(context, strategy, space, workers, simulation, clock) as scanner:
+        scanner.deadline = None if budget_s is None else begin + budget_s
+        expected = 0  # the next op in the sweep's order
+        ahead = 0  # ops from `expected` on that were started (a scan under way or ended)
+        ended: dict[int, OpScan] = {}  # scans that ended before an earlier op's
         while unchanged < num_ops:
-            batch = [(op + i) % num_ops for i in range(min(scanner.width, num_ops - unchanged))]
-            for scan in scanner.scan(batch, deadline):
+            while scanner.idle and ahead < num_ops - unchanged:
+                scanner.start((expected + ahead) % num_ops)
+                ahead += 1
+            scan = scanner.result()
+            ended[scan.op] = scan
+            while expected in ended:  # the sweep's order: a scan counts once all before it did
+                scan = ended.pop(expected)
+                expected, ahead = (expected + 1) % num_ops, ahead - 1
                 simulations += scan.simulations
-                op = (scan.op + 1) % num_ops
                 if scan.best != scanner.strategy[scan.op]:
+                    scanner.cancel()  # the later ops' scans saw the strategy before the change
+                    ended.clear()
+                    ahead = 0
                     scanner.apply(scan.op, scan.best)
                     unchanged, improved_at = 0, clock() - begin
                     improvements += 1
@@ -125,7 +147,9 @@ def descend(
                         )
                     )
                 if not scan.finished:
+                    scanner.cancel()
                     return Descent(scanner.strategy, False, improved_at)
-                if unchanged == 0:
-                    break  # the later scans saw the strategy before this change
+                if unchanged == num_ops:
+                    break
+        scanner.cancel()
         return Descent(scanner.strategy, True, improved_at)

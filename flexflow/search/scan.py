@@ -4,16 +4,18 @@ Local descent and check-local (paper §8.4) spend nearly all their time here: a 
 has tens of thousands of single-op neighbours, a 64-GPU one near a million. `SerialScanner`
 scans in this process; `PoolScanner` scans several ops at once in worker processes (forked, so
 each starts with a copy of the simulation context), each holding its own evaluator of the same
-strategy. Both give the same answers: a scan depends only on the strategy it starts from, and
-changes (`apply`) reach every worker.
+strategy, an op to each worker as soon as it is free (ops' scans take very different times).
+Both give the same answers: a scan depends only on the strategy it starts from, and changes
+(`apply`) reach every worker.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from flexflow.search.evaluator import Evaluator, FullEvaluator, make_evaluator
@@ -44,18 +46,17 @@ def scan_op(
     evaluator: Evaluator | FullEvaluator,
     op: int,
     space: Space,
-    deadline: float | None = None,
-    clock: Callable[[], float] = time.perf_counter,
+    stop: Callable[[], bool] = lambda: False,
 ) -> OpScan:
     """Try every configuration of `op`, each a delta simulation from the one before (delta
     simulation gives the same times whatever the path), then give the op its own back once:
-    half the simulations of reverting each one."""
+    half the simulations of reverting each one. `stop()` is asked before each configuration."""
     start, base = evaluator.strategy[op], evaluator.cost_s
     best, best_s = start, base
     faster = []
     simulations, finished = 0, True
     for config in space(op):
-        if deadline is not None and clock() > deadline:
+        if stop():
             finished = False
             break
         if config == start:
@@ -78,7 +79,7 @@ def settle(evaluator: Evaluator | FullEvaluator, op: int, config: ParallelConfig
 
 
 class SerialScanner:
-    """Scans one op at a time in this process."""
+    """Scans one op at a time in this process: `start` an op, then `result` scans it."""
 
     width = 1
 
@@ -92,6 +93,9 @@ class SerialScanner:
     ) -> None:
         self._evaluator = make_evaluator(context, strategy, simulation)
         self._space, self._clock = space, clock
+        self._pending: int | None = None
+        self.deadline: float | None = None
+        """Scans stop (unfinished) once `clock()` passes it."""
 
     @property
     def strategy(self) -> Strategy:
@@ -101,8 +105,30 @@ class SerialScanner:
     def cost_s(self) -> float:
         return self._evaluator.cost_s
 
-    def scan(self, ops: Sequence[int], deadline: float | None) -> list[OpScan]:
-        return [scan_op(self._evaluator, op, self._space, deadline, self._clock) for op in ops]
+    @property
+    def idle(self) -> int:
+        return int(self._pending is None)
+
+    @property
+    def busy(self) -> int:
+        return 1 - self.idle
+
+    def start(self, op: int) -> None:
+        if self._pending is not None:
+            raise AssertionError("start() while a scan is pending")
+        self._pending = op
+
+    def result(self) -> OpScan:
+        op, self._pending = self._pending, None
+        if op is None:
+            raise AssertionError("result() without a scan started")
+        deadline, clock = self.deadline, self._clock
+        return scan_op(
+            self._evaluator, op, self._space, lambda: deadline is not None and clock() > deadline
+        )
+
+    def cancel(self) -> None:
+        self._pending = None
 
     def apply(self, op: int, config: ParallelConfig) -> float:
         return settle(self._evaluator, op, config)
@@ -118,10 +144,12 @@ class SerialScanner:
 
 
 class PoolScanner:
-    """Scans up to `workers` ops at once, one per worker process.
+    """Scans up to `workers` ops at once, one per worker process: `start` gives an op to an
+    idle worker, `result` waits for the next scan to end (in the order they end), `cancel`
+    stops the scans under way and drops them.
 
     Workers are forked: use it only in a process that runs no Legate runtime (the `flexflow`
-    command, not a training script). Deadlines are read on `time.perf_counter`, which every
+    command, not a training script). The deadline is read on `time.perf_counter`, which every
     process of the host shares."""
 
     def __init__(
@@ -134,29 +162,54 @@ class PoolScanner:
     ) -> None:
         forking = multiprocessing.get_context("fork")
         self.width = workers
+        self.deadline: float | None = None
+        self._abandon = forking.Event()  # set: the scans under way stop at once
         self._connections = []
         self._processes = []
         for _ in range(workers):
             parent, child = forking.Pipe()
             process = forking.Process(
-                target=_serve, args=(child, context, strategy, space, simulation), daemon=True
+                target=_serve,
+                args=(child, context, strategy, space, simulation, self._abandon),
+                daemon=True,
             )
             process.start()
             child.close()
             self._connections.append(parent)
             self._processes.append(process)
+        self._idle = list(self._connections)
         self.strategy = strategy
         self.cost_s = [self._receive(c) for c in self._connections][0]  # each worker's start
 
-    def scan(self, ops: Sequence[int], deadline: float | None) -> list[OpScan]:
-        if len(ops) > self.width:
-            raise ValueError(f"{len(ops)} ops to scan at once; this pool has {self.width} workers")
-        remaining = None if deadline is None else deadline - time.perf_counter()
-        for connection, op in zip(self._connections, ops, strict=False):
-            connection.send(("scan", op, remaining))
-        return [self._receive(connection) for connection in self._connections[: len(ops)]]
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    @property
+    def busy(self) -> int:
+        return self.width - len(self._idle)
+
+    def start(self, op: int) -> None:
+        connection = self._idle.pop()
+        connection.send(("scan", op, self.deadline))
+
+    def result(self) -> OpScan:
+        busy = [c for c in self._connections if c not in self._idle]
+        if not busy:
+            raise AssertionError("result() without a scan started")
+        connection = multiprocessing.connection.wait(busy)[0]
+        self._idle.append(connection)
+        return self._receive(connection)
+
+    def cancel(self) -> None:
+        self._abandon.set()
+        while self.busy:
+            self.result()
+        self._abandon.clear()
 
     def apply(self, op: int, config: ParallelConfig) -> float:
+        if self.busy:
+            raise AssertionError("apply() while scans are under way; cancel() them first")
         for connection in self._connections:
             connection.send(("apply", op, config))
         costs = [self._receive(connection) for connection in self._connections]
@@ -174,7 +227,7 @@ class PoolScanner:
             process.join(timeout=5)
             if process.is_alive():
                 process.terminate()
-        self._connections, self._processes = [], []
+        self._connections, self._processes, self._idle = [], [], []
 
     def __enter__(self) -> PoolScanner:
         return self
@@ -190,7 +243,14 @@ class PoolScanner:
         return value
 
 
-def _serve(connection, context: SimContext, strategy: Strategy, space: Space, simulation: str):
+def _serve(
+    connection,
+    context: SimContext,
+    strategy: Strategy,
+    space: Space,
+    simulation: str,
+    abandon,
+) -> None:
     """A worker: its own evaluator of the strategy; scans ops and applies changes on request."""
     try:
         evaluator = make_evaluator(context, strategy, simulation)
@@ -199,9 +259,12 @@ def _serve(connection, context: SimContext, strategy: Strategy, space: Space, si
             kind, op, value = message
             if kind == "apply":
                 connection.send(("ok", settle(evaluator, op, value)))
-            else:
-                deadline = None if value is None else time.perf_counter() + value
-                connection.send(("ok", scan_op(evaluator, op, space, deadline)))
+                continue
+
+            def stop(deadline=value) -> bool:
+                return abandon.is_set() or (deadline is not None and time.perf_counter() > deadline)
+
+            connection.send(("ok", scan_op(evaluator, op, space, stop)))
     except EOFError:  # the parent went away
         pass
     except BaseException:

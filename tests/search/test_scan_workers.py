@@ -51,6 +51,17 @@ def test_check_local_with_workers_lists_the_same_neighbours(model, start, option
     assert done[-1] == len(strategy) and done == sorted(done)
 
 
+def scan_all(scanner, ops):
+    """Every op of `ops` scanned, one per free worker; the scans by op."""
+    scans, waiting = {}, list(ops)
+    while waiting or scanner.busy:
+        while scanner.idle and waiting:
+            scanner.start(waiting.pop(0))
+        scan = scanner.result()
+        scans[scan.op] = scan
+    return scans
+
+
 def test_workers_apply_changes_and_agree_with_full_simulation():
     context = context_of("lenet")
     dp = named_strategy("dp", context.graph, context.machine)
@@ -60,9 +71,17 @@ def test_workers_apply_changes_and_agree_with_full_simulation():
         assert isinstance(pool, PoolScanner) and pool.width == 2
         cost = pool.apply(1, config)
         assert cost == full_simulate(TaskGraph(context, dp.replace(1, config))).iteration_s
-        scans = pool.scan([0, 2], None)
+        pooled = scan_all(pool, [0, 2, 3, 4, 5])
+        # scans under way are stopped and dropped; the workers then take new ones
+        pool.start(0)
+        pool.start(2)
+        pool.cancel()
+        assert pool.idle == 2 and scan_all(pool, [3])[3] == pooled[3]
+        with pytest.raises(AssertionError, match="cancel"):
+            pool.start(4)
+            pool.apply(0, config)
     with SerialScanner(context, dp.replace(1, config), space) as serial:
-        assert scans == serial.scan([0, 2], None)
+        assert scan_all(serial, [0, 2, 3, 4, 5]) == pooled
     with pytest.raises(ValueError, match="workers must be >= 1"):
         make_scanner(context, dp, space, workers=0)
 
@@ -75,8 +94,9 @@ def test_a_failing_worker_is_reported():
         raise KeyError(f"no space for op {op}")
 
     with PoolScanner(context, dp, broken_space, 2) as pool:
+        pool.start(1)
         with pytest.raises(RuntimeError, match="(?s)a scan worker failed.*no space for op 1"):
-            pool.scan([1], None)
+            pool.result()
 
 
 def test_a_bounded_descent_with_workers_stops_no_worse():
