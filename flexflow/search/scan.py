@@ -164,8 +164,8 @@ class PoolScanner:
         self.width = workers
         self.deadline: float | None = None
         self._abandon = forking.Event()  # set: the scans under way stop at once
-        self._connections = []
-        self._processes = []
+        self._connections: list[multiprocessing.connection.Connection] = []
+        self._processes: list[multiprocessing.process.BaseProcess] = []
         for _ in range(workers):
             parent, child = forking.Pipe()
             process = forking.Process(
@@ -190,6 +190,8 @@ class PoolScanner:
         return self.width - len(self._idle)
 
     def start(self, op: int) -> None:
+        if not self._idle:
+            raise AssertionError(f"start({op}) with every worker busy; take a result() first")
         connection = self._idle.pop()
         connection.send(("scan", op, self.deadline))
 
