@@ -17,6 +17,7 @@ from flexflow.cli_args import (
     positive_float,
     positive_int,
     seed_int,
+    workers_arg,
 )
 from flexflow.search.evaluator import SIMULATIONS
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
@@ -168,9 +169,10 @@ def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
 def add_workers(parser: argparse.ArgumentParser, work: str) -> None:
     parser.add_argument(
         "--workers",
-        type=positive_int,
+        type=workers_arg,
         default=1,
-        help=f"processes that share the work: {work} (default 1)",
+        metavar="N|auto",
+        help=f"processes that share the work: {work} (default 1; auto: one per core)",
     )
 
 

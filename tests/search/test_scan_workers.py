@@ -126,3 +126,16 @@ def test_the_commands_answer_the_same_with_workers(capsys):
         pooled = json.loads(capsys.readouterr().out)
         for key in ("improving_neighbours", "best_iteration_ms", "locally_optimal"):
             assert pooled.get(key) == serial.get(key)
+
+
+def test_workers_take_a_count_or_auto():
+    import argparse
+    import os
+
+    from flexflow.cli_args import workers_arg
+
+    assert workers_arg("3") == 3
+    assert workers_arg("auto") == len(os.sched_getaffinity(0))
+    for bad in ("0", "-2", "many"):
+        with pytest.raises(argparse.ArgumentTypeError, match="positive integer or 'auto'"):
+            workers_arg(bad)
