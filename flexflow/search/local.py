@@ -103,16 +103,34 @@ def descend(
     With `budget_s` it stops after that many seconds, and `finished` says whether it got
     there (the strategy is then locally optimal) or ran out of time (it is only no worse).
     `simulation` says how each neighbour is simulated (`make_evaluator`); `on_status` gets a
-    `DescentStatus` after every op; `workers` > 1 scans that many ops at once (the module doc;
-    then `clock` must be `time.perf_counter`, which the workers read)."""
+    `DescentStatus` after every op and now and then during one; `workers` > 1 scans that
+    many ops at once (the module doc; then `clock` must be `time.perf_counter`, which the
+    workers read)."""
     if workers > 1 and clock is not time.perf_counter:
         raise ValueError("a descent with workers reads time.perf_counter; pass no other clock")
     begin = clock()
     num_ops = len(strategy)
-    unchanged = improvements = simulations = 0  # unchanged: ops scanned since the last change
+    unchanged = improvements = 0  # unchanged: ops scanned since the last change
     improved_at = None
     with make_scanner(context, strategy, space, workers, simulation, clock) as scanner:
         scanner.deadline = None if budget_s is None else begin + budget_s
+
+        current_s = scanner.cost_s  # (a serial scanner's own cost is the neighbour's mid-scan)
+
+        def report() -> None:
+            if on_status is not None:
+                on_status(
+                    DescentStatus(
+                        current_s,
+                        unchanged,
+                        num_ops,
+                        scanner.simulations,
+                        improvements,
+                        clock() - begin,
+                    )
+                )
+
+        scanner.on_progress = report  # a 64-GPU op's scan takes a minute
         expected = 0  # the next op in the sweep's order
         ahead = 0  # ops from `expected` on that were started (a scan under way or ended)
         ended: dict[int, OpScan] = {}  # scans that ended before an earlier op's
@@ -125,27 +143,16 @@ def descend(
             while expected in ended:  # the sweep's order: a scan counts once all before it did
                 scan = ended.pop(expected)
                 expected, ahead = (expected + 1) % num_ops, ahead - 1
-                simulations += scan.simulations
                 if scan.best != scanner.strategy[scan.op]:
                     scanner.cancel()  # the later ops' scans saw the strategy before the change
                     ended.clear()
                     ahead = 0
-                    scanner.apply(scan.op, scan.best)
+                    current_s = scanner.apply(scan.op, scan.best)
                     unchanged, improved_at = 0, clock() - begin
                     improvements += 1
                 else:
                     unchanged += 1
-                if on_status is not None:
-                    on_status(
-                        DescentStatus(
-                            scanner.cost_s,
-                            unchanged,
-                            num_ops,
-                            simulations,
-                            improvements,
-                            clock() - begin,
-                        )
-                    )
+                report()
                 if not scan.finished:
                     scanner.cancel()
                     return Descent(scanner.strategy, False, improved_at)

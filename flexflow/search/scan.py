@@ -24,6 +24,8 @@ from flexflow.simulator import SimContext
 from flexflow.strategy import ParallelConfig, Strategy
 
 RELATIVE_TOLERANCE = 1e-9  # a neighbour must be faster by more than rounding noise
+PROGRESS_EVERY = 64  # simulations between two progress calls of a serial scan
+PROGRESS_S = 0.5  # seconds between two progress calls while a pool's scans run
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +49,12 @@ def scan_op(
     op: int,
     space: Space,
     stop: Callable[[], bool] = lambda: False,
+    simulated: Callable[[], None] | None = None,
 ) -> OpScan:
     """Try every configuration of `op`, each a delta simulation from the one before (delta
     simulation gives the same times whatever the path), then give the op its own back once:
-    half the simulations of reverting each one. `stop()` is asked before each configuration."""
+    half the simulations of reverting each one. `stop()` is asked before each configuration,
+    `simulated()` told after each simulation."""
     start, base = evaluator.strategy[op], evaluator.cost_s
     best, best_s = start, base
     faster = []
@@ -63,6 +67,8 @@ def scan_op(
             continue
         cost = evaluator.propose(op, config)
         simulations += 1
+        if simulated is not None:
+            simulated()
         if cost < base * (1 - RELATIVE_TOLERANCE):
             faster.append((config, cost))
         if cost < best_s * (1 - RELATIVE_TOLERANCE):
@@ -96,6 +102,10 @@ class SerialScanner:
         self._pending: int | None = None
         self.deadline: float | None = None
         """Scans stop (unfinished) once `clock()` passes it."""
+        self.on_progress: Callable[[], None] | None = None
+        """Called now and then while a scan runs (every PROGRESS_EVERY simulations here)."""
+        self.simulations = 0
+        """Neighbours simulated by every scan so far."""
 
     @property
     def strategy(self) -> Strategy:
@@ -123,8 +133,18 @@ class SerialScanner:
         if op is None:
             raise AssertionError("result() without a scan started")
         deadline, clock = self.deadline, self._clock
+
+        def simulated() -> None:
+            self.simulations += 1
+            if self.on_progress is not None and self.simulations % PROGRESS_EVERY == 0:
+                self.on_progress()
+
         return scan_op(
-            self._evaluator, op, self._space, lambda: deadline is not None and clock() > deadline
+            self._evaluator,
+            op,
+            self._space,
+            lambda: deadline is not None and clock() > deadline,
+            simulated,
         )
 
     def cancel(self) -> None:
@@ -164,13 +184,17 @@ class PoolScanner:
         self.width = workers
         self.deadline: float | None = None
         self._abandon = forking.Event()  # set: the scans under way stop at once
+        self.on_progress: Callable[[], None] | None = None
+        """Called every PROGRESS_S seconds while `result` waits."""
+        self._counts = [forking.Value("q", 0, lock=False) for _ in range(workers)]
+        """Neighbours each worker has simulated (only it writes its own)."""
         self._connections: list[multiprocessing.connection.Connection] = []
         self._processes: list[multiprocessing.process.BaseProcess] = []
-        for _ in range(workers):
+        for count in self._counts:
             parent, child = forking.Pipe()
             process = forking.Process(
                 target=_serve,
-                args=(child, context, strategy, space, simulation, self._abandon),
+                args=(child, context, strategy, space, simulation, self._abandon, count),
                 daemon=True,
             )
             process.start()
@@ -189,6 +213,11 @@ class PoolScanner:
     def busy(self) -> int:
         return self.width - len(self._idle)
 
+    @property
+    def simulations(self) -> int:
+        """Neighbours simulated by every scan so far (those under way included)."""
+        return sum(count.value for count in self._counts)
+
     def start(self, op: int) -> None:
         if not self._idle:
             raise AssertionError(f"start({op}) with every worker busy; take a result() first")
@@ -199,7 +228,12 @@ class PoolScanner:
         busy = [c for c in self._connections if c not in self._idle]
         if not busy:
             raise AssertionError("result() without a scan started")
-        connection = multiprocessing.connection.wait(busy)[0]
+        ready = multiprocessing.connection.wait(busy, PROGRESS_S)
+        while not ready:
+            if self.on_progress is not None:
+                self.on_progress()
+            ready = multiprocessing.connection.wait(busy, PROGRESS_S)
+        connection = ready[0]
         self._idle.append(connection)
         return self._receive(connection)
 
@@ -252,6 +286,7 @@ def _serve(
     space: Space,
     simulation: str,
     abandon,
+    count,
 ) -> None:
     """A worker: its own evaluator of the strategy; scans ops and applies changes on request."""
     try:
@@ -266,7 +301,10 @@ def _serve(
             def stop(deadline=value) -> bool:
                 return abandon.is_set() or (deadline is not None and time.perf_counter() > deadline)
 
-            connection.send(("ok", scan_op(evaluator, op, space, stop)))
+            def simulated() -> None:
+                count.value += 1
+
+            connection.send(("ok", scan_op(evaluator, op, space, stop, simulated)))
     except EOFError:  # the parent went away
         pass
     except BaseException:

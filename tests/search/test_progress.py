@@ -7,6 +7,7 @@ import itertools
 
 from rich.console import Console
 
+import flexflow.search.scan
 from flexflow.cli_search import cmd_check_local
 from flexflow.machine import parse_machine
 from flexflow.search.local import DescentStatus, descend
@@ -58,3 +59,25 @@ def test_check_local_shows_progress_on_a_terminal(tmp_path):
     assert cmd_check_local(Args(), Console(file=out, force_terminal=True, width=120)) == 0
     text = out.getvalue()
     assert "check-local: ops" in text and "dp:" in text
+
+
+def test_a_long_scan_reports_while_it_runs(monkeypatch):
+    """A 64-GPU op's scan takes a minute: progress comes during it, not only after it."""
+    monkeypatch.setattr(flexflow.search.scan, "PROGRESS_S", 0.001)  # a pool's waits
+    monkeypatch.setattr(flexflow.search.scan, "PROGRESS_EVERY", 4)  # a serial scan's simulations
+    context = SimContext(load_model("alexnet").graph(), parse_machine("p100:4"))
+    graph, machine = context.graph, context.machine
+    space = make_space("soap", graph, machine)
+    for workers in (1, 2):
+        statuses: list[DescentStatus] = []
+        descend(
+            context,
+            named_strategy("dp", graph, machine),
+            space,
+            budget_s=1.5,
+            on_status=statuses.append,
+            workers=workers,
+        )
+        during = [s for s in statuses if s.unchanged == 0 and s.improvements == 0]
+        assert during, f"no report during the first op's scan with {workers} worker(s)"
+        assert [s.neighbours for s in statuses] == sorted(s.neighbours for s in statuses)
