@@ -8,7 +8,7 @@ seeded search makes the same proposals and returns the same strategy with either
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from flexflow.errors import FlexFlowError
 from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
@@ -113,16 +113,6 @@ def make_evaluator(
     raise FlexFlowError(
         f"unknown simulation '{simulation}'; choose one of {', '.join(SIMULATIONS)}."
     )
-
-
-def project(strategy: Strategy, space: Callable[[int], Sequence[ParallelConfig]]) -> Strategy:
-    """The strategy with every op moved into `space` (its first configuration there if
-    outside): where a restricted space's search starts."""
-    configs = []
-    for i, config in enumerate(strategy.configs):
-        choices = space(i)
-        configs.append(config if config in choices else choices[0])
-    return Strategy(strategy.ops, tuple(configs))
 
 
 def _replace_all(strategy: Strategy, ops: Sequence[int], config: ParallelConfig) -> Strategy:

@@ -23,9 +23,8 @@ import numpy as np
 
 from flexflow.errors import FlexFlowError
 from flexflow.search.bound import LowerBound, Prefix
-from flexflow.search.evaluator import project
 from flexflow.search.mcmc import run_chain
-from flexflow.search.spaces import Space
+from flexflow.search.spaces import Space, project
 from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
 from flexflow.strategies import named_strategy
 from flexflow.strategy import Strategy

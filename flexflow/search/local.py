@@ -6,8 +6,8 @@ several ops at once, each worker taking the next op when it is free. The descent
 sequential one: a scan counts in the sweep's order, once every op before it showed no
 improvement; scans of the ops after one that improved saw the strategy before the change, so
 they are stopped and dropped and those ops scanned again. When nothing improves (the sweep
-that proves local optimality, most of a large model's descent) every scan counts. Both return the same strategy for any number of
-workers.
+that proves local optimality, most of a large model's descent) every scan counts. Both return
+the same answer for any number of workers.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ def improving_neighbours(
     workers: int = 1,
 ) -> tuple[float, list[Neighbour]]:
     """The strategy's cost and every single-op change that lowers it, fastest first (equal
-    times in op order);
-    `on_op(done)` after each op with the number of ops scanned."""
+    times in op order); `on_op(done)` after each op with the number of ops scanned."""
     better = []
     ops = iter(range(len(strategy)))
     done = 0

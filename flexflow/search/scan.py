@@ -39,7 +39,6 @@ class OpScan:
     best_s: float
     faster: tuple[tuple[ParallelConfig, float], ...]
     """Every configuration faster than the strategy, with its cost, in the space's order."""
-    simulations: int
     finished: bool
     """False: the deadline came first; `best` and `faster` cover the configurations tried."""
 
@@ -58,7 +57,7 @@ def scan_op(
     start, base = evaluator.strategy[op], evaluator.cost_s
     best, best_s = start, base
     faster = []
-    simulations, finished = 0, True
+    finished = True
     for config in space(op):
         if stop():
             finished = False
@@ -66,7 +65,6 @@ def scan_op(
         if config == start:
             continue
         cost = evaluator.propose(op, config)
-        simulations += 1
         if simulated is not None:
             simulated()
         if cost < base * (1 - RELATIVE_TOLERANCE):
@@ -74,7 +72,7 @@ def scan_op(
         if cost < best_s * (1 - RELATIVE_TOLERANCE):
             best, best_s = config, cost
     settle(evaluator, op, start)
-    return OpScan(op, best, best_s, tuple(faster), simulations, finished)
+    return OpScan(op, best, best_s, tuple(faster), finished)
 
 
 def settle(evaluator: Evaluator | FullEvaluator, op: int, config: ParallelConfig) -> float:

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flexflow.search.evaluator import project
 from flexflow.search.local import DescentStatus, descend
 from flexflow.search.mcmc import DEFAULT_BETA, ChainResult, ChainStatus, run_chain
 from flexflow.search.optcnn import optcnn_strategy
 from flexflow.search.processes import run_in_processes
-from flexflow.search.spaces import make_space
+from flexflow.search.spaces import make_space, project
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.strategies import NAMED_STRATEGIES, named_strategy
 from flexflow.strategy import Strategy
@@ -36,11 +35,10 @@ class SearchResult:
     polish_improved_s: float | None = None
     """Seconds into the final descent when it last improved the strategy; None if it never
     did (the chains' best is returned)."""
-    chains_started_s: tuple[float, ...] | None = None
-    """Seconds from the start when each chain started; None: one after the other, from the
-    end of the set-up."""
-    chains_ended_s: float | None = None
-    """Seconds from the start when the last chain ended; None: set-up plus the chains' times."""
+    chains_started_s: tuple[float, ...] = ()
+    """Seconds from the start when each chain started (one after the other, or at once)."""
+    chains_ended_s: float = 0.0
+    """Seconds from the start when the last chain ended."""
 
     @property
     def converged_s(self) -> float:
@@ -50,17 +48,9 @@ class SearchResult:
         if not self.chains:
             return self.seconds
         best = min(self.chains, key=lambda c: c.best_s)
-        if self.chains_started_s is None or self.chains_ended_s is None:
-            chains_s = sum(c.seconds for c in self.chains)
-            setup = self.seconds - chains_s - self.polish_s
-            ended = setup + chains_s
-            started = setup + sum(c.seconds for c in self.chains[: self.chains.index(best)])
-        else:
-            ended = self.chains_ended_s
-            started = self.chains_started_s[self.chains.index(best)]
         if self.polish_improved_s is not None:
-            return ended + self.polish_improved_s
-        return started + best.history[-1][0]
+            return self.chains_ended_s + self.polish_improved_s
+        return self.chains_started_s[self.chains.index(best)] + best.history[-1][0]
 
     @property
     def proposals(self) -> int:

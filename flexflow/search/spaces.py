@@ -13,7 +13,7 @@ from flexflow.errors import FlexFlowError
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine
 from flexflow.space import enumerate_configs
-from flexflow.strategy import ParallelConfig
+from flexflow.strategy import ParallelConfig, Strategy
 
 Space = Callable[[int], tuple[ParallelConfig, ...]]
 
@@ -43,3 +43,13 @@ def make_space(name: str, graph: OperatorGraph, machine: Machine) -> Space:
         raise FlexFlowError(
             f"unknown search space '{name}'; choose one of {', '.join(SPACES)}."
         ) from None
+
+
+def project(strategy: Strategy, space: Space) -> Strategy:
+    """The strategy with every op moved into `space` (its first configuration there if
+    outside): where a restricted space's search starts."""
+    configs = []
+    for i, config in enumerate(strategy.configs):
+        choices = space(i)
+        configs.append(config if config in choices else choices[0])
+    return Strategy(strategy.ops, tuple(configs))

@@ -52,7 +52,7 @@ def test_chains_at_once_share_the_budget_by_waves():
     result = search(lenet_context(), budget_s=0.6, seed=1, polish=False, workers=2)
     assert all(c.seconds <= 0.3 + 0.05 for c in result.chains)
     assert sum(c.seconds for c in result.chains) <= 0.9 + 0.15
-    assert result.chains_started_s is not None and len(result.chains_started_s) == 3
+    assert len(result.chains_started_s) == 3
     assert result.chains_started_s[2] >= min(result.chains_started_s[:2])
 
 

@@ -176,9 +176,10 @@ def test_converged_time_counts_the_descent_only_when_it_improved():
 
     # 1 s of set-up, chains of 4 s and 5 s (the second found the best 2 s into it), a 3 s descent
     chains = (chain(4.0, ((0.0, 2.0), (1.0, 1.5))), chain(5.0, ((0.0, 2.0), (2.0, 1.0))))
-    kept = SearchResult(strategy, 1.0, 2.0, chains, 13.0, 3.0, True, None)
+    times = {"chains_started_s": (1.0, 5.0), "chains_ended_s": 10.0}  # one after the other
+    kept = SearchResult(strategy, 1.0, 2.0, chains, 13.0, 3.0, True, None, **times)
     assert kept.converged_s == pytest.approx(1.0 + 4.0 + 2.0)  # the descent changed nothing
-    improved = SearchResult(strategy, 0.9, 2.0, chains, 13.0, 3.0, True, 0.5)
+    improved = SearchResult(strategy, 0.9, 2.0, chains, 13.0, 3.0, True, 0.5, **times)
     assert improved.converged_s == pytest.approx(1.0 + 9.0 + 0.5)
 
 
