@@ -33,6 +33,7 @@ from paper import PAPER
 from results_io import RESULTS, write_csv, write_markdown
 from rich.console import Console
 
+from flexflow.cli_args import positive_float, positive_int
 from flexflow.machine import parse_machine
 from flexflow.search.mcmc import DEFAULT_BETA, ChainResult, ChainStatus, run_chain
 from flexflow.search.spaces import make_space
@@ -195,17 +196,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--machines", default=",".join(MACHINES))
-    parser.add_argument("--starts", type=int, default=STARTS)
+    parser.add_argument("--starts", type=positive_int, default=STARTS)
     parser.add_argument("--full-starts", type=int, default=FULL_STARTS)
-    parser.add_argument("--cap", type=float, default=CAP_S, help="seconds per delta chain")
-    parser.add_argument("--full-cap", type=float, default=FULL_CAP_S, help="seconds per full run")
+    parser.add_argument("--cap", type=positive_float, default=CAP_S, help="seconds per chain")
+    parser.add_argument(
+        "--full-cap", type=positive_float, default=FULL_CAP_S, help="seconds per full run"
+    )
     parser.add_argument("--out", default="table4", help="results file stem in benchmarks/results")
     parser.add_argument(
         "--render", action="store_true", help="only write the markdown again from the --out CSV"
     )
     args = parser.parse_args()
     if args.render:
-        starts = _read_csv(RESULTS / f"{args.out}.csv")
+        path = RESULTS / f"{args.out}.csv"
+        if not path.is_file():
+            parser.error(f"--render: no results at {path}; run the benchmark with --out first")
+        starts = _read_csv(path)
         write_markdown(RESULTS / f"{args.out}.md", summary_lines(starts, args))
         return
     console = Console()
