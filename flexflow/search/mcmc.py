@@ -25,6 +25,20 @@ chosen on p100:1, 20 s, seed 0: NMT's best was 46.98 / 46.41 / 44.71 / 42.18 / 4
 shares 0.05 / 0.1 / 0.25 / 0.5 / 0.75 (52.89 ms without layer moves; OptCNN's DP 44.66 ms),
 RNNLM's 17.19-17.22 ms for all (19.13 ms without).
 
+One-op proposals are also neighbour moves, with probability 0.5: the op takes the current
+configuration of one of its neighbours (an op it reads from or one reading it), drawn
+uniformly among those in its space, or a uniform draw when none is. An op configured like
+its neighbours needs no transfers to or from them, but a uniform draw lands on a neighbour's
+exact configuration with probability 1 / |space| (1/7,279 for ResNet-101's first convolution
+on 64 GPUs), so chains rarely aligned ops they had once mixed. Also our addition (not
+reversible on its own). Measured with `search(..., budget_s=20, polish=False)` on p100:4,
+seed 0, the best before the final descent (x DP) without / with them: AlexNet 2.72 / 2.75,
+ResNet-101 1.00 / 1.00, Inception-v3 1.00 / 1.01, RNNTC 3.99 / 5.24, RNNLM 1.95 / 2.12, NMT
+1.86 / 2.28 (shares 0.25 and 0.75: NMT 1.79 and 2.10, RNNTC 5.13 and 5.40, RNNLM 2.07 and
+1.85); seed 1: AlexNet 2.72 / 2.78, RNNTC 4.74 / 4.85, RNNLM 1.87 / 2.47, NMT 1.59 / 1.91; from random strategies under the progress rule (`benchmarks/table4.py`'s protocol)
+NMT's chains on p100:1 stopped after 9.9 s instead of 39.3 s at 1.80x DP instead of 1.76x,
+and ResNet-101's reached 0.73x DP instead of 0.52x.
+
 A chain stops when its time budget (or proposal budget) is spent, or when its best has not
 improved for half of that budget (as FlexFlow's optimizer does). With `patience="progress"` it
 stops instead once its best has not improved during the last half of the proposals it has
@@ -53,11 +67,13 @@ from flexflow.graph import OperatorGraph
 from flexflow.search.evaluator import make_evaluator
 from flexflow.search.spaces import Space
 from flexflow.simulator import SimContext
-from flexflow.strategy import Strategy
+from flexflow.strategy import ParallelConfig, Strategy
 
 DEFAULT_BETA = 200.0
 DEFAULT_LAYER_MOVES = 0.5
 """The share of proposals that reconfigure a whole unrolled layer (see the module doc)."""
+DEFAULT_NEIGHBOUR_MOVES = 0.5
+"""The share of one-op proposals that take a neighbour's configuration (see the module doc)."""
 PATIENCES = ("budget", "progress")
 """When a chain whose best stopped improving gives up (see the module doc)."""
 PROGRESS_FLOOR_PER_OP = 10
@@ -71,6 +87,18 @@ def layer_groups(graph: OperatorGraph) -> tuple[tuple[int, ...], ...]:
     for node in graph.ops:
         by_layer.setdefault(node.layer, []).append(node.id)
     return tuple(tuple(ops) for ops in by_layer.values() if len(ops) > 1)
+
+
+def op_neighbours(graph: OperatorGraph) -> tuple[tuple[int, ...], ...]:
+    """Per op, the ops it reads from and the ops reading it, each once, in graph order."""
+    found: list[set[int]] = [set() for _ in graph.ops]
+    for node in graph.ops:
+        for tid in node.inputs:
+            producer = graph.tensor(tid).producer
+            if producer is not None:
+                found[node.id].add(producer)
+                found[producer].add(node.id)
+    return tuple(tuple(sorted(ops)) for ops in found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +162,30 @@ def run_chain(
     layer_moves: float = DEFAULT_LAYER_MOVES,
     patience: str = "budget",
     simulation: str = "delta",
+    neighbour_moves: float = DEFAULT_NEIGHBOUR_MOVES,
 ) -> ChainResult:
     """One Metropolis-Hastings chain from `init`; `simulation` ("delta" or "full") says how
     proposals are evaluated, `patience` ("budget" or "progress") when a stalled chain stops."""
     if patience not in PATIENCES:
         raise FlexFlowError(f"unknown patience '{patience}'; choose one of {', '.join(PATIENCES)}.")
+    for name, share in (("layer_moves", layer_moves), ("neighbour_moves", neighbour_moves)):
+        if not 0.0 <= share <= 1.0:
+            raise FlexFlowError(f"{name} is the share of proposals, in [0, 1]; got {share}.")
     evaluator = make_evaluator(context, init, simulation)
     num_ops = len(init)
+    adjacent = op_neighbours(context.graph)
+    valid_sets: dict[int, frozenset[ParallelConfig]] = {}
+
+    def neighbour_config(op: int, choices: tuple[ParallelConfig, ...]) -> ParallelConfig | None:
+        """A neighbour's current configuration that `op` can take, drawn uniformly; None
+        when no neighbour's is in its space."""
+        valid = valid_sets.get(op)
+        if valid is None:
+            valid = valid_sets[op] = frozenset(choices)
+        strategy = evaluator.strategy
+        candidates = [strategy[n] for n in adjacent[op] if strategy[n] in valid]
+        return candidates[int(rng.integers(len(candidates)))] if candidates else None
+
     groups = layer_groups(context.graph)
     group_spaces: dict[tuple[int, ...], tuple] = {}
 
@@ -190,7 +235,11 @@ def run_chain(
             choices = space(op)
             if len(choices) < 2:
                 continue
-            config = choices[int(rng.integers(len(choices)))]
+            config = None
+            if neighbour_moves and rng.random() < neighbour_moves:
+                config = neighbour_config(op, choices)
+            if config is None:
+                config = choices[int(rng.integers(len(choices)))]
             if config == evaluator.strategy[op]:
                 continue
             proposals += 1

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexflow.search.local import DescentStatus, descend
-from flexflow.search.mcmc import DEFAULT_BETA, ChainResult, ChainStatus, run_chain
+from flexflow.search.mcmc import (
+    DEFAULT_BETA,
+    DEFAULT_NEIGHBOUR_MOVES,
+    ChainResult,
+    ChainStatus,
+    run_chain,
+)
 from flexflow.search.optcnn import optcnn_strategy
 from flexflow.search.processes import run_in_processes
 from flexflow.search.spaces import make_space, project
@@ -115,6 +121,7 @@ def search(
     simulation: str = "delta",
     on_descent: Callable[[DescentStatus], None] | None = None,
     workers: int = 1,
+    neighbour_moves: float = DEFAULT_NEIGHBOUR_MOVES,
 ) -> SearchResult:
     """Run one chain per initial strategy, each with an equal share of the budget (each with
     its own random stream, seeded by (`seed`, its index)).
@@ -129,6 +136,8 @@ def search(
     `on_status` and `on_descent` get the chains' and the final descent's progress.
     `simulation="full"` evaluates every proposal by simulating its whole task graph again
     instead of by delta simulation: the same result, slower (the paper's Table 4 compares them).
+    `neighbour_moves` is the share of one-op proposals taking a neighbour's configuration
+    (`flexflow.search.mcmc`).
     `space="optcnn"` runs the OptCNN baseline's dynamic programming instead of MCMC (no
     chains, no polish) and reports its strategy's simulated cost.
     """
@@ -164,6 +173,7 @@ def search(
             report,
             chain_clock,
             simulation=simulation,
+            neighbour_moves=neighbour_moves,
         )
 
     if at_once == 1:

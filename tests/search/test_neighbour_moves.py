@@ -1,0 +1,99 @@
+"""Neighbour moves: a one-op proposal that gives the op a neighbour's current configuration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.machine import parse_machine
+from flexflow.search import mcmc
+from flexflow.search.mcmc import op_neighbours, run_chain
+from flexflow.search.spaces import make_space
+from flexflow.simulator import SimContext, TaskGraph, full_simulate
+from flexflow.strategies import named_strategy
+from flexflow.zoo import load_model
+
+
+def branching_model() -> FFModel:
+    """x -> a -> (b, c) -> add -> d: the add reads two ops, a is read by two."""
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 16), name="x")
+    a = model.dense(x, 16, ActiMode.AC_MODE_RELU, name="a")
+    b = model.dense(a, 16, name="b")
+    c = model.dense(a, 16, name="c")
+    model.dense(model.add(b, c, name="add"), 4, name="d")
+    return model
+
+
+def test_neighbours_are_the_ops_read_and_the_ops_reading():
+    graph = branching_model().graph()
+    ids = {node.name: node.id for node in graph.ops}
+    neighbours = op_neighbours(graph)
+    named = {node.name: {graph.ops[n].name for n in neighbours[node.id]} for node in graph.ops}
+    assert named == {
+        "a": {"b", "c"},
+        "b": {"a", "add"},
+        "c": {"a", "add"},
+        "add": {"b", "c", "d"},
+        "d": {"add"},
+    }
+    assert all(list(n) == sorted(n) for n in neighbours) and len(ids) == 5
+    lenet = load_model("lenet").graph()
+    chain = op_neighbours(lenet)
+    assert chain[0] == (1,) and chain[-1] == (len(lenet.ops) - 2,)
+    assert all(chain[i] == (i - 1, i + 1) for i in range(1, len(lenet.ops) - 1))
+
+
+class _Recording:
+    """An evaluator that records every one-op proposal with the strategy it was made from."""
+
+    def __init__(self, inner, log: list) -> None:
+        self._inner, self._log = inner, log
+
+    def propose(self, op, config):
+        self._log.append((op, config, self._inner.strategy))
+        return self._inner.propose(op, config)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("model", ["branching", "lenet"])
+def test_every_neighbour_move_takes_a_valid_neighbours_configuration(monkeypatch, model):
+    graph = (branching_model() if model == "branching" else load_model("lenet")).graph()
+    context = SimContext(graph, parse_machine("p100:1"))
+    space = make_space("soap", graph, context.machine)
+    log: list = []
+    real = mcmc.make_evaluator
+    monkeypatch.setattr(mcmc, "make_evaluator", lambda *args: _Recording(real(*args), log))
+    start = named_strategy("random", graph, context.machine, 3)
+    dp_s = full_simulate(
+        TaskGraph(context, named_strategy("dp", graph, context.machine))
+    ).iteration_s
+    chain = run_chain(
+        context, "random", start, space, np.random.default_rng(0), dp_s,
+        max_proposals=300, neighbour_moves=1.0,
+    )  # fmt: skip
+    assert len(log) == chain.proposals > 100  # it may stop once half made no progress
+    neighbours = op_neighbours(graph)
+    uniform = 0
+    for op, config, before in log:
+        valid = set(space(op))
+        assert config in valid and config != before[op]
+        taken = {before[n] for n in neighbours[op]} & valid
+        if taken:  # a neighbour's configuration fits: the move takes one of them
+            assert config in taken
+        else:  # none does (e.g. a flat between 4-D and 2-D ops): a uniform draw
+            uniform += 1
+    assert uniform < len(log)
+    assert full_simulate(TaskGraph(context, chain.best)).iteration_s == chain.best_s
+
+
+def test_the_share_must_be_a_probability():
+    graph = load_model("lenet").graph()
+    context = SimContext(graph, parse_machine("p100:1"))
+    dp = named_strategy("dp", graph, context.machine)
+    space = make_space("soap", graph, context.machine)
+    with pytest.raises(mcmc.FlexFlowError, match="neighbour_moves"):
+        run_chain(context, "dp", dp, space, np.random.default_rng(0), 1.0, neighbour_moves=1.5)
