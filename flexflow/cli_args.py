@@ -53,6 +53,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def share(text: str) -> float:
+    """A probability: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value:g}")
+    return value
+
+
 def add_model_and_machine(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="a zoo name or a .py file defining build(model)")
     parser.add_argument(

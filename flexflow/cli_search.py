@@ -17,11 +17,12 @@ from flexflow.cli_args import (
     positive_float,
     positive_int,
     seed_int,
+    share,
     workers_arg,
 )
 from flexflow.search.evaluator import SIMULATIONS
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
-from flexflow.search.mcmc import DEFAULT_BETA
+from flexflow.search.mcmc import DEFAULT_BETA, DEFAULT_NEIGHBOUR_MOVES
 from flexflow.search.progress import search_with_progress
 from flexflow.search.spaces import SPACES
 
@@ -72,6 +73,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         inits=inits,
         space=args.space,
         beta=args.beta,
+        neighbour_moves=args.neighbour_moves,
         max_proposals=args.proposals,
         polish=not args.no_polish,
         polish_budget_s=args.polish_budget,
@@ -265,6 +267,14 @@ def register(add: Callable) -> None:
     )
     search.add_argument(
         "--beta", type=positive_float, default=DEFAULT_BETA, help="MCMC inverse temperature"
+    )
+    search.add_argument(
+        "--neighbour-moves",
+        type=share,
+        default=DEFAULT_NEIGHBOUR_MOVES,
+        metavar="SHARE",
+        help="share of one-op proposals that give the op a neighbour's configuration "
+        "(0: only the paper's uniform draws)",
     )
     add_profile(search)
     add_fused_launches(search)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -97,3 +99,29 @@ def test_the_share_must_be_a_probability():
     space = make_space("soap", graph, context.machine)
     with pytest.raises(mcmc.FlexFlowError, match="neighbour_moves"):
         run_chain(context, "dp", dp, space, np.random.default_rng(0), 1.0, neighbour_moves=1.5)
+
+
+@pytest.mark.parametrize("share", ["0", "1"])
+def test_the_cli_passes_the_share_on(capsys, share):
+    """`flexflow search --neighbour-moves S` finds what `search(..., neighbour_moves=S)` does."""
+    from flexflow.cli import main
+    from flexflow.search import search
+
+    argv = ["search", "lenet", "--machine", "p100:1", "--proposals", "90", "--seed", "1"]
+    assert main([*argv, "--neighbour-moves", share, "--no-polish", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    graph = load_model("lenet").graph()
+    context = SimContext(graph, parse_machine("p100:1"))
+    result = search(context, seed=1, max_proposals=90, polish=False, neighbour_moves=float(share))
+    assert out["best_iteration_ms"] == pytest.approx(result.best_s * 1e3, rel=1e-12)
+    assert out["proposals"] == result.proposals
+
+
+@pytest.mark.parametrize("bad", ["-0.1", "1.5", "half"])
+def test_a_share_outside_0_1_is_a_usage_error(capsys, bad):
+    from flexflow.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["search", "lenet", "--machine", "p100:1", "--neighbour-moves", bad])
+    assert info.value.code == 2
+    assert "argument --neighbour-moves: expected a number in [0, 1]" in capsys.readouterr().err
