@@ -31,13 +31,14 @@ uniformly among those in its space, or a uniform draw when none is. An op config
 its neighbours needs no transfers to or from them, but a uniform draw lands on a neighbour's
 exact configuration with probability 1 / |space| (1/7,279 for ResNet-101's first convolution
 on 64 GPUs), so chains rarely aligned ops they had once mixed. Also our addition (not
-reversible on its own). Measured with `search(..., budget_s=20, polish=False)` on p100:4,
-seed 0, the best before the final descent (x DP) without / with them: AlexNet 2.72 / 2.75,
-ResNet-101 1.00 / 1.00, Inception-v3 1.00 / 1.01, RNNTC 3.99 / 5.24, RNNLM 1.95 / 2.12, NMT
-1.86 / 2.28 (shares 0.25 and 0.75: NMT 1.79 and 2.10, RNNTC 5.13 and 5.40, RNNLM 2.07 and
-1.85); seed 1: AlexNet 2.72 / 2.78, RNNTC 4.74 / 4.85, RNNLM 1.87 / 2.47, NMT 1.59 / 1.91; from random strategies under the progress rule (`benchmarks/table4.py`'s protocol)
-NMT's chains on p100:1 stopped after 9.9 s instead of 39.3 s at 1.80x DP instead of 1.76x,
-and ResNet-101's reached 0.73x DP instead of 0.52x.
+reversible on its own). `benchmarks/neighbour_moves.py` runs the same 20 s searches (dp,
+expert and random chains, seeds 0-2, before the final descent) with and without them: on
+p100:4 they found 1.18x faster strategies (geometric mean; 11 of 12 searches better: RNNTC,
+RNNLM and NMT by up to 1.6x, AlexNet by 1-3%), on k80:4 0.99x (6 of 12; NMT 5-14% slower in
+all three, for a reason not established: README). From random strategies under the progress rule
+(`benchmarks/table4.py`), ResNet-101's chains on p100:1 reached 0.74x DP instead of 0.52x
+and NMT's stopped after 33 s instead of 38 s. `neighbour_moves=0` keeps the paper's uniform
+draws only.
 
 A chain stops when its time budget (or proposal budget) is spent, or when its best has not
 improved for half of that budget (as FlexFlow's optimizer does). With `patience="progress"` it
