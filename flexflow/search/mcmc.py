@@ -25,9 +25,9 @@ chosen on p100:1, 20 s, seed 0: NMT's best was 46.98 / 46.41 / 44.71 / 42.18 / 4
 shares 0.05 / 0.1 / 0.25 / 0.5 / 0.75 (52.89 ms without layer moves; OptCNN's DP 44.66 ms),
 RNNLM's 17.19-17.22 ms for all (19.13 ms without).
 
-One-op proposals are also neighbour moves, with probability 0.5: the op takes the current
-configuration of one of its neighbours (an op it reads from or one reading it), drawn
-uniformly among those in its space, or a uniform draw when none is. An op configured like
+Half of the one-op proposals (DEFAULT_NEIGHBOUR_MOVES) are neighbour moves instead: the op
+takes the current configuration of one of its neighbours (an op it reads from or one reading
+it), drawn uniformly among those in its space, or a uniform draw when none is. An op configured like
 its neighbours needs no transfers to or from them, but a uniform draw lands on a neighbour's
 exact configuration with probability 1 / |space| (1/7,279 for ResNet-101's first convolution
 on 64 GPUs), so chains rarely aligned ops they had once mixed. Also our addition (not
