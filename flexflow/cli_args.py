@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 
 
 def positive_int(text: str) -> int:
@@ -43,25 +44,23 @@ def seed_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
+def _number(text: str, fits: Callable[[float], bool], expected: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {value:g}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not fits(value):  # NaN fits nothing
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value:g}")
     return value
+
+
+def positive_float(text: str) -> float:
+    return _number(text, lambda value: value > 0, "a positive number")
 
 
 def share(text: str) -> float:
     """A probability: a number in [0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value:g}")
-    return value
+    return _number(text, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]")
 
 
 def add_model_and_machine(parser: argparse.ArgumentParser) -> None:
