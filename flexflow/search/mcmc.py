@@ -93,12 +93,9 @@ def layer_groups(graph: OperatorGraph) -> tuple[tuple[int, ...], ...]:
 def op_neighbours(graph: OperatorGraph) -> tuple[tuple[int, ...], ...]:
     """Per op, the ops it reads from and the ops reading it, each once, in graph order."""
     found: list[set[int]] = [set() for _ in graph.ops]
-    for node in graph.ops:
-        for tid in node.inputs:
-            producer = graph.tensor(tid).producer
-            if producer is not None:
-                found[node.id].add(producer)
-                found[producer].add(node.id)
+    for edge in graph.edges:
+        found[edge.dst].add(edge.src)
+        found[edge.src].add(edge.dst)
     return tuple(tuple(sorted(ops)) for ops in found)
 
 
