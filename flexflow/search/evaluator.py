@@ -29,7 +29,7 @@ class Evaluator:
         self.context = context
         self.strategy = strategy
         self._delta = DeltaSimulator(TaskGraph(context, strategy))
-        self._undo: tuple[int, ParallelConfig] | None = None
+        self._undo: Strategy | None = None  # the strategy before the last proposal
         self.evaluations = 1
 
     @property
@@ -39,18 +39,18 @@ class Evaluator:
 
     def propose(self, op: int, config: ParallelConfig) -> float:
         """Give `op` the configuration `config`; returns the new cost."""
-        self._undo = (op, self.strategy[op])
+        self._undo = self.strategy
         self.strategy = self.strategy.replace(op, config)
         self._delta.change(op, config)
         self.evaluations += 1
         return self.cost_s
 
     def propose_many(self, ops: Sequence[int], config: ParallelConfig) -> float:
-        """Give every op of `ops` the configuration `config` (a layer's unrolled steps); one
-        full simulation of the new strategy, kept beside the old one so `revert` is free."""
-        self._undo = (self.strategy, self._delta)
+        """Give every op of `ops` the configuration `config` (a layer's unrolled steps): one
+        delta simulation of all their changes."""
+        self._undo = self.strategy
         self.strategy = _replace_all(self.strategy, ops, config)
-        self._delta = DeltaSimulator(TaskGraph(self.context, self.strategy))
+        self._delta.change_many(tuple((op, config) for op in ops))
         self.evaluations += 1
         return self.cost_s
 
@@ -58,12 +58,7 @@ class Evaluator:
         """Undo the last `propose` or `propose_many`."""
         if self._undo is None:
             raise AssertionError("revert() without a proposal to undo")
-        undo, self._undo = self._undo, None
-        if isinstance(undo[0], Strategy):  # a many-op change: the old simulation is kept
-            self.strategy, self._delta = undo
-            return self.cost_s
-        op, config = undo
-        self.strategy = self.strategy.replace(op, config)
+        self.strategy, self._undo = self._undo, None
         self._delta.undo()  # the graph and schedule restored, not simulated again
         return self.cost_s
 

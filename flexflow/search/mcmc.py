@@ -15,7 +15,8 @@ changed AlexNet or Inception-v3 at that budget (results in benchmarks/results/be
 
 Unrolled layers (an LSTM's time steps: ops sharing one layer and its weights) also get layer
 moves: with probability 0.5 a proposal picks such a layer uniformly and gives all its steps one
-configuration drawn uniformly from those they can all take, evaluated by one full simulation.
+configuration drawn uniformly from those they can all take, evaluated by one delta simulation
+of all the steps' changes together (`DeltaSimulator.change_many`).
 Moving a 40-step layer one step at a time needs 40 accepted proposals whose intermediate
 strategies (mixed configurations, with transfers between the steps) are usually slower, so the
 one-op chain rarely gets there; a layer move does it at once. It is our addition to the paper's

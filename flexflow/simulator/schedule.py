@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Sequence
 
 from flexflow.simulator.native import simulate
 from flexflow.simulator.taskgraph import TaskGraph
@@ -54,7 +55,8 @@ def full_simulate(tg: TaskGraph) -> Schedule:
 
 
 class DeltaSimulator:
-    """Keeps a task graph and its schedule; `change` applies one op's new configuration.
+    """Keeps a task graph and its schedule; `change` applies one op's new configuration
+    (`change_many` several ops' at once).
 
     Delta simulation (Algorithm 2): the task graph is updated in place (only the blocks of
     the changed op, its edges and its parameters are rebuilt), and the schedule is kept up
@@ -76,6 +78,10 @@ class DeltaSimulator:
         return self.schedule.iteration_s
 
     def change(self, op: int, config: ParallelConfig) -> None:
+        self.change_many(((op, config),))
+
+    def change_many(self, changes: Sequence[tuple[int, ParallelConfig]]) -> None:
+        """Several ops' new configurations as one delta (`TaskGraph.set_configs`)."""
         s = self.schedule
         # what `undo` restores: copying the times is cheaper than simulating the way back
         self._before = (
@@ -84,7 +90,7 @@ class DeltaSimulator:
             array("d", s.end),
             s.iteration_s,
         )
-        change = self.tg.set_config(op, config)
+        change = self.tg.set_configs(changes)
         s.grow()
         self.replayed = simulate(self.tg, s, math.inf, change)
 

@@ -48,7 +48,7 @@ import itertools
 import math
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,8 +100,7 @@ class GraphChange:
 class _Undo:
     """What `TaskGraph.set_config` replaced: enough to restore the graph exactly."""
 
-    op: int
-    config: ParallelConfig
+    configs: tuple[tuple[int, ParallelConfig], ...]  # (op, its configuration before)
     size: int  # task ids before the change
     free: array  # the free ids before the change
     edge_count: int
@@ -249,13 +248,18 @@ class TaskGraph:
         return succs
 
     # ---- delta ---------------------------------------------------------------------------------
-    def affected_blocks(self, op: int) -> list[Block]:
-        """The blocks a change of `op` rebuilds: its own; with fused launches also those of
-        the op after it, whose task times depend on whether it still fuses with `op`. The
+    def affected_blocks(self, ops: Iterable[int]) -> list[Block]:
+        """The blocks a change of `ops` rebuilds: their own; with fused launches also those of
+        the op after each, whose task times depend on whether it still fuses with it. The
         ops' blocks come first (edges and syncs name their tasks)."""
-        changed = (op, op + 1) if self.context.fused_launches else (op,)
+        last = len(self.graph.ops) - 1
+        changed: dict[int, None] = {}
+        for op in ops:
+            changed[op] = None
+            if self.context.fused_launches and op < last:
+                changed[op + 1] = None
         blocks: list[Block] = []
-        for o in changed[: len(self.graph.ops) - op]:
+        for o in changed:
             node = self.graph.ops[o]
             blocks.append(("op", o))
             blocks += [("edge", o, j) for j in range(len(node.inputs))]
@@ -268,11 +272,15 @@ class TaskGraph:
         """Give `op` a new configuration, rebuilding only its blocks. Until the next call,
         `undo` can take the change back: the removed tasks keep their ids and data (new tasks
         take free ids of earlier changes, or new ones) and only become free at that call."""
+        return self.set_configs(((op, config),))
+
+    def set_configs(self, changes: Sequence[tuple[int, ParallelConfig]]) -> GraphChange:
+        """`set_config` for several ops at once (a layer's unrolled steps): every block any
+        of them affects is rebuilt once, and the change is one delta (and one `undo`)."""
         self._commit()
-        blocks = self.affected_blocks(op)
+        blocks = self.affected_blocks(op for op, _ in changes)
         undo = _Undo(
-            op,
-            self.configs[op],
+            tuple((op, self.configs[op]) for op, _ in changes),
             len(self.exe),
             array("i", self._free),
             len(self.edge_src),
@@ -285,7 +293,8 @@ class TaskGraph:
                 for o in b[1:]
             },
         )
-        self.configs[op] = config
+        for op, config in changes:
+            self.configs[op] = config
         removed: list[int] = []
         touched = array("i")
         live, edge_src = self.live, self.edge_src
@@ -328,7 +337,8 @@ class TaskGraph:
             self.blocks[block], self._edge_ranges[block] = tasks, edge_range
         for o, (fwd, bwd, parts) in undo.tasks.items():
             self.fwd[o], self.bwd[o], self._sync_parts[o] = fwd, bwd, parts
-        self.configs[undo.op] = undo.config
+        for op, config in undo.configs:
+            self.configs[op] = config
 
     def _per_task(self) -> tuple:
         """The containers with an entry per task id."""

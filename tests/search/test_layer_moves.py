@@ -33,7 +33,7 @@ def test_layer_groups_are_the_lstm_steps():
     assert layer_groups(load_model("lenet").graph()) == ()  # nothing unrolled: no layer moves
 
 
-def test_a_layer_move_costs_its_full_simulation_and_reverts_exactly():
+def test_a_layer_move_is_simulated_exactly_and_reverts_exactly():
     context = rnn_context()
     dp = named_strategy("dp", context.graph, context.machine)
     evaluator = Evaluator(context, dp)

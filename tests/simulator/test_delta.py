@@ -1,4 +1,5 @@
-"""Delta simulation gives exactly the timeline of a full simulation, for any sequence of one-op changes."""
+"""Delta simulation gives exactly the timeline of a full simulation, for any sequence of changes
+(one op at a time, or several at once as a layer move makes them)."""
 
 from __future__ import annotations
 
@@ -100,6 +101,44 @@ def test_an_undone_change_leaves_the_graph_and_schedule_as_before(
     """Changes kept or taken back in any order: the schedule is always the full simulation's
     of the strategy that stands (an undo restores the task graph, then the times)."""
     assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches=fused)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_seed=GRAPH_SEEDS,
+    machine=st.sampled_from(MACHINES),
+    start=st.sampled_from(("dp", "expert", "random")),
+    moves=st.lists(
+        st.tuples(st.lists(st.tuples(PICK, PICK), min_size=1, max_size=6), st.booleans()),
+        min_size=1,
+        max_size=6,
+    ),
+    fused=st.booleans(),
+)
+def test_a_change_of_several_ops_at_once_equals_full(graph_seed, machine, start, moves, fused):
+    """`change_many` (a layer move's delta: several ops, one op possibly twice) gives the full
+    simulation's timeline of the changed strategy, and its undo restores the one before."""
+    graph, m = random_graph(graph_seed), parse_machine(machine)
+    context = SimContext(graph, m, CostModel(), fused_launches=fused)
+    strategy = named_strategy(start, graph, m, seed=graph_seed)
+    delta = DeltaSimulator(TaskGraph(context, strategy))
+    for picks, undo in moves:
+        changes = []
+        for op_pick, config_pick in picks:
+            op = op_pick % len(graph.ops)
+            space = enumerate_configs(graph.ops[op].sig, m)
+            changes.append((op, space[config_pick % len(space)]))
+        delta.change_many(changes)
+        if undo:
+            delta.undo()
+        else:
+            for op, config in changes:
+                strategy = strategy.replace(op, config)
+        fresh = TaskGraph(context, strategy)
+        full = full_simulate(fresh)
+        assert delta.iteration_s == full.iteration_s
+        assert timeline(delta.tg, delta.schedule) == timeline(fresh, full)
+        assert delta.tg.configs == list(strategy.configs)
 
 
 def test_delta_on_a_zoo_model_matches_full():
