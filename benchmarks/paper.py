@@ -34,6 +34,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from results_io import png_bytes  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
@@ -302,13 +303,6 @@ def markdown(rows: list[Row], budget_s: float, fig8: tuple[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _png(fig) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return buffer.getvalue()
-
-
 def plot_fig7(rows: list[Row]) -> bytes:
     machines = list(dict.fromkeys(r.machine for r in rows))
     models = list(dict.fromkeys(r.model for r in rows))
@@ -344,7 +338,7 @@ def plot_fig7(rows: list[Row]) -> bytes:
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
     fig.suptitle("Figure 7: training throughput per GPU")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def _gpus(rows: list[Row], machine: str) -> int:
@@ -368,7 +362,7 @@ def plot_fig8(rows: list[Row], case: tuple[str, str]) -> bytes:
         for i, v in enumerate(values):
             ax.text(i, v, f"{v:.3g}", ha="center", va="bottom", fontsize=8)
     fig.suptitle(f"Figure 8: {case[0]} on {case[1]} (simulated)")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def plot_fig10(rows: list[Row]) -> bytes | None:
@@ -410,7 +404,7 @@ def plot_fig10(rows: list[Row]) -> bytes | None:
     axes[0].plot([], [], "k*", label="paper (Fig. 10)")
     axes[0].legend(fontsize=8)
     fig.suptitle("Figure 10: SOAP search vs restricted searches (simulated iteration time ratio)")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def write_outputs(rows: list[Row], out: Path, budget_s: float, console: Console | None) -> None:

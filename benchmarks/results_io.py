@@ -22,3 +22,13 @@ def write_csv(path: Path, rows: Sequence[dict]) -> None:
 
 def write_markdown(path: Path, lines: Sequence[str]) -> None:
     atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def png_bytes(fig) -> bytes:
+    """A matplotlib figure as PNG bytes (for `atomic_write_bytes`); closes the figure."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
