@@ -253,8 +253,15 @@ class Executor:
         return tuple(self._input_keys.get(tid, -1) for tid in self.staged_inputs)
 
     def _add_forward_inputs(self, task, layout: TaskLayout, device: int) -> None:
-        """A fused forward's input slots, less the model inputs it reads from staging."""
+        """A fused forward's input slots, less the model inputs it reads from staging; with
+        flat parameters (`flexflow.runtime.flat`), the device's copy of every weight first
+        instead of its weight slots."""
+        flat = self.params.flat is not None
+        if flat:
+            task.add_input(self.params.flat_view(self.params.flat_weights, device))
         for slot in layout.inputs:
+            if flat and slot.kind is SlotKind.WEIGHT:
+                continue
             if slot.kind is not SlotKind.TENSOR or self._input_keys.get(slot.id, -1) < 0:
                 task.add_input(self._slot(slot, device))
 
@@ -405,7 +412,7 @@ class Executor:
                 raise StrategyError(
                     f"set_weights: '{name}' has shape {param.spec.shape}, got {tuple(value.shape)}."
                 )
-            self.params.replace_weight(param.id, value)
+        self.params.replace_weights({by_name[name].id: value for name, value in values.items()})
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
         """Write every weight, the optimizer's states, batch norm's running statistics and the
@@ -429,9 +436,12 @@ class Executor:
         self.set_weights({name: values[name] for name in names})
         for op, key in running.items():
             self.running[op] = self._store_of(values[key])
-        for param in self.graph.parameters:
-            states = [values[f"{param.name}@{state}"] for state in self.optimizer.state_names]
-            self.params.replace_states(param.id, states)
+        self.params.replace_states(
+            {
+                param.id: [values[f"{param.name}@{state}"] for state in self.optimizer.state_names]
+                for param in self.graph.parameters
+            }
+        )
         self.iteration = int(meta.get("iteration", 0))
         self._tiles.clear()  # views of the states and statistics replaced here
 
@@ -477,7 +487,19 @@ class Executor:
         """The last arguments of a step that first applies the pending update to `device`'s
         replicas (`updates_in_step`): per weight, every device's partial gradients and the
         replica's states read; the replica and its states written (with the step's reading
-        of the weight, read-write: updated in place before the forward pass reads them)."""
+        of the weight, read-write: updated in place before the forward pass reads them). With
+        flat parameters, the same for the flat buffers instead, as if one weight."""
+        if self.params.flat is not None:
+            params = self.params
+            task.add_input(params.flat_pending)
+            views = [
+                params.flat_view(s, device) for s in (params.flat_weights, *params.flat_states)
+            ]
+            for view in views[1:]:
+                task.add_input(view)
+            for view in views:
+                task.add_output(view)
+            return
         written = []
         for param in self.graph.parameters:
             task.add_input(self.params.pending[param.id])  # every device's, whole
@@ -491,7 +513,12 @@ class Executor:
 
     def add_partial_grads(self, task, layout: TaskLayout, device: int) -> None:
         """This device's partial weight gradients: the accumulators read (after the other
-        inputs), then the accumulators and the overwritten ones written (after the outputs)."""
+        inputs), then the accumulators and the overwritten ones written (after the outputs);
+        with flat parameters, where every task writes its device's whole partial gradients,
+        their flat row."""
+        if self.params.flat is not None:
+            task.add_output(self.params.flat_view(self.params.flat_partials, device))
+            return
         read = [self._partial_grad(s.id, s.region, device) for s in layout.accumulators]
         written = [self._partial_grad(s.id, s.region, device) for s in layout.overwrites]
         for tile in read:

@@ -171,12 +171,15 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         if executor.timeline is not None:  # an update pass of no processor's own: op -1
             end = time.perf_counter()
             executor.timeline.append((-1, index, Pass.UPDATE, begin, end, threading.get_ident()))
-    if len(extra) > width:  # model inputs read from the staged batch (Executor.staged_inputs)
-        keys = dict(zip(executor.staged_inputs, extra[width:], strict=True))
-        for position, slot in enumerate(task.forward.inputs):
-            if slot.kind is SlotKind.TENSOR and keys.get(slot.id, -1) >= 0:
-                inputs.insert(position, executor.staged_tile(keys[slot.id], slot.region))
-        extra = extra[:width]
+    # model inputs read from the staged batch (Executor.staged_inputs)
+    keys = dict(zip(executor.staged_inputs, extra[width:], strict=True))
+    extra = extra[:width]
+    flat = executor.params.flat
+    if keys or flat is not None:
+        inputs = _forward_inputs(executor, task.forward, inputs, keys)
+    if flat is not None and which == Pass.FUSED_STEP:  # the flat row of partial gradients
+        pids = [slot.id for slot in task.backward.overwrites]
+        outputs[1:2] = flat.split(outputs[1], pids)
     run_fused_task(
         task, _CpuTiles, FUSED_PASSES[which],
         (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline,
@@ -184,12 +187,36 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
     )  # fmt: skip
 
 
+def _forward_inputs(executor: Executor, layout, arguments: list, keys: dict[int, int]) -> list:
+    """The arrays of a fused forward's input slots, then the arguments after them: from the
+    task's arguments, except model inputs staged under `keys` (tensor id -> staged key, -1
+    when fed to a store) and, with flat parameters, the weights, split from the flat copy
+    that comes first (`Executor._add_forward_inputs`)."""
+    arguments = iter(arguments)
+    flat = executor.params.flat
+    weights = {}
+    if flat is not None:
+        pids = [slot.id for slot in layout.inputs if slot.kind is SlotKind.WEIGHT]
+        weights = dict(zip(pids, flat.split(next(arguments), pids), strict=True))
+    arrays = []
+    for slot in layout.inputs:
+        if slot.kind is SlotKind.WEIGHT and flat is not None:
+            arrays.append(weights[slot.id])
+        elif slot.kind is SlotKind.TENSOR and keys.get(slot.id, -1) >= 0:
+            arrays.append(executor.staged_tile(keys[slot.id], slot.region))
+        else:
+            arrays.append(next(arguments))
+    return arrays + list(arguments)
+
+
 def _apply_pending_update(executor: Executor, inputs: list, outputs: list, update: int) -> None:
     """Update number `update` of this device's weight replicas (Executor.updates_in_step),
     from the arguments at the end of `inputs` (per weight: all partial gradients, the states)
-    and `outputs` (per weight: the replica, its states), which it removes."""
+    and `outputs` (per weight: the replica, its states), which it removes; flat parameters
+    update as one weight (the optimizer is elementwise)."""
     width = 1 + len(executor.optimizer.state_names)
-    count = width * len(executor.graph.parameters)
+    pieces = 1 if executor.params.flat is not None else len(executor.graph.parameters)
+    count = width * pieces
     read, written = inputs[-count:], outputs[-count:]
     del inputs[-count:], outputs[-count:]
     for start in range(0, count, width):

@@ -73,4 +73,27 @@ with Executor(graph, named_strategy("dp", graph, local)) as executor:
         except FlexFlowError as exc:
             bad_weights.append(str(exc))
 
-print(json.dumps({"runs": runs, "refused": refused, "bad_weights": bad_weights}))
+
+def set_one_weight(strategy) -> dict:
+    """set_weights of one weight changes that one and keeps every other (flat parameters keep
+    all weights in one buffer: replacing one rewrites the buffer)."""
+    with Executor(graph, strategy) as executor:
+        executor.step(inputs, target)  # a pending update, applied before the weights change
+        before = executor.get_weights()
+        name = graph.parameters[1].name
+        executor.set_weights({name: np.full(before[name].shape, 0.5, np.float32)})
+        after = executor.get_weights()
+        return {
+            "flat": executor.params.flat is not None,
+            "changed": bool(np.all(after[name] == 0.5)),
+            "kept": all(np.array_equal(after[k], before[k]) for k in before if k != name),
+        }
+
+
+partial = {
+    "dp": set_one_weight(named_strategy("dp", graph, local)),
+    "random": set_one_weight(named_strategy("random", graph, local, 3)),
+}
+print(
+    json.dumps({"runs": runs, "refused": refused, "bad_weights": bad_weights, "partial": partial})
+)

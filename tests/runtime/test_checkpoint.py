@@ -29,4 +29,8 @@ def test_resume_is_bit_identical(tmp_path):
     unknown, shape = report["bad_weights"]
     assert "no weight named nope.kernel in this model; its weights are " in unknown
     assert "has shape" in shape and "got (3,)" in shape
+    partial = report["partial"]
+    assert partial["dp"]["flat"] and not partial["random"]["flat"]
+    for run in partial.values():
+        assert run["changed"] and run["kept"]
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.npz"]  # no temporary file left behind
