@@ -423,7 +423,7 @@ class Executor:
             for state, store in zip(self.optimizer.state_names, stores, strict=True):
                 arrays[f"{name}@{state}"] = self.params.value(store)
         for op, store in self.running.items():
-            arrays[f"{self.graph.ops[op].name}@running"] = read_store(store)
+            arrays[f"{self.graph.ops[op].name}@running"] = read_store(self._store_of(store))
         return write_checkpoint(path, arrays, self.iteration, self.optimizer)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
@@ -578,7 +578,7 @@ class Executor:
         self._feed_inputs(inputs)
         for group_id in range(len(self.groups)):
             self._run_group(group_id, Pass.FORWARD, training)
-        return read_store(self.tensors[self._output]) if read else None
+        return read_store(self._store_of(self.tensors[self._output])) if read else None
 
     def _feed_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         for tensor in self.graph.input_tensors:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from legate.core import LogicalStore
 from legate.core import types as ty
 
 from flexflow.ops.base import Region
@@ -32,11 +33,11 @@ def source_store(runtime: Any, value: Any) -> Any:
 
 
 def copied_store(runtime: Any, library: Any, task_id: int, executor_id: int, value: Any) -> Any:
-    """A new store holding `value`, filled by executor `executor_id`'s copy task (Pass.FEED):
-    with several ranks, Legate 25.11's issue_copy into a store it splits across ranks aborts
-    ("Could not find ProcessorKind 0 in default store targets"), and so does one inside a
-    Scope."""
-    source = source_store(runtime, value)
+    """A new store holding `value` (an array, or a store or a view of one), filled by executor
+    `executor_id`'s copy task (Pass.FEED): with several ranks, Legate 25.11's issue_copy into a
+    store it splits across ranks aborts ("Could not find ProcessorKind 0 in default store
+    targets"), and so does one inside a Scope or from a delinearized view."""
+    source = value if isinstance(value, LogicalStore) else source_store(runtime, value)
     store = runtime.create_store(source.type, source.shape)
     task = runtime.create_auto_task(library, task_id)
     for scalar in (executor_id, int(Pass.FEED), -1, 0):
@@ -56,5 +57,8 @@ def slice_store(store: Any, region: Region) -> Any:
 
 
 def read_store(store: Any) -> np.ndarray:
-    """A copy of the store's values (waits for the tasks writing it)."""
+    """A copy of the store's values (waits for the tasks writing it). It maps the store in this
+    process until the store is collected, and Legate then remaps it around every task that uses
+    it (the MLP's iteration took twice as long after its weights had been read): read only a
+    store no task uses afterwards, such as a `copied_store` of the one wanted."""
     return np.array(store.get_physical_store().get_inline_allocation())

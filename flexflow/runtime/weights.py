@@ -158,8 +158,9 @@ class ParameterStores:
             self.flat_partials, self.flat_pending = self.flat_pending, self.flat_partials
 
     def value(self, store: Any) -> np.ndarray:
-        """A weight or state store's value (the first copy's: the copies are identical)."""
-        value = read_store(store)
+        """A weight or state store's value (the first copy's: the copies are identical), read
+        from a copy: see `read_store`."""
+        value = read_store(self._store_of(store))
         return value[0].copy() if self.replicated else value
 
     def replace_weights(self, values: Mapping[int, np.ndarray]) -> None:
