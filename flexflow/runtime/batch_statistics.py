@@ -19,7 +19,6 @@ from legate.core import types as ty
 
 from flexflow.fusion import Slot, SlotKind, TaskLayout
 from flexflow.graph import OperatorGraph
-from flexflow.runtime.stores import slice_store
 from flexflow.runtime.tasks import Pass
 
 if TYPE_CHECKING:
@@ -87,35 +86,36 @@ class BatchStatistics:
         channels = ((0, 2), region[1])  # the task's channels of the statistics
         device = config.devices[index]
         tensors, grads = executor.tensors, executor.grads
+        tile = executor.tile  # views kept between iterations: ~15 us each to make
         with Scope(machine=executor.processors[device]):
             task = executor.new_task(device, which, op, index)
             for tid, r in zip(node.inputs, in_regions, strict=True):
-                task.add_input(slice_store(tensors[tid], r))
+                task.add_input(tile(tensors[tid], r))
             if which is Pass.STATISTICS_FORWARD:
-                task.add_reduction(slice_store(stats[0], channels), ty.ReductionOpKind.ADD)
+                task.add_reduction(tile(stats[0], channels), ty.ReductionOpKind.ADD)
                 task.execute()
                 return
             for pid, r in zip(node.weights, w_regions, strict=True):
-                task.add_input(slice_store(executor.params.weights[pid], r))
+                task.add_input(tile(executor.params.weights[pid], r))
             if which is Pass.FORWARD:
-                task.add_input(slice_store(stats[0], channels))
+                task.add_input(tile(stats[0], channels))
                 for tid, r in zip(node.outputs, out_regions, strict=True):
-                    task.add_output(slice_store(tensors[tid], r))
+                    task.add_output(tile(tensors[tid], r))
                 task.execute()
                 return
             for tid, r in zip(node.outputs, out_regions, strict=True):
-                task.add_input(slice_store(tensors[tid], r))
+                task.add_input(tile(tensors[tid], r))
             for tid, r in zip(node.outputs, out_regions, strict=True):
-                task.add_input(slice_store(grads[tid], r))
-            task.add_input(slice_store(stats[0], channels))
+                task.add_input(tile(grads[tid], r))
+            task.add_input(tile(stats[0], channels))
             if which is Pass.STATISTICS_BACKWARD:
-                task.add_reduction(slice_store(stats[1], channels), ty.ReductionOpKind.ADD)
+                task.add_reduction(tile(stats[1], channels), ty.ReductionOpKind.ADD)
                 task.execute()
                 return
-            task.add_input(slice_store(stats[1], channels))
+            task.add_input(tile(stats[1], channels))
             for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
                 if spec.dtype.is_float:
-                    task.add_reduction(slice_store(grads[tid], r), ty.ReductionOpKind.ADD)
+                    task.add_reduction(tile(grads[tid], r), ty.ReductionOpKind.ADD)
             weight_slots = tuple(
                 Slot(SlotKind.WEIGHT_GRAD, pid, r)
                 for pid, r in zip(node.weights, w_regions, strict=True)

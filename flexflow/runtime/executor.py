@@ -528,9 +528,9 @@ class Executor:
 
     def _partial_grad(self, pid: int, region: Region, device: int):
         k = self.contributors[pid].index(device)
-        return self._tile(self.params.partials[pid], ((k, k + 1), *region))
+        return self.tile(self.params.partials[pid], ((k, k + 1), *region))
 
-    def _tile(self, store, region: Region):
+    def tile(self, store, region: Region):
         """`_slice`, kept: fused tasks name the same tiles every iteration (the views cost the
         issuing thread ~10 us each). Stores replaced by set_weights or a checkpoint are
         dropped with the whole cache."""
@@ -547,7 +547,7 @@ class Executor:
             store = self.params.view(self.params.weights[slot.id], slot.id, device)
         else:
             store = (self.tensors if slot.kind is SlotKind.TENSOR else self.grads)[slot.id]
-        return self._tile(store, slot.region)
+        return self.tile(store, slot.region)
 
     def _update(self, partial_grads: Mapping[int, Any]) -> None:
         """The optimizer's update, in place: one task per device over every weight tile it
@@ -559,10 +559,10 @@ class Executor:
                 for pid, region in items:
                     stores = (self.params.weights[pid], *self.params.states[pid])
                     views = [self.params.view(store, pid, device) for store in stores]
-                    tiles = [self._tile(view, region) for view in views]
+                    tiles = [self.tile(view, region) for view in views]
                     task.add_input(tiles[0])
                     grads = partial_grads[pid]  # every device's partial gradient
-                    task.add_input(self._tile(grads, ((0, grads.shape[0]), *region)))
+                    task.add_input(self.tile(grads, ((0, grads.shape[0]), *region)))
                     for tile in tiles[1:]:
                         task.add_input(tile)
                     for tile in tiles:
