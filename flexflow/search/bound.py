@@ -44,6 +44,7 @@ against simulated random completions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -101,6 +102,45 @@ class Children:
     link_s: np.ndarray  # (K, L)
 
 
+MAX_EDGE_PAIRS = 250_000
+"""Most (producer, consumer) configuration pairs the bound tabulates over all edges, before any
+budget applies: about 0.2 ms each (a Python loop over the pair's transfers), so at most about
+a minute. LeNet has 2,831 pairs on `p100:1` (its space: 5.6e9 strategies), 50,650 on `p100:2`
+(3 s of tables), 0.9 million on `k80:4` (170 s of tables for a space of 3.2e18 strategies,
+which no search proves optimal) and 186 million on `k80:16` (over 200 GiB for one edge's table)."""
+
+
+def check_tabulable(context: SimContext, configs: Sequence[Sequence[ParallelConfig]]) -> None:
+    """Refuse, with what to do instead, a space too large for the bound's tables."""
+    graph, machine = context.graph, context.machine
+    for o, op_configs in enumerate(configs):
+        if not op_configs:
+            raise FlexFlowError(
+                f"op '{graph.ops[o].name}' has no configuration in the search space; "
+                "use a space that gives every op at least one."
+            )
+    pairs, largest = 0, (0, "")
+    for node in graph.ops:
+        for tid in node.inputs:
+            producer = graph.tensor(tid).producer
+            if producer is not None:
+                count = len(configs[producer]) * len(configs[node.id])
+                pairs += count
+                largest = max(largest, (count, f"{graph.ops[producer].name} -> {node.name}"))
+    if pairs > MAX_EDGE_PAIRS:
+        sizes = [len(c) for c in configs]
+        table_gib = largest[0] * (4 + len(machine.links)) * 8 / 2**30
+        raise FlexFlowError(
+            f"exhaustive search: this space is too large on {machine.name} "
+            f"({machine.num_devices} devices): its ops have {min(sizes):,}-{max(sizes):,} "
+            f"configurations each, {math.prod(sizes):.1e} strategies, and its edges "
+            f"{pairs:,} configuration pairs to tabulate (the limit is {MAX_EDGE_PAIRS:,}; the "
+            f"edge {largest[1]} alone needs {table_gib:,.1f} GiB). Exhaustive search proves "
+            "optima of small spaces (LeNet on p100:1); search this one with MCMC: "
+            f"`flexflow search MODEL --machine {machine.name} --budget SECONDS`."
+        )
+
+
 class LowerBound:
     """Tables of the bound for one (context, space); `children` bounds every way to extend a prefix."""
 
@@ -110,12 +150,7 @@ class LowerBound:
         self.num_ops = len(graph.ops)
         self.num_devices, self.num_links = machine.num_devices, len(machine.links)
         self.configs: list[tuple[ParallelConfig, ...]] = [space(o) for o in range(self.num_ops)]
-        for o, configs in enumerate(self.configs):
-            if not configs:
-                raise FlexFlowError(
-                    f"op '{graph.ops[o].name}' has no configuration in the search space; "
-                    "use a space that gives every op at least one."
-                )
+        check_tabulable(context, self.configs)
         users: dict[int, int] = {}
         for node in graph.ops:
             for pid in dict.fromkeys(node.weights):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexflow.errors import FlexFlowError
-from flexflow.search.bound import LowerBound, Prefix
+from flexflow.search.bound import LowerBound, Prefix, check_tabulable
 from flexflow.search.mcmc import run_chain
 from flexflow.search.spaces import Space, project
 from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
@@ -215,6 +215,7 @@ def exhaustive_search(
             "exhaustive search bounds a launch per op; simulate without fused launches "
             "(SimContext(..., fused_launches=False), as `flexflow exhaustive` does)."
         )
+    check_tabulable(context, [space(o) for o in range(len(context.graph.ops))])  # before seeding
     begin = clock()
     incumbent, incumbent_s, seed_from = seed_incumbent(context, space, seed, seed_proposals)
     search = _BranchAndBound(

@@ -226,3 +226,19 @@ def test_exhaustive_search_refuses_fused_launches():
     context = SimContext(graph, machine, fused_launches=True)
     with pytest.raises(FlexFlowError, match="bounds a launch per op"):
         exhaustive_search(context, make_space("soap", graph, machine))
+
+
+def test_a_space_too_large_to_tabulate_is_refused_before_any_work(capsys, monkeypatch):
+    """LeNet on 64 K80s: 186 million configuration pairs (the bound's tables would need over
+    200 GiB); the CLI says so and what to run instead, without seeding a chain first."""
+    import flexflow.search.exhaustive as exhaustive_module
+
+    def no_seeding(*args, **kwargs):
+        raise AssertionError("seeded the search before checking its size")
+
+    monkeypatch.setattr(exhaustive_module, "seed_incumbent", no_seeding)
+    assert main(["exhaustive", "lenet", "--machine", "k80:16"]) == 2
+    err = capsys.readouterr().err
+    assert "too large on k80:16 (64 devices)" in err and "185,560,950 configuration pairs" in err
+    assert "flexflow search MODEL --machine k80:16 --budget SECONDS" in err
+    assert "Traceback" not in err
