@@ -8,7 +8,10 @@ Image models (LeNet, AlexNet, Inception-v3, ResNet-101, or a model file whose on
 NCHW image and whose output is (sample, classes)) train on the handwritten digits that ship with
 scikit-learn: 1,797 8x8 images, resized to the model's input, split 80/20 into train and test.
 Other models (the RNNs, the Transformer) get synthetic data of their input's shape, which
-exercises the run and its speed but learns nothing meaningful; the script says so.
+exercises the run and its speed; the script says so. A model whose output is a softmax over
+each position of a sequence read from token ids (RNNLM, NMT) learns a copy task: to predict,
+per position, the id it read there (per-token sparse cross-entropy), so its accuracy rises as
+it trains; any other gets random targets and learns nothing meaningful.
 """
 
 from __future__ import annotations
@@ -114,7 +117,9 @@ def digits(shape: tuple[int, ...], seed: int):
 
 
 def synthetic(graph, batches: int, seed: int):
-    """Random inputs of the model's shapes and random targets: a smoke run, not a data set."""
+    """Random inputs of the model's shapes and targets: a copy task for a per-position softmax
+    over token ids, else random targets (a smoke run, not a data set). Returns the inputs, the
+    target, the loss and whether it is the copy task."""
     rng = np.random.default_rng(seed)
     inputs = {}
     for tensor in graph.input_tensors:
@@ -132,8 +137,16 @@ def synthetic(graph, batches: int, seed: int):
     out = graph.ops[-1].sig.outputs[0].shape
     n = batches * out[0]
     if len(out) == 2:
-        return inputs, rng.integers(0, out[1], n), "sparse_categorical_crossentropy"
-    return inputs, rng.standard_normal((n, *out[1:])).astype(np.float32), "mean_squared_error"
+        return inputs, rng.integers(0, out[1], n), "sparse_categorical_crossentropy", False
+    if graph.ops[-1].op.kind == "softmax":  # one prediction per position: label each
+        for tensor in graph.input_tensors:
+            ids = inputs[tensor.name]
+            if not tensor.spec.dtype.is_float and ids.shape[1:] == out[1:-1]:
+                return inputs, ids % out[-1], "sparse_categorical_crossentropy", True
+        labels = rng.integers(0, out[-1], (n, *out[1:-1]))
+        return inputs, labels, "sparse_categorical_crossentropy", False
+    target = rng.standard_normal((n, *out[1:])).astype(np.float32)
+    return inputs, target, "mean_squared_error", False
 
 
 def measured_profile(path: str | None, graph, machine, console):
@@ -193,9 +206,13 @@ def main(argv: list[str] | None = None) -> int:
             train, test = ({image.name: x_train}, y_train), ({image.name: x_test}, y_test)
             loss, data_name = "sparse_categorical_crossentropy", "scikit-learn digits"
         else:
-            inputs, target, loss = synthetic(graph, 4, config.seed)
+            inputs, target, loss, copy = synthetic(graph, 4, config.seed)
             train = test = (inputs, target)
-            data_name = "synthetic data (this model does not read images; nothing to learn)"
+            data_name = (
+                "synthetic token ids (a copy task: predict each position's id)"
+                if copy
+                else "synthetic data (this model does not read images; nothing to learn)"
+            )
         if args.optimizer == "adam":
             optimizer = AdamOptimizer(config.learning_rate, weight_decay=args.weight_decay)
         else:

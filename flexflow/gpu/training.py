@@ -137,8 +137,15 @@ def loss_tile(
     grad = gpu.zeros(prediction.shape)
     if valid == 0 or prediction.size == 0:
         return sums, grad
+    shape = prediction.shape
+    if prediction.ndim > 2:  # one prediction per position: rows of classes, as the CPU counts
+        positions = prediction.size // (rows * shape[-1])
+        prediction, grad = prediction.reshape((-1, shape[-1])), grad.reshape((-1, shape[-1]))
+        if name != "sparse_categorical_crossentropy":
+            target = target.reshape(prediction.shape)
+        rows, valid = rows * positions, valid * positions
     if name == "sparse_categorical_crossentropy":
         _sparse_loss(gpu, prediction, target.reshape((-1,)), sums, grad, rows, valid, total)
     else:
         _dense_loss(gpu, name, prediction, target, sums, grad, rows, valid, total)
-    return sums, grad
+    return sums, grad.reshape(shape)

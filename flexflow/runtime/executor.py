@@ -60,7 +60,13 @@ from flexflow.ops.base import Region, full_region
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.allocator import keep_freed_memory
 from flexflow.runtime.batch_statistics import BatchStatistics
-from flexflow.runtime.loss import LOSS_IDS, TARGET_RANK, check_target, loss_name
+from flexflow.runtime.loss import (
+    LOSS_IDS,
+    TARGET_RANK,
+    check_target,
+    loss_name,
+    predictions_per_sample,
+)
 from flexflow.runtime.stores import (
     LEGATE_TYPES,
     copied_store,
@@ -92,6 +98,9 @@ class BatchStats:
 
     _store: object
     samples: int
+    predictions: int
+    """What accuracy divides the correct count by: the samples times the predictions each
+    makes (`flexflow.runtime.loss.predictions_per_sample`)."""
 
     def read(self) -> tuple[float, int]:
         loss, correct = read_store(self._store).sum(axis=0)  # over the loss's tasks
@@ -692,7 +701,8 @@ class Executor:
         output_op = len(self.graph.ops) - 1
         config = self.strategy[output_op]
         shape = self.graph.ops[output_op].sig.outputs[0].shape
-        per_sample = int(np.prod(shape[1:])) if name == "mean_squared_error" else 1
+        predictions = predictions_per_sample(shape)
+        per_sample = int(np.prod(shape[1:])) if name == "mean_squared_error" else predictions
         total = valid * per_sample
         tiles = self._regions[output_op]
         on_host = not hasattr(target, "__legate_data_interface__")
@@ -743,4 +753,4 @@ class Executor:
                 task.execute()
         if step:
             self._pending = False
-        return BatchStats(sums, valid)
+        return BatchStats(sums, valid, valid * predictions)

@@ -1,8 +1,12 @@
 """Losses on the model's output: the value and its gradient with respect to that output.
 
 Each loss works on a tile of the output (and the matching tile of the target) given the size of
-the whole (`total`: elements for MSE, samples for cross-entropy), so tasks holding the output's
-tiles each compute their share of the loss and their tile of its gradient.
+the whole (`total`: elements for MSE, predictions for cross-entropy), so tasks holding the
+output's tiles each compute their share of the loss and their tile of its gradient.
+
+The cross-entropies take outputs of any rank whose last dimension holds the classes: (sample,
+classes), or (sample, position, classes) for a language model's per-token predictions, with
+one label (or target distribution) per prediction, averaged over all of them as Keras does.
 """
 
 from __future__ import annotations
@@ -32,38 +36,44 @@ def mean_squared_error(
 def sparse_categorical_crossentropy(
     probabilities: np.ndarray, labels: np.ndarray, total: int | None = None
 ) -> tuple[float, np.ndarray]:
-    """Cross-entropy of softmax outputs (N, classes) against integer labels (N,), averaged."""
-    n = probabilities.shape[0]
-    total = n if total is None else total
-    labels = np.asarray(labels).reshape(-1)
-    if probabilities.ndim != 2 or labels.shape != (n,):
+    """Cross-entropy of softmax outputs (N, ..., classes) against integer labels (N, ...), one
+    per prediction ((N,) or (N, 1) for (N, classes) outputs), averaged over the predictions."""
+    labels = np.asarray(labels)
+    shape = probabilities.shape
+    expected = shape[:-1]
+    fits = labels.shape == expected or (len(shape) == 2 and labels.size == shape[0])
+    if probabilities.ndim < 2 or not fits:
         raise ShapeError(
-            f"sparse_categorical_crossentropy: expects (sample, classes) probabilities and one "
-            f"label per sample, got output {probabilities.shape} and labels {np.shape(labels)}."
+            f"sparse_categorical_crossentropy: expects (sample, ..., classes) probabilities and "
+            f"one integer label per prediction, shaped {expected}; got output {shape} and "
+            f"labels {labels.shape}."
         )
-    if labels.min() < 0 or labels.max() >= probabilities.shape[1]:
+    if labels.size and (labels.min() < 0 or labels.max() >= shape[-1]):
         raise ShapeError(
-            f"sparse_categorical_crossentropy: labels must lie in [0, {probabilities.shape[1]}), "
+            f"sparse_categorical_crossentropy: labels must lie in [0, {shape[-1]}), "
             f"got [{labels.min()}, {labels.max()}]."
         )
-    picked = probabilities[np.arange(n), labels].astype(np.float64)
+    rows = probabilities.reshape(-1, shape[-1])
+    labels = labels.reshape(-1)
+    total = len(labels) if total is None else total
+    picked = rows[np.arange(len(labels)), labels].astype(np.float64)
     picked = np.maximum(picked, 1e-12)  # log(0) guard; the softmax of finite inputs is positive
-    grad = np.zeros(probabilities.shape)
-    grad[np.arange(n), labels] = -1.0 / (total * picked)
-    return float(-np.sum(np.log(picked)) / total), grad
+    grad = np.zeros(rows.shape)
+    grad[np.arange(len(labels)), labels] = -1.0 / (total * picked)
+    return float(-np.sum(np.log(picked)) / total), grad.reshape(shape)
 
 
 def categorical_crossentropy(
     probabilities: np.ndarray, target: np.ndarray, total: int | None = None
 ) -> tuple[float, np.ndarray]:
-    """Cross-entropy of softmax outputs (N, classes) against target distributions (N, classes)
-    (one-hot or soft labels), averaged over samples."""
-    n = probabilities.shape[0]
-    total = n if total is None else total
-    if probabilities.ndim != 2 or np.shape(target) != probabilities.shape:
+    """Cross-entropy of softmax outputs (N, ..., classes) against target distributions of the
+    same shape (one-hot or soft labels), averaged over the predictions."""
+    total = int(np.prod(probabilities.shape[:-1])) if total is None else total
+    if probabilities.ndim < 2 or np.shape(target) != probabilities.shape:
         raise ShapeError(
-            f"categorical_crossentropy: expects (sample, classes) probabilities and a target "
-            f"of the same shape, got output {probabilities.shape} and target {np.shape(target)}."
+            f"categorical_crossentropy: expects (sample, ..., classes) probabilities and a "
+            f"target of the same shape, got output {probabilities.shape} and target "
+            f"{np.shape(target)}."
         )
     p = np.maximum(probabilities.astype(np.float64), 1e-12)
     target = np.asarray(target, dtype=np.float64)
@@ -71,16 +81,24 @@ def categorical_crossentropy(
 
 
 def correct_predictions(prediction: np.ndarray, target: np.ndarray) -> int:
-    """How many samples' largest output is their label (or the target's largest entry): the
-    accuracy metric's numerator."""
+    """How many predictions' largest output (over the last dimension: one per sample of a
+    (sample, classes) output, one per position of a (sample, position, classes) one) is their
+    label, or the target's largest entry: the accuracy metric's numerator."""
     if prediction.ndim < 2 or prediction.shape[0] == 0:
         return 0
-    guess = prediction.reshape(prediction.shape[0], -1).argmax(axis=1)
+    guess = prediction.argmax(axis=-1)
     target = np.asarray(target)
-    truth = target.reshape(-1) if target.ndim == 1 else target.reshape(target.shape[0], -1)
-    if truth.ndim == 2:
-        truth = truth.argmax(axis=1)
+    if target.shape == prediction.shape:  # distributions (or regression targets)
+        truth = target.argmax(axis=-1)
+    else:  # labels: (N,) or (N, 1) for a (N, classes) output
+        truth = target.reshape(guess.shape)
     return int(np.sum(guess == truth))
+
+
+def predictions_per_sample(output_shape: tuple[int, ...]) -> int:
+    """Predictions one sample's output makes (what accuracy counts and the cross-entropies
+    average over): one per position before the last (classes) dimension."""
+    return int(np.prod(output_shape[1:-1], dtype=np.int64))
 
 
 LOSSES: dict[str, Loss] = {
@@ -92,7 +110,7 @@ LOSSES: dict[str, Loss] = {
 TARGET_RANK: dict[str, Callable[[int], int]] = {
     # the target tile of an output tile: the same region, or only its samples for labels
     "mean_squared_error": lambda output_rank: output_rank,
-    "sparse_categorical_crossentropy": lambda output_rank: 1,
+    "sparse_categorical_crossentropy": lambda output_rank: output_rank - 1,
     "categorical_crossentropy": lambda output_rank: output_rank,
 }
 
@@ -124,11 +142,11 @@ def check_target(name: str, output_shape: tuple[int, ...], target: np.ndarray) -
     if TARGET_RANK[name](len(output_shape)) == len(output_shape):
         mean_squared_error(np.zeros(output_shape), target)  # raises on a shape mismatch
         return
-    if len(output_shape) != 2:
+    if len(output_shape) < 2:
         raise ShapeError(
-            f"{name}: the model's output must be (sample, classes), got {output_shape}."
+            f"{name}: the model's output must be (sample, ..., classes), got {output_shape}."
         )
-    probabilities = np.full(output_shape, 1.0 / output_shape[1])
+    probabilities = np.full(output_shape, 1.0 / output_shape[-1])
     sparse_categorical_crossentropy(probabilities, target)  # raises on bad labels
 
 

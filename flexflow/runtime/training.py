@@ -72,18 +72,19 @@ class _Tally:
         self.loss = 0.0
         self.correct = 0
         self.samples = 0
+        self.predictions = 0  # a sequence output makes one per position
 
     def add(self, stats: BatchStats) -> None:
         loss, correct = stats.read()
         self.loss += loss * stats.samples
         self.correct += correct
         self.samples += stats.samples
+        self.predictions += stats.predictions
 
     def metrics(self, epoch: int, seconds: float, accuracy: bool) -> Metrics:
         n = max(self.samples, 1)
-        return Metrics(
-            epoch, self.loss / n, self.correct / n if accuracy else None, self.samples, seconds
-        )
+        right = self.correct / max(self.predictions, 1) if accuracy else None
+        return Metrics(epoch, self.loss / n, right, self.samples, seconds)
 
 
 class Trainer:

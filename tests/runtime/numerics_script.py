@@ -52,6 +52,15 @@ def lstm() -> FFModel:
     return model
 
 
+def tagger() -> FFModel:
+    """One class per token of a sequence: per-position softmax, per-token labels."""
+    model = FFModel(FFConfig(batch_size=8))
+    tokens = model.create_tensor((8, 4), DataType.DT_INT32, name="x")
+    states = model.lstm(model.embedding(tokens, 20, 6), 8, return_sequences=True)
+    model.softmax(model.dense(states, 5))
+    return model
+
+
 def reference(graph, inputs, target, loss_name):
     """The same SGD steps with the numpy kernels on whole tensors."""
     rng = np.random.default_rng(0)
@@ -106,7 +115,7 @@ def run(build, loss: str = "mean_squared_error") -> dict:
     if loss == "mean_squared_error":
         target = rng.standard_normal(output_shape)
     else:
-        target = rng.integers(0, output_shape[1], output_shape[0])
+        target = rng.integers(0, output_shape[-1], output_shape[:-1])  # one per prediction
     single = Strategy(
         tuple(n.name for n in graph.ops),
         tuple(ParallelConfig.single(len(n.sig.output_shape), 0) for n in graph.ops),
@@ -149,4 +158,5 @@ def run(build, loss: str = "mean_squared_error") -> dict:
 if __name__ == "__main__":
     report = {"mlp": run(mlp), "cnn": run(cnn), "lstm": run(lstm)}
     report["classifier"] = run(classifier, "sparse_categorical_crossentropy")
+    report["tagger"] = run(tagger, "sparse_categorical_crossentropy")
     print(json.dumps(report))

@@ -60,7 +60,7 @@ def test_sparse_categorical_crossentropy():
         ),
         (
             lambda: sparse_categorical_crossentropy(np.full((2, 3), 1 / 3), np.array([0])),
-            "one label per sample",
+            "one integer label per prediction",
         ),
     ],
 )
@@ -99,6 +99,43 @@ def test_correct_predictions_reads_labels_or_one_hot_targets():
     probs = np.array([[0.1, 0.9], [0.7, 0.3]])
     assert correct_predictions(probs, np.array([1, 1])) == 1
     assert correct_predictions(probs, np.array([[0.0, 1.0], [1.0, 0.0]])) == 2
+
+
+def _softmax(logits):
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_cross_entropies_average_over_every_position_of_a_sequence_output():
+    """(sample, position, classes) outputs: one prediction per position, labelled by a
+    (sample, position) array or a target distribution per position; the loss is the flattened
+    (predictions, classes) one and its gradient that one's, reshaped."""
+    rng = np.random.default_rng(3)
+    probs = _softmax(rng.standard_normal((2, 3, 4)))
+    labels = rng.integers(0, 4, (2, 3))
+    loss, grad = sparse_categorical_crossentropy(probs, labels)
+    flat_loss, flat_grad = sparse_categorical_crossentropy(probs.reshape(6, 4), labels.reshape(6))
+    assert loss == pytest.approx(flat_loss)
+    assert loss == pytest.approx(-np.mean(np.log(np.take_along_axis(probs, labels[..., None], -1))))
+    np.testing.assert_allclose(grad, flat_grad.reshape(2, 3, 4))
+    f = lambda p: sparse_categorical_crossentropy(p, labels)[0]  # noqa: E731
+    np.testing.assert_allclose(grad, numerical(f, probs.copy()), rtol=1e-5)
+    dense_loss, dense_grad = categorical_crossentropy(probs, np.eye(4)[labels])
+    assert dense_loss == pytest.approx(loss)
+    np.testing.assert_allclose(dense_grad, grad)
+    with pytest.raises(ShapeError, match=r"shaped \(2, 3\)"):
+        sparse_categorical_crossentropy(probs, labels.reshape(6))
+
+
+def test_accuracy_counts_each_position_and_padding_rows_count_nothing():
+    probs = np.array([[[0.9, 0.1], [0.3, 0.7]], [[0.6, 0.4], [0.2, 0.8]]])  # (2, 2, 2)
+    labels = np.array([[0, 0], [1, 1]])
+    assert correct_predictions(probs, labels) == 2  # (0, 0) and (1, 1) right
+    assert correct_predictions(probs, np.eye(2)[labels]) == 2
+    sparse = LOSS_IDS.index("sparse_categorical_crossentropy")
+    value, grad, correct = loss_tile(sparse, probs, labels, total=2, valid=1)
+    assert value == pytest.approx(-(np.log(0.9) + np.log(0.3)) / 2)
+    assert correct == 1 and not grad[1].any()
 
 
 def test_flexflow_loss_type_names_are_understood():

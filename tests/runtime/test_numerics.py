@@ -32,14 +32,14 @@ def report(request) -> dict:
 
 
 @pytest.mark.legate
-@pytest.mark.parametrize("model", ["mlp", "cnn", "lstm", "classifier"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "lstm", "classifier", "tagger"])
 def test_one_device_matches_the_numpy_reference(report, model):
     assert report[model]["single_vs_numpy_loss"] <= 1.0
     assert report[model]["single_vs_numpy_weights"] <= 1.0
 
 
 @pytest.mark.legate
-@pytest.mark.parametrize("model", ["mlp", "cnn", "lstm", "classifier"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "lstm", "classifier", "tagger"])
 def test_every_strategy_trains_like_one_device(report, model):
     strategies = report[model]["strategies"]
     assert len(strategies) == 2 + STRATEGIES  # one device, data parallel and random ones
