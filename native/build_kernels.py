@@ -16,6 +16,7 @@ ffibuilder.set_source(
     sources=[str(HERE / "kernels.c")],
     include_dirs=[str(HERE)],
     extra_compile_args=["-O3"],
+    libraries=["m"],
 )
 
 if __name__ == "__main__":

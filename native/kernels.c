@@ -1,4 +1,5 @@
 /* CPU kernels for op tiles (declared in kernels.h): pooling, and im2col/col2im for conv2d. */
+#include <math.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -139,3 +140,96 @@ FF_POOL2D(f64, double)
 
 FF_IM2COL(f32, float)
 FF_IM2COL(f64, double)
+
+/* ---- batch norm (kernels.h) ------------------------------------------------------------- */
+
+/* Per channel of the batch statistics: the mean and 1 / sqrt(var + eps) (biased variance,
+ * clamped at 0 against rounding), as the numpy reference's _normalize_with. */
+static void ff_bn_channel(const double *stats, long c, long ch, double count, double eps,
+                          double *mean, double *inv_std) {
+  double m = stats[ch] / count;
+  double var = stats[c + ch] / count - m * m;
+  if (var < 0.0) var = 0.0;
+  *mean = m;
+  *inv_std = 1.0 / sqrt(var + eps);
+}
+
+void ff_bn_stats_f32(const float *x, double *sums, long n, long c, long hw) {
+  for (long ch = 0; ch < c; ++ch) {
+    double s = 0.0, ss = 0.0;
+    for (long i = 0; i < n; ++i) {
+      const float *p = x + (i * c + ch) * hw;
+      for (long k = 0; k < hw; ++k) {
+        double v = (double)p[k];
+        s += v;
+        ss += v * v;
+      }
+    }
+    sums[ch] = s;
+    sums[c + ch] = ss;
+  }
+}
+
+void ff_bn_forward_f32(const float *x, float *y, const double *stats, const float *gamma,
+                       const float *beta, long n, long c, long hw, double count, double eps,
+                       int relu) {
+  for (long ch = 0; ch < c; ++ch) {
+    double mean, inv_std;
+    ff_bn_channel(stats, c, ch, count, eps, &mean, &inv_std);
+    double g = (double)gamma[ch], b = (double)beta[ch];
+    for (long i = 0; i < n; ++i) {
+      const float *p = x + (i * c + ch) * hw;
+      float *q = y + (i * c + ch) * hw;
+      for (long k = 0; k < hw; ++k) {
+        double z = g * (((double)p[k] - mean) * inv_std) + b;
+        q[k] = (float)(relu && !(z > 0.0) ? 0.0 : z);
+      }
+    }
+  }
+}
+
+void ff_bn_stats_backward_f32(const float *x, const float *y, const float *dy,
+                              const double *stats, double *sums, long n, long c, long hw,
+                              double count, double eps, int relu) {
+  for (long ch = 0; ch < c; ++ch) {
+    double mean, inv_std, s = 0.0, sx = 0.0;
+    ff_bn_channel(stats, c, ch, count, eps, &mean, &inv_std);
+    for (long i = 0; i < n; ++i) {
+      long at = (i * c + ch) * hw;
+      for (long k = 0; k < hw; ++k) {
+        double dz = relu && !(y[at + k] > 0.0f) ? 0.0 : (double)dy[at + k];
+        s += dz;
+        sx += dz * (((double)x[at + k] - mean) * inv_std);
+      }
+    }
+    sums[ch] = s;
+    sums[c + ch] = sx;
+  }
+}
+
+void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const float *gamma,
+                        const double *stats, const double *grad_stats, float *dx, float *dgamma,
+                        float *dbeta, long n, long c, long hw, double count, double eps,
+                        int relu) {
+  for (long ch = 0; ch < c; ++ch) {
+    double mean, inv_std;
+    ff_bn_channel(stats, c, ch, count, eps, &mean, &inv_std);
+    float g = gamma[ch];
+    double sum_dxhat = (double)g * grad_stats[ch];
+    double sum_dxhat_xhat = (double)g * grad_stats[c + ch];
+    double scale = inv_std / count, tile_dgamma = 0.0, tile_dbeta = 0.0;
+    for (long i = 0; i < n; ++i) {
+      long at = (i * c + ch) * hw;
+      for (long k = 0; k < hw; ++k) {
+        float dz = relu && !(y[at + k] > 0.0f) ? 0.0f : dy[at + k];
+        double xhat = ((double)x[at + k] - mean) * inv_std;
+        float dxhat = dz * g; /* float32, as the reference's dz * gamma */
+        dx[at + k] = (float)((count * dxhat - sum_dxhat - xhat * sum_dxhat_xhat) * scale);
+        tile_dgamma += (double)dz * xhat;
+        tile_dbeta += (double)dz;
+      }
+    }
+    dgamma[ch] = (float)tile_dgamma;
+    dbeta[ch] = (float)tile_dbeta;
+  }
+}

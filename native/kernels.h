@@ -34,3 +34,19 @@ void ff_col2im_f32(const float *cols, float *dx, long n, long c, long h, long w,
                    long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left);
 void ff_col2im_f64(const double *cols, double *dx, long n, long c, long h, long w, long oh,
                    long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left);
+
+/* Batch norm on an NCHW tile seen as (n, c, hw) (hw = 1 for (n, c)), float32 data, float64
+ * statistics, every formula as flexflow.ops.batch_norm's numpy reference computes it. stats,
+ * sums and grad_stats are (2, c) row-major: per channel, the sums over the whole batch of x
+ * and x^2 (stats) or of dz and dz * xhat (grad_stats), `count` elements per channel; dz is dy
+ * through the relu (dy where y > 0) when relu is 1. */
+void ff_bn_stats_f32(const float *x, double *sums, long n, long c, long hw);
+void ff_bn_forward_f32(const float *x, float *y, const double *stats, const float *gamma,
+                       const float *beta, long n, long c, long hw, double count, double eps,
+                       int relu);
+void ff_bn_stats_backward_f32(const float *x, const float *y, const float *dy,
+                              const double *stats, double *sums, long n, long c, long hw,
+                              double count, double eps, int relu);
+void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const float *gamma,
+                        const double *stats, const double *grad_stats, float *dx, float *dgamma,
+                        float *dbeta, long n, long c, long hw, double count, double eps, int relu);

@@ -9,6 +9,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
+from . import native
 from .base import (
     Arrays,
     Dim,
@@ -149,8 +150,15 @@ class BatchNorm(Op):
         mean, var = running
         return np.stack([mean * count, (var + mean * mean) * count])
 
+    # The tiles run C kernels on float32 (one pass each, no float64 copies of the tile); the
+    # numpy_ methods are their reference, and what other dtypes run.
     def statistics_forward(self, x: np.ndarray) -> np.ndarray:
         """(2, C_t): this tile's per-channel sum and sum of squares (float64)."""
+        if x.dtype == np.float32:
+            return native.bn_stats(x)
+        return self.numpy_statistics_forward(x)
+
+    def numpy_statistics_forward(self, x: np.ndarray) -> np.ndarray:
         axes = (0,) + tuple(range(2, x.ndim))
         x = x.astype(np.float64)
         return np.stack([x.sum(axis=axes), (x * x).sum(axis=axes)])
@@ -163,6 +171,12 @@ class BatchNorm(Op):
         return (x - self._per_channel(mean, x.ndim)) * inv_std, inv_std
 
     def forward_tile_with_statistics(self, sig, x, weights, stats) -> Arrays:
+        if x.dtype == np.float32:
+            count = self._count(sig)
+            return (native.bn_forward(x, stats, *weights, count, self.eps, self.relu),)
+        return self.numpy_forward_tile_with_statistics(sig, x, weights, stats)
+
+    def numpy_forward_tile_with_statistics(self, sig, x, weights, stats) -> Arrays:
         gamma, beta = (self._per_channel(w, x.ndim) for w in weights)
         xhat, _ = self._normalize_with(sig, x, stats)
         z = gamma * xhat + beta
@@ -170,6 +184,11 @@ class BatchNorm(Op):
 
     def statistics_backward(self, sig, x, weights, y, dy, stats) -> np.ndarray:
         """(2, C_t): this tile's per-channel sums of dz and dz * xhat (dz: dy through the relu)."""
+        if x.dtype == np.float32:
+            return native.bn_stats_backward(x, y, dy, stats, self._count(sig), self.eps, self.relu)
+        return self.numpy_statistics_backward(sig, x, weights, y, dy, stats)
+
+    def numpy_statistics_backward(self, sig, x, weights, y, dy, stats) -> np.ndarray:
         axes = (0,) + tuple(range(2, x.ndim))
         dz = (dy * (y > 0) if self.relu else dy).astype(np.float64)
         xhat, _ = self._normalize_with(sig, x.astype(np.float64), stats)
@@ -177,6 +196,15 @@ class BatchNorm(Op):
 
     def backward_tile_with_statistics(self, sig, x, weights, y, dy, stats, grad_stats):
         """This tile's dx, and its partial gamma and beta gradients (summed over the tiles)."""
+        if x.dtype == np.float32:
+            count = self._count(sig)
+            dx, dgamma, dbeta = native.bn_backward(
+                x, y, dy, weights[0], stats, grad_stats, count, self.eps, self.relu
+            )
+            return (dx,), (dgamma, dbeta)
+        return self.numpy_backward_tile_with_statistics(sig, x, weights, y, dy, stats, grad_stats)
+
+    def numpy_backward_tile_with_statistics(self, sig, x, weights, y, dy, stats, grad_stats):
         axes = (0,) + tuple(range(2, x.ndim))
         count = self._count(sig)
         dz = dy * (y > 0) if self.relu else dy
