@@ -101,6 +101,9 @@ CONFIGS = [
     ((1, 6, 6, 5), 6, (2, 3), (3, 2), (2, 1), 3, ActiMode.AC_MODE_SIGMOID, False),
     ((2, 2, 4, 4), 3, (1, 1), (1, 1), (0, 0), 1, ActiMode.AC_MODE_RELU, True),
     ((1, 2, 5, 6), 4, (3, 3), (2, 2), (0, 1), 2, ActiMode.AC_MODE_ELU, True),
+    # pointwise (1x1, no padding, one group): BLAS on the pixels, no im2col; strided too
+    ((2, 3, 5, 4), 4, (1, 1), (2, 2), (0, 0), 1, ActiMode.AC_MODE_TANH, False),
+    ((1, 4, 3, 5), 2, (1, 1), (1, 2), (0, 0), 1, ActiMode.AC_MODE_NONE, True),
 ]
 
 
