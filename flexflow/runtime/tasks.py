@@ -21,6 +21,7 @@ from legate.core._lib.task.task_info import TaskInfo
 
 from flexflow.fused_run import run_fused_task
 from flexflow.fusion import SlotKind
+from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import loss_tile
 
 if TYPE_CHECKING:
@@ -171,12 +172,14 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         if executor.timeline is not None:  # an update pass of no processor's own: op -1
             end = time.perf_counter()
             executor.timeline.append((-1, index, Pass.UPDATE, begin, end, threading.get_ident()))
-    # model inputs read from the staged batch (Executor.staged_inputs)
-    keys = dict(zip(executor.staged_inputs, extra[width:], strict=True))
-    extra = extra[:width]
-    flat = executor.params.flat
+    keys: dict[int, int] = {}
+    if len(extra) > width:  # model inputs read from the staged batch (Executor.staged_inputs)
+        keys = dict(zip(executor.staged_inputs, extra[width:], strict=True))
+        extra = extra[:width]
+    # a backward names its weights one by one (flat parameters have no backward tasks)
+    flat = executor.params.flat if which != Pass.FUSED_BACKWARD else None
     if keys or flat is not None:
-        inputs = _forward_inputs(executor, task.forward, inputs, keys)
+        inputs = _forward_inputs(executor, task.forward, inputs, keys, flat)
     if flat is not None and which == Pass.FUSED_STEP:  # the flat row of partial gradients
         pids = [slot.id for slot in task.backward.overwrites]
         outputs[1:2] = flat.split(outputs[1], pids)
@@ -187,13 +190,14 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
     )  # fmt: skip
 
 
-def _forward_inputs(executor: Executor, layout, arguments: list, keys: dict[int, int]) -> list:
+def _forward_inputs(
+    executor: Executor, layout, arguments: list, keys: dict[int, int], flat: FlatLayout | None
+) -> list:
     """The arrays of a fused forward's input slots, then the arguments after them: from the
     task's arguments, except model inputs staged under `keys` (tensor id -> staged key, -1
-    when fed to a store) and, with flat parameters, the weights, split from the flat copy
+    when fed to a store) and, with `flat` parameters, the weights, split from the flat copy
     that comes first (`Executor._add_forward_inputs`)."""
     arguments = iter(arguments)
-    flat = executor.params.flat
     weights = {}
     if flat is not None:
         pids = [slot.id for slot in layout.inputs if slot.kind is SlotKind.WEIGHT]
