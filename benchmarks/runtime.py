@@ -15,7 +15,11 @@ each op's tile inside a task, fused or not); "overhead" is the rest of the itera
 Legate's dependence analysis, mapping, copies and the tasks waiting on each other or on the GIL.
 
     .venv/bin/pip install torch==2.13.0     # not a dependency of flexflow
-    .venv/bin/python benchmarks/runtime.py [--iterations 20]
+    .venv/bin/python benchmarks/runtime.py [--iterations 20] [--rounds 3]
+    .venv/bin/python benchmarks/runtime.py --models resnet101   # results/runtime-resnet101.md
+
+ResNet-101 (at 32x32, batch 8) is a deep CNN with batch norm, next to the same layers in
+PyTorch; its blocks run --iterations / 5 iterations (about a second each here).
 """
 
 from __future__ import annotations
@@ -40,6 +44,16 @@ WARMUP = 3
 BLOCKS = 5
 """Each side times BLOCKS blocks of --iterations iterations and keeps the median block."""
 MODELS = ("lenet", "mlp")
+"""The models the issue's goals name; --models adds others."""
+BATCHES = {"lenet": BATCH, "mlp": BATCH, "resnet101": 8}
+"""ResNet-101 (at 32x32, batch 8: about a second per iteration here) shows a deep CNN with
+batch norm; it runs --iterations / SLOW_DIVISOR iterations per block."""
+SLOW_DIVISOR = {"resnet101": 5}
+RESNET_IMAGE = 32
+
+
+def block_iterations(name: str, iterations: int) -> int:
+    return max(1, iterations // SLOW_DIVISOR.get(name, 1))
 
 
 def build(name: str):
@@ -49,6 +63,8 @@ def build(name: str):
 
     if name == "lenet":
         return load_model("lenet", FFConfig(batch_size=BATCH))
+    if name == "resnet101":
+        return load_model("resnet101", FFConfig(batch_size=8), image_size=RESNET_IMAGE)
     model = FFModel(FFConfig(batch_size=BATCH))
     x = model.create_tensor((BATCH, 784), name="x")
     x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
@@ -59,8 +75,43 @@ def build(name: str):
 
 def data(name: str):
     rng = np.random.default_rng(0)
-    shape = (BATCH, 1, 28, 28) if name == "lenet" else (BATCH, 784)
-    return rng.standard_normal(shape).astype(np.float32), rng.integers(0, 10, BATCH)
+    batch = BATCHES[name]
+    shape = {
+        "lenet": (batch, 1, 28, 28),
+        "mlp": (batch, 784),
+        "resnet101": (batch, 3, RESNET_IMAGE, RESNET_IMAGE),
+    }[name]
+    return rng.standard_normal(shape).astype(np.float32), rng.integers(0, 10, batch)
+
+
+def torch_resnet101(nn):
+    """ResNet-101 as flexflow.zoo.resnet101 builds it (torchvision's v1.5 layout)."""
+
+    def conv_bn(cin, cout, kernel, stride, relu=True):
+        layers = [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False)]
+        return nn.Sequential(*layers, nn.BatchNorm2d(cout), *([nn.ReLU()] if relu else []))
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin, planes, stride):
+            super().__init__()
+            cout = planes * 4
+            self.body = nn.Sequential(
+                conv_bn(cin, planes, 1, 1),
+                conv_bn(planes, planes, 3, stride),
+                conv_bn(planes, cout, 1, 1, relu=False),
+            )
+            same = stride == 1 and cin == cout
+            self.shortcut = nn.Identity() if same else conv_bn(cin, cout, 1, stride, relu=False)
+
+        def forward(self, x):
+            return nn.functional.relu(self.body(x) + self.shortcut(x))
+
+    layers, cin = [conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)], 64
+    for planes, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 23, 2), (512, 3, 2)):
+        for block in range(blocks):
+            layers.append(Bottleneck(cin, planes, stride if block == 0 else 1))
+            cin = planes * 4
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000))
 
 
 def measure_ours(name: str, iterations: int) -> dict:
@@ -120,6 +171,8 @@ def measure_torch(name: str, iterations: int) -> float:
             nn.ReLU(),
             nn.Linear(500, 10),
         )
+    elif name == "resnet101":
+        net = torch_resnet101(nn)
     else:
         net = nn.Sequential(
             nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
@@ -164,6 +217,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3, help="turns per side and model")
+    parser.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help=f"comma-separated, of {', '.join(BATCHES)} (default: {', '.join(MODELS)})",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:  # the Legate side, in its own process
@@ -177,19 +235,29 @@ def main() -> None:
     env["LEGATE_CONFIG"] = f"--cpus {CPUS} --gpus 0"
     if args.rounds < 1 or args.iterations < 1:
         parser.error("--rounds and --iterations must be at least 1")
+    models = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(models) - set(BATCHES))
+    if unknown or not models:
+        parser.error(f"--models: unknown {', '.join(unknown) or '(none given)'}; "
+                     f"choose from {', '.join(BATCHES)}")  # fmt: skip
+    command = f" --iterations {args.iterations} --rounds {args.rounds}"
+    stem = "runtime"  # the issue's models; other selections get their own results files
+    if tuple(models) != MODELS:
+        command += f" --models {','.join(models)}"
+        stem = f"runtime-{'-'.join(models)}"
     rows, lines = [], []
-    for name in MODELS:
+    for name in models:
         turns = []  # (ours, PyTorch's) per round
+        count = block_iterations(name, args.iterations)
         for _ in range(args.rounds):
-            turns.append(
-                (run_ours(name, args.iterations, env), measure_torch(name, args.iterations))
-            )
+            turns.append((run_ours(name, count, env), measure_torch(name, count)))
         ours = sorted((t[0] for t in turns), key=lambda o: o["iteration_s"])[args.rounds // 2]
         theirs = sorted(t[1] for t in turns)[args.rounds // 2]
         ratios = [o["iteration_s"] / t for o, t in turns]
         row = {
             "model": name,
-            "batch": BATCH,
+            "batch": BATCHES[name],
+            "iterations_per_block": count,
             "ours_ms": ours["iteration_s"] * 1e3,
             "torch_ms": theirs * 1e3,
             "ratio": ours["iteration_s"] / theirs,
@@ -212,26 +280,26 @@ def main() -> None:
         f"# Training iteration: ours on {CPUS} Legate CPUs (data parallel) vs PyTorch "
         f"{torch.__version__} with {CPUS} threads",
         "",
-        f"`.venv/bin/python benchmarks/runtime.py --iterations {args.iterations} --rounds "
-        f"{args.rounds}`; the sides take turns, {args.rounds} rounds per model, and each side's "
-        f"figure is its median round (a round: the median of {BLOCKS} blocks of "
-        f'{args.iterations} iterations, mean, after {WARMUP} warm-up ones); "rounds" is the '
-        "range of the ratio within one round. Goals: ratio <= 1.5, overhead <= 20% of kernel "
-        "time.",
+        f"`.venv/bin/python benchmarks/runtime.py{command}`; the sides take turns, "
+        f"{args.rounds} rounds per model, and each side's figure is its median round (a round: "
+        f"the median of {BLOCKS} blocks of the iterations given, mean, after {WARMUP} warm-up "
+        'ones); "rounds" is the range of the ratio within one round. Goals (LeNet and the '
+        "MLP): ratio <= 1.5, overhead <= 20% of kernel time.",
         "",
-        "| model | batch | ours ms | PyTorch ms | ratio | rounds | kernel ms | overhead ms "
-        "| overhead/kernel | tasks |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | batch | iterations per block | ours ms | PyTorch ms | ratio | rounds "
+        "| kernel ms | overhead ms | overhead/kernel | tasks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['model']} | {r['batch']} | {r['ours_ms']:.2f} | {r['torch_ms']:.2f} | "
+            f"| {r['model']} | {r['batch']} | {r['iterations_per_block']} "
+            f"| {r['ours_ms']:.2f} | {r['torch_ms']:.2f} | "
             f"{r['ratio']:.2f}x | {r['round_ratio_min']:.2f}-{r['round_ratio_max']:.2f}x "
             f"| {r['kernel_ms']:.2f} | {r['overhead_ms']:.2f} | "
             f"{r['overhead_over_kernel']:.0%} | {r['tasks_per_iteration']:.0f} |"
         )
-    write_csv(RESULTS / "runtime.csv", rows)
-    write_markdown(RESULTS / "runtime.md", lines)
+    write_csv(RESULTS / f"{stem}.csv", rows)
+    write_markdown(RESULTS / f"{stem}.md", lines)
 
 
 if __name__ == "__main__":
