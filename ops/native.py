@@ -103,56 +103,48 @@ def _f64(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.float64)
 
 
-def _nchw(x: np.ndarray) -> tuple[int, int, int]:
-    """(n, c, hw): the tile as the C kernels walk it."""
-    return x.shape[0], x.shape[1], int(np.prod(x.shape[2:], dtype=np.int64))
+def _bn_call(kernel, arrays: tuple[np.ndarray, ...], x: np.ndarray, *scalars) -> None:
+    """kernel(pointers to `arrays`, then x's (n, c, hw) as the C kernels walk it, then the
+    scalars)."""
+    pointers = (_pointer(a, _SUFFIX[a.dtype][1]) for a in arrays)
+    hw = int(np.prod(x.shape[2:], dtype=np.int64))
+    kernel(*pointers, x.shape[0], x.shape[1], hw, *scalars)
 
 
 def bn_stats(x: np.ndarray) -> np.ndarray:
     """(2, C) float64: per channel, the tile's sum of x and of x^2."""
     x = _f32(x)
     sums = np.empty((2, x.shape[1]), dtype=np.float64)
-    lib.ff_bn_stats_f32(_pointer(x, "float *"), _pointer(sums, "double *"), *_nchw(x))
+    _bn_call(lib.ff_bn_stats_f32, (x, sums), x)
     return sums
 
 
 def bn_forward(x, stats, gamma, beta, count: float, eps: float, relu: bool) -> np.ndarray:
     """The tile normalized with the batch statistics `stats` ((2, C) sums), scaled, shifted and
     (with relu) rectified; float32."""
-    x, stats, gamma, beta = _f32(x), _f64(stats), _f32(gamma), _f32(beta)
+    x = _f32(x)
     y = np.empty_like(x)
-    lib.ff_bn_forward_f32(
-        _pointer(x, "float *"), _pointer(y, "float *"), _pointer(stats, "double *"),
-        _pointer(gamma, "float *"), _pointer(beta, "float *"), *_nchw(x), float(count),
-        float(eps), int(relu),
-    )  # fmt: skip
+    arrays = (x, y, _f64(stats), _f32(gamma), _f32(beta))
+    _bn_call(lib.ff_bn_forward_f32, arrays, x, float(count), float(eps), int(relu))
     return y
 
 
 def bn_stats_backward(x, y, dy, stats, count: float, eps: float, relu: bool) -> np.ndarray:
     """(2, C) float64: per channel, the tile's sum of dz and of dz * xhat."""
-    x, y, dy, stats = _f32(x), _f32(y), _f32(dy), _f64(stats)
+    x = _f32(x)
     sums = np.empty((2, x.shape[1]), dtype=np.float64)
-    lib.ff_bn_stats_backward_f32(
-        _pointer(x, "float *"), _pointer(y, "float *"), _pointer(dy, "float *"),
-        _pointer(stats, "double *"), _pointer(sums, "double *"), *_nchw(x), float(count),
-        float(eps), int(relu),
-    )  # fmt: skip
+    arrays = (x, _f32(y), _f32(dy), _f64(stats), sums)
+    _bn_call(lib.ff_bn_stats_backward_f32, arrays, x, float(count), float(eps), int(relu))
     return sums
 
 
 def bn_backward(x, y, dy, gamma, stats, grad_stats, count: float, eps: float, relu: bool):
     """(dx, dgamma, dbeta) of the tile, float32: the gamma and beta gradients are its partial
     sums over its own samples."""
-    x, y, dy, gamma = _f32(x), _f32(y), _f32(dy), _f32(gamma)
-    stats, grad_stats = _f64(stats), _f64(grad_stats)
+    x = _f32(x)
     dx = np.empty_like(x)
-    dgamma = np.empty(x.shape[1], dtype=np.float32)
-    dbeta = np.empty(x.shape[1], dtype=np.float32)
-    lib.ff_bn_backward_f32(
-        _pointer(x, "float *"), _pointer(y, "float *"), _pointer(dy, "float *"),
-        _pointer(gamma, "float *"), _pointer(stats, "double *"), _pointer(grad_stats, "double *"),
-        _pointer(dx, "float *"), _pointer(dgamma, "float *"), _pointer(dbeta, "float *"),
-        *_nchw(x), float(count), float(eps), int(relu),
-    )  # fmt: skip
+    dgamma, dbeta = (np.empty(x.shape[1], dtype=np.float32) for _ in range(2))
+    inputs = (x, _f32(y), _f32(dy), _f32(gamma), _f64(stats), _f64(grad_stats))
+    scalars = (float(count), float(eps), int(relu))
+    _bn_call(lib.ff_bn_backward_f32, (*inputs, dx, dgamma, dbeta), x, *scalars)
     return dx, dgamma, dbeta
