@@ -196,16 +196,20 @@ def load_loss_reference(repo: Path) -> ModuleType:
 
 
 def _loss_inputs(
-    rng: np.random.Generator, name: str, label_dtype: str
+    rng: np.random.Generator, name: str, label_dtype: str, positions: tuple[int, ...] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
-    logits = rng.standard_normal((6, 5))
-    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    """A tile of 6 samples (each with `positions` predictions, as a language model's) over 5
+    classes, and its target."""
+    predictions = (6, *positions)
+    logits = rng.standard_normal((*predictions, 5))
+    probs = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
     probs = probs.astype(np.float32)
     if name == "sparse_categorical_crossentropy":
-        return probs, rng.integers(0, 5, 6).astype(label_dtype)
+        return probs, rng.integers(0, 5, predictions).astype(label_dtype)
     if name == "categorical_crossentropy":
-        return probs, np.eye(5, dtype=np.float32)[rng.integers(0, 5, 6)]
-    return rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal((6, 5)).astype(
+        return probs, np.eye(5, dtype=np.float32)[rng.integers(0, 5, predictions)]
+    shape = (*predictions, 5)
+    return rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(
         np.float32
     )
 
@@ -215,13 +219,17 @@ def check_losses(gpu: Gpu, loss_module: ModuleType) -> list[Comparison]:
     results = []
     rng = np.random.default_rng(5)
     cases = [
-        ("mean_squared_error", "int32"),
-        ("sparse_categorical_crossentropy", "int32"),
-        ("sparse_categorical_crossentropy", "int64"),
-        ("categorical_crossentropy", "int32"),
+        ("mean_squared_error", "int32", ()),
+        ("sparse_categorical_crossentropy", "int32", ()),
+        ("sparse_categorical_crossentropy", "int64", ()),
+        ("categorical_crossentropy", "int32", ()),
+        # one prediction per position (sample, position, classes): per-token losses
+        ("mean_squared_error", "int32", (3,)),
+        ("sparse_categorical_crossentropy", "int32", (3,)),
+        ("categorical_crossentropy", "int32", (3,)),
     ]
-    for name, label_dtype in cases:
-        prediction, target = _loss_inputs(rng, name, label_dtype)
+    for name, label_dtype, positions in cases:
+        prediction, target = _loss_inputs(rng, name, label_dtype, positions)
         loss_id = loss_module.LOSS_IDS.index(name)
         for valid in (6, 4):
             value, grad, correct = loss_module.loss_tile(loss_id, prediction, target, 12, valid)
@@ -229,7 +237,8 @@ def check_losses(gpu: Gpu, loss_module: ModuleType) -> list[Comparison]:
                 gpu, name, gpu.to_device(prediction), gpu.to_device(target), 12, valid
             )
             got = gpu.to_host(sums)
-            check = f"{name} ({label_dtype if 'sparse' in name else 'float32'}, valid {valid}/6)"
+            kind = label_dtype if "sparse" in name else "float32"
+            check = f"{name} ({kind}, {prediction.shape}, valid {valid}/6)"
             results.append(compare(check, "loss value", got[:1], np.array([value])))
             results.append(compare(check, "correct count", got[1:], np.array([float(correct)])))
             results.append(compare(check, "gradient", gpu.to_host(d_grad), grad))
