@@ -233,6 +233,9 @@ def main() -> None:
         raise SystemExit("install PyTorch first: .venv/bin/pip install torch==2.13.0") from None
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
     env["LEGATE_CONFIG"] = f"--cpus {CPUS} --gpus 0"
+    # the same model on one Legate CPU (its "dp" strategy is one device): whether data
+    # parallelism over the host's processors pays at all
+    one_cpu = {**env, "LEGATE_CONFIG": "--cpus 1 --gpus 0"}
     if args.rounds < 1 or args.iterations < 1:
         parser.error("--rounds and --iterations must be at least 1")
     models = [m for m in args.models.split(",") if m]
@@ -247,13 +250,15 @@ def main() -> None:
         stem = f"runtime-{'-'.join(models)}"
     rows, lines = [], []
     for name in models:
-        turns = []  # (ours, PyTorch's) per round
+        turns = []  # (ours, PyTorch's, ours on one CPU) per round
         count = block_iterations(name, args.iterations)
         for _ in range(args.rounds):
-            turns.append((run_ours(name, count, env), measure_torch(name, count)))
+            ours, theirs = run_ours(name, count, env), measure_torch(name, count)
+            turns.append((ours, theirs, run_ours(name, count, one_cpu)["iteration_s"]))
         ours = sorted((t[0] for t in turns), key=lambda o: o["iteration_s"])[args.rounds // 2]
         theirs = sorted(t[1] for t in turns)[args.rounds // 2]
-        ratios = [o["iteration_s"] / t for o, t in turns]
+        single = sorted(t[2] for t in turns)[args.rounds // 2]
+        ratios = [o["iteration_s"] / t for o, t, _ in turns]
         row = {
             "model": name,
             "batch": BATCHES[name],
@@ -267,6 +272,7 @@ def main() -> None:
             "overhead_ms": ours["overhead_s"] * 1e3,
             "overhead_over_kernel": ours["overhead_s"] / ours["kernel_s"],
             "tasks_per_iteration": ours["tasks_per_iteration"],
+            "one_cpu_ms": single * 1e3,
         }
         rows.append(row)
         print(
@@ -274,7 +280,7 @@ def main() -> None:
             f"ratio {row['ratio']:5.2f}x (rounds {row['round_ratio_min']:.2f}-"
             f"{row['round_ratio_max']:.2f}x)  (kernel {row['kernel_ms']:.2f} ms, overhead "
             f"{row['overhead_ms']:.2f} ms = {row['overhead_over_kernel']:.0%} of kernel, "
-            f"{row['tasks_per_iteration']:.0f} tasks)"
+            f"{row['tasks_per_iteration']:.0f} tasks; on one CPU {row['one_cpu_ms']:.2f} ms)"
         )
     lines = [
         f"# Training iteration: ours on {CPUS} Legate CPUs (data parallel) vs PyTorch "
@@ -283,12 +289,13 @@ def main() -> None:
         f"`.venv/bin/python benchmarks/runtime.py{command}`; the sides take turns, "
         f"{args.rounds} rounds per model, and each side's figure is its median round (a round: "
         f"the median of {BLOCKS} blocks of the iterations given, mean, after {WARMUP} warm-up "
-        'ones); "rounds" is the range of the ratio within one round. Goals (LeNet and the '
-        "MLP): ratio <= 1.5, overhead <= 20% of kernel time.",
+        'ones); "rounds" is the range of the ratio within one round; "1 CPU" is the same model '
+        "on one Legate CPU processor, also in turn. Goals (LeNet and the MLP): ratio <= 1.5, "
+        "overhead <= 20% of kernel time.",
         "",
         "| model | batch | iterations per block | ours ms | PyTorch ms | ratio | rounds "
-        "| kernel ms | overhead ms | overhead/kernel | tasks |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| kernel ms | overhead ms | overhead/kernel | tasks | ours on 1 CPU ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -296,7 +303,8 @@ def main() -> None:
             f"| {r['ours_ms']:.2f} | {r['torch_ms']:.2f} | "
             f"{r['ratio']:.2f}x | {r['round_ratio_min']:.2f}-{r['round_ratio_max']:.2f}x "
             f"| {r['kernel_ms']:.2f} | {r['overhead_ms']:.2f} | "
-            f"{r['overhead_over_kernel']:.0%} | {r['tasks_per_iteration']:.0f} |"
+            f"{r['overhead_over_kernel']:.0%} | {r['tasks_per_iteration']:.0f} "
+            f"| {r['one_cpu_ms']:.2f} |"
         )
     write_csv(RESULTS / f"{stem}.csv", rows)
     write_markdown(RESULTS / f"{stem}.md", lines)
