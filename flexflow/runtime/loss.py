@@ -20,14 +20,47 @@ from flexflow.errors import ShapeError
 Loss = Callable[..., tuple[float, np.ndarray]]
 
 
+def _check_elementwise(output_shape: tuple[int, ...], target) -> None:
+    if tuple(output_shape) != np.shape(target):
+        raise ShapeError(
+            f"mean_squared_error: target shape {np.shape(target)} differs from the model's "
+            f"output {tuple(output_shape)}; pass one target per output element."
+        )
+
+
+def _check_distributions(output_shape: tuple[int, ...], target) -> None:
+    if len(output_shape) < 2 or np.shape(target) != tuple(output_shape):
+        raise ShapeError(
+            f"categorical_crossentropy: expects (sample, ..., classes) probabilities and a "
+            f"target of the same shape, got output {tuple(output_shape)} and target "
+            f"{np.shape(target)}."
+        )
+
+
+def _checked_labels(output_shape: tuple[int, ...], labels) -> np.ndarray:
+    """`labels` as an array, one integer per prediction of an output of `output_shape` ((N,)
+    or (N, 1) for an (N, classes) output), each a class of its last dimension."""
+    labels = np.asarray(labels)
+    expected = tuple(output_shape[:-1])
+    two_d = len(output_shape) == 2 and labels.size == output_shape[0]
+    if len(output_shape) < 2 or not (labels.shape == expected or two_d):
+        raise ShapeError(
+            f"sparse_categorical_crossentropy: expects (sample, ..., classes) probabilities and "
+            f"one integer label per prediction, shaped {expected}; got output "
+            f"{tuple(output_shape)} and labels {labels.shape}."
+        )
+    if labels.size and (labels.min() < 0 or labels.max() >= output_shape[-1]):
+        raise ShapeError(
+            f"sparse_categorical_crossentropy: labels must lie in [0, {output_shape[-1]}), "
+            f"got [{labels.min()}, {labels.max()}]."
+        )
+    return labels
+
+
 def mean_squared_error(
     prediction: np.ndarray, target: np.ndarray, total: int | None = None
 ) -> tuple[float, np.ndarray]:
-    if prediction.shape != np.shape(target):
-        raise ShapeError(
-            f"mean_squared_error: target shape {np.shape(target)} differs from the model's "
-            f"output {prediction.shape}; pass one target per output element."
-        )
+    _check_elementwise(prediction.shape, target)
     total = prediction.size if total is None else total
     diff = prediction.astype(np.float64) - target
     return float(np.sum(diff**2) / total), 2.0 * diff / total
@@ -38,23 +71,9 @@ def sparse_categorical_crossentropy(
 ) -> tuple[float, np.ndarray]:
     """Cross-entropy of softmax outputs (N, ..., classes) against integer labels (N, ...), one
     per prediction ((N,) or (N, 1) for (N, classes) outputs), averaged over the predictions."""
-    labels = np.asarray(labels)
     shape = probabilities.shape
-    expected = shape[:-1]
-    fits = labels.shape == expected or (len(shape) == 2 and labels.size == shape[0])
-    if probabilities.ndim < 2 or not fits:
-        raise ShapeError(
-            f"sparse_categorical_crossentropy: expects (sample, ..., classes) probabilities and "
-            f"one integer label per prediction, shaped {expected}; got output {shape} and "
-            f"labels {labels.shape}."
-        )
-    if labels.size and (labels.min() < 0 or labels.max() >= shape[-1]):
-        raise ShapeError(
-            f"sparse_categorical_crossentropy: labels must lie in [0, {shape[-1]}), "
-            f"got [{labels.min()}, {labels.max()}]."
-        )
+    labels = _checked_labels(shape, labels).reshape(-1)
     rows = probabilities.reshape(-1, shape[-1])
-    labels = labels.reshape(-1)
     total = len(labels) if total is None else total
     picked = rows[np.arange(len(labels)), labels].astype(np.float64)
     picked = np.maximum(picked, 1e-12)  # log(0) guard; the softmax of finite inputs is positive
@@ -68,13 +87,8 @@ def categorical_crossentropy(
 ) -> tuple[float, np.ndarray]:
     """Cross-entropy of softmax outputs (N, ..., classes) against target distributions of the
     same shape (one-hot or soft labels), averaged over the predictions."""
+    _check_distributions(probabilities.shape, target)
     total = int(np.prod(probabilities.shape[:-1])) if total is None else total
-    if probabilities.ndim < 2 or np.shape(target) != probabilities.shape:
-        raise ShapeError(
-            f"categorical_crossentropy: expects (sample, ..., classes) probabilities and a "
-            f"target of the same shape, got output {probabilities.shape} and target "
-            f"{np.shape(target)}."
-        )
     p = np.maximum(probabilities.astype(np.float64), 1e-12)
     target = np.asarray(target, dtype=np.float64)
     return float(-np.sum(target * np.log(p)) / total), -target / (total * p)
@@ -108,7 +122,7 @@ LOSSES: dict[str, Loss] = {
 }
 
 TARGET_RANK: dict[str, Callable[[int], int]] = {
-    # the target tile of an output tile: the same region, or only its samples for labels
+    # the target tile of an output tile: the same region, or for labels all but its classes
     "mean_squared_error": lambda output_rank: output_rank,
     "sparse_categorical_crossentropy": lambda output_rank: output_rank - 1,
     "categorical_crossentropy": lambda output_rank: output_rank,
@@ -133,21 +147,16 @@ def loss_name(name: str) -> str:
 
 
 def check_target(name: str, output_shape: tuple[int, ...], target: np.ndarray) -> None:
-    """Raise ShapeError unless `target` fits the loss `name` for an output of `output_shape`."""
+    """Raise ShapeError unless `target` fits the loss `name` for an output of `output_shape`:
+    the losses' own checks, without an output-sized array (this runs for every batch)."""
     if name not in LOSSES:
         raise ShapeError(f"unknown loss '{name}'; choose one of {', '.join(LOSSES)}.")
     if name == "categorical_crossentropy":
-        categorical_crossentropy(np.full(output_shape, 0.5), target)  # raises on a mismatch
-        return
-    if TARGET_RANK[name](len(output_shape)) == len(output_shape):
-        mean_squared_error(np.zeros(output_shape), target)  # raises on a shape mismatch
-        return
-    if len(output_shape) < 2:
-        raise ShapeError(
-            f"{name}: the model's output must be (sample, ..., classes), got {output_shape}."
-        )
-    probabilities = np.full(output_shape, 1.0 / output_shape[-1])
-    sparse_categorical_crossentropy(probabilities, target)  # raises on bad labels
+        _check_distributions(output_shape, target)
+    elif name == "sparse_categorical_crossentropy":
+        _checked_labels(output_shape, target)
+    else:
+        _check_elementwise(output_shape, target)
 
 
 LOSS_IDS: tuple[str, ...] = tuple(LOSSES)
