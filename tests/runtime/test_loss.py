@@ -142,3 +142,29 @@ def test_flexflow_loss_type_names_are_understood():
     assert loss_name("LOSS_SPARSE_CATEGORICAL_CROSSENTROPY") == "sparse_categorical_crossentropy"
     with pytest.raises(ShapeError, match="unknown loss 'hinge'"):
         loss_name("hinge")
+
+
+@pytest.mark.parametrize(
+    "name, shape, target, match",
+    [
+        ("sparse_categorical_crossentropy", (4, 10), np.array([1, 2, 3, 12]), "labels must lie"),
+        ("sparse_categorical_crossentropy", (4, 3, 10), np.zeros(4, int), r"shaped \(4, 3\)"),
+        ("sparse_categorical_crossentropy", (4,), np.zeros(4, int), "sample, ..., classes"),
+        ("mean_squared_error", (4, 2), np.zeros((2, 4)), "target shape"),
+        ("categorical_crossentropy", (4, 3), np.zeros((4, 2)), "same shape"),
+    ],
+)
+def test_check_target_refuses_what_the_loss_would(name, shape, target, match):
+    from flexflow.runtime.loss import check_target
+
+    with pytest.raises(ShapeError, match=match):
+        check_target(name, shape, target)
+
+
+def test_check_target_accepts_fitting_targets():
+    from flexflow.runtime.loss import check_target
+
+    check_target("sparse_categorical_crossentropy", (4, 10), np.zeros((4, 1), int))
+    check_target("sparse_categorical_crossentropy", (2, 3, 5), np.full((2, 3), 4))
+    check_target("categorical_crossentropy", (2, 3, 5), np.zeros((2, 3, 5)))
+    check_target("mean_squared_error", (2, 3), np.zeros((2, 3)))
