@@ -169,8 +169,8 @@ class Conv2D(Window2D):
     @property
     def _pointwise(self) -> bool:
         """A 1x1 kernel with no padding and one group: each output pixel is the kernel times one
-        input pixel, so the (N, C, pixels) input multiplies through BLAS as it is, without
-        im2col's copies (two thirds of ResNet-101's convolutions)."""
+        input pixel, so the channel-major pixels multiply in one GEMM, without im2col (two
+        thirds of ResNet-101's convolutions)."""
         shape = (self.kernel_h, self.kernel_w, self.padding_h, self.padding_w, self.groups)
         return shape == (1, 1, 0, 0, 1)
 
@@ -187,8 +187,13 @@ class Conv2D(Window2D):
     ) -> tuple[np.ndarray, np.ndarray]:
         """z = conv(x) + b (N, O, H', W'), and the im2col columns (pointwise: the input pixels)
         it was computed from."""
-        if not self._pointwise:
-            return self._im2col_pre_activation(x, weights)
+        if self._pointwise:
+            return self._pointwise_pre_activation(x, weights)
+        return self._im2col_pre_activation(x, weights)
+
+    def _pointwise_pre_activation(
+        self, x: np.ndarray, weights: Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
         out_h, out_w = self._out_hw(x)
         pixels = self._pixels(x)  # (C, N*P)
         z = weights[0].reshape(self.out_channels, -1) @ pixels  # (O, C) @ (C, N*P)
