@@ -78,18 +78,20 @@ class ParameterStores:
             )
         self.devices: tuple[int, ...] = devices.pop()
         """The devices that keep a copy, in the order of the copy axis."""
-        self.copies = len(self.devices)
         self.flat = FlatLayout.of([p.spec.shape for p in self.graph.parameters])
         self.flat_weights = self._store_of(self._copies(self.flat.join(initial)))
-        self.flat_states = [self._zeros((self.copies, self.flat.size)) for _ in range(state_count)]
+        self.flat_states = [
+            self._zeros((len(self.devices), self.flat.size)) for _ in range(state_count)
+        ]
         self.flat_partials, self.flat_pending = (
-            self.runtime.create_store(ty.float32, (self.copies, self.flat.size)) for _ in range(2)
+            self.runtime.create_store(ty.float32, (len(self.devices), self.flat.size))
+            for _ in range(2)
         )
         self._split_flat()
 
     def _copies(self, flat: np.ndarray) -> np.ndarray:
         """A flat buffer with a copy per device, as the replicated stores hold it."""
-        return np.ascontiguousarray(np.broadcast_to(flat, (self.copies, flat.size)))
+        return np.ascontiguousarray(np.broadcast_to(flat, (len(self.devices), flat.size)))
 
     def _split_flat(self) -> None:
         """Each parameter's views of the flat stores (after they are made or replaced)."""
