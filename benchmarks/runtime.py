@@ -7,7 +7,9 @@ Both: WARMUP iterations, then BLOCKS blocks of ITERATIONS timed back to back; th
 block's mean. The two sides take turns, --rounds times per model (ours, PyTorch, ours, ...),
 and each side's figure is its median round: this host's speed drifts (PyTorch's MLP took 1.9
 ms in one run and 3.4 ms in the next), and turns keep a slow spell from landing on one side.
-The table also gives the lowest and highest ratio of a round's two sides.
+The table also gives the lowest and highest ratio of a round's two sides, and our time for
+the same model on one Legate CPU processor (also in turn): whether data parallelism over the
+host's processors pays at all.
 
 Where our time goes, from the task bodies' own timers (`Executor(record_timeline=True)`):
 "kernel" is the busiest processor's summed op-tile time per iteration (the numpy and C work of
@@ -64,7 +66,8 @@ def build(name: str):
     if name == "lenet":
         return load_model("lenet", FFConfig(batch_size=BATCH))
     if name == "resnet101":
-        return load_model("resnet101", FFConfig(batch_size=8), image_size=RESNET_IMAGE)
+        config = FFConfig(batch_size=BATCHES[name])
+        return load_model("resnet101", config, image_size=RESNET_IMAGE)
     model = FFModel(FFConfig(batch_size=BATCH))
     x = model.create_tensor((BATCH, 784), name="x")
     x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
