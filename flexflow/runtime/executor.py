@@ -55,6 +55,7 @@ from flexflow.fusion import (
     updates_in_step,
 )
 from flexflow.graph import OperatorGraph
+from flexflow.launches import iteration_tasks
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region, full_region
 from flexflow.optimizers import Optimizer, SGDOptimizer
@@ -127,6 +128,8 @@ class Executor:
         self.optimizer: Optimizer = optimizer or SGDOptimizer(learning_rate)
         self.iteration = 0
         """Updates applied so far (Adam's bias correction counts them; checkpoints keep it)."""
+        self.tasks_issued = 0
+        """Legate tasks this executor has created (`tasks_per_iteration` predicts them)."""
         self.timeline: list[tuple] | None = [] if record_timeline else None
         """(op, task, pass, start s, end s, thread) of every task, measured inside the task bodies
         (the thread tells the processor that ran it)."""
@@ -189,7 +192,7 @@ class Executor:
         self._staging = self.runtime.node_count == 1
         self.contributors = _contributors(graph, strategy)
         """Per parameter, the devices whose backward tasks compute parts of its gradient."""
-        kinds = [kind for kind, _ in local.kind_ordinals()]
+        self._kinds = kinds = [kind for kind, _ in local.kind_ordinals()]
         self.updates_in_step = updates_in_step(
             graph, strategy, self.groups, self.fused_tasks, self._sole, kinds
         )
@@ -312,25 +315,11 @@ class Executor:
         self.close()
 
     def tasks_per_iteration(self) -> int:
-        """The Legate tasks one `train_batch` issues (fills aside): what fusion saves."""
-        tasks = sum(
-            len(shards)
-            for tid, shards in self._input_shards.items()
-            if tid not in self.staged_inputs  # read from the staged batch (numpy batches)
-        )
-        if not self.updates_in_step:
-            tasks += sum(len(pieces) > 0 for pieces in self.update_groups.values())
-        last = len(self.groups) - 1
-        for group_id, group_tasks in enumerate(self.fused_tasks):
-            count = len(group_tasks)
-            if self._has_statistics(group_id):
-                # statistics, running statistics, forward; statistics, backward; the loss
-                tasks += 4 * count + 1 + (count if group_id == last else 0)
-            elif group_id == last:  # the loss inside the forward, and the backward with it
-                tasks += count if self._step_ready[group_id] else 2 * count
-            else:
-                tasks += 2 * count
-        return tasks
+        """The Legate tasks one `train_batch` issues (fills aside): what fusion saves, and what
+        the simulator charges the runtime's per-task cost on (`flexflow.launches`)."""
+        return iteration_tasks(
+            self.graph, self.strategy, self._kinds, self._staging, self._regions
+        ).total
 
     def _has_statistics(self, group_id: int) -> bool:
         """Whether the group is an op with batch statistics (alone: it never fuses)."""
@@ -459,6 +448,7 @@ class Executor:
         """A task on processor `device`; run it with `.execute()` after adding its stores."""
         with Scope(machine=self.processors[device]):
             task = self.runtime.create_auto_task(self.library, self.task_id)
+        self.tasks_issued += 1
         for value in (self.id, int(which), op, index, *extra):
             task.add_scalar_arg(value, ty.int64)
         return task

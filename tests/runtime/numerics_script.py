@@ -124,10 +124,16 @@ def run(build, loss: str = "mean_squared_error") -> dict:
     strategies += [
         (f"random{s}", named_strategy("random", graph, machine, s)) for s in range(STRATEGIES)
     ]
-    results = {}
+    results, task_counts = {}, {}
     for name, strategy in strategies:
         with Executor(graph, strategy, seed=0, learning_rate=LR) as executor:
-            losses = [executor.step(inputs, target, loss) for _ in range(STEPS)]
+            losses, issued = [], []
+            for _ in range(STEPS):
+                before = executor.tasks_issued
+                losses.append(executor.step(inputs, target, loss))
+                issued.append(executor.tasks_issued - before)
+            # what the simulator charges the runtime's per-task cost on (flexflow.launches)
+            task_counts[name] = (issued, executor.tasks_per_iteration())
             results[name] = (losses, executor.get_weights(), strategy)
     ref_losses, ref_weights = reference(graph, inputs, target, loss)
     base_losses, base_weights, _ = results["single"]
@@ -137,6 +143,7 @@ def run(build, loss: str = "mean_squared_error") -> dict:
             relative(base_weights[k], ref_weights[k]) for k in ref_weights
         ),
         "strategies": {},
+        "task_counts": task_counts,
         "splits": sorted({str(c.degrees) for _, (_, _, s) in results.items() for c in s.configs}),
         # strategies splitting an op whose tiles share batch statistics in that dimension
         "statistics_splits": sum(

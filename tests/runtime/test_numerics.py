@@ -50,6 +50,17 @@ def test_every_strategy_trains_like_one_device(report, model):
 
 
 @pytest.mark.legate
+@pytest.mark.parametrize("model", ["mlp", "cnn", "lstm", "classifier", "tagger"])
+def test_the_launch_count_predicts_the_tasks_each_step_issues(report, model):
+    """`flexflow.launches` (what the simulator charges the runtime's per-task cost on) counts
+    the Legate tasks the Executor creates in every training step, under every strategy."""
+    counts = report[model]["task_counts"]
+    wrong = {name: c for name, c in counts.items() if set(c[0]) != {c[1]}}
+    assert wrong == {}
+    assert len({c[1] for c in counts.values()}) >= 3  # strategies that issue different counts
+
+
+@pytest.mark.legate
 def test_batch_norm_is_split_by_sample_in_some_strategies(report):
     """The CNN's batch norm normalizes with statistics shared across its sample tiles."""
     assert report["cnn"]["statistics_splits"] >= 2

@@ -1,0 +1,103 @@
+"""The Legate tasks one training iteration of this project's runtime issues under a strategy.
+
+On CPU processors each Legate task costs the host a roughly fixed amount of runtime work (the
+Python thread issuing it, the utility thread's dependence analysis and mapping), and where the
+processors take every core that work takes the cores from the kernels: measured iteration times
+are the busiest processor's kernels plus about a third of a millisecond per task
+(benchmarks/fidelity.py). So the count below is what the simulator charges that cost on
+(`SimContext(fused_launches=True)`), and what the Executor reports; both read it from here,
+without Legate. It follows `flexflow.runtime.executor`:
+
+- a fused group (`flexflow.fusion`) issues a forward and a backward task per device; the last
+  group's forward also computes the loss, and where its tasks can run forward, loss and
+  backward at once (`FusedTask.step_ready`) that is one task per device;
+- an op with batch statistics runs alone: statistics, running statistics and forward tasks,
+  then statistics and backward tasks; after it, the loss is a task of its own per device;
+- updates run as one task per device owning update pieces (`flexflow.tiling.update_pieces`),
+  unless each device updates its own copies inside its next step (`updates_in_step`);
+- each shard of a model input is fed by a copy task, unless the step tasks read the batch
+  straight from the process (`inputs_read_in_step`, single-rank runs: `staging`).
+
+Zero fills of gradient stores are not counted: Legate issues them without a task body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from flexflow.fusion import (
+    fuse,
+    fused_task,
+    inputs_read_in_step,
+    sole_gradients,
+    updates_in_step,
+)
+from flexflow.graph import OperatorGraph
+from flexflow.ops.base import Region
+from flexflow.strategy import Strategy
+from flexflow.tiling import input_shards, update_pieces
+
+
+@dataclass(frozen=True, slots=True)
+class IterationTasks:
+    """Legate tasks per training iteration, by what they do."""
+
+    steps: int
+    """Forward, backward and fused-step tasks of the fused groups, the loss tasks included."""
+    statistics: int
+    """Batch statistics tasks (ops with batch norm's whole-batch statistics)."""
+    updates: int
+    feeds: int
+
+    @property
+    def total(self) -> int:
+        return self.steps + self.statistics + self.updates + self.feeds
+
+
+def iteration_tasks(
+    graph: OperatorGraph,
+    strategy: Strategy,
+    kinds: Sequence[str],
+    staging: bool = True,
+    regions: Sequence[tuple[Region, ...]] | None = None,
+) -> IterationTasks:
+    """The Legate tasks of one `Executor.train_batch` (see the module doc). `kinds[d]` is the
+    kind of device d ('cpu' or 'gpu'); `staging`: a single-rank run, whose step tasks may read
+    model inputs from the process; `regions[op]`, the op's task tiles, when already known."""
+    if regions is None:
+        regions = [
+            config.task_regions(node.sig.output_shape)
+            for node, config in zip(graph.ops, strategy.configs, strict=True)
+        ]
+    groups = fuse(graph, strategy, regions)
+    sole = sole_gradients(graph, strategy, regions)
+    last_tasks = [
+        fused_task(graph, groups[-1], index, [regions[op][index] for op in groups[-1].ops], sole)
+        for index in range(strategy[groups[-1].ops[0]].num_tasks)
+    ]
+    steps = statistics = 0
+    for group in groups:
+        count, last = strategy[group.ops[0]].num_tasks, group is groups[-1]
+        if graph.ops[group.ops[0]].op.statistics_dims:  # a batch norm, alone in its group
+            statistics += 2 * count + 1  # statistics, running statistics; statistics again
+            steps += 2 * count + (count if last else 0)  # forward, backward; the loss
+        elif last and all(task.step_ready for task in last_tasks):
+            steps += count  # forward, loss and backward in one task
+        else:
+            steps += 2 * count
+    # only a model that is one step task per device updates and reads its inputs inside it
+    in_step = updates_in_step(graph, strategy, groups, [last_tasks], sole, kinds)
+    staged = inputs_read_in_step(graph, strategy, groups, [last_tasks], kinds) if staging else {}
+    updates = 0
+    if not in_step:
+        owners = {
+            d for pieces in update_pieces(graph, strategy, regions).values() for _, d in pieces
+        }
+        updates = len(owners)
+    feeds = sum(
+        len(shards)
+        for tid, shards in input_shards(graph, strategy, regions).items()
+        if tid not in staged
+    )
+    return IterationTasks(steps, statistics, updates, feeds)
