@@ -68,6 +68,16 @@ DEVICE_CONSTANTS: dict[str, DeviceConstants] = {
 }
 
 
+# What each Legate task of this project's runtime costs a run on CPU processors, beyond its
+# kernel, when the processors take every core (the default: `flexflow.bootstrap` gives Legate
+# one CPU processor per core): the Python thread issuing the task and the utility thread
+# analysing and mapping it run on the processors' cores, so their work adds to the iteration
+# instead of overlapping it. Fitted on this project's 2-core host: measured iteration time minus
+# the busiest processor's kernel time, over strategies issuing 1-23 tasks per iteration
+# (benchmarks/fidelity.py; the README's fidelity section has the measurements).
+LEGATE_CPU_TASK_S = 0.37e-3
+
+
 @dataclass(frozen=True, slots=True)
 class TaskTime:
     forward_s: float

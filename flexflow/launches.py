@@ -35,7 +35,7 @@ from flexflow.fusion import (
 )
 from flexflow.graph import OperatorGraph
 from flexflow.ops.base import Region
-from flexflow.strategy import Strategy
+from flexflow.strategy import ParallelConfig, Strategy
 from flexflow.tiling import input_shards, update_pieces
 
 
@@ -101,3 +101,29 @@ def iteration_tasks(
         if tid not in staged
     )
     return IterationTasks(steps, statistics, updates, feeds)
+
+
+class LaunchCounter:
+    """`iteration_tasks` of one graph's strategies on one machine, memoized: a search asks for
+    the same strategies again (an undone proposal, its chain's current strategy)."""
+
+    MEMO_LIMIT = 1 << 16
+    """Strategies remembered; the memo starts afresh beyond it (a long search's early
+    strategies are rarely asked for again)."""
+
+    def __init__(self, graph: OperatorGraph, kinds: Sequence[str], staging: bool = True) -> None:
+        self.graph, self.kinds, self.staging = graph, tuple(kinds), staging
+        self._names = tuple(node.name for node in graph.ops)
+        self._memo: dict[tuple[ParallelConfig, ...], IterationTasks] = {}
+
+    def __call__(self, configs: Sequence[ParallelConfig]) -> IterationTasks:
+        key = tuple(configs)
+        found = self._memo.get(key)
+        if found is None:
+            if len(self._memo) >= self.MEMO_LIMIT:
+                self._memo.clear()
+            strategy = Strategy(self._names, key)
+            found = self._memo[key] = iteration_tasks(
+                self.graph, strategy, self.kinds, self.staging
+            )
+        return found

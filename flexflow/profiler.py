@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from flexflow.allocator import keep_freed_memory
 from flexflow.cost import DEVICE_CONSTANTS, Profile, TaskTime, cost_key
 from flexflow.errors import FlexFlowError, MachineError
 from flexflow.graph import OperatorGraph, OpNode
@@ -92,6 +93,7 @@ def profile_graph(
     if repeats < 1:
         raise FlexFlowError(f"profile: repeats must be at least 1, got {repeats}.")
     times: dict = {}
+    keep_freed_memory()  # as the Executor does: kernels timed without page faults
     with threadpool_limits(1, user_api="blas"):  # as in a Legate CPU task: one core each
         for done, node in enumerate(graph.ops):
             _profile_op(node, machine, models, repeats, times)

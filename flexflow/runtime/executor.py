@@ -41,6 +41,7 @@ from legate.core import Scope, TaskTarget, get_legate_runtime, get_machine
 from legate.core import types as ty
 from threadpoolctl import threadpool_limits
 
+from flexflow.allocator import keep_freed_memory
 from flexflow.checkpoint import check_checkpoint, read_checkpoint, write_checkpoint
 from flexflow.errors import StrategyError
 from flexflow.fusion import (
@@ -59,7 +60,6 @@ from flexflow.launches import iteration_tasks
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region, full_region
 from flexflow.optimizers import Optimizer, SGDOptimizer
-from flexflow.runtime.allocator import keep_freed_memory
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.loss import (
     LOSS_IDS,

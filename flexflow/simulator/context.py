@@ -14,9 +14,11 @@ from __future__ import annotations
 import itertools
 import math
 from array import array
+from collections.abc import Sequence
 
-from flexflow.cost import CostModel, TaskTime
+from flexflow.cost import DEVICE_CONSTANTS, LEGATE_CPU_TASK_S, CostModel, TaskTime
 from flexflow.graph import OperatorGraph
+from flexflow.launches import LaunchCounter
 from flexflow.machine import Device, Machine
 from flexflow.ops.base import Region
 from flexflow.simulator.keys import DEVICE_TASK
@@ -69,6 +71,11 @@ class SimContext:
         where their tiles line up (`flexflow.fusion`): such an op pays no launch overhead.
         Off for the paper's simulator (the presets, exhaustive search, whose bound assumes
         a launch per op); on when planning a run on the `local` machine."""
+        self.serial_launches = fused_launches and all(d.kind == "cpu" for d in machine.devices)
+        """This runtime on CPU processors only: each Legate task it issues costs the whole
+        host `LEGATE_CPU_TASK_S`, added to the iteration (`runtime_s`), instead of a launch
+        overhead on its device (`flexflow.launches` says why)."""
+        self._launches = LaunchCounter(graph, [d.kind for d in machine.devices])
         self.num_devices = machine.num_devices
         self.num_resources = machine.num_devices + len(machine.links)
         self.resource_sets = ResourceSets(machine.num_devices)
@@ -203,9 +210,23 @@ class SimContext:
             r = len(holders)
             ring_bytes = int(2 * (r - 1) / r * elements * 4) if r > 1 else 0
             devices = self.machine.devices
-            update_s = array("d", [self.cost.update_time(elements, devices[d]) for d in holders])
+            update_s = array("d", [self.update_time(elements, devices[d]) for d in holders])
             found = self._sync_groups_built[key] = (ring_bytes, array("i", holders), update_s)
         return found
+
+    def update_time(self, elements: int, device: Device) -> float:
+        """An update task's time; under `serial_launches` its launch is in `runtime_s`."""
+        update_s = self.cost.update_time(elements, device)
+        if self.serial_launches:
+            update_s -= DEVICE_CONSTANTS[device.kind].launch_overhead_s
+        return update_s
+
+    def runtime_s(self, configs: Sequence[ParallelConfig]) -> float:
+        """What the runtime adds to an iteration under `serial_launches`: its Legate tasks
+        (`flexflow.launches`) times `LEGATE_CPU_TASK_S`; 0 otherwise."""
+        if not self.serial_launches:
+            return 0.0
+        return self._launches(configs).total * LEGATE_CPU_TASK_S
 
     def device_array(self, devices: tuple[int, ...]) -> array:
         """A configuration's task devices as an array ("i"), for the C edge builder."""

@@ -110,6 +110,7 @@ class _Undo:
     edges: list = field(default_factory=list)  # (lo, the sources of edges lo..) before removal
     removed: list[int] = field(default_factory=list)
     added: list[int] = field(default_factory=list)
+    runtime_s: float = 0.0  # the graph's runtime_s before the change
 
 
 class TaskGraph:
@@ -165,6 +166,8 @@ class TaskGraph:
             [("edge", node.id, j) for node in graph.ops for j in range(len(node.inputs))]
         )
         self._build_syncs(list(self._users))
+        self.runtime_s = context.runtime_s(self.configs)
+        """What the runtime adds to the iteration beyond the timeline (`SimContext.runtime_s`)."""
 
     # ---- queries -------------------------------------------------------------------------------
     @property
@@ -313,7 +316,8 @@ class TaskGraph:
         self._build_edges([block for block in blocks if block[0] == "edge"])
         self._build_syncs([block[1] for block in blocks if block[0] == "sync"])
         added = [t for block in blocks for t in self.blocks[block]]
-        undo.removed, undo.added = removed, added
+        undo.removed, undo.added, undo.runtime_s = removed, added, self.runtime_s
+        self.runtime_s = self.context.runtime_s(self.configs)
         self._undo = undo
         return GraphChange(array("i", removed), array("i", added), touched)
 
@@ -339,6 +343,7 @@ class TaskGraph:
             self.fwd[o], self.bwd[o], self._sync_parts[o] = fwd, bwd, parts
         for op, config in undo.configs:
             self.configs[op] = config
+        self.runtime_s = undo.runtime_s
 
     def _per_task(self) -> tuple:
         """The containers with an entry per task id."""
@@ -410,7 +415,8 @@ class TaskGraph:
         bwd_key = BWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
         for k, device in enumerate(config.devices):
             time = self.context.task_time(node.id, config.degrees, devices[device])
-            if fused:  # inside the previous op's task: launched with it
+            # inside the previous op's task, or its launch charged to the iteration (runtime_s)
+            if fused or self.context.serial_launches:
                 launch = DEVICE_CONSTANTS[devices[device].kind].launch_overhead_s
                 time = TaskTime(
                     max(0.0, time.forward_s - launch), max(0.0, time.backward_s - launch)

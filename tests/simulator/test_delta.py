@@ -57,7 +57,8 @@ def timeline(tg: TaskGraph, schedule) -> dict:
 def assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches: bool) -> None:
     """After each move (op pick, configuration pick), delta simulation's schedule is the full
     simulation's of the changed strategy, task for task."""
-    graph, m = random_graph(graph_seed), parse_machine(machine)
+    graph = random_graph(graph_seed)
+    m = parse_machine(machine) if isinstance(machine, str) else machine
     context = SimContext(graph, m, CostModel(), fused_launches=fused_launches)
     strategy = named_strategy(start, graph, m, seed=graph_seed)
     delta = DeltaSimulator(TaskGraph(context, strategy))
@@ -73,6 +74,7 @@ def assert_delta_equals_full(graph_seed, machine, start, moves, fused_launches: 
         fresh = TaskGraph(context, strategy)
         full = full_simulate(fresh)
         assert delta.iteration_s == full.iteration_s
+        assert delta.tg.runtime_s == fresh.runtime_s
         assert timeline(delta.tg, delta.schedule) == timeline(fresh, full)
 
 

@@ -1,0 +1,102 @@
+"""The cost of this project's runtime on CPU processors: every Legate task it issues adds
+LEGATE_CPU_TASK_S to the iteration (flexflow.launches), instead of a launch on its device."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.cost import DEVICE_CONSTANTS, LEGATE_CPU_TASK_S, CostModel
+from flexflow.launches import iteration_tasks
+from flexflow.machine_presets import LegateRanks, local_machine
+from flexflow.simulator import SimContext, TaskGraph, full_simulate
+from flexflow.simulator.taskgraph import COMPUTE
+from flexflow.strategies import named_strategy
+from flexflow.strategy import ParallelConfig, Strategy
+from tests.simulator.test_delta import GRAPH_SEEDS, PICK, assert_delta_equals_full
+
+ONE_HOST = LegateRanks(1, 1)
+
+
+def cpus(n: int, gpus: int = 0):
+    return local_machine(f"--cpus {n} --gpus {gpus}", memory_bytes=1 << 34, ranks=ONE_HOST)
+
+
+def mlp():
+    model = FFModel(FFConfig(batch_size=64))
+    x = model.create_tensor((64, 784))
+    x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
+    x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
+    model.softmax(model.dense(x, 10))
+    return model.graph()
+
+
+def on_one_device(graph) -> Strategy:
+    return Strategy(
+        tuple(n.name for n in graph.ops),
+        tuple(ParallelConfig.single(len(n.sig.output_shape), 0) for n in graph.ops),
+    )
+
+
+def test_each_legate_task_adds_its_cost_to_the_iteration():
+    graph, machine = mlp(), cpus(2)
+    context = SimContext(graph, machine, CostModel(), fused_launches=True)
+    kinds = [d.kind for d in machine.devices]
+    for name in ("dp", "expert", "model", "random"):
+        strategy = named_strategy(name, graph, machine, seed=3)
+        tg = TaskGraph(context, strategy)
+        tasks = iteration_tasks(graph, strategy, kinds).total
+        assert tg.runtime_s == pytest.approx(tasks * LEGATE_CPU_TASK_S)
+        # the timeline is the kernels and transfers; the iteration adds the runtime's work
+        full = full_simulate(tg)
+        assert full.iteration_s == pytest.approx(max(full.end) + tg.runtime_s)
+
+
+def test_cpu_tasks_carry_no_launch_of_their_own_under_serial_launches():
+    graph, machine = mlp(), cpus(2)
+    strategy = named_strategy("model", graph, machine)  # a task per op: nothing fuses
+    launch = DEVICE_CONSTANTS["cpu"].launch_overhead_s
+    plain = TaskGraph(SimContext(graph, machine, CostModel()), strategy)
+    serial = TaskGraph(SimContext(graph, machine, CostModel(), fused_launches=True), strategy)
+    assert plain.runtime_s == 0.0
+    pairs = [(plain.exe[t], serial.exe[t]) for t in plain.live_tasks() if plain.kind[t] == COMPUTE]
+    assert pairs and all(b == pytest.approx(a - launch) for a, b in pairs)
+
+
+def test_gpu_machines_keep_a_launch_per_device():
+    graph, machine = mlp(), cpus(1, gpus=2)
+    context = SimContext(graph, machine, CostModel(), fused_launches=True)
+    assert not context.serial_launches
+    assert TaskGraph(context, named_strategy("dp", graph, machine)).runtime_s == 0.0
+
+
+def test_strategies_issuing_many_tasks_rank_behind_data_parallelism():
+    """As measured on 2 Legate CPUs (benchmarks/fidelity.py: the MLP's expert strategy, 17
+    tasks per iteration, ran 2.5x slower than data parallelism's 2). With a launch per
+    device and none on the host, the simulator ranked the expert strategy first."""
+    graph, machine = mlp(), cpus(2)
+
+    def iteration_s(name: str, fused: bool) -> float:
+        context = SimContext(graph, machine, CostModel(), fused_launches=fused)
+        strategy = named_strategy(name, graph, machine)
+        return full_simulate(TaskGraph(context, strategy)).iteration_s
+
+    assert iteration_s("expert", True) > 1.5 * iteration_s("dp", True)
+    one = TaskGraph(
+        SimContext(graph, machine, CostModel(), fused_launches=True), on_one_device(graph)
+    )
+    assert one.runtime_s == pytest.approx(LEGATE_CPU_TASK_S)  # one step task in all
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_seed=GRAPH_SEEDS,
+    devices=st.sampled_from((2, 3, 4)),
+    start=st.sampled_from(("dp", "expert", "random")),
+    moves=st.lists(st.tuples(PICK, PICK, st.booleans()), min_size=1, max_size=8),
+)
+def test_delta_equals_full_with_the_runtime_cost(graph_seed, devices, start, moves):
+    """Changes and undos keep the runtime's share in step with a full simulation."""
+    assert_delta_equals_full(graph_seed, cpus(devices), start, moves, fused_launches=True)
