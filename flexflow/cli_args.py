@@ -87,5 +87,6 @@ def add_fused_launches(parser: argparse.ArgumentParser) -> None:
         "--fused-launches",
         action="store_true",
         help="model flexflow's runtime, which runs an op inside the task of the op before it "
-        "where their tiles line up (no launch of its own), as planning a training run does",
+        "where their tiles line up (no launch of its own) and, on CPU-only machines, charges "
+        "each Legate task it issues to the whole host, as planning a training run does",
     )

@@ -234,6 +234,23 @@ def test_fused_launches_model_the_runtime(capsys):
     assert code == 0 and json.loads(out)["iteration_ms"] == pytest.approx(times[1])
 
 
+def test_fused_launches_on_cpus_charge_the_runtime_per_legate_task(capsys, tmp_path, monkeypatch):
+    from flexflow.cost import LEGATE_CPU_TASK_S
+
+    monkeypatch.setenv("LEGATE_CONFIG", "--cpus 2 --gpus 0")
+    taskgraph = tmp_path / "tg.json"
+    args = ("lenet", "--machine", "local", "--json", "--fused-launches")
+    code, out, _ = run(capsys, "simulate", *args, "--strategy", "dp", "--taskgraph", str(taskgraph))
+    assert code == 0
+    result = json.loads(out)
+    # data parallel LeNet is one step task per CPU processor (flexflow.launches)
+    assert result["runtime_ms"] == pytest.approx(2 * LEGATE_CPU_TASK_S * 1e3)
+    end = max(t["end_ms"] for t in json.loads(taskgraph.read_text())["tasks"])
+    assert result["iteration_ms"] == pytest.approx(end + result["runtime_ms"])
+    code, out, _ = run(capsys, "simulate", *args, "--strategy", "model")
+    assert code == 0 and json.loads(out)["runtime_ms"] > result["runtime_ms"]
+
+
 def test_simulate_rejects_a_bad_strategy_file(capsys, tmp_path):
     path = tmp_path / "s.json"
     path.write_text('{"format": "flexflow-strategy", "version": 1, "ops": [')

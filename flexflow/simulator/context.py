@@ -63,6 +63,7 @@ class SimContext:
         machine: Machine,
         cost: CostModel | None = None,
         fused_launches: bool = False,
+        serial_launches: bool | None = None,
     ) -> None:
         self.graph, self.machine = graph, machine
         self.cost = cost or CostModel()
@@ -71,10 +72,13 @@ class SimContext:
         where their tiles line up (`flexflow.fusion`): such an op pays no launch overhead.
         Off for the paper's simulator (the presets, exhaustive search, whose bound assumes
         a launch per op); on when planning a run on the `local` machine."""
-        self.serial_launches = fused_launches and all(d.kind == "cpu" for d in machine.devices)
-        """This runtime on CPU processors only: each Legate task it issues costs the whole
-        host `LEGATE_CPU_TASK_S`, added to the iteration (`runtime_s`), instead of a launch
-        overhead on its device (`flexflow.launches` says why)."""
+        if serial_launches is None:
+            serial_launches = fused_launches and all(d.kind == "cpu" for d in machine.devices)
+        self.serial_launches = serial_launches
+        """This runtime on CPU processors only (the default where `fused_launches` is on and
+        every device is a CPU): each Legate task it issues costs the whole host
+        `LEGATE_CPU_TASK_S`, added to the iteration (`runtime_s`), instead of a launch overhead
+        on its device (`flexflow.launches` says why). False gives the per-device model."""
         self._launches = LaunchCounter(graph, [d.kind for d in machine.devices])
         self.num_devices = machine.num_devices
         self.num_resources = machine.num_devices + len(machine.links)

@@ -108,6 +108,7 @@ def taskgraph_json(tg: TaskGraph, schedule: Schedule) -> dict[str, Any]:
         "version": TASKGRAPH_VERSION,
         "machine": tg.machine.name,
         "iteration_ms": schedule.iteration_s * 1e3,
+        "runtime_ms": tg.runtime_s * 1e3,  # beyond the tasks' timeline (TaskGraph.runtime_s)
         "tasks": tasks,
     }
 

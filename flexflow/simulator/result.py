@@ -11,6 +11,7 @@ from flexflow.simulator.taskgraph import COMM, COMPUTE, UPDATE, TaskGraph
 @dataclass(frozen=True, slots=True)
 class SimulationResult:
     iteration_ms: float
+    runtime_ms: float  # what the runtime adds beyond the timeline (TaskGraph.runtime_s)
     compute_ms_total: float  # forward, backward and update tasks, summed over devices
     comm_bytes_total: int  # activations, gradients and parameter synchronization
     num_tasks: int
@@ -20,6 +21,7 @@ class SimulationResult:
     def to_json(self) -> dict:
         return {
             "iteration_ms": self.iteration_ms,
+            "runtime_ms": self.runtime_ms,
             "compute_ms_total": self.compute_ms_total,
             "comm_bytes_total": self.comm_bytes_total,
             "num_tasks": self.num_tasks,
@@ -44,6 +46,7 @@ def summarize(tg: TaskGraph, schedule: Schedule) -> SimulationResult:
             busy[x] += tg.exe[t]
     return SimulationResult(
         iteration_ms=schedule.iteration_s * 1e3,
+        runtime_ms=tg.runtime_s * 1e3,
         compute_ms_total=compute_s * 1e3,
         comm_bytes_total=comm_bytes,
         num_tasks=count,
