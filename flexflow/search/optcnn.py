@@ -103,7 +103,7 @@ def sync_s(context: SimContext, op: int, config: ParallelConfig, users: dict[int
                 size = 2 * (r - 1) / r * elements * 4
                 ring += [(a, group[(i + 1) % r], size) for i, a in enumerate(group)]
             for d in group:
-                updates[d] += context.cost.update_time(elements, devices[d])
+                updates[d] += context.update_time(elements, devices[d])
         total += (parallel_transfer_s(context, ring) + max(updates.values())) / users[pid]
     return total
 

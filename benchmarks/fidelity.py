@@ -1,0 +1,329 @@
+"""Simulator fidelity on this host (the paper's §8.3.1, Figure 11): simulated vs measured iteration times.
+
+The search is only as good as the order its simulator puts strategies in. For each model this
+measures, in one Legate process with LEGATE_CONFIG="--cpus 2 --gpus 0", the task-time profile
+the search uses (`flexflow.profiler`), then for each strategy of the `local` machine (data
+parallelism, everything on one CPU, the expert and model-parallel strategies, RANDOM seeded
+random strategies and the strategies a --budget search picks with each simulator below) its
+simulated iteration (the
+planning context of `flexflow.planning`: the profile, fused launches, each Legate task's cost
+to the host) and its measured one: the Executor training on a fixed batch, WARMUP iterations,
+then BLOCKS blocks of --iterations, the median block. The strategies take turns, --rounds
+times, and each keeps its fastest round (this host's speed drifts; the fastest is the least
+disturbed). Each strategy is also simulated with a launch overhead on its task's device instead
+of the runtime's per-task cost to the host (`SimContext(serial_launches=False)`): the model
+the planner used before, side by side.
+
+Reported per strategy: measured and simulated ms; per model: how many pairs of strategies
+each simulator orders as measured (pairs whose measured times are within TIE of each other are
+too close to call and left out), the mean error, how many strategies are within the paper's 30%,
+and which strategy each simulator would pick. Results: results/fidelity.{csv,md,png} (the plot:
+simulated against measured, log-log, the y = x line and the paper's 30% band).
+
+    .venv/bin/python benchmarks/fidelity.py [--models lenet,mlp,rnnlm] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import RESULTS, png_bytes, write_csv, write_markdown  # noqa: E402
+
+CPUS = 2
+BATCH = 64
+WARMUP = 2
+BLOCKS = 3
+RANDOM = 8
+SEARCH_BUDGET_S = 10.0
+TIE = 0.05
+"""Pairs whose measured times differ by less than this fraction are not counted as ordered."""
+PAPER_BAND = 0.3
+"""The paper's Figure 11: simulated times within 30% of measured ones."""
+MODELS = ("lenet", "mlp", "rnnlm")
+RNNLM_SIZES = {"seq_length": 8, "vocab_size": 256, "embed_size": 64, "hidden_size": 64}
+"""RNNLM shrunk to a laptop (its zoo size is 40 steps of 1024-wide LSTMs over 10,000 words)."""
+
+
+def build(name: str):
+    from flexflow import ActiMode, FFConfig, FFModel
+    from flexflow.zoo import load_model
+
+    config = FFConfig(batch_size=BATCH)
+    if name == "lenet":
+        return load_model("lenet", config)
+    if name == "rnnlm":
+        return load_model("rnnlm", config, **RNNLM_SIZES)
+    if name != "mlp":
+        raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    model = FFModel(config)
+    x = model.create_tensor((BATCH, 784), name="x")
+    x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
+    x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
+    model.softmax(model.dense(x, 10))
+    return model
+
+
+def batch(graph):
+    """One batch of random inputs and its labels (the loss's targets)."""
+    rng = np.random.default_rng(0)
+    inputs = {}
+    for tensor in graph.input_tensors:
+        shape = tensor.spec.shape
+        if tensor.spec.dtype.is_float:
+            inputs[tensor.name] = rng.standard_normal(shape).astype(np.float32)
+        else:
+            inputs[tensor.name] = rng.integers(0, RNNLM_SIZES["vocab_size"], shape, np.int32)
+    out = graph.ops[-1].sig.outputs[0].shape
+    labels = rng.integers(0, out[-1], out[:-1])
+    return inputs, labels
+
+
+def strategies(graph, machine, contexts: dict, budget_s: float) -> dict:
+    """The strategies measured, by label: the named ones, random ones, and what a search of
+    `budget_s` (as `flexflow.planning` runs it) picks with each simulator of `contexts`."""
+    from flexflow.search import search
+    from flexflow.strategies import named_strategy
+    from flexflow.strategy import ParallelConfig, Strategy
+
+    names = tuple(node.name for node in graph.ops)
+    one = Strategy(
+        names, tuple(ParallelConfig.single(len(n.sig.output_shape), 0) for n in graph.ops)
+    )
+    found = {
+        "dp": named_strategy("dp", graph, machine),
+        "one cpu": one,
+        "expert": named_strategy("expert", graph, machine),
+        "model": named_strategy("model", graph, machine),
+    }
+    for seed in range(RANDOM):
+        found[f"random {seed}"] = named_strategy("random", graph, machine, seed)
+    for label, context in contexts.items():
+        result = search(context, budget_s, seed=0, polish_budget_s=budget_s)
+        found[f"searched ({label})"] = result.best
+    unique: dict = {}
+    for label, strategy in found.items():  # one measurement per distinct strategy
+        twin = next((k for k, s in unique.items() if s == strategy), None)
+        unique[label if twin is None else f"{twin} = {label}"] = unique.pop(twin, strategy)
+    return unique
+
+
+def measure(executor, inputs, labels, iterations: int) -> float:
+    """Seconds per iteration: the median of BLOCKS blocks of `iterations`."""
+    loss = "sparse_categorical_crossentropy"
+    for _ in range(WARMUP):
+        executor.train_batch(inputs, labels, loss).read()
+    blocks = []
+    for _ in range(BLOCKS):
+        executor.runtime.issue_execution_fence(block=True)
+        begin = time.perf_counter()
+        for _ in range(iterations):
+            stats = executor.train_batch(inputs, labels, loss)
+        stats.read()
+        executor.runtime.issue_execution_fence(block=True)
+        blocks.append((time.perf_counter() - begin) / iterations)
+    return sorted(blocks)[BLOCKS // 2]
+
+
+def worker(name: str, iterations: int, rounds: int, budget_s: float) -> list[dict]:
+    """Runs inside the Legate process: profile, simulate and measure every strategy."""
+    from contextlib import ExitStack
+
+    import flexflow  # noqa: F401  (prepares Legate)
+    from flexflow.cost import CostModel
+    from flexflow.machine import parse_machine
+    from flexflow.profiler import profile_graph
+    from flexflow.runtime import Executor
+    from flexflow.simulator import SimContext, TaskGraph, full_simulate
+
+    graph = build(name).graph()
+    machine = parse_machine("local")
+    profile = profile_graph(graph, machine)
+    cost = CostModel(profile)
+    context = SimContext(graph, machine, cost, fused_launches=True)
+    # the model before the runtime's per-task cost: a launch overhead on each task's device
+    per_device = SimContext(graph, machine, cost, fused_launches=True, serial_launches=False)
+    chosen = strategies(graph, machine, {"simulated": context, "per-device": per_device}, budget_s)
+    inputs, labels = batch(graph)
+    measured: dict[str, list[float]] = {label: [] for label in chosen}
+    with ExitStack() as stack:
+        executors = {
+            label: stack.enter_context(Executor(graph, strategy, learning_rate=0.001))
+            for label, strategy in chosen.items()
+        }
+        for _ in range(rounds):
+            for label, executor in executors.items():
+                measured[label].append(measure(executor, inputs, labels, iterations))
+    return [
+        {
+            "model": name,
+            "strategy": label,
+            "simulated_ms": round(full_simulate(TaskGraph(context, s)).iteration_s * 1e3, 3),
+            "per_device_ms": round(full_simulate(TaskGraph(per_device, s)).iteration_s * 1e3, 3),
+            "measured_ms": round(min(measured[label]) * 1e3, 3),
+            "devices_used": len({d for config in s.configs for d in config.devices}),
+            "strategy_json": json.dumps([[list(c.degrees), list(c.devices)] for c in s.configs]),
+        }
+        for label, s in chosen.items()
+    ]
+
+
+def ordered_pairs(rows: list[dict], column: str) -> tuple[int, int]:
+    """(pairs `column` orders as measured, pairs counted), ties within TIE left out."""
+    agree = counted = 0
+    for a, b in itertools.combinations(rows, 2):
+        ma, mb = a["measured_ms"], b["measured_ms"]
+        if abs(ma - mb) < TIE * min(ma, mb):
+            continue
+        counted += 1
+        agree += (a[column] < b[column]) == (ma < mb)
+    return agree, counted
+
+
+def errors(rows: list[dict], column: str) -> list[float]:
+    """|simulated - measured| / measured per strategy."""
+    return [abs(r[column] - r["measured_ms"]) / r["measured_ms"] for r in rows]
+
+
+def pick(rows: list[dict], column: str) -> str:
+    """The strategy `column` has fastest, with its measured time."""
+    r = min(rows, key=lambda r: r[column])
+    return f"{r['strategy']} ({r['measured_ms']:.2f} ms)"
+
+
+def summary_lines(rows: list[dict], command: str) -> list[str]:
+    lines = [
+        "# Simulator fidelity on this host (paper §8.3.1, Figure 11)",
+        "",
+        f'`{command}` (LEGATE_CONFIG="--cpus {CPUS} --gpus 0", batch {BATCH}, '
+        f"{time.strftime('%Y-%m-%d')}). Simulated: the planning simulator (this host's "
+        "measured task profile, fused launches, each Legate task's cost to the host). Per-device "
+        "launches: the same without that cost, a launch overhead on each task's device instead "
+        "(the model before). Measured: the Executor, fastest round's median block. Plot: "
+        "fidelity.png.",
+        "",
+        "| model | strategy | devices | measured ms | simulated ms | sim. / measured | "
+        "per-device launches ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ratio = r["simulated_ms"] / r["measured_ms"]
+        lines.append(
+            f"| {r['model']} | {r['strategy']} | {r['devices_used']} | {r['measured_ms']:.2f} | "
+            f"{r['simulated_ms']:.2f} | {ratio:.2f} | {r['per_device_ms']:.2f} |"
+        )
+    lines += [
+        "",
+        f"Pairs of strategies whose measured times differ by at least {TIE:.0%}, and how many "
+        "each model orders as measured; the error is |simulated - measured| / measured; the "
+        "pick is the strategy each model simulates fastest, with its measured time.",
+        "",
+        "| model | pairs | ordered: simulated | ordered: per-device | mean error: simulated "
+        f"| within {PAPER_BAND:.0%}: simulated | mean error: per-device | pick: simulated "
+        "| pick: per-device | fastest measured |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model, group in itertools.groupby(rows, key=lambda r: r["model"]):
+        group = list(group)
+        agree, counted = ordered_pairs(group, "simulated_ms")
+        agree_before, _ = ordered_pairs(group, "per_device_ms")
+        now, before = errors(group, "simulated_ms"), errors(group, "per_device_ms")
+        within = sum(e <= PAPER_BAND for e in now)
+
+        lines.append(
+            f"| {model} | {counted} | {agree} | {agree_before} | {np.mean(now):.0%} | "
+            f"{within} of {len(group)} | {np.mean(before):.0%} | {pick(group, 'simulated_ms')} | "
+            f"{pick(group, 'per_device_ms')} | {pick(group, 'measured_ms')} |"
+        )
+    return lines
+
+
+def plot(rows: list[dict]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        group = [r for r in rows if r["model"] == model]
+        sim = np.array([r["simulated_ms"] for r in group])
+        real = np.array([r["measured_ms"] for r in group])
+        values = [r[k] for r in group for k in ("simulated_ms", "per_device_ms", "measured_ms")]
+        low, high = min(values) / 1.5, max(values) * 1.5
+        line = np.array([low, high])
+        ax.plot(line, line, color="black", lw=1, label="simulated = measured")
+        ax.fill_between(line, line * (1 - PAPER_BAND), line * (1 + PAPER_BAND), alpha=0.15,
+                        color="gray", label=f"±{PAPER_BAND:.0%}")  # fmt: skip
+        before = np.array([r["per_device_ms"] for r in group])
+        ax.scatter(real, before, zorder=2, marker="x", color="tab:red", alpha=0.6,
+                   label="per-device launches")  # fmt: skip
+        ax.scatter(real, sim, zorder=3, color="tab:blue", label="simulated")
+        for r in group:  # the random strategies stay unlabelled (dots)
+            if not r["strategy"].startswith("random"):
+                ax.annotate(r["strategy"], (r["measured_ms"], r["simulated_ms"]), fontsize=7,
+                            xytext=(3, -9), textcoords="offset points")  # fmt: skip
+        ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high),
+               xlabel="measured ms per iteration", ylabel="simulated ms per iteration",
+               title=f"{model}, {CPUS} Legate CPUs")  # fmt: skip
+        ax.grid(alpha=0.3, which="both")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.legend(fontsize=7, loc="upper left")
+    return png_bytes(fig)
+
+
+def run_worker(name: str, args: argparse.Namespace) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
+    env["LEGATE_CONFIG"] = f"--cpus {CPUS} --gpus 0"
+    command = [sys.executable, __file__, "--worker", name, "--iterations", str(args.iterations),
+               "--rounds", str(args.rounds), "--budget", str(args.budget)]  # fmt: skip
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name}: the Legate run failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    from flexflow.fileio import atomic_write_bytes
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--iterations", type=int, default=10, help="per timed block")
+    parser.add_argument("--rounds", type=int, default=2, help="turns of every strategy")
+    parser.add_argument("--budget", type=float, default=SEARCH_BUDGET_S, help="search seconds")
+    parser.add_argument("--out", default="fidelity", help="results file stem")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.iterations, args.rounds, args.budget)))
+        return
+    models = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown or not models or args.iterations < 1 or args.rounds < 1 or args.budget < 0:
+        parser.error(f"--models from {', '.join(MODELS)}; --iterations and --rounds >= 1; "
+                     "--budget >= 0")  # fmt: skip
+    rows = [row for name in models for row in run_worker(name, args)]
+    command = (f".venv/bin/python benchmarks/fidelity.py --models {','.join(models)} "
+               f"--iterations {args.iterations} --rounds {args.rounds} --budget {args.budget:g}")  # fmt: skip
+    lines = summary_lines(rows, command)
+    write_csv(RESULTS / f"{args.out}.csv", rows)
+    write_markdown(RESULTS / f"{args.out}.md", lines)
+    atomic_write_bytes(RESULTS / f"{args.out}.png", plot(rows))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
