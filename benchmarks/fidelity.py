@@ -38,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_io import RESULTS, png_bytes, write_csv, write_markdown  # noqa: E402
+from timing import LOSS, timed_block  # noqa: E402
 
 CPUS = 2
 BATCH = 64
@@ -119,18 +120,12 @@ def strategies(graph, machine, contexts: dict, budget_s: float) -> dict:
 
 def measure(executor, inputs, labels, iterations: int) -> float:
     """Seconds per iteration: the median of BLOCKS blocks of `iterations`."""
-    loss = "sparse_categorical_crossentropy"
     for _ in range(WARMUP):
-        executor.train_batch(inputs, labels, loss).read()
+        executor.train_batch(inputs, labels, LOSS).read()
     blocks = []
     for _ in range(BLOCKS):
-        executor.runtime.issue_execution_fence(block=True)
-        begin = time.perf_counter()
-        for _ in range(iterations):
-            stats = executor.train_batch(inputs, labels, loss)
-        stats.read()
-        executor.runtime.issue_execution_fence(block=True)
-        blocks.append((time.perf_counter() - begin) / iterations)
+        begin, end = timed_block(executor, inputs, labels, iterations)
+        blocks.append((end - begin) / iterations)
     return sorted(blocks)[BLOCKS // 2]
 
 

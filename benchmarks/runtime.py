@@ -39,6 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_io import RESULTS, write_csv, write_markdown  # noqa: E402
+from timing import LOSS, timed_block  # noqa: E402
 
 BATCH = 64
 CPUS = 2
@@ -128,19 +129,12 @@ def measure_ours(name: str, iterations: int) -> dict:
     strategy = named_strategy("dp", graph, parse_machine("local"))
     x, y = data(name)
     inputs = {graph.input_tensors[0].name: x}
-    loss = "sparse_categorical_crossentropy"
     with Executor(graph, strategy, learning_rate=0.01, record_timeline=True) as executor:
         for _ in range(WARMUP):
-            executor.train_batch(inputs, y, loss).read()
+            executor.train_batch(inputs, y, LOSS).read()
         blocks = []  # (wall s, busiest processor's op-tile s) per block of iterations
         for _ in range(BLOCKS):
-            executor.runtime.issue_execution_fence(block=True)
-            begin = time.perf_counter()
-            for _ in range(iterations):
-                stats = executor.train_batch(inputs, y, loss)
-            stats.read()
-            executor.runtime.issue_execution_fence(block=True)
-            end = time.perf_counter()
+            begin, end = timed_block(executor, inputs, y, iterations)
             busy: dict[int, float] = defaultdict(float)
             for *_, start, stop, thread in executor.timeline:
                 if begin <= start < end:
