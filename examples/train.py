@@ -273,14 +273,21 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error:[/red] {exc}")
         return 2
     console.print(f"test: {result.describe()}")
+    measured_ms = None
     if history:
-        console.print(f"throughput (last epoch): {history[-1].samples_per_s:,.1f} samples/s")
+        last = history[-1]
+        measured_ms = 1e3 * last.seconds / max(1, last.samples // config.batch_size)
+        console.print(
+            f"throughput (last epoch): {last.samples_per_s:,.1f} samples/s, "
+            f"{measured_ms:.3f} ms per iteration (simulated: {plan.simulated_ms:.3f} ms)"
+        )
     if args.json:
         report = {
             "model": args.model,
             "machine": machine.name,
             "strategy": plan.source,
             "simulated_ms": plan.simulated_ms,
+            "measured_ms": measured_ms,  # per iteration in the last epoch, data feeding included
             "epochs": [
                 {
                     "epoch": m.epoch,

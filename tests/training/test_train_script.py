@@ -22,6 +22,10 @@ def test_a_searched_strategy_is_exported_and_trains_when_imported(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert imported["strategy"] == f"imported from {strategy}"
     assert imported["simulated_ms"] == pytest.approx(searched["simulated_ms"])
+    # the last epoch's time per iteration, next to the simulated one: 1,437 samples, batch 64
+    epoch = imported["epochs"][-1]
+    per_iteration_ms = 1e3 * (1_437 // 64 * 64) / epoch["samples_per_s"] / (1_437 // 64)
+    assert imported["measured_ms"] == pytest.approx(per_iteration_ms, rel=1e-6)
 
 
 @pytest.mark.legate
