@@ -150,14 +150,18 @@ def synthetic(graph, batches: int, seed: int):
 
 
 def measured_profile(path: str | None, graph, machine, console):
-    """--profile: the task times measured on this host (measured now if the file is new)."""
+    """--profile: the task times measured on this host (measured now if the file is new or an
+    older flexflow measured it)."""
     if path is None:
         return None
-    from flexflow.cost import Profile
+    from flexflow.cost import Profile, StaleProfileError
     from flexflow.profiler import profile_graph
 
     if Path(path).exists():
-        return Profile.load(path)
+        try:
+            return Profile.load(path)
+        except StaleProfileError:
+            console.print(f"{path} was measured by an older flexflow; measuring it again")
     with console.status(f"measuring {len(graph.ops)} ops' tasks on this host"):
         profile = profile_graph(graph, machine)
     profile.save(path)

@@ -27,7 +27,9 @@ from flexflow.machine import Device
 from flexflow.ops.base import Region, region_shape
 
 PROFILE_FORMAT = "flexflow-profile"
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
+"""2: each tile timed with its configuration's tasks running at once, and update rates (1:
+tiles timed alone)."""
 
 # Fraction of peak FLOP/s a kernel of each kind reaches. GPU figures are typical of cuDNN/cuBLAS
 # on large tiles in FP32 (dense GEMMs reach 70-80% of peak; convolutions 50-70%); element-wise
@@ -78,6 +80,10 @@ DEVICE_CONSTANTS: dict[str, DeviceConstants] = {
 LEGATE_CPU_TASK_S = 0.37e-3
 
 
+UPDATE_BYTES_PER_ELEMENT = 3 * 4
+"""An SGD update reads a float32 weight and its gradient and writes the weight."""
+
+
 @dataclass(frozen=True, slots=True)
 class TaskTime:
     forward_s: float
@@ -94,11 +100,17 @@ def cost_key(node: OpNode, tile_shape: tuple[int, ...], device_model: str) -> Co
     return (node.kind, attributes, inputs, tuple(tile_shape), device_model)
 
 
+class StaleProfileError(FlexFlowError):
+    """A profile file an older flexflow measured differently: re-measure it."""
+
+
 @dataclass(frozen=True)
 class Profile:
-    """Measured task times by cost key (written by the profiler of a later issue)."""
+    """Measured task times by cost key, and the bytes per second an optimizer update streams
+    by device model (`flexflow.profiler` measures both on this host's CPUs)."""
 
     times: dict[CostKey, TaskTime] = field(default_factory=dict)
+    update_bytes_per_s: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -116,6 +128,10 @@ class Profile:
                 }
                 for k, t in self.times.items()
             ],
+            "updates": [
+                {"device": model, "bytes_per_s": rate}
+                for model, rate in self.update_bytes_per_s.items()
+            ],
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -125,7 +141,15 @@ class Profile:
     def load(cls, path: str | os.PathLike[str]) -> Profile:
         try:
             data = json.loads(Path(path).read_text())
-            if data.get("format") != PROFILE_FORMAT or data.get("version") != PROFILE_VERSION:
+            version = data.get("version")
+            if data.get("format") == PROFILE_FORMAT and version in range(1, PROFILE_VERSION):
+                raise StaleProfileError(
+                    f"profile file {path} cannot be used: an older flexflow measured it "
+                    f"(profile version {version}; this one writes {PROFILE_VERSION}, which times "
+                    "each tile beside its configuration's other tasks); re-measure it (remove "
+                    "the file and rerun, or `flexflow profile MODEL --out FILE`)."
+                )
+            if data.get("format") != PROFILE_FORMAT or version != PROFILE_VERSION:
                 raise ValueError(f"expected format {PROFILE_FORMAT!r} version {PROFILE_VERSION}")
             times = {}
             for e in data["entries"]:
@@ -137,11 +161,14 @@ class Profile:
                     e["device"],
                 )
                 times[key] = TaskTime(float(e["forward_s"]), float(e["backward_s"]))
+            rates = {u["device"]: float(u["bytes_per_s"]) for u in data.get("updates", [])}
+            if any(not rate > 0 for rate in rates.values()):
+                raise ValueError("an update's bytes_per_s is not positive")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise FlexFlowError(
                 f"profile file {path} cannot be used: {exc}; re-measure it or leave it out."
             ) from None
-        return cls(times)
+        return cls(times, rates)
 
 
 class CostModel:
@@ -177,10 +204,12 @@ class CostModel:
         overhead = constants.launch_overhead_s
         return TaskTime(overhead + forward, overhead + backward)
 
-    @staticmethod
-    def update_time(num_elements: int, device: Device) -> float:
-        """SGD update of `num_elements` weights: reads weight and gradient, writes the weight."""
+    def update_time(self, num_elements: int, device: Device) -> float:
+        """SGD update of `num_elements` weights: reads weight and gradient, writes the weight,
+        at the rate the profile measured for the device's model, else at the device's memory
+        bandwidth times its memory efficiency."""
         constants = DEVICE_CONSTANTS[device.kind]
-        bytes_moved = 3 * 4 * num_elements
-        bandwidth = device.memory_bandwidth_bytes_per_s * constants.memory_efficiency
-        return constants.launch_overhead_s + bytes_moved / bandwidth
+        bandwidth = self.profile.update_bytes_per_s.get(device.model)
+        if bandwidth is None:
+            bandwidth = device.memory_bandwidth_bytes_per_s * constants.memory_efficiency
+        return constants.launch_overhead_s + UPDATE_BYTES_PER_ELEMENT * num_elements / bandwidth

@@ -3,28 +3,34 @@
 The paper measures each distinct (op, tile shape, device) once and caches it (assumption A1);
 this does the same for the CPU devices of a machine (the `local` one), running each op's
 forward and backward tile kernels (the same functions the Legate tasks run) on random data of
-the tile's input and weight regions, and adding the measured cost of one Legate Python task
-(`TASK_OVERHEAD_S`). The result is a `flexflow.cost.Profile`, which overrides the analytic
+the tile's input and weight regions, with as many copies running at once as the tile's
+configuration has tasks (they share the host as the op's tasks do), and adding the measured
+cost of one Legate Python task (`TASK_OVERHEAD_S`); and the rate of an optimizer update over
+the model's weights, every processor updating at once. The result is a `flexflow.cost.Profile`, which overrides the analytic
 roofline for every key it holds, so a search on `local` optimizes the times this host has.
 GPU devices are left to the analytic model (or to scripts/gpu_check.py's timings).
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import statistics
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from flexflow.allocator import keep_freed_memory
-from flexflow.cost import DEVICE_CONSTANTS, Profile, TaskTime, cost_key
+from flexflow.cost import DEVICE_CONSTANTS, UPDATE_BYTES_PER_ELEMENT, Profile, TaskTime, cost_key
 from flexflow.errors import FlexFlowError, MachineError
 from flexflow.graph import OperatorGraph, OpNode
 from flexflow.machine import Machine
 from flexflow.ops.base import Region, region_shape
 from flexflow.ops.init import initialize
+from flexflow.optimizers import SGDOptimizer
 from flexflow.space import enumerate_configs
 
 TASK_OVERHEAD_S = DEVICE_CONSTANTS["cpu"].launch_overhead_s
@@ -51,28 +57,64 @@ def _weights(node: OpNode, region: Region, rng: np.random.Generator) -> list[np.
     return arrays
 
 
-def _median_s(run: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - begin)
-    return statistics.median(times)
+def _median_s(runs: Sequence[Callable[[], object]], repeats: int) -> float:
+    """The median time of one call of each of `runs`, all started together `repeats` times,
+    each in its own thread (one alone runs in this thread)."""
+    if len(runs) == 1:
+        times = []
+        for _ in range(repeats):
+            begin = time.perf_counter()
+            runs[0]()
+            times.append(time.perf_counter() - begin)
+        return statistics.median(times)
+    start = threading.Barrier(len(runs))
+    times: list[list[float]] = [[] for _ in runs]
+    failures: list[BaseException] = []
+
+    def timed(index: int) -> None:
+        try:
+            for _ in range(repeats):
+                start.wait()
+                begin = time.perf_counter()
+                runs[index]()
+                times[index].append(time.perf_counter() - begin)
+        except threading.BrokenBarrierError:
+            pass  # another copy failed: its error is the one to report
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the calling thread)
+            failures.append(exc)
+            start.abort()  # the other copies stop waiting for this one
+
+    threads = [threading.Thread(target=timed, args=(i,)) for i in range(len(runs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return statistics.median(t for per_thread in times for t in per_thread)
 
 
-def measure_tile(node: OpNode, region: Region, repeats: int = 3, seed: int = 0) -> TaskTime:
-    """The median time of the op's forward and backward kernels on one tile, plus one task's
-    overhead each."""
-    rng = np.random.default_rng(seed)
-    inputs, weights = _inputs(node, region, rng), _weights(node, region, rng)
+def measure_tile(
+    node: OpNode, region: Region, repeats: int = 3, seed: int = 0, concurrent: int = 1
+) -> TaskTime:
+    """The median time of the op's forward and backward kernels on one tile while `concurrent`
+    copies of them (each on its own arrays) run at the same moments in other threads, plus one
+    task's overhead each. An op's tasks run on that many processors at once and share the host
+    (the interpreter lock that numpy's small calls hold, memory bandwidth, caches): the RNNLM's
+    LSTM tiles took 1.5x as long two at a time as alone on this project's 2-core host."""
     op, sig = node.op, node.sig
-    outputs = op.forward_tile(sig, region, inputs, weights)  # also warms both kernels up
-    grads = [np.ones_like(o) for o in outputs]
-    op.backward_tile(sig, region, inputs, weights, outputs, grads)
-    forward = _median_s(lambda: op.forward_tile(sig, region, inputs, weights), repeats)
-    backward = _median_s(
-        lambda: op.backward_tile(sig, region, inputs, weights, outputs, grads), repeats
-    )
+    forwards, backwards = [], []
+    for _ in range(concurrent):
+        rng = np.random.default_rng(seed)
+        inputs, weights = _inputs(node, region, rng), _weights(node, region, rng)
+        outputs = op.forward_tile(sig, region, inputs, weights)  # also warms both kernels up
+        grads = [np.ones_like(o) for o in outputs]
+        op.backward_tile(sig, region, inputs, weights, outputs, grads)
+        forwards.append(functools.partial(op.forward_tile, sig, region, inputs, weights))
+        backwards.append(
+            functools.partial(op.backward_tile, sig, region, inputs, weights, outputs, grads)
+        )
+    forward, backward = _median_s(forwards, repeats), _median_s(backwards, repeats)
     return TaskTime(TASK_OVERHEAD_S + forward, TASK_OVERHEAD_S + backward)
 
 
@@ -93,24 +135,49 @@ def profile_graph(
     if repeats < 1:
         raise FlexFlowError(f"profile: repeats must be at least 1, got {repeats}.")
     times: dict = {}
+    per_node = max(
+        sum(d.kind == "cpu" and d.node == n for d in machine.devices)
+        for n in range(machine.num_nodes)
+    )
+    most = max(1, min(per_node, os.cpu_count() or 1))  # processors that can run at once
     keep_freed_memory()  # as the Executor does: kernels timed without page faults
     with threadpool_limits(1, user_api="blas"):  # as in a Legate CPU task: one core each
         for done, node in enumerate(graph.ops):
-            _profile_op(node, machine, models, repeats, times)
+            _profile_op(node, machine, models, repeats, times, most)
             if on_op is not None:
                 on_op(done + 1, len(graph.ops))
-    return Profile(times)
+        elements = sum(int(np.prod(p.spec.shape)) for p in graph.parameters)
+        rate = measure_update(max(elements, 1), repeats, most)
+    return Profile(times, dict.fromkeys(models, rate))
 
 
-def _profile_op(node: OpNode, machine: Machine, models: set[str], repeats: int, times: dict):
+def measure_update(elements: int, repeats: int = 3, concurrent: int = 1) -> float:
+    """Bytes per second (`UPDATE_BYTES_PER_ELEMENT` per weight) of an SGD update of `elements`
+    float32 weights (`SGDOptimizer.apply`, as the runtime's update tasks run it), with
+    `concurrent` copies updating at once, as every device of data parallelism does."""
+    runs = []
+    for _ in range(concurrent):
+        weight, grad = np.ones(elements, np.float32), np.ones(elements, np.float32)
+        runs.append(functools.partial(SGDOptimizer(1e-9).apply, weight, grad, (), 1))
+        runs[-1]()  # warm-up: the pages are touched before timing
+    seconds = _median_s(runs, max(repeats, 3))
+    return UPDATE_BYTES_PER_ELEMENT * elements / max(seconds, 1e-9)
+
+
+def _profile_op(
+    node: OpNode, machine: Machine, models: set[str], repeats: int, times: dict, most: int
+):
+    """Each distinct tile of the op's configurations, timed with as many copies running at once
+    as the configuration has tasks (at most `most`: the processors of a node and this host's
+    cores): a tile's shape fixes its degrees, hence its task count."""
     tiles = {}
     for config in enumerate_configs(node.sig, machine):
         region = config.task_regions(node.sig.output_shape)[0]
-        tiles.setdefault(region_shape(region), region)
-    for shape, region in tiles.items():
+        tiles.setdefault(region_shape(region), (region, min(config.num_tasks, most)))
+    for shape, (region, concurrent) in tiles.items():
         measured = None
         for model in models:
             key = cost_key(node, shape, model)
             if key not in times:
-                measured = measured or measure_tile(node, region, repeats)
+                measured = measured or measure_tile(node, region, repeats, concurrent=concurrent)
                 times[key] = measured

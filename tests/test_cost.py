@@ -79,8 +79,34 @@ def test_a_measured_profile_overrides_the_analytic_time(tmp_path):
     assert model.task_time(node, full_region((64, 4096)), p100) != TaskTime(1.5e-3, 3.0e-3)
 
 
+def test_a_measured_update_rate_prices_the_updates(tmp_path):
+    from flexflow.cost import DEVICE_CONSTANTS, UPDATE_BYTES_PER_ELEMENT, StaleProfileError
+
+    p100 = parse_machine("p100:1").device(0)
+    analytic = CostModel().update_time(1_000_000, p100)
+    path = Profile({}, {p100.model: 2e9}).save(tmp_path / "profile.json")
+    loaded = Profile.load(path)
+    assert loaded.update_bytes_per_s == {p100.model: 2e9}
+    measured = CostModel(loaded).update_time(1_000_000, p100)
+    launch = DEVICE_CONSTANTS["gpu"].launch_overhead_s
+    assert measured == pytest.approx(launch + UPDATE_BYTES_PER_ELEMENT * 1_000_000 / 2e9)
+    assert measured != analytic
+    # a profile measured by an older flexflow (tiles timed alone) is refused as stale
+    old = tmp_path / "old.json"
+    old.write_text('{"format": "flexflow-profile", "version": 1, "entries": []}')
+    with pytest.raises(StaleProfileError, match="older flexflow measured it.*re-measure it"):
+        Profile.load(old)
+
+
 @pytest.mark.parametrize(
-    "text", ["{", '{"format": "other"}', '{"format": "flexflow-profile", "version": 1}']
+    "text",
+    [
+        "{",
+        '{"format": "other"}',
+        '{"format": "flexflow-profile", "version": 1}',
+        '{"format": "flexflow-profile", "version": 2, "entries": [], '
+        '"updates": [{"device": "CPU core", "bytes_per_s": 0}]}',
+    ],
 )
 def test_bad_profile_files(tmp_path, text):
     path = tmp_path / "p.json"

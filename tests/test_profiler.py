@@ -32,9 +32,11 @@ def test_every_distinct_tile_is_measured_and_prices_the_simulation(tmp_path):
             shape = region_shape(config.task_regions(node.sig.output_shape)[0])
             time = profile.times[cost_key(node, shape, model)]
             assert time.forward_s > TASK_OVERHEAD_S and time.backward_s > TASK_OVERHEAD_S
+    assert profile.update_bytes_per_s[model] > 1e8  # an update over the model's weights
     profile.save(tmp_path / "p.json")
     loaded = Profile.load(tmp_path / "p.json")
     assert loaded.times == profile.times
+    assert loaded.update_bytes_per_s == profile.update_bytes_per_s
     # the simulator takes the measured times where it has them
     dp = named_strategy("dp", graph, machine)
     measured = SimContext(graph, machine, CostModel(loaded))
@@ -68,3 +70,55 @@ def test_a_machine_without_cpus_or_no_repeats_is_refused(tmp_path, capsys):
     code = main(["profile", "lenet", "--machine", "p100:1", "--out", str(tmp_path / "p.json")])
     assert code == 2 and not (tmp_path / "p.json").exists()
     assert "use --machine local" in capsys.readouterr().err
+
+
+def test_a_tile_is_timed_with_its_configurations_tasks_running_at_once(monkeypatch):
+    """Tiles of a configuration of n tasks are timed n at a time (here at most 2 CPUs), each
+    copy in its own thread, started together."""
+    import threading
+    import time
+
+    from flexflow import profiler
+
+    graph, machine = small_graph(), local_machine("--cpus 2 --gpus 0")
+    node = graph.ops[0]
+    calls = []
+    forward = type(node.op).forward_tile
+
+    def recorded(self, *args):
+        begin = time.perf_counter()
+        time.sleep(0.01)  # releases the interpreter lock, as numpy's large calls do
+        calls.append((threading.get_ident(), begin, time.perf_counter()))
+        return forward(self, *args)
+
+    monkeypatch.setattr(type(node.op), "forward_tile", recorded)
+    dp = named_strategy("dp", graph, machine)
+    profiler.measure_tile(node, dp[0].task_regions(node.sig.output_shape)[0], 2, concurrent=2)
+    timed = calls[2:]  # after each copy's warm-up call
+    assert len(timed) == 4 and len({thread for thread, _, _ in timed}) == 2
+    first, second = sorted(timed, key=lambda c: c[1])[:2]
+    assert second[1] < first[2]  # the two copies ran at the same time
+    seen = {}
+
+    def measure(n, region, repeats, concurrent):
+        seen[n.id, region_shape(region)] = concurrent
+        return profiler.TaskTime(1.0, 1.0)
+
+    monkeypatch.setattr(profiler, "measure_tile", measure)
+    profiler.profile_graph(graph, machine, repeats=1)
+    for config in enumerate_configs(node.sig, machine):
+        shape = region_shape(config.task_regions(node.sig.output_shape)[0])
+        assert seen[node.id, shape] == min(config.num_tasks, 2)
+    assert set(seen.values()) == {1, 2}
+
+
+def test_a_failing_copy_stops_the_others_and_its_error_is_raised():
+    import pytest
+
+    from flexflow.profiler import _median_s
+
+    def fails():
+        raise ValueError("tile kernel failed")
+
+    with pytest.raises(ValueError, match="tile kernel failed"):
+        _median_s([lambda: None, fails, lambda: None], repeats=3)  # would wait forever

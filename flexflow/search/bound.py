@@ -226,7 +226,7 @@ class LowerBound:
         for region, tasks in groups.items():
             holders = sorted({config.devices[k] for k in tasks})
             elements = region_volume(region)
-            update = {d: context.cost.update_time(elements, machine.devices[d]) for d in holders}
+            update = {d: context.update_time(elements, machine.devices[d]) for d in holders}
             ring = 0.0  # other users of a shared parameter change its ring: count none
             if unshared:
                 for d, u in update.items():

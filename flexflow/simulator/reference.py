@@ -205,6 +205,6 @@ def reference_sync_block(
             after = [done]
         for d in holders:
             u = task_key(UPDATE_KEY, pid, g, d) | DEVICE_TASK  # on device d alone
-            tasks[u] = (context.cost.update_time(elements, tg.machine.devices[d]), d, 0, -1, -1)
+            tasks[u] = (context.update_time(elements, tg.machine.devices[d]), d, 0, -1, -1)
             edges |= {(t, u) for t in after}
     return tasks, edges

@@ -29,6 +29,19 @@ def test_a_searched_strategy_is_exported_and_trains_when_imported(tmp_path):
 
 
 @pytest.mark.legate
+def test_a_profile_an_older_flexflow_measured_is_measured_again(tmp_path):
+    from flexflow.cost import PROFILE_VERSION, Profile
+
+    path = tmp_path / "profile.json"
+    path.write_text('{"format": "flexflow-profile", "version": 1, "entries": []}')
+    proc, report = run_train(*SMALL_LENET, "--budget", "1", "--profile", str(path))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "measured by an older flexflow; measuring it again" in " ".join(proc.stderr.split())
+    assert json.loads(path.read_text())["version"] == PROFILE_VERSION
+    assert Profile.load(path).times and report["simulated_ms"] > 0
+
+
+@pytest.mark.legate
 def test_a_recurrent_zoo_model_trains_on_synthetic_data():
     proc, report = run_train(
         "--model", "rnntc", "--seq-length", "4", "--vocab-size", "50", "--hidden-size", "16",
