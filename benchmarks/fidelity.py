@@ -29,6 +29,7 @@ import argparse
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -46,6 +47,8 @@ WARMUP = 2
 BLOCKS = 3
 RANDOM = 8
 SEARCH_BUDGET_S = 10.0
+WORKER_TIMEOUT_S = 1800
+"""A model's whole run (profile, searches, measurements) takes 1-3 minutes here."""
 TIE = 0.05
 """Pairs whose measured times differ by less than this fraction are not counted as ordered."""
 PAPER_BAND = 0.3
@@ -281,14 +284,26 @@ def plot(rows: list[dict]) -> bytes:
 
 
 def run_worker(name: str, args: argparse.Namespace) -> list[dict]:
+    """`worker` in a Legate process; one that outlives WORKER_TIMEOUT_S is made to print where
+    each of its threads is (faulthandler) and stopped."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
-    env["LEGATE_CONFIG"] = f"--cpus {CPUS} --gpus 0"
+    env |= {"LEGATE_CONFIG": f"--cpus {CPUS} --gpus 0", "PYTHONFAULTHANDLER": "1"}
     command = [sys.executable, __file__, "--worker", name, "--iterations", str(args.iterations),
                "--rounds", str(args.rounds), "--budget", str(args.budget)]  # fmt: skip
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    with subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=WORKER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            out, err = proc.communicate()
+            raise SystemExit(
+                f"{name}: no result after {WORKER_TIMEOUT_S} s; its threads:\n{err[-6000:]}"
+            ) from None
     if proc.returncode != 0:
-        raise SystemExit(f"{name}: the Legate run failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"{name}: the Legate run failed:\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
