@@ -2,9 +2,9 @@
 
 On CPU processors each Legate task costs the host a roughly fixed amount of runtime work (the
 Python thread issuing it, the utility thread's dependence analysis and mapping), and where the
-processors take every core that work takes the cores from the kernels: measured iteration times
-are the busiest processor's kernels plus about a third of a millisecond per task
-(benchmarks/fidelity.py). So the count below is what the simulator charges that cost on
+processors take every core that work takes the cores from the kernels: on this project's
+2-core host, measured iteration times were the busiest processor's kernels plus 0.33-0.9 ms per
+task (README, "Simulator fidelity"; benchmarks/fidelity.py). So the count below is what the simulator charges that cost on
 (`SimContext(fused_launches=True)`), and what the Executor reports; both read it from here,
 without Legate. It follows `flexflow.runtime.executor`:
 

@@ -79,7 +79,9 @@ class SimContext:
         every device is a CPU): each Legate task it issues costs the whole host
         `LEGATE_CPU_TASK_S`, added to the iteration (`runtime_s`), instead of a launch overhead
         on its device (`flexflow.launches` says why). False gives the per-device model."""
-        self._launches = LaunchCounter(graph, [d.kind for d in machine.devices])
+        # one rank reads model inputs from its process; several feed them through stores
+        kinds = [d.kind for d in machine.devices]
+        self._launches = LaunchCounter(graph, kinds, staging=machine.num_nodes == 1)
         self.num_devices = machine.num_devices
         self.num_resources = machine.num_devices + len(machine.links)
         self.resource_sets = ResourceSets(machine.num_devices)

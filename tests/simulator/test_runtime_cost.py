@@ -100,3 +100,17 @@ def test_strategies_issuing_many_tasks_rank_behind_data_parallelism():
 def test_delta_equals_full_with_the_runtime_cost(graph_seed, devices, start, moves):
     """Changes and undos keep the runtime's share in step with a full simulation."""
     assert_delta_equals_full(graph_seed, cpus(devices), start, moves, fused_launches=True)
+
+
+def test_several_ranks_feed_their_inputs_through_tasks():
+    """With one rank the step tasks read the batch from the process; with several, copy tasks
+    feed it (as the Executor does), and the simulator counts them."""
+    graph = mlp()
+    two_ranks = local_machine("--cpus 2 --gpus 0 --nodes 2", memory_bytes=1 << 34)
+    assert two_ranks.num_nodes == 2
+    dp = named_strategy("dp", graph, two_ranks)
+    kinds = [d.kind for d in two_ranks.devices]
+    fed, staged = iteration_tasks(graph, dp, kinds, False), iteration_tasks(graph, dp, kinds)
+    assert fed.feeds > 0 and staged.feeds == 0
+    tg = TaskGraph(SimContext(graph, two_ranks, CostModel(), fused_launches=True), dp)
+    assert tg.runtime_s == pytest.approx(fed.total * LEGATE_CPU_TASK_S)
