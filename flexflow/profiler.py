@@ -5,9 +5,10 @@ this does the same for the CPU devices of a machine (the `local` one), running e
 forward and backward tile kernels (the same functions the Legate tasks run) on random data of
 the tile's input and weight regions, with as many copies running at once as the tile's
 configuration has tasks (they share the host as the op's tasks do), and adding the measured
-cost of one Legate Python task (`TASK_OVERHEAD_S`); and the rate of an optimizer update over
-the model's weights, every processor updating at once. The result is a `flexflow.cost.Profile`, which overrides the analytic
-roofline for every key it holds, so a search on `local` optimizes the times this host has.
+cost of one Legate Python task (`TASK_OVERHEAD_S`); it also measures the rate of an optimizer
+update over the model's weights, every processor updating at once. The result is a
+`flexflow.cost.Profile`, which overrides the analytic roofline for every key it holds, so a
+search on `local` optimizes the times this host has.
 GPU devices are left to the analytic model (or to scripts/gpu_check.py's timings).
 """
 
