@@ -240,9 +240,17 @@ def test_fused_launches_on_cpus_charge_the_runtime_per_legate_task(capsys, tmp_p
     monkeypatch.setenv("LEGATE_CONFIG", "--cpus 2 --gpus 0")
     taskgraph = tmp_path / "tg.json"
     args = ("lenet", "--machine", "local", "--json", "--fused-launches")
-    code, out, _ = run(capsys, "simulate", *args, "--strategy", "dp", "--taskgraph", str(taskgraph))
-    assert code == 0
+    trace, png = tmp_path / "trace.json", tmp_path / "timeline.png"
+    code, out, _ = run(capsys, "simulate", *args, "--strategy", "dp", "--taskgraph", str(taskgraph),
+                       "--trace", str(trace), "--timeline-png", str(png))  # fmt: skip
+    assert code == 0 and png.stat().st_size > 0
     result = json.loads(out)
+    # the trace shows the runtime's share as a track of its own, after the tasks
+    (event,) = [
+        e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "runtime"
+    ]
+    assert event["dur"] == pytest.approx(result["runtime_ms"] * 1e3)
+    assert event["ts"] + event["dur"] == pytest.approx(result["iteration_ms"] * 1e3)
     # data parallel LeNet is one step task per CPU processor (flexflow.launches)
     assert result["runtime_ms"] == pytest.approx(2 * LEGATE_CPU_TASK_S * 1e3)
     end = max(t["end_ms"] for t in json.loads(taskgraph.read_text())["tasks"])

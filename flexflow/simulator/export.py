@@ -21,6 +21,10 @@ def _device_label(tg: TaskGraph, t: int) -> str:
     return "+".join(tg.resource_name(x) for x in tg.res[t])
 
 
+RUNTIME = "runtime (Legate's work per task)"
+"""The track of `TaskGraph.runtime_s` in traces and timelines."""
+
+
 def chrome_trace(tg: TaskGraph, schedule: Schedule, title: str = "") -> dict[str, Any]:
     """Trace Event Format: one process per machine, one thread (track) per device and per link.
 
@@ -61,6 +65,14 @@ def chrome_trace(tg: TaskGraph, schedule: Schedule, title: str = "") -> dict[str
                     else {"task": t},
                 }
             )
+    if tg.runtime_s > 0:  # the runtime's per-task work, after the tasks as the model adds it
+        track = tg.num_resources
+        end = schedule.iteration_s - tg.runtime_s
+        events += [
+            {"ph": "M", "pid": 0, "tid": track, "name": "thread_name", "args": {"name": RUNTIME}},
+            {"ph": "X", "pid": 0, "tid": track, "name": RUNTIME, "cat": "runtime",
+             "ts": end * 1e6, "dur": tg.runtime_s * 1e6},
+        ]  # fmt: skip
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 

@@ -7,11 +7,13 @@ import os
 from pathlib import Path
 
 from flexflow.fileio import atomic_write_bytes
+from flexflow.simulator.export import RUNTIME
 from flexflow.simulator.schedule import Schedule
 from flexflow.simulator.taskgraph import BARRIER, TaskGraph
 
 COLORS = {"compute": "#4c78a8", "update": "#54a24b", "comm": "#f58518"}
 BACKWARD_COLOR = "#9ecae9"  # backward compute, lighter than forward
+RUNTIME_COLOR = "#bab0ac"
 
 
 def render_timeline(
@@ -34,11 +36,16 @@ def render_timeline(
             color = BACKWARD_COLOR
         for x in tg.res[t]:
             bars.setdefault(color, []).append((row_of[x], schedule.start[t] * 1e3, tg.exe[t] * 1e3))
-    fig, ax = plt.subplots(figsize=(12, max(2.5, 0.28 * len(rows) + 1.2)))
+    names = [tg.resource_name(x) for x in rows]
+    if tg.runtime_s > 0:  # the runtime's per-task work, after the tasks as the model adds it
+        end_ms = (schedule.iteration_s - tg.runtime_s) * 1e3
+        bars.setdefault(RUNTIME_COLOR, []).append((len(rows), end_ms, tg.runtime_s * 1e3))
+        names.append(RUNTIME)
+    fig, ax = plt.subplots(figsize=(12, max(2.5, 0.28 * len(names) + 1.2)))
     for color, items in bars.items():
         for row, start, width in items:
             ax.barh(row, width, left=start, height=0.8, color=color, linewidth=0)
-    ax.set_yticks(range(len(rows)), [tg.resource_name(x) for x in rows], fontsize=6)
+    ax.set_yticks(range(len(names)), names, fontsize=6)
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.set_title(title or f"simulated iteration: {schedule.iteration_s * 1e3:.3f} ms")
@@ -48,8 +55,10 @@ def render_timeline(
             Patch(color=BACKWARD_COLOR, label="backward"),
             Patch(color=COLORS["update"], label="weight update"),
             Patch(color=COLORS["comm"], label="transfer"),
+            *([Patch(color=RUNTIME_COLOR, label=RUNTIME)] if tg.runtime_s > 0 else []),
         ],
-        loc="lower right",
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),  # beside the rows, covering none of them
         fontsize=7,
     )
     buffer = io.BytesIO()
