@@ -70,14 +70,14 @@ DEVICE_CONSTANTS: dict[str, DeviceConstants] = {
 }
 
 
-# What each Legate task of this project's runtime costs a run on CPU processors, beyond its
-# kernel, when the processors take every core (the default: `flexflow.bootstrap` gives Legate
-# one CPU processor per core): the Python thread issuing the task and the utility thread
-# analysing and mapping it run on the processors' cores, so their work adds to the iteration
-# instead of overlapping it. Fitted on this project's 2-core host: measured iteration time minus
-# the busiest processor's kernel time, over strategies issuing 1-23 tasks per iteration
-# (benchmarks/fidelity.py; the README's fidelity section has the measurements).
-LEGATE_CPU_TASK_S = 0.37e-3
+# The CPU time this project's runtime spends on each Legate task of a run on CPU processors,
+# beyond its kernel: the Python thread issuing it, the utility thread analysing and mapping
+# it, the task body turning its stores into arrays. It runs on the same cores as the kernels
+# (`flexflow.bootstrap` gives Legate one CPU processor per core), so an iteration can be no
+# shorter than the kernels plus this work spread over the cores (`TaskGraph.iteration_s`).
+# Chosen on this project's 2-core host by ordering measured strategies of LeNet and an MLP
+# (0.8 of 0.4-1.0 ms; benchmarks/fidelity.py and the README's fidelity section).
+LEGATE_CPU_TASK_S = 0.8e-3
 
 
 UPDATE_BYTES_PER_ELEMENT = 3 * 4

@@ -64,6 +64,7 @@ class SimContext:
         cost: CostModel | None = None,
         fused_launches: bool = False,
         serial_launches: bool | None = None,
+        cores: int | None = None,
     ) -> None:
         self.graph, self.machine = graph, machine
         self.cost = cost or CostModel()
@@ -76,9 +77,18 @@ class SimContext:
             serial_launches = fused_launches and all(d.kind == "cpu" for d in machine.devices)
         self.serial_launches = serial_launches
         """This runtime on CPU processors only (the default where `fused_launches` is on and
-        every device is a CPU): each Legate task it issues costs the whole host
-        `LEGATE_CPU_TASK_S`, added to the iteration (`runtime_s`), instead of a launch overhead
-        on its device (`flexflow.launches` says why). False gives the per-device model."""
+        every device is a CPU): each Legate task it issues costs `LEGATE_CPU_TASK_S` of CPU
+        time on the cores the kernels run on (`runtime_s`), instead of a launch overhead on its
+        device, and an iteration lasts at least the cores' whole work over `cores`
+        (`TaskGraph.iteration_s`; `flexflow.launches` says why). False gives the per-device
+        model."""
+        per_node = max(
+            sum(d.kind == "cpu" and d.node == n for d in machine.devices)
+            for n in range(machine.num_nodes)
+        )
+        self.cores = (cores or max(per_node, 1)) * machine.num_nodes
+        """The cores the run's kernels and runtime share: by default one per CPU processor
+        (Legate's default), on every node (summed: the bound treats the nodes as one pool)."""
         # one rank reads model inputs from its process; several feed them through stores
         kinds = [d.kind for d in machine.devices]
         self._launches = LaunchCounter(graph, kinds, staging=machine.num_nodes == 1)
@@ -228,7 +238,7 @@ class SimContext:
         return update_s
 
     def runtime_s(self, configs: Sequence[ParallelConfig]) -> float:
-        """What the runtime adds to an iteration under `serial_launches`: its Legate tasks
+        """The runtime's CPU time per iteration under `serial_launches`: its Legate tasks
         (`flexflow.launches`) times `LEGATE_CPU_TASK_S`; 0 otherwise."""
         if not self.serial_launches:
             return 0.0

@@ -21,8 +21,14 @@ def _device_label(tg: TaskGraph, t: int) -> str:
     return "+".join(tg.resource_name(x) for x in tg.res[t])
 
 
-RUNTIME = "runtime (Legate's work per task)"
-"""The track of `TaskGraph.runtime_s` in traces and timelines."""
+RUNTIME = "cores' work beyond the timeline (kernels + runtime)"
+"""The track of the time `TaskGraph.iteration_s` adds to the timeline, in traces and
+timelines: the runtime's work per task leaves the cores no room to finish sooner."""
+
+
+def tasks_end_s(tg: TaskGraph, schedule: Schedule) -> float:
+    """When the timeline's last task ends."""
+    return max((schedule.end[t] for t in tg.live_tasks()), default=0.0)
 
 
 def chrome_trace(tg: TaskGraph, schedule: Schedule, title: str = "") -> dict[str, Any]:
@@ -65,13 +71,13 @@ def chrome_trace(tg: TaskGraph, schedule: Schedule, title: str = "") -> dict[str
                     else {"task": t},
                 }
             )
-    if tg.runtime_s > 0:  # the runtime's per-task work, after the tasks as the model adds it
+    end = tasks_end_s(tg, schedule)
+    if schedule.iteration_s > end:  # the cores' work outlasts the timeline (TaskGraph.iteration_s)
         track = tg.num_resources
-        end = schedule.iteration_s - tg.runtime_s
         events += [
             {"ph": "M", "pid": 0, "tid": track, "name": "thread_name", "args": {"name": RUNTIME}},
             {"ph": "X", "pid": 0, "tid": track, "name": RUNTIME, "cat": "runtime",
-             "ts": end * 1e6, "dur": tg.runtime_s * 1e6},
+             "ts": end * 1e6, "dur": (schedule.iteration_s - end) * 1e6},
         ]  # fmt: skip
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
@@ -120,7 +126,7 @@ def taskgraph_json(tg: TaskGraph, schedule: Schedule) -> dict[str, Any]:
         "version": TASKGRAPH_VERSION,
         "machine": tg.machine.name,
         "iteration_ms": schedule.iteration_s * 1e3,
-        "runtime_ms": tg.runtime_s * 1e3,  # beyond the tasks' timeline (TaskGraph.runtime_s)
+        "runtime_ms": tg.runtime_s * 1e3,  # the runtime's CPU time (TaskGraph.runtime_s)
         "tasks": tasks,
     }
 

@@ -42,7 +42,8 @@ class GraphArrays(Protocol):
     edge_dst: array  # "i"
     resource_sets: ResourceSets
     num_resources: int
-    runtime_s: float  # added to the iteration's time (TaskGraph.runtime_s)
+
+    def iteration_s(self, makespan_s: float) -> float: ...  # TaskGraph.iteration_s
 
 
 class Times(Protocol):
@@ -105,7 +106,7 @@ def simulate(tg: GraphArrays, times: Times, t0: float, change: GraphChange | Non
         if result == lib.FF_NO_MEMORY:
             raise MemoryError("the simulator could not allocate its scratch memory")
         raise AssertionError(_ERRORS[result])
-    times.iteration_s = result_times.iteration_s + tg.runtime_s  # see TaskGraph.runtime_s
+    times.iteration_s = tg.iteration_s(result_times.iteration_s)
     return result
 
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from flexflow.fileio import atomic_write_bytes
-from flexflow.simulator.export import RUNTIME
+from flexflow.simulator.export import RUNTIME, tasks_end_s
 from flexflow.simulator.schedule import Schedule
 from flexflow.simulator.taskgraph import BARRIER, TaskGraph
 
@@ -37,9 +37,11 @@ def render_timeline(
         for x in tg.res[t]:
             bars.setdefault(color, []).append((row_of[x], schedule.start[t] * 1e3, tg.exe[t] * 1e3))
     names = [tg.resource_name(x) for x in rows]
-    if tg.runtime_s > 0:  # the runtime's per-task work, after the tasks as the model adds it
-        end_ms = (schedule.iteration_s - tg.runtime_s) * 1e3
-        bars.setdefault(RUNTIME_COLOR, []).append((len(rows), end_ms, tg.runtime_s * 1e3))
+    end = tasks_end_s(tg, schedule)
+    beyond = schedule.iteration_s > end  # the cores' work outlasts the timeline
+    if beyond:
+        width_ms = (schedule.iteration_s - end) * 1e3
+        bars.setdefault(RUNTIME_COLOR, []).append((len(rows), end * 1e3, width_ms))
         names.append(RUNTIME)
     fig, ax = plt.subplots(figsize=(12, max(2.5, 0.28 * len(names) + 1.2)))
     for color, items in bars.items():
@@ -55,7 +57,7 @@ def render_timeline(
             Patch(color=BACKWARD_COLOR, label="backward"),
             Patch(color=COLORS["update"], label="weight update"),
             Patch(color=COLORS["comm"], label="transfer"),
-            *([Patch(color=RUNTIME_COLOR, label=RUNTIME)] if tg.runtime_s > 0 else []),
+            *([Patch(color=RUNTIME_COLOR, label=RUNTIME)] if beyond else []),
         ],
         loc="upper left",
         bbox_to_anchor=(1.0, 1.0),  # beside the rows, covering none of them

@@ -11,7 +11,7 @@ from flexflow.simulator.taskgraph import COMM, COMPUTE, UPDATE, TaskGraph
 @dataclass(frozen=True, slots=True)
 class SimulationResult:
     iteration_ms: float
-    runtime_ms: float  # what the runtime adds beyond the timeline (TaskGraph.runtime_s)
+    runtime_ms: float  # the runtime's CPU time per iteration (TaskGraph.runtime_s)
     compute_ms_total: float  # forward, backward and update tasks, summed over devices
     comm_bytes_total: int  # activations, gradients and parameter synchronization
     num_tasks: int

@@ -167,9 +167,21 @@ class TaskGraph:
         )
         self._build_syncs(list(self._users))
         self.runtime_s = context.runtime_s(self.configs)
-        """What the runtime adds to the iteration beyond the timeline (`SimContext.runtime_s`)."""
+        """The runtime's CPU time per iteration (`SimContext.runtime_s`): see `iteration_s`."""
 
     # ---- queries -------------------------------------------------------------------------------
+    def iteration_s(self, makespan_s: float) -> float:
+        """An iteration's time from its timeline's end: under the runtime's per-task cost
+        (`runtime_s` > 0, CPU processors), also no less than the cores' whole work, the compute
+        and update tasks' times plus the runtime's, over `SimContext.cores` (a strategy that
+        keeps every processor busy leaves the runtime no idle core). Summed exactly (fsum), so
+        a graph updated by deltas and one built afresh agree to the last bit."""
+        if self.runtime_s <= 0:
+            return makespan_s
+        exe, order = self.exe, self.order
+        work = math.fsum(exe[t] for t in self.live_tasks() if key_kind(order[t]) in _WORK_KINDS)
+        return max(makespan_s, (work + self.runtime_s) / self.context.cores)
+
     @property
     def size(self) -> int:
         """Number of task ids (including free ones)."""
@@ -415,7 +427,7 @@ class TaskGraph:
         bwd_key = BWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
         for k, device in enumerate(config.devices):
             time = self.context.task_time(node.id, config.degrees, devices[device])
-            # inside the previous op's task, or its launch charged to the iteration (runtime_s)
+            # inside the previous op's task, or its launch counted in runtime_s
             if fused or self.context.serial_launches:
                 launch = DEVICE_CONSTANTS[devices[device].kind].launch_overhead_s
                 time = TaskTime(
@@ -575,6 +587,8 @@ class TaskGraph:
         return memory
 
 
+_WORK_KINDS = frozenset((FWD_KEY, BWD_KEY, UPDATE_KEY))
+"""The tasks that keep a processor's core busy (compute and update tasks)."""
 _KIND_NAMES = {
     FWD_KEY: COMPUTE,
     BWD_KEY: COMPUTE,

@@ -43,10 +43,12 @@ class ArrayGraph:
     edge_src: array = field(default_factory=lambda: array("i"))
     edge_dst: array = field(default_factory=lambda: array("i"))
     resource_sets: ResourceSets = field(init=False)
-    runtime_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.resource_sets = ResourceSets(self.num_devices)
+
+    def iteration_s(self, makespan_s: float) -> float:
+        return makespan_s
 
     def res(self, t: int) -> tuple[int, ...]:
         return self.resource_sets.sets[self.res_set[t]]
