@@ -1,12 +1,12 @@
 """The Legate tasks one training iteration of this project's runtime issues under a strategy.
 
-On CPU processors each Legate task costs the host a roughly fixed amount of runtime work (the
-Python thread issuing it, the utility thread's dependence analysis and mapping), and where the
-processors take every core that work takes the cores from the kernels: on this project's
-2-core host, measured iteration times were the busiest processor's kernels plus 0.33-0.9 ms per
-task (README, "Simulator fidelity"; benchmarks/fidelity.py). So the count below is what the simulator charges that cost on
-(`SimContext(fused_launches=True)`), and what the Executor reports; both read it from here,
-without Legate. It follows `flexflow.runtime.executor`:
+On CPU processors each Legate task costs the host a roughly fixed amount of CPU time (the
+Python thread issuing it, the utility thread's dependence analysis and mapping, the task body
+turning its stores into arrays), on the same cores as the kernels (`flexflow.bootstrap` gives
+Legate one processor per core): a strategy that keeps every processor busy leaves that work
+no idle core. So the count below is what the simulator charges that cost on
+(`SimContext(fused_launches=True)`, `TaskGraph.iteration_s`), and what the Executor reports;
+both read it from here, without Legate. It follows `flexflow.runtime.executor`:
 
 - a fused group (`flexflow.fusion`) issues a forward and a backward task per device; the last
   group's forward also computes the loss, and where its tasks can run forward, loss and
