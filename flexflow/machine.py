@@ -201,6 +201,12 @@ class Machine:
             f"(devices 0-{last}); use a device id from 0 to {last}."
         )
 
+    def most_cpus_on_a_node(self) -> int:
+        """The most CPU devices one node has (0 without CPUs): the processors that can run at
+        once in one process, as the profiler and the simulator's runtime cost count them."""
+        counts = Counter(d.node for d in self.devices if d.kind == "cpu")
+        return max(counts.values(), default=0)
+
     def devices_on_node(self, node: int) -> tuple[Device, ...]:
         found = tuple(d for d in self.devices if d.node == node)
         if not found:

@@ -136,11 +136,8 @@ def profile_graph(
     if repeats < 1:
         raise FlexFlowError(f"profile: repeats must be at least 1, got {repeats}.")
     times: dict = {}
-    per_node = max(
-        sum(d.kind == "cpu" and d.node == n for d in machine.devices)
-        for n in range(machine.num_nodes)
-    )
-    most = max(1, min(per_node, os.cpu_count() or 1))  # processors that can run at once
+    # processors that can run at once
+    most = max(1, min(machine.most_cpus_on_a_node(), os.cpu_count() or 1))
     keep_freed_memory()  # as the Executor does: kernels timed without page faults
     with threadpool_limits(1, user_api="blas"):  # as in a Legate CPU task: one core each
         for done, node in enumerate(graph.ops):
@@ -161,7 +158,7 @@ def measure_update(elements: int, repeats: int = 3, concurrent: int = 1) -> floa
         weight, grad = np.ones(elements, np.float32), np.ones(elements, np.float32)
         runs.append(functools.partial(SGDOptimizer(1e-9).apply, weight, grad, (), 1))
         runs[-1]()  # warm-up: the pages are touched before timing
-    seconds = _median_s(runs, max(repeats, 3))
+    seconds = _median_s(runs, repeats)
     return UPDATE_BYTES_PER_ELEMENT * elements / max(seconds, 1e-9)
 
 

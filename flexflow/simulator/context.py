@@ -82,11 +82,7 @@ class SimContext:
         device, and an iteration lasts at least the cores' whole work over `cores`
         (`TaskGraph.iteration_s`; `flexflow.launches` says why). False gives the per-device
         model."""
-        per_node = max(
-            sum(d.kind == "cpu" and d.node == n for d in machine.devices)
-            for n in range(machine.num_nodes)
-        )
-        self.cores = (cores or max(per_node, 1)) * machine.num_nodes
+        self.cores = (cores or max(machine.most_cpus_on_a_node(), 1)) * machine.num_nodes
         """The cores the run's kernels and runtime share: by default one per CPU processor
         (Legate's default), on every node (summed: the bound treats the nodes as one pool)."""
         # one rank reads model inputs from its process; several feed them through stores
