@@ -110,7 +110,6 @@ class _Undo:
     edges: list = field(default_factory=list)  # (lo, the sources of edges lo..) before removal
     removed: list[int] = field(default_factory=list)
     added: list[int] = field(default_factory=list)
-    runtime_s: float = 0.0  # the graph's runtime_s before the change
 
 
 class TaskGraph:
@@ -328,7 +327,7 @@ class TaskGraph:
         self._build_edges([block for block in blocks if block[0] == "edge"])
         self._build_syncs([block[1] for block in blocks if block[0] == "sync"])
         added = [t for block in blocks for t in self.blocks[block]]
-        undo.removed, undo.added, undo.runtime_s = removed, added, self.runtime_s
+        undo.removed, undo.added = removed, added
         self.runtime_s = self.context.runtime_s(self.configs)
         self._undo = undo
         return GraphChange(array("i", removed), array("i", added), touched)
@@ -355,7 +354,7 @@ class TaskGraph:
             self.fwd[o], self.bwd[o], self._sync_parts[o] = fwd, bwd, parts
         for op, config in undo.configs:
             self.configs[op] = config
-        self.runtime_s = undo.runtime_s
+        self.runtime_s = self.context.runtime_s(self.configs)  # memoized: the count before
 
     def _per_task(self) -> tuple:
         """The containers with an entry per task id."""
