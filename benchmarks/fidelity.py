@@ -114,11 +114,10 @@ def strategies(graph, machine, contexts: dict, budget_s: float) -> dict:
     for label, context in contexts.items():
         result = search(context, budget_s, seed=0, polish_budget_s=budget_s)
         found[f"searched ({label})"] = result.best
-    unique: dict = {}
-    for label, strategy in found.items():  # one measurement per distinct strategy
-        twin = next((k for k, s in unique.items() if s == strategy), None)
-        unique[label if twin is None else f"{twin} = {label}"] = unique.pop(twin, strategy)
-    return unique
+    labels: dict = {}  # one measurement per distinct strategy, named by all its labels
+    for label, strategy in found.items():
+        labels.setdefault(strategy, []).append(label)
+    return {" = ".join(names): strategy for strategy, names in labels.items()}
 
 
 def measure(executor, inputs, labels, iterations: int) -> float:
