@@ -280,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     measured_ms = None
     if history:
         last = history[-1]
-        measured_ms = 1e3 * last.seconds / max(1, last.samples // config.batch_size)
+        iterations = max(1, -(-last.samples // config.batch_size))  # a last batch padded
+        measured_ms = 1e3 * last.seconds / iterations
         console.print(
             f"throughput (last epoch): {last.samples_per_s:,.1f} samples/s, "
             f"{measured_ms:.3f} ms per iteration (simulated: {plan.simulated_ms:.3f} ms)"
