@@ -148,3 +148,40 @@ def bn_backward(x, y, dy, gamma, stats, grad_stats, count: float, eps: float, re
     scalars = (float(count), float(eps), int(relu))
     _bn_call(lib.ff_bn_backward_f32, (*inputs, dx, dgamma, dbeta), x, *scalars)
     return dx, dgamma, dbeta
+
+
+# ---- optimizer updates, in place on float32 weights -------------------------------------------
+def updatable_in_place(weight: np.ndarray, partials: np.ndarray, *states: np.ndarray) -> bool:
+    """Whether the C updates take these arrays: float32, C-contiguous, the partial gradients one
+    weight-shaped row per device. Other layouts (a strided tile of a weight) go through numpy."""
+    arrays = (weight, partials, *states)
+    return (
+        all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+        and weight.flags.writeable
+        and partials.shape[1:] == weight.shape
+        and all(state.shape == weight.shape for state in states)
+    )
+
+
+def sgd_update(weight, partials, velocity, lr, momentum, weight_decay, nesterov) -> None:
+    """flexflow.optimizers.SGDOptimizer.apply to the partial gradients' sum, in one pass;
+    `velocity` is None without momentum. Arrays as `updatable_in_place` accepts them."""
+    ptr = _SUFFIX[np.dtype(np.float32)][1]
+    lib.ff_sgd_update_f32(
+        _pointer(weight, ptr), _pointer(partials, ptr), len(partials), weight.size,
+        ffi.NULL if velocity is None else _pointer(velocity, ptr),
+        float(lr), float(momentum), float(weight_decay), int(nesterov),
+    )  # fmt: skip
+
+
+def adam_update(weight, partials, m, v, lr, beta1, beta2, epsilon, weight_decay,
+                correction1, correction2) -> None:  # fmt: skip
+    """flexflow.optimizers.AdamOptimizer.apply to the partial gradients' sum, in one pass
+    (correction1/2: the float32 bias corrections of this step). Arrays as
+    `updatable_in_place` accepts them."""
+    ptr = _SUFFIX[np.dtype(np.float32)][1]
+    lib.ff_adam_update_f32(
+        _pointer(weight, ptr), _pointer(partials, ptr), len(partials), weight.size,
+        _pointer(m, ptr), _pointer(v, ptr), float(lr), float(beta1), float(beta2),
+        float(epsilon), float(weight_decay), float(correction1), float(correction2),
+    )  # fmt: skip

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexflow.errors import FlexFlowError
-from flexflow.optimizers import AdamOptimizer, SGDOptimizer, optimizer_from_json
+from flexflow.ops import native
+from flexflow.optimizers import AdamOptimizer, SGDOptimizer, optimizer_from_json, sum_in_order
 
 
 def run(optimizer, weight, grads):
@@ -95,6 +96,75 @@ def test_tiled_updates_are_bit_identical_to_one_update(optimizer, rows, cuts, se
         np.testing.assert_array_equal(tile, whole[a:b])
         for got, want in zip(tile_states, whole_states, strict=True):
             np.testing.assert_array_equal(got, want[a:b])
+
+
+OPTIMIZERS = st.one_of(
+    st.builds(
+        SGDOptimizer,
+        learning_rate=st.floats(1e-4, 1.0),
+        momentum=st.sampled_from([0.0, 0.5, 0.9, 0.99]),
+        weight_decay=st.sampled_from([0.0, 1e-4, 0.1]),
+    ),
+    st.builds(
+        SGDOptimizer,
+        learning_rate=st.floats(1e-4, 1.0),
+        momentum=st.floats(0.05, 0.95),
+        nesterov=st.just(True),
+    ),
+    st.builds(
+        AdamOptimizer,
+        learning_rate=st.floats(1e-5, 0.1),
+        beta1=st.sampled_from([0.0, 0.8, 0.9]),
+        beta2=st.sampled_from([0.9, 0.999]),
+        epsilon=st.sampled_from([1e-8, 1e-3]),
+        weight_decay=st.sampled_from([0.0, 1e-2]),
+    ),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    optimizer=OPTIMIZERS,
+    devices=st.integers(1, 4),
+    size=st.sampled_from([1, 7, 1023, 1024, 1025, 2500]),
+    step=st.integers(1, 50),
+    seed=st.integers(0, 2**16),
+)
+def test_a_data_parallel_update_in_one_pass_gives_the_bits_of_the_reference(
+    optimizer, devices, size, step, seed
+):
+    """The step task's fused C update (summing the devices' partial gradients on the way) must
+    give what numpy's update of their sum gives, bit for bit: the runtime mixes both paths
+    (strided tiles take numpy's), and training is bit-identical across strategies."""
+    rng = np.random.default_rng(seed)
+    scale = 10.0 ** rng.integers(-4, 3, (devices, 1))
+    partials = (rng.standard_normal((devices, size)) * scale).astype(np.float32)
+    weight = rng.standard_normal(size).astype(np.float32)
+    states = [rng.random(size).astype(np.float32) for _ in optimizer.state_names]
+    assert native.updatable_in_place(weight, partials, *states)  # the C path
+    want_weight, want_states = weight.copy(), [s.copy() for s in states]
+    optimizer.apply(want_weight, sum_in_order(partials), want_states, step)
+    before = partials.copy()
+    optimizer.apply_partials(weight, partials, states, step)
+    np.testing.assert_array_equal(weight, want_weight)
+    for got, want in zip(states, want_states, strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(partials, before)  # the gradients are only read
+
+
+def test_a_strided_tile_is_updated_through_numpy_with_the_same_bits():
+    optimizer = SGDOptimizer(0.1, momentum=0.9)
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((6, 8)).astype(np.float32)
+    partials = rng.standard_normal((2, 6, 8)).astype(np.float32)
+    velocity = rng.random((6, 8)).astype(np.float32)
+    want, want_velocity = optimizer.update(weight[:, 2:5], sum_in_order(partials[:, :, 2:5]),
+                                           (velocity[:, 2:5],), 4)  # fmt: skip
+    tile, tile_velocity = weight[:, 2:5], velocity[:, 2:5]
+    assert not native.updatable_in_place(tile, partials[:, :, 2:5], tile_velocity)
+    optimizer.apply_partials(tile, partials[:, :, 2:5], (tile_velocity,), 4)
+    np.testing.assert_array_equal(weight[:, 2:5], want)
+    np.testing.assert_array_equal(velocity[:, 2:5], want_velocity[0])
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flexflow.runtime.tasks import sum_in_order
+from flexflow.optimizers import sum_in_order
 
 
 @settings(max_examples=60, deadline=None)
