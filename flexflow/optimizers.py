@@ -38,10 +38,15 @@ class Optimizer(Protocol):
         ...
 
     def apply_partials(
-        self, weight: np.ndarray, partials: np.ndarray, states: Sequence[np.ndarray], step: int
+        self,
+        weight: np.ndarray,
+        partials: Sequence[np.ndarray],
+        states: Sequence[np.ndarray],
+        step: int,
     ) -> None:
-        """`apply` with the gradient `sum_in_order(partials)` (a leading device axis), in one
-        pass where the arrays allow it; bit-identical to `apply` either way."""
+        """`apply` with the gradient `sum_in_order(partials)` (the devices' partial gradients,
+        each shaped like the weight), in one pass where the arrays allow it; bit-identical to
+        `apply` either way."""
         ...
 
     def update(
@@ -53,7 +58,7 @@ class Optimizer(Protocol):
     def to_json(self) -> dict: ...
 
 
-def sum_in_order(partials: np.ndarray) -> np.ndarray:
+def sum_in_order(partials: Sequence[np.ndarray]) -> np.ndarray:
     """partials[0] + partials[1] + ..., left to right in device order, so every tiling sums a
     weight's gradient the same way; plain adds are a third faster than numpy's axis-0
     reduction on a large weight."""

@@ -52,13 +52,13 @@ void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const f
                         float *dbeta, long n, long c, long hw, double count, double eps, int relu);
 
 /* Optimizer updates (native/optimizers.c), in place on contiguous float32 arrays of n elements:
- * the gradient is the sum of `copies` partial gradients (partials: copies x n, row-major) in row
- * order, then SGD (velocity unused when momentum is 0) or Adam (m1, m2: the moments;
+ * the gradient is the sum of `copies` partial gradients (partials[0..copies), n elements each)
+ * in that order, then SGD (velocity unused when momentum is 0) or Adam (m1, m2: the moments;
  * correction1/2: 1 - beta^step rounded to float32), operation by operation as
  * flexflow.optimizers computes them in numpy, so the bits agree. */
-void ff_sgd_update_f32(float *weight, const float *partials, long copies, long n,
+void ff_sgd_update_f32(float *weight, const float *const *partials, long copies, long n,
                        float *velocity, float lr, float momentum, float weight_decay,
                        int nesterov);
-void ff_adam_update_f32(float *weight, const float *partials, long copies, long n, float *m1,
-                        float *m2, float lr, float beta1, float beta2, float epsilon,
+void ff_adam_update_f32(float *weight, const float *const *partials, long copies, long n,
+                        float *m1, float *m2, float lr, float beta1, float beta2, float epsilon,
                         float weight_decay, float correction1, float correction2);

@@ -10,24 +10,24 @@
 #define FF_BLOCK 1024 /* elements per block: the summed gradient stays in L1 */
 
 /* g[0..m) = partials[0][base..] + partials[1][base..] + ..., left to right. */
-static void ff_sum_partials(const float *partials, long copies, long n, long base, long m,
+static void ff_sum_partials(const float *const *partials, long copies, long base, long m,
                             float *g) {
-  const float *first = partials + base;
+  const float *first = partials[0] + base;
   for (long j = 0; j < m; ++j) g[j] = first[j];
   for (long c = 1; c < copies; ++c) {
-    const float *p = partials + c * n + base;
+    const float *p = partials[c] + base;
     for (long j = 0; j < m; ++j) g[j] = g[j] + p[j];
   }
 }
 
-void ff_sgd_update_f32(float *weight, const float *partials, long copies, long n,
+void ff_sgd_update_f32(float *weight, const float *const *partials, long copies, long n,
                        float *velocity, float lr, float momentum, float weight_decay,
                        int nesterov) {
   float g[FF_BLOCK];
   for (long base = 0; base < n; base += FF_BLOCK) {
     long m = n - base < FF_BLOCK ? n - base : FF_BLOCK;
     float *w = weight + base;
-    ff_sum_partials(partials, copies, n, base, m, g);
+    ff_sum_partials(partials, copies, base, m, g);
     if (weight_decay != 0.0f)
       for (long j = 0; j < m; ++j) g[j] = g[j] + weight_decay * w[j];
     if (momentum != 0.0f) {
@@ -43,15 +43,15 @@ void ff_sgd_update_f32(float *weight, const float *partials, long copies, long n
   }
 }
 
-void ff_adam_update_f32(float *weight, const float *partials, long copies, long n, float *m1,
-                        float *m2, float lr, float beta1, float beta2, float epsilon,
+void ff_adam_update_f32(float *weight, const float *const *partials, long copies, long n,
+                        float *m1, float *m2, float lr, float beta1, float beta2, float epsilon,
                         float weight_decay, float correction1, float correction2) {
   float g[FF_BLOCK];
   const float c1 = 1.0f - beta1, c2 = 1.0f - beta2;
   for (long base = 0; base < n; base += FF_BLOCK) {
     long m = n - base < FF_BLOCK ? n - base : FF_BLOCK;
     float *w = weight + base, *mo = m1 + base, *ve = m2 + base;
-    ff_sum_partials(partials, copies, n, base, m, g);
+    ff_sum_partials(partials, copies, base, m, g);
     if (weight_decay != 0.0f)
       for (long j = 0; j < m; ++j) g[j] = g[j] + weight_decay * w[j];
     for (long j = 0; j < m; ++j) {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from flexflow._kernels import ffi, lib
@@ -151,16 +153,22 @@ def bn_backward(x, y, dy, gamma, stats, grad_stats, count: float, eps: float, re
 
 
 # ---- optimizer updates, in place on float32 weights -------------------------------------------
-def updatable_in_place(weight: np.ndarray, partials: np.ndarray, *states: np.ndarray) -> bool:
-    """Whether the C updates take these arrays: float32, C-contiguous, the partial gradients one
-    weight-shaped row per device. Other layouts (a strided tile of a weight) go through numpy."""
-    arrays = (weight, partials, *states)
+def updatable_in_place(weight: np.ndarray, partials: Sequence[np.ndarray], *states) -> bool:
+    """Whether the C updates take these arrays: float32, C-contiguous, every partial gradient
+    and state shaped like the weight. Other layouts (a strided tile of a weight) go through
+    numpy."""
+    arrays = (weight, *partials, *states)
     return (
-        all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+        len(partials) > 0
+        and all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+        and all(a.shape == weight.shape for a in arrays)
         and weight.flags.writeable
-        and partials.shape[1:] == weight.shape
-        and all(state.shape == weight.shape for state in states)
     )
+
+
+def _pointers(arrays: Sequence[np.ndarray]):
+    """A C array of float pointers to `arrays` (keep the result alive during the call)."""
+    return ffi.new("float *[]", [_pointer(a, "float *") for a in arrays])
 
 
 def sgd_update(weight, partials, velocity, lr, momentum, weight_decay, nesterov) -> None:
@@ -168,7 +176,7 @@ def sgd_update(weight, partials, velocity, lr, momentum, weight_decay, nesterov)
     `velocity` is None without momentum. Arrays as `updatable_in_place` accepts them."""
     ptr = _SUFFIX[np.dtype(np.float32)][1]
     lib.ff_sgd_update_f32(
-        _pointer(weight, ptr), _pointer(partials, ptr), len(partials), weight.size,
+        _pointer(weight, ptr), _pointers(partials), len(partials), weight.size,
         ffi.NULL if velocity is None else _pointer(velocity, ptr),
         float(lr), float(momentum), float(weight_decay), int(nesterov),
     )  # fmt: skip
@@ -181,7 +189,7 @@ def adam_update(weight, partials, m, v, lr, beta1, beta2, epsilon, weight_decay,
     `updatable_in_place` accepts them."""
     ptr = _SUFFIX[np.dtype(np.float32)][1]
     lib.ff_adam_update_f32(
-        _pointer(weight, ptr), _pointer(partials, ptr), len(partials), weight.size,
+        _pointer(weight, ptr), _pointers(partials), len(partials), weight.size,
         _pointer(m, ptr), _pointer(v, ptr), float(lr), float(beta1), float(beta2),
         float(epsilon), float(weight_decay), float(correction1), float(correction2),
     )  # fmt: skip

@@ -71,9 +71,13 @@ def _run(
     if which == Pass.UPDATE:  # this device's weight tiles and their optimizer states, in place
         inputs, outputs = iter(arrays), iter(context.outputs)
         states = len(executor.optimizer.state_names)
-        for _ in executor.update_groups[op]:
-            weight, grads, *old = (next(inputs) for _ in range(2 + states))
-            grad = prims.reduce_sum(gpu, grads, (0,))  # the devices' partial gradients
+        for pid, _ in executor.update_groups[op]:
+            weight = next(inputs)
+            # the devices' partial gradients, one (1, ...) row each, summed in device order
+            grad = prims.reduce_sum(gpu, next(inputs), (0,))
+            for _ in executor.contributors[pid][1:]:
+                prims.reduce_sum(gpu, next(inputs), (0,), out=grad, add=True)
+            old = [next(inputs) for _ in range(states)]
             new_weight, new_states = training.update(
                 gpu, executor.optimizer, weight, grad, old, extra[0]
             )

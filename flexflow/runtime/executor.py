@@ -484,30 +484,21 @@ class Executor:
 
     def _add_pending_update(self, task, device: int) -> None:
         """The last arguments of a step that first applies the pending update to `device`'s
-        replicas (`updates_in_step`): per weight, every device's partial gradients and the
-        replica's states read; the replica and its states written (with the step's reading
-        of the weight, read-write: updated in place before the forward pass reads them). With
-        flat parameters, the same for the flat buffers instead, as if one weight."""
-        if self.params.flat is not None:
-            params = self.params
-            task.add_input(params.flat_pending)
-            views = [
-                params.flat_view(s, device) for s in (params.flat_weights, *params.flat_states)
-            ]
-            for view in views[1:]:
-                task.add_input(view)
-            for view in views:
-                task.add_output(view)
+        replicas of the flat buffers (`updates_in_step`): every device's row of the pending
+        partial gradients and the replica's states read; the replica and its states written
+        (with the step's reading of the weights, read-write: updated in place before the
+        forward pass reads them). Each device's row is its own argument: a task reading the
+        whole store its rows were written through made Legion's analysis of every step cost
+        about 2 ms of runtime work (12x; benchmarks/results/runtime.md)."""
+        params = self.params
+        if params.flat is None:  # a model without weights
             return
-        written = []
-        for param in self.graph.parameters:
-            task.add_input(self.params.pending[param.id])  # every device's, whole
-            stores = (self.params.weights[param.id], *self.params.states[param.id])
-            views = [self.params.view(store, param.id, device) for store in stores]
-            for view in views[1:]:
-                task.add_input(view)
-            written += views
-        for view in written:
+        for other in params.devices:
+            task.add_input(params.flat_view(params.flat_pending, other))
+        views = [params.flat_view(s, device) for s in (params.flat_weights, *params.flat_states)]
+        for view in views[1:]:
+            task.add_input(view)
+        for view in views:
             task.add_output(view)
 
     def add_partial_grads(self, task, layout: TaskLayout, device: int) -> None:
@@ -560,8 +551,9 @@ class Executor:
                     views = [self.params.view(store, pid, device) for store in stores]
                     tiles = [self.tile(view, region) for view in views]
                     task.add_input(tiles[0])
-                    grads = partial_grads[pid]  # every device's partial gradient
-                    task.add_input(self.tile(grads, ((0, grads.shape[0]), *region)))
+                    grads = partial_grads[pid]  # every device's partial gradient, row by row
+                    for k in range(grads.shape[0]):  # (see _add_pending_update)
+                        task.add_input(self.tile(grads, ((k, k + 1), *region)))
                     for tile in tiles[1:]:
                         task.add_input(tile)
                     for tile in tiles:

@@ -214,24 +214,18 @@ def _forward_inputs(
 
 
 def _apply_pending_update(executor: Executor, inputs: list, outputs: list, update: int) -> None:
-    """Update number `update` of this device's weight replicas (Executor.updates_in_step),
-    from the arguments at the end of `inputs` (per weight: all partial gradients, the states)
-    and `outputs` (per weight: the replica, its states), which it removes; flat parameters
-    update as one weight (the optimizer is elementwise)."""
-    width = 1 + len(executor.optimizer.state_names)
-    pieces = 1 if executor.params.flat is not None else len(executor.graph.parameters)
-    count = width * pieces
-    read, written = inputs[-count:], outputs[-count:]
-    del inputs[-count:], outputs[-count:]
-    for start in range(0, count, width):
-        weight, *states = written[start : start + width]
-        _apply_update(executor, weight, read[start], states, update)
-
-
-def _apply_update(executor: Executor, weight, partials, states, step: int) -> None:
-    """Update number `step` of a weight tile and its states, in place, from the devices'
-    partial gradients (`partials`, a leading device axis, summed in device order)."""
-    executor.optimizer.apply_partials(weight, partials, states, step)
+    """Update number `update` of this device's replica of the flat buffers
+    (Executor.updates_in_step), from the arguments at the end of `inputs` (every device's
+    partial gradients, the states) and `outputs` (the replica, its states), which it removes;
+    the flat buffer updates as one weight (the optimizer is elementwise)."""
+    if executor.params.flat is None:  # a model without weights: nothing was passed
+        return
+    states = len(executor.optimizer.state_names)
+    count = len(executor.params.devices) + states
+    read, written = inputs[-count:], outputs[-(1 + states) :]
+    del inputs[-count:], outputs[-(1 + states) :]
+    weight, *state_rows = written
+    executor.optimizer.apply_partials(weight, read[: count - states], state_rows, update)
 
 
 def _loss_into(
@@ -271,12 +265,15 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
     if which == Pass.UPDATE:  # the weight tiles of one device, and their optimizer states
         # each piece's weight and states are inputs and outputs (read-write): updated in place
         # through the outputs; of the inputs, only the partial gradients are read
-        inputs, outputs = context.inputs, iter(context.outputs)
-        width = 2 + len(executor.optimizer.state_names)  # weight, gradients, states
-        for piece in range(len(executor.update_groups[op])):
-            weight, *states = (_array(next(outputs)) for _ in range(width - 1))
-            partials = _array(inputs[piece * width + 1])  # executor.params.partials
-            _apply_update(executor, weight, partials, states, extra[0])
+        inputs, outputs = iter(context.inputs), iter(context.outputs)
+        states = len(executor.optimizer.state_names)
+        for pid, _ in executor.update_groups[op]:
+            next(inputs)  # the weight tile, read through its output
+            rows = [_array(next(inputs))[0] for _ in executor.contributors[pid]]
+            for _ in range(states):
+                next(inputs)
+            weight, *state_tiles = (_array(next(outputs)) for _ in range(1 + states))
+            executor.optimizer.apply_partials(weight, rows, state_tiles, extra[0])
         return
     if which == Pass.LOSS:  # this tile's share of the loss and its tile of the loss gradient
         stored = _array(context.inputs[1]) if len(context.inputs) > 1 else None

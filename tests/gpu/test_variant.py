@@ -95,6 +95,7 @@ class Executor:
     region: tuple
     optimizer: object = None
     update_groups: dict = field(default_factory=dict)
+    contributors: dict = field(default_factory=dict)
     staged: dict = field(default_factory=dict)
     timeline: list | None = None
 
@@ -229,11 +230,13 @@ def test_update_loss_and_feed_passes(host):  # noqa: F811
     weight, grad = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
     states = [np.zeros_like(weight), np.zeros_like(weight)]
     outs = [Physical(strided(host, np.zeros_like(weight))) for _ in range(3)]
-    # gradients arrive as every device's partial gradient (a leading device axis), summed
-    partials = np.stack([grad, np.zeros_like(grad)])
-    ins = tuple(Physical(strided(host, a)) for a in (weight, partials, *states))
-    # two weight tiles on this device, one task: inputs (w, g, m, v) per tile, outputs (w, m, v)
-    updater = Executor(None, (), optimizer, update_groups={0: [(0, ()), (1, ())]})
+    # gradients arrive as every contributing device's partial gradient, a (1, ...) row each
+    # argument, summed: weight 0 has two contributors, weight 1 one
+    partials = (grad[None], np.zeros_like(grad)[None])
+    ins = tuple(Physical(strided(host, a)) for a in (weight, *partials, *states))
+    # two weight tiles on this device, one task: inputs (w, g..., m, v) per tile, outputs (w, m, v)
+    updater = Executor(None, (), optimizer, update_groups={0: [(0, ()), (1, ())]},
+                       contributors={0: (0, 1), 1: (0,)})  # fmt: skip
     outs += [Physical(strided(host, np.zeros_like(weight))) for _ in range(3)]
     ins = ins + tuple(Physical(strided(host, a)) for a in (weight, 2 * grad[None], *states))
     variant._run(host, Context(ins, tuple(outs)), updater, Pass.UPDATE, 0, -1, (1,))

@@ -101,6 +101,45 @@ def relative(a, b) -> float:
     return float(np.max(np.abs(a - b) / (RTOL * np.abs(b) + ATOL)))
 
 
+class _RecordingTask:
+    """A Legate task whose inputs' ids are recorded as they are added (ids, not the stores:
+    holding views would free them later, perhaps inside a task, which Legion refuses)."""
+
+    def __init__(self, task, read: list[int]) -> None:
+        self._task, self._read = task, read
+
+    def add_input(self, store, *args) -> None:
+        self._read.append(id(store))
+        self._task.add_input(store, *args)
+
+    def __getattr__(self, name: str):
+        return getattr(self._task, name)
+
+
+def record_task_inputs(executor: Executor) -> list[int]:
+    """The ids of the stores every task the executor creates reads, until `stop_recording`."""
+    read, new_task = [], executor.new_task
+    executor.new_task = lambda *args: _RecordingTask(new_task(*args), read)
+    return read
+
+
+def stop_recording(executor: Executor) -> None:
+    del executor.new_task  # the recorder refers to the executor: no cycle left behind
+
+
+def partial_gradients_read_whole(executor: Executor, read: list[int]) -> int:
+    """How many task inputs were a whole store of partial gradients rather than one device's
+    rows of it (a whole read of rows written by several processors made Legion's analysis of
+    each data-parallel step cost about 2 ms). The stores live as long as the executor, so an
+    id among them is one of them."""
+    params = executor.params
+    stores = [*params.partials.values(), *(params.pending or {}).values()]
+    if params.flat is not None:
+        stores += [params.flat_partials, params.flat_pending]
+    ids = {id(s) for s in stores}
+    return sum(r in ids for r in read)
+
+
 def run(build, loss: str = "mean_squared_error") -> dict:
     graph = build().graph()
     machine = parse_machine("local")
@@ -124,9 +163,10 @@ def run(build, loss: str = "mean_squared_error") -> dict:
     strategies += [
         (f"random{s}", named_strategy("random", graph, machine, s)) for s in range(STRATEGIES)
     ]
-    results, task_counts = {}, {}
+    results, task_counts, whole_reads = {}, {}, {}
     for name, strategy in strategies:
         with Executor(graph, strategy, seed=0, learning_rate=LR) as executor:
+            read = record_task_inputs(executor)
             losses, issued = [], []
             for _ in range(STEPS):
                 before = executor.tasks_issued
@@ -134,7 +174,9 @@ def run(build, loss: str = "mean_squared_error") -> dict:
                 issued.append(executor.tasks_issued - before)
             # what the simulator charges the runtime's per-task cost on (flexflow.launches)
             task_counts[name] = (issued, executor.tasks_per_iteration())
-            results[name] = (losses, executor.get_weights(), strategy)
+            results[name] = (losses, executor.get_weights(), strategy)  # applies a pending update
+            stop_recording(executor)
+            whole_reads[name] = partial_gradients_read_whole(executor, read)
     ref_losses, ref_weights = reference(graph, inputs, target, loss)
     base_losses, base_weights, _ = results["single"]
     report = {
@@ -144,6 +186,7 @@ def run(build, loss: str = "mean_squared_error") -> dict:
         ),
         "strategies": {},
         "task_counts": task_counts,
+        "whole_partial_gradient_reads": whole_reads,
         "splits": sorted({str(c.degrees) for _, (_, _, s) in results.items() for c in s.configs}),
         # strategies splitting an op whose tiles share batch statistics in that dimension
         "statistics_splits": sum(
