@@ -15,6 +15,10 @@ Legate's wheels link `libcuda.so.1` and CUDA 12's `libcudart.so.12` even for CPU
    too few cores for Legate's two), and Realm's GPU-discovery
    warnings are silenced unless the user chose `--logging`. Under the `legate` launcher its own
    flags (`legate --cpus 2 ...`) arrive in `LEGATE_CONFIG` and are kept.
+5. On every host, Legion's window of outstanding operations is widened (`LEGION_WINDOW`) unless
+   `LEGION_DEFAULT_ARGS` names one: when the window is full, a Legate store freed in Python
+   blocks with the interpreter lock held while the Python tasks that would drain the window
+   wait for that lock, a deadlock (see `legion_default_args`).
 
 This is process-global by nature (the loader and the environment are); it is the only module
 of flexflow that changes either, and it does so once.
@@ -124,10 +128,28 @@ def _announce_mpich_ranks(env) -> None:
         env["MV2_COMM_WORLD_SIZE"] = env["PMI_SIZE"]
 
 
+LEGION_WINDOW = 65536
+"""Operations Legion lets a program hold in flight (its default is 1,024)."""
+
+
+def legion_default_args(args: str | None) -> str:
+    """`LEGION_DEFAULT_ARGS` with `-lg:window LEGION_WINDOW` unless it sets a window. With
+    Legion's default, 3,000 data-parallel MLP iterations issued without reading their results
+    hung 4 runs of 4 on this project's host (none of 4 with this window); the executor also
+    bounds what it leaves unread (flexflow.runtime.executor.TASKS_IN_FLIGHT), and this covers
+    what it cannot: one iteration of a deep model issues more tasks than Legion's default
+    window (ResNet-101: 1,490), and a user's own stores are freed wherever Python drops them."""
+    words = shlex.split(args or "")
+    if "-lg:window" in words:
+        return args or ""
+    return shlex.join([*words, "-lg:window", str(LEGION_WINDOW)])
+
+
 def prepare(environ: os._Environ[str] | dict[str, str] | None = None) -> LegateSetup:
     """Load a CUDA driver (real or stand-in) and complete Legate's configuration; see the module doc."""
     env = os.environ if environ is None else environ
     _announce_mpich_ranks(env)
+    env["LEGION_DEFAULT_ARGS"] = legion_default_args(env.get("LEGION_DEFAULT_ARGS"))
     if _load_global(DRIVER_SONAME):
         _load_cudart()
         return LegateSetup("real", DRIVER_SONAME, env.get("LEGATE_CONFIG"))

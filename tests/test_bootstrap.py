@@ -133,3 +133,27 @@ def test_mpich_rank_count_is_passed_on_to_legate():
     env = {}
     _announce_mpich_ranks(env)
     assert env == {}
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        (None, "-lg:window 65536"),
+        ("", "-lg:window 65536"),
+        ("-lg:sched 4", "-lg:sched 4 -lg:window 65536"),
+        ("-lg:window 512 -lg:sched 4", "-lg:window 512 -lg:sched 4"),  # the user's window
+    ],
+)
+def test_legions_window_is_widened_unless_the_user_set_one(given, expected):
+    from flexflow.bootstrap import legion_default_args
+
+    assert legion_default_args(given) == expected
+
+
+def test_importing_flexflow_widens_legions_window():
+    code = "import flexflow, json, os; print(json.dumps(os.environ['LEGION_DEFAULT_ARGS']))"
+    env = _clean_env()
+    env.pop("LEGION_DEFAULT_ARGS", None)  # this process's import set it
+    proc = _run([sys.executable, "-c", code], env)
+    assert proc.returncode == 0, proc.stderr
+    assert _last_json(proc.stdout) == "-lg:window 65536"

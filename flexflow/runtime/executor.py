@@ -31,8 +31,9 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,15 @@ def _contributors(graph: OperatorGraph, strategy: Strategy) -> dict[int, tuple[i
     return {pid: tuple(sorted(found)) for pid, found in devices.items()}
 
 
+TASKS_IN_FLIGHT = 256
+"""How many tasks of batches whose results nobody has read an executor lets Legate hold before
+it waits for the older ones. Legion keeps a window of operations (1,024 by default); when it is
+full, a store freed in Python blocks with the interpreter lock held while the Python tasks that
+would drain the window wait for that lock: 3,000 unread iterations of the runtime benchmark's
+MLP hung 4 runs of 4 (tests/runtime/test_unread_batches.py). 256 tasks still keep 128 batches of
+a two-task data-parallel step in flight (flexflow.bootstrap also widens Legion's window)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BatchStats:
     """The loss and correct predictions of one batch, read from Legate when first asked for.
@@ -102,10 +112,14 @@ class BatchStats:
     predictions: int
     """What accuracy divides the correct count by: the samples times the predictions each
     makes (`flexflow.runtime.loss.predictions_per_sample`)."""
+    _value: list = field(default_factory=list, repr=False, compare=False)
+    """The (loss, correct) read, once read."""
 
     def read(self) -> tuple[float, int]:
-        loss, correct = read_store(self._store).sum(axis=0)  # over the loss's tasks
-        return float(loss), int(round(correct))
+        if not self._value:
+            loss, correct = read_store(self._store).sum(axis=0)  # over the loss's tasks
+            self._value.append((float(loss), int(round(correct))))
+        return self._value[0]
 
     @property
     def loss(self) -> float:
@@ -130,6 +144,9 @@ class Executor:
         """Updates applied so far (Adam's bias correction counts them; checkpoints keep it)."""
         self.tasks_issued = 0
         """Legate tasks this executor has created (`tasks_per_iteration` predicts them)."""
+        self._unread: deque[tuple[BatchStats, int]] = deque()
+        """Batches issued since the last one known finished, with `tasks_issued` before each."""
+        self._batch_began = 0
         self.timeline: list[tuple] | None = [] if record_timeline else None
         """(op, task, pass, start s, end s, thread) of every task, measured inside the task bodies
         (the thread tells the processor that ran it)."""
@@ -592,6 +609,7 @@ class Executor:
         tasks (one task and one dependence less per device and iteration), and in training
         its backward pass too where it can (`FusedTask.step_ready`). Whether it did."""
         target_check = self._check_target(loss, target, valid)
+        self._batch_began = self.tasks_issued
         self._feed_inputs(inputs)
         last = len(self.groups) - 1
         fused = None if self._has_statistics(last) else last
@@ -735,4 +753,18 @@ class Executor:
                 task.execute()
         if step:
             self._pending = False
-        return BatchStats(sums, valid, valid * predictions)
+        return self._bound_unread(BatchStats(sums, valid, valid * predictions))
+
+    def _bound_unread(self, stats: BatchStats) -> BatchStats:
+        """`stats`, after waiting, if the batches issued since the last one known finished hold
+        more than TASKS_IN_FLIGHT tasks, for the one that leaves about half that many unread
+        (a batch's results come after every earlier batch's tasks: each step reads the
+        weights the one before it updated)."""
+        self._unread.append((stats, self._batch_began))
+        if self.tasks_issued - self._unread[0][1] <= TASKS_IN_FLIGHT:
+            return stats
+        waited = self._unread.popleft()
+        while self._unread and self.tasks_issued - self._unread[0][1] > TASKS_IN_FLIGHT // 2:
+            waited = self._unread.popleft()
+        waited[0].read()
+        return stats
