@@ -151,12 +151,14 @@ def profile_graph(
 
 def measure_update(elements: int, repeats: int = 3, concurrent: int = 1) -> float:
     """Bytes per second (`UPDATE_BYTES_PER_ELEMENT` per weight) of an SGD update of `elements`
-    float32 weights (`SGDOptimizer.apply`, as the runtime's update tasks run it), with
-    `concurrent` copies updating at once, as every device of data parallelism does."""
+    float32 weights from `concurrent` devices' partial gradients (`apply_partials`, as a
+    data-parallel step applies it), with `concurrent` copies updating at once, as every device
+    of data parallelism does."""
     runs = []
     for _ in range(concurrent):
-        weight, grad = np.ones(elements, np.float32), np.ones(elements, np.float32)
-        runs.append(functools.partial(SGDOptimizer(1e-9).apply, weight, grad, (), 1))
+        weight = np.ones(elements, np.float32)
+        partials = [np.ones(elements, np.float32) for _ in range(concurrent)]
+        runs.append(functools.partial(SGDOptimizer(1e-9).apply_partials, weight, partials, (), 1))
         runs[-1]()  # warm-up: the pages are touched before timing
     seconds = _median_s(runs, repeats)
     return UPDATE_BYTES_PER_ELEMENT * elements / max(seconds, 1e-9)

@@ -91,11 +91,12 @@ def test_a_measured_update_rate_prices_the_updates(tmp_path):
     launch = DEVICE_CONSTANTS["gpu"].launch_overhead_s
     assert measured == pytest.approx(launch + UPDATE_BYTES_PER_ELEMENT * 1_000_000 / 2e9)
     assert measured != analytic
-    # a profile measured by an older flexflow (tiles timed alone) is refused as stale
-    old = tmp_path / "old.json"
-    old.write_text('{"format": "flexflow-profile", "version": 1, "entries": []}')
-    with pytest.raises(StaleProfileError, match="older flexflow measured it.*re-measure it"):
-        Profile.load(old)
+    # a profile measured by an older flexflow (tiles timed alone; numpy updates) is stale
+    for version in (1, 2):
+        old = tmp_path / "old.json"
+        old.write_text(f'{{"format": "flexflow-profile", "version": {version}, "entries": []}}')
+        with pytest.raises(StaleProfileError, match="older flexflow measured it.*re-measure it"):
+            Profile.load(old)
 
 
 @pytest.mark.parametrize(
@@ -104,7 +105,7 @@ def test_a_measured_update_rate_prices_the_updates(tmp_path):
         "{",
         '{"format": "other"}',
         '{"format": "flexflow-profile", "version": 1}',
-        '{"format": "flexflow-profile", "version": 2, "entries": [], '
+        '{"format": "flexflow-profile", "version": 3, "entries": [], '
         '"updates": [{"device": "CPU core", "bytes_per_s": 0}]}',
     ],
 )
