@@ -32,9 +32,13 @@ class TileBackend(Protocol):
         outputs: list,
         grads: list,
         need_input_grads: bool,
+        weight_grads_into: Sequence[Any],
     ) -> tuple[Sequence[Any], Sequence[Any]]:
         """The op tile's (input gradients, weight gradients); with `need_input_grads` False
-        nothing reads the input gradients (an op may skip them: `Op.skips_input_grads`)."""
+        nothing reads the input gradients (an op may skip them: `Op.skips_input_grads`). A
+        weight gradient may be written into its output argument in `weight_grads_into` (None
+        where there is none) and returned as that very argument, which is then not written
+        again (`Op.backward_tile_into`)."""
 
     def write(self, target: Any, value: Any) -> None:
         """target[...] = value, target being an output argument of the task."""
@@ -164,22 +168,31 @@ def run_backward(
         needed = any(
             t in internal or s in reductions for t, s in zip(node.inputs, leaving, strict=True)
         )
+        slots = [
+            Slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in zip(node.weights, w_regions, strict=True)
+        ]
+        # a gradient this task overwrites may be computed straight into its output argument,
+        # unless an earlier op of the task contributed to it already
+        into = [
+            accumulators[s][1] if s not in weight_grads and accumulators[s][0] is None else None
+            for s in slots
+        ]
         grad_inputs, grad_weights = backend.backward(
-            op_now, node.sig, region, inputs, weights, outputs, grad_outputs, needed
+            op_now, node.sig, region, inputs, weights, outputs, grad_outputs, needed, into
         )
         for tid, slot, grad in zip(node.inputs, leaving, grad_inputs, strict=True):
             if tid in internal:
                 grads[tid] = backend.accumulate(grads[tid], grad) if tid in grads else grad
             elif slot in reductions:
                 backend.add(reductions[slot], grad)
-        for pid, r, grad in zip(node.weights, w_regions, grad_weights, strict=True):
-            slot = Slot(SlotKind.WEIGHT_GRAD, pid, r)
+        for slot, grad in zip(slots, grad_weights, strict=True):
             total = weight_grads.get(slot)
             weight_grads[slot] = grad if total is None else backend.accumulate(total, grad)
         run.record(op, begin)
     for slot, total in weight_grads.items():
         current, target = accumulators[slot]
-        backend.write(target, total if current is None else backend.accumulate(current, total))
+        if total is not target:  # (else written in place by the op)
+            backend.write(target, total if current is None else backend.accumulate(current, total))
 
 
 FUSED_PARTS = ("forward", "forward+loss", "step", "backward")

@@ -91,7 +91,8 @@ class Dense(Op):
 
     skips_input_grads = True
 
-    def backward(self, inputs, weights, outputs, grad_outputs, need_input_grads=True):
+    def backward(self, inputs, weights, outputs, grad_outputs, need_input_grads=True, into=()):
+        """`into`: see `backward_tile_into` (the kernel's and the bias's gradients)."""
         (x,) = inputs
         (y,) = outputs
         kernel = weights[0]
@@ -100,7 +101,26 @@ class Dense(Op):
         dz = activation.grad(z, y, grad_outputs[0])  # (..., out)
         dz2 = dz.reshape(-1, dz.shape[-1])  # (N, out)
         x2 = x.reshape(-1, x.shape[-1])  # (N, in)
-        grads = [dz2.T @ x2]
+        into = list(into) + [None] * (2 - len(into))
+        grads = [np.matmul(dz2.T, x2, out=_writable(into[0], (dz2.shape[1], x2.shape[1]), dz2, x2))]
         if self.use_bias:
-            grads.append(dz2.sum(axis=0))
+            grads.append(np.sum(dz2, axis=0, out=_writable(into[1], dz2.shape[1:], dz2)))
         return (dz @ kernel if need_input_grads else None,), tuple(grads)
+
+    def backward_tile_into(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,
+        weight_grads_into,
+    ):  # fmt: skip
+        return self.backward(
+            inputs, weights, outputs, grad_outputs, need_input_grads, weight_grads_into
+        )
+
+
+def _writable(array: np.ndarray | None, shape: tuple[int, ...], *operands: np.ndarray):
+    """`array` if a result of `shape` computed from `operands` can be written into it exactly as
+    it would be computed anew (same shape and type, C-contiguous, writable), else None."""
+    if array is None or array.shape != tuple(shape) or not array.flags.c_contiguous:
+        return None
+    if not array.flags.writeable or array.dtype != np.result_type(*operands):
+        return None
+    return array

@@ -169,8 +169,9 @@ class _GpuTiles:
     def forward(self, op, sig, region, inputs, weights):
         return tiles.forward_tile(self.gpu, op, sig, region, inputs, weights)
 
-    def backward(self, op, sig, region, inputs, weights, outputs, grads, need_input_grads):
+    def backward(self, op, sig, region, inputs, weights, outputs, grads, need_input_grads, into):
         # the GPU tiles always compute the input gradients (need_input_grads only saves work)
+        # and their weight gradients anew (`into` only saves a copy)
         return tiles.backward_tile(self.gpu, op, sig, region, inputs, weights, outputs, grads)
 
     def write(self, target: Any, value: DeviceArray) -> None:

@@ -134,10 +134,10 @@ class _CpuTiles:
         return op.forward_tile(sig, region, inputs, weights)
 
     @staticmethod
-    def backward(op, sig, region, inputs, weights, outputs, grads, need_input_grads):
-        if need_input_grads or not op.skips_input_grads:
-            return op.backward_tile(sig, region, inputs, weights, outputs, grads)
-        return op.backward_tile(sig, region, inputs, weights, outputs, grads, False)
+    def backward(op, sig, region, inputs, weights, outputs, grads, need_input_grads, into):
+        return op.backward_tile_into(
+            sig, region, inputs, weights, outputs, grads, need_input_grads, into
+        )
 
     @staticmethod
     def write(target: np.ndarray, value) -> None:

@@ -1,0 +1,79 @@
+"""`Op.backward_tile_into`: weight gradients written straight into the task's output arrays are
+the same bits as computed anew, and arrays that cannot take them exactly are left alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flexflow.ops import ActiMode, TensorSpec
+from flexflow.ops.base import full_region
+from flexflow.ops.conv2d import Conv2D
+from flexflow.ops.dense import Dense
+from flexflow.ops.init import initialize
+
+from .opcheck import random_inputs
+
+
+def _tile(op, shape, dtype=np.float32):
+    sig = op.infer("op", [TensorSpec(shape)])
+    rng = np.random.default_rng(0)
+    inputs = [a.astype(dtype) for a in random_inputs(sig, rng)]
+    weights = [initialize(w, rng).astype(dtype) for w in sig.weights]
+    region = full_region(sig.output_shape)
+    outputs = op.forward_tile(sig, region, inputs, weights)
+    grads = [rng.standard_normal(o.shape).astype(dtype) for o in outputs]
+    return sig, region, inputs, weights, outputs, grads
+
+
+@pytest.mark.parametrize("need_input_grads", [True, False])
+@pytest.mark.parametrize(
+    "op, shape",
+    [(Dense(5, ActiMode.AC_MODE_RELU), (6, 4)), (Dense(3, use_bias=False), (2, 3, 4))],
+)
+def test_dense_writes_its_weight_gradients_into_the_given_arrays(op, shape, need_input_grads):
+    sig, region, inputs, weights, outputs, grads = _tile(op, shape)
+    (dx,), want = op.backward_tile(sig, region, inputs, weights, outputs, grads)
+    into = [np.full(w.shape, np.nan, np.float32) for w in weights]
+    (dx_into,), got = op.backward_tile_into(
+        sig, region, inputs, weights, outputs, grads, need_input_grads, into
+    )
+    assert all(g is a for g, a in zip(got, into, strict=True))  # no new arrays, no copy
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert (dx_into is None) == (not need_input_grads)
+    if need_input_grads:
+        np.testing.assert_array_equal(dx_into, dx)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda w: np.zeros(w.shape, np.float64),  # another type: the result would be cast
+        lambda w: np.zeros((w.shape[1], w.shape[0]), np.float32).T,  # not C-contiguous
+        lambda w: np.zeros((w.size + 1,), np.float32),  # another shape
+        lambda w: None,  # nothing to write into
+    ],
+)
+def test_arrays_that_cannot_take_a_gradient_exactly_are_left_alone(bad):
+    op = Dense(5, ActiMode.AC_MODE_TANH, use_bias=False)
+    sig, region, inputs, weights, outputs, grads = _tile(op, (3, 4))
+    _, want = op.backward_tile(sig, region, inputs, weights, outputs, grads)
+    into = [bad(weights[0])]
+    before = None if into[0] is None else into[0].copy()
+    _, got = op.backward_tile_into(sig, region, inputs, weights, outputs, grads, True, into)
+    assert got[0] is not into[0]
+    np.testing.assert_array_equal(got[0], want[0])
+    if before is not None:
+        np.testing.assert_array_equal(into[0], before)
+
+
+def test_other_ops_compute_their_gradients_anew():
+    op = Conv2D(4, 3, 3, 1, 1, 1, 1)
+    sig, region, inputs, weights, outputs, grads = _tile(op, (2, 3, 5, 5))
+    _, want = op.backward_tile(sig, region, inputs, weights, outputs, grads)
+    into = [np.zeros(w.shape, np.float32) for w in weights]
+    _, got = op.backward_tile_into(sig, region, inputs, weights, outputs, grads, True, into)
+    for g, a, w in zip(got, into, want, strict=True):
+        assert g is not a and not a.any()
+        np.testing.assert_array_equal(g, w)
