@@ -103,8 +103,15 @@ def pad_hw(x: np.ndarray, padding: tuple[int, int], value: float = 0.0) -> np.nd
 def pad_hw_sides(
     x: np.ndarray, rows: tuple[int, int], cols: tuple[int, int], value: float = 0.0
 ) -> np.ndarray:
-    """x (N, C, H, W) padded by (top, bottom) rows and (left, right) columns of `value`."""
-    return np.pad(x, ((0, 0), (0, 0), rows, cols), constant_values=value)
+    """x (N, C, H, W) padded by (top, bottom) rows and (left, right) columns of `value`; `x`
+    itself when there is nothing to pad (callers only read the result: the tiles of an
+    unpadded convolution skip a copy, and np.pad's own overhead, on every call)."""
+    if not any(rows) and not any(cols):
+        return x
+    n, c, h, w = x.shape
+    padded = np.full((n, c, h + sum(rows), w + sum(cols)), value, dtype=x.dtype)
+    padded[:, :, rows[0] : rows[0] + h, cols[0] : cols[0] + w] = x
+    return padded
 
 
 def crop_hw_sides(xp: np.ndarray, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
