@@ -15,6 +15,8 @@ Where our time goes, from the task bodies' own timers (`Executor(record_timeline
 "kernel" is the busiest processor's summed op-tile time per iteration (the numpy and C work of
 each op's tile inside a task, fused or not); "overhead" is the rest of the iteration's wall time, i.e.
 Legate's dependence analysis, mapping, copies and the tasks waiting on each other or on the GIL.
+And from /proc, the CPU each kind of thread used per iteration: the processors' (our tasks,
+from their start to their end), Legate's runtime threads' and the Python thread's.
 
     .venv/bin/pip install torch==2.13.0     # not a dependency of flexflow
     .venv/bin/python benchmarks/runtime.py [--iterations 20] [--rounds 3]
@@ -39,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_io import RESULTS, write_csv, write_markdown  # noqa: E402
-from timing import LOSS, timed_block  # noqa: E402
+from timing import LOSS, thread_cpu_s, timed_block  # noqa: E402
 
 BATCH = 64
 CPUS = 2
@@ -133,6 +135,7 @@ def measure_ours(name: str, iterations: int) -> dict:
         for _ in range(WARMUP):
             executor.train_batch(inputs, y, LOSS).read()
         blocks = []  # (wall s, busiest processor's op-tile s) per block of iterations
+        cpu_before = thread_cpu_s()
         for _ in range(BLOCKS):
             begin, end = timed_block(executor, inputs, y, iterations)
             busy: dict[int, float] = defaultdict(float)
@@ -140,6 +143,7 @@ def measure_ours(name: str, iterations: int) -> dict:
                 if begin <= start < end:
                     busy[thread] += stop - start
             blocks.append((end - begin, max(busy.values())))
+        cpu = _cpu_by_role(cpu_before, thread_cpu_s(), {e[5] for e in executor.timeline})
         wall, kernel = sorted(blocks)[BLOCKS // 2]  # the median block: this host is noisy
         tasks = executor.tasks_per_iteration()
     wall, kernel = wall / iterations, kernel / iterations
@@ -148,7 +152,20 @@ def measure_ours(name: str, iterations: int) -> dict:
         "kernel_s": kernel,
         "overhead_s": wall - kernel,
         "tasks_per_iteration": tasks,
+        **{f"cpu_{role}_s": seconds / (BLOCKS * iterations) for role, seconds in cpu.items()},
     }
+
+
+def _cpu_by_role(before: dict, after: dict, task_threads: set[int]) -> dict[str, float]:
+    """CPU seconds used between the snapshots by the threads that ran our tasks (the CPU
+    processors), by this process's Python thread (issuing the tasks) and by every other thread
+    (Legate's utility processor and runtime threads). /proc counts in clock ticks (10 ms):
+    over the blocks' few hundred iterations, a few percent."""
+    used = {"tasks": 0.0, "python": 0.0, "runtime": 0.0}
+    for tid, seconds in after.items():
+        role = "tasks" if tid in task_threads else "python" if tid == os.getpid() else "runtime"
+        used[role] += seconds - before.get(tid, 0.0)
+    return used
 
 
 def measure_torch(name: str, iterations: int) -> float:
@@ -270,6 +287,8 @@ def main() -> None:
             "overhead_over_kernel": ours["overhead_s"] / ours["kernel_s"],
             "tasks_per_iteration": ours["tasks_per_iteration"],
             "one_cpu_ms": single * 1e3,
+            # CPU per iteration by thread (the median round's), ms
+            **{f"cpu_{k}_ms": ours[f"cpu_{k}_s"] * 1e3 for k in ("tasks", "runtime", "python")},
         }
         rows.append(row)
         print(
@@ -277,7 +296,9 @@ def main() -> None:
             f"ratio {row['ratio']:5.2f}x (rounds {row['round_ratio_min']:.2f}-"
             f"{row['round_ratio_max']:.2f}x)  (kernel {row['kernel_ms']:.2f} ms, overhead "
             f"{row['overhead_ms']:.2f} ms = {row['overhead_over_kernel']:.0%} of kernel, "
-            f"{row['tasks_per_iteration']:.0f} tasks; on one CPU {row['one_cpu_ms']:.2f} ms)"
+            f"{row['tasks_per_iteration']:.0f} tasks; on one CPU {row['one_cpu_ms']:.2f} ms; "
+            f"CPU per iteration: task threads {row['cpu_tasks_ms']:.2f}, Legate runtime "
+            f"{row['cpu_runtime_ms']:.2f}, Python {row['cpu_python_ms']:.2f} ms)"
         )
     lines = [
         f"# Training iteration: ours on {CPUS} Legate CPUs (data parallel) vs PyTorch "
@@ -288,11 +309,15 @@ def main() -> None:
         f"the median of {BLOCKS} blocks of the iterations given, mean, after {WARMUP} warm-up "
         'ones); "rounds" is the range of the ratio within one round; "1 CPU" is the same model '
         "on one Legate CPU processor, also in turn. Goals (LeNet and the MLP): ratio <= 1.5, "
-        "overhead <= 20% of kernel time.",
+        "overhead <= 20% of kernel time. CPU per iteration (from /proc, the median round's, "
+        "all blocks): the threads that ran our tasks (both processors together), Legate's "
+        "other threads (its utility processor: dependence analysis, mapping) and the Python "
+        "thread issuing the tasks.",
         "",
         "| model | batch | iterations per block | ours ms | PyTorch ms | ratio | rounds "
-        "| kernel ms | overhead ms | overhead/kernel | tasks | ours on 1 CPU ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| kernel ms | overhead ms | overhead/kernel | tasks | ours on 1 CPU ms "
+        "| CPU ms: task threads / Legate runtime / Python |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -301,7 +326,8 @@ def main() -> None:
             f"{r['ratio']:.2f}x | {r['round_ratio_min']:.2f}-{r['round_ratio_max']:.2f}x "
             f"| {r['kernel_ms']:.2f} | {r['overhead_ms']:.2f} | "
             f"{r['overhead_over_kernel']:.0%} | {r['tasks_per_iteration']:.0f} "
-            f"| {r['one_cpu_ms']:.2f} |"
+            f"| {r['one_cpu_ms']:.2f} | {r['cpu_tasks_ms']:.2f} / {r['cpu_runtime_ms']:.2f} / "
+            f"{r['cpu_python_ms']:.2f} |"
         )
     write_csv(RESULTS / f"{stem}.csv", rows)
     write_markdown(RESULTS / f"{stem}.md", lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 LOSS = "sparse_categorical_crossentropy"
@@ -18,3 +19,23 @@ def timed_block(executor, inputs, target, iterations: int) -> tuple[float, float
     stats.read()
     executor.runtime.issue_execution_fence(block=True)
     return begin, time.perf_counter()
+
+
+def thread_cpu_s() -> dict[int, float]:
+    """CPU seconds (user + system) each thread of this process has used, by Linux thread id
+    (`threading.get_native_id()`; the main thread's is the process id); empty where /proc is
+    not there to read."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        used[int(tid)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return used

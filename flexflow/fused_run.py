@@ -78,7 +78,9 @@ class TaskRun:
     def record(self, op: int, begin: float) -> None:
         if self.timeline is not None:
             end = time.perf_counter()
-            self.timeline.append((op, self.index, self.pass_id, begin, end, threading.get_ident()))
+            self.timeline.append(
+                (op, self.index, self.pass_id, begin, end, threading.get_native_id())
+            )
 
 
 def run_forward(

@@ -149,7 +149,7 @@ class Executor:
         self._batch_began = 0
         self.timeline: list[tuple] | None = [] if record_timeline else None
         """(op, task, pass, start s, end s, thread) of every task, measured inside the task bodies
-        (the thread tells the processor that ran it)."""
+        (the thread, its Linux id, tells the processor that ran it)."""
         self.runtime = get_legate_runtime()
         # each Legate CPU processor is one core: a multi-threaded BLAS inside its tasks would
         # oversubscribe the cores (LeNet's iteration was 5x slower with 2 BLAS threads each)

@@ -111,7 +111,7 @@ def _op_tile(context) -> None:
     _run_tile(context, executor, which, op, index, extra)
     if executor.timeline is not None:  # measured here, inside the running task
         end = time.perf_counter()
-        executor.timeline.append((op, index, which, begin, end, threading.get_ident()))
+        executor.timeline.append((op, index, which, begin, end, threading.get_native_id()))
 
 
 def _op_tile_gpu(context) -> None:
@@ -123,7 +123,7 @@ def _op_tile_gpu(context) -> None:
     run_tile_gpu(context, executor, which, op, index, extra)
     if executor.timeline is not None:  # when the work was queued, not when it ended
         end = time.perf_counter()
-        executor.timeline.append((op, index, which, begin, end, threading.get_ident()))
+        executor.timeline.append((op, index, which, begin, end, threading.get_native_id()))
 
 
 class _CpuTiles:
@@ -171,7 +171,9 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         _apply_pending_update(executor, inputs, outputs, update)
         if executor.timeline is not None:  # an update pass of no processor's own: op -1
             end = time.perf_counter()
-            executor.timeline.append((-1, index, Pass.UPDATE, begin, end, threading.get_ident()))
+            executor.timeline.append(
+                (-1, index, Pass.UPDATE, begin, end, threading.get_native_id())
+            )
     keys: dict[int, int] = {}
     if len(extra) > width:  # model inputs read from the staged batch (Executor.staged_inputs)
         keys = dict(zip(executor.staged_inputs, extra[width:], strict=True))
