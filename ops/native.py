@@ -166,15 +166,18 @@ def updatable_in_place(weight: np.ndarray, partials: Sequence[np.ndarray], *stat
     )
 
 
+_F32_POINTER = _SUFFIX[np.dtype(np.float32)][1]
+
+
 def _pointers(arrays: Sequence[np.ndarray]):
     """A C array of float pointers to `arrays` (keep the result alive during the call)."""
-    return ffi.new("float *[]", [_pointer(a, "float *") for a in arrays])
+    return ffi.new("float *[]", [_pointer(a, _F32_POINTER) for a in arrays])
 
 
 def sgd_update(weight, partials, velocity, lr, momentum, weight_decay, nesterov) -> None:
     """flexflow.optimizers.SGDOptimizer.apply to the partial gradients' sum, in one pass;
     `velocity` is None without momentum. Arrays as `updatable_in_place` accepts them."""
-    ptr = _SUFFIX[np.dtype(np.float32)][1]
+    ptr = _F32_POINTER
     lib.ff_sgd_update_f32(
         _pointer(weight, ptr), _pointers(partials), len(partials), weight.size,
         ffi.NULL if velocity is None else _pointer(velocity, ptr),
@@ -187,7 +190,7 @@ def adam_update(weight, partials, m, v, lr, beta1, beta2, epsilon, weight_decay,
     """flexflow.optimizers.AdamOptimizer.apply to the partial gradients' sum, in one pass
     (correction1/2: the float32 bias corrections of this step). Arrays as
     `updatable_in_place` accepts them."""
-    ptr = _SUFFIX[np.dtype(np.float32)][1]
+    ptr = _F32_POINTER
     lib.ff_adam_update_f32(
         _pointer(weight, ptr), _pointers(partials), len(partials), weight.size,
         _pointer(m, ptr), _pointer(v, ptr), float(lr), float(beta1), float(beta2),

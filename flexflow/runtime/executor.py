@@ -146,7 +146,6 @@ class Executor:
         """Legate tasks this executor has created (`tasks_per_iteration` predicts them)."""
         self._unread: deque[tuple[BatchStats, int]] = deque()
         """Batches issued since the last one known finished, with `tasks_issued` before each."""
-        self._batch_began = 0
         self.timeline: list[tuple] | None = [] if record_timeline else None
         """(op, task, pass, start s, end s, thread) of every task, measured inside the task bodies
         (the thread, its Linux id, tells the processor that ran it)."""
@@ -609,14 +608,15 @@ class Executor:
         tasks (one task and one dependence less per device and iteration), and in training
         its backward pass too where it can (`FusedTask.step_ready`). Whether it did."""
         target_check = self._check_target(loss, target, valid)
-        self._batch_began = self.tasks_issued
+        began = self.tasks_issued
         self._feed_inputs(inputs)
         last = len(self.groups) - 1
         fused = None if self._has_statistics(last) else last
         for group_id in range(last if fused is not None else last + 1):
             self._run_group(group_id, Pass.FORWARD, training)
         step = training and fused is not None and self._step_ready[fused]
-        return self._loss(target_check, target, fused, training, step), step
+        stats = self._loss(target_check, target, fused, training, step)
+        return self._bound_unread(stats, began), step
 
     @property
     def _output(self) -> int:
@@ -753,14 +753,15 @@ class Executor:
                 task.execute()
         if step:
             self._pending = False
-        return self._bound_unread(BatchStats(sums, valid, valid * predictions))
+        return BatchStats(sums, valid, valid * predictions)
 
-    def _bound_unread(self, stats: BatchStats) -> BatchStats:
-        """`stats`, after waiting, if the batches issued since the last one known finished hold
-        more than TASKS_IN_FLIGHT tasks, for the one that leaves about half that many unread
-        (a batch's results come after every earlier batch's tasks: each step reads the
-        weights the one before it updated)."""
-        self._unread.append((stats, self._batch_began))
+    def _bound_unread(self, stats: BatchStats, began: int) -> BatchStats:
+        """`stats` (of the batch whose tasks began after `began` tasks), returned at once unless
+        the batches issued since the last one known finished hold more than TASKS_IN_FLIGHT
+        tasks; then after waiting for the batch that leaves about half that many unread (a
+        batch's results come after every earlier batch's tasks: each step reads the weights
+        the one before it updated)."""
+        self._unread.append((stats, began))
         if self.tasks_issued - self._unread[0][1] <= TASKS_IN_FLIGHT:
             return stats
         waited = self._unread.popleft()

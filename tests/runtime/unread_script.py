@@ -17,7 +17,7 @@ from flexflow.strategies import named_strategy
 
 BATCHES = int(sys.argv[1])
 if sys.argv[2:] == ["unbounded"]:  # to see the deadlock the bound prevents
-    executor_module.Executor._bound_unread = lambda self, stats: stats
+    executor_module.Executor._bound_unread = lambda self, stats, began: stats
 # the runtime benchmark's MLP: tasks slow enough that the program runs far ahead of them
 model = FFModel(FFConfig(batch_size=64))
 x = model.create_tensor((64, 784), name="x")
