@@ -8,8 +8,12 @@ the layer API, the operator graph, the simulator and the search run without Lega
 from __future__ import annotations
 
 from flexflow import bootstrap
+from flexflow.errors import RuntimeSetupError
 
-LEGATE_SETUP = bootstrap.prepare()
+try:
+    LEGATE_SETUP = bootstrap.prepare()
+except RuntimeSetupError as exc:  # the host or the environment, not a bug: no traceback
+    raise SystemExit(str(exc)) from None
 
 from flexflow.config import FFConfig  # noqa: E402
 from flexflow.graph import OperatorGraph  # noqa: E402

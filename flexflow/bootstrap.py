@@ -90,7 +90,7 @@ def default_legate_config(config: str | None, cpus: int) -> str:
     second utility thread competed with the task threads and the Python thread issuing tasks
     (LeNet's batch-64 data-parallel iteration: 55.9 ms with the default, 38-39 ms with one).
     """
-    args = shlex.split(config or "")
+    args = _split_flags("LEGATE_CONFIG", config)
     flags = {a.split("=", 1)[0] for a in args if a.startswith("--")}
     if "--cpus" not in flags:
         args += ["--cpus", str(cpus)]
@@ -101,6 +101,16 @@ def default_legate_config(config: str | None, cpus: int) -> str:
     if "--logging" not in flags:
         args += ["--logging", STUB_LOGGING]
     return shlex.join(args)
+
+
+def _split_flags(variable: str, value: str | None) -> list[str]:
+    """The flags of environment variable `variable`, split as a shell would."""
+    try:
+        return shlex.split(value or "")
+    except ValueError as exc:
+        raise RuntimeSetupError(
+            f"flexflow: {variable} {value!r} cannot be split into flags ({exc}); fix its quoting."
+        ) from None
 
 
 def _flag_value(args: list[str], flag: str, default: int) -> int:
@@ -139,7 +149,7 @@ def legion_default_args(args: str | None) -> str:
     bounds what it leaves unread (flexflow.runtime.executor.TASKS_IN_FLIGHT), and this covers
     what it cannot: one iteration of a deep model issues more tasks than Legion's default
     window (ResNet-101: 1,490), and a user's own stores are freed wherever Python drops them."""
-    words = shlex.split(args or "")
+    words = _split_flags("LEGION_DEFAULT_ARGS", args)
     if "-lg:window" in words:
         return args or ""
     return shlex.join([*words, "-lg:window", str(LEGION_WINDOW)])

@@ -157,3 +157,28 @@ def test_importing_flexflow_widens_legions_window():
     proc = _run([sys.executable, "-c", code], env)
     assert proc.returncode == 0, proc.stderr
     assert _last_json(proc.stdout) == "-lg:window 65536"
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("LEGION_DEFAULT_ARGS", '-lg:sched "4'),
+        # flexflow completes LEGATE_CONFIG only where it stands in for the driver
+        pytest.param("LEGATE_CONFIG", '--cpus "2', marks=needs_stand_in),
+    ],
+)
+def test_badly_quoted_flags_are_refused_in_one_line(variable, value):
+    env = _clean_env(**{variable: value})
+    proc = _run([sys.executable, "-c", "import flexflow"], env)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert f"{variable} {value!r} cannot be split into flags" in proc.stderr
+    assert "fix its quoting" in proc.stderr
+
+
+def test_legion_args_with_bad_quoting_raise_a_setup_error():
+    from flexflow.bootstrap import legion_default_args
+    from flexflow.errors import RuntimeSetupError
+
+    with pytest.raises(RuntimeSetupError, match="LEGION_DEFAULT_ARGS .* fix its quoting"):
+        legion_default_args('-lg:sched "4')
