@@ -62,3 +62,17 @@ void ff_sgd_update_f32(float *weight, const float *const *partials, long copies,
 void ff_adam_update_f32(float *weight, const float *const *partials, long copies, long n,
                         float *m1, float *m2, float lr, float beta1, float beta2, float epsilon,
                         float weight_decay, float correction1, float correction2);
+
+/* Dense layers (native/dense.c) on C-contiguous float32 tiles: x (m, k), w (n, k), y and dy
+ * (m, n). `gemm` is a CBLAS sgemm (ops/blas.py hands MKL's). Forward: y = x w^T (+ b) (then
+ * relu when relu is 1). Backward from y and dy: dz = dy through the relu (dz is scratch of
+ * m * n, unused without relu), db (n) = dz summed over rows (skipped when db is NULL),
+ * dw (n, k) = dz^T x, dx (m, k) = dz w (skipped when dx is NULL). */
+typedef void (*ff_sgemm_fn)(int layout, int trans_a, int trans_b, int m, int n, int k,
+                            float alpha, const float *a, int lda, const float *b, int ldb,
+                            float beta, float *c, int ldc);
+void ff_dense_forward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *b,
+                          float *y, long m, long n, long k, int relu);
+void ff_dense_backward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *y,
+                           const float *dy, float *dz, float *dw, float *db, float *dx, long m,
+                           long n, long k, int relu);

@@ -9,7 +9,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import native
+from . import blas, native
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
     Arrays,
@@ -142,7 +142,7 @@ class Conv2D(Window2D):
         # backward: grad input (dy * kernel, col2im) and grad kernel (dy^T x) each cost one conv
         return conv + bias + act, 2 * conv + bias + act
 
-    # ---- CPU kernel: im2col in C, one GEMM per group through numpy's BLAS ---------------------
+    # ---- CPU kernel: im2col in C, one GEMM per group (ops.blas) ------------------------------
     def _out_hw(self, x: np.ndarray) -> tuple[int, int]:
         return (
             window_output_size(x.shape[2], self.kernel_h, self.stride_h, self.padding_h),
@@ -196,7 +196,7 @@ class Conv2D(Window2D):
     ) -> tuple[np.ndarray, np.ndarray]:
         out_h, out_w = self._out_hw(x)
         pixels = self._pixels(x)  # (C, N*P)
-        z = weights[0].reshape(self.out_channels, -1) @ pixels  # (O, C) @ (C, N*P)
+        z = blas.matmul(weights[0].reshape(self.out_channels, -1), pixels)  # (O, C) @ (C, N*P)
         if self.use_bias:
             z += weights[1][:, None]
         z = _from_channel_major(z, x.shape[0]).reshape(x.shape[0], -1, out_h, out_w)
@@ -208,7 +208,8 @@ class Conv2D(Window2D):
         out_h, out_w = self._out_hw(x)
         cols = self._columns(x)
         kernel = self._grouped_kernel(weights[0])
-        z = self._from_groups(self._by_group(cols) @ kernel.transpose(0, 2, 1))  # (N*H'*W', O)
+        z_g = blas.grouped_matmul(self._by_group(cols), kernel.transpose(0, 2, 1))
+        z = self._from_groups(z_g)  # (N*H'*W', O)
         if self.use_bias:
             z += weights[1]
         z = z.reshape(x.shape[0], out_h, out_w, self.out_channels).transpose(0, 3, 1, 2)
@@ -264,10 +265,12 @@ class Conv2D(Window2D):
             return self._pointwise_backward(x, kernel, dz, cols, need_input_grads)
         dz_rows = dz.transpose(0, 2, 3, 1).reshape(-1, self.out_channels)  # (N*H'*W', O)
         dz_g = self._by_group(dz_rows)  # (G, N*H'*W', O/G)
-        grad_kernel = (dz_g.transpose(0, 2, 1) @ self._by_group(cols)).reshape(kernel.shape)
+        grad_kernel = blas.grouped_matmul(dz_g.transpose(0, 2, 1), self._by_group(cols))
+        grad_kernel = grad_kernel.reshape(kernel.shape)
         dx = None
         if need_input_grads:
-            dcols = self._from_groups(dz_g @ self._grouped_kernel(kernel))  # (N*H'*W', C*kh*kw)
+            dcols_g = blas.grouped_matmul(dz_g, self._grouped_kernel(kernel))
+            dcols = self._from_groups(dcols_g)  # (N*H'*W', C*kh*kw)
             dx = native.col2im(
                 dcols, x.shape, dz.shape[2:], self._kernel, self._stride, self._padding
             )  # fmt: skip
@@ -279,12 +282,12 @@ class Conv2D(Window2D):
     def _pointwise_backward(self, x, kernel, dz, pixels, need_input_grads):
         """`backward` of a pointwise convolution from dz (N, O, H', W') and its input pixels."""
         dz_pixels = _to_channel_major(dz)  # (O, N*P)
-        grads = [(dz_pixels @ pixels.T).reshape(kernel.shape)]  # (O, N*P) @ (N*P, C)
+        grads = [blas.matmul(dz_pixels, pixels.T).reshape(kernel.shape)]  # (O, N*P) @ (N*P, C)
         if self.use_bias:  # a matrix-vector product, as in `backward`
             grads.append(dz_pixels @ np.ones(dz_pixels.shape[1], dz_pixels.dtype))
         dx = None
         if need_input_grads:
-            d_pixels = kernel.reshape(self.out_channels, -1).T @ dz_pixels  # (C, N*P)
+            d_pixels = blas.matmul(kernel.reshape(self.out_channels, -1).T, dz_pixels)  # (C, N*P)
             d_pixels = _from_channel_major(d_pixels, x.shape[0]).reshape(
                 x.shape[0], x.shape[1], *dz.shape[2:]
             )

@@ -9,6 +9,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
+from . import blas, native
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
     Arrays,
@@ -26,6 +27,9 @@ from .base import (
     region_volume,
 )
 from .registry import register
+
+_HOST_ACTIVATIONS = (ActiMode.AC_MODE_NONE, ActiMode.AC_MODE_RELU)
+"""The activations the C dense kernels apply (native/dense.c); others run in numpy."""
 
 
 @register
@@ -89,6 +93,25 @@ class Dense(Op):
         (x,) = inputs
         return (ACTIVATIONS[self.activation].forward(self._pre_activation(x, weights)),)
 
+    def _host_gemm(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> int | None:
+        """The sgemm for the C kernels (ops/native.py `dense_forward`) when they take this tile:
+        float32, relu or no activation, and MKL present (ops/blas.py); else None: numpy."""
+        if self.activation not in _HOST_ACTIVATIONS:
+            return None
+        if x.dtype != np.float32 or any(w.dtype != np.float32 for w in weights):
+            return None
+        return blas.sgemm_address()
+
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        gemm = self._host_gemm(inputs[0], weights)
+        if gemm is None:
+            return self.forward(inputs, weights)
+        (x,) = inputs
+        bias = weights[1] if self.use_bias else None
+        relu = self.activation is ActiMode.AC_MODE_RELU
+        y = native.dense_forward(gemm, x.reshape(-1, x.shape[-1]), weights[0], bias, relu)
+        return (y.reshape(x.shape[:-1] + y.shape[-1:]),)  # (..., out)
+
     skips_input_grads = True
 
     def backward(self, inputs, weights, outputs, grad_outputs, need_input_grads=True, into=()):
@@ -107,13 +130,37 @@ class Dense(Op):
             grads.append(np.sum(dz2, axis=0, out=_writable(into[1], dz2.shape[1:], dz2)))
         return (dz @ kernel if need_input_grads else None,), tuple(grads)
 
+    def backward_tile(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads=True
+    ):  # fmt: skip
+        return self.backward_tile_into(
+            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, ()
+        )
+
     def backward_tile_into(
         self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,
         weight_grads_into,
     ):  # fmt: skip
-        return self.backward(
-            inputs, weights, outputs, grad_outputs, need_input_grads, weight_grads_into
-        )
+        (x,) = inputs
+        gemm = self._host_gemm(x, weights)
+        if gemm is None:
+            return self.backward(
+                inputs, weights, outputs, grad_outputs, need_input_grads, weight_grads_into
+            )
+        x2 = x.reshape(-1, x.shape[-1])  # (N, in)
+        n = weights[0].shape[0]
+        into = list(weight_grads_into) + [None] * (2 - len(weight_grads_into))
+        dw = _writable(into[0], (n, x2.shape[1]), x2)
+        grads = [np.empty((n, x2.shape[1]), np.float32) if dw is None else dw]
+        if self.use_bias:
+            db = _writable(into[1], (n,), x2)
+            grads.append(np.empty(n, np.float32) if db is None else db)
+        dx = native.dense_backward(
+            gemm, x2, weights[0], outputs[0].reshape(-1, n), grad_outputs[0].reshape(-1, n),
+            grads[0], grads[1] if self.use_bias else None,
+            self.activation is ActiMode.AC_MODE_RELU, need_input_grads,
+        )  # fmt: skip
+        return (None if dx is None else dx.reshape(x.shape),), tuple(grads)
 
 
 def _writable(array: np.ndarray | None, shape: tuple[int, ...], *operands: np.ndarray):

@@ -9,6 +9,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
+from . import blas
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
     Arrays,
@@ -29,6 +30,12 @@ GATES = 4
 """Gates i, f, g, o, in PyTorch's order; every weight is laid out (gate, hidden unit, ...)."""
 
 _sigmoid = ACTIVATIONS[ActiMode.AC_MODE_SIGMOID].forward
+
+
+def _rows(weight: np.ndarray) -> np.ndarray:
+    """A gate-major weight (4, H, ...) as one matrix (4H, ...): every gate in one product."""
+    return weight.reshape(-1, weight.shape[-1])
+
 
 # Per (sample, hidden unit): 4 bias adds, 3 sigmoids and 2 tanhs (4 each),
 # c = f*c + i*g (3) and h = o*tanh(c) (1).
@@ -150,9 +157,9 @@ class LSTM(Op):
 
     @staticmethod
     def _gates(x, h_prev, weights) -> tuple[np.ndarray, ...]:
-        w_ih, w_hh, bias = weights
-        z = np.einsum("ne,khe->nkh", x, w_ih) + np.einsum("nj,khj->nkh", h_prev, w_hh) + bias
-        # z: (N, 4, H)
+        w_ih, w_hh, bias = weights  # (4, H, E), (4, H, H), (4, H)
+        z = blas.matmul(x, _rows(w_ih).T) + blas.matmul(h_prev, _rows(w_hh).T)  # (N, 4H)
+        z = z.reshape(x.shape[0], *bias.shape) + bias  # (N, 4, H)
         return _sigmoid(z[:, 0]), _sigmoid(z[:, 1]), np.tanh(z[:, 2]), _sigmoid(z[:, 3])
 
     def _tile_op(self) -> LSTM:
@@ -188,10 +195,11 @@ class LSTM(Op):
             ],
             axis=1,
         )  # (N, 4, H)
-        dx = np.einsum("nkh,khe->ne", dz, w_ih)  # (N, E)
+        dz_rows = dz.reshape(dz.shape[0], -1)  # (N, 4H)
+        dx = blas.matmul(dz_rows, _rows(w_ih))  # (N, E)
         grad_weights = (
-            np.einsum("nkh,ne->khe", dz, x),
-            np.einsum("nkh,nj->khj", dz, h_prev),
+            blas.matmul(dz_rows.T, x).reshape(w_ih.shape),  # (4, H, E)
+            blas.matmul(dz_rows.T, h_prev).reshape(w_hh.shape),  # (4, H, H)
             dz.sum(axis=0),
         )
         if self.step is not None:
@@ -200,5 +208,5 @@ class LSTM(Op):
             dx = seq
         if len(inputs) == 1:
             return (dx,), grad_weights
-        dh_prev = np.einsum("nkh,khj->nj", dz, w_hh)  # (N, H)
+        dh_prev = blas.matmul(dz_rows, _rows(w_hh))  # (N, H)
         return (dx, dh_prev, dc * f), grad_weights

@@ -196,3 +196,31 @@ def adam_update(weight, partials, m, v, lr, beta1, beta2, epsilon, weight_decay,
         _pointer(m, ptr), _pointer(v, ptr), float(lr), float(beta1), float(beta2),
         float(epsilon), float(weight_decay), float(correction1), float(correction2),
     )  # fmt: skip
+
+
+# ---- dense layers on float32 tiles, products through a CBLAS sgemm ----------------------------
+def dense_forward(gemm: int, x, w, b, relu: bool) -> np.ndarray:
+    """y (m, n) = x (m, k) w^T (+ b) (relu), float32, through the sgemm at address `gemm`."""
+    x, w = _f32(x), _f32(w)
+    y = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    bias = ffi.NULL if b is None else _pointer(_f32(b), _F32_POINTER)
+    lib.ff_dense_forward_f32(
+        ffi.cast("ff_sgemm_fn", gemm), *(_pointer(a, _F32_POINTER) for a in (x, w)), bias,
+        _pointer(y, _F32_POINTER), x.shape[0], w.shape[0], x.shape[1], int(relu),
+    )  # fmt: skip
+    return y
+
+
+def dense_backward(gemm: int, x, w, y, dy, dw, db, relu: bool, need_dx: bool):
+    """The gradients of `dense_forward` from its output y and dy: dw (n, k) and db (n, or None
+    without a bias) are written (C-contiguous float32 arrays); returns dx (m, k), or None
+    without `need_dx`."""
+    x, w, y, dy = _f32(x), _f32(w), _f32(y), _f32(dy)
+    (m, k), n = x.shape, w.shape[0]
+    dz = np.empty((m, n), dtype=np.float32) if relu else None
+    dx = np.empty((m, k), dtype=np.float32) if need_dx else None
+    pointers = (
+        ffi.NULL if a is None else _pointer(a, _F32_POINTER) for a in (x, w, y, dy, dz, dw, db, dx)
+    )
+    lib.ff_dense_backward_f32(ffi.cast("ff_sgemm_fn", gemm), *pointers, m, n, k, int(relu))
+    return dx
