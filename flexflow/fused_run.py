@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from flexflow.fusion import FusedTask, Slot, SlotKind, TaskLayout
+from flexflow.fusion import FusedTask, Slot, TaskLayout
 from flexflow.ops.base import Region
 from flexflow.task_modes import op_for_task
 
@@ -96,35 +96,23 @@ def run_forward(
     reads them); extra: (training, iteration), what dropout needs (flexflow.task_modes)."""
     made: dict[int, Any] = {}
     internal = task.group.internal
-    for op, region, (in_regions, w_regions, out_regions) in zip(
-        task.group.ops, task.tiles, task.op_tiles, strict=True
-    ):
+    for step in task.steps:
         begin = time.perf_counter()
-        node = task.graph.ops[op]
-        inputs = [
-            made[t] if t in internal else values[Slot(SlotKind.TENSOR, t, r)]
-            for t, r in zip(node.inputs, in_regions, strict=True)
-        ]
-        weights = [
-            values[Slot(SlotKind.WEIGHT, p, r)]
-            for p, r in zip(node.weights, w_regions, strict=True)
-        ]
-        op_now = op_for_task(node.op, extra)
+        inputs = [made[t] if t in internal else values[slot] for t, slot in step.inputs]
+        weights = [values[slot] for slot in step.weights]
+        op_now = op_for_task(step.node.op, extra)
         if op_now is None:  # dropout outside training: the identity
             results: Sequence[Any] = (inputs[0],)
         else:
-            results = backend.forward(op_now, node.sig, region, inputs, weights)
-        for tid, spec, r, value in zip(
-            node.outputs, node.sig.outputs, out_regions, results, strict=True
-        ):
-            slot = Slot(SlotKind.TENSOR, tid, r)
+            results = backend.forward(op_now, step.node.sig, step.region, inputs, weights)
+        for (tid, dtype, slot), value in zip(step.outputs, results, strict=True):
             if outputs is None:
-                value = values[slot] = backend.hold(value, spec.dtype.value)
+                value = values[slot] = backend.hold(value, dtype)
             else:
                 backend.write(outputs[slot], value)
             if tid in internal:
                 made[tid] = value
-        run.record(op, begin)
+        run.record(step.op, begin)
 
 
 def run_backward(
@@ -142,55 +130,40 @@ def run_backward(
     grads: dict[int, Any] = {}  # gradients of internal tensors, kept in memory
     weight_grads: dict[Slot, Any] = {}  # summed over the group's ops, written once at the end
     internal = task.group.internal
-    for op, region, (in_regions, w_regions, out_regions) in reversed(
-        tuple(zip(task.group.ops, task.tiles, task.op_tiles, strict=True))
-    ):
+    for step in reversed(task.steps):
         begin = time.perf_counter()
-        node = task.graph.ops[op]
-        inputs = [
-            values[Slot(SlotKind.TENSOR, t, r)]
-            for t, r in zip(node.inputs, in_regions, strict=True)
-        ]
-        weights = [
-            values[Slot(SlotKind.WEIGHT, p, r)]
-            for p, r in zip(node.weights, w_regions, strict=True)
-        ]
-        outputs = [
-            values[Slot(SlotKind.TENSOR, t, r)]
-            for t, r in zip(node.outputs, out_regions, strict=True)
-        ]
+        inputs = [values[slot] for _, slot in step.inputs]
+        weights = [values[slot] for slot in step.weights]
+        outputs = [values[slot] for _, _, slot in step.outputs]
         grad_outputs = [
-            grads.pop(t) if t in internal else values[Slot(SlotKind.GRAD, t, r)]
-            for t, r in zip(node.outputs, out_regions, strict=True)
+            grads.pop(t) if t in internal else values[slot] for t, slot in step.output_grads
         ]
         # backward passes always train: dropout applies this iteration's mask
-        op_now = op_for_task(node.op, extra) or node.op
+        op_now = op_for_task(step.node.op, extra) or step.node.op
         # an input's gradient stays in memory (internal) or leaves by its reduction slot
-        leaving = [Slot(SlotKind.GRAD, t, r) for t, r in zip(node.inputs, in_regions, strict=True)]
         needed = any(
-            t in internal or s in reductions for t, s in zip(node.inputs, leaving, strict=True)
+            t in internal or slot in reductions
+            for (t, _), slot in zip(step.inputs, step.input_grads, strict=True)
         )
-        slots = [
-            Slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in zip(node.weights, w_regions, strict=True)
-        ]
         # a gradient this task overwrites may be computed straight into its output argument,
         # unless an earlier op of the task contributed to it already
         into = [
             accumulators[s][1] if s not in weight_grads and accumulators[s][0] is None else None
-            for s in slots
+            for s in step.weight_grads
         ]
         grad_inputs, grad_weights = backend.backward(
-            op_now, node.sig, region, inputs, weights, outputs, grad_outputs, needed, into
-        )
-        for tid, slot, grad in zip(node.inputs, leaving, grad_inputs, strict=True):
+            op_now, step.node.sig, step.region, inputs, weights, outputs, grad_outputs, needed,
+            into,
+        )  # fmt: skip
+        for (tid, _), slot, grad in zip(step.inputs, step.input_grads, grad_inputs, strict=True):
             if tid in internal:
                 grads[tid] = backend.accumulate(grads[tid], grad) if tid in grads else grad
             elif slot in reductions:
                 backend.add(reductions[slot], grad)
-        for slot, grad in zip(slots, grad_weights, strict=True):
+        for slot, grad in zip(step.weight_grads, grad_weights, strict=True):
             total = weight_grads.get(slot)
             weight_grads[slot] = grad if total is None else backend.accumulate(total, grad)
-        run.record(op, begin)
+        run.record(step.op, begin)
     for slot, total in weight_grads.items():
         current, target = accumulators[slot]
         if total is not target:  # (else written in place by the op)

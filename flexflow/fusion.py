@@ -30,9 +30,9 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from flexflow.graph import OperatorGraph
+from flexflow.graph import OperatorGraph, OpNode
 from flexflow.ops.base import Region, full_region
 from flexflow.strategy import Strategy
 
@@ -117,6 +117,13 @@ class Slot:
     kind: SlotKind
     id: int
     region: Region
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.kind, self.id, self.region)))
+
+    def __hash__(self) -> int:  # kept: task bodies look slots up every iteration
+        return self._hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +250,28 @@ def _gradient_leaves(graph: OperatorGraph, group: FusedGroup, tid: int, spec) ->
 
 
 @dataclass(frozen=True, slots=True)
+class OpStep:
+    """One op of a fused task with the slots its tile reads and writes, built once (a task
+    body looks them up every iteration; Python in a task body holds the interpreter lock the
+    other processors' tasks wait for). Slots of tensors inside the group stand for arrays
+    the task keeps in memory."""
+
+    op: int
+    node: OpNode
+    region: Region
+    """The op's output tile in this task."""
+    inputs: tuple[tuple[int, Slot], ...]
+    """(tensor id, slot) per input, in the op's order."""
+    weights: tuple[Slot, ...]
+    outputs: tuple[tuple[int, str, Slot], ...]
+    """(tensor id, dtype name, slot) per output."""
+    output_grads: tuple[tuple[int, Slot], ...]
+    """(tensor id, gradient slot) per output."""
+    input_grads: tuple[Slot, ...]
+    weight_grads: tuple[Slot, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FusedTask:
     """One task of a fused group as its body sees it, the same on every variant; built once
     per (group, task) by `fused_task`, run each iteration."""
@@ -256,16 +285,17 @@ class FusedTask:
     """Per op, its tiles in this task."""
     forward: TaskLayout
     backward: TaskLayout
+    steps: tuple[OpStep, ...]
+    """The group's ops in forward order (`op_steps`)."""
 
     @property
     def output_slot(self) -> Slot:
         """The tile of the last op's first output: what a loss after the group reads."""
-        (_, _, out_regions) = self.op_tiles[-1]
-        return Slot(SlotKind.TENSOR, self.graph.ops[self.group.ops[-1]].outputs[0], out_regions[0])
+        return self.steps[-1].outputs[0][2]
 
     @property
     def output_grad_slot(self) -> Slot:
-        return Slot(SlotKind.GRAD, self.output_slot.id, self.output_slot.region)
+        return self.steps[-1].output_grads[0][1]
 
     @property
     def step_ready(self) -> bool:
@@ -284,15 +314,53 @@ def fused_task(
     sole: frozenset[int] = frozenset(),
 ) -> FusedTask:
     op_tiles = tuple(_tiles(graph, op, region) for op, region in zip(group.ops, tiles, strict=True))
-    return FusedTask(
-        graph,
-        group,
-        index,
-        tuple(tiles),
-        op_tiles,
-        forward_layout(graph, group, op_tiles),
-        backward_layout(graph, group, op_tiles, sole),
-    )
+    forward = forward_layout(graph, group, op_tiles)
+    backward = backward_layout(graph, group, op_tiles, sole)
+    steps = op_steps(graph, group, tiles, op_tiles, (forward, backward))
+    return FusedTask(graph, group, index, tuple(tiles), op_tiles, forward, backward, steps)
+
+
+def op_steps(
+    graph: OperatorGraph,
+    group: FusedGroup,
+    tiles: Sequence[Region],
+    op_tiles: Sequence[OpTiles],
+    layouts: Sequence[TaskLayout],
+) -> tuple[OpStep, ...]:
+    """Each op's `OpStep`, naming the very slot objects of `layouts` where they hold them (a
+    dictionary lookup of the same object skips comparing fields)."""
+    known: dict[Slot, Slot] = {}
+    for layout in layouts:
+        for slots in (layout.inputs, layout.outputs, layout.reductions, layout.accumulators):
+            known.update((slot, slot) for slot in slots)
+        known.update((slot, slot) for slot in layout.overwrites)
+
+    def slot(kind: SlotKind, item: int, region: Region) -> Slot:
+        made = Slot(kind, item, region)
+        return known.setdefault(made, made)
+
+    steps = []
+    for op, region, (in_regions, w_regions, out_regions) in zip(
+        group.ops, tiles, op_tiles, strict=True
+    ):
+        node = graph.ops[op]
+        ins = tuple(zip(node.inputs, in_regions, strict=True))
+        outs = tuple(zip(node.outputs, node.sig.outputs, out_regions, strict=True))
+        params = tuple(zip(node.weights, w_regions, strict=True))
+        steps.append(
+            OpStep(
+                op,
+                node,
+                region,
+                tuple((t, slot(SlotKind.TENSOR, t, r)) for t, r in ins),
+                tuple(slot(SlotKind.WEIGHT, p, r) for p, r in params),
+                tuple((t, spec.dtype.value, slot(SlotKind.TENSOR, t, r)) for t, spec, r in outs),
+                tuple((t, slot(SlotKind.GRAD, t, r)) for t, _, r in outs),
+                tuple(slot(SlotKind.GRAD, t, r) for t, r in ins),
+                tuple(slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in params),
+            )
+        )
+    return tuple(steps)
 
 
 def _one_step_group(groups: Sequence[FusedGroup], tasks: Sequence[Sequence[FusedTask]]) -> bool:

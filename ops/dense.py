@@ -30,6 +30,7 @@ from .registry import register
 
 _HOST_ACTIVATIONS = (ActiMode.AC_MODE_NONE, ActiMode.AC_MODE_RELU)
 """The activations the C dense kernels apply (native/dense.c); others run in numpy."""
+_FLOAT32 = np.dtype(np.float32)
 
 
 @register
@@ -96,9 +97,9 @@ class Dense(Op):
     def _host_gemm(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> int | None:
         """The sgemm for the C kernels (ops/native.py `dense_forward`) when they take this tile:
         float32, relu or no activation, and MKL present (ops/blas.py); else None: numpy."""
-        if self.activation not in _HOST_ACTIVATIONS:
+        if self.activation not in _HOST_ACTIVATIONS or x.dtype != _FLOAT32:
             return None
-        if x.dtype != np.float32 or any(w.dtype != np.float32 for w in weights):
+        if weights[0].dtype != _FLOAT32 or (self.use_bias and weights[1].dtype != _FLOAT32):
             return None
         return blas.sgemm_address()
 

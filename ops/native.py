@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -199,14 +200,19 @@ def adam_update(weight, partials, m, v, lr, beta1, beta2, epsilon, weight_decay,
 
 
 # ---- dense layers on float32 tiles, products through a CBLAS sgemm ----------------------------
+def _floats(array: np.ndarray | None):
+    """A C-contiguous float32 array as a `float *` argument (NULL for None): one cffi call,
+    as these run for every op of every task."""
+    return ffi.NULL if array is None else ffi.from_buffer("float[]", array)
+
+
 def dense_forward(gemm: int, x, w, b, relu: bool) -> np.ndarray:
     """y (m, n) = x (m, k) w^T (+ b) (relu), float32, through the sgemm at address `gemm`."""
     x, w = _f32(x), _f32(w)
     y = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
-    bias = ffi.NULL if b is None else _pointer(_f32(b), _F32_POINTER)
     lib.ff_dense_forward_f32(
-        ffi.cast("ff_sgemm_fn", gemm), *(_pointer(a, _F32_POINTER) for a in (x, w)), bias,
-        _pointer(y, _F32_POINTER), x.shape[0], w.shape[0], x.shape[1], int(relu),
+        _sgemm(gemm), _floats(x), _floats(w), _floats(None if b is None else _f32(b)),
+        _floats(y), x.shape[0], w.shape[0], x.shape[1], int(relu),
     )  # fmt: skip
     return y
 
@@ -219,8 +225,13 @@ def dense_backward(gemm: int, x, w, y, dy, dw, db, relu: bool, need_dx: bool):
     (m, k), n = x.shape, w.shape[0]
     dz = np.empty((m, n), dtype=np.float32) if relu else None
     dx = np.empty((m, k), dtype=np.float32) if need_dx else None
-    pointers = (
-        ffi.NULL if a is None else _pointer(a, _F32_POINTER) for a in (x, w, y, dy, dz, dw, db, dx)
-    )
-    lib.ff_dense_backward_f32(ffi.cast("ff_sgemm_fn", gemm), *pointers, m, n, k, int(relu))
+    lib.ff_dense_backward_f32(
+        _sgemm(gemm), _floats(x), _floats(w), _floats(y), _floats(dy), _floats(dz),
+        _floats(dw), _floats(db), _floats(dx), m, n, k, int(relu),
+    )  # fmt: skip
     return dx
+
+
+@functools.cache
+def _sgemm(address: int):
+    return ffi.cast("ff_sgemm_fn", address)

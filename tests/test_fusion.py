@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from flexflow import ActiMode, FFConfig, FFModel
-from flexflow.fusion import SlotKind, fuse, fused_task
+from flexflow.fusion import Slot, SlotKind, fuse, fused_task
 from flexflow.machine import parse_machine
 from flexflow.strategies import named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
@@ -191,3 +191,37 @@ def test_a_step_reading_part_of_a_weight_keeps_update_tasks():
     assert _decisions(graph, channel, ["cpu", "cpu"]) == (False, {x_id: 2})
     dp = named_strategy("dp", graph, parse_machine("p100:1"))
     assert _decisions(graph, dp, ["cpu"] * 4)[0]  # dp on all four: copies of every weight
+
+
+def test_each_op_step_names_its_tiles_with_the_layouts_own_slot_objects():
+    graph = load_model("lenet", FFConfig(batch_size=8)).graph()
+    strategy = named_strategy("dp", graph, parse_machine("p100:2"))
+    (group,), regions = _groups(graph, strategy)
+    task = fused_task(graph, group, 1, [regions[op][1] for op in group.ops])
+    layout_slots = {
+        id(s): s
+        for layout in (task.forward, task.backward)
+        for s in layout.inputs + layout.outputs + layout.accumulators + layout.overwrites
+    }
+    assert [step.op for step in task.steps] == list(group.ops)
+    for step, (in_regions, w_regions, out_regions) in zip(task.steps, task.op_tiles, strict=True):
+        node = graph.ops[step.op]
+        pairs = zip(node.inputs, in_regions, strict=True)
+        assert [s for _, s in step.inputs] == [Slot(SlotKind.TENSOR, t, r) for t, r in pairs]
+        assert [s.region for s in step.weights] == list(w_regions)
+        assert [s.region for _, _, s in step.outputs] == list(out_regions)
+        assert [s.kind for _, s in step.output_grads] == [SlotKind.GRAD] * len(node.outputs)
+        assert [s.kind for s in step.weight_grads] == [SlotKind.WEIGHT_GRAD] * len(node.weights)
+        # what a task body looks up is the very object its layout holds: no field compares
+        for slot in (*step.weights, *step.weight_grads):
+            assert layout_slots.get(id(slot)) is slot
+    assert task.output_slot is task.steps[-1].outputs[0][2]
+
+
+def test_slots_hash_and_compare_by_their_fields():
+    a = Slot(SlotKind.WEIGHT, 3, ((0, 4), (0, 2)))
+    b = Slot(SlotKind.WEIGHT, 3, ((0, 4), (0, 2)))
+    assert a == b and hash(a) == hash(b) and a is not b
+    assert a != Slot(SlotKind.WEIGHT_GRAD, 3, ((0, 4), (0, 2)))
+    assert {a: 1}[b] == 1
+    assert repr(a) == "Slot(kind=<SlotKind.WEIGHT: 1>, id=3, region=((0, 4), (0, 2)))"
