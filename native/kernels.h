@@ -76,3 +76,11 @@ void ff_dense_forward_f32(ff_sgemm_fn gemm, const float *x, const float *w, cons
 void ff_dense_backward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *y,
                            const float *dy, float *dz, float *dw, float *db, float *dx, long m,
                            long n, long k, int relu);
+
+/* Sparse categorical cross-entropy (native/losses.c) of a tile of softmax outputs p (rows,
+ * classes) against int64 labels (rows): grad (rows, classes) = the loss's gradient with
+ * respect to p (zero past the first `valid` rows), *loss = -sum of log(max(p[label], 1e-12))
+ * over the valid rows / total, *correct = valid rows whose first largest output is the label.
+ * Returns -1 (and stops) at a label outside [0, classes), else 0. */
+int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, long rows,
+                       long classes, long valid, double total, double *loss, long *correct);

@@ -235,3 +235,19 @@ def dense_backward(gemm: int, x, w, y, dy, dw, db, relu: bool, need_dx: bool):
 @functools.cache
 def _sgemm(address: int):
     return ffi.cast("ff_sgemm_fn", address)
+
+
+# ---- losses -------------------------------------------------------------------------------------
+def sparse_xent(probabilities: np.ndarray, labels: np.ndarray, total: int, valid_rows: int):
+    """(loss, gradient, correct) of sparse categorical cross-entropy on float32 softmax rows
+    (rows, classes) and one label per row, over the first `valid_rows` (the gradient is zero
+    past them); None when a label lies outside [0, classes)."""
+    p = _f32(probabilities)
+    labels = np.ascontiguousarray(labels, dtype=np.int64)
+    grad = np.empty_like(p)
+    loss, correct = ffi.new("double *"), ffi.new("long *")
+    status = lib.ff_sparse_xent_f32(
+        _floats(p), ffi.from_buffer("long long[]", labels), _floats(grad), p.shape[0],
+        p.shape[1], valid_rows, float(total), loss, correct,
+    )  # fmt: skip
+    return None if status else (loss[0], grad, int(correct[0]))

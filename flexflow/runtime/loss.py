@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from flexflow.errors import ShapeError
+from flexflow.ops import native
 
 Loss = Callable[..., tuple[float, np.ndarray]]
 
@@ -37,9 +38,9 @@ def _check_distributions(output_shape: tuple[int, ...], target) -> None:
         )
 
 
-def _checked_labels(output_shape: tuple[int, ...], labels) -> np.ndarray:
-    """`labels` as an array, one integer per prediction of an output of `output_shape` ((N,)
-    or (N, 1) for an (N, classes) output), each a class of its last dimension."""
+def _shaped_labels(output_shape: tuple[int, ...], labels) -> np.ndarray:
+    """`labels` as an array, one per prediction of an output of `output_shape` ((N,) or (N, 1)
+    for an (N, classes) output)."""
     labels = np.asarray(labels)
     expected = tuple(output_shape[:-1])
     two_d = len(output_shape) == 2 and labels.size == output_shape[0]
@@ -49,6 +50,18 @@ def _checked_labels(output_shape: tuple[int, ...], labels) -> np.ndarray:
             f"one integer label per prediction, shaped {expected}; got output "
             f"{tuple(output_shape)} and labels {labels.shape}."
         )
+    if labels.dtype.kind not in "iu":
+        raise ShapeError(
+            f"sparse_categorical_crossentropy: labels must be integers (class indices), got "
+            f"{labels.dtype}; pass labels.astype(int), or one-hot targets with "
+            f"categorical_crossentropy."
+        )
+    return labels
+
+
+def _checked_labels(output_shape: tuple[int, ...], labels) -> np.ndarray:
+    """`_shaped_labels`, each a class of the output's last dimension."""
+    labels = _shaped_labels(output_shape, labels)
     if labels.size and (labels.min() < 0 or labels.max() >= output_shape[-1]):
         raise ShapeError(
             f"sparse_categorical_crossentropy: labels must lie in [0, {output_shape[-1]}), "
@@ -171,8 +184,28 @@ def loss_tile(
     padding) and how many of those samples were predicted right."""
     rows = prediction.shape[0]
     valid = max(0, min(valid, rows))
+    if LOSS_IDS[loss_id] == "sparse_categorical_crossentropy" and prediction.dtype == np.float32:
+        return _sparse_tile(prediction, target, total, valid)
     grad = np.zeros(prediction.shape)
     if valid == 0:
         return 0.0, grad, 0
     value, grad[:valid] = LOSSES[LOSS_IDS[loss_id]](prediction[:valid], target[:valid], total)
     return value, grad, correct_predictions(prediction[:valid], target[:valid])
+
+
+def _sparse_tile(
+    prediction: np.ndarray, labels, total: int, valid: int
+) -> tuple[float, np.ndarray, int]:
+    """`loss_tile` of sparse categorical cross-entropy on float32 outputs in one C pass
+    (ops/native.py `sparse_xent`): the reference's float32 gradient and correct count (its
+    loss to the last bits: another summation order and log)."""
+    labels = _shaped_labels(prediction.shape, labels)
+    classes = prediction.shape[-1]
+    per_sample = predictions_per_sample(prediction.shape)
+    rows = prediction.reshape(-1, classes)  # (N * positions, classes)
+    result = native.sparse_xent(rows, labels.reshape(-1), total, valid * per_sample)
+    if result is None:  # a label out of range: the reference's error names them
+        _checked_labels(prediction.shape, labels)
+        raise ShapeError(f"sparse_categorical_crossentropy: labels outside [0, {classes})")
+    value, grad, correct = result
+    return value, grad.reshape(prediction.shape), correct
