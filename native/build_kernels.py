@@ -13,7 +13,9 @@ ffibuilder.cdef((HERE / "kernels.h").read_text())
 ffibuilder.set_source(
     "flexflow._kernels",
     '#include "kernels.h"\n',
-    sources=[str(HERE / name) for name in ("kernels.c", "optimizers.c", "dense.c", "losses.c")],
+    sources=[
+        str(HERE / name) for name in ("kernels.c", "optimizers.c", "dense.c", "losses.c", "step.c")
+    ],
     include_dirs=[str(HERE)],
     extra_compile_args=["-O3", "-ffp-contract=off"],  # float32 bits as numpy computes them
     libraries=["m"],

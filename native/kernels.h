@@ -84,3 +84,27 @@ void ff_dense_backward_f32(ff_sgemm_fn gemm, const float *x, const float *w, con
  * Returns -1 (and stops) at a label outside [0, classes), else 0. */
 int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, long rows,
                        long classes, long valid, double total, double *loss, long *correct);
+
+/* A fused training step (native/step.c): a chain of ops on float32 tiles, the last a softmax
+ * whose output goes into sparse categorical cross-entropy. Forward in order (each op's x is the
+ * previous op's y), the loss into the last op's dy and sums (loss, correct), then backward in
+ * reverse (an op's dx is the previous op's dy; NULL where nothing reads it). Dense ops: as
+ * ff_dense_forward/backward_f32 (x (m, k), w (n, k), b (n) or NULL, y and dy (m, n), dz scratch
+ * (m, n) with relu, dw and db written). Softmax: over the last dimension of x and y (m, n).
+ * Returns 0, -1 at a label outside [0, n), -2 when the chain does not end in a softmax. */
+enum { FF_STEP_DENSE = 0, FF_STEP_SOFTMAX = 1 };
+typedef struct {
+  int kind;
+  int relu;
+  long m, n, k;
+  const float *x, *w, *b;
+  float *y, *dy, *dx, *dz, *dw, *db;
+} ff_step_op;
+typedef struct {
+  const long long *labels;
+  long valid;
+  double total;
+  double *sums;
+} ff_step_loss;
+int ff_train_step_f32(ff_sgemm_fn gemm, const ff_step_op *ops, long count,
+                      const ff_step_loss *loss);

@@ -60,6 +60,7 @@ from flexflow.graph import OperatorGraph
 from flexflow.launches import iteration_tasks
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region, full_region
+from flexflow.ops.blas import sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.loss import (
@@ -69,6 +70,7 @@ from flexflow.runtime.loss import (
     loss_name,
     predictions_per_sample,
 )
+from flexflow.runtime.native_step import NativeStep, native_step
 from flexflow.runtime.stores import (
     LEGATE_TYPES,
     copied_store,
@@ -191,6 +193,16 @@ class Executor:
         ]
         internal = frozenset().union(*(group.internal for group in self.groups))
         self._step_ready = [all(t.step_ready for t in tasks) for tasks in self.fused_tasks]
+        self.sgemm = sgemm_address()
+        """MKL's sgemm for the C kernels (flexflow.ops.blas); None without MKL."""
+        self.native_steps: dict[tuple[int, int], NativeStep] = {}
+        """(group, task index) -> the C program of a step task that runs as one call
+        (flexflow.runtime.native_step): the last group's tasks, when they can."""
+        if self._step_ready[-1]:
+            for task in self.fused_tasks[-1]:
+                program = native_step(task)
+                if program is not None:
+                    self.native_steps[(len(self.groups) - 1, task.index)] = program
         self._reduced_grads = tuple(
             t.id
             for t in graph.tensors

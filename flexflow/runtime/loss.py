@@ -38,7 +38,7 @@ def _check_distributions(output_shape: tuple[int, ...], target) -> None:
         )
 
 
-def _shaped_labels(output_shape: tuple[int, ...], labels) -> np.ndarray:
+def shaped_labels(output_shape: tuple[int, ...], labels) -> np.ndarray:
     """`labels` as an array, one per prediction of an output of `output_shape` ((N,) or (N, 1)
     for an (N, classes) output)."""
     labels = np.asarray(labels)
@@ -59,9 +59,9 @@ def _shaped_labels(output_shape: tuple[int, ...], labels) -> np.ndarray:
     return labels
 
 
-def _checked_labels(output_shape: tuple[int, ...], labels) -> np.ndarray:
-    """`_shaped_labels`, each a class of the output's last dimension."""
-    labels = _shaped_labels(output_shape, labels)
+def checked_labels(output_shape: tuple[int, ...], labels) -> np.ndarray:
+    """`shaped_labels`, each a class of the output's last dimension."""
+    labels = shaped_labels(output_shape, labels)
     if labels.size and (labels.min() < 0 or labels.max() >= output_shape[-1]):
         raise ShapeError(
             f"sparse_categorical_crossentropy: labels must lie in [0, {output_shape[-1]}), "
@@ -85,7 +85,7 @@ def sparse_categorical_crossentropy(
     """Cross-entropy of softmax outputs (N, ..., classes) against integer labels (N, ...), one
     per prediction ((N,) or (N, 1) for (N, classes) outputs), averaged over the predictions."""
     shape = probabilities.shape
-    labels = _checked_labels(shape, labels).reshape(-1)
+    labels = checked_labels(shape, labels).reshape(-1)
     rows = probabilities.reshape(-1, shape[-1])
     total = len(labels) if total is None else total
     picked = rows[np.arange(len(labels)), labels].astype(np.float64)
@@ -167,7 +167,7 @@ def check_target(name: str, output_shape: tuple[int, ...], target: np.ndarray) -
     if name == "categorical_crossentropy":
         _check_distributions(output_shape, target)
     elif name == "sparse_categorical_crossentropy":
-        _checked_labels(output_shape, target)
+        checked_labels(output_shape, target)
     else:
         _check_elementwise(output_shape, target)
 
@@ -199,13 +199,13 @@ def _sparse_tile(
     """`loss_tile` of sparse categorical cross-entropy on float32 outputs in one C pass
     (ops/native.py `sparse_xent`): the reference's float32 gradient and correct count (its
     loss to the last bits: another summation order and log)."""
-    labels = _shaped_labels(prediction.shape, labels)
+    labels = shaped_labels(prediction.shape, labels)
     classes = prediction.shape[-1]
     per_sample = predictions_per_sample(prediction.shape)
     rows = prediction.reshape(-1, classes)  # (N * positions, classes)
     result = native.sparse_xent(rows, labels.reshape(-1), total, valid * per_sample)
     if result is None:  # a label out of range: the reference's error names them
-        _checked_labels(prediction.shape, labels)
+        checked_labels(prediction.shape, labels)
         raise ShapeError(f"sparse_categorical_crossentropy: labels outside [0, {classes})")
     value, grad, correct = result
     return value, grad.reshape(prediction.shape), correct

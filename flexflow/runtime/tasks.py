@@ -23,6 +23,7 @@ from flexflow.fused_run import run_fused_task
 from flexflow.fusion import SlotKind
 from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import loss_tile
+from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, NativeStep
 
 if TYPE_CHECKING:
     from flexflow.runtime.executor import Executor
@@ -185,11 +186,38 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
     if flat is not None and which == Pass.FUSED_STEP:  # the flat row of partial gradients
         pids = [slot.id for slot in task.backward.overwrites]
         outputs[1:2] = flat.split(outputs[1], pids)
+    native = executor.native_steps.get((group, index)) if which == Pass.FUSED_STEP else None
+    if native is not None and extra[2] == SPARSE_CROSSENTROPY:
+        _run_native_step(executor, native, inputs, outputs, extra[2:6])
+        return
     run_fused_task(
         task, _CpuTiles, FUSED_PASSES[which],
         (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda array: array, loss_into,
     )  # fmt: skip
+
+
+def _run_native_step(executor: Executor, native: NativeStep, inputs, outputs, loss_args) -> None:
+    """A step task as one C call (flexflow.runtime.native_step), from the arguments
+    `run_fused_task` would take: the forward's inputs then the target unless staged; the loss
+    row then the partial weight gradients, all written whole."""
+    task = native.task
+    _, total, valid, key = loss_args
+    layout = task.forward
+    values = dict(zip(layout.inputs, inputs, strict=False))
+    if key >= 0:
+        target = executor.staged_tile(key, executor.regions(task.group.ops[-1])[task.index])
+    else:
+        target = inputs[len(layout.inputs)]
+    grads_into = dict(zip(task.backward.overwrites, outputs[1:], strict=True))
+    begin = time.perf_counter()
+    native.run(executor.sgemm, values, grads_into, target, outputs[0], total, valid)
+    if executor.timeline is not None:  # the whole step as one entry of its last op
+        end = time.perf_counter()
+        op = task.group.ops[-1]
+        executor.timeline.append(
+            (op, task.index, Pass.FUSED_STEP, begin, end, threading.get_native_id())
+        )
 
 
 def _forward_inputs(

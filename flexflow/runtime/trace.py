@@ -23,6 +23,8 @@ def _task_name(graph: OperatorGraph, op: int, index: int, which: Pass) -> str:
         return f"update (processor {op})" if op >= 0 else f"update inside step [{index}]"
     if which is Pass.FEED:
         return f"feed {graph.tensors[op].name}[{index}]" if op >= 0 else "store fill"
+    if which is Pass.FUSED_STEP:  # a step run as one C call (flexflow.runtime.native_step)
+        return f"step up to {graph.ops[op].name}[{index}] (one C call)"
     return f"{graph.ops[op].name}[{index}] {which.name.lower()}"
 
 

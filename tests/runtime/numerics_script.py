@@ -44,6 +44,15 @@ def classifier() -> FFModel:
     return model
 
 
+def relu_classifier() -> FFModel:
+    """Dense relu layers into a softmax: its step tasks under data parallelism and on one
+    device run as one C call each (flexflow.runtime.native_step)."""
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 6), name="x")
+    model.softmax(model.dense(model.dense(x, 10, ActiMode.AC_MODE_RELU), 5))
+    return model
+
+
 def lstm() -> FFModel:
     model = FFModel(FFConfig(batch_size=8))
     tokens = model.create_tensor((8, 4), DataType.DT_INT32, name="x")
@@ -163,10 +172,11 @@ def run(build, loss: str = "mean_squared_error") -> dict:
     strategies += [
         (f"random{s}", named_strategy("random", graph, machine, s)) for s in range(STRATEGIES)
     ]
-    results, task_counts, whole_reads = {}, {}, {}
+    results, task_counts, whole_reads, native = {}, {}, {}, {}
     for name, strategy in strategies:
         with Executor(graph, strategy, seed=0, learning_rate=LR) as executor:
             read = record_task_inputs(executor)
+            native[name] = len(executor.native_steps)
             losses, issued = [], []
             for _ in range(STEPS):
                 before = executor.tasks_issued
@@ -187,6 +197,7 @@ def run(build, loss: str = "mean_squared_error") -> dict:
         "strategies": {},
         "task_counts": task_counts,
         "whole_partial_gradient_reads": whole_reads,
+        "native_steps": native,
         "splits": sorted({str(c.degrees) for _, (_, _, s) in results.items() for c in s.configs}),
         # strategies splitting an op whose tiles share batch statistics in that dimension
         "statistics_splits": sum(
@@ -209,4 +220,5 @@ if __name__ == "__main__":
     report = {"mlp": run(mlp), "cnn": run(cnn), "lstm": run(lstm)}
     report["classifier"] = run(classifier, "sparse_categorical_crossentropy")
     report["tagger"] = run(tagger, "sparse_categorical_crossentropy")
+    report["relu_classifier"] = run(relu_classifier, "sparse_categorical_crossentropy")
     print(json.dumps(report))

@@ -14,6 +14,7 @@ SCRIPT = Path(__file__).with_name("numerics_script.py")
 
 
 STRATEGIES = 20
+MODELS = ["mlp", "cnn", "lstm", "classifier", "tagger", "relu_classifier"]
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["2cpus", "4cpus"])
@@ -32,14 +33,14 @@ def report(request) -> dict:
 
 
 @pytest.mark.legate
-@pytest.mark.parametrize("model", ["mlp", "cnn", "lstm", "classifier", "tagger"])
+@pytest.mark.parametrize("model", MODELS)
 def test_one_device_matches_the_numpy_reference(report, model):
     assert report[model]["single_vs_numpy_loss"] <= 1.0
     assert report[model]["single_vs_numpy_weights"] <= 1.0
 
 
 @pytest.mark.legate
-@pytest.mark.parametrize("model", ["mlp", "cnn", "lstm", "classifier", "tagger"])
+@pytest.mark.parametrize("model", MODELS)
 def test_every_strategy_trains_like_one_device(report, model):
     strategies = report[model]["strategies"]
     assert len(strategies) == 2 + STRATEGIES  # one device, data parallel and random ones
@@ -50,7 +51,7 @@ def test_every_strategy_trains_like_one_device(report, model):
 
 
 @pytest.mark.legate
-@pytest.mark.parametrize("model", ["mlp", "cnn", "lstm", "classifier", "tagger"])
+@pytest.mark.parametrize("model", MODELS)
 def test_the_launch_count_predicts_the_tasks_each_step_issues(report, model):
     """`flexflow.launches` (what the simulator charges the runtime's per-task cost on) counts
     the Legate tasks the Executor creates in every training step, under every strategy."""
@@ -61,7 +62,7 @@ def test_the_launch_count_predicts_the_tasks_each_step_issues(report, model):
 
 
 @pytest.mark.legate
-@pytest.mark.parametrize("model", ["mlp", "cnn", "lstm", "classifier", "tagger"])
+@pytest.mark.parametrize("model", MODELS)
 def test_tasks_read_partial_gradients_one_device_row_at_a_time(report, model):
     """Update and step tasks name every contributing device's partial gradients as separate
     arguments, never the whole store the devices wrote by rows (Legion's analysis of such a read
@@ -75,3 +76,16 @@ def test_tasks_read_partial_gradients_one_device_row_at_a_time(report, model):
 def test_batch_norm_is_split_by_sample_in_some_strategies(report):
     """The CNN's batch norm normalizes with statistics shared across its sample tiles."""
     assert report["cnn"]["statistics_splits"] >= 2
+
+
+@pytest.mark.legate
+def test_data_parallel_and_one_device_steps_of_a_relu_classifier_run_as_one_c_call(report):
+    """The model the equality tests above cover with its steps in C (flexflow.runtime
+    .native_step): one program per step task; the other models keep none."""
+    from flexflow.ops import blas
+
+    if blas.sgemm_address() is None:
+        pytest.skip("MKL is not installed: no native steps")
+    native = report["relu_classifier"]["native_steps"]
+    assert native["single"] == 1 and native["dp"] >= 2
+    assert all(set(report[m]["native_steps"].values()) == {0} for m in ("classifier", "tagger"))

@@ -1,0 +1,166 @@
+"""A fused training step as one C call (native/step.c): the forward, loss and backward of a
+step task whose ops all have C kernels, so the task holds the interpreter lock only to name its
+arrays.
+
+Why: Legate runs every processor's task bodies in this one Python process. Python between a
+task's kernels holds the lock the other processors' tasks wait for, and runs 2-3x slower there
+than alone: with the MLP's step tasks on two CPUs, each 100 us of Python added to a task added
+0.1-0.2 ms to an iteration. The chains this runs: dense layers (relu or none) ending in a
+softmax under sparse categorical cross-entropy, float32, with every weight gradient written
+whole by its task and no input gradient leaving it (data parallelism, one device); any other
+step runs op by op (flexflow.fused_run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from flexflow.errors import ShapeError
+from flexflow.fusion import FusedTask, Slot
+from flexflow.ops import blas
+from flexflow.ops.activations import ActiMode
+from flexflow.ops.dense import Dense
+from flexflow.ops.softmax import Softmax
+from flexflow.runtime.loss import LOSS_IDS, checked_labels, shaped_labels
+
+SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
+"""The loss a native step computes (a step under another loss runs op by op)."""
+_RELU = {ActiMode.AC_MODE_NONE: 0, ActiMode.AC_MODE_RELU: 1}
+_DENSE, _SOFTMAX = 0, 1  # native/kernels.h FF_STEP_DENSE, FF_STEP_SOFTMAX
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    """One op of the chain: its kind, relu flag, (m, n, k) and its weights' slots."""
+
+    kind: int
+    relu: int
+    dims: tuple[int, int, int]
+    """Dense: rows, outputs, inputs; softmax: rows, classes, 0."""
+    weights: tuple[Slot, ...]
+    weight_grads: tuple[Slot, ...]
+
+
+def _tile_shape(slot: Slot) -> tuple[int, ...]:
+    return tuple(stop - start for start, stop in slot.region)
+
+
+def _layers(task: FusedTask) -> tuple[_Layer, ...] | None:
+    """The chain's layers, or None when the task is not such a chain (see the module doc)."""
+    backward = task.backward
+    if backward.reductions or backward.accumulators or not task.step_ready:
+        return None
+    layers = []
+    for position, step in enumerate(task.steps):
+        op, sig = step.node.op, step.node.sig
+        if any(spec.dtype.value != "float32" for spec in (*sig.inputs, *sig.outputs)):
+            return None
+        if len(step.inputs) != 1 or len(step.outputs) != 1:
+            return None
+        if position > 0 and step.inputs[0][0] != task.steps[position - 1].outputs[0][0]:
+            return None  # each op reads the one before it
+        x_shape, y_shape = _tile_shape(step.inputs[0][1]), _tile_shape(step.outputs[0][2])
+        rows = int(np.prod(y_shape[:-1], dtype=np.int64))
+        last = position == len(task.steps) - 1
+        if isinstance(op, Dense) and op.activation in _RELU and not last:
+            layer = (_DENSE, _RELU[op.activation], (rows, y_shape[-1], x_shape[-1]))
+        elif isinstance(op, Softmax) and last and op.axis % len(y_shape) == len(y_shape) - 1:
+            layer = (_SOFTMAX, 0, (rows, y_shape[-1], 0))
+        else:
+            return None
+        layers.append(_Layer(*layer, step.weights, step.weight_grads))
+    return tuple(layers)
+
+
+class NativeStep:
+    """A step task's C program: its ops' structs and the buffers between them (activations,
+    their gradients), made once and reused every iteration: a processor runs one task at a
+    time, and a program serves one task. `run` names the iteration's arrays and calls it."""
+
+    def __init__(self, task: FusedTask, layers: Sequence[_Layer]) -> None:
+        from flexflow._kernels import ffi, lib
+
+        self.task, self.layers = task, tuple(layers)
+        self.prediction_shape = _tile_shape(task.output_slot)
+        self._ffi, self._lib = ffi, lib
+        self._ops = ffi.new("ff_step_op[]", len(layers))
+        self._loss = ffi.new("ff_step_loss *")
+        self.buffers: list[np.ndarray] = []
+        """The arrays between the ops, which the structs point at."""
+        ops = self._ops
+        for i, layer in enumerate(self.layers):
+            m, n, k = layer.dims
+            ops[i].kind, ops[i].relu, ops[i].m, ops[i].n, ops[i].k = layer.kind, layer.relu, m, n, k
+            ops[i].y, ops[i].dy = self._buffer(m, n), self._buffer(m, n)
+            ops[i].dz = self._buffer(m, n) if layer.relu else ffi.NULL
+            # an op's input gradient is the gradient of the op before's output; none for the first
+            ops[i].dx = ops[i - 1].dy if i else ffi.NULL
+            if i:
+                ops[i].x = ops[i - 1].y
+
+    def _buffer(self, rows: int, columns: int):
+        array = np.zeros((rows, columns), dtype=np.float32)
+        self.buffers.append(array)
+        return self._ffi.cast("float *", self._ffi.from_buffer(array))
+
+    def run(
+        self,
+        gemm: int,
+        values: Mapping[Slot, np.ndarray],
+        grads_into: Mapping[Slot, np.ndarray],
+        target,
+        sums: np.ndarray,
+        total: int,
+        valid: int,
+    ) -> None:
+        """One step through the sgemm at `gemm`: `values` maps the task's forward input slots
+        to arrays (the model input's tile, the weights), `grads_into` its weight gradient
+        slots to the arrays they are written into (all C-contiguous float32); the labels
+        `target` of the first `valid` samples count; (loss / total, correct) go into `sums`."""
+        ffi, ops = self._ffi, self._ops
+        first = np.ascontiguousarray(values[self.task.steps[0].inputs[0][1]], dtype=np.float32)
+        arrays = [first]  # alive until the call returns
+        ops[0].x = ffi.from_buffer("float[]", first)
+        for i, layer in enumerate(self.layers):
+            if not layer.weights:
+                continue
+            named = [_floats(values[s]) for s in layer.weights]
+            named += [_floats(grads_into[s], written=True) for s in layer.weight_grads]
+            arrays += named
+            pointers = [ffi.from_buffer("float[]", a) for a in named]
+            ops[i].w, ops[i].dw = pointers[0], pointers[len(named) // 2]
+            ops[i].b, ops[i].db = (pointers[1], pointers[3]) if len(named) == 4 else (ffi.NULL,) * 2
+        labels = shaped_labels(self.prediction_shape, target)
+        flat_labels = np.ascontiguousarray(labels, dtype=np.int64).reshape(-1)
+        samples = self.prediction_shape[0]
+        loss = self._loss
+        loss.labels = ffi.from_buffer("long long[]", flat_labels)
+        loss.valid = max(0, min(valid, samples)) * (flat_labels.size // max(1, samples))
+        loss.total = float(total)
+        loss.sums = ffi.from_buffer("double[]", sums)
+        status = self._lib.ff_train_step_f32(
+            ffi.cast("ff_sgemm_fn", gemm), ops, len(self.layers), loss
+        )
+        if status:  # a label out of range: the reference's error names them
+            checked_labels(self.prediction_shape, labels)
+            raise ShapeError(f"native step: the C step failed with status {status}")
+
+
+def _floats(array: np.ndarray, written: bool = False) -> np.ndarray:
+    """`array` as the C step reads (or writes) it; a layout it cannot take is a bug upstream."""
+    if array.dtype != np.float32 or not array.flags.c_contiguous:
+        raise ValueError(f"native step: expected C-contiguous float32, got {array.dtype}")
+    if written and not array.flags.writeable:
+        raise ValueError("native step: a gradient output is read-only")
+    return array
+
+
+def native_step(task: FusedTask) -> NativeStep | None:
+    """The C program of a step task that can run as one (the module doc), else None."""
+    if blas.sgemm_address() is None:
+        return None
+    layers = _layers(task)
+    return None if layers is None else NativeStep(task, layers)

@@ -1,0 +1,65 @@
+/* A fused training step of a chain of dense layers ending in a softmax under sparse
+ * categorical cross-entropy, run as one C call for the CPU tasks: forward, loss and backward
+ * without the interpreter lock, which the other processors' tasks wait for whenever a task
+ * body runs Python between its kernels (two processors' step tasks took turns at it; each op's
+ * Python cost twice its time in iteration time). Each op computes what flexflow.ops' kernels
+ * compute: the dense layers through native/dense.c, the loss through native/losses.c, the
+ * softmax's gradient as y * (dy - sum(dy * y)); only the softmax's own exp and sum may round
+ * differently from numpy's. */
+#include <math.h>
+
+#include "kernels.h"
+
+static void ff_softmax_rows(const float *x, float *y, long rows, long classes) {
+  for (long i = 0; i < rows; ++i) {
+    const float *in = x + i * classes;
+    float *out = y + i * classes;
+    float top = in[0];
+    for (long c = 1; c < classes; ++c) top = in[c] > top ? in[c] : top;
+    float sum = 0.0f;
+    for (long c = 0; c < classes; ++c) {
+      out[c] = expf(in[c] - top);
+      sum = sum + out[c];
+    }
+    for (long c = 0; c < classes; ++c) out[c] = out[c] / sum;
+  }
+}
+
+static void ff_softmax_rows_backward(const float *y, const float *dy, float *dx, long rows,
+                                     long classes) {
+  for (long i = 0; i < rows; ++i) {
+    const float *p = y + i * classes, *g = dy + i * classes;
+    float dot = 0.0f; /* the cross-entropy's dy is zero but at the label: any order is exact */
+    for (long c = 0; c < classes; ++c) dot = dot + g[c] * p[c];
+    for (long c = 0; c < classes; ++c) dx[i * classes + c] = p[c] * (g[c] - dot);
+  }
+}
+
+int ff_train_step_f32(ff_sgemm_fn gemm, const ff_step_op *ops, long count,
+                      const ff_step_loss *loss) {
+  if (count < 1 || ops[count - 1].kind != FF_STEP_SOFTMAX) return -2;
+  for (long i = 0; i < count; ++i) {
+    const ff_step_op *op = ops + i;
+    if (op->kind == FF_STEP_DENSE)
+      ff_dense_forward_f32(gemm, op->x, op->w, op->b, op->y, op->m, op->n, op->k, op->relu);
+    else
+      ff_softmax_rows(op->x, op->y, op->m, op->n);
+  }
+  const ff_step_op *last = ops + count - 1;
+  double value;
+  long correct;
+  int status = ff_sparse_xent_f32(last->y, loss->labels, last->dy, last->m, last->n,
+                                  loss->valid, loss->total, &value, &correct);
+  if (status) return status;
+  loss->sums[0] = value;
+  loss->sums[1] = (double)correct;
+  for (long i = count - 1; i >= 0; --i) {
+    const ff_step_op *op = ops + i;
+    if (op->kind == FF_STEP_DENSE)
+      ff_dense_backward_f32(gemm, op->x, op->w, op->y, op->dy, op->dz, op->dw, op->db, op->dx,
+                            op->m, op->n, op->k, op->relu);
+    else
+      ff_softmax_rows_backward(op->y, op->dy, op->dx, op->m, op->n);
+  }
+  return 0;
+}

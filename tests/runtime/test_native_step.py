@@ -1,0 +1,121 @@
+"""flexflow.runtime.native_step: which step tasks run as one C call, and that the call
+computes what the op-by-op step (flexflow.fused_run with the CPU tiles) computes: the same
+weight gradients and loss to the softmax's float32 rounding, the same correct count."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.fused_run import run_fused_task
+from flexflow.fusion import fuse, fused_task, sole_gradients
+from flexflow.machine import parse_machine
+from flexflow.ops import blas
+from flexflow.runtime.loss import loss_tile
+from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, native_step
+from flexflow.runtime.tasks import Pass, _CpuTiles
+from flexflow.strategies import named_strategy
+
+pytestmark = pytest.mark.skipif(blas.sgemm_address() is None, reason="MKL is not installed")
+
+
+def _classifier(shape, activation=ActiMode.AC_MODE_RELU, use_bias=True, softmax=True):
+    model = FFModel(FFConfig(batch_size=shape[0]))
+    x = model.create_tensor(shape, name="x")
+    x = model.dense(x, 12, activation, use_bias=use_bias)
+    x = model.dense(x, 5)
+    if softmax:
+        model.softmax(x)
+    return model.graph()
+
+
+def _task(graph, machine="local", index=0):
+    strategy = named_strategy("dp", graph, parse_machine(machine))
+    regions = [
+        c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, strategy.configs, strict=True)
+    ]
+    (group,) = fuse(graph, strategy, regions)
+    sole = sole_gradients(graph, strategy, regions)
+    return fused_task(graph, group, index, [regions[op][index] for op in group.ops], sole)
+
+
+def test_dense_relu_chains_ending_in_a_softmax_run_as_one_call():
+    assert native_step(_task(_classifier((8, 6)))) is not None
+    assert native_step(_task(_classifier((8, 6), ActiMode.AC_MODE_NONE, False))) is not None
+    assert native_step(_task(_classifier((8, 3, 6)))) is not None  # per-token predictions
+    assert native_step(_task(_classifier((8, 6), ActiMode.AC_MODE_TANH))) is None
+    assert native_step(_task(_classifier((8, 6), softmax=False))) is None
+
+
+def _arrays(task, rng):
+    values = {}
+    for slot in task.forward.inputs:
+        shape = tuple(stop - start for start, stop in slot.region)
+        values[slot] = (rng.standard_normal(shape) * 0.5).astype(np.float32)
+    grads = {
+        slot: np.full(tuple(b - a for a, b in slot.region), np.nan, np.float32)
+        for slot in task.backward.overwrites
+    }
+    return values, grads
+
+
+def _op_by_op(task, values, labels, total, valid):
+    """The step as the CPU task body runs it without the C program."""
+    grads = {
+        s: np.full_like(a, np.nan) for s, a in _arrays(task, np.random.default_rng(0))[1].items()
+    }
+    sums = np.zeros(2)
+
+    def loss_into(op, index, loss_args, prediction, stored, grad, row):
+        value, gradient, correct = loss_tile(loss_args[0], prediction, stored, loss_args[1], valid)
+        row[...] = (value, correct)
+        return np.asarray(gradient, dtype=np.float32)
+
+    inputs = [values[s] for s in task.forward.inputs] + [labels]
+    outputs = [sums, *(grads[s] for s in task.backward.overwrites)]
+    extra = (1, 1, SPARSE_CROSSENTROPY, total, valid, -1)
+    passes = (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD)
+    run_fused_task(
+        task, _CpuTiles, "step", (inputs, outputs, []), extra, None, passes, lambda a: a, loss_into
+    )
+    return grads, sums
+
+
+@pytest.mark.parametrize(
+    "shape, padding, use_bias",
+    [
+        ((8, 6), 0, True),
+        ((8, 6), 1, True),  # a padded last batch: the first sample of the tile counts
+        ((8, 6), 2, True),  # all padding
+        ((8, 6), 0, False),
+        ((6, 3, 7), 1, True),  # per-token predictions
+    ],
+)
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_c_step_computes_the_op_by_op_step(shape, padding, use_bias, index):
+    graph = _classifier(shape, use_bias=use_bias)
+    task = _task(graph, "p100:1", index)  # data parallelism: this device's share of the batch
+    program = native_step(task)
+    rng = np.random.default_rng(index)
+    values, grads = _arrays(task, rng)
+    samples = task.tiles[-1][0][1] - task.tiles[-1][0][0]
+    labels = rng.integers(0, 5, (samples, *shape[1:-1]))
+    total, valid = int(np.prod(shape[:-1])), samples - padding
+    sums = np.zeros(2)
+    program.run(blas.sgemm_address(), values, grads, labels, sums, total, valid)
+    want_grads, want_sums = _op_by_op(task, values, labels, total, valid)
+    for slot, got in grads.items():
+        np.testing.assert_allclose(got, want_grads[slot], rtol=1e-5, atol=1e-7)
+    assert sums[0] == pytest.approx(want_sums[0], rel=1e-6)
+    assert sums[1] == want_sums[1]
+
+
+def test_a_label_out_of_range_is_refused_as_the_reference_refuses_it():
+    task = _task(_classifier((8, 6)), "p100:1")  # the first device's 2 samples
+    rng = np.random.default_rng(0)
+    values, grads = _arrays(task, rng)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 5\)"):
+        native_step(task).run(
+            blas.sgemm_address(), values, grads, np.array([0, 5]), np.zeros(2), 8, 2
+        )
