@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             f"training {args.model} on {data_name}: {len(train[1]):,} samples, batch "
             f"{config.batch_size}, {type(optimizer).__name__}, lr {config.learning_rate:g}"
         )
+        console.print(f"CPU kernels: {model.executor.describe_kernels()}")
 
         def on_epoch(metrics) -> None:
             console.print(f"epoch {metrics.epoch + 1}: {metrics.describe()}")

@@ -60,7 +60,7 @@ from flexflow.graph import OperatorGraph
 from flexflow.launches import iteration_tasks
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region, full_region
-from flexflow.ops.blas import sgemm_address
+from flexflow.ops.blas import provider, sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.loss import (
@@ -330,6 +330,16 @@ class Executor:
                 continue
             processors.append(legate_machine.only(target)[index : index + 1])
         return processors
+
+    def describe_kernels(self) -> str:
+        """What runs this executor's CPU tiles, for a run's log: the matrix products' library
+        and the step tasks that run as one C call (flexflow.runtime.native_step)."""
+        products = provider()
+        if products == "numpy":
+            products = "numpy's BLAS (MKL is not installed)"
+        steps = sum(len(tasks) for tasks in self.fused_tasks[-1:]) if self._step_ready[-1] else 0
+        native = f"; {len(self.native_steps)} of {steps} step tasks as one C call" if steps else ""
+        return f"matrix products through {products}{native}"
 
     def close(self) -> None:
         """Wait for this executor's tasks and release it (and its stores) from the registry."""

@@ -5,10 +5,10 @@ arrays.
 Why: Legate runs every processor's task bodies in this one Python process. Python between a
 task's kernels holds the lock the other processors' tasks wait for, and runs 2-3x slower there
 than alone: with the MLP's step tasks on two CPUs, each 100 us of Python added to a task added
-0.1-0.2 ms to an iteration. The chains this runs: dense layers (relu or none) ending in a
-softmax under sparse categorical cross-entropy, float32, with every weight gradient written
-whole by its task and no input gradient leaving it (data parallelism, one device); any other
-step runs op by op (flexflow.fused_run).
+0.1-0.2 ms to an iteration. The chains this runs: dense layers (relu or none), after a flat
+or not, ending in a softmax under sparse categorical cross-entropy, float32, with every weight
+gradient written whole by its task and no input gradient leaving it (data parallelism, one
+device); any other step runs op by op (flexflow.fused_run).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from flexflow.fusion import FusedTask, Slot
 from flexflow.ops import blas
 from flexflow.ops.activations import ActiMode
 from flexflow.ops.dense import Dense
+from flexflow.ops.flat import Flat
 from flexflow.ops.softmax import Softmax
 from flexflow.runtime.loss import LOSS_IDS, checked_labels, shaped_labels
 
@@ -65,6 +66,8 @@ def _layers(task: FusedTask) -> tuple[_Layer, ...] | None:
         x_shape, y_shape = _tile_shape(step.inputs[0][1]), _tile_shape(step.outputs[0][2])
         rows = int(np.prod(y_shape[:-1], dtype=np.int64))
         last = position == len(task.steps) - 1
+        if position == 0 and isinstance(op, Flat) and not last:
+            continue  # a reshape: the next op reads its input's tile as (rows, features)
         if isinstance(op, Dense) and op.activation in _RELU and not last:
             layer = (_DENSE, _RELU[op.activation], (rows, y_shape[-1], x_shape[-1]))
         elif isinstance(op, Softmax) and last and op.axis % len(y_shape) == len(y_shape) - 1:

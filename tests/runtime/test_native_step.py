@@ -23,6 +23,8 @@ pytestmark = pytest.mark.skipif(blas.sgemm_address() is None, reason="MKL is not
 def _classifier(shape, activation=ActiMode.AC_MODE_RELU, use_bias=True, softmax=True):
     model = FFModel(FFConfig(batch_size=shape[0]))
     x = model.create_tensor(shape, name="x")
+    if len(shape) == 4:  # an image: flattened first
+        x = model.flat(x)
     x = model.dense(x, 12, activation, use_bias=use_bias)
     x = model.dense(x, 5)
     if softmax:
@@ -44,6 +46,7 @@ def test_dense_relu_chains_ending_in_a_softmax_run_as_one_call():
     assert native_step(_task(_classifier((8, 6)))) is not None
     assert native_step(_task(_classifier((8, 6), ActiMode.AC_MODE_NONE, False))) is not None
     assert native_step(_task(_classifier((8, 3, 6)))) is not None  # per-token predictions
+    assert native_step(_task(_classifier((8, 1, 4, 4)))) is not None  # flat, then the chain
     assert native_step(_task(_classifier((8, 6), ActiMode.AC_MODE_TANH))) is None
     assert native_step(_task(_classifier((8, 6), softmax=False))) is None
 
@@ -90,6 +93,7 @@ def _op_by_op(task, values, labels, total, valid):
         ((8, 6), 2, True),  # all padding
         ((8, 6), 0, False),
         ((6, 3, 7), 1, True),  # per-token predictions
+        ((8, 2, 3, 3), 0, True),  # an image, flattened
     ],
 )
 @pytest.mark.parametrize("index", [0, 1])
@@ -100,8 +104,9 @@ def test_the_c_step_computes_the_op_by_op_step(shape, padding, use_bias, index):
     rng = np.random.default_rng(index)
     values, grads = _arrays(task, rng)
     samples = task.tiles[-1][0][1] - task.tiles[-1][0][0]
-    labels = rng.integers(0, 5, (samples, *shape[1:-1]))
-    total, valid = int(np.prod(shape[:-1])), samples - padding
+    per_sample = () if len(shape) == 4 else shape[1:-1]  # an image's model predicts once
+    labels = rng.integers(0, 5, (samples, *per_sample))
+    total, valid = shape[0] * int(np.prod(per_sample, dtype=int)), samples - padding
     sums = np.zeros(2)
     program.run(blas.sgemm_address(), values, grads, labels, sums, total, valid)
     want_grads, want_sums = _op_by_op(task, values, labels, total, valid)

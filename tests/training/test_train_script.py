@@ -94,3 +94,33 @@ def test_resuming_with_another_optimizer_is_refused(tmp_path):
     )
     assert proc.returncode == 2
     assert "was saved with AdamOptimizer" in " ".join(proc.stderr.split())
+
+
+MLP_FILE = """
+from flexflow import ActiMode
+
+
+def build(model):
+    x = model.create_tensor((model.config.batch_size, 1, 8, 8), name="image")
+    x = model.dense(model.flat(x), 64, ActiMode.AC_MODE_RELU)
+    model.softmax(model.dense(x, 10))
+"""
+
+
+@pytest.mark.legate
+def test_an_mlp_model_file_learns_the_digits_with_its_steps_in_c(tmp_path):
+    """A flat-dense-relu-dense-softmax model trains data parallel with each step task as one C
+    call (flexflow.runtime.native_step) where MKL is installed, and learns the digits."""
+    from flexflow.ops import blas
+
+    path = tmp_path / "mlp.py"
+    path.write_text(MLP_FILE)
+    proc, report = run_train("--model", str(path), "--epochs", "3", "--batch-size", "32")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert report["test_accuracy"] >= 0.9, report
+    kernels = " ".join(proc.stderr.split())
+    if blas.sgemm_address() is not None:
+        assert "CPU kernels: matrix products through mkl" in kernels
+        assert "2 of 2 step tasks as one C call" in kernels
+    else:
+        assert "CPU kernels: matrix products through numpy's BLAS" in kernels
