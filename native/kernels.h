@@ -99,6 +99,8 @@ typedef struct {
   long m, n, k;
   const float *x, *w, *b;
   float *y, *dy, *dx, *dz, *dw, *db;
+  long w_at, b_at; /* with flat buffers: where w and b start in the weights (-1: no bias) */
+  long dw_at, db_at; /* ... and dw and db in the gradients */
 } ff_step_op;
 typedef struct {
   const long long *labels;
@@ -106,5 +108,7 @@ typedef struct {
   double total;
   double *sums;
 } ff_step_loss;
-int ff_train_step_f32(ff_sgemm_fn gemm, const ff_step_op *ops, long count,
-                      const ff_step_loss *loss);
+/* weights and grads: NULL, or flat buffers every dense op's w, b, dw and db are taken from at
+ * their *_at offsets (overriding the pointers) */
+int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
+                      const float *weights, float *grads);

@@ -35,9 +35,18 @@ static void ff_softmax_rows_backward(const float *y, const float *dy, float *dx,
   }
 }
 
-int ff_train_step_f32(ff_sgemm_fn gemm, const ff_step_op *ops, long count,
-                      const ff_step_loss *loss) {
+int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
+                      const float *weights, float *grads) {
   if (count < 1 || ops[count - 1].kind != FF_STEP_SOFTMAX) return -2;
+  if (weights && grads)
+    for (long i = 0; i < count; ++i) {
+      ff_step_op *op = ops + i;
+      if (op->kind != FF_STEP_DENSE) continue;
+      op->w = weights + op->w_at;
+      op->dw = grads + op->dw_at;
+      op->b = op->b_at >= 0 ? weights + op->b_at : 0;
+      op->db = op->db_at >= 0 ? grads + op->db_at : 0;
+    }
   for (long i = 0; i < count; ++i) {
     const ff_step_op *op = ops + i;
     if (op->kind == FF_STEP_DENSE)

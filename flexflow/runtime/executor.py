@@ -193,16 +193,6 @@ class Executor:
         ]
         internal = frozenset().union(*(group.internal for group in self.groups))
         self._step_ready = [all(t.step_ready for t in tasks) for tasks in self.fused_tasks]
-        self.sgemm = sgemm_address()
-        """MKL's sgemm for the C kernels (flexflow.ops.blas); None without MKL."""
-        self.native_steps: dict[tuple[int, int], NativeStep] = {}
-        """(group, task index) -> the C program of a step task that runs as one call
-        (flexflow.runtime.native_step): the last group's tasks, when they can."""
-        if self._step_ready[-1]:
-            for task in self.fused_tasks[-1]:
-                program = native_step(task)
-                if program is not None:
-                    self.native_steps[(len(self.groups) - 1, task.index)] = program
         self._reduced_grads = tuple(
             t.id
             for t in graph.tensors
@@ -279,6 +269,16 @@ class Executor:
         """Ops with batch statistics (batch norm): their statistics stores and tasks."""
         self.running = self.batch_statistics.running
         """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
+        self.sgemm = sgemm_address()
+        """MKL's sgemm for the C kernels (flexflow.ops.blas); None without MKL."""
+        self.native_steps: dict[tuple[int, int], NativeStep] = {}
+        """(group, task index) -> the C program of a step task that runs as one call
+        (flexflow.runtime.native_step): the last group's tasks, when they can."""
+        if self._step_ready[-1]:
+            for task in self.fused_tasks[-1]:
+                program = native_step(task, self.params.flat)
+                if program is not None:
+                    self.native_steps[(len(self.groups) - 1, task.index)] = program
 
     def _apply_pending(self) -> None:
         """Apply the update the next step would have applied (before the weights are read,

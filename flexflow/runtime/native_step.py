@@ -25,6 +25,7 @@ from flexflow.ops.activations import ActiMode
 from flexflow.ops.dense import Dense
 from flexflow.ops.flat import Flat
 from flexflow.ops.softmax import Softmax
+from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import LOSS_IDS, checked_labels, shaped_labels
 
 SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
@@ -83,14 +84,17 @@ class NativeStep:
     their gradients), made once and reused every iteration: a processor runs one task at a
     time, and a program serves one task. `run` names the iteration's arrays and calls it."""
 
-    def __init__(self, task: FusedTask, layers: Sequence[_Layer]) -> None:
+    def __init__(
+        self, task: FusedTask, layers: Sequence[_Layer], flat: FlatLayout | None = None
+    ) -> None:
         from flexflow._kernels import ffi, lib
 
-        self.task, self.layers = task, tuple(layers)
+        self.task, self.layers, self.flat = task, tuple(layers), flat
         self.prediction_shape = _tile_shape(task.output_slot)
         self._ffi, self._lib = ffi, lib
         self._ops = ffi.new("ff_step_op[]", len(layers))
         self._loss = ffi.new("ff_step_loss *")
+        self._kept: np.ndarray | None = None  # the labels the loss struct points at
         self.buffers: list[np.ndarray] = []
         """The arrays between the ops, which the structs point at."""
         ops = self._ops
@@ -103,6 +107,10 @@ class NativeStep:
             ops[i].dx = ops[i - 1].dy if i else ffi.NULL
             if i:
                 ops[i].x = ops[i - 1].y
+            if flat is not None and layer.weights:  # where its weights sit in flat buffers
+                starts = [flat.ranges[slot.id][0] for slot in layer.weights] + [-1]
+                ops[i].w_at, ops[i].b_at = starts[0], starts[1]
+                ops[i].dw_at, ops[i].db_at = starts[0], starts[1]
 
     def _buffer(self, rows: int, columns: int):
         array = np.zeros((rows, columns), dtype=np.float32)
@@ -136,6 +144,35 @@ class NativeStep:
             pointers = [ffi.from_buffer("float[]", a) for a in named]
             ops[i].w, ops[i].dw = pointers[0], pointers[len(named) // 2]
             ops[i].b, ops[i].db = (pointers[1], pointers[3]) if len(named) == 4 else (ffi.NULL,) * 2
+        labels = self._labels(target, sums, total, valid)
+        self._call(gemm, labels, ffi.NULL, ffi.NULL)
+
+    def run_flat(
+        self,
+        gemm: int,
+        x: np.ndarray,
+        weights: np.ndarray,
+        grads: np.ndarray,
+        target,
+        sums: np.ndarray,
+        total: int,
+        valid: int,
+    ) -> None:
+        """`run` with every parameter in flat buffers (`flexflow.runtime.flat`, built with
+        `flat`): the model input's tile `x`, this device's flat weights and the flat row its
+        gradients are written into; the C step finds each weight at its offset."""
+        ffi = self._ffi
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        self._ops[0].x = ffi.from_buffer("float[]", x)
+        weights, grads = _floats(weights), _floats(grads, written=True)
+        labels = self._labels(target, sums, total, valid)
+        self._call(
+            gemm, labels, ffi.from_buffer("float[]", weights), ffi.from_buffer("float[]", grads)
+        )
+
+    def _labels(self, target, sums: np.ndarray, total: int, valid: int) -> np.ndarray:
+        """Fill the loss struct; the labels, checked as the reference checks their shape."""
+        ffi = self._ffi
         labels = shaped_labels(self.prediction_shape, target)
         flat_labels = np.ascontiguousarray(labels, dtype=np.int64).reshape(-1)
         samples = self.prediction_shape[0]
@@ -144,9 +181,15 @@ class NativeStep:
         loss.valid = max(0, min(valid, samples)) * (flat_labels.size // max(1, samples))
         loss.total = float(total)
         loss.sums = ffi.from_buffer("double[]", sums)
+        self._kept = flat_labels  # alive until the call
+        return labels
+
+    def _call(self, gemm: int, labels: np.ndarray, weights, grads) -> None:
+        ffi = self._ffi
         status = self._lib.ff_train_step_f32(
-            ffi.cast("ff_sgemm_fn", gemm), ops, len(self.layers), loss
+            ffi.cast("ff_sgemm_fn", gemm), self._ops, len(self.layers), self._loss, weights, grads
         )
+        self._kept = None
         if status:  # a label out of range: the reference's error names them
             checked_labels(self.prediction_shape, labels)
             raise ShapeError(f"native step: the C step failed with status {status}")
@@ -161,9 +204,10 @@ def _floats(array: np.ndarray, written: bool = False) -> np.ndarray:
     return array
 
 
-def native_step(task: FusedTask) -> NativeStep | None:
-    """The C program of a step task that can run as one (the module doc), else None."""
+def native_step(task: FusedTask, flat: FlatLayout | None = None) -> NativeStep | None:
+    """The C program of a step task that can run as one (the module doc), else None; with
+    `flat`, the layout of the flat buffers its parameters live in (`NativeStep.run_flat`)."""
     if blas.sgemm_address() is None:
         return None
     layers = _layers(task)
-    return None if layers is None else NativeStep(task, layers)
+    return None if layers is None else NativeStep(task, layers, flat)

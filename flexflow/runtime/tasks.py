@@ -181,15 +181,14 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         extra = extra[:width]
     # a backward names its weights one by one (flat parameters have no backward tasks)
     flat = executor.params.flat if which != Pass.FUSED_BACKWARD else None
+    native = executor.native_steps.get((group, index)) if which == Pass.FUSED_STEP else None
+    if native is not None and extra[2] == SPARSE_CROSSENTROPY:
+        _run_native_step(executor, native, inputs, outputs, extra[2:6], keys, flat)
+        return
     if keys or flat is not None:
         inputs = _forward_inputs(executor, task.forward, inputs, keys, flat)
     if flat is not None and which == Pass.FUSED_STEP:  # the flat row of partial gradients
-        pids = [slot.id for slot in task.backward.overwrites]
-        outputs[1:2] = flat.split(outputs[1], pids)
-    native = executor.native_steps.get((group, index)) if which == Pass.FUSED_STEP else None
-    if native is not None and extra[2] == SPARSE_CROSSENTROPY:
-        _run_native_step(executor, native, inputs, outputs, extra[2:6])
-        return
+        outputs[1:2] = flat.split(outputs[1], _overwritten(task))
     run_fused_task(
         task, _CpuTiles, FUSED_PASSES[which],
         (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline,
@@ -197,21 +196,42 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
     )  # fmt: skip
 
 
-def _run_native_step(executor: Executor, native: NativeStep, inputs, outputs, loss_args) -> None:
+def _overwritten(task) -> list[int]:
+    return [slot.id for slot in task.backward.overwrites]
+
+
+def _run_native_step(
+    executor: Executor, native: NativeStep, inputs, outputs, loss_args, keys, flat
+) -> None:
     """A step task as one C call (flexflow.runtime.native_step), from the arguments
-    `run_fused_task` would take: the forward's inputs then the target unless staged; the loss
-    row then the partial weight gradients, all written whole."""
+    `run_fused_task` would take before `_forward_inputs`: with flat parameters, this device's
+    flat weights, the model input's tile unless staged (`keys`), the target unless staged;
+    the loss row, the flat row of partial gradients (each written whole)."""
     task = native.task
     _, total, valid, key = loss_args
-    layout = task.forward
-    values = dict(zip(layout.inputs, inputs, strict=False))
-    if key >= 0:
-        target = executor.staged_tile(key, executor.regions(task.group.ops[-1])[task.index])
-    else:
-        target = inputs[len(layout.inputs)]
-    grads_into = dict(zip(task.backward.overwrites, outputs[1:], strict=True))
     begin = time.perf_counter()
-    native.run(executor.sgemm, values, grads_into, target, outputs[0], total, valid)
+    staged_target = key >= 0
+    if staged_target:
+        target = executor.staged_tile(key, executor.regions(task.group.ops[-1])[task.index])
+    if flat is not None and native.flat is not None:
+        arguments = iter(inputs)
+        weights = next(arguments)
+        slot = task.forward.inputs[0]  # the chain's input tile; the weights follow it
+        staged = keys.get(slot.id, -1)
+        x = executor.staged_tile(staged, slot.region) if staged >= 0 else next(arguments)
+        if not staged_target:
+            target = next(arguments)
+        sums, grads = outputs
+        native.run_flat(executor.sgemm, x, weights, grads, target, sums, total, valid)
+    else:
+        inputs = _forward_inputs(executor, task.forward, inputs, keys, flat) if keys else inputs
+        if flat is not None:
+            outputs[1:2] = flat.split(outputs[1], _overwritten(task))
+        values = dict(zip(task.forward.inputs, inputs, strict=False))
+        if not staged_target:
+            target = inputs[len(task.forward.inputs)]
+        grads_into = dict(zip(task.backward.overwrites, outputs[1:], strict=True))
+        native.run(executor.sgemm, values, grads_into, target, outputs[0], total, valid)
     if executor.timeline is not None:  # the whole step as one entry of its last op
         end = time.perf_counter()
         op = task.group.ops[-1]
