@@ -124,3 +124,27 @@ def test_a_label_out_of_range_is_refused_as_the_reference_refuses_it():
         native_step(task).run(
             blas.sgemm_address(), values, grads, np.array([0, 5]), np.zeros(2), 8, 2
         )
+
+
+def test_flat_buffers_give_the_same_step_as_separate_arrays():
+    """`run_flat` (parameters in one flat buffer, the executor's data-parallel layout) finds
+    every weight and gradient at its offset: the same bits as `run` with separate arrays."""
+    from flexflow.runtime.flat import FlatLayout
+
+    graph = _classifier((8, 6))
+    flat = FlatLayout.of([p.spec.shape for p in graph.parameters])
+    task = _task(graph, "p100:1", 1)
+    rng = np.random.default_rng(5)
+    values, grads = _arrays(task, rng)
+    weights = [values[s] for s in task.forward.inputs[1:]]  # the weights, in parameter order
+    assert [s.id for s in task.forward.inputs[1:]] == [p.id for p in graph.parameters]
+    flat_weights, flat_grads = flat.join(weights), np.full(flat.size, np.nan, np.float32)
+    x, labels = values[task.forward.inputs[0]], rng.integers(0, 5, 2)
+    sums, flat_sums = np.zeros(2), np.zeros(2)
+    gemm = blas.sgemm_address()
+    native_step(task).run(gemm, values, grads, labels, sums, 8, 2)
+    native_step(task, flat).run_flat(gemm, x, flat_weights, flat_grads, labels, flat_sums, 8, 2)
+    np.testing.assert_array_equal(flat_sums, sums)
+    views = flat.split(flat_grads, [s.id for s in task.backward.overwrites])
+    for view, slot in zip(views, task.backward.overwrites, strict=True):
+        np.testing.assert_array_equal(view, grads[slot])
