@@ -2,7 +2,8 @@
 (the `mkl` wheel, a dependency on x86-64), numpy's matmul elsewhere and for small products.
 
 Why: numpy's bundled OpenBLAS runs the MLP's per-device GEMMs (batch 32, 784 -> 512 -> 512) on
-one core in 871 us against MKL's 627 us (benchmarks/results/runtime.md). MKL runs sequentially
+one core in 871 us against MKL's 627 us (a throwaway timing on this repository's 2-core host;
+README, "Training speed against PyTorch"). MKL runs sequentially
 (a Legate CPU processor is one core) and in its reproducible mode (MKL_CBWR_AUTO | STRICT): the
 same bits whatever the arrays' alignment, so a resumed run and every strategy's tiles compute
 what they computed before. cffi releases the interpreter lock for each call.
@@ -51,7 +52,9 @@ class _Cblas:
 
 
 _LOCK = threading.Lock()
-_LOADED: list[_Cblas | None] = []  # filled once, by the first product that asks
+_LOADED: list[_Cblas | None] = []
+"""The process's one handle on the library (like numpy's on its BLAS): loaded once, by the
+first product that asks, since MKL's modes are set before its first call."""
 
 
 def mkl_library() -> Path | None:

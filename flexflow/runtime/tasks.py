@@ -189,12 +189,13 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
     flat = executor.params.flat if which != Pass.FUSED_BACKWARD else None
     native = executor.native_steps.get((group, index)) if which == Pass.FUSED_STEP else None
     if native is not None and extra[2] == SPARSE_CROSSENTROPY:
-        _run_native_step(executor, native, inputs, outputs, extra[2:6], keys, flat)
+        _run_native_step(executor, native, inputs, outputs, extra[2:6], keys)
         return
     if keys or flat is not None:
         inputs = _forward_inputs(executor, task.forward, inputs, keys, flat)
     if flat is not None and which == Pass.FUSED_STEP:  # the flat row of partial gradients
-        outputs[1:2] = flat.split(outputs[1], _overwritten(task))
+        pids = [slot.id for slot in task.backward.overwrites]
+        outputs[1:2] = flat.split(outputs[1], pids)
     run_fused_task(
         task, _CpuTiles, FUSED_PASSES[which],
         (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline,
@@ -202,15 +203,11 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
     )  # fmt: skip
 
 
-def _overwritten(task) -> list[int]:
-    return [slot.id for slot in task.backward.overwrites]
-
-
 def _run_native_step(
-    executor: Executor, native: NativeStep, inputs, outputs, loss_args, keys, flat
+    executor: Executor, native: NativeStep, inputs, outputs, loss_args, keys
 ) -> None:
-    """A step task as one C call (flexflow.runtime.native_step), from the arguments
-    `run_fused_task` would take before `_forward_inputs`: with flat parameters, this device's
+    """A step task as one C call (flexflow.runtime.native_step), from its arguments as
+    `_forward_inputs` receives them: with flat parameters (`NativeStep.flat`), this device's
     flat weights, the model input's tile unless staged (`keys`), the target unless staged;
     the loss row, the flat row of partial gradients (each written whole)."""
     task = native.task
@@ -219,7 +216,7 @@ def _run_native_step(
     staged_target = key >= 0
     if staged_target:
         target = executor.staged_tile(key, executor.regions(task.group.ops[-1])[task.index])
-    if flat is not None and native.flat is not None:
+    if native.flat is not None:
         arguments = iter(inputs)
         weights = next(arguments)
         slot = task.forward.inputs[0]  # the chain's input tile; the weights follow it
@@ -229,10 +226,8 @@ def _run_native_step(
             target = next(arguments)
         sums, grads = outputs
         native.run_flat(executor.sgemm, x, weights, grads, target, sums, total, valid)
-    else:
-        inputs = _forward_inputs(executor, task.forward, inputs, keys, flat) if keys else inputs
-        if flat is not None:
-            outputs[1:2] = flat.split(outputs[1], _overwritten(task))
+    else:  # every weight and partial gradient its own argument
+        inputs = _forward_inputs(executor, task.forward, inputs, keys, None) if keys else inputs
         values = dict(zip(task.forward.inputs, inputs, strict=False))
         if not staged_target:
             target = inputs[len(task.forward.inputs)]
