@@ -141,11 +141,14 @@ def cmd_info(args: argparse.Namespace, console: Console) -> int:
         "driver_library": flexflow.LEGATE_SETUP.driver_path,
         "legate_config": flexflow.LEGATE_SETUP.legate_config,
     }
-    for package in ("legate", "nvidia-cupynumeric", "numpy", "cffi"):
+    for package in ("legate", "nvidia-cupynumeric", "numpy", "cffi", "mkl"):
         try:
             info[package] = version(package)
         except PackageNotFoundError:
             info[package] = None
+    from flexflow.ops import blas
+
+    info["cpu_matrix_products"] = blas.provider()  # MKL's GEMM, or numpy's without MKL
     if args.json:
         print(json.dumps(info, indent=1))
     else:

@@ -100,6 +100,7 @@ def test_python_m_flexflow_runs(tmp_path):
     info = json.loads(proc.stdout)
     assert info["driver"] == flexflow.LEGATE_SETUP.driver
     assert info["legate"] and info["nvidia-cupynumeric"]
+    assert info["cpu_matrix_products"].split()[0] == ("mkl" if info["mkl"] else "numpy")
 
 
 @needs_stand_in
