@@ -88,10 +88,11 @@ def _load() -> _Cblas | None:
         ) from None
     lib.MKL_Set_Threading_Layer(_MKL_THREADING_SEQUENTIAL)  # before anything else loads one
     status = lib.MKL_CBWR_Set(_MKL_CBWR_AUTO | _MKL_CBWR_STRICT)
-    if status != 0:
+    if status != 0:  # -8: something in this process called MKL before flexflow did
         raise RuntimeSetupError(
-            f"MKL refused its reproducible mode (MKL_CBWR_Set returned {status}); unset the "
-            f"MKL_CBWR environment variable, or set it to AUTO,STRICT."
+            f"MKL ({path}) refused its reproducible mode (MKL_CBWR_Set returned {status}: "
+            f"another library in this process called MKL first); import flexflow before it, "
+            f"or uninstall the mkl wheel to run the CPU kernels' products through numpy."
         )
     return _Cblas(str(path), ffi, lib, int(ffi.cast("uintptr_t", lib.cblas_sgemm)))
 

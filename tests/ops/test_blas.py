@@ -124,3 +124,38 @@ def test_grouped_products_stack_each_groups_product(groups, monkeypatch):
     b = np.ascontiguousarray(b).transpose(0, 2, 1)  # each group's matrix a transposed view
     got = blas.grouped_matmul(a, b)
     np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-5, atol=1e-5)
+
+
+def _fresh(monkeypatch):
+    """ops.blas as if nothing had loaded a library yet (restored after the test)."""
+    monkeypatch.setattr(blas, "_LOADED", [])
+
+
+def test_without_the_mkl_wheel_numpy_runs_the_products(monkeypatch):
+    _fresh(monkeypatch)
+    monkeypatch.setattr(blas, "mkl_library", lambda: None)
+    assert blas.provider() == "numpy" and blas.sgemm_address() is None
+    a = np.ones((300, 300), np.float32)
+    np.testing.assert_array_equal(blas.matmul(a, a), a @ a)
+
+
+def test_mkl_that_refuses_its_reproducible_mode_is_a_clear_error(monkeypatch):
+    import cffi
+
+    from flexflow.errors import RuntimeSetupError
+
+    class Refusing:
+        cblas_sgemm = None
+
+        @staticmethod
+        def MKL_Set_Threading_Layer(code):  # noqa: N802 (MKL's name)
+            return 1
+
+        @staticmethod
+        def MKL_CBWR_Set(setting):  # noqa: N802
+            return -8
+
+    _fresh(monkeypatch)
+    monkeypatch.setattr(cffi.FFI, "dlopen", lambda self, path: Refusing())
+    with pytest.raises(RuntimeSetupError, match="another library in this process called MKL"):
+        blas.provider()
