@@ -54,9 +54,26 @@ def test_a_run_killed_mid_save_leaves_the_previous_checkpoint_intact(tmp_path):
     assert data["wide.kernel"].shape == (2048, 1024)
 
 
+MLP_FILE = """
+from flexflow import ActiMode
+
+
+def build(model):
+    x = model.create_tensor((model.config.batch_size, 1, 8, 8), name="image")
+    model.softmax(model.dense(model.dense(model.flat(x), 32, ActiMode.AC_MODE_RELU), 10))
+"""
+
+
 @pytest.mark.legate
-def test_a_resumed_run_continues_bit_identically(tmp_path):
-    common = ["--model", "lenet", "--image-size", "16", "--batch-size", "64"]
+@pytest.mark.parametrize("model", ["lenet", "mlp"])
+def test_a_resumed_run_continues_bit_identically(tmp_path, model):
+    """LeNet's steps run op by op; the MLP's as one C call each (flexflow.runtime.native_step,
+    with Adam's pending update applied at the start of the resumed run's first step)."""
+    if model == "mlp":
+        (tmp_path / "mlp.py").write_text(MLP_FILE)
+        common = ["--model", str(tmp_path / "mlp.py"), "--batch-size", "32"]
+    else:
+        common = ["--model", "lenet", "--image-size", "16", "--batch-size", "64"]
     straight, interrupted = tmp_path / "straight.npz", tmp_path / "interrupted.npz"
     proc, whole = run_train(*common, "--epochs", "2", "--checkpoint", str(straight))
     assert proc.returncode == 0, proc.stderr[-4000:]
