@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flexflow._kernels import ffi, lib
 from flexflow.errors import ShapeError
-from flexflow.fusion import FusedTask, Slot
+from flexflow.fusion import FusedTask, Slot, SlotKind
 from flexflow.ops import blas
 from flexflow.ops.activations import ActiMode
 from flexflow.ops.dense import Dense
@@ -31,7 +32,6 @@ from flexflow.runtime.loss import LOSS_IDS, checked_labels, shaped_labels
 SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
 """The loss a native step computes (a step under another loss runs op by op)."""
 _RELU = {ActiMode.AC_MODE_NONE: 0, ActiMode.AC_MODE_RELU: 1}
-_DENSE, _SOFTMAX = 0, 1  # native/kernels.h FF_STEP_DENSE, FF_STEP_SOFTMAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +52,13 @@ def _tile_shape(slot: Slot) -> tuple[int, ...]:
 
 def _layers(task: FusedTask) -> tuple[_Layer, ...] | None:
     """The chain's layers, or None when the task is not such a chain (see the module doc)."""
-    backward = task.backward
+    backward, forward = task.backward, task.forward
     if backward.reductions or backward.accumulators or not task.step_ready:
+        return None
+    # the arguments `NativeStep.run_flat` expects: the chain's input tile, then weights only
+    if forward.inputs[0] != task.steps[0].inputs[0][1]:
+        return None
+    if any(slot.kind is not SlotKind.WEIGHT for slot in forward.inputs[1:]):
         return None
     layers = []
     for position, step in enumerate(task.steps):
@@ -70,9 +75,9 @@ def _layers(task: FusedTask) -> tuple[_Layer, ...] | None:
         if position == 0 and isinstance(op, Flat) and not last:
             continue  # a reshape: the next op reads its input's tile as (rows, features)
         if isinstance(op, Dense) and op.activation in _RELU and not last:
-            layer = (_DENSE, _RELU[op.activation], (rows, y_shape[-1], x_shape[-1]))
+            layer = (lib.FF_STEP_DENSE, _RELU[op.activation], (rows, y_shape[-1], x_shape[-1]))
         elif isinstance(op, Softmax) and last and op.axis % len(y_shape) == len(y_shape) - 1:
-            layer = (_SOFTMAX, 0, (rows, y_shape[-1], 0))
+            layer = (lib.FF_STEP_SOFTMAX, 0, (rows, y_shape[-1], 0))
         else:
             return None
         layers.append(_Layer(*layer, step.weights, step.weight_grads))
@@ -87,11 +92,8 @@ class NativeStep:
     def __init__(
         self, task: FusedTask, layers: Sequence[_Layer], flat: FlatLayout | None = None
     ) -> None:
-        from flexflow._kernels import ffi, lib
-
         self.task, self.layers, self.flat = task, tuple(layers), flat
         self.prediction_shape = _tile_shape(task.output_slot)
-        self._ffi, self._lib = ffi, lib
         self._ops = ffi.new("ff_step_op[]", len(layers))
         self._loss = ffi.new("ff_step_loss *")
         self._kept: np.ndarray | None = None  # the labels the loss struct points at
@@ -115,7 +117,7 @@ class NativeStep:
     def _buffer(self, rows: int, columns: int):
         array = np.zeros((rows, columns), dtype=np.float32)
         self.buffers.append(array)
-        return self._ffi.cast("float *", self._ffi.from_buffer(array))
+        return ffi.cast("float *", ffi.from_buffer(array))
 
     def run(
         self,
@@ -131,7 +133,7 @@ class NativeStep:
         to arrays (the model input's tile, the weights), `grads_into` its weight gradient
         slots to the arrays they are written into (all C-contiguous float32); the labels
         `target` of the first `valid` samples count; (loss / total, correct) go into `sums`."""
-        ffi, ops = self._ffi, self._ops
+        ops = self._ops
         first = np.ascontiguousarray(values[self.task.steps[0].inputs[0][1]], dtype=np.float32)
         arrays = [first]  # alive until the call returns
         ops[0].x = ffi.from_buffer("float[]", first)
@@ -161,7 +163,6 @@ class NativeStep:
         """`run` with every parameter in flat buffers (`flexflow.runtime.flat`, built with
         `flat`): the model input's tile `x`, this device's flat weights and the flat row its
         gradients are written into; the C step finds each weight at its offset."""
-        ffi = self._ffi
         x = np.ascontiguousarray(x, dtype=np.float32)
         self._ops[0].x = ffi.from_buffer("float[]", x)
         weights, grads = _floats(weights), _floats(grads, written=True)
@@ -172,7 +173,6 @@ class NativeStep:
 
     def _labels(self, target, sums: np.ndarray, total: int, valid: int) -> np.ndarray:
         """Fill the loss struct; the labels, checked as the reference checks their shape."""
-        ffi = self._ffi
         labels = shaped_labels(self.prediction_shape, target)
         flat_labels = np.ascontiguousarray(labels, dtype=np.int64).reshape(-1)
         samples = self.prediction_shape[0]
@@ -185,8 +185,7 @@ class NativeStep:
         return labels
 
     def _call(self, gemm: int, labels: np.ndarray, weights, grads) -> None:
-        ffi = self._ffi
-        status = self._lib.ff_train_step_f32(
+        status = lib.ff_train_step_f32(
             ffi.cast("ff_sgemm_fn", gemm), self._ops, len(self.layers), self._loss, weights, grads
         )
         self._kept = None
