@@ -1,5 +1,6 @@
-"""Run by test_multirank.py on every Legate rank: a few LeNet training steps, data parallel over
-the `local` machine's devices, printing one JSON line per rank."""
+"""Run by test_multirank.py on every Legate rank: a few training steps of LeNet and of an MLP
+(whose steps run as one C call each, flexflow.runtime.native_step), data parallel over the
+`local` machine's devices, printing one JSON line per rank."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import numpy as np
 
 import flexflow  # noqa: F401  (first: prepares Legate)
+from flexflow import ActiMode, FFModel
 from flexflow.config import FFConfig
 from flexflow.machine import parse_machine
 from flexflow.runtime import Executor
@@ -31,11 +33,26 @@ with Executor(graph, strategy, seed=0, learning_rate=0.05) as executor:
         for _ in range(STEPS)
     ]
 
+mlp = FFModel(FFConfig(batch_size=BATCH))
+features = mlp.create_tensor((BATCH, 12), name="features")
+mlp.softmax(mlp.dense(mlp.dense(features, 16, ActiMode.AC_MODE_RELU), 4))
+mlp_graph = mlp.graph()
+rows = rng.standard_normal((BATCH, 12)).astype(np.float32)
+classes = rng.integers(0, 4, BATCH)
+with Executor(mlp_graph, named_strategy("dp", mlp_graph, machine), seed=0) as executor:
+    mlp_losses = [
+        executor.step({"features": rows}, classes, loss="sparse_categorical_crossentropy")
+        for _ in range(STEPS)
+    ]
+    native_steps = len(executor.native_steps)
+
 report = {
     "rank": int(os.environ.get("LEGATE_GLOBAL_RANK", "0")),
     "nodes": machine.num_nodes,
     "devices": machine.num_devices,
     "losses": losses,
+    "mlp_losses": mlp_losses,
+    "native_steps": native_steps,
 }
 print(json.dumps(report), flush=True)
 sys.exit(0)

@@ -1,5 +1,5 @@
 """Two Legate ranks on this host (UCX over loopback and shared memory, MPICH's mpirun) train LeNet
-to the same losses as one rank with the same two CPU processors.
+and an MLP to the same losses as one rank with the same two CPU processors.
 
 What a multi-rank run needs, all installed by scripts/setup.sh (`cluster` extra):
 - MPICH (the `mpich` wheel): `legate --launcher mpirun` starts the ranks with its mpirun, and
@@ -66,7 +66,14 @@ def test_two_ranks_train_lenet_like_one():
     assert [r["rank"] for r in sorted(ranks, key=lambda r: r["rank"])] == list(range(RANKS))
     (reference,) = one
     assert (reference["nodes"], reference["devices"]) == (1, 2)
+    from flexflow.ops import blas
+
+    assert reference["native_steps"] == (2 if blas.sgemm_address() is not None else 0)
     for report in ranks:
         assert (report["nodes"], report["devices"]) == (RANKS, 2)  # `local` sees both ranks
         for got, want in zip(report["losses"], reference["losses"], strict=True):
             assert math.isclose(got, want, rel_tol=1e-5), (report["losses"], reference["losses"])
+        # the MLP's steps as one C call each: the batch reaches them as stores across ranks
+        for got, want in zip(report["mlp_losses"], reference["mlp_losses"], strict=True):
+            assert math.isclose(got, want, rel_tol=1e-5), (report, reference["mlp_losses"])
+        assert report["native_steps"] == reference["native_steps"]
