@@ -273,9 +273,12 @@ class Executor:
         """MKL's sgemm for the C kernels (flexflow.ops.blas); None without MKL."""
         self.native_steps: dict[tuple[int, int], NativeStep] = {}
         """(group, task index) -> the C program of a step task that runs as one call
-        (flexflow.runtime.native_step): the last group's tasks, when they can."""
+        (flexflow.runtime.native_step): the last group's tasks on CPUs, when they can."""
         if self._step_ready[-1]:
-            for task in self.fused_tasks[-1]:
+            devices = strategy[self.groups[-1].ops[0]].devices
+            for task, device in zip(self.fused_tasks[-1], devices, strict=True):
+                if kinds[device] != "cpu":  # the GPU variant runs its own kernels
+                    continue
                 program = native_step(task, self.params.flat)
                 if program is not None:
                     self.native_steps[(len(self.groups) - 1, task.index)] = program
