@@ -17,7 +17,10 @@ ffibuilder.set_source(
         str(HERE / name) for name in ("kernels.c", "optimizers.c", "dense.c", "losses.c", "step.c")
     ],
     include_dirs=[str(HERE)],
-    extra_compile_args=["-O3", "-ffp-contract=off"],  # float32 bits as numpy computes them
+    # -ffp-contract=off: float32 bits as numpy computes them (no fused multiply-adds);
+    # -fno-math-errno: sqrt as one (vectorizable) instruction, the same correctly rounded bits
+    # without setting errno (Adam's update over LeNet's weights 1.40 -> 0.43 ms)
+    extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno"],
     libraries=["m"],
 )
 
