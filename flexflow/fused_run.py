@@ -112,7 +112,7 @@ def run_forward(
                 backend.write(outputs[slot], value)
             if tid in internal:
                 made[tid] = value
-        run.record(step.op, begin)
+        run.record(step.node.id, begin)
 
 
 def run_backward(
@@ -163,7 +163,7 @@ def run_backward(
         for slot, grad in zip(step.weight_grads, grad_weights, strict=True):
             total = weight_grads.get(slot)
             weight_grads[slot] = grad if total is None else backend.accumulate(total, grad)
-        run.record(step.op, begin)
+        run.record(step.node.id, begin)
     for slot, total in weight_grads.items():
         current, target = accumulators[slot]
         if total is not target:  # (else written in place by the op)

@@ -256,7 +256,6 @@ class OpStep:
     other processors' tasks wait for). Slots of tensors inside the group stand for arrays
     the task keeps in memory."""
 
-    op: int
     node: OpNode
     region: Region
     """The op's output tile in this task."""
@@ -349,7 +348,6 @@ def op_steps(
         params = tuple(zip(node.weights, w_regions, strict=True))
         steps.append(
             OpStep(
-                op,
                 node,
                 region,
                 tuple((t, slot(SlotKind.TENSOR, t, r)) for t, r in ins),

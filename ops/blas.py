@@ -38,7 +38,7 @@ void cblas_dgemm(int layout, int trans_a, int trans_b, int m, int n, int k, doub
 int MKL_CBWR_Set(int setting);
 int MKL_Set_Threading_Layer(int code);
 """
-_CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]"}
+_CTYPES = {np.dtype(np.float32): "float *", np.dtype(np.float64): "double *"}
 _INT_MAX = 2**31 - 1  # MKL's LP64 interface takes int dimensions
 
 
@@ -133,7 +133,7 @@ def _operand(array: np.ndarray) -> tuple[np.ndarray, int, int] | None:
 
 def _pointer(ffi, array: np.ndarray):
     # the array's first element; its whole extent lies within the buffer of its base
-    return ffi.cast(_CTYPES[array.dtype][:-2] + " *", array.ctypes.data)
+    return ffi.cast(_CTYPES[array.dtype], array.ctypes.data)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

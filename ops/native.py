@@ -9,11 +9,13 @@ import numpy as np
 
 from flexflow._kernels import ffi, lib
 
-_SUFFIX = {np.dtype(np.float32): ("f32", "float *"), np.dtype(np.float64): ("f64", "double *")}
+_SUFFIX = {np.dtype(np.float32): ("f32", "float[]"), np.dtype(np.float64): ("f64", "double[]")}
 
 
 def _pointer(array: np.ndarray, ctype: str):
-    return ffi.cast(ctype, ffi.from_buffer(array))
+    """A C-contiguous array as a pointer argument of `ctype` ("float[]"): one cffi call (these
+    run for every op of every task)."""
+    return ffi.from_buffer(ctype, array)
 
 
 def pool2d_forward(
@@ -201,9 +203,8 @@ def adam_update(weight, partials, m, v, lr, beta1, beta2, epsilon, weight_decay,
 
 # ---- dense layers on float32 tiles, products through a CBLAS sgemm ----------------------------
 def _floats(array: np.ndarray | None):
-    """A C-contiguous float32 array as a `float *` argument (NULL for None): one cffi call,
-    as these run for every op of every task."""
-    return ffi.NULL if array is None else ffi.from_buffer("float[]", array)
+    """A C-contiguous float32 array as a `float *` argument, NULL for None."""
+    return ffi.NULL if array is None else _pointer(array, _F32_POINTER)
 
 
 def dense_forward(gemm: int, x, w, b, relu: bool) -> np.ndarray:
@@ -247,7 +248,7 @@ def sparse_xent(probabilities: np.ndarray, labels: np.ndarray, total: int, valid
     grad = np.empty_like(p)
     loss, correct = ffi.new("double *"), ffi.new("long *")
     status = lib.ff_sparse_xent_f32(
-        _floats(p), ffi.from_buffer("long long[]", labels), _floats(grad), p.shape[0],
+        _floats(p), _pointer(labels, "long long[]"), _floats(grad), p.shape[0],
         p.shape[1], valid_rows, float(total), loss, correct,
     )  # fmt: skip
     return None if status else (loss[0], grad, int(correct[0]))

@@ -203,9 +203,9 @@ def test_each_op_step_names_its_tiles_with_the_layouts_own_slot_objects():
         for layout in (task.forward, task.backward)
         for s in layout.inputs + layout.outputs + layout.accumulators + layout.overwrites
     }
-    assert [step.op for step in task.steps] == list(group.ops)
+    assert [step.node.id for step in task.steps] == list(group.ops)
     for step, (in_regions, w_regions, out_regions) in zip(task.steps, task.op_tiles, strict=True):
-        node = graph.ops[step.op]
+        node = step.node
         pairs = zip(node.inputs, in_regions, strict=True)
         assert [s for _, s in step.inputs] == [Slot(SlotKind.TENSOR, t, r) for t, r in pairs]
         assert [s.region for s in step.weights] == list(w_regions)

@@ -340,7 +340,7 @@ class Executor:
         products = provider()
         if products == "numpy":
             products = "numpy's BLAS (MKL is not installed)"
-        steps = sum(len(tasks) for tasks in self.fused_tasks[-1:]) if self._step_ready[-1] else 0
+        steps = len(self.fused_tasks[-1]) if self._step_ready[-1] else 0
         native = f"; {len(self.native_steps)} of {steps} step tasks as one C call" if steps else ""
         return f"matrix products through {products}{native}"
 

@@ -27,7 +27,12 @@ from flexflow.ops.dense import Dense
 from flexflow.ops.flat import Flat
 from flexflow.ops.softmax import Softmax
 from flexflow.runtime.flat import FlatLayout
-from flexflow.runtime.loss import LOSS_IDS, checked_labels, shaped_labels
+from flexflow.runtime.loss import (
+    LOSS_IDS,
+    checked_labels,
+    predictions_per_sample,
+    shaped_labels,
+)
 
 SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
 """The loss a native step computes (a step under another loss runs op by op)."""
@@ -140,8 +145,8 @@ class NativeStep:
         for i, layer in enumerate(self.layers):
             if not layer.weights:
                 continue
-            named = [_floats(values[s]) for s in layer.weights]
-            named += [_floats(grads_into[s], written=True) for s in layer.weight_grads]
+            named = [_checked(values[s]) for s in layer.weights]
+            named += [_checked(grads_into[s], written=True) for s in layer.weight_grads]
             arrays += named
             pointers = [ffi.from_buffer("float[]", a) for a in named]
             ops[i].w, ops[i].dw = pointers[0], pointers[len(named) // 2]
@@ -165,7 +170,7 @@ class NativeStep:
         gradients are written into; the C step finds each weight at its offset."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         self._ops[0].x = ffi.from_buffer("float[]", x)
-        weights, grads = _floats(weights), _floats(grads, written=True)
+        weights, grads = _checked(weights), _checked(grads, written=True)
         labels = self._labels(target, sums, total, valid)
         self._call(
             gemm, labels, ffi.from_buffer("float[]", weights), ffi.from_buffer("float[]", grads)
@@ -175,10 +180,10 @@ class NativeStep:
         """Fill the loss struct; the labels, checked as the reference checks their shape."""
         labels = shaped_labels(self.prediction_shape, target)
         flat_labels = np.ascontiguousarray(labels, dtype=np.int64).reshape(-1)
-        samples = self.prediction_shape[0]
+        shape = self.prediction_shape
         loss = self._loss
         loss.labels = ffi.from_buffer("long long[]", flat_labels)
-        loss.valid = max(0, min(valid, samples)) * (flat_labels.size // max(1, samples))
+        loss.valid = max(0, min(valid, shape[0])) * predictions_per_sample(shape)
         loss.total = float(total)
         loss.sums = ffi.from_buffer("double[]", sums)
         self._kept = flat_labels  # alive until the call
@@ -194,7 +199,7 @@ class NativeStep:
             raise ShapeError(f"native step: the C step failed with status {status}")
 
 
-def _floats(array: np.ndarray, written: bool = False) -> np.ndarray:
+def _checked(array: np.ndarray, written: bool = False) -> np.ndarray:
     """`array` as the C step reads (or writes) it; a layout it cannot take is a bug upstream."""
     if array.dtype != np.float32 or not array.flags.c_contiguous:
         raise ValueError(f"native step: expected C-contiguous float32, got {array.dtype}")

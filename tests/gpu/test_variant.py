@@ -87,6 +87,7 @@ class Node:
     inputs: tuple
     weights: tuple
     outputs: tuple = (1,)
+    id: int = 0  # op 0 of the graph below
 
 
 @dataclass
