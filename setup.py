@@ -1,6 +1,12 @@
 """Installs flexflow: the package, its operator library (ops/ as flexflow.ops) and the native cffi modules."""
 
+import sys
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "native"))
+from build_legate_tasks import BuildExt, legate_tasks_extension  # noqa: E402
 
 # Legate 25.11 is the newest release whose wheels ship UCX networking and the MPI wrappers that
 # multi-rank (multi-node) runs need; the 26.x wheels report no networks. It is built against
@@ -46,5 +52,8 @@ setup(
         # with the InfiniBand transport (libucx-cu12 has none; scripts/setup.sh links it)
         "cluster": ["mpich>=5.0,<6"],
     },
+    # the C++ Legate tasks (native/legate_tasks.cc): a step task's body with no Python in it
+    ext_modules=[legate_tasks_extension()],
+    cmdclass={"build_ext": BuildExt},
     entry_points={"console_scripts": ["flexflow=flexflow.cli:main"]},
 )

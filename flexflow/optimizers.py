@@ -49,6 +49,12 @@ class Optimizer(Protocol):
         `apply` either way."""
         ...
 
+    def native_update(self, step: int) -> tuple[int, tuple[np.float32, ...]]:
+        """Update number `step` as native/optimizers.c runs it: its kind
+        (flexflow.ops.native.UPDATE_*) and float32 hyperparameters, in the order ff_update
+        takes them."""
+        ...
+
     def update(
         self, weight: np.ndarray, grad: np.ndarray, states: Sequence[np.ndarray], step: int
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
@@ -68,6 +74,14 @@ def sum_in_order(partials: Sequence[np.ndarray]) -> np.ndarray:
     for partial in partials[2:]:
         total += partial
     return total
+
+
+def _apply_partials(optimizer: Optimizer, weight, partials, states, step: int) -> None:
+    """`apply_partials` in one pass of C where the arrays allow it, else numpy's `apply`."""
+    if not native.updatable_in_place(weight, partials, *states):
+        optimizer.apply(weight, sum_in_order(partials), states, step)
+        return
+    native.apply_update(*optimizer.native_update(step), weight, partials, states)
 
 
 def _update_copies(
@@ -135,14 +149,11 @@ class SGDOptimizer:
         weight -= np.multiply(direction, lr, out=grad)
 
     def apply_partials(self, weight, partials, states, step):
-        if not native.updatable_in_place(weight, partials, *states):
-            self.apply(weight, sum_in_order(partials), states, step)
-            return
-        velocity = states[0] if self.momentum else None
-        native.sgd_update(
-            weight, partials, velocity, _F32(self.learning_rate), _F32(self.momentum),
-            _F32(self.weight_decay), self.nesterov,
-        )  # fmt: skip
+        _apply_partials(self, weight, partials, states, step)
+
+    def native_update(self, step):
+        hyper = (self.learning_rate, self.momentum, self.weight_decay, float(self.nesterov))
+        return native.UPDATE_SGD, tuple(_F32(value) for value in hyper)
 
     def update(self, weight, grad, states, step):
         return _update_copies(self, weight, grad, states, step)
@@ -201,14 +212,12 @@ class AdamOptimizer:
         weight -= np.divide(step_size, denominator, out=step_size)
 
     def apply_partials(self, weight, partials, states, step):
-        if not native.updatable_in_place(weight, partials, *states):
-            self.apply(weight, sum_in_order(partials), states, step)
-            return
-        native.adam_update(
-            weight, partials, *states, _F32(self.learning_rate), _F32(self.beta1),
-            _F32(self.beta2), _F32(self.epsilon), _F32(self.weight_decay),
-            _F32(1 - self.beta1**step), _F32(1 - self.beta2**step),
-        )  # fmt: skip
+        _apply_partials(self, weight, partials, states, step)
+
+    def native_update(self, step):
+        hyper = (self.learning_rate, self.beta1, self.beta2, self.epsilon, self.weight_decay)
+        corrections = (1 - self.beta1**step, 1 - self.beta2**step)
+        return native.UPDATE_ADAM, tuple(_F32(value) for value in (*hyper, *corrections))
 
     def update(self, weight, grad, states, step):
         return _update_copies(self, weight, grad, states, step)

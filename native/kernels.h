@@ -112,3 +112,46 @@ typedef struct {
  * their *_at offsets (overriding the pointers) */
 int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
                       const float *weights, float *grads);
+
+/* A step task of a native step with flat parameters, whole (native/step.c): the pending
+ * optimizer update of this device's replica of the flat weights, then the step. The C++
+ * Legate task (native/legate_tasks.cc) calls it with no Python in the task body; the Python
+ * task body calls the same function through cffi, so both run the same code.
+ * The update (kind FF_UPDATE_NONE: none pending): weight (n floats, this device's replica,
+ * updated in place) from partials[0..copies) and the states as ff_sgd_update_f32 (h: lr,
+ * momentum, weight decay, nesterov; state0: the velocity or NULL) or ff_adam_update_f32 (h: lr,
+ * beta1, beta2, epsilon, weight decay, correction1, correction2; state0, state1: m1, m2). */
+enum { FF_UPDATE_NONE = 0, FF_UPDATE_SGD = 1, FF_UPDATE_ADAM = 2 };
+typedef struct {
+  int kind;
+  long n;
+  float *weight;
+  const float *const *partials;
+  long copies;
+  float *state0, *state1;
+  float h[7];
+} ff_update;
+/* What stays the same between a step task's iterations (flexflow.runtime.native_step owns it):
+ * the sgemm, the chain's ops and buffers, the loss struct the call's values go into. */
+typedef struct {
+  ff_sgemm_fn gemm;
+  ff_step_op *ops;
+  long count;
+  ff_step_loss *loss;
+} ff_step_plan;
+/* One iteration's arrays: the chain's input tile x, the int64 labels of its rows, the first
+ * `valid` predictions count toward a loss divided by `total`, (loss, correct) go into sums;
+ * the flat weights and this task's flat row of partial gradients. Returns as
+ * ff_train_step_f32; -3 for an update of an unknown kind. */
+typedef struct {
+  const float *x;
+  const long long *labels;
+  long valid;
+  double total;
+  double *sums;
+  float *weights;
+  float *grads;
+  ff_update update;
+} ff_step_call;
+void ff_apply_update_f32(const ff_update *update);
+int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call);

@@ -72,3 +72,27 @@ int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_st
   }
   return 0;
 }
+
+void ff_apply_update_f32(const ff_update *u) {
+  if (u->kind == FF_UPDATE_SGD)
+    ff_sgd_update_f32(u->weight, u->partials, u->copies, u->n, u->state0, u->h[0], u->h[1],
+                      u->h[2], u->h[3] != 0.0f);
+  else if (u->kind == FF_UPDATE_ADAM)
+    ff_adam_update_f32(u->weight, u->partials, u->copies, u->n, u->state0, u->state1, u->h[0],
+                       u->h[1], u->h[2], u->h[3], u->h[4], u->h[5], u->h[6]);
+}
+
+int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call) {
+  const ff_update *update = &call->update;
+  if (update->kind != FF_UPDATE_NONE && update->kind != FF_UPDATE_SGD &&
+      update->kind != FF_UPDATE_ADAM)
+    return -3;
+  ff_apply_update_f32(update);
+  plan->ops[0].x = call->x;
+  ff_step_loss *loss = plan->loss;
+  loss->labels = call->labels;
+  loss->valid = call->valid;
+  loss->total = call->total;
+  loss->sums = call->sums;
+  return ff_train_step_f32(plan->gemm, plan->ops, plan->count, loss, call->weights, call->grads);
+}

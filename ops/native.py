@@ -177,28 +177,26 @@ def _pointers(arrays: Sequence[np.ndarray]):
     return ffi.new("float *[]", [_pointer(a, _F32_POINTER) for a in arrays])
 
 
-def sgd_update(weight, partials, velocity, lr, momentum, weight_decay, nesterov) -> None:
-    """flexflow.optimizers.SGDOptimizer.apply to the partial gradients' sum, in one pass;
-    `velocity` is None without momentum. Arrays as `updatable_in_place` accepts them."""
-    ptr = _F32_POINTER
-    lib.ff_sgd_update_f32(
-        _pointer(weight, ptr), _pointers(partials), len(partials), weight.size,
-        ffi.NULL if velocity is None else _pointer(velocity, ptr),
-        float(lr), float(momentum), float(weight_decay), int(nesterov),
-    )  # fmt: skip
+UPDATE_SGD, UPDATE_ADAM = lib.FF_UPDATE_SGD, lib.FF_UPDATE_ADAM
+"""The kinds of C update (ff_update.kind): SGD's hyperparameters (lr, momentum, weight decay,
+nesterov), Adam's (lr, beta1, beta2, epsilon, weight decay, correction1, correction2)."""
 
 
-def adam_update(weight, partials, m, v, lr, beta1, beta2, epsilon, weight_decay,
-                correction1, correction2) -> None:  # fmt: skip
-    """flexflow.optimizers.AdamOptimizer.apply to the partial gradients' sum, in one pass
-    (correction1/2: the float32 bias corrections of this step). Arrays as
-    `updatable_in_place` accepts them."""
-    ptr = _F32_POINTER
-    lib.ff_adam_update_f32(
-        _pointer(weight, ptr), _pointers(partials), len(partials), weight.size,
-        _pointer(m, ptr), _pointer(v, ptr), float(lr), float(beta1), float(beta2),
-        float(epsilon), float(weight_decay), float(correction1), float(correction2),
-    )  # fmt: skip
+def apply_update(kind: int, hyper: Sequence[float], weight, partials, states) -> None:
+    """Update `weight` in place from the partial gradients' sum and its `states` (SGD: the
+    velocity, if any; Adam: m and v), in one pass of native/optimizers.c: the bits of
+    flexflow.optimizers' numpy `apply`. Arrays as `updatable_in_place` accepts them."""
+    update = ffi.new("ff_update *")
+    update.kind, update.n, update.copies = kind, weight.size, len(partials)
+    update.weight = _pointer(weight, _F32_POINTER)
+    keep = _pointers(partials)  # alive until the call returns
+    update.partials = keep
+    if len(states) > 0:
+        update.state0 = _pointer(states[0], _F32_POINTER)
+    if len(states) > 1:
+        update.state1 = _pointer(states[1], _F32_POINTER)
+    update.h = [float(value) for value in hyper] + [0.0] * (7 - len(hyper))
+    lib.ff_apply_update_f32(update)
 
 
 # ---- dense layers on float32 tiles, products through a CBLAS sgemm ----------------------------

@@ -70,7 +70,8 @@ from flexflow.runtime.loss import (
     loss_name,
     predictions_per_sample,
 )
-from flexflow.runtime.native_step import NativeStep, native_step
+from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, NativeStep, native_step
+from flexflow.runtime.native_tasks import StepScalars, address
 from flexflow.runtime.stores import (
     LEGATE_TYPES,
     copied_store,
@@ -78,7 +79,7 @@ from flexflow.runtime.stores import (
     slice_store,
     source_store,
 )
-from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_task
+from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_tasks
 from flexflow.runtime.weights import ParameterStores
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import validate_strategy
@@ -116,11 +117,15 @@ class BatchStats:
     makes (`flexflow.runtime.loss.predictions_per_sample`)."""
     _value: list = field(default_factory=list, repr=False, compare=False)
     """The (loss, correct) read, once read."""
+    held: list = field(default_factory=list, repr=False, compare=False)
+    """Arrays whose addresses the batch's C++ tasks read (flexflow.runtime.native_tasks),
+    kept until the batch is known to have run: read, or older than a batch that was."""
 
     def read(self) -> tuple[float, int]:
         if not self._value:
             loss, correct = read_store(self._store).sum(axis=0)  # over the loss's tasks
             self._value.append((float(loss), int(round(correct))))
+            self.held.clear()
         return self._value[0]
 
     @property
@@ -160,7 +165,7 @@ class Executor:
         validate_strategy(strategy, graph, local)
         self.processors = self._processors(local, strategy)
         """Per device id of the `local` machine, the one Legate processor its tasks run on."""
-        self.library, self.task_id = library_and_task()
+        self.library, self.task_id, self.native_task_id = library_and_tasks()
         self.id = next(EXECUTOR_IDS)
         EXECUTORS[self.id] = self
         self._store_of = functools.partial(
@@ -742,12 +747,18 @@ class Executor:
         # processors into one store serialized them (each device's whole forward pass here)
         sums = self.runtime.create_store(ty.float64, (len(tiles), 2))
         loss_id = LOSS_IDS.index(name)
+        held: list[np.ndarray] = []
         for index, region in enumerate(tiles):
             device = config.devices[index]
             rows = max(0, valid - region[0][0])
             loss_args = (loss_id, total, rows, key)
+            native = self.native_steps.get((fused, index)) if step else None
             with Scope(machine=self.processors[device]):
-                if fused is None:
+                if native is not None and self._runs_in_cpp(native, loss_id, staged):
+                    task = self._native_step_task(device, native, key, region, rows, total, held)
+                    info = self.fused_tasks[fused][index]
+                    self._add_forward_inputs(task, info.forward, device)
+                elif fused is None:
                     task = self.new_task(device, Pass.LOSS, output_op, index, *loss_args)
                     task.add_input(slice_store(self.tensors[self._output], region))
                 else:
@@ -778,7 +789,45 @@ class Executor:
                 task.execute()
         if step:
             self._pending = False
-        return BatchStats(sums, valid, valid * predictions)
+        return BatchStats(sums, valid, valid * predictions, held=held)
+
+    def _runs_in_cpp(self, native: NativeStep, loss_id: int, staged: bool) -> bool:
+        """Whether a step task with C program `native` runs with a C++ body
+        (flexflow.runtime.native_tasks): flat parameters, sparse cross-entropy on labels staged
+        in this process, and no timeline (which Python bodies record)."""
+        return (
+            native.flat is not None
+            and loss_id == SPARSE_CROSSENTROPY
+            and staged
+            and self.timeline is None
+        )
+
+    def _native_step_task(
+        self, device: int, native: NativeStep, key: int, region, rows: int, total: int, held: list
+    ):
+        """A step task with a C++ body, its scalars added (its stores are a Python step's):
+        the input tile and the labels taken from the staged batch here, into `held`."""
+        slot = native.task.forward.inputs[0]  # the chain's input tile
+        x_key = self._input_keys.get(slot.id, -1)
+        x = 0
+        if x_key >= 0:  # else the task reads it from its store
+            tile = self.staged_tile(x_key, slot.region)
+            held.append(np.ascontiguousarray(tile, dtype=np.float32))
+            x = address(held[-1])
+        held.append(native.flat_labels(self.staged_tile(key, region)))
+        update, hyper, copies = 0, (0.0,) * 7, 0
+        if self._pending:  # the update it applies first, as the Python body's
+            update, hyper = self.optimizer.native_update(self.iteration)
+            copies = len(self.params.devices)
+        scalars = StepScalars(
+            native.plan_address, x, address(held[-1]), native.valid_predictions(rows),
+            float(total), update, copies, tuple(map(float, hyper)),
+        )  # fmt: skip
+        with Scope(machine=self.processors[device]):
+            task = self.runtime.create_auto_task(self.library, self.native_task_id)
+        self.tasks_issued += 1
+        scalars.add_to(task)
+        return task
 
     def _bound_unread(self, stats: BatchStats, began: int) -> BatchStats:
         """`stats` (of the batch whose tasks began after `began` tasks), returned at once unless

@@ -102,6 +102,10 @@ class NativeStep:
         self._ops = ffi.new("ff_step_op[]", len(layers))
         self._loss = ffi.new("ff_step_loss *")
         self._kept: np.ndarray | None = None  # the labels the loss struct points at
+        self._plan = ffi.new("ff_step_plan *")
+        """What the C++ step task's body runs (flexflow.runtime.native_tasks)."""
+        self._plan.gemm = ffi.cast("ff_sgemm_fn", blas.sgemm_address() or 0)
+        self._plan.ops, self._plan.count, self._plan.loss = self._ops, len(layers), self._loss
         self.buffers: list[np.ndarray] = []
         """The arrays between the ops, which the structs point at."""
         ops = self._ops
@@ -118,6 +122,17 @@ class NativeStep:
                 starts = [flat.ranges[slot.id][0] for slot in layer.weights] + [-1]
                 ops[i].w_at, ops[i].b_at = starts[0], starts[1]
                 ops[i].dw_at, ops[i].db_at = starts[0], starts[1]
+
+    @property
+    def plan_address(self) -> int:
+        """The address of this step's ff_step_plan, for the C++ task body; valid while this
+        object lives (the executor keeps it)."""
+        return int(ffi.cast("uintptr_t", self._plan))
+
+    def valid_predictions(self, valid: int) -> int:
+        """The predictions of the tile's first `valid` samples, which the loss counts."""
+        shape = self.prediction_shape
+        return max(0, min(valid, shape[0])) * predictions_per_sample(shape)
 
     def _buffer(self, rows: int, columns: int):
         array = np.zeros((rows, columns), dtype=np.float32)
@@ -176,14 +191,19 @@ class NativeStep:
             gemm, labels, ffi.from_buffer("float[]", weights), ffi.from_buffer("float[]", grads)
         )
 
+    def flat_labels(self, target) -> np.ndarray:
+        """The labels of the tile's predictions as the C step reads them: int64, in a row
+        (a copy only where `target` is not already that)."""
+        labels = shaped_labels(self.prediction_shape, target)
+        return np.ascontiguousarray(labels, dtype=np.int64).reshape(-1)
+
     def _labels(self, target, sums: np.ndarray, total: int, valid: int) -> np.ndarray:
         """Fill the loss struct; the labels, checked as the reference checks their shape."""
         labels = shaped_labels(self.prediction_shape, target)
-        flat_labels = np.ascontiguousarray(labels, dtype=np.int64).reshape(-1)
-        shape = self.prediction_shape
+        flat_labels = self.flat_labels(labels)
         loss = self._loss
         loss.labels = ffi.from_buffer("long long[]", flat_labels)
-        loss.valid = max(0, min(valid, shape[0])) * predictions_per_sample(shape)
+        loss.valid = self.valid_predictions(valid)
         loss.total = float(total)
         loss.sums = ffi.from_buffer("double[]", sums)
         self._kept = flat_labels  # alive until the call

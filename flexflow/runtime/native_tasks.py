@@ -1,0 +1,81 @@
+"""Step tasks whose bodies are C++ (native/legate_tasks.cc): a step that runs as one C call
+(flexflow.runtime.native_step), launched so that no Python runs in its task body.
+
+Why: Legate runs Python task bodies in the one Python process, and a body holds the
+interpreter lock while Legate hands it its arguments and while it names its arrays; the other
+processors' tasks wait for that lock. A C++ body reads the same stores and calls the same C step.
+The issuing thread does what the Python body did in Python: it takes the input tile and the
+labels from the batch staged in this process and passes their addresses, so they must stay
+alive until the task has run (the executor holds them with the batch's results).
+
+A step task runs this way when it has a native step, its labels come from the process and the
+run records no timeline (the profiler times op tiles one by one in Python bodies).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from legate.core import types as ty
+
+from flexflow._kernels import ffi, lib
+from flexflow.errors import RuntimeSetupError
+
+_LIBRARY_GLOB = "_legate_tasks*.so"
+HYPERPARAMETERS = ty.array_type(ty.float32, 7)
+"""The update's hyperparameters as one scalar (ff_update.h)."""
+
+
+def _shared_library() -> Path:
+    here = Path(__file__).resolve().parent.parent  # the flexflow package
+    found = sorted(here.glob(_LIBRARY_GLOB))
+    if not found:
+        raise RuntimeSetupError(
+            f"flexflow: the C++ Legate tasks (flexflow/{_LIBRARY_GLOB}) are not built; "
+            f"reinstall flexflow (bash scripts/setup.sh, or pip install --no-build-isolation -e "
+            f". with a C++ compiler and the build packages of pyproject.toml)."
+        )
+    return found[0]
+
+
+def register_step_task(library, library_name: str) -> int:
+    """Register the C++ step task in the Legate `library` (named `library_name`); its task id."""
+    task_id = library.get_new_task_id()
+    shared = ctypes.CDLL(str(_shared_library()))
+    register = shared.flexflow_register_native_step
+    register.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_void_p]
+    register.restype = ctypes.c_int
+    run = int(ffi.cast("uintptr_t", ffi.addressof(lib, "ff_native_step_f32")))
+    if register(library_name.encode(), int(task_id), run) != 0:
+        raise RuntimeSetupError("flexflow: registering the C++ step task failed.")
+    return int(task_id)
+
+
+@dataclass(frozen=True, slots=True)
+class StepScalars:
+    """One launch's scalars, in native/legate_tasks.cc's order. The caller keeps the arrays
+    whose addresses travel here alive until the task has run."""
+
+    plan: int
+    x: int
+    labels: int
+    valid: int
+    total: float
+    update: int
+    copies: int
+    hyper: tuple[float, ...]
+
+    def add_to(self, task) -> None:
+        for value in (self.plan, self.x, self.labels, self.valid):
+            task.add_scalar_arg(value, ty.int64)
+        task.add_scalar_arg(self.total, ty.float64)
+        task.add_scalar_arg(self.update, ty.int64)
+        task.add_scalar_arg(self.copies, ty.int64)
+        task.add_scalar_arg(self.hyper + (0.0,) * (7 - len(self.hyper)), HYPERPARAMETERS)
+
+
+def address(array: np.ndarray) -> int:
+    return int(array.ctypes.data)
