@@ -4,8 +4,9 @@
 #
 #   docker/install.sh wheel OUTDIR [SOURCE]
 #       Build flexflow's wheel from SOURCE (default: this repository) into OUTDIR. It compiles
-#       native/ with cffi, so it needs a C compiler and the Python headers. The wheel is checked
-#       to hold every flexflow subpackage, flexflow.ops and the three native modules.
+#       native/ with cffi and setuptools, so it needs C and C++ compilers and the Python headers.
+#       The wheel is checked to hold every flexflow subpackage, flexflow.ops and the four native
+#       modules.
 #   docker/install.sh venv PREFIX WHEEL|SOURCE
 #       Create (or reuse) a virtual environment at PREFIX and install flexflow into it, not
 #       editable, with its extras and the pinned versions of docker/constraints.txt, from a wheel
@@ -57,12 +58,12 @@ names = set(zipfile.ZipFile(wheel).namelist())
 expected = {f"flexflow/{p.relative_to(source / 'flexflow')}" for p in (source / "flexflow").rglob("*.py")}
 expected |= {f"flexflow/ops/{p.name}" for p in (source / "ops").glob("*.py")}
 missing = sorted(n for n in expected if "__pycache__" not in n and n not in names)
-for module in ("_cuda_stub", "_simulator", "_kernels"):
+for module in ("_cuda_stub", "_simulator", "_kernels", "_legate_tasks"):
     if not any(n.startswith(f"flexflow/{module}.") and n.endswith(".so") for n in names):
         missing.append(f"flexflow/{module}.*.so (native module)")
 if missing:
     sys.exit(f"{wheel} lacks {len(missing)} files: " + ", ".join(missing))
-print(f"docker/install.sh: {Path(wheel).name}: {len(expected)} modules and 3 native modules", file=sys.stderr)
+print(f"docker/install.sh: {Path(wheel).name}: {len(expected)} modules and 4 native modules", file=sys.stderr)
 EOF
 }
 
@@ -72,10 +73,13 @@ build_wheel() {
     work=$(mktemp -d)
     mkdir -p "$work/src" "$outdir"
     copy_sources "$source" "$work/src"
-    say "building the wheel (pinned setuptools, wheel and cffi)"
+    say "building the wheel (pinned setuptools, wheel, cffi and native/build-requirements.txt)"
     "$PYTHON" -m venv "$work/venv"
     "$work/venv/bin/python" -m pip install --quiet --only-binary=:all: -c "$CONSTRAINTS" \
         pip setuptools wheel cffi >&2
+    # headers only (the C++ Legate tasks): their packages without their dependencies
+    "$work/venv/bin/python" -m pip install --quiet --only-binary=:all: --no-deps \
+        -c "$CONSTRAINTS" -r "$work/src/native/build-requirements.txt" >&2
     "$work/venv/bin/python" -m pip wheel --quiet --no-deps --no-build-isolation \
         --wheel-dir "$work/dist" "$work/src" >&2
     local wheel

@@ -52,7 +52,7 @@ def legate_tasks_extension() -> Extension:
         # found through the process's already-loaded Legate at run time; the rpath covers a
         # site-packages install loaded on its own
         runtime_library_dirs=["$ORIGIN/../legate/lib64"],
-        extra_compile_args=["-std=c++17", "-O2"],
+        extra_compile_args=["-std=c++17", "-O2", "-g0"],
         language="c++",
     )
 

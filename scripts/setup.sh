@@ -7,7 +7,8 @@ PYTHON=${PYTHON:-python3}
 VENV=${FLEXFLOW_VENV:-.venv}
 
 stamp_of() {
-    cat setup.py pyproject.toml native/*.c native/*.h native/*.py 2>/dev/null | sha256sum | cut -d' ' -f1
+    cat setup.py pyproject.toml native/*.c native/*.cc native/*.h native/*.py native/*.txt \
+        2>/dev/null | sha256sum | cut -d' ' -f1
 }
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -19,6 +20,9 @@ have=$(cat "$VENV/.flexflow-install-stamp" 2>/dev/null || true)
 if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c "import flexflow" >/dev/null 2>&1; then
     echo "flexflow setup: installing flexflow and its dependencies into $VENV" >&2
     "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel cffi
+    # the C++ Legate tasks' headers (native/build-requirements.txt), at the versions CI pins
+    "$VENV/bin/python" -m pip install --quiet -c docker/constraints.txt \
+        -r native/build-requirements.txt
     "$VENV/bin/python" -m pip install --quiet --no-build-isolation -e ".[test,examples,cluster]"
     echo "$want" > "$VENV/.flexflow-install-stamp"
 fi

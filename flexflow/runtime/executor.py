@@ -44,7 +44,7 @@ from threadpoolctl import threadpool_limits
 
 from flexflow.allocator import keep_freed_memory
 from flexflow.checkpoint import check_checkpoint, read_checkpoint, write_checkpoint
-from flexflow.errors import StrategyError
+from flexflow.errors import ShapeError, StrategyError
 from flexflow.fusion import (
     FusedTask,
     Slot,
@@ -123,7 +123,9 @@ class BatchStats:
 
     def read(self) -> tuple[float, int]:
         if not self._value:
-            loss, correct = read_store(self._store).sum(axis=0)  # over the loss's tasks
+            rows = read_store(self._store)
+            _check_step_codes(rows[:, 1])
+            loss, correct = rows.sum(axis=0)  # over the loss's tasks
             self._value.append((float(loss), int(round(correct))))
             self.held.clear()
         return self._value[0]
@@ -131,6 +133,21 @@ class BatchStats:
     @property
     def loss(self) -> float:
         return self.read()[0]
+
+
+STEP_FAILURES = {
+    -1: "a label outside [0, classes) (labels passed as Legate stores are not checked before "
+    "the step runs): pass integer class indices from 0 to the number of classes - 1",
+    -2: "a store not laid out row-major, which the C++ step task cannot read: a bug, report it",
+}
+"""The codes a C++ step task writes as its correct count when it could not run
+(native/legate_tasks.cc)."""
+
+
+def _check_step_codes(correct: np.ndarray) -> None:
+    for code, reason in STEP_FAILURES.items():
+        if np.any(correct == code):
+            raise ShapeError(f"training step: a step task did not run: {reason}.")
 
 
 class Executor:
@@ -151,6 +168,8 @@ class Executor:
         """Updates applied so far (Adam's bias correction counts them; checkpoints keep it)."""
         self.tasks_issued = 0
         """Legate tasks this executor has created (`tasks_per_iteration` predicts them)."""
+        self.cpp_steps_issued = 0
+        """Of them, step tasks with C++ bodies (flexflow.runtime.native_tasks)."""
         self._unread: deque[tuple[BatchStats, int]] = deque()
         """Batches issued since the last one known finished, with `tasks_issued` before each."""
         self.timeline: list[tuple] | None = [] if record_timeline else None
@@ -492,11 +511,16 @@ class Executor:
     # ---- one iteration -----------------------------------------------------------------------
     def new_task(self, device: int, which: Pass, op: int, index: int, *extra: int):
         """A task on processor `device`; run it with `.execute()` after adding its stores."""
-        with Scope(machine=self.processors[device]):
-            task = self.runtime.create_auto_task(self.library, self.task_id)
-        self.tasks_issued += 1
+        task = self.created_task(device, self.task_id)
         for value in (self.id, int(which), op, index, *extra):
             task.add_scalar_arg(value, ty.int64)
+        return task
+
+    def created_task(self, device: int, task_id: int):
+        """A task of `task_id` on processor `device`, counted; every task is made here."""
+        with Scope(machine=self.processors[device]):
+            task = self.runtime.create_auto_task(self.library, task_id)
+        self.tasks_issued += 1
         return task
 
     def _run_group(self, group_id: int, which: Pass, training: bool) -> None:
@@ -754,7 +778,8 @@ class Executor:
             loss_args = (loss_id, total, rows, key)
             native = self.native_steps.get((fused, index)) if step else None
             with Scope(machine=self.processors[device]):
-                if native is not None and self._runs_in_cpp(native, loss_id, staged):
+                labels = None if staged else target_store
+                if native is not None and self._runs_in_cpp(native, loss_id, labels):
                     task = self._native_step_task(device, native, key, region, rows, total, held)
                     info = self.fused_tasks[fused][index]
                     self._add_forward_inputs(task, info.forward, device)
@@ -791,14 +816,15 @@ class Executor:
             self._pending = False
         return BatchStats(sums, valid, valid * predictions, held=held)
 
-    def _runs_in_cpp(self, native: NativeStep, loss_id: int, staged: bool) -> bool:
+    def _runs_in_cpp(self, native: NativeStep, loss_id: int, labels_store) -> bool:
         """Whether a step task with C program `native` runs with a C++ body
         (flexflow.runtime.native_tasks): flat parameters, sparse cross-entropy on labels staged
-        in this process, and no timeline (which Python bodies record)."""
+        in this process (`labels_store` None) or in an int64 store, and no timeline (which
+        Python bodies record)."""
         return (
             native.flat is not None
             and loss_id == SPARSE_CROSSENTROPY
-            and staged
+            and (labels_store is None or labels_store.type == ty.int64)
             and self.timeline is None
         )
 
@@ -806,7 +832,8 @@ class Executor:
         self, device: int, native: NativeStep, key: int, region, rows: int, total: int, held: list
     ):
         """A step task with a C++ body, its scalars added (its stores are a Python step's):
-        the input tile and the labels taken from the staged batch here, into `held`."""
+        the input tile and the labels taken from the staged batch here (if staged), into
+        `held`."""
         slot = native.task.forward.inputs[0]  # the chain's input tile
         x_key = self._input_keys.get(slot.id, -1)
         x = 0
@@ -814,19 +841,21 @@ class Executor:
             tile = self.staged_tile(x_key, slot.region)
             held.append(np.ascontiguousarray(tile, dtype=np.float32))
             x = address(held[-1])
-        held.append(native.flat_labels(self.staged_tile(key, region)))
+        labels = 0
+        if key >= 0:  # else the task reads them from their store
+            held.append(native.flat_labels(self.staged_tile(key, region)))
+            labels = address(held[-1])
         update, hyper, copies = 0, (0.0,) * 7, 0
         if self._pending:  # the update it applies first, as the Python body's
             update, hyper = self.optimizer.native_update(self.iteration)
             copies = len(self.params.devices)
         scalars = StepScalars(
-            native.plan_address, x, address(held[-1]), native.valid_predictions(rows),
+            native.plan_address, x, labels, native.valid_predictions(rows),
             float(total), update, copies, tuple(map(float, hyper)),
         )  # fmt: skip
-        with Scope(machine=self.processors[device]):
-            task = self.runtime.create_auto_task(self.library, self.native_task_id)
-        self.tasks_issued += 1
+        task = self.created_task(device, self.native_task_id)
         scalars.add_to(task)
+        self.cpp_steps_issued += 1
         return task
 
     def _bound_unread(self, stats: BatchStats, began: int) -> BatchStats:

@@ -127,13 +127,13 @@ class _RecordingTask:
 
 def record_task_inputs(executor: Executor) -> list[int]:
     """The ids of the stores every task the executor creates reads, until `stop_recording`."""
-    read, new_task = [], executor.new_task
-    executor.new_task = lambda *args: _RecordingTask(new_task(*args), read)
+    read, created_task = [], executor.created_task
+    executor.created_task = lambda *args: _RecordingTask(created_task(*args), read)
     return read
 
 
 def stop_recording(executor: Executor) -> None:
-    del executor.new_task  # the recorder refers to the executor: no cycle left behind
+    del executor.created_task  # the recorder refers to the executor: no cycle left behind
 
 
 def partial_gradients_read_whole(executor: Executor, read: list[int]) -> int:

@@ -1,0 +1,96 @@
+"""Run in a Legate process by test_native_tasks.py: the same training with step tasks in C++
+bodies and in Python bodies (a run recording a timeline keeps Python bodies), and labels that
+reach the C++ step as Legate stores."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+import flexflow  # noqa: F401  (first: prepares Legate)
+from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.errors import ShapeError
+from flexflow.machine import parse_machine
+from flexflow.optimizers import AdamOptimizer, SGDOptimizer
+from flexflow.runtime import Executor
+from flexflow.strategies import named_strategy
+from flexflow.strategy import ParallelConfig, Strategy
+
+LOSS = "sparse_categorical_crossentropy"
+BATCH, FEATURES, CLASSES, STEPS = 16, 20, 6, 6
+
+
+def classifier(flat: bool):
+    model = FFModel(FFConfig(batch_size=BATCH))
+    shape = (BATCH, 1, 4, 5) if flat else (BATCH, FEATURES)
+    x = model.create_tensor(shape, name="x")
+    if flat:
+        x = model.flat(x)
+    x = model.dense(x, 24, ActiMode.AC_MODE_RELU)
+    model.softmax(model.dense(x, CLASSES))
+    return model.graph(), shape
+
+
+def train(graph, shape, strategy, optimizer, timeline: bool, labels=None):
+    """Losses per step (the last batch padded), the weights, and the C++ step tasks issued."""
+    rng = np.random.default_rng(7)
+    batches = [
+        (rng.standard_normal(shape).astype(np.float32), rng.integers(0, CLASSES, BATCH))
+        for _ in range(STEPS)
+    ]
+    losses = []
+    with Executor(graph, strategy, optimizer=optimizer, record_timeline=timeline) as executor:
+        for step, (x, y) in enumerate(batches):
+            target = y if labels is None else labels(y)
+            valid = BATCH - 5 if step == STEPS - 1 else None
+            losses.append(executor.train_batch({"x": x}, target, LOSS, valid).read())
+        weights = {name: value.tolist() for name, value in executor.get_weights().items()}
+        return {"losses": losses, "weights": weights, "cpp": executor.cpp_steps_issued}
+
+
+def one_device(graph) -> Strategy:
+    return Strategy(
+        tuple(n.name for n in graph.ops),
+        tuple(ParallelConfig.single(len(n.sig.output_shape), 0) for n in graph.ops),
+    )
+
+
+def main() -> None:
+    import cupynumeric  # after flexflow, which prepares Legate
+
+    report = {}
+    local = parse_machine("local")
+    optimizers = {"sgd": SGDOptimizer(0.05, momentum=0.9), "adam": AdamOptimizer(0.01)}
+    for flat in (False, True):
+        graph, shape = classifier(flat)
+        for name in ("dp", "single"):
+            strategy = named_strategy(name, graph, local) if name == "dp" else one_device(graph)
+            for kind, optimizer in optimizers.items():
+                runs = {
+                    "cpp": train(graph, shape, strategy, optimizer, False),
+                    "python": train(graph, shape, strategy, optimizer, True),
+                    "int64_store": train(
+                        graph, shape, strategy, optimizer, False, cupynumeric.asarray
+                    ),
+                    "int32_store": train(
+                        graph, shape, strategy, optimizer, False,
+                        lambda y: cupynumeric.asarray(y.astype(np.int32)),
+                    ),
+                }  # fmt: skip
+                report[f"{'flat' if flat else 'dense'}/{name}/{kind}"] = runs
+    graph, shape = classifier(False)
+    strategy = named_strategy("dp", graph, local)
+    with Executor(graph, strategy) as executor:
+        x = np.zeros(shape, np.float32)
+        bad = cupynumeric.asarray(np.full(BATCH, CLASSES, dtype=np.int64))
+        try:
+            executor.train_batch({"x": x}, bad, LOSS).read()
+            report["out_of_range"] = "no error"
+        except ShapeError as error:
+            report["out_of_range"] = str(error)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

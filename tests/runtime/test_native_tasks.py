@@ -1,0 +1,61 @@
+"""Step tasks with C++ bodies (flexflow.runtime.native_tasks) train exactly as the same steps in
+Python bodies: the same loss bits each step and the same weights, under data parallelism and on
+one device, SGD with momentum and Adam (their pending updates run in the C++ body), a padded
+last batch, with and without a leading flat; labels also reach them as int64 Legate stores
+(other label types keep Python bodies) (Legate, 2 CPUs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).with_name("native_tasks_script.py")
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
+    env["LEGATE_CONFIG"] = "--cpus 2 --gpus 0"
+    proc = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+CASES = [
+    f"{m}/{s}/{o}" for m in ("dense", "flat") for s in ("dp", "single") for o in ("sgd", "adam")
+]
+
+
+@pytest.mark.legate
+@pytest.mark.parametrize("case", CASES)
+def test_cpp_bodies_train_bit_identically_to_python_bodies(report, case):
+    runs = report[case]
+    devices = 2 if "/dp/" in case else 1
+    assert runs["cpp"]["cpp"] == STEPS * devices  # every step task ran in C++
+    assert runs["python"]["cpp"] == 0  # a timeline keeps Python bodies
+    assert runs["cpp"]["losses"] == runs["python"]["losses"]
+    assert runs["cpp"]["weights"] == runs["python"]["weights"]
+
+
+@pytest.mark.legate
+@pytest.mark.parametrize("case", CASES)
+def test_labels_in_stores(report, case):
+    runs = report[case]
+    devices = 2 if "/dp/" in case else 1
+    assert runs["int64_store"]["cpp"] == STEPS * devices
+    assert runs["int64_store"]["losses"] == runs["cpp"]["losses"]
+    assert runs["int64_store"]["weights"] == runs["cpp"]["weights"]
+    assert runs["int32_store"]["cpp"] == 0  # the C++ step reads int64 labels only
+    assert runs["int32_store"]["losses"] == runs["cpp"]["losses"]
+
+
+@pytest.mark.legate
+def test_a_label_out_of_range_in_a_store_is_an_error_naming_it(report):
+    assert "a label outside [0, classes)" in report["out_of_range"]
