@@ -5,8 +5,8 @@
 #   docker/install.sh wheel OUTDIR [SOURCE]
 #       Build flexflow's wheel from SOURCE (default: this repository) into OUTDIR. It compiles
 #       native/ with cffi and setuptools, so it needs C and C++ compilers and the Python headers.
-#       The wheel is checked to hold every flexflow subpackage, flexflow.ops and the four native
-#       modules.
+#       The wheel is checked to hold every flexflow subpackage, flexflow.ops, the three native
+#       modules and the C++ Legate tasks' library.
 #   docker/install.sh venv PREFIX WHEEL|SOURCE
 #       Create (or reuse) a virtual environment at PREFIX and install flexflow into it, not
 #       editable, with its extras and the pinned versions of docker/constraints.txt, from a wheel
@@ -58,12 +58,14 @@ names = set(zipfile.ZipFile(wheel).namelist())
 expected = {f"flexflow/{p.relative_to(source / 'flexflow')}" for p in (source / "flexflow").rglob("*.py")}
 expected |= {f"flexflow/ops/{p.name}" for p in (source / "ops").glob("*.py")}
 missing = sorted(n for n in expected if "__pycache__" not in n and n not in names)
-for module in ("_cuda_stub", "_simulator", "_kernels", "_legate_tasks"):
+for module in ("_cuda_stub", "_simulator", "_kernels"):
     if not any(n.startswith(f"flexflow/{module}.") and n.endswith(".so") for n in names):
         missing.append(f"flexflow/{module}.*.so (native module)")
+if "flexflow/lib/libflexflow_legate_tasks.so" not in names:
+    missing.append("flexflow/lib/libflexflow_legate_tasks.so (the C++ Legate tasks)")
 if missing:
     sys.exit(f"{wheel} lacks {len(missing)} files: " + ", ".join(missing))
-print(f"docker/install.sh: {Path(wheel).name}: {len(expected)} modules and 4 native modules", file=sys.stderr)
+print(f"docker/install.sh: {Path(wheel).name}: {len(expected)} modules, 3 native modules and the C++ tasks", file=sys.stderr)
 EOF
 }
 

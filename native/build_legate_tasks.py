@@ -1,6 +1,8 @@
-"""The setuptools extension of the C++ Legate tasks (native/legate_tasks.cc) as
-flexflow._legate_tasks: a shared library loaded with ctypes after Legate starts
-(flexflow.runtime.native_tasks), not a Python module.
+"""The setuptools extension of the C++ Legate tasks (native/legate_tasks.cc): a shared library,
+flexflow/lib/libflexflow_legate_tasks.so, that flexflow.runtime.native_tasks loads with ctypes
+once Legate is loaded (whose libraries it links to, found by their loaded names), not a Python
+module (it could not be imported before Legate: pkgutil and importers skip flexflow/lib/, which
+is no package).
 
 It compiles against the headers the installed wheels ship: Legate's (with the CUDA C++ core
 library under include/rapids), and, because the wheels' Legate is built with CUDA, CUDA 12's
@@ -39,7 +41,8 @@ def _package_dir(module: str) -> Path:
     return Path(locations[0])
 
 
-NAME = "flexflow._legate_tasks"
+NAME = "flexflow.lib.libflexflow_legate_tasks"
+FILENAME = "flexflow/lib/libflexflow_legate_tasks.so"
 
 
 def legate_tasks_extension() -> Extension:
@@ -49,9 +52,6 @@ def legate_tasks_extension() -> Extension:
         NAME,
         sources=[str(HERE / "legate_tasks.cc")],
         libraries=["legate"],
-        # found through the process's already-loaded Legate at run time; the rpath covers a
-        # site-packages install loaded on its own
-        runtime_library_dirs=["$ORIGIN/../legate/lib64"],
         extra_compile_args=["-std=c++17", "-O2", "-g0"],
         language="c++",
     )
@@ -64,6 +64,22 @@ class BuildExt(build_ext):
         if ext.name == NAME:
             _locate_build_packages(ext)
         super().build_extension(ext)
+
+    def copy_extensions_to_source(self) -> None:
+        """An in-place (editable) build copies the library into the checkout's flexflow/lib/,
+        made here: it holds nothing else."""
+        package = self.get_finalized_command("build_py").get_package_dir("flexflow")
+        Path(package, "lib").mkdir(exist_ok=True)
+        super().copy_extensions_to_source()
+
+    def get_ext_filename(self, fullname: str) -> str:
+        """A plain library name, no Python module suffix (asked for with the full dotted name
+        or, for the build's own path, its last part)."""
+        if fullname == NAME:
+            return FILENAME
+        if fullname == NAME.rsplit(".", 1)[1]:
+            return FILENAME.rsplit("/", 1)[1]
+        return super().get_ext_filename(fullname)
 
 
 def _locate_build_packages(ext: Extension) -> None:

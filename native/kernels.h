@@ -131,13 +131,26 @@ typedef struct {
   float *state0, *state1;
   float h[7];
 } ff_update;
+/* When a step task's calls ran, for a run that records a timeline: a ring of `capacity`
+ * entries (begin s, end s, Linux thread id, FF_LOG_UPDATE or FF_LOG_STEP), times on
+ * CLOCK_MONOTONIC (Python's time.perf_counter). One writer (the processor running the task) and
+ * one reader (the Python thread): `written` and `taken` count entries since the start; the
+ * writer drops an entry (counting it) when the ring is full. */
+enum { FF_LOG_UPDATE = 0, FF_LOG_STEP = 1 };
+typedef struct {
+  double *entries;
+  long capacity;
+  long written, taken, dropped;
+} ff_step_log;
 /* What stays the same between a step task's iterations (flexflow.runtime.native_step owns it):
- * the sgemm, the chain's ops and buffers, the loss struct the call's values go into. */
+ * the sgemm, the chain's ops and buffers, the loss struct the call's values go into, and the
+ * log of its calls (NULL when not recording). */
 typedef struct {
   ff_sgemm_fn gemm;
   ff_step_op *ops;
   long count;
   ff_step_loss *loss;
+  ff_step_log *log;
 } ff_step_plan;
 /* One iteration's arrays: the chain's input tile x, the int64 labels of its rows, the first
  * `valid` predictions count toward a loss divided by `total`, (loss, correct) go into sums;
@@ -155,3 +168,6 @@ typedef struct {
 } ff_step_call;
 void ff_apply_update_f32(const ff_update *update);
 int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call);
+/* Entries the log holds that the reader has not taken, copied into out (room for `capacity`
+ * entries); their number. */
+long ff_step_log_take(ff_step_log *log, double *out);

@@ -118,3 +118,4 @@ extern "C" int flexflow_register_native_step(const char* library, std::int64_t t
   NativeStepTask::register_variants(found, legate::LocalTaskID{task_id});
   return 0;
 }
+

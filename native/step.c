@@ -6,7 +6,12 @@
  * compute: the dense layers through native/dense.c, the loss through native/losses.c, the
  * softmax's gradient as y * (dy - sum(dy * y)); only the softmax's own exp and sum may round
  * differently from numpy's. */
+#define _GNU_SOURCE
 #include <math.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kernels.h"
 
@@ -82,17 +87,52 @@ void ff_apply_update_f32(const ff_update *u) {
                        u->h[1], u->h[2], u->h[3], u->h[4], u->h[5], u->h[6]);
 }
 
+static double ff_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void ff_log_entry(ff_step_log *log, double begin, double end, int what) {
+  long written = log->written;
+  if (written - __atomic_load_n(&log->taken, __ATOMIC_ACQUIRE) >= log->capacity) {
+    log->dropped += 1;
+    return;
+  }
+  double *entry = log->entries + 4 * (written % log->capacity);
+  entry[0] = begin;
+  entry[1] = end;
+  entry[2] = (double)syscall(SYS_gettid);
+  entry[3] = what;
+  __atomic_store_n(&log->written, written + 1, __ATOMIC_RELEASE);
+}
+
+long ff_step_log_take(ff_step_log *log, double *out) {
+  long written = __atomic_load_n(&log->written, __ATOMIC_ACQUIRE), taken = log->taken;
+  for (long i = taken; i < written; ++i)
+    memcpy(out + 4 * (i - taken), log->entries + 4 * (i % log->capacity), 4 * sizeof(double));
+  __atomic_store_n(&log->taken, written, __ATOMIC_RELEASE);
+  return written - taken;
+}
+
 int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call) {
   const ff_update *update = &call->update;
   if (update->kind != FF_UPDATE_NONE && update->kind != FF_UPDATE_SGD &&
       update->kind != FF_UPDATE_ADAM)
     return -3;
+  ff_step_log *log = plan->log;
+  double begin = log ? ff_now() : 0.0;
   ff_apply_update_f32(update);
+  double updated = log ? ff_now() : 0.0;
+  if (log && update->kind != FF_UPDATE_NONE) ff_log_entry(log, begin, updated, FF_LOG_UPDATE);
   plan->ops[0].x = call->x;
   ff_step_loss *loss = plan->loss;
   loss->labels = call->labels;
   loss->valid = call->valid;
   loss->total = call->total;
   loss->sums = call->sums;
-  return ff_train_step_f32(plan->gemm, plan->ops, plan->count, loss, call->weights, call->grads);
+  int status =
+      ff_train_step_f32(plan->gemm, plan->ops, plan->count, loss, call->weights, call->grads);
+  if (log) ff_log_entry(log, updated, ff_now(), FF_LOG_STEP);
+  return status;
 }

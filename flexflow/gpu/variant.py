@@ -209,6 +209,6 @@ def _run_fused(
     inputs = [read_back(a) for a in context.inputs]
     run_fused_task(
         executor.fused_tasks[group][index], _GpuTiles(gpu), FUSED_PASSES[Pass(which)],
-        (inputs, context.outputs, context.reductions), tuple(extra), executor.timeline,
+        (inputs, context.outputs, context.reductions), tuple(extra), executor.timeline_entries,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), read_back, loss_into,
     )  # fmt: skip

@@ -70,7 +70,13 @@ from flexflow.runtime.loss import (
     loss_name,
     predictions_per_sample,
 )
-from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, NativeStep, native_step
+from flexflow.runtime.native_step import (
+    LOG_STEP,
+    LOG_UPDATE,
+    SPARSE_CROSSENTROPY,
+    NativeStep,
+    native_step,
+)
 from flexflow.runtime.native_tasks import StepScalars, address
 from flexflow.runtime.stores import (
     LEGATE_TYPES,
@@ -161,8 +167,12 @@ class Executor:
         learning_rate: float = 0.01,
         record_timeline: bool = False,
         optimizer: Optimizer | None = None,
+        cpp_steps: bool = True,
     ) -> None:
+        """`cpp_steps=False` keeps every step task in a Python body (flexflow.runtime.native_tasks
+        says which run in C++ otherwise): the same numbers, for comparing the two."""
         self.graph, self.strategy = graph, strategy
+        self.cpp_steps = cpp_steps
         self.optimizer: Optimizer = optimizer or SGDOptimizer(learning_rate)
         self.iteration = 0
         """Updates applied so far (Adam's bias correction counts them; checkpoints keep it)."""
@@ -172,9 +182,9 @@ class Executor:
         """Of them, step tasks with C++ bodies (flexflow.runtime.native_tasks)."""
         self._unread: deque[tuple[BatchStats, int]] = deque()
         """Batches issued since the last one known finished, with `tasks_issued` before each."""
-        self.timeline: list[tuple] | None = [] if record_timeline else None
-        """(op, task, pass, start s, end s, thread) of every task, measured inside the task bodies
-        (the thread, its Linux id, tells the processor that ran it)."""
+        self.timeline_entries: list[tuple] | None = [] if record_timeline else None
+        """What Python task bodies append to `timeline` as they run (C++ bodies log theirs in C,
+        taken when `timeline` is read)."""
         self.runtime = get_legate_runtime()
         # each Legate CPU processor is one core: a multi-threaded BLAS inside its tasks would
         # oversubscribe the cores (LeNet's iteration was 5x slower with 2 BLAS threads each)
@@ -306,6 +316,26 @@ class Executor:
                 program = native_step(task, self.params.flat)
                 if program is not None:
                     self.native_steps[(len(self.groups) - 1, task.index)] = program
+                    if record_timeline:
+                        program.record()
+
+    @property
+    def timeline(self) -> list[tuple] | None:
+        """(op, task, pass, start s, end s, thread) of every task, measured inside the task
+        bodies (the thread, its Linux id, tells the processor that ran it); None unless the
+        executor records a timeline. A step task run as one C call (flexflow.runtime.native_step)
+        counts as one FUSED_STEP entry of its last op, after an UPDATE entry (op -1) for the
+        pending update it applied first."""
+        if self.timeline_entries is None:
+            return None
+        passes = {LOG_UPDATE: Pass.UPDATE, LOG_STEP: Pass.FUSED_STEP}
+        for (group, index), program in self.native_steps.items():
+            last = self.groups[group].ops[-1]
+            for begin, end, thread, what in program.take_log():
+                op = -1 if what == LOG_UPDATE else last
+                entry = (op, index, passes[int(what)], begin, end, int(thread))
+                self.timeline_entries.append(entry)
+        return self.timeline_entries
 
     def _apply_pending(self) -> None:
         """Apply the update the next step would have applied (before the weights are read,
@@ -819,13 +849,12 @@ class Executor:
     def _runs_in_cpp(self, native: NativeStep, loss_id: int, labels_store) -> bool:
         """Whether a step task with C program `native` runs with a C++ body
         (flexflow.runtime.native_tasks): flat parameters, sparse cross-entropy on labels staged
-        in this process (`labels_store` None) or in an int64 store, and no timeline (which
-        Python bodies record)."""
+        in this process (`labels_store` None) or in an int64 store."""
         return (
-            native.flat is not None
+            self.cpp_steps
+            and native.flat is not None
             and loss_id == SPARSE_CROSSENTROPY
             and (labels_store is None or labels_store.type == ty.int64)
-            and self.timeline is None
         )
 
     def _native_step_task(

@@ -37,6 +37,10 @@ from flexflow.runtime.loss import (
 SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
 """The loss a native step computes (a step under another loss runs op by op)."""
 _RELU = {ActiMode.AC_MODE_NONE: 0, ActiMode.AC_MODE_RELU: 1}
+LOG_UPDATE, LOG_STEP = lib.FF_LOG_UPDATE, lib.FF_LOG_STEP
+LOG_CAPACITY = 1 << 16
+"""Calls a step's log keeps until they are taken (the executor takes them when its timeline is
+read): 2 MiB per step task."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,7 @@ class NativeStep:
         """What the C++ step task's body runs (flexflow.runtime.native_tasks)."""
         self._plan.gemm = ffi.cast("ff_sgemm_fn", blas.sgemm_address() or 0)
         self._plan.ops, self._plan.count, self._plan.loss = self._ops, len(layers), self._loss
+        self._plan.log = ffi.NULL
         self.buffers: list[np.ndarray] = []
         """The arrays between the ops, which the structs point at."""
         ops = self._ops
@@ -122,6 +127,29 @@ class NativeStep:
                 starts = [flat.ranges[slot.id][0] for slot in layer.weights] + [-1]
                 ops[i].w_at, ops[i].b_at = starts[0], starts[1]
                 ops[i].dw_at, ops[i].db_at = starts[0], starts[1]
+
+    def record(self, capacity: int = LOG_CAPACITY) -> None:
+        """Log when each call of the C++ task body runs (`take_log`), up to `capacity` entries
+        not yet taken; entries beyond that are dropped and counted (`dropped`)."""
+        self._log_entries = np.zeros((capacity, 4), dtype=np.float64)
+        self._log = ffi.new("ff_step_log *")
+        self._log.entries = ffi.cast("double *", ffi.from_buffer(self._log_entries))
+        self._log.capacity = capacity
+        self._plan.log = self._log
+        self._taken = np.zeros((capacity, 4), dtype=np.float64)
+
+    def take_log(self) -> np.ndarray:
+        """(entries, 4): begin s, end s, thread id, LOG_UPDATE or LOG_STEP of every call logged
+        since the last take (none unless `record` was called)."""
+        if self._plan.log == ffi.NULL:
+            return np.zeros((0, 4))
+        count = lib.ff_step_log_take(self._log, ffi.cast("double *", ffi.from_buffer(self._taken)))
+        return self._taken[:count].copy()
+
+    @property
+    def dropped(self) -> int:
+        """Log entries dropped because the ring was full."""
+        return 0 if self._plan.log == ffi.NULL else int(self._log.dropped)
 
     @property
     def plan_address(self) -> int:

@@ -24,28 +24,31 @@ from legate.core import types as ty
 from flexflow._kernels import ffi, lib
 from flexflow.errors import RuntimeSetupError
 
-_LIBRARY_GLOB = "_legate_tasks*.so"
 HYPERPARAMETERS = ty.array_type(ty.float32, 7)
 """The update's hyperparameters as one scalar (ff_update.h)."""
 
 
-def _shared_library() -> Path:
-    here = Path(__file__).resolve().parent.parent  # the flexflow package
-    found = sorted(here.glob(_LIBRARY_GLOB))
-    if not found:
+LIBRARY = Path(__file__).resolve().parent.parent / "lib" / "libflexflow_legate_tasks.so"
+"""The C++ tasks' library (native/build_legate_tasks.py builds it)."""
+
+
+def _shared_library() -> ctypes.CDLL:
+    if not LIBRARY.is_file():
         raise RuntimeSetupError(
-            f"flexflow: the C++ Legate tasks (flexflow/{_LIBRARY_GLOB}) are not built; "
-            f"reinstall flexflow (bash scripts/setup.sh, or pip install --no-build-isolation -e "
-            f". with a C++ compiler and the build packages of pyproject.toml)."
+            f"flexflow: the C++ Legate tasks ({LIBRARY}) are not built; reinstall flexflow "
+            f"(bash scripts/setup.sh, or pip install --no-build-isolation -e . with a C++ "
+            f"compiler and native/build-requirements.txt installed)."
         )
-    return found[0]
+    try:
+        return ctypes.CDLL(str(LIBRARY))
+    except OSError as error:
+        raise RuntimeSetupError(f"flexflow: loading {LIBRARY} failed: {error}") from None
 
 
 def register_step_task(library, library_name: str) -> int:
     """Register the C++ step task in the Legate `library` (named `library_name`); its task id."""
     task_id = library.get_new_task_id()
-    shared = ctypes.CDLL(str(_shared_library()))
-    register = shared.flexflow_register_native_step
+    register = _shared_library().flexflow_register_native_step
     register.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_void_p]
     register.restype = ctypes.c_int
     run = int(ffi.cast("uintptr_t", ffi.addressof(lib, "ff_native_step_f32")))

@@ -118,9 +118,9 @@ def _op_tile(context) -> None:
         return
     begin = time.perf_counter()
     _run_tile(context, executor, which, op, index, extra)
-    if executor.timeline is not None:  # measured here, inside the running task
+    if executor.timeline_entries is not None:  # measured here, inside the running task
         end = time.perf_counter()
-        executor.timeline.append((op, index, which, begin, end, threading.get_native_id()))
+        executor.timeline_entries.append((op, index, which, begin, end, threading.get_native_id()))
 
 
 def _op_tile_gpu(context) -> None:
@@ -130,9 +130,9 @@ def _op_tile_gpu(context) -> None:
     executor, which, op, index, extra = task_arguments(context)
     begin = time.perf_counter()
     run_tile_gpu(context, executor, which, op, index, extra)
-    if executor.timeline is not None:  # when the work was queued, not when it ended
+    if executor.timeline_entries is not None:  # when the work was queued, not when it ended
         end = time.perf_counter()
-        executor.timeline.append((op, index, which, begin, end, threading.get_native_id()))
+        executor.timeline_entries.append((op, index, which, begin, end, threading.get_native_id()))
 
 
 class _CpuTiles:
@@ -178,9 +178,9 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
     if update:  # first the pending update, on this device's copy of the weights
         begin = time.perf_counter()
         _apply_pending_update(executor, inputs, outputs, update)
-        if executor.timeline is not None:  # an update pass of no processor's own: op -1
+        if executor.timeline_entries is not None:  # an update pass of no processor's own: op -1
             end = time.perf_counter()
-            executor.timeline.append(
+            executor.timeline_entries.append(
                 (-1, index, Pass.UPDATE, begin, end, threading.get_native_id())
             )
     keys: dict[int, int] = {}
@@ -200,7 +200,7 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         outputs[1:2] = flat.split(outputs[1], pids)
     run_fused_task(
         task, _CpuTiles, FUSED_PASSES[which],
-        (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline,
+        (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline_entries,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda array: array, loss_into,
     )  # fmt: skip
 
@@ -235,10 +235,10 @@ def _run_native_step(
             target = inputs[len(task.forward.inputs)]
         grads_into = dict(zip(task.backward.overwrites, outputs[1:], strict=True))
         native.run(executor.sgemm, values, grads_into, target, outputs[0], total, valid)
-    if executor.timeline is not None:  # the whole step as one entry of its last op
+    if executor.timeline_entries is not None:  # the whole step as one entry of its last op
         end = time.perf_counter()
         op = task.group.ops[-1]
-        executor.timeline.append(
+        executor.timeline_entries.append(
             (op, task.index, Pass.FUSED_STEP, begin, end, threading.get_native_id())
         )
 

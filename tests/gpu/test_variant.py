@@ -98,7 +98,7 @@ class Executor:
     update_groups: dict = field(default_factory=dict)
     contributors: dict = field(default_factory=dict)
     staged: dict = field(default_factory=dict)
-    timeline: list | None = None
+    timeline_entries: list | None = None
 
     @property
     def fused_tasks(self):
@@ -146,14 +146,14 @@ def test_forward_and_backward_through_strided_allocations(host):  # noqa: F811
     case = next(c for c in CASES if c.name == "conv2d halo tile")
     data = tile_data(case)
     op, sig, region = case.op, data.sig, data.region
-    executor = Executor(Node(op, sig, inputs=(0,), weights=(0, 1)), region, timeline=[])
+    executor = Executor(Node(op, sig, inputs=(0,), weights=(0, 1)), region, timeline_entries=[])
     # a fused task's inputs: the input tile, then the weights (TaskLayout order)
     ins = [Physical(strided(host, _f32(a))) for a in data.inputs + data.weights]
     (y_ref,) = op.forward_tile(sig, region, data.inputs, data.weights)
     out = Physical(strided(host, np.zeros(y_ref.shape, np.float32)))
     variant._run(host, Context(tuple(ins), (out,)), executor, Pass.FUSED_FORWARD, 0, 0, (1, 0))
     assert check.compare("fwd", "y", host_of(host, out.array), y_ref).ok
-    assert [entry[:3] for entry in executor.timeline] == [(0, 0, Pass.FORWARD)]
+    assert [entry[:3] for entry in executor.timeline_entries] == [(0, 0, Pass.FORWARD)]
 
     # the same forward followed by the loss in the same task (the last group's FUSED_FORWARD_LOSS)
     loss = sys.modules["flexflow.runtime.loss"]

@@ -14,6 +14,7 @@ from flexflow.errors import ShapeError
 from flexflow.machine import parse_machine
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 from flexflow.runtime import Executor
+from flexflow.runtime.tasks import Pass
 from flexflow.strategies import named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 
@@ -32,21 +33,34 @@ def classifier(flat: bool):
     return model.graph(), shape
 
 
-def train(graph, shape, strategy, optimizer, timeline: bool, labels=None):
-    """Losses per step (the last batch padded), the weights, and the C++ step tasks issued."""
+def train(graph, shape, strategy, optimizer, cpp: bool, labels=None, timeline=False):
+    """Losses per step (the last batch padded), the weights, the C++ step tasks issued and the
+    timeline's step and update entries."""
     rng = np.random.default_rng(7)
     batches = [
         (rng.standard_normal(shape).astype(np.float32), rng.integers(0, CLASSES, BATCH))
         for _ in range(STEPS)
     ]
     losses = []
-    with Executor(graph, strategy, optimizer=optimizer, record_timeline=timeline) as executor:
+    with Executor(
+        graph, strategy, optimizer=optimizer, record_timeline=timeline, cpp_steps=cpp
+    ) as executor:
         for step, (x, y) in enumerate(batches):
             target = y if labels is None else labels(y)
             valid = BATCH - 5 if step == STEPS - 1 else None
             losses.append(executor.train_batch({"x": x}, target, LOSS, valid).read())
         weights = {name: value.tolist() for name, value in executor.get_weights().items()}
-        return {"losses": losses, "weights": weights, "cpp": executor.cpp_steps_issued}
+        entries = executor.timeline or []
+        # (op -1: an update applied inside a step; the last one runs in update tasks)
+        passes = [(e[0], int(e[2])) for e in entries if e[3] <= e[4]]
+        return {
+            "losses": losses,
+            "weights": weights,
+            "cpp": executor.cpp_steps_issued,
+            "steps_timed": sum(p == int(Pass.FUSED_STEP) for _, p in passes),
+            "updates_timed": passes.count((-1, int(Pass.UPDATE))),
+            "threads": len({e[5] for e in entries}),
+        }
 
 
 def one_device(graph) -> Strategy:
@@ -68,13 +82,12 @@ def main() -> None:
             strategy = named_strategy(name, graph, local) if name == "dp" else one_device(graph)
             for kind, optimizer in optimizers.items():
                 runs = {
-                    "cpp": train(graph, shape, strategy, optimizer, False),
-                    "python": train(graph, shape, strategy, optimizer, True),
-                    "int64_store": train(
-                        graph, shape, strategy, optimizer, False, cupynumeric.asarray
-                    ),
+                    "cpp": train(graph, shape, strategy, optimizer, True),
+                    "python": train(graph, shape, strategy, optimizer, False),
+                    "cpp_timeline": train(graph, shape, strategy, optimizer, True, timeline=True),
+                    "int64_store": train(graph, shape, strategy, optimizer, True, cupynumeric.asarray),
                     "int32_store": train(
-                        graph, shape, strategy, optimizer, False,
+                        graph, shape, strategy, optimizer, True,
                         lambda y: cupynumeric.asarray(y.astype(np.int32)),
                     ),
                 }  # fmt: skip

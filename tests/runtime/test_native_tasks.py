@@ -39,7 +39,7 @@ def test_cpp_bodies_train_bit_identically_to_python_bodies(report, case):
     runs = report[case]
     devices = 2 if "/dp/" in case else 1
     assert runs["cpp"]["cpp"] == STEPS * devices  # every step task ran in C++
-    assert runs["python"]["cpp"] == 0  # a timeline keeps Python bodies
+    assert runs["python"]["cpp"] == 0  # cpp_steps=False
     assert runs["cpp"]["losses"] == runs["python"]["losses"]
     assert runs["cpp"]["weights"] == runs["python"]["weights"]
 
@@ -59,3 +59,16 @@ def test_labels_in_stores(report, case):
 @pytest.mark.legate
 def test_a_label_out_of_range_in_a_store_is_an_error_naming_it(report):
     assert "a label outside [0, classes)" in report["out_of_range"]
+
+
+@pytest.mark.legate
+@pytest.mark.parametrize("case", CASES)
+def test_a_timeline_times_the_cpp_steps_and_their_updates(report, case):
+    """Recording a timeline keeps C++ bodies; each step and each pending update it applied is
+    an entry, timed on the processors' threads (ff_step_log)."""
+    run, devices = report[case]["cpp_timeline"], 2 if "/dp/" in case else 1
+    assert run["cpp"] == STEPS * devices
+    assert run["losses"] == report[case]["cpp"]["losses"]
+    assert run["steps_timed"] == STEPS * devices
+    assert run["updates_timed"] == (STEPS - 1) * devices  # the first step has none pending
+    assert run["threads"] == devices
