@@ -45,6 +45,7 @@ with Executor(mlp_graph, named_strategy("dp", mlp_graph, machine), seed=0) as ex
         for _ in range(STEPS)
     ]
     native_steps = len(executor.native_steps)
+    cpp_steps = executor.cpp_steps_issued
 
 report = {
     "rank": int(os.environ.get("LEGATE_GLOBAL_RANK", "0")),
@@ -53,6 +54,7 @@ report = {
     "losses": losses,
     "mlp_losses": mlp_losses,
     "native_steps": native_steps,
+    "cpp_steps": cpp_steps,
 }
 print(json.dumps(report), flush=True)
 sys.exit(0)

@@ -77,3 +77,7 @@ def test_two_ranks_train_lenet_like_one():
         for got, want in zip(report["mlp_losses"], reference["mlp_losses"], strict=True):
             assert math.isclose(got, want, rel_tol=1e-5), (report, reference["mlp_losses"])
         assert report["native_steps"] == reference["native_steps"]
+        # ... in C++ task bodies (flexflow.runtime.native_tasks), on one rank and on two
+        assert report["cpp_steps"] == reference["cpp_steps"]
+    if reference["native_steps"]:
+        assert reference["cpp_steps"] == reference["native_steps"] * len(reference["mlp_losses"])
