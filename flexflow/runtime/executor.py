@@ -100,13 +100,17 @@ def _contributors(graph: OperatorGraph, strategy: Strategy) -> dict[int, tuple[i
     return {pid: tuple(sorted(found)) for pid, found in devices.items()}
 
 
-TASKS_IN_FLIGHT = 256
+TASKS_IN_FLIGHT = 32
 """How many tasks of batches whose results nobody has read an executor lets Legate hold before
-it waits for the older ones. Legion keeps a window of operations (1,024 by default); when it is
-full, a store freed in Python blocks with the interpreter lock held while the Python tasks that
-would drain the window wait for that lock: 3,000 unread iterations of the runtime benchmark's
-MLP hung 4 runs of 4 (tests/runtime/test_unread_batches.py). 256 tasks still keep 128 batches of
-a two-task data-parallel step in flight (flexflow.bootstrap also widens Legion's window)."""
+it waits for the older ones (at least two batches' worth). Legion keeps a window of operations
+(1,024 by default); when it is full, a store freed in Python blocks with the interpreter lock
+held while the Python tasks that would drain the window wait for that lock: 3,000 unread
+iterations of the runtime benchmark's MLP hung 4 runs of 4 (tests/runtime/test_unread_batches.py;
+flexflow.bootstrap also widens Legion's window). Fewer is also faster: Legion's work per task
+grows with the operations outstanding, and on the runtime benchmark's MLP (two tasks per
+iteration) 16 iterations ahead took 1.83-1.85 ms per iteration against 2.09-2.24 ms for 32 to 128
+ahead, and 1.90-1.97 ms for 2 to 8 (Legate's threads used 3.1-3.2 ms of CPU per iteration
+against 3.8-3.9)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -890,14 +894,15 @@ class Executor:
     def _bound_unread(self, stats: BatchStats, began: int) -> BatchStats:
         """`stats` (of the batch whose tasks began after `began` tasks), returned at once unless
         the batches issued since the last one known finished hold more than TASKS_IN_FLIGHT
-        tasks; then after waiting for the batch that leaves about half that many unread (a
-        batch's results come after every earlier batch's tasks: each step reads the weights
-        the one before it updated)."""
+        tasks (or two batches' tasks, if more); then after waiting for the batch that leaves
+        about half that many unread (a batch's results come after every earlier batch's tasks:
+        each step reads the weights the one before it updated)."""
         self._unread.append((stats, began))
-        if self.tasks_issued - self._unread[0][1] <= TASKS_IN_FLIGHT:
+        bound = max(TASKS_IN_FLIGHT, 2 * (self.tasks_issued - began))
+        if self.tasks_issued - self._unread[0][1] <= bound:
             return stats
         waited = self._unread.popleft()
-        while self._unread and self.tasks_issued - self._unread[0][1] > TASKS_IN_FLIGHT // 2:
+        while self._unread and self.tasks_issued - self._unread[0][1] > bound // 2:
             waited = self._unread.popleft()
         waited[0].read()
         return stats
