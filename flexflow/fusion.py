@@ -8,11 +8,15 @@ task threads for the cores. One task per device for a chain of ops pays that pri
 
 Op b joins the group of the ops just before it when it has no batch statistics (their
 all-reduce sits between forward steps), runs the same number of tasks on the same devices,
-reads at least one tensor made in the group, and every tensor it reads from the group is read
-by b alone, once, through exactly the tile its producer's task wrote. Such a tensor is
-*internal*: inside the fused task its value and its gradient pass in memory. Internal values
-are still written to their stores (the backward task reads them), internal gradients never
-touch a store.
+reads at least one tensor made in the group, and reads every tensor it reads from the group
+once, through exactly the tile its producer's task wrote. A group ends before the first op
+that reads a tensor of the group which an op after the group also reads. The tensors a group
+makes and only its ops read are *internal*: inside the fused task their values and gradients
+pass in memory (a gradient summed over the group's readers). Internal values are still
+written to their stores (the backward task reads them), internal gradients never touch a
+store. So a chain of ops fuses, and so does a graph whose tensors have several readers (an
+LSTM step's output feeds the next step and the layer above): under data parallelism a whole
+unrolled RNN is one task per device.
 
 A fused task's store arguments are named by `Slot`s; `TaskLayout` fixes their order, once per
 (group, task, pass), for both the issuing side (flexflow.runtime.executor) and the task bodies
@@ -50,26 +54,64 @@ def fuse(
 ) -> tuple[FusedGroup, ...]:
     """Split the graph's ops into fused groups, in order; `regions[op]` are its task tiles."""
     groups: list[FusedGroup] = []
-    ops: list[int] = []
-    internal: set[int] = set()
-    for node in graph.ops:
-        links = _links(graph, strategy, regions, ops, node.id)
-        if links is None:
-            if ops:
-                groups.append(FusedGroup(tuple(ops), frozenset(internal)))
-            ops, internal = [node.id], set()
-        else:
-            ops.append(node.id)
-            internal |= links
-    if ops:
-        groups.append(FusedGroup(tuple(ops), frozenset(internal)))
+    start = 0
+    while start < len(graph.ops):
+        ops = [start]
+        for op in range(start + 1, len(graph.ops)):
+            if _links(graph, strategy, regions, ops, op) is None:
+                break
+            ops.append(op)
+        ops = _without_escapes(graph, ops)
+        groups.append(FusedGroup(tuple(ops), _internal(graph, ops)))
+        start = ops[-1] + 1
     return tuple(groups)
 
 
+def _without_escapes(graph: OperatorGraph, ops: list[int]) -> list[int]:
+    """The longest prefix of `ops` in which no op reads, in memory, a tensor of the group that
+    an op after the group also reads: such a tensor's gradient would come both from the task
+    and from its store, which one task cannot read after adding into it."""
+    while True:
+        members = set(ops)
+        escaping = {
+            tid
+            for op in ops
+            for tid in graph.ops[op].outputs
+            if any(c not in members for c in graph.consumers(tid))
+        }
+        cut = next(
+            (
+                position
+                for position, op in enumerate(ops)
+                if any(
+                    graph.tensor(t).producer in members and t in escaping
+                    for t in graph.ops[op].inputs
+                )
+            ),
+            None,
+        )
+        if cut is None:
+            return ops
+        ops = ops[:cut]
+
+
+def _internal(graph: OperatorGraph, ops: Sequence[int]) -> frozenset[int]:
+    """The tensors the group's ops make and only its ops read (see the module doc)."""
+    members = set(ops)
+    return frozenset(
+        tid
+        for op in ops
+        for tid in graph.ops[op].outputs
+        if graph.consumers(tid) and all(c in members for c in graph.consumers(tid))
+    )
+
+
 def joins_previous(graph: OperatorGraph, configs, regions, op: int) -> bool:
-    """Whether `op` runs inside the fused task of op - 1: `fuse`'s rule, looking at the op
-    before only (the same on chains), so the simulator can decide it from two configurations.
-    `configs[op]` and `regions[op]` are an op's configuration and task tiles."""
+    """Whether `op` runs inside the fused task of op - 1 as far as the two ops tell: `fuse`'s
+    rule looking at the op before only, so the simulator can decide it from two configurations
+    (the same as `fuse` on chains; on other graphs an op may also join through an earlier op,
+    or leave a group whose tensor escapes it). `configs[op]` and `regions[op]` are an op's
+    configuration and task tiles."""
     return op > 0 and _links(graph, configs, regions, [op - 1], op) is not None
 
 
@@ -87,7 +129,7 @@ def _links(graph, strategy, regions, group: list[int], op: int) -> set[int] | No
         tensor = graph.tensor(tid)
         if tensor.producer not in members:
             continue
-        if graph.consumers(tid) != (op,) or node.inputs.count(tid) != 1:
+        if node.inputs.count(tid) != 1:
             return None
         producer = graph.ops[tensor.producer]
         for index, region in enumerate(regions[op]):

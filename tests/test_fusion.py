@@ -57,15 +57,43 @@ def test_other_devices_or_a_halo_start_a_new_group():
     ]
 
 
-def test_a_tensor_read_twice_or_batch_statistics_break_the_chain():
+def test_a_tensor_with_several_readers_in_the_group_is_internal():
     model = FFModel(FFConfig(batch_size=4))
     x = model.create_tensor((4, 6), name="x")
     h = model.dense(x, 6, ActiMode.AC_MODE_RELU, name="h")
     y = model.dense(h, 6, name="y")
-    model.add(h, y, name="residual")  # h has two readers: its gradient sums both
+    model.add(h, y, name="residual")  # h has two readers: its gradient sums both, in memory
     graph = model.graph()
     strategy = named_strategy("dp", graph, parse_machine("p100:2"))
-    assert _names(graph, _groups(graph, strategy)[0]) == [["h"], ["y", "residual"]]
+    (group,), _ = _groups(graph, strategy)
+    assert _names(graph, (group,)) == [["h", "y", "residual"]]
+    assert group.internal == {graph.ops[0].outputs[0], graph.ops[1].outputs[0]}
+
+
+def test_a_group_ends_before_reading_a_tensor_that_escapes_it():
+    """c1 is read by c2 and by `res` after the batch norm's group break: were c2 to read it in
+    memory, c1's gradient would come from the task and from its store at once."""
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3, 8, 8), name="x")
+    c1 = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, name="c1")
+    c2 = model.conv2d(c1, 4, 3, 3, 1, 1, 1, 1, name="c2")
+    b = model.batch_norm(c2, name="bn")
+    model.add(b, c1, name="res")
+    graph = model.graph()
+    strategy = named_strategy("dp", graph, parse_machine("p100:2"))
+    groups, _ = _groups(graph, strategy)
+    assert _names(graph, groups) == [["c1"], ["c2"], ["bn"], ["res"]]
+    assert all(not group.internal for group in groups)
+
+
+def test_a_tensor_read_twice_or_batch_statistics_break_the_chain():
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 6), name="x")
+    h = model.dense(x, 6, ActiMode.AC_MODE_RELU, name="h")
+    model.add(h, h, name="double")  # one op reading h twice
+    graph = model.graph()
+    strategy = named_strategy("dp", graph, parse_machine("p100:2"))
+    assert _names(graph, _groups(graph, strategy)[0]) == [["h"], ["double"]]
 
     model = FFModel(FFConfig(batch_size=4))
     x = model.create_tensor((4, 3, 8, 8), name="x")

@@ -70,6 +70,19 @@ def tagger() -> FFModel:
     return model
 
 
+def residual() -> FFModel:
+    """Tensors with several readers (flexflow.fusion): h's two readers fuse with it, its
+    gradient summed in memory; c1's second reader comes after a batch norm, outside c1's group."""
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 3, 6, 6), name="x")
+    c1 = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1)
+    c2 = model.conv2d(c1, 4, 3, 3, 1, 1, 1, 1)
+    t = model.add(model.batch_norm(c2), c1)
+    h = model.dense(model.flat(t), 10, ActiMode.AC_MODE_RELU)
+    model.dense(model.add(h, model.dense(h, 10)), 4)
+    return model
+
+
 def reference(graph, inputs, target, loss_name):
     """The same SGD steps with the numpy kernels on whole tensors."""
     rng = np.random.default_rng(0)
@@ -217,7 +230,7 @@ def run(build, loss: str = "mean_squared_error") -> dict:
 
 
 if __name__ == "__main__":
-    report = {"mlp": run(mlp), "cnn": run(cnn), "lstm": run(lstm)}
+    report = {"mlp": run(mlp), "cnn": run(cnn), "lstm": run(lstm), "residual": run(residual)}
     report["classifier"] = run(classifier, "sparse_categorical_crossentropy")
     report["tagger"] = run(tagger, "sparse_categorical_crossentropy")
     report["relu_classifier"] = run(relu_classifier, "sparse_categorical_crossentropy")

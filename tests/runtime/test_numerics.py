@@ -14,7 +14,7 @@ SCRIPT = Path(__file__).with_name("numerics_script.py")
 
 
 STRATEGIES = 20
-MODELS = ["mlp", "cnn", "lstm", "classifier", "tagger", "relu_classifier"]
+MODELS = ["mlp", "cnn", "lstm", "residual", "classifier", "tagger", "relu_classifier"]
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["2cpus", "4cpus"])
