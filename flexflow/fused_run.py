@@ -49,6 +49,10 @@ class TileBackend(Protocol):
     def accumulate(self, total: Any, value: Any) -> Any:
         """total + value, for a gradient that stays in memory."""
 
+    def zeros_like(self, value: Any) -> Any:
+        """An array of zeros shaped and typed like `value`: the gradient of an output that
+        nothing reads."""
+
     def hold(self, value: Any, dtype: str) -> Any:
         """`value` as the `dtype` array a store of that type would give back, for a value that
         stays in memory instead (a training step's activations)."""
@@ -136,7 +140,10 @@ def run_backward(
         weights = [values[slot] for slot in step.weights]
         outputs = [values[slot] for _, _, slot in step.outputs]
         grad_outputs = [
-            grads.pop(t) if t in internal else values[slot] for t, slot in step.output_grads
+            (grads.pop(t) if t in grads else backend.zeros_like(value))  # zeros: nothing read t
+            if t in internal
+            else values[slot]
+            for (t, slot), value in zip(step.output_grads, outputs, strict=True)
         ]
         # backward passes always train: dropout applies this iteration's mask
         op_now = op_for_task(step.node.op, extra) or step.node.op

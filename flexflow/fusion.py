@@ -12,7 +12,7 @@ reads at least one tensor made in the group, and reads every tensor it reads fro
 once, through exactly the tile its producer's task wrote. A group ends before the first op
 that reads a tensor of the group which an op after the group also reads. The tensors a group
 makes and only its ops read are *internal*: inside the fused task their values and gradients
-pass in memory (a gradient summed over the group's readers). Internal values are still
+pass in memory (a gradient summed over the group's readers; zeros for a tensor nothing reads). Internal values are still
 written to their stores (the backward task reads them), internal gradients never touch a
 store. So a chain of ops fuses, and so does a graph whose tensors have several readers (an
 LSTM step's output feeds the next step and the layer above): under data parallelism a whole
@@ -96,13 +96,15 @@ def _without_escapes(graph: OperatorGraph, ops: list[int]) -> list[int]:
 
 
 def _internal(graph: OperatorGraph, ops: Sequence[int]) -> frozenset[int]:
-    """The tensors the group's ops make and only its ops read (see the module doc)."""
-    members = set(ops)
+    """The tensors the group's ops make and only its ops read (see the module doc), and those
+    nothing reads (an LSTM's last cell state): their gradient is zero, made in memory. The
+    model's output, whose gradient the loss makes, is neither."""
+    members, output = set(ops), graph.ops[-1].outputs[0]
     return frozenset(
         tid
         for op in ops
         for tid in graph.ops[op].outputs
-        if graph.consumers(tid) and all(c in members for c in graph.consumers(tid))
+        if tid != output and all(c in members for c in graph.consumers(tid))
     )
 
 

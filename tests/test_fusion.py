@@ -137,7 +137,7 @@ def test_one_device_strategy_groups_like_data_parallelism():
     assert len(group.ops) == len(graph.ops)
 
 
-def test_forward_loss_and_backward_share_a_task_unless_another_output_leaves_the_group():
+def test_forward_loss_and_backward_share_a_task_even_with_an_unread_output():
     graph = load_model("lenet", FFConfig(batch_size=8)).graph()
     strategy = named_strategy("dp", graph, parse_machine("p100:2"))
     (group,), regions = _groups(graph, strategy)
@@ -150,8 +150,12 @@ def test_forward_loss_and_backward_share_a_task_unless_another_output_leaves_the
     graph = model.graph()
     strategy = named_strategy("dp", graph, parse_machine("p100:2"))
     (group,), regions = _groups(graph, strategy)
-    # the unread half's gradient (zeros) comes from its store, which a step task never reads
-    assert not fused_task(graph, group, 0, [regions[op][0] for op in group.ops]).step_ready
+    # the unread half is internal: its gradient, zeros, is made in memory, not read from a store
+    unread = graph.ops[1].outputs[1]
+    assert unread in group.internal and graph.ops[-1].outputs[0] not in group.internal
+    task = fused_task(graph, group, 0, [regions[op][0] for op in group.ops])
+    assert task.step_ready
+    assert all(s.id != unread for s in task.backward.inputs if s.kind is SlotKind.GRAD)
 
 
 def test_a_weight_whole_on_one_task_per_device_is_written_not_accumulated():

@@ -184,6 +184,9 @@ class _GpuTiles:
         """total + value; a partial gradient's leading device axis is ignored (same size)."""
         return prims.binary(self.gpu, "add", total, value.reshape(total.shape))
 
+    def zeros_like(self, value: DeviceArray) -> DeviceArray:
+        return self.gpu.zeros(value.shape, str(np.dtype(value.dtype)))
+
     def hold(self, value: DeviceArray, dtype: str) -> DeviceArray:
         if np.dtype(value.dtype) != np.dtype(dtype):
             raise UnsupportedTileError(

@@ -161,6 +161,10 @@ class _CpuTiles:
         return total + value
 
     @staticmethod
+    def zeros_like(value) -> np.ndarray:
+        return np.zeros_like(value)
+
+    @staticmethod
     def hold(value, dtype: str) -> np.ndarray:
         return np.asarray(value, dtype=dtype)
 
