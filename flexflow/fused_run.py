@@ -49,6 +49,12 @@ class TileBackend(Protocol):
     def accumulate(self, total: Any, value: Any) -> Any:
         """total + value, for a gradient that stays in memory."""
 
+    def window(self, value: Any, where: tuple[slice, ...]) -> Any:
+        """value[where]: the part of a tile an op reads (CPU tasks only: `flexflow.fusion`)."""
+
+    def add_window(self, total: Any, where: tuple[slice, ...], value: Any) -> None:
+        """total[where] += value, total being a gradient this task made."""
+
     def zeros_like(self, value: Any) -> Any:
         """An array of zeros shaped and typed like `value`: the gradient of an output that
         nothing reads."""
@@ -103,6 +109,9 @@ def run_forward(
     for step in task.steps:
         begin = time.perf_counter()
         inputs = [made[t] if t in internal else values[slot] for t, slot in step.inputs]
+        for position, part in enumerate(step.windows):
+            if part is not None:  # part of a tile made in the task
+                inputs[position] = backend.window(inputs[position], part[0])
         weights = [values[slot] for slot in step.weights]
         op_now = op_for_task(step.node.op, extra)
         if op_now is None:  # dropout outside training: the identity
@@ -132,11 +141,15 @@ def run_backward(
     accumulators: partial weight gradient slot -> (its current value, or None to overwrite it;
     its output argument), see `partial_gradients`."""
     grads: dict[int, Any] = {}  # gradients of internal tensors, kept in memory
+    owned: set[int] = set()  # ... those in arrays made here, which windows add into
     weight_grads: dict[Slot, Any] = {}  # summed over the group's ops, written once at the end
     internal = task.group.internal
     for step in reversed(task.steps):
         begin = time.perf_counter()
-        inputs = [values[slot] for _, slot in step.inputs]
+        inputs = [values[slot] for _, slot in _whole_inputs(step)]
+        for position, part in enumerate(step.windows):
+            if part is not None:  # cut from the tile made in the task
+                inputs.insert(position, backend.window(values[part[1]], part[0]))
         weights = [values[slot] for slot in step.weights]
         outputs = [values[slot] for _, _, slot in step.outputs]
         grad_outputs = [
@@ -162,8 +175,17 @@ def run_backward(
             op_now, step.node.sig, step.region, inputs, weights, outputs, grad_outputs, needed,
             into,
         )  # fmt: skip
-        for (tid, _), slot, grad in zip(step.inputs, step.input_grads, grad_inputs, strict=True):
-            if tid in internal:
+        parts = step.windows or (None,) * len(step.inputs)
+        for (tid, _), slot, grad, part in zip(
+            step.inputs, step.input_grads, grad_inputs, parts, strict=True
+        ):
+            if part is not None:  # into its part of the whole tile's gradient, made here
+                if tid not in owned:
+                    whole = backend.zeros_like(values[part[1]])
+                    grads[tid] = backend.accumulate(whole, grads[tid]) if tid in grads else whole
+                    owned.add(tid)
+                backend.add_window(grads[tid], part[0], grad)
+            elif tid in internal:
                 grads[tid] = backend.accumulate(grads[tid], grad) if tid in grads else grad
             elif slot in reductions:
                 backend.add(reductions[slot], grad)
@@ -175,6 +197,13 @@ def run_backward(
         current, target = accumulators[slot]
         if total is not target:  # (else written in place by the op)
             backend.write(target, total if current is None else backend.accumulate(current, total))
+
+
+def _whole_inputs(step) -> list:
+    """The step's inputs not read through a window, in order."""
+    if not step.windows:
+        return list(step.inputs)
+    return [pair for pair, part in zip(step.inputs, step.windows, strict=True) if part is None]
 
 
 FUSED_PARTS = ("forward", "forward+loss", "step", "backward")

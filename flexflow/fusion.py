@@ -9,7 +9,8 @@ task threads for the cores. One task per device for a chain of ops pays that pri
 Op b joins the group of the ops just before it when it has no batch statistics (their
 all-reduce sits between forward steps), runs the same number of tasks on the same devices,
 reads at least one tensor made in the group, and reads every tensor it reads from the group
-once, through exactly the tile its producer's task wrote. A group ends before the first op
+once, through exactly the tile its producer's task wrote (or, on CPUs, part of it: an LSTM
+step reads its time step of the embedding's tile, as a view). A group ends before the first op
 that reads a tensor of the group which an op after the group also reads. The tensors a group
 makes and only its ops read are *internal*: inside the fused task their values and gradients
 pass in memory (a gradient summed over the group's readers; zeros for a tensor nothing reads). Internal values are still
@@ -50,15 +51,20 @@ class FusedGroup:
 
 
 def fuse(
-    graph: OperatorGraph, strategy: Strategy, regions: Sequence[tuple[Region, ...]]
+    graph: OperatorGraph,
+    strategy: Strategy,
+    regions: Sequence[tuple[Region, ...]],
+    cpu_devices: frozenset[int] = frozenset(),
 ) -> tuple[FusedGroup, ...]:
-    """Split the graph's ops into fused groups, in order; `regions[op]` are its task tiles."""
+    """Split the graph's ops into fused groups, in order; `regions[op]` are its task tiles.
+    Groups whose devices are all in `cpu_devices` may also read part of a tile made in the
+    group (a window: a numpy view; see the module doc)."""
     groups: list[FusedGroup] = []
     start = 0
     while start < len(graph.ops):
         ops = [start]
         for op in range(start + 1, len(graph.ops)):
-            if _links(graph, strategy, regions, ops, op) is None:
+            if _links(graph, strategy, regions, ops, op, cpu_devices) is None:
                 break
             ops.append(op)
         ops = _without_escapes(graph, ops)
@@ -108,16 +114,20 @@ def _internal(graph: OperatorGraph, ops: Sequence[int]) -> frozenset[int]:
     )
 
 
-def joins_previous(graph: OperatorGraph, configs, regions, op: int) -> bool:
+def joins_previous(
+    graph: OperatorGraph, configs, regions, op: int, cpu_devices: frozenset[int] = frozenset()
+) -> bool:
     """Whether `op` runs inside the fused task of op - 1 as far as the two ops tell: `fuse`'s
     rule looking at the op before only, so the simulator can decide it from two configurations
     (the same as `fuse` on chains; on other graphs an op may also join through an earlier op,
     or leave a group whose tensor escapes it). `configs[op]` and `regions[op]` are an op's
-    configuration and task tiles."""
-    return op > 0 and _links(graph, configs, regions, [op - 1], op) is not None
+    configuration and task tiles; `cpu_devices` as `fuse` takes them."""
+    return op > 0 and _links(graph, configs, regions, [op - 1], op, cpu_devices) is not None
 
 
-def _links(graph, strategy, regions, group: list[int], op: int) -> set[int] | None:
+def _links(
+    graph, strategy, regions, group: list[int], op: int, cpu_devices: frozenset[int] = frozenset()
+) -> set[int] | None:
     """The tensors `op` would read in memory from `group`; None when it cannot join it."""
     if not group or _has_statistics(graph, op) or _has_statistics(graph, group[0]):
         return None
@@ -126,6 +136,7 @@ def _links(graph, strategy, regions, group: list[int], op: int) -> set[int] | No
         return None
     node = graph.ops[op]
     members = set(group)
+    windows = set(first.devices) <= cpu_devices
     links = set()
     for position, tid in enumerate(node.inputs):
         tensor = graph.tensor(tid)
@@ -137,10 +148,26 @@ def _links(graph, strategy, regions, group: list[int], op: int) -> set[int] | No
         for index, region in enumerate(regions[op]):
             read = node.op.input_regions(node.sig, region)[position]
             made = producer.op.output_regions(producer.sig, regions[producer.id][index])
-            if read != made[tensor.index]:
+            if read != made[tensor.index] and not (windows and _within(read, made[tensor.index])):
                 return None
         links.add(tid)
     return links or None
+
+
+def _within(read: Region, made: Region) -> bool:
+    return all(m0 <= r0 and r1 <= m1 for (r0, r1), (m0, m1) in zip(read, made, strict=True))
+
+
+def window(read: Region, made: Region) -> tuple[slice, ...] | None:
+    """Where the tile `read` lies in the tile `made` that contains it; None when they are one."""
+    if read == made:
+        return None
+    return tuple(slice(r0 - m0, r1 - m0) for (r0, r1), (m0, _) in zip(read, made, strict=True))
+
+
+def cpu_devices(kinds: Sequence[str]) -> frozenset[int]:
+    """The devices, of kinds `kinds[d]`, whose fused tasks may read parts of tiles (`fuse`)."""
+    return frozenset(d for d, kind in enumerate(kinds) if kind == "cpu")
 
 
 def _has_statistics(graph: OperatorGraph, op: int) -> bool:
@@ -234,11 +261,15 @@ def backward_layout(
     adds into the gradients of inputs from outside the group and of the weights, or writes
     those of the parameters in `sole` (see `TaskLayout.overwrites`)."""
     inputs, reductions, accumulators = [], [], []
+    made: dict[int, Region] = {}
     for op, (in_regions, w_regions, out_regions) in zip(group.ops, op_tiles, strict=True):
         node = graph.ops[op]
-        inputs += [
-            Slot(SlotKind.TENSOR, t, r) for t, r in zip(node.inputs, in_regions, strict=True)
+        inputs += [  # (a part of a tile made in the task is cut from that tile: `OpStep.windows`)
+            Slot(SlotKind.TENSOR, t, r)
+            for t, r in zip(node.inputs, in_regions, strict=True)
+            if t not in group.internal or made.get(t) == r
         ]
+        made.update(zip(node.outputs, out_regions, strict=True))
         inputs += [
             Slot(SlotKind.WEIGHT, p, r) for p, r in zip(node.weights, w_regions, strict=True)
         ]
@@ -312,6 +343,9 @@ class OpStep:
     """(tensor id, gradient slot) per output."""
     input_grads: tuple[Slot, ...]
     weight_grads: tuple[Slot, ...]
+    windows: tuple[tuple[tuple[slice, ...], Slot] | None, ...] = ()
+    """Per input (empty: none), None, or where the op reads it in the tile made in the task
+    (an internal tensor read in part, `window`) with the producer's output slot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +417,7 @@ def op_steps(
         return known.setdefault(made, made)
 
     steps = []
+    made: dict[int, tuple[Region, Slot]] = {}  # tensor -> its tile in this task, and slot
     for op, region, (in_regions, w_regions, out_regions) in zip(
         group.ops, tiles, op_tiles, strict=True
     ):
@@ -390,6 +425,13 @@ def op_steps(
         ins = tuple(zip(node.inputs, in_regions, strict=True))
         outs = tuple(zip(node.outputs, node.sig.outputs, out_regions, strict=True))
         params = tuple(zip(node.weights, w_regions, strict=True))
+        windows = tuple(
+            (view, made[t][1])
+            if t in group.internal and (view := window(r, made[t][0])) is not None
+            else None
+            for t, r in ins
+        )
+        made.update((t, (r, slot(SlotKind.TENSOR, t, r))) for t, _, r in outs)
         steps.append(
             OpStep(
                 node,
@@ -400,6 +442,7 @@ def op_steps(
                 tuple((t, slot(SlotKind.GRAD, t, r)) for t, _, r in outs),
                 tuple(slot(SlotKind.GRAD, t, r) for t, r in ins),
                 tuple(slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in params),
+                windows if any(windows) else (),
             )
         )
     return tuple(steps)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flexflow.fusion import (
+    cpu_devices,
     fuse,
     fused_task,
     inputs_read_in_step,
@@ -70,7 +71,7 @@ def iteration_tasks(
             config.task_regions(node.sig.output_shape)
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
-    groups = fuse(graph, strategy, regions)
+    groups = fuse(graph, strategy, regions, cpu_devices(kinds))
     sole = sole_gradients(graph, strategy, regions)
     last_tasks = [
         fused_task(graph, groups[-1], index, [regions[op][index] for op in groups[-1].ops], sole)

@@ -160,6 +160,12 @@ def _loss_into(
     return gradient
 
 
+_NO_WINDOWS = (
+    "a GPU task read part of a tile made in its fused task; flexflow.fusion fuses such reads "
+    "on CPUs only (a bug if seen)."
+)
+
+
 class _GpuTiles:
     """The GPU variant's side of a fused task (flexflow.fused_run.TileBackend)."""
 
@@ -183,6 +189,12 @@ class _GpuTiles:
     def accumulate(self, total: DeviceArray, value: DeviceArray) -> DeviceArray:
         """total + value; a partial gradient's leading device axis is ignored (same size)."""
         return prims.binary(self.gpu, "add", total, value.reshape(total.shape))
+
+    def window(self, value: DeviceArray, where) -> DeviceArray:
+        raise UnsupportedTileError(_NO_WINDOWS)
+
+    def add_window(self, total: DeviceArray, where, value: DeviceArray) -> None:
+        raise UnsupportedTileError(_NO_WINDOWS)
 
     def zeros_like(self, value: DeviceArray) -> DeviceArray:
         return self.gpu.zeros(value.shape, str(np.dtype(value.dtype)))

@@ -50,6 +50,7 @@ from flexflow.fusion import (
     Slot,
     SlotKind,
     TaskLayout,
+    cpu_devices,
     fuse,
     fused_task,
     inputs_read_in_step,
@@ -211,7 +212,8 @@ class Executor:
             config.task_regions(node.sig.output_shape)
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
-        self.groups = fuse(graph, strategy, self._regions)
+        self._kinds = kinds = [kind for kind, _ in local.kind_ordinals()]
+        self.groups = fuse(graph, strategy, self._regions, cpu_devices(kinds))
         """Consecutive ops run as one task per device (`flexflow.fusion`); ops with
         batch statistics stay alone and run through `batch_statistics`."""
         self._sole = sole_gradients(graph, strategy, self._regions)
@@ -248,7 +250,6 @@ class Executor:
         self._staging = self.runtime.node_count == 1
         self.contributors = _contributors(graph, strategy)
         """Per parameter, the devices whose backward tasks compute parts of its gradient."""
-        self._kinds = kinds = [kind for kind, _ in local.kind_ordinals()]
         self.updates_in_step = updates_in_step(
             graph, strategy, self.groups, self.fused_tasks, self._sole, kinds
         )

@@ -161,6 +161,14 @@ class _CpuTiles:
         return total + value
 
     @staticmethod
+    def window(value: np.ndarray, where) -> np.ndarray:
+        return value[where]
+
+    @staticmethod
+    def add_window(total: np.ndarray, where, value) -> None:
+        total[where] += value
+
+    @staticmethod
     def zeros_like(value) -> np.ndarray:
         return np.zeros_like(value)
 

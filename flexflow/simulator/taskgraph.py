@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flexflow.cost import DEVICE_CONSTANTS, TaskTime
-from flexflow.fusion import joins_previous
+from flexflow.fusion import cpu_devices, joins_previous
 from flexflow.graph import OpNode
 from flexflow.ops.base import Region, region_volume
 from flexflow.simulator.context import SimContext
@@ -119,6 +119,7 @@ class TaskGraph:
         self.context = context
         graph, machine = context.graph, context.machine
         self.graph, self.machine = graph, machine
+        self._cpu_devices = cpu_devices([device.kind for device in machine.devices])
         self.num_devices = machine.num_devices
         self.num_resources = context.num_resources
         self.resource_sets = context.resource_sets
@@ -417,7 +418,7 @@ class TaskGraph:
         devices = self.machine.devices
         stats_s = self._statistics_s(node, config)
         fused = self.context.fused_launches and joins_previous(
-            self.graph, self.configs, _TaskTiles(self), node.id
+            self.graph, self.configs, _TaskTiles(self), node.id, self._cpu_devices
         )
         if len(config.devices) >= FIELD_LIMIT:  # task, ring and group indices fit a key
             raise AssertionError(f"{node.name}: {len(config.devices)} tasks; keys hold fewer")
