@@ -296,13 +296,18 @@ def backward_layout(
 
 
 def sole_gradients(
-    graph: OperatorGraph, strategy: Strategy, regions: Sequence[tuple[Region, ...]]
+    graph: OperatorGraph,
+    strategy: Strategy,
+    regions: Sequence[tuple[Region, ...]],
+    groups: Sequence[FusedGroup],
 ) -> frozenset[int]:
     """Parameters whose partial gradient on each device comes from one task that reads the
-    whole weight (a replicated weight of one op): those tasks write their device's partial
-    outright and nothing zeroes it each iteration. Batch norm's weights always accumulate.
-    `regions[op]` are the op's task tiles."""
-    writers: dict[tuple[int, int], int] = {}
+    whole weight (a replicated weight of one op, or of several ops in one fused task, such as
+    an unrolled LSTM's steps: the task sums their contributions in memory and writes once):
+    those tasks write their device's partial outright and nothing zeroes it each iteration.
+    Batch norm's weights always accumulate. `regions[op]` are the op's task tiles."""
+    group_of = {op: g for g, group in enumerate(groups) for op in group.ops}
+    writers: dict[tuple[int, int], set[tuple[int, int]]] = {}
     shared: set[int] = set()
     for node, config in zip(graph.ops, strategy.configs, strict=True):
         for index, region in enumerate(regions[node.id]):
@@ -310,9 +315,9 @@ def sole_gradients(
                 full = full_region(graph.parameters[pid].spec.shape)
                 if r != full or node.op.statistics_dims:
                     shared.add(pid)
-                key = (pid, config.devices[index])
-                writers[key] = writers.get(key, 0) + 1
-    shared |= {pid for (pid, _), count in writers.items() if count > 1}
+                task = (group_of[node.id], index)
+                writers.setdefault((pid, config.devices[index]), set()).add(task)
+    shared |= {pid for (pid, _), tasks in writers.items() if len(tasks) > 1}
     return frozenset(p.id for p in graph.parameters) - shared
 
 

@@ -72,7 +72,7 @@ def iteration_tasks(
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
     groups = fuse(graph, strategy, regions, cpu_devices(kinds))
-    sole = sole_gradients(graph, strategy, regions)
+    sole = sole_gradients(graph, strategy, regions, groups)
     last_tasks = [
         fused_task(graph, groups[-1], index, [regions[op][index] for op in groups[-1].ops], sole)
         for index in range(strategy[groups[-1].ops[0]].num_tasks)

@@ -165,14 +165,16 @@ def test_a_weight_whole_on_one_task_per_device_is_written_not_accumulated():
     machine = parse_machine("p100:1")  # 4 GPUs
     dp = named_strategy("dp", graph, machine)
     everything = frozenset(p.id for p in graph.parameters)
-    assert sole_gradients(graph, dp, _groups(graph, dp)[1]) == everything
+    assert sole_gradients(graph, dp, *reversed(_groups(graph, dp))) == everything
     fc1 = [p.id for p in graph.parameters if p.name.startswith("fc1.")]
     # fc1 split by output features: each task reads its rows of the kernel, not all of it
     split = dp.replace("fc1", ParallelConfig((1, 4), (0, 1, 2, 3)))
-    assert sole_gradients(graph, split, _groups(graph, split)[1]) == everything - set(fc1)
+    assert sole_gradients(graph, split, *reversed(_groups(graph, split))) == everything - set(fc1)
     # two of fc1's tasks on device 0: their contributions add up there
     doubled = dp.replace("fc1", ParallelConfig((4, 1), (0, 0, 1, 2)))
-    assert sole_gradients(graph, doubled, _groups(graph, doubled)[1]) == everything - set(fc1)
+    assert sole_gradients(graph, doubled, *reversed(_groups(graph, doubled))) == everything - set(
+        fc1
+    )
     (group,), regions = _groups(graph, dp)
     task = fused_task(graph, group, 0, [regions[op][0] for op in group.ops], everything)
     assert task.backward.accumulators == ()
@@ -183,7 +185,7 @@ def _decisions(graph, strategy, kinds):
     from flexflow.fusion import inputs_read_in_step, sole_gradients, updates_in_step
 
     groups, regions = _groups(graph, strategy)
-    sole = sole_gradients(graph, strategy, regions)
+    sole = sole_gradients(graph, strategy, regions, groups)
     tasks = [
         tuple(
             fused_task(graph, g, i, [regions[op][i] for op in g.ops], sole)

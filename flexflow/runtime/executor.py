@@ -216,7 +216,7 @@ class Executor:
         self.groups = fuse(graph, strategy, self._regions, cpu_devices(kinds))
         """Consecutive ops run as one task per device (`flexflow.fusion`); ops with
         batch statistics stay alone and run through `batch_statistics`."""
-        self._sole = sole_gradients(graph, strategy, self._regions)
+        self._sole = sole_gradients(graph, strategy, self._regions, self.groups)
         """Parameters whose partial gradients their backward tasks write whole: not zeroed."""
         self.fused_tasks: list[tuple[FusedTask, ...]] = [
             tuple(

@@ -38,7 +38,7 @@ def _task(graph, machine="local", index=0):
         c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, strategy.configs, strict=True)
     ]
     (group,) = fuse(graph, strategy, regions)
-    sole = sole_gradients(graph, strategy, regions)
+    sole = sole_gradients(graph, strategy, regions, (group,))
     return fused_task(graph, group, index, [regions[op][index] for op in group.ops], sole)
 
 
