@@ -14,7 +14,8 @@ ffibuilder.set_source(
     "flexflow._kernels",
     '#include "kernels.h"\n',
     sources=[
-        str(HERE / name) for name in ("kernels.c", "optimizers.c", "dense.c", "losses.c", "step.c")
+        str(HERE / name)
+        for name in ("kernels.c", "optimizers.c", "dense.c", "losses.c", "step.c", "lstm.c")
     ],
     include_dirs=[str(HERE)],
     # -ffp-contract=off: float32 bits as numpy computes them (no fused multiply-adds);

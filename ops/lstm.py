@@ -1,4 +1,7 @@
-"""One time step of an LSTM layer: recurrent layers are unrolled one op per step (paper §8.1)."""
+"""One time step of an LSTM layer: recurrent layers are unrolled one op per step (paper §8.1).
+
+`forward` and `backward` are the numpy reference; float32 tiles run native/lstm.c where MKL's
+GEMM is there (ops/blas.py), within a few float32 ulps of it (its tanh is its own)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import blas
+from . import blas, native
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
     Arrays,
@@ -30,6 +33,13 @@ GATES = 4
 """Gates i, f, g, o, in PyTorch's order; every weight is laid out (gate, hidden unit, ...)."""
 
 _sigmoid = ACTIVATIONS[ActiMode.AC_MODE_SIGMOID].forward
+
+
+def _native_gemm(inputs, weights) -> int | None:
+    """MKL's sgemm for the C step (native/lstm.c) when the tile is float32; None: numpy."""
+    if any(a.dtype != np.float32 for a in (*inputs, *weights)):
+        return None
+    return blas.sgemm_address()
 
 
 def _rows(weight: np.ndarray) -> np.ndarray:
@@ -167,10 +177,40 @@ class LSTM(Op):
         return self if self.step is None else replace(self, step=0)
 
     def forward_tile(self, sig, region, inputs, weights) -> Arrays:
-        return self._tile_op().forward(inputs, weights)
+        op, gemm = self._tile_op(), _native_gemm(inputs, weights)
+        if gemm is None:
+            return op.forward(inputs, weights)
+        x, h_prev, c_prev = op._native_step_inputs(inputs)
+        w_ih, w_hh, bias = weights
+        return native.lstm_forward(gemm, x, h_prev, c_prev, _rows(w_ih), _rows(w_hh), bias)
 
     def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
-        return self._tile_op().backward(inputs, weights, outputs, grad_outputs)
+        op, gemm = self._tile_op(), _native_gemm(inputs, weights)
+        if gemm is None:
+            return op.backward(inputs, weights, outputs, grad_outputs)
+        x, h_prev, c_prev = op._native_step_inputs(inputs)
+        w_ih, w_hh, bias = weights
+        dh, dc = grad_outputs
+        dx, dh_prev, dc_prev, dw_ih, dw_hh, db = native.lstm_backward(
+            gemm, x, h_prev, c_prev, _rows(w_ih), _rows(w_hh), bias, outputs[1], dh, dc
+        )
+        grad_weights = (
+            dw_ih.reshape(w_ih.shape),
+            dw_hh.reshape(w_hh.shape),
+            db.reshape(bias.shape),
+        )
+        if op.step is not None:
+            seq = np.zeros_like(inputs[0])  # only slice `step` was read
+            seq[:, op.step, :] = dx
+            dx = seq
+        if len(inputs) == 1:
+            return (dx,), grad_weights
+        return (dx, dh_prev, dc_prev), grad_weights
+
+    def _native_step_inputs(self, inputs) -> tuple:
+        """x (N, E), h_prev and c_prev (None on the first step) for the C kernels."""
+        x = inputs[0] if self.step is None else inputs[0][:, self.step, :]
+        return (x, *inputs[1:]) if len(inputs) == 3 else (x, None, None)
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         x, h_prev, c_prev = self._step_inputs(inputs, weights)
