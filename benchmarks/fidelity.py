@@ -146,9 +146,12 @@ def worker(name: str, iterations: int, rounds: int, budget_s: float) -> list[dic
     machine = parse_machine("local")
     profile = profile_graph(graph, machine)
     cost = CostModel(profile)
-    context = SimContext(graph, machine, cost, fused_launches=True)
+    sparse = LOSS == "sparse_categorical_crossentropy"  # the steps' bodies (flexflow.launches)
+    context = SimContext(graph, machine, cost, fused_launches=True, sparse_labels=sparse)
     # the model before the runtime's per-task cost: a launch overhead on each task's device
-    per_device = SimContext(graph, machine, cost, fused_launches=True, serial_launches=False)
+    per_device = SimContext(
+        graph, machine, cost, fused_launches=True, serial_launches=False, sparse_labels=sparse
+    )
     chosen = strategies(graph, machine, {"simulated": context, "per-device": per_device}, budget_s)
     inputs, labels = batch(graph)
     measured: dict[str, list[float]] = {label: [] for label in chosen}

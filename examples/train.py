@@ -169,17 +169,20 @@ def measured_profile(path: str | None, graph, machine, console):
     return profile
 
 
-def write_simulation(args: argparse.Namespace, graph, machine, plan, profile) -> None:
+def write_simulation(args: argparse.Namespace, graph, machine, plan, profile, loss) -> None:
     """--trace and --timeline-png: the simulated iteration of the strategy being trained."""
     if not (args.trace or args.timeline_png):
         return
     from flexflow.cost import CostModel
+    from flexflow.planning import sparse
     from flexflow.simulator import SimContext, TaskGraph, full_simulate
     from flexflow.simulator.export import write_trace
     from flexflow.simulator.plot import render_timeline
 
     # simulated as planned: with the runtime's fused launches (flexflow.planning)
-    context = SimContext(graph, machine, CostModel(profile), fused_launches=True)
+    context = SimContext(
+        graph, machine, CostModel(profile), fused_launches=True, sparse_labels=sparse(loss)
+    )
     tg = TaskGraph(context, plan.strategy)
     schedule = full_simulate(tg)
     title = f"{args.model} on {machine.name}: {plan.simulated_ms:.3f} ms per iteration (simulated)"
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             strategy_table(f"strategy for {args.model} on {machine.name}", graph, plan.strategy)
         )
         console.print(f"strategy: {plan.describe()}")
-        write_simulation(args, graph, machine, plan, profile)
+        write_simulation(args, graph, machine, plan, profile, loss)
         if args.resume and args.checkpoint and Path(args.checkpoint).exists():
             model.executor.load_checkpoint(args.checkpoint)
             console.print(f"resumed from {args.checkpoint} at iteration {model.executor.iteration}")

@@ -79,6 +79,12 @@ DEVICE_CONSTANTS: dict[str, DeviceConstants] = {
 # Chosen on this project's 2-core host by ordering measured strategies of LeNet and an MLP
 # (0.8 of 0.4-1.0 ms; benchmarks/fidelity.py and the README's fidelity section).
 LEGATE_CPU_TASK_S = 0.8e-3
+LEGATE_CPP_TASK_S = 0.3e-3
+"""The same for a step task whose body is C++ (flexflow.runtime.native_tasks): no Python turns
+its stores into arrays or holds the interpreter lock the other processors wait for, so only
+the issuing thread's and Legate's own work remain. Measured, not fitted: the runtime
+benchmark's MLP (two such tasks per iteration) used 0.2-0.4 ms of Legate's threads' CPU and
+0.2-0.3 ms of the Python thread's per iteration (benchmarks/runtime.py, 2026-12-01)."""
 
 
 UPDATE_BYTES_PER_ELEMENT = 3 * 4

@@ -36,6 +36,7 @@ from flexflow.fusion import (
 )
 from flexflow.graph import OperatorGraph
 from flexflow.ops.base import Region
+from flexflow.runtime.native_step import runs_as_one_call
 from flexflow.strategy import ParallelConfig, Strategy
 from flexflow.tiling import input_shards, update_pieces
 
@@ -50,6 +51,9 @@ class IterationTasks:
     """Batch statistics tasks (ops with batch norm's whole-batch statistics)."""
     updates: int
     feeds: int
+    cpp_steps: int = 0
+    """Of `steps`, those whose bodies are C++ (flexflow.runtime.native_tasks), which cost the
+    runtime less each (`flexflow.cost.LEGATE_CPP_TASK_S`)."""
 
     @property
     def total(self) -> int:
@@ -62,10 +66,13 @@ def iteration_tasks(
     kinds: Sequence[str],
     staging: bool = True,
     regions: Sequence[tuple[Region, ...]] | None = None,
+    sparse_labels: bool = False,
 ) -> IterationTasks:
     """The Legate tasks of one `Executor.train_batch` (see the module doc). `kinds[d]` is the
     kind of device d ('cpu' or 'gpu'); `staging`: a single-rank run, whose step tasks may read
-    model inputs from the process; `regions[op]`, the op's task tiles, when already known."""
+    model inputs from the process; `regions[op]`, the op's task tiles, when already known;
+    `sparse_labels`: the loss is sparse categorical cross-entropy on integer labels, under which
+    step tasks of dense chains run in C++ bodies (`cpp_steps`)."""
     if regions is None:
         regions = [
             config.task_regions(node.sig.output_shape)
@@ -101,7 +108,10 @@ def iteration_tasks(
         for tid, shards in input_shards(graph, strategy, regions).items()
         if tid not in staged
     )
-    return IterationTasks(steps, statistics, updates, feeds)
+    cpp = 0
+    if in_step and sparse_labels:  # flat parameters: flexflow.runtime.executor._runs_in_cpp
+        cpp = sum(runs_as_one_call(task) for task in last_tasks)
+    return IterationTasks(steps, statistics, updates, feeds, cpp)
 
 
 class LaunchCounter:
@@ -112,8 +122,15 @@ class LaunchCounter:
     """Strategies remembered; the memo starts afresh beyond it (a long search's early
     strategies are rarely asked for again)."""
 
-    def __init__(self, graph: OperatorGraph, kinds: Sequence[str], staging: bool = True) -> None:
+    def __init__(
+        self,
+        graph: OperatorGraph,
+        kinds: Sequence[str],
+        staging: bool = True,
+        sparse_labels: bool = False,
+    ) -> None:
         self.graph, self.kinds, self.staging = graph, tuple(kinds), staging
+        self.sparse_labels = sparse_labels
         self._names = tuple(node.name for node in graph.ops)
         self._memo: dict[tuple[ParallelConfig, ...], IterationTasks] = {}
 
@@ -125,6 +142,6 @@ class LaunchCounter:
                 self._memo.clear()
             strategy = Strategy(self._names, key)
             found = self._memo[key] = iteration_tasks(
-                self.graph, strategy, self.kinds, self.staging
+                self.graph, strategy, self.kinds, self.staging, sparse_labels=self.sparse_labels
             )
         return found

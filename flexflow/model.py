@@ -453,6 +453,7 @@ class FFModel:
             seed=self.config.seed,
             console=console,
             profile=profile,
+            loss=loss_type,
         )
         optimizer = optimizer or SGDOptimizer(self.config.learning_rate)
         executor = Executor(

@@ -54,6 +54,11 @@ def _idle_devices(graph: OperatorGraph, dp: Strategy, machine: Machine) -> str:
     )
 
 
+def sparse(loss: str | None) -> bool:
+    """Whether the loss named `loss` takes integer labels (its steps may run in C++ bodies)."""
+    return loss == "sparse_categorical_crossentropy"
+
+
 def plan_strategy(
     graph: OperatorGraph,
     machine: Machine,
@@ -65,9 +70,11 @@ def plan_strategy(
     model_name: str = "model",
     console: Console | None = None,
     profile: Profile | None = None,
+    loss: str | None = None,
 ) -> Plan:
     """Choose the strategy for `graph` on `machine` (see the module doc), simulating with the
-    measured task times of `profile` where it has them."""
+    measured task times of `profile` where it has them; `loss`, the run's loss, tells which
+    step tasks will run in C++ bodies (`SimContext(sparse_labels=...)`)."""
     from flexflow.search.progress import search_with_progress
     from flexflow.simulator import SimContext, TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
@@ -82,7 +89,9 @@ def plan_strategy(
         raise StrategyError(f"--budget must be >= 0 seconds, got {budget_s}.")
     console = console or Console(stderr=True)
     # the run this plans executes on flexflow's runtime, which fuses ops (flexflow.fusion)
-    context = SimContext(graph, machine, CostModel(profile), fused_launches=True)
+    context = SimContext(
+        graph, machine, CostModel(profile), fused_launches=True, sparse_labels=sparse(loss)
+    )
     dp = named_strategy("dp", graph, machine)
     dp_s = full_simulate(TaskGraph(context, dp)).iteration_s
     if import_path is not None:

@@ -256,6 +256,12 @@ def _checked(array: np.ndarray, written: bool = False) -> np.ndarray:
     return array
 
 
+def runs_as_one_call(task: FusedTask) -> bool:
+    """Whether the step task `task` runs as one C call where it runs on a CPU (the module doc),
+    for counting without building the program (flexflow.launches)."""
+    return blas.sgemm_address() is not None and _layers(task) is not None
+
+
 def native_step(task: FusedTask, flat: FlatLayout | None = None) -> NativeStep | None:
     """The C program of a step task that can run as one (the module doc), else None; with
     `flat`, the layout of the flat buffers its parameters live in (`NativeStep.run_flat`)."""

@@ -16,7 +16,13 @@ import math
 from array import array
 from collections.abc import Sequence
 
-from flexflow.cost import DEVICE_CONSTANTS, LEGATE_CPU_TASK_S, CostModel, TaskTime
+from flexflow.cost import (
+    DEVICE_CONSTANTS,
+    LEGATE_CPP_TASK_S,
+    LEGATE_CPU_TASK_S,
+    CostModel,
+    TaskTime,
+)
 from flexflow.graph import OperatorGraph
 from flexflow.launches import LaunchCounter
 from flexflow.machine import Device, Machine
@@ -65,6 +71,7 @@ class SimContext:
         fused_launches: bool = False,
         serial_launches: bool | None = None,
         cores: int | None = None,
+        sparse_labels: bool = False,
     ) -> None:
         self.graph, self.machine = graph, machine
         self.cost = cost or CostModel()
@@ -87,7 +94,11 @@ class SimContext:
         (Legate's default), on every node (summed: the bound treats the nodes as one pool)."""
         # one rank reads model inputs from its process; several feed them through stores
         kinds = [d.kind for d in machine.devices]
-        self._launches = LaunchCounter(graph, kinds, staging=machine.num_nodes == 1)
+        self._launches = LaunchCounter(
+            graph, kinds, staging=machine.num_nodes == 1, sparse_labels=sparse_labels
+        )
+        """`sparse_labels`: the planned run's loss is sparse categorical cross-entropy, so its
+        dense-chain steps run in C++ bodies (`flexflow.launches`)."""
         self.num_devices = machine.num_devices
         self.num_resources = machine.num_devices + len(machine.links)
         self.resource_sets = ResourceSets(machine.num_devices)
@@ -235,10 +246,14 @@ class SimContext:
 
     def runtime_s(self, configs: Sequence[ParallelConfig]) -> float:
         """The runtime's CPU time per iteration under `serial_launches`: its Legate tasks
-        (`flexflow.launches`) times `LEGATE_CPU_TASK_S`; 0 otherwise."""
+        (`flexflow.launches`) times `LEGATE_CPU_TASK_S`, `LEGATE_CPP_TASK_S` for those with C++
+        bodies; 0 otherwise."""
         if not self.serial_launches:
             return 0.0
-        return self._launches(configs).total * LEGATE_CPU_TASK_S
+        tasks = self._launches(configs)
+        return (tasks.total - tasks.cpp_steps) * LEGATE_CPU_TASK_S + (
+            tasks.cpp_steps * LEGATE_CPP_TASK_S
+        )
 
     def device_array(self, devices: tuple[int, ...]) -> array:
         """A configuration's task devices as an array ("i"), for the C edge builder."""

@@ -11,6 +11,7 @@ import numpy as np
 import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.errors import ShapeError
+from flexflow.launches import iteration_tasks
 from flexflow.machine import parse_machine
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 from flexflow.runtime import Executor
@@ -50,6 +51,8 @@ def train(graph, shape, strategy, optimizer, cpp: bool, labels=None, timeline=Fa
             valid = BATCH - 5 if step == STEPS - 1 else None
             losses.append(executor.train_batch({"x": x}, target, LOSS, valid).read())
         weights = {name: value.tolist() for name, value in executor.get_weights().items()}
+        kinds = [kind for kind, _ in parse_machine("local").kind_ordinals()]
+        predicted = iteration_tasks(graph, strategy, kinds, sparse_labels=True).cpp_steps
         entries = executor.timeline or []
         # (op -1: an update applied inside a step; the last one runs in update tasks)
         passes = [(e[0], int(e[2])) for e in entries if e[3] <= e[4]]
@@ -57,6 +60,7 @@ def train(graph, shape, strategy, optimizer, cpp: bool, labels=None, timeline=Fa
             "losses": losses,
             "weights": weights,
             "cpp": executor.cpp_steps_issued,
+            "predicted_cpp_per_step": predicted,
             "steps_timed": sum(p == int(Pass.FUSED_STEP) for _, p in passes),
             "updates_timed": passes.count((-1, int(Pass.UPDATE))),
             "threads": len({e[5] for e in entries}),

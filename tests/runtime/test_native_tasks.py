@@ -39,6 +39,7 @@ def test_cpp_bodies_train_bit_identically_to_python_bodies(report, case):
     runs = report[case]
     devices = 2 if "/dp/" in case else 1
     assert runs["cpp"]["cpp"] == STEPS * devices  # every step task ran in C++
+    assert runs["cpp"]["predicted_cpp_per_step"] == devices  # as flexflow.launches counts
     assert runs["python"]["cpp"] == 0  # cpp_steps=False
     assert runs["cpp"]["losses"] == runs["python"]["losses"]
     assert runs["cpp"]["weights"] == runs["python"]["weights"]

@@ -133,3 +133,26 @@ def test_a_processor_left_idle_gives_the_runtime_a_core():
     )
     full = full_simulate(tg)
     assert full.iteration_s == max(full.end)
+
+
+def test_step_tasks_with_cpp_bodies_cost_the_runtime_less():
+    """Under sparse cross-entropy the MLP's data-parallel steps run in C++ task bodies
+    (flexflow.runtime.native_tasks) where MKL is installed: LEGATE_CPP_TASK_S each. Other
+    losses, and the model split op by op, keep LEGATE_CPU_TASK_S per task."""
+    from flexflow.cost import LEGATE_CPP_TASK_S
+    from flexflow.ops import blas
+
+    graph, machine = mlp(), cpus(2)
+    dp = named_strategy("dp", graph, machine)
+    kinds = [d.kind for d in machine.devices]
+    native = blas.sgemm_address() is not None
+    tasks = iteration_tasks(graph, dp, kinds, sparse_labels=True)
+    assert tasks.cpp_steps == (2 if native else 0) and tasks.total == 2
+    assert iteration_tasks(graph, dp, kinds).cpp_steps == 0
+    sparse = SimContext(graph, machine, CostModel(), fused_launches=True, sparse_labels=True)
+    other = SimContext(graph, machine, CostModel(), fused_launches=True)
+    per_task = LEGATE_CPP_TASK_S if native else LEGATE_CPU_TASK_S
+    assert TaskGraph(sparse, dp).runtime_s == pytest.approx(2 * per_task)
+    assert TaskGraph(other, dp).runtime_s == pytest.approx(2 * LEGATE_CPU_TASK_S)
+    model = named_strategy("model", graph, machine)  # nothing fuses: no step task in one call
+    assert iteration_tasks(graph, model, kinds, sparse_labels=True).cpp_steps == 0
