@@ -8,8 +8,10 @@ The issuing thread does what the Python body did in Python: it takes the input t
 labels from the batch staged in this process and passes their addresses, so they must stay
 alive until the task has run (the executor holds them with the batch's results).
 
-A step task runs this way when it has a native step, its labels come from the process and the
-run records no timeline (the profiler times op tiles one by one in Python bodies).
+A step task runs this way when it has a native step with flat parameters, the loss is sparse
+categorical cross-entropy and its labels come from the process or an int64 store
+(`Executor._runs_in_cpp`; `Executor(cpp_steps=False)` keeps Python bodies). A recorded
+timeline gets its calls from the C code's log (`ff_step_log`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from flexflow._kernels import ffi, lib
 from flexflow.errors import RuntimeSetupError
 
 HYPERPARAMETERS = ty.array_type(ty.float32, 7)
-"""The update's hyperparameters as one scalar (ff_update.h)."""
+"""The update's hyperparameters as one scalar (`ff_update` in native/kernels.h)."""
 
 
 LIBRARY = Path(__file__).resolve().parent.parent / "lib" / "libflexflow_legate_tasks.so"
