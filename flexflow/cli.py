@@ -147,8 +147,11 @@ def cmd_info(args: argparse.Namespace, console: Console) -> int:
         except PackageNotFoundError:
             info[package] = None
     from flexflow.ops import blas
+    from flexflow.runtime import native_tasks
 
     info["cpu_matrix_products"] = blas.provider()  # MKL's GEMM, or numpy's without MKL
+    # the step tasks with C++ bodies (flexflow.runtime.native_tasks)
+    info["cpp_step_tasks"] = str(native_tasks.LIBRARY) if native_tasks.built() else "not built"
     if args.json:
         print(json.dumps(info, indent=1))
     else:

@@ -101,6 +101,7 @@ def test_python_m_flexflow_runs(tmp_path):
     assert info["driver"] == flexflow.LEGATE_SETUP.driver
     assert info["legate"] and info["nvidia-cupynumeric"]
     assert info["cpu_matrix_products"].split()[0] == ("mkl" if info["mkl"] else "numpy")
+    assert info["cpp_step_tasks"].endswith("flexflow/lib/libflexflow_legate_tasks.so")  # built
 
 
 @needs_stand_in

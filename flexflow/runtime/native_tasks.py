@@ -17,25 +17,35 @@ timeline gets its calls from the C code's log (`ff_step_log`).
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from legate.core import types as ty
 
 from flexflow._kernels import ffi, lib
 from flexflow.errors import RuntimeSetupError
-
-HYPERPARAMETERS = ty.array_type(ty.float32, 7)
-"""The update's hyperparameters as one scalar (`ff_update` in native/kernels.h)."""
-
 
 LIBRARY = Path(__file__).resolve().parent.parent / "lib" / "libflexflow_legate_tasks.so"
 """The C++ tasks' library (native/build_legate_tasks.py builds it)."""
 
 
+def built() -> bool:
+    """Whether the install built the C++ tasks (`flexflow info` says so without Legate)."""
+    return LIBRARY.is_file()
+
+
+@functools.cache
+def _types():
+    """Legate's scalar types, imported when a task is first issued: this module is read
+    without Legate too (`built`)."""
+    from legate.core import types as ty
+
+    return ty, ty.array_type(ty.float32, 7)  # the update's hyperparameters (`ff_update`)
+
+
 def _shared_library() -> ctypes.CDLL:
-    if not LIBRARY.is_file():
+    if not built():
         raise RuntimeSetupError(
             f"flexflow: the C++ Legate tasks ({LIBRARY}) are not built; reinstall flexflow "
             f"(bash scripts/setup.sh, or pip install --no-build-isolation -e . with a C++ "
@@ -74,12 +84,13 @@ class StepScalars:
     hyper: tuple[float, ...]
 
     def add_to(self, task) -> None:
+        ty, hyperparameters = _types()
         for value in (self.plan, self.x, self.labels, self.valid):
             task.add_scalar_arg(value, ty.int64)
         task.add_scalar_arg(self.total, ty.float64)
         task.add_scalar_arg(self.update, ty.int64)
         task.add_scalar_arg(self.copies, ty.int64)
-        task.add_scalar_arg(self.hyper + (0.0,) * (7 - len(self.hyper)), HYPERPARAMETERS)
+        task.add_scalar_arg(self.hyper + (0.0,) * (7 - len(self.hyper)), hyperparameters)
 
 
 def address(array: np.ndarray) -> int:
