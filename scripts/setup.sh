@@ -18,6 +18,13 @@ fi
 want=$(stamp_of)
 have=$(cat "$VENV/.flexflow-install-stamp" 2>/dev/null || true)
 if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c "import flexflow" >/dev/null 2>&1; then
+    for compiler in gcc g++; do  # native/: cffi's C modules and the C++ Legate tasks
+        if ! command -v "$compiler" >/dev/null 2>&1; then
+            echo "flexflow setup: $compiler not found; building flexflow needs C and C++" \
+                "compilers (Debian/Ubuntu: apt-get install gcc g++)" >&2
+            exit 1
+        fi
+    done
     echo "flexflow setup: installing flexflow and its dependencies into $VENV" >&2
     "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel cffi
     # the C++ Legate tasks' headers (native/build-requirements.txt), at the versions CI pins
