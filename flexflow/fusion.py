@@ -105,6 +105,8 @@ def _internal(graph: OperatorGraph, ops: Sequence[int]) -> frozenset[int]:
     """The tensors the group's ops make and only its ops read (see the module doc), and those
     nothing reads (an LSTM's last cell state): their gradient is zero, made in memory. The
     model's output, whose gradient the loss makes, is neither."""
+    if _has_statistics(graph, ops[0]):  # alone, run by batch_statistics from its stores
+        return frozenset()
     members, output = set(ops), graph.ops[-1].outputs[0]
     return frozenset(
         tid
