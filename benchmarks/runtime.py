@@ -21,9 +21,13 @@ from their start to their end), Legate's runtime threads' and the Python thread'
     .venv/bin/pip install torch==2.13.0     # not a dependency of flexflow
     .venv/bin/python benchmarks/runtime.py [--iterations 20] [--rounds 3]
     .venv/bin/python benchmarks/runtime.py --models resnet101   # results/runtime-resnet101.md
+    .venv/bin/python benchmarks/runtime.py --models rnnlm       # results/runtime-rnnlm.md
 
 ResNet-101 (at 32x32, batch 8) is a deep CNN with batch norm, next to the same layers in
-PyTorch; its blocks run --iterations / 5 iterations (about a second each here).
+PyTorch; its blocks run --iterations / 5 iterations (about a second each here). `--models
+rnnlm` times the RNN language model of benchmarks/fidelity.py (8 steps, 2 LSTM layers of 64,
+256 words, batch 64, a prediction per word) against torch.nn.LSTM, cuDNN-style fused layers
+where ours unrolls one op per step.
 """
 
 from __future__ import annotations
@@ -50,11 +54,13 @@ BLOCKS = 5
 """Each side times BLOCKS blocks of --iterations iterations and keeps the median block."""
 MODELS = ("lenet", "mlp")
 """The models the issue's goals name; --models adds others."""
-BATCHES = {"lenet": BATCH, "mlp": BATCH, "resnet101": 8}
+BATCHES = {"lenet": BATCH, "mlp": BATCH, "resnet101": 8, "rnnlm": BATCH}
 """ResNet-101 (at 32x32, batch 8: about a second per iteration here) shows a deep CNN with
 batch norm; it runs --iterations / SLOW_DIVISOR iterations per block."""
 SLOW_DIVISOR = {"resnet101": 5}
 RESNET_IMAGE = 32
+RNNLM = {"seq_length": 8, "vocab_size": 256, "embed_size": 64, "hidden_size": 64}
+"""benchmarks/fidelity.py's RNNLM (the zoo's at laptop size)."""
 
 
 def block_iterations(name: str, iterations: int) -> int:
@@ -71,6 +77,8 @@ def build(name: str):
     if name == "resnet101":
         config = FFConfig(batch_size=BATCHES[name])
         return load_model("resnet101", config, image_size=RESNET_IMAGE)
+    if name == "rnnlm":
+        return load_model("rnnlm", FFConfig(batch_size=BATCH), **RNNLM)
     model = FFModel(FFConfig(batch_size=BATCH))
     x = model.create_tensor((BATCH, 784), name="x")
     x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
@@ -82,6 +90,9 @@ def build(name: str):
 def data(name: str):
     rng = np.random.default_rng(0)
     batch = BATCHES[name]
+    if name == "rnnlm":  # word ids, and the next word at every step
+        shape, vocab = (batch, RNNLM["seq_length"]), RNNLM["vocab_size"]
+        return rng.integers(0, vocab, shape, np.int32), rng.integers(0, vocab, shape)
     shape = {
         "lenet": (batch, 1, 28, 28),
         "mlp": (batch, 784),
@@ -118,6 +129,24 @@ def torch_resnet101(nn):
             layers.append(Bottleneck(cin, planes, stride if block == 0 else 1))
             cin = planes * 4
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000))
+
+
+def torch_rnnlm(nn):
+    """flexflow.zoo.rnnlm at `RNNLM`'s sizes: embedding, 2 LSTM layers, a decoder per step."""
+
+    class RNNLMNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            size, vocab = RNNLM["hidden_size"], RNNLM["vocab_size"]
+            self.embed = nn.Embedding(vocab, RNNLM["embed_size"])
+            self.lstm = nn.LSTM(RNNLM["embed_size"], size, num_layers=2, batch_first=True)
+            self.decoder = nn.Linear(size, vocab)
+
+        def forward(self, words):
+            states, _ = self.lstm(self.embed(words))
+            return self.decoder(states).reshape(-1, RNNLM["vocab_size"])
+
+    return RNNLMNet()
 
 
 def measure_ours(name: str, iterations: int) -> dict:
@@ -191,12 +220,16 @@ def measure_torch(name: str, iterations: int) -> float:
         )
     elif name == "resnet101":
         net = torch_resnet101(nn)
+    elif name == "rnnlm":
+        net = torch_rnnlm(nn)
     else:
         net = nn.Sequential(
             nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
         )
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
     x, y = (torch.from_numpy(a) for a in data(name))
+    if name == "rnnlm":  # one prediction per word: (B * T, V) against (B * T,)
+        x, y = x.long(), y.reshape(-1)
     loss_fn = nn.CrossEntropyLoss()  # softmax + cross-entropy, as ours
 
     def step() -> float:
