@@ -22,6 +22,12 @@ class TileBackend(Protocol):
 
     def forward(self, op, sig, region: Region, inputs: list, weights: list) -> Sequence[Any]: ...
 
+    def forward_saving(
+        self, op, sig, region: Region, inputs: list, weights: list
+    ) -> tuple[Sequence[Any], Any]:
+        """`forward`, and what the op's backward in the same task may reuse, or None
+        (`Op.forward_tile_saving`)."""
+
     def backward(
         self,
         op,
@@ -33,12 +39,13 @@ class TileBackend(Protocol):
         grads: list,
         need_input_grads: bool,
         weight_grads_into: Sequence[Any],
+        saved: Any = None,
     ) -> tuple[Sequence[Any], Sequence[Any]]:
         """The op tile's (input gradients, weight gradients); with `need_input_grads` False
         nothing reads the input gradients (an op may skip them: `Op.skips_input_grads`). A
         weight gradient may be written into its output argument in `weight_grads_into` (None
         where there is none) and returned as that very argument, which is then not written
-        again (`Op.backward_tile_into`)."""
+        again (`Op.backward_tile_into`). `saved`: what `forward_saving` kept, or None."""
 
     def write(self, target: Any, value: Any) -> None:
         """target[...] = value, target being an output argument of the task."""
@@ -100,22 +107,30 @@ def run_forward(
     outputs: dict | None,
     extra: tuple[int, ...],
     run: TaskRun,
+    saved: dict[int, Any] | None = None,
 ) -> None:
     """values: input slot -> array; outputs: output slot -> the task's output argument, or
     None to keep every output in `values` instead (a training step: nothing after the task
-    reads them); extra: (training, iteration), what dropout needs (flexflow.task_modes)."""
+    reads them); extra: (training, iteration), what dropout needs (flexflow.task_modes);
+    saved: where to keep, by the op's position, what its backward in this task may reuse."""
     made: dict[int, Any] = {}
     internal = task.group.internal
-    for step in task.steps:
+    for position, step in enumerate(task.steps):
         begin = time.perf_counter()
         inputs = [made[t] if t in internal else values[slot] for t, slot in step.inputs]
-        for position, part in enumerate(step.windows):
+        for k, part in enumerate(step.windows):
             if part is not None:  # part of a tile made in the task
-                inputs[position] = backend.window(inputs[position], part[0])
+                inputs[k] = backend.window(inputs[k], part[0])
         weights = [values[slot] for slot in step.weights]
         op_now = op_for_task(step.node.op, extra)
         if op_now is None:  # dropout outside training: the identity
             results: Sequence[Any] = (inputs[0],)
+        elif saved is not None:
+            results, kept = backend.forward_saving(
+                op_now, step.node.sig, step.region, inputs, weights
+            )
+            if kept is not None:
+                saved[position] = kept
         else:
             results = backend.forward(op_now, step.node.sig, step.region, inputs, weights)
         for (tid, dtype, slot), value in zip(step.outputs, results, strict=True):
@@ -136,20 +151,23 @@ def run_backward(
     accumulators: dict,
     extra: tuple[int, ...],
     run: TaskRun,
+    saved: dict[int, Any] | None = None,
 ) -> None:
     """values: input slot -> array; reductions: reduction slot -> the task's argument;
     accumulators: partial weight gradient slot -> (its current value, or None to overwrite it;
-    its output argument), see `partial_gradients`."""
+    its output argument), see `partial_gradients`; saved: what `run_forward` kept by op
+    position, in the same task."""
     grads: dict[int, Any] = {}  # gradients of internal tensors, kept in memory
     owned: set[int] = set()  # ... those in arrays made here, which windows add into
     weight_grads: dict[Slot, Any] = {}  # summed over the group's ops, written once at the end
     internal = task.group.internal
-    for step in reversed(task.steps):
+    for position in reversed(range(len(task.steps))):
+        step = task.steps[position]
         begin = time.perf_counter()
         inputs = [values[slot] for _, slot in _whole_inputs(step)]
-        for position, part in enumerate(step.windows):
+        for k, part in enumerate(step.windows):
             if part is not None:  # cut from the tile made in the task
-                inputs.insert(position, backend.window(values[part[1]], part[0]))
+                inputs.insert(k, backend.window(values[part[1]], part[0]))
         weights = [values[slot] for slot in step.weights]
         outputs = [values[slot] for _, _, slot in step.outputs]
         grad_outputs = [
@@ -173,7 +191,7 @@ def run_backward(
         ]
         grad_inputs, grad_weights = backend.backward(
             op_now, step.node.sig, step.region, inputs, weights, outputs, grad_outputs, needed,
-            into,
+            into, saved.get(position) if saved else None,
         )  # fmt: skip
         parts = step.windows or (None,) * len(step.inputs)
         for (tid, _), slot, grad, part in zip(
@@ -251,7 +269,9 @@ def run_fused_task(
     n_out = 0 if step else len(layout.outputs)  # a step keeps its activations in memory
     values = dict(zip(layout.inputs, inputs[:n_in], strict=True))
     written = None if step else dict(zip(layout.outputs, outputs[:n_out], strict=True))
-    run_forward(task, backend, values, written, mode, TaskRun(timeline, task.index, forward_id))
+    saved: dict[int, Any] | None = {} if step else None  # the backward runs in this task
+    run = TaskRun(timeline, task.index, forward_id)
+    run_forward(task, backend, values, written, mode, run, saved)
     if parts == "forward":
         return
     begin = time.perf_counter()
@@ -270,4 +290,4 @@ def run_fused_task(
         partials = partial_gradients(task.backward, inputs[n_in + n_target :], outputs[1:])
         sums = dict(zip(task.backward.reductions, reductions, strict=True))
         run = TaskRun(timeline, task.index, backward_id)
-        run_backward(task, backend, values, sums, partials, mode, run)
+        run_backward(task, backend, values, sums, partials, mode, run, saved)

@@ -80,9 +80,11 @@ void ff_dense_backward_f32(ff_sgemm_fn gemm, const float *x, const float *w, con
 /* One LSTM step (native/lstm.c) on C-contiguous float32 tiles: x (n, e), h_prev (n, hh) and
  * c_prev (n, hid), both NULL on the first step (a zero state), w_ih (4 hid, e), w_hh (4 hid, hh),
  * bias (4 hid): gate-major rows (i, f, g, o) of the tile's hid hidden units; z is scratch of
- * (n, 4 hid). Forward writes h and c (n, hid). Backward, from the step's output c and the
- * gradients dh and dc (n, hid): dz scratch (n, 4 hid), dx (n, e), dh_prev (n, hh) and dc_prev
- * (n, hid) (both skipped when NULL), dw_ih, dw_hh (zeros without h_prev) and db, written. */
+ * (n, 4 hid). Forward writes h and c (n, hid) and leaves the activated gates in z. Backward,
+ * from the step's output c and the gradients dh and dc (n, hid), recomputing the gates into z
+ * unless gates_kept (z then holds the forward's): dz scratch (n, 4 hid), dx (n, e), dh_prev
+ * (n, hh) and dc_prev (n, hid) (both skipped when NULL), dw_ih, dw_hh (zeros without h_prev)
+ * and db, written. */
 void ff_lstm_forward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                          const float *c_prev, const float *w_ih, const float *w_hh,
                          const float *bias, float *z, float *h, float *c, long n, long e, long hh,
@@ -92,7 +94,7 @@ void ff_lstm_backward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                           const float *bias, const float *c, const float *dh, const float *dc,
                           float *z, float *dz, float *dx, float *dh_prev, float *dc_prev,
                           float *dw_ih, float *dw_hh, float *db, long n, long e, long hh,
-                          long hid);
+                          long hid, int gates_kept);
 
 /* Sparse categorical cross-entropy (native/losses.c) of a tile of softmax outputs p (rows,
  * classes) against int64 labels (rows): grad (rows, classes) = the loss's gradient with

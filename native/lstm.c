@@ -95,9 +95,9 @@ void ff_lstm_backward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                           const float *bias, const float *c, const float *dh, const float *dc,
                           float *z, float *dz, float *dx, float *dh_prev, float *dc_prev,
                           float *dw_ih, float *dw_hh, float *db, long n, long e, long hh,
-                          long hid) {
+                          long hid, int gates_kept) {
   long width = 4 * hid;
-  ff_lstm_gates(gemm, x, h_prev, w_ih, w_hh, bias, z, n, e, hh, hid);
+  if (!gates_kept) ff_lstm_gates(gemm, x, h_prev, w_ih, w_hh, bias, z, n, e, hh, hid);
   for (long r = 0; r < n; ++r) {
     const float *i = z + r * width, *f = i + hid, *g = f + hid, *o = g + hid;
     const float *cr = c + r * hid, *dhr = dh + r * hid, *dcr = dc + r * hid;

@@ -294,6 +294,36 @@ class Op(ABC):
             return self.backward_tile(sig, region, inputs, weights, outputs, grad_outputs)
         return self.backward_tile(sig, region, inputs, weights, outputs, grad_outputs, False)
 
+    def forward_tile_saving(
+        self,
+        sig: Signature,
+        region: Region,
+        inputs: Sequence[np.ndarray],
+        weights: Sequence[np.ndarray],
+    ) -> tuple[Arrays, object | None]:
+        """`forward_tile`, and what this tile's backward may reuse when it runs in the same task
+        (a training step keeps its activations in memory): an LSTM step's gates, which its
+        backward would otherwise recompute. None by default."""
+        return self.forward_tile(sig, region, inputs, weights), None
+
+    def backward_tile_saved(
+        self,
+        sig: Signature,
+        region: Region,
+        inputs: Sequence[np.ndarray],
+        weights: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+        grad_outputs: Sequence[np.ndarray],
+        need_input_grads: bool,
+        weight_grads_into: Sequence[np.ndarray | None],
+        saved: object,
+    ) -> tuple[tuple[np.ndarray | None, ...], Arrays]:
+        """`backward_tile_into` with what `forward_tile_saving` kept for it (not None)."""
+        return self.backward_tile_into(
+            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,
+            weight_grads_into,
+        )  # fmt: skip
+
     @abstractmethod
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         """Numpy reference forward pass: the outputs, in order."""

@@ -177,14 +177,28 @@ class LSTM(Op):
         return self if self.step is None else replace(self, step=0)
 
     def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        return self.forward_tile_saving(sig, region, inputs, weights)[0]
+
+    def forward_tile_saving(self, sig, region, inputs, weights):
+        """The C step keeps its activated gates (n, 4 H_t) for a backward in the same task."""
         op, gemm = self._tile_op(), _native_gemm(inputs, weights)
         if gemm is None:
-            return op.forward(inputs, weights)
+            return op.forward(inputs, weights), None
         x, h_prev, c_prev = op._native_step_inputs(inputs)
         w_ih, w_hh, bias = weights
-        return native.lstm_forward(gemm, x, h_prev, c_prev, _rows(w_ih), _rows(w_hh), bias)
+        h, c, gates = native.lstm_forward(gemm, x, h_prev, c_prev, _rows(w_ih), _rows(w_hh), bias)
+        return (h, c), gates
 
     def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
+        return self._backward(inputs, weights, outputs, grad_outputs, None)
+
+    def backward_tile_saved(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, into, saved
+    ):
+        return self._backward(inputs, weights, outputs, grad_outputs, saved)
+
+    def _backward(self, inputs, weights, outputs, grad_outputs, gates):
+        """The C step's backward from the forward's gates, or recomputing them (None)."""
         op, gemm = self._tile_op(), _native_gemm(inputs, weights)
         if gemm is None:
             return op.backward(inputs, weights, outputs, grad_outputs)
@@ -192,7 +206,7 @@ class LSTM(Op):
         w_ih, w_hh, bias = weights
         dh, dc = grad_outputs
         dx, dh_prev, dc_prev, dw_ih, dw_hh, db = native.lstm_backward(
-            gemm, x, h_prev, c_prev, _rows(w_ih), _rows(w_hh), bias, outputs[1], dh, dc
+            gemm, x, h_prev, c_prev, _rows(w_ih), _rows(w_hh), bias, outputs[1], dh, dc, gates
         )
         grad_weights = (
             dw_ih.reshape(w_ih.shape),

@@ -232,8 +232,9 @@ def dense_backward(gemm: int, x, w, y, dy, dw, db, relu: bool, need_dx: bool):
 
 
 def lstm_forward(gemm: int, x, h_prev, c_prev, w_ih, w_hh, bias) -> tuple[np.ndarray, ...]:
-    """(h, c) of one LSTM step (native/lstm.c): x (n, e); h_prev (n, hh) and c_prev (n, hid),
-    or None on the first step; weights (4 * hid, e), (4 * hid, hh), (4 * hid,)."""
+    """(h, c, gates) of one LSTM step (native/lstm.c): x (n, e); h_prev (n, hh) and c_prev
+    (n, hid), or None on the first step; weights (4 * hid, e), (4 * hid, hh), (4 * hid,); the
+    activated gates (n, 4 * hid), which `lstm_backward` may take instead of recomputing them."""
     x, w_ih, w_hh, bias = _f32(x), _f32(w_ih), _f32(w_hh), _f32(bias)
     h_prev = None if h_prev is None else _f32(h_prev)
     c_prev = None if c_prev is None else _f32(c_prev)
@@ -244,19 +245,22 @@ def lstm_forward(gemm: int, x, h_prev, c_prev, w_ih, w_hh, bias) -> tuple[np.nda
         _sgemm(gemm), _floats(x), _floats(h_prev), _floats(c_prev), _floats(w_ih),
         _floats(w_hh), _floats(bias), _floats(z), _floats(h), _floats(c), n, e, hh, width // 4,
     )  # fmt: skip
-    return h, c
+    return h, c, z
 
 
-def lstm_backward(gemm: int, x, h_prev, c_prev, w_ih, w_hh, bias, c, dh, dc):
+def lstm_backward(gemm: int, x, h_prev, c_prev, w_ih, w_hh, bias, c, dh, dc, gates=None):
     """(dx, dh_prev, dc_prev, dw_ih, dw_hh, db) of `lstm_forward` from its output c and the
-    gradients dh, dc; dh_prev and dc_prev are None on the first step."""
+    gradients dh, dc, and its `gates` where kept (else recomputed); dh_prev and dc_prev are
+    None on the first step."""
     x, w_ih, w_hh, bias = _f32(x), _f32(w_ih), _f32(w_hh), _f32(bias)
     c, dh, dc = _f32(c), _f32(dh), _f32(dc)
     first = h_prev is None
     h_prev = None if first else _f32(h_prev)
     c_prev = None if first else _f32(c_prev)
     (n, e), width, hh = x.shape, w_ih.shape[0], w_hh.shape[1]
-    z, dz = (np.empty((n, width), dtype=np.float32) for _ in range(2))
+    kept = gates is not None
+    z = _f32(gates) if kept else np.empty((n, width), dtype=np.float32)
+    dz = np.empty((n, width), dtype=np.float32)
     dx = np.empty((n, e), dtype=np.float32)
     dh_prev = None if first else np.empty((n, hh), dtype=np.float32)
     dc_prev = None if first else np.empty_like(c)
@@ -265,7 +269,7 @@ def lstm_backward(gemm: int, x, h_prev, c_prev, w_ih, w_hh, bias, c, dh, dc):
         _sgemm(gemm), _floats(x), _floats(h_prev), _floats(c_prev), _floats(w_ih),
         _floats(w_hh), _floats(bias), _floats(c), _floats(dh), _floats(dc), _floats(z),
         _floats(dz), _floats(dx), _floats(dh_prev), _floats(dc_prev), _floats(dw_ih),
-        _floats(dw_hh), _floats(db), n, e, hh, width // 4,
+        _floats(dw_hh), _floats(db), n, e, hh, width // 4, int(kept),
     )  # fmt: skip
     return dx, dh_prev, dc_prev, dw_ih, dw_hh, db
 

@@ -175,9 +175,14 @@ class _GpuTiles:
     def forward(self, op, sig, region, inputs, weights):
         return tiles.forward_tile(self.gpu, op, sig, region, inputs, weights)
 
-    def backward(self, op, sig, region, inputs, weights, outputs, grads, need_input_grads, into):
+    def forward_saving(self, op, sig, region, inputs, weights):
+        return self.forward(op, sig, region, inputs, weights), None  # the GPU tiles keep none
+
+    def backward(
+        self, op, sig, region, inputs, weights, outputs, grads, need_input_grads, into, saved=None
+    ):
         # the GPU tiles always compute the input gradients (need_input_grads only saves work)
-        # and their weight gradients anew (`into` only saves a copy)
+        # and their weight gradients anew (`into` only saves a copy; `saved` is always None)
         return tiles.backward_tile(self.gpu, op, sig, region, inputs, weights, outputs, grads)
 
     def write(self, target: Any, value: DeviceArray) -> None:

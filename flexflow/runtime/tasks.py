@@ -143,7 +143,17 @@ class _CpuTiles:
         return op.forward_tile(sig, region, inputs, weights)
 
     @staticmethod
-    def backward(op, sig, region, inputs, weights, outputs, grads, need_input_grads, into):
+    def forward_saving(op, sig, region, inputs, weights):
+        return op.forward_tile_saving(sig, region, inputs, weights)
+
+    @staticmethod
+    def backward(
+        op, sig, region, inputs, weights, outputs, grads, need_input_grads, into, saved=None
+    ):
+        if saved is not None:
+            return op.backward_tile_saved(
+                sig, region, inputs, weights, outputs, grads, need_input_grads, into, saved
+            )
         return op.backward_tile_into(
             sig, region, inputs, weights, outputs, grads, need_input_grads, into
         )

@@ -89,3 +89,29 @@ def test_float64_tiles_run_the_reference():
     got, want = op.forward_tile(None, None, inputs, weights), op.forward(inputs, weights)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+@needs_mkl
+@pytest.mark.parametrize("first", [True, False])
+def test_a_backward_from_the_forwards_gates_is_the_one_that_recomputes_them(first):
+    """In a training step the task keeps each step's gates for its backward
+    (`Op.forward_tile_saving`): the same bits as recomputing them."""
+    rng = np.random.default_rng(3)
+    inputs, weights, grads = _arrays(rng, 6, 5, 7, 7, first, 0, 1.0)
+    op = LSTM(7)
+    outputs, gates = op.forward_tile_saving(None, None, inputs, weights)
+    assert gates.shape == (6, 28) and gates.dtype == np.float32
+    for got, want in zip(outputs, op.forward_tile(None, None, inputs, weights), strict=True):
+        np.testing.assert_array_equal(got, want)
+    kept = op.backward_tile_saved(
+        None, None, inputs, weights, outputs, grads, True, [None] * 3, gates
+    )
+    again = op.backward_tile(None, None, inputs, weights, outputs, grads)
+    for got, want in zip((*kept[0], *kept[1]), (*again[0], *again[1]), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_reference_path_keeps_nothing():
+    rng = np.random.default_rng(4)
+    inputs, weights, _ = _arrays(rng, 3, 4, 5, 5, False, 0, 1.0, np.float64)
+    assert LSTM(5).forward_tile_saving(None, None, inputs, weights)[1] is None
