@@ -184,3 +184,22 @@ def test_legion_args_with_bad_quoting_raise_a_setup_error():
 
     with pytest.raises(RuntimeSetupError, match="LEGION_DEFAULT_ARGS .* fix its quoting"):
         legion_default_args('-lg:sched "4')
+
+
+def test_the_simulator_asks_the_runtime_what_it_runs_without_starting_legate():
+    """flexflow.launches reads flexflow.runtime.native_step (which steps run as one C call, in
+    C++ task bodies) and `flexflow info` reads flexflow.runtime.native_tasks; neither, nor the
+    simulator and the planner, may import Legate (a search runs without it)."""
+    script = textwrap.dedent(
+        """
+        import sys
+        import flexflow.launches, flexflow.planning, flexflow.simulator
+        import flexflow.runtime.native_step, flexflow.runtime.native_tasks
+        from flexflow.runtime import native_tasks
+        native_tasks.built()
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("legate", "cupynumeric")))
+        """
+    )
+    proc = _run([sys.executable, "-c", script], _clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
