@@ -14,6 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from flexflow.ops import blas
+
+# native steps need MKL's sgemm (flexflow.runtime.native_step); without it steps run op by op
+pytestmark = pytest.mark.skipif(blas.sgemm_address() is None, reason="MKL is not installed")
+
 SCRIPT = Path(__file__).with_name("native_tasks_script.py")
 STEPS = 6
 
