@@ -226,16 +226,16 @@ class NativeStep:
         return np.ascontiguousarray(labels, dtype=np.int64).reshape(-1)
 
     def _labels(self, target, sums: np.ndarray, total: int, valid: int) -> np.ndarray:
-        """Fill the loss struct; the labels, checked as the reference checks their shape."""
-        labels = shaped_labels(self.prediction_shape, target)
-        flat_labels = self.flat_labels(labels)
+        """Fill the loss struct; the labels in a row (`flat_labels`, whose shape is checked as
+        the reference checks it)."""
+        flat_labels = self.flat_labels(target)
         loss = self._loss
         loss.labels = ffi.from_buffer("long long[]", flat_labels)
         loss.valid = self.valid_predictions(valid)
         loss.total = float(total)
         loss.sums = ffi.from_buffer("double[]", sums)
         self._kept = flat_labels  # alive until the call
-        return labels
+        return flat_labels
 
     def _call(self, gemm: int, labels: np.ndarray, weights, grads) -> None:
         status = lib.ff_train_step_f32(
@@ -243,7 +243,7 @@ class NativeStep:
         )
         self._kept = None
         if status:  # a label out of range: the reference's error names them
-            checked_labels(self.prediction_shape, labels)
+            checked_labels(self.prediction_shape, labels.reshape(self.prediction_shape[:-1]))
             raise ShapeError(f"native step: the C step failed with status {status}")
 
 
