@@ -117,10 +117,14 @@ def run_forward(
     internal = task.group.internal
     for position, step in enumerate(task.steps):
         begin = time.perf_counter()
-        inputs = [made[t] if t in internal else values[slot] for t, slot in step.inputs]
-        for k, part in enumerate(step.windows):
-            if part is not None:  # part of a tile made in the task
-                inputs[k] = backend.window(inputs[k], part[0])
+        inputs = [
+            backend.window(made[t], part[0])  # part of a tile made in the task
+            if part is not None
+            else made[t]
+            if t in internal
+            else values[slot]
+            for (t, slot), part in zip(step.inputs, _parts(step), strict=True)
+        ]
         weights = [values[slot] for slot in step.weights]
         op_now = op_for_task(step.node.op, extra)
         if op_now is None:  # dropout outside training: the identity
@@ -164,10 +168,11 @@ def run_backward(
     for position in reversed(range(len(task.steps))):
         step = task.steps[position]
         begin = time.perf_counter()
-        inputs = [values[slot] for _, slot in _whole_inputs(step)]
-        for k, part in enumerate(step.windows):
-            if part is not None:  # cut from the tile made in the task
-                inputs.insert(k, backend.window(values[part[1]], part[0]))
+        parts = _parts(step)
+        inputs = [
+            backend.window(values[part[1]], part[0]) if part is not None else values[slot]
+            for (_, slot), part in zip(step.inputs, parts, strict=True)
+        ]  # (a windowed read is cut from its producer's output, which the task holds)
         weights = [values[slot] for slot in step.weights]
         outputs = [values[slot] for _, _, slot in step.outputs]
         grad_outputs = [
@@ -193,7 +198,6 @@ def run_backward(
             op_now, step.node.sig, step.region, inputs, weights, outputs, grad_outputs, needed,
             into, saved.get(position) if saved else None,
         )  # fmt: skip
-        parts = step.windows or (None,) * len(step.inputs)
         for (tid, _), slot, grad, part in zip(
             step.inputs, step.input_grads, grad_inputs, parts, strict=True
         ):
@@ -217,11 +221,9 @@ def run_backward(
             backend.write(target, total if current is None else backend.accumulate(current, total))
 
 
-def _whole_inputs(step) -> list:
-    """The step's inputs not read through a window, in order."""
-    if not step.windows:
-        return list(step.inputs)
-    return [pair for pair, part in zip(step.inputs, step.windows, strict=True) if part is None]
+def _parts(step) -> tuple:
+    """Per input of the step, its window (`OpStep.windows`) or None."""
+    return step.windows or (None,) * len(step.inputs)
 
 
 FUSED_PARTS = ("forward", "forward+loss", "step", "backward")
