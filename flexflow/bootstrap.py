@@ -146,7 +146,7 @@ def legion_default_args(args: str | None) -> str:
     """`LEGION_DEFAULT_ARGS` with `-lg:window LEGION_WINDOW` unless it sets a window. With
     Legion's default, 3,000 data-parallel MLP iterations issued without reading their results
     hung 4 runs of 4 on this project's host (none of 4 with this window); the executor also
-    bounds what it leaves unread (flexflow.runtime.executor.TASKS_IN_FLIGHT), and this covers
+    bounds what it leaves unread (flexflow.runtime.batches.TASKS_IN_FLIGHT), and this covers
     what it cannot: one iteration of a deep model issues more tasks than Legion's default
     window (ResNet-101: 1,490), and a user's own stores are freed wherever Python drops them."""
     words = _split_flags("LEGION_DEFAULT_ARGS", args)

@@ -109,7 +109,7 @@ def iteration_tasks(
         if tid not in staged
     )
     cpp = 0
-    if in_step and sparse_labels:  # flat parameters: flexflow.runtime.executor._runs_in_cpp
+    if in_step and sparse_labels:  # flat parameters: flexflow.runtime.step_tasks.runs_in_cpp
         cpp = sum(runs_as_one_call(task) for task in last_tasks)
     return IterationTasks(steps, statistics, updates, feeds, cpp)
 

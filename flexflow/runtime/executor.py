@@ -23,17 +23,14 @@ in the same task). The model's output is the first output of the last op; other 
 nothing reads (an LSTM's last cell state) get zero gradients. Model inputs are fed by copy
 tasks into double-buffered stores, so the next batch's feed overlaps this iteration, or, in a
 one-rank run whose step tasks read them, straight from the batch held in this process
-(`staged_inputs`).
+(`flexflow.runtime.feeding`).
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import os
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +41,7 @@ from threadpoolctl import threadpool_limits
 
 from flexflow.allocator import keep_freed_memory
 from flexflow.checkpoint import check_checkpoint, read_checkpoint, write_checkpoint
-from flexflow.errors import ShapeError, StrategyError
+from flexflow.errors import StrategyError
 from flexflow.fusion import (
     FusedTask,
     Slot,
@@ -64,33 +61,26 @@ from flexflow.ops.base import Region, full_region
 from flexflow.ops.blas import provider, sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.batch_statistics import BatchStatistics
-from flexflow.runtime.loss import (
-    LOSS_IDS,
-    TARGET_RANK,
-    check_target,
-    loss_name,
-    predictions_per_sample,
-)
+from flexflow.runtime.batches import BatchStats, UnreadBatches
+from flexflow.runtime.feeding import Feeds
 from flexflow.runtime.native_step import (
     LOG_STEP,
     LOG_UPDATE,
-    SPARSE_CROSSENTROPY,
     NativeStep,
     native_step,
 )
-from flexflow.runtime.native_tasks import StepScalars, address
+from flexflow.runtime.step_tasks import checked_target, issue_loss
 from flexflow.runtime.stores import (
     LEGATE_TYPES,
     copied_store,
     read_store,
     slice_store,
-    source_store,
 )
 from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_tasks
 from flexflow.runtime.weights import ParameterStores
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import validate_strategy
-from flexflow.tiling import input_shards, update_pieces
+from flexflow.tiling import update_pieces
 
 
 def _contributors(graph: OperatorGraph, strategy: Strategy) -> dict[int, tuple[int, ...]]:
@@ -99,66 +89,6 @@ def _contributors(graph: OperatorGraph, strategy: Strategy) -> dict[int, tuple[i
         for pid in node.weights:
             devices[pid].update(config.devices)
     return {pid: tuple(sorted(found)) for pid, found in devices.items()}
-
-
-TASKS_IN_FLIGHT = 32
-"""How many tasks of batches whose results nobody has read an executor lets Legate hold before
-it waits for the older ones (at least two batches' worth). Legion keeps a window of operations
-(1,024 by default); when it is full, a store freed in Python blocks with the interpreter lock
-held while the Python tasks that would drain the window wait for that lock: 3,000 unread
-iterations of the runtime benchmark's MLP hung 4 runs of 4 (tests/runtime/test_unread_batches.py;
-flexflow.bootstrap also widens Legion's window). Fewer is also faster: Legion's work per task
-grows with the operations outstanding, and on the runtime benchmark's MLP (two tasks per
-iteration) 16 iterations ahead took 1.83-1.85 ms per iteration against 2.09-2.24 ms for 32 to 128
-ahead, and 1.90-1.97 ms for 2 to 8 (Legate's threads used 3.1-3.2 ms of CPU per iteration
-against 3.8-3.9)."""
-
-
-@dataclass(frozen=True, slots=True)
-class BatchStats:
-    """The loss and correct predictions of one batch, read from Legate when first asked for.
-
-    Reading waits for the batch's tasks; holding it unread lets the next batch's tasks be
-    issued while this one runs."""
-
-    _store: object
-    samples: int
-    predictions: int
-    """What accuracy divides the correct count by: the samples times the predictions each
-    makes (`flexflow.runtime.loss.predictions_per_sample`)."""
-    _value: list = field(default_factory=list, repr=False, compare=False)
-    """The (loss, correct) read, once read."""
-    held: list = field(default_factory=list, repr=False, compare=False)
-    """Arrays whose addresses the batch's C++ tasks read (flexflow.runtime.native_tasks),
-    kept until the batch is known to have run: read, or older than a batch that was."""
-
-    def read(self) -> tuple[float, int]:
-        if not self._value:
-            rows = read_store(self._store)
-            _check_step_codes(rows[:, 1])
-            loss, correct = rows.sum(axis=0)  # over the loss's tasks
-            self._value.append((float(loss), int(round(correct))))
-            self.held.clear()
-        return self._value[0]
-
-    @property
-    def loss(self) -> float:
-        return self.read()[0]
-
-
-STEP_FAILURES = {
-    -1: "a label outside [0, classes) (labels passed as Legate stores are not checked before "
-    "the step runs): pass integer class indices from 0 to the number of classes - 1",
-    -2: "a store not laid out row-major, which the C++ step task cannot read: a bug, report it",
-}
-"""The codes a C++ step task writes as its correct count when it could not run
-(native/legate_tasks.cc)."""
-
-
-def _check_step_codes(correct: np.ndarray) -> None:
-    for code, reason in STEP_FAILURES.items():
-        if np.any(correct == code):
-            raise ShapeError(f"training step: a step task did not run: {reason}.")
 
 
 class Executor:
@@ -185,8 +115,8 @@ class Executor:
         """Legate tasks this executor has created (`tasks_per_iteration` predicts them)."""
         self.cpp_steps_issued = 0
         """Of them, step tasks with C++ bodies (flexflow.runtime.native_tasks)."""
-        self._unread: deque[tuple[BatchStats, int]] = deque()
-        """Batches issued since the last one known finished, with `tasks_issued` before each."""
+        self.unread = UnreadBatches()
+        """Batches issued since the last one known finished (`flexflow.runtime.batches`)."""
         self.timeline_entries: list[tuple] | None = [] if record_timeline else None
         """What Python task bodies append to `timeline` as they run (C++ bodies log theirs in C,
         taken when `timeline` is read)."""
@@ -202,7 +132,7 @@ class Executor:
         self.library, self.task_id, self.native_task_id = library_and_tasks()
         self.id = next(EXECUTOR_IDS)
         EXECUTORS[self.id] = self
-        self._store_of = functools.partial(
+        self.store_of = functools.partial(
             copied_store, self.runtime, self.library, self.task_id, self.id
         )
         """array -> a new store holding it (`copied_store`); no reference to the executor, so
@@ -239,15 +169,10 @@ class Executor:
             if t.spec.dtype.is_float
             and t.producer is not None
             and t.id not in internal
-            and t.id != self._output
+            and t.id != self.output
         )
         """Gradients that backward tasks add into, zeroed each iteration; internal ones stay in
         their fused task, the loss writes the output's, and model inputs get none."""
-        self._input_shards = input_shards(graph, strategy, self._regions)
-        # One process holds every rank's data in a single-rank run, so the feed and loss tasks
-        # read numpy batches straight from here (`staged_tile`) instead of attaching each batch
-        # as a store; with several ranks, batches travel as stores.
-        self._staging = self.runtime.node_count == 1
         self.contributors = _contributors(graph, strategy)
         """Per parameter, the devices whose backward tasks compute parts of its gradient."""
         self.updates_in_step = updates_in_step(
@@ -256,7 +181,7 @@ class Executor:
         """Whether each device keeps its own copy of every weight (and optimizer state) and
         applies the optimizer's update at the start of its next step task
         (`flexflow.fusion.updates_in_step`): no update tasks, one dependence less."""
-        self._pending = False
+        self.pending_update = False
         """With `updates_in_step`: the last iteration's update has not been applied yet."""
         self.update_groups: dict[int, list[tuple[int, Region]]] = {}
         """Per device, the (parameter, region) tiles its one update task updates in place:
@@ -272,23 +197,20 @@ class Executor:
         for pid, owned in pieces.items():
             for region, device in owned:
                 self.update_groups.setdefault(device, []).append((pid, region))
-        self.staged_inputs = (
+        staging = self.runtime.node_count == 1  # one process holds every rank's data
+        self.feeds = Feeds(
+            graph,
+            strategy,
+            self._regions,
+            staging,
             inputs_read_in_step(graph, strategy, self.groups, self.fused_tasks, kinds)
-            if self._staging
-            else {}
+            if staging
+            else {},
+            self._tensor_store,
         )
-        """Model inputs (tensor id -> readers) the step tasks read straight from the batch
-        staged in this process (`flexflow.fusion.inputs_read_in_step`; one rank): no feed
-        task, no store."""
-        self._input_keys: dict[int, int] = {}
-        """This call's staged key per model input in `staged_inputs`; -1 when fed to a store."""
-        self._staged: dict[int, list] = {}
+        """Model inputs: staged in this process or fed to stores (`flexflow.runtime.feeding`)."""
         self._tiles: dict[tuple[int, Region], tuple] = {}  # see `_tile`
-        self._stage_ids = itertools.count()
         self.tensors = {t.id: self._tensor_store(t.spec) for t in graph.tensors}
-        self._spare_inputs = {t.id: self._tensor_store(t.spec) for t in graph.input_tensors}
-        """A second store per model input, fed in turn with the first: the next batch's feed
-        tasks then need not wait for this iteration's backward tasks, which read the input."""
         self.grads = {
             t.id: self.runtime.create_store(ty.float32, t.spec.shape)
             for t in graph.tensors
@@ -300,11 +222,11 @@ class Executor:
             self.contributors,
             self.optimizer.state_names,
             self.updates_in_step,  # a copy of every weight and state per device
-            self._store_of,
+            self.store_of,
             seed,
         )
         """Weights, optimizer states and per-device partial gradients (`flexflow.runtime.weights`)."""
-        self.batch_statistics = BatchStatistics(self.runtime, graph, self._store_of)
+        self.batch_statistics = BatchStatistics(self.runtime, graph, self.store_of)
         """Ops with batch statistics (batch norm): their statistics stores and tasks."""
         self.running = self.batch_statistics.running
         """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
@@ -345,16 +267,11 @@ class Executor:
     def _apply_pending(self) -> None:
         """Apply the update the next step would have applied (before the weights are read,
         replaced, or used for anything but a training step)."""
-        if self._pending:
+        if self.pending_update:
             self._update(self.params.pending)
-            self._pending = False
+            self.pending_update = False
 
-    def _staged_input_keys(self) -> tuple[int, ...]:
-        """Scalars of the last group's forward tasks: the staged key of each input in
-        `staged_inputs` (-1: read from its store)."""
-        return tuple(self._input_keys.get(tid, -1) for tid in self.staged_inputs)
-
-    def _add_forward_inputs(self, task, layout: TaskLayout, device: int) -> None:
+    def add_forward_inputs(self, task, layout: TaskLayout, device: int) -> None:
         """A fused forward's input slots, less the model inputs it reads from staging; with
         flat parameters (`flexflow.runtime.flat`), the device's copy of every weight first
         instead of its weight slots."""
@@ -364,8 +281,8 @@ class Executor:
         for slot in layout.inputs:
             if flat and slot.kind is SlotKind.WEIGHT:
                 continue
-            if slot.kind is not SlotKind.TENSOR or self._input_keys.get(slot.id, -1) < 0:
-                task.add_input(self._slot(slot, device))
+            if slot.kind is not SlotKind.TENSOR or self.feeds.key(slot.id) < 0:
+                task.add_input(self.slot_store(slot, device))
 
     def _tensor_store(self, spec):
         return self.runtime.create_store(LEGATE_TYPES[spec.dtype.value], spec.shape)
@@ -421,7 +338,7 @@ class Executor:
         """The Legate tasks one `train_batch` issues (fills aside): what fusion saves, and what
         the simulator charges the runtime's per-task cost on (`flexflow.launches`)."""
         return iteration_tasks(
-            self.graph, self.strategy, self._kinds, self._staging, self._regions
+            self.graph, self.strategy, self._kinds, self.feeds.staging, self._regions
         ).total
 
     def _has_statistics(self, group_id: int) -> bool:
@@ -432,65 +349,13 @@ class Executor:
         return self._regions[op]
 
     def input_shard(self, tensor_id: int, index: int) -> Region:
-        return self._input_shards[tensor_id][index][0]
-
-    # ---- data in and out -----------------------------------------------------------------------
-    def _feed(self, tensor_id: int, value) -> None:
-        """Copy a model input in, one shard per device that reads it (`flexflow.tiling`)."""
-        spec = self.graph.tensors[tensor_id].spec
-        name = self.graph.tensors[tensor_id].name
-        if not hasattr(value, "dtype"):
-            value = np.asarray(value)
-        if tuple(np.shape(value)) != spec.shape:
-            raise StrategyError(
-                f"input '{name}' has shape {spec.shape}, got an array of shape "
-                f"{tuple(np.shape(value))}; batches must have the model's batch size "
-                f"(pad the last batch, as `flexflow.runtime.data` does)."
-            )
-        if str(value.dtype) != spec.dtype.value:  # e.g. float64 images, int64 token ids
-            value = value.astype(spec.dtype.value)
-        shards = self._input_shards[tensor_id]
-        staged = self._staging and not hasattr(value, "__legate_data_interface__")
-        self._input_keys.pop(tensor_id, None)
-        if staged and tensor_id in self.staged_inputs:  # the tasks read it from here
-            array = np.ascontiguousarray(value)
-            self._input_keys[tensor_id] = self._stage(array, self.staged_inputs[tensor_id])
-            return
-        if staged:
-            key = self._stage(np.ascontiguousarray(value), len(shards))
-        else:
-            source = source_store(self.runtime, value)
-        target = self._spare_inputs[tensor_id]
-        self._spare_inputs[tensor_id] = self.tensors[tensor_id]
-        self.tensors[tensor_id] = target
-        # a copy task per shard: Legate 25.11's issue_copy of store slices fails inside a Scope
-        # of any processor but the first
-        for index, (region, device) in enumerate(shards):
-            with Scope(machine=self.processors[device]):
-                if staged:
-                    task = self.new_task(device, Pass.FEED, tensor_id, index, key)
-                else:
-                    task = self.new_task(device, Pass.FEED, tensor_id, index)
-                    task.add_input(slice_store(source, region))
-                task.add_output(slice_store(target, region))
-                task.execute()
-
-    def _stage(self, array: np.ndarray, readers: int) -> int:
-        """Keep `array` for `readers` tasks that will read it (`staged_tile`); its key."""
-        key = next(self._stage_ids)
-        self._staged[key] = [array, readers]
-        return key
+        return self.feeds.shards[tensor_id][index][0]
 
     def staged_tile(self, key: int, region: Region) -> np.ndarray:
-        """The `region` tile (its leading dimensions, for labels) of a staged array, for one of
-        the tasks reading it (the last one releases the array)."""
-        entry = self._staged[key]
-        entry[1] -= 1
-        if entry[1] == 0:
-            del self._staged[key]
-        array = entry[0]
-        return array[tuple(slice(start, stop) for start, stop in region[: array.ndim])]
+        """A task body's tile of a batch staged in this process (`Feeds.staged_tile`)."""
+        return self.feeds.staged_tile(key, region)
 
+    # ---- data in and out -----------------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:
         """Every weight by name (`<layer>.<weight>`), as numpy arrays."""
         self._apply_pending()
@@ -524,7 +389,7 @@ class Executor:
             for state, store in zip(self.optimizer.state_names, stores, strict=True):
                 arrays[f"{name}@{state}"] = self.params.value(store)
         for op, store in self.running.items():
-            arrays[f"{self.graph.ops[op].name}@running"] = read_store(self._store_of(store))
+            arrays[f"{self.graph.ops[op].name}@running"] = read_store(self.store_of(store))
         return write_checkpoint(path, arrays, self.iteration, self.optimizer)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
@@ -536,7 +401,7 @@ class Executor:
         check_checkpoint(path, values, meta, names, self.optimizer, list(running.values()))
         self.set_weights({name: values[name] for name in names})
         for op, key in running.items():
-            self.running[op] = self._store_of(values[key])
+            self.running[op] = self.store_of(values[key])
         self.params.replace_states(
             {
                 param.id: [values[f"{param.name}@{state}"] for state in self.optimizer.state_names]
@@ -571,7 +436,7 @@ class Executor:
         devices = self.strategy[group.ops[0]].devices
         keys = ()
         if which is Pass.FORWARD and group_id == len(self.groups) - 1:
-            keys = self._staged_input_keys()
+            keys = self.feeds.staged_keys()
         for task_info, device in zip(self.fused_tasks[group_id], devices, strict=True):
             layout = task_info.forward if which is Pass.FORWARD else task_info.backward
             with Scope(machine=self.processors[device]):
@@ -579,18 +444,18 @@ class Executor:
                     device, fused, group_id, task_info.index, int(training), self.iteration, *keys
                 )
                 if which is Pass.FORWARD:
-                    self._add_forward_inputs(task, layout, device)
+                    self.add_forward_inputs(task, layout, device)
                 else:
                     for slot in layout.inputs:
-                        task.add_input(self._slot(slot, device))
+                        task.add_input(self.slot_store(slot, device))
                 for slot in layout.outputs:
-                    task.add_output(self._slot(slot, device))
+                    task.add_output(self.slot_store(slot, device))
                 for slot in layout.reductions:
-                    task.add_reduction(self._slot(slot, device), ty.ReductionOpKind.ADD)
+                    task.add_reduction(self.slot_store(slot, device), ty.ReductionOpKind.ADD)
                 self.add_partial_grads(task, layout, device)
                 task.execute()
 
-    def _add_pending_update(self, task, device: int) -> None:
+    def add_pending_update(self, task, device: int) -> None:
         """The last arguments of a step that first applies the pending update to `device`'s
         replicas of the flat buffers (`updates_in_step`): every device's row of the pending
         partial gradients and the replica's states read; the replica and its states written
@@ -639,7 +504,7 @@ class Executor:
             self._tiles[key] = found
         return found[1]
 
-    def _slot(self, slot: Slot, device: int):
+    def slot_store(self, slot: Slot, device: int):
         """The store view a fused task on `device` names by `slot`."""
         if slot.kind is SlotKind.WEIGHT:
             store = self.params.view(self.params.weights[slot.id], slot.id, device)
@@ -660,7 +525,7 @@ class Executor:
                     tiles = [self.tile(view, region) for view in views]
                     task.add_input(tiles[0])
                     grads = partial_grads[pid]  # every device's partial gradient, row by row
-                    for k in range(grads.shape[0]):  # (see _add_pending_update)
+                    for k in range(grads.shape[0]):  # (see add_pending_update)
                         task.add_input(self.tile(grads, ((k, k + 1), *region)))
                     for tile in tiles[1:]:
                         task.add_input(tile)
@@ -677,7 +542,7 @@ class Executor:
         self._feed_inputs(inputs)
         for group_id in range(len(self.groups)):
             self._run_group(group_id, Pass.FORWARD, training)
-        return read_store(self._store_of(self.tensors[self._output])) if read else None
+        return read_store(self.store_of(self.tensors[self.output])) if read else None
 
     def _feed_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         for tensor in self.graph.input_tensors:
@@ -686,7 +551,7 @@ class Executor:
                     f"no data for the model input '{tensor.name}' {tensor.spec.shape}; "
                     f"got {sorted(inputs)}."
                 )
-            self._feed(tensor.id, inputs[tensor.name])
+            self.feeds.feed(self, tensor.id, inputs[tensor.name])
 
     def _forward_and_loss(
         self,
@@ -699,7 +564,7 @@ class Executor:
         """The forward pass and the loss; the last fused group computes the loss in its own
         tasks (one task and one dependence less per device and iteration), and in training
         its backward pass too where it can (`FusedTask.step_ready`). Whether it did."""
-        target_check = self._check_target(loss, target, valid)
+        checked = checked_target(self.graph, loss, target, valid)
         began = self.tasks_issued
         self._feed_inputs(inputs)
         last = len(self.groups) - 1
@@ -707,11 +572,15 @@ class Executor:
         for group_id in range(last if fused is not None else last + 1):
             self._run_group(group_id, Pass.FORWARD, training)
         step = training and fused is not None and self._step_ready[fused]
-        stats = self._loss(target_check, target, fused, training, step)
-        return self._bound_unread(stats, began), step
+        stats = issue_loss(self, checked, target, fused, training, step)
+        if step:  # it applied the pending update first
+            self.pending_update = False
+        self.unread.add(stats, began, self.tasks_issued)
+        return stats, step
 
     @property
-    def _output(self) -> int:
+    def output(self) -> int:
+        """The model's output tensor: the first output of the last op."""
         return self.graph.ops[-1].outputs[0]
 
     def train_batch(
@@ -734,7 +603,7 @@ class Executor:
         self.iteration += 1
         if self.updates_in_step:  # the next step applies it (or `_apply_pending`)
             self.params.swap()
-            self._pending = True
+            self.pending_update = True
         else:
             self._update(self.params.partials)
         return stats
@@ -760,153 +629,3 @@ class Executor:
         """One training iteration on `loss` against `target` (labels for sparse
         cross-entropy); the loss before the update."""
         return self.train_batch(inputs, target, loss).loss
-
-    def _check_target(self, name: str, target, valid: int | None) -> tuple[str, int, int]:
-        """The loss's name, valid samples and target rank, once `target` is known to fit."""
-        name = loss_name(name)
-        shape = self.graph.ops[-1].sig.outputs[0].shape
-        valid = shape[0] if valid is None else valid
-        if not 0 < valid <= shape[0]:
-            raise StrategyError(f"valid samples must be in 1..{shape[0]}, got {valid}.")
-        target_rank = TARGET_RANK[name](len(shape))
-        if not hasattr(target, "__legate_data_interface__"):
-            check_target(name, shape, np.asarray(target))
-        elif tuple(target.shape) != shape[:target_rank]:
-            raise StrategyError(
-                f"{name}: target shape {tuple(target.shape)}, expected {shape[:target_rank]}."
-            )
-        return name, valid, target_rank
-
-    def _loss(
-        self,
-        checked: tuple[str, int, int],
-        target,
-        fused: int | None,
-        training: bool,
-        step: bool = False,
-    ) -> BatchStats:
-        """Loss tasks on the output's tiles, each writing the loss and the correct predictions
-        of its share of the first `valid` samples into its row of one store; with `fused`, the
-        tasks of that (last) group's forward pass compute the loss after it, and with `step`
-        its backward pass too."""
-        name, valid, target_rank = checked
-        output_op = len(self.graph.ops) - 1
-        config = self.strategy[output_op]
-        shape = self.graph.ops[output_op].sig.outputs[0].shape
-        predictions = predictions_per_sample(shape)
-        per_sample = int(np.prod(shape[1:])) if name == "mean_squared_error" else predictions
-        total = valid * per_sample
-        tiles = self._regions[output_op]
-        on_host = not hasattr(target, "__legate_data_interface__")
-        if on_host:
-            target = np.asarray(target)
-        staged = self._staging and on_host
-        if staged:
-            key = self._stage(np.ascontiguousarray(target), len(tiles))
-        else:
-            target_store, key = self._store_of(target), -1
-        # (loss, correct) per task, summed when read: a reduction from tasks on several
-        # processors into one store serialized them (each device's whole forward pass here)
-        sums = self.runtime.create_store(ty.float64, (len(tiles), 2))
-        loss_id = LOSS_IDS.index(name)
-        held: list[np.ndarray] = []
-        for index, region in enumerate(tiles):
-            device = config.devices[index]
-            rows = max(0, valid - region[0][0])
-            loss_args = (loss_id, total, rows, key)
-            native = self.native_steps.get((fused, index)) if step else None
-            with Scope(machine=self.processors[device]):
-                labels = None if staged else target_store
-                if native is not None and self._runs_in_cpp(native, loss_id, labels):
-                    task = self._native_step_task(device, native, key, region, rows, total, held)
-                    info = self.fused_tasks[fused][index]
-                    self._add_forward_inputs(task, info.forward, device)
-                elif fused is None:
-                    task = self.new_task(device, Pass.LOSS, output_op, index, *loss_args)
-                    task.add_input(slice_store(self.tensors[self._output], region))
-                else:
-                    mode = (int(training), self.iteration)
-                    which = Pass.FUSED_STEP if step else Pass.FUSED_FORWARD_LOSS
-                    # a step's last own scalar: the number of the update it applies first
-                    update = (self.iteration if self._pending else 0,) if step else ()
-                    keys = self._staged_input_keys()
-                    task = self.new_task(
-                        device, which, fused, index, *mode, *loss_args, *update, *keys
-                    )
-                    info = self.fused_tasks[fused][index]
-                    self._add_forward_inputs(task, info.forward, device)
-                    if not step:  # a step keeps its activations in memory
-                        for slot in info.forward.outputs:
-                            task.add_output(self._slot(slot, device))
-                if not staged:
-                    task.add_input(slice_store(target_store, region[:target_rank]))
-                if not step:  # ... and its loss gradient
-                    task.add_output(slice_store(self.grads[self._output], region))
-                task.add_output(slice_store(sums, ((index, index + 1), (0, 2))))
-                if step:  # then the backward's: partial weight gradients, input gradients
-                    self.add_partial_grads(task, info.backward, device)
-                    for slot in info.backward.reductions:
-                        task.add_reduction(self._slot(slot, device), ty.ReductionOpKind.ADD)
-                    if self._pending:
-                        self._add_pending_update(task, device)
-                task.execute()
-        if step:
-            self._pending = False
-        return BatchStats(sums, valid, valid * predictions, held=held)
-
-    def _runs_in_cpp(self, native: NativeStep, loss_id: int, labels_store) -> bool:
-        """Whether a step task with C program `native` runs with a C++ body
-        (flexflow.runtime.native_tasks): flat parameters, sparse cross-entropy on labels staged
-        in this process (`labels_store` None) or in an int64 store."""
-        return (
-            self.cpp_steps
-            and native.flat is not None
-            and loss_id == SPARSE_CROSSENTROPY
-            and (labels_store is None or labels_store.type == ty.int64)
-        )
-
-    def _native_step_task(
-        self, device: int, native: NativeStep, key: int, region, rows: int, total: int, held: list
-    ):
-        """A step task with a C++ body, its scalars added (its stores are a Python step's):
-        the input tile and the labels taken from the staged batch here (if staged), into
-        `held`."""
-        slot = native.task.forward.inputs[0]  # the chain's input tile
-        x_key = self._input_keys.get(slot.id, -1)
-        x = 0
-        if x_key >= 0:  # else the task reads it from its store
-            tile = self.staged_tile(x_key, slot.region)
-            held.append(np.ascontiguousarray(tile, dtype=np.float32))
-            x = address(held[-1])
-        labels = 0
-        if key >= 0:  # else the task reads them from their store
-            held.append(native.flat_labels(self.staged_tile(key, region)))
-            labels = address(held[-1])
-        update, hyper, copies = 0, (0.0,) * 7, 0
-        if self._pending:  # the update it applies first, as the Python body's
-            update, hyper = self.optimizer.native_update(self.iteration)
-            copies = len(self.params.devices)
-        scalars = StepScalars(
-            native.plan_address, x, labels, native.valid_predictions(rows),
-            float(total), update, copies, tuple(map(float, hyper)),
-        )  # fmt: skip
-        task = self.created_task(device, self.native_task_id)
-        scalars.add_to(task)
-        self.cpp_steps_issued += 1
-        return task
-
-    def _bound_unread(self, stats: BatchStats, began: int) -> BatchStats:
-        """`stats` (of the batch whose tasks began after `began` tasks), returned at once unless
-        the batches issued since the last one known finished hold more than TASKS_IN_FLIGHT
-        tasks (or two batches' tasks, if more); then after waiting for the batch that leaves
-        about half that many unread (a batch's results come after every earlier batch's tasks:
-        each step reads the weights the one before it updated)."""
-        self._unread.append((stats, began))
-        bound = max(TASKS_IN_FLIGHT, 2 * (self.tasks_issued - began))
-        if self.tasks_issued - self._unread[0][1] <= bound:
-            return stats
-        waited = self._unread.popleft()
-        while self._unread and self.tasks_issued - self._unread[0][1] > bound // 2:
-            waited = self._unread.popleft()
-        waited[0].read()
-        return stats

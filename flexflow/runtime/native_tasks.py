@@ -10,8 +10,8 @@ alive until the task has run (the executor holds them with the batch's results).
 
 A step task runs this way when it has a native step with flat parameters, the loss is sparse
 categorical cross-entropy and its labels come from the process or an int64 store
-(`Executor._runs_in_cpp`; `Executor(cpp_steps=False)` keeps Python bodies). A recorded
-timeline gets its calls from the C code's log (`ff_step_log`).
+(`flexflow.runtime.step_tasks.runs_in_cpp`; `Executor(cpp_steps=False)` keeps Python
+bodies). A recorded timeline gets its calls from the C code's log (`ff_step_log`).
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ _FUSED_SCALARS = {
 }
 """A fused pass's own scalars, (training, iteration[, the loss's four][, a step's pending
 update]); any after them are the staged keys of the model inputs the task reads from the batch
-(Executor.staged_inputs)."""
+(flexflow.runtime.feeding.Feeds.staged_inputs)."""
 
 EXECUTORS: dict[int, Executor] = {}
 """Executors of this process by id, for the task body (Legate hands it only stores and scalars).
@@ -206,8 +206,10 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
                 (-1, index, Pass.UPDATE, begin, end, threading.get_native_id())
             )
     keys: dict[int, int] = {}
-    if len(extra) > width:  # model inputs read from the staged batch (Executor.staged_inputs)
-        keys = dict(zip(executor.staged_inputs, extra[width:], strict=True))
+    if (
+        len(extra) > width
+    ):  # model inputs read from the staged batch (flexflow.runtime.feeding.Feeds.staged_inputs)
+        keys = dict(zip(executor.feeds.staged_inputs, extra[width:], strict=True))
         extra = extra[:width]
     # a backward names its weights one by one (flat parameters have no backward tasks)
     flat = executor.params.flat if which != Pass.FUSED_BACKWARD else None

@@ -94,6 +94,7 @@ def set_one_weight(strategy) -> dict:
 def reads_only_copies() -> dict:
     """Reading weights, a checkpoint or the output never maps a store that later tasks use
     (`flexflow.runtime.stores.read_store`: Legate would remap it around every one of them)."""
+    import flexflow.runtime.batches as batches_module
     import flexflow.runtime.executor as executor_module
     import flexflow.runtime.weights as weights_module
 
@@ -105,6 +106,7 @@ def reads_only_copies() -> dict:
         return original(store)
 
     executor_module.read_store = weights_module.read_store = recording
+    batches_module.read_store = recording
     try:
         with Executor(graph, named_strategy("dp", graph, local)) as executor:
             executor.step(inputs, target)
@@ -124,6 +126,7 @@ def reads_only_copies() -> dict:
             ]
     finally:
         executor_module.read_store = weights_module.read_store = original
+        batches_module.read_store = original
     (Path(directory) / "reads.npz").unlink()
     return {"reads": len(read), "of_used": sum(any(r is u for u in used) for r in read)}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flexflow.runtime.executor import TASKS_IN_FLIGHT
+from flexflow.runtime.batches import TASKS_IN_FLIGHT
 
 SCRIPT = Path(__file__).with_name("unread_script.py")
 

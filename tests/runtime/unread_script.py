@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 import flexflow  # noqa: F401  (first: prepares Legate)
-import flexflow.runtime.executor as executor_module
+import flexflow.runtime.batches as batches_module
 from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.machine import parse_machine
 from flexflow.runtime import Executor
@@ -17,7 +17,7 @@ from flexflow.strategies import named_strategy
 
 BATCHES = int(sys.argv[1])
 if sys.argv[2:] == ["unbounded"]:  # to see the deadlock the bound prevents
-    executor_module.Executor._bound_unread = lambda self, stats, began: stats
+    batches_module.UnreadBatches.add = lambda self, stats, began, issued: None
 # the runtime benchmark's MLP: tasks slow enough that the program runs far ahead of them
 model = FFModel(FFConfig(batch_size=64))
 x = model.create_tensor((64, 784), name="x")
@@ -32,8 +32,8 @@ with Executor(graph, named_strategy("dp", graph, parse_machine("local"))) as exe
     most = 0
     for _ in range(BATCHES):
         stats = executor.train_batch(inputs, target, loss)
-        if executor._unread:
-            most = max(most, executor.tasks_issued - executor._unread[0][1])
+        if executor.unread:
+            most = max(most, executor.tasks_issued - executor.unread.oldest_began)
     final = stats.read()
     per_batch = executor.tasks_per_iteration()
 print(json.dumps({"loss": final[0], "most_unread_tasks": most, "tasks_per_batch": per_batch}))
