@@ -255,8 +255,10 @@ def register(add: Callable) -> None:
     )
     search.add_argument(
         "--init",
-        default="dp,expert,random",
-        help="initial strategies, one chain each: dp, expert, model, random, optcnn or files",
+        default="dp,expert,random,dp-width",
+        help="initial strategies, one chain each: dp, expert, model, random, dp-width (data "
+        "parallelism on the fastest number of devices; no chain when that is all of them), "
+        "optcnn or files",
     )
     search.add_argument(
         "--space",

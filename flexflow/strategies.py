@@ -53,7 +53,13 @@ def layer_depths(graph: OperatorGraph) -> dict[str, int]:
 
 
 def data_parallel(graph: OperatorGraph, machine: Machine, seed: int = 0) -> Strategy:
-    devices = tuple(range(machine.num_devices))
+    return data_parallel_over(graph, machine.num_devices)
+
+
+def data_parallel_over(graph: OperatorGraph, width: int) -> Strategy:
+    """Every op split in the sample dimension across the first `width` devices (as far as
+    its batch divides), the others idle."""
+    devices = tuple(range(width))
     return Strategy(
         tuple(n.name for n in graph.ops),
         tuple(_split(node, DimKind.SAMPLE, devices) for node in graph.ops),

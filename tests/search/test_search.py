@@ -186,3 +186,53 @@ def test_converged_time_counts_the_descent_only_when_it_improved():
 def _lenet_graph_and_machine():
     machine = parse_machine("p100:1")
     return load_model("lenet").graph(), machine
+
+
+def small_batch_norm_cnn() -> FFModel:
+    """Two convolutions with batch norms on a batch of 16: on K80 nodes (PCIe and slower
+    links) data parallelism simulates fastest on 2 GPUs, on P100s (NVLink) on 4."""
+    model = FFModel(FFConfig(batch_size=16))
+    x = model.create_tensor((16, 3, 32, 32), name="x")
+    x = model.batch_norm(model.conv2d(x, 16, 3, 3, 1, 1, 1, 1, name="conv1"), name="bn1")
+    x = model.batch_norm(model.conv2d(x, 16, 3, 3, 1, 1, 1, 1, name="conv2"), name="bn2")
+    model.softmax(model.dense(model.flat(x), 10, name="fc"))
+    return model
+
+
+@pytest.mark.parametrize("machine", ["k80:4", "p100:4", "p100:1"])
+def test_dp_width_is_the_fastest_data_parallelism_on_a_prefix_of_the_devices(machine):
+    from flexflow.search.search import fastest_dp_width
+    from flexflow.strategies import data_parallel_over
+
+    context = SimContext(small_batch_norm_cnn().graph(), parse_machine(machine))
+    n = context.machine.num_devices
+    times = {
+        w: full_simulate(TaskGraph(context, data_parallel_over(context.graph, w))).iteration_s
+        for w in range(1, n + 1)
+        if n % w == 0
+    }
+    chosen = fastest_dp_width(context)
+    chosen_s = full_simulate(TaskGraph(context, chosen)).iteration_s
+    assert chosen_s == min(times.values())
+    width = len(chosen.devices_used())
+    assert times[width] == chosen_s and all(t > chosen_s for w, t in times.items() if w < width)
+    if machine == "k80:4":  # narrower than the machine: the chain runs
+        assert width == 2 and chosen_s < times[n]
+
+
+def test_the_dp_width_chain_runs_only_when_it_starts_elsewhere_than_dp():
+    context = SimContext(small_batch_norm_cnn().graph(), parse_machine("k80:4"))
+    result = search(context, budget_s=60, seed=0, max_proposals=200, polish=False)
+    assert [c.init for c in result.chains] == ["dp", "expert", "random", "dp-width"]
+    narrow = result.chains[-1]
+    assert narrow.initial_s < result.dp_s and result.best_s <= narrow.initial_s
+    result = search(lenet_context("p100:1"), budget_s=60, seed=0, max_proposals=200, polish=False)
+    assert "dp-width" not in [c.init for c in result.chains]  # LeNet: DP on all 4 is fastest
+
+
+def test_cli_search_takes_dp_width_as_an_initial_strategy(capsys):
+    code = main(["search", "lenet", "--machine", "p100:1", "--init", "dp-width",
+                 "--proposals", "50", "--no-polish", "--json"])  # fmt: skip
+    assert code == 0
+    (chain,) = json.loads(capsys.readouterr().out)["chains"]
+    assert chain["init"] == "dp-width"
