@@ -22,7 +22,7 @@ from flexflow.cli_args import (
 )
 from flexflow.search.evaluator import SIMULATIONS
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
-from flexflow.search.mcmc import DEFAULT_BETA, DEFAULT_NEIGHBOUR_MOVES
+from flexflow.search.mcmc import DEFAULT_BETA, DEFAULT_NEIGHBOUR_MOVES, DEFAULT_PATH_MOVES
 from flexflow.search.progress import search_with_progress
 from flexflow.search.spaces import SPACES
 
@@ -74,6 +74,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         space=args.space,
         beta=args.beta,
         neighbour_moves=args.neighbour_moves,
+        path_moves=args.path_moves,
         max_proposals=args.proposals,
         polish=not args.no_polish,
         polish_budget_s=args.polish_budget,
@@ -277,6 +278,15 @@ def register(add: Callable) -> None:
         metavar="SHARE",
         help="share of one-op proposals that give the op a neighbour's configuration "
         "(0: only the paper's uniform draws)",
+    )
+    search.add_argument(
+        "--path-moves",
+        type=share,
+        default=None,
+        metavar="SHARE",
+        help="share of one-op proposals that give the same configuration to a random path of "
+        f"neighbours from the op (default {DEFAULT_PATH_MOVES:g} on graphs without unrolled "
+        "layers, 0 on others; 0: none)",
     )
     add_profile(search)
     add_fused_launches(search)

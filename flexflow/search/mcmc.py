@@ -41,6 +41,21 @@ all three, for a reason not established: README). From random strategies under t
 and NMT's stopped after 33 s instead of 38 s. `neighbour_moves=0` keeps the paper's uniform
 draws only.
 
+Half of the one-op proposals on graphs without unrolled layers (DEFAULT_PATH_MOVES,
+`path_moves_for`) are path moves, also ours: after the op's configuration is drawn (uniformly
+or from a neighbour), a random walk goes on from the op to a neighbour that can take the same
+configuration, and from there on with probability PATH_CONTINUE, and every op on the walk gets
+that configuration in one delta simulation (`DeltaSimulator.change_many`). Aligning a stretch
+of a deep chain one op at a time pays transfers on both sides of each op, so single-op chains
+from a random strategy stall far from a good one. Chains from random strategies under the
+progress rule (Table 4's protocol, p100:1, seeds 0-2, a throwaway run, 2026-12-01): ResNet-101
+reached 0.95-0.97x DP with them against 0.69-0.76x without and stopped after 1.8-4.5 s instead
+of 7.5-22.1 s; Inception-v3 0.99-1.00x against 0.75-0.86x. In the default 10 s searches on
+p100:4 (`benchmarks/neighbour_moves.py --move path`, seeds 0-1,
+benchmarks/results/path_moves.md) the CNNs' results moved by -0.2% to +1.1% but RNNLM's fell
+5% with both seeds (RNNTC -2.0% to +0.4%, NMT -3.2% to +6.1%): graphs with unrolled layers,
+whose layer moves already change many ops at once, get none by default.
+
 A chain stops when its time budget (or proposal budget) is spent, or when its best has not
 improved for half of that budget (as FlexFlow's optimizer does). With `patience="progress"` it
 stops instead once its best has not improved during the last half of the proposals it has
@@ -76,6 +91,11 @@ DEFAULT_LAYER_MOVES = 0.5
 """The share of proposals that reconfigure a whole unrolled layer (see the module doc)."""
 DEFAULT_NEIGHBOUR_MOVES = 0.5
 """The share of one-op proposals that take a neighbour's configuration (see the module doc)."""
+DEFAULT_PATH_MOVES = 0.5
+"""The share of one-op proposals extended to a path of neighbours on graphs without unrolled
+layers (see the module doc); `path_moves_for` gives a graph's default."""
+PATH_CONTINUE = 0.75
+"""The chance that a path move's walk goes on to one more op (mean length about 1 / 0.25)."""
 PATIENCES = ("budget", "progress")
 """When a chain whose best stopped improving gives up (see the module doc)."""
 PROGRESS_FLOOR_PER_OP = 10
@@ -89,6 +109,13 @@ def layer_groups(graph: OperatorGraph) -> tuple[tuple[int, ...], ...]:
     for node in graph.ops:
         by_layer.setdefault(node.layer, []).append(node.id)
     return tuple(tuple(ops) for ops in by_layer.values() if len(ops) > 1)
+
+
+def path_moves_for(graph: OperatorGraph) -> float:
+    """The default share of path moves: DEFAULT_PATH_MOVES, or 0 where the graph has unrolled
+    layers, whose layer moves already reconfigure many ops at once (path moves made RNNLM's
+    20 s searches 5% worse on p100:4, see the module doc)."""
+    return 0.0 if layer_groups(graph) else DEFAULT_PATH_MOVES
 
 
 def op_neighbours(graph: OperatorGraph) -> tuple[tuple[int, ...], ...]:
@@ -162,12 +189,18 @@ def run_chain(
     patience: str = "budget",
     simulation: str = "delta",
     neighbour_moves: float = DEFAULT_NEIGHBOUR_MOVES,
+    path_moves: float | None = None,
 ) -> ChainResult:
     """One Metropolis-Hastings chain from `init`; `simulation` ("delta" or "full") says how
-    proposals are evaluated, `patience` ("budget" or "progress") when a stalled chain stops."""
+    proposals are evaluated, `patience` ("budget" or "progress") when a stalled chain stops;
+    `path_moves` None takes the graph's default (`path_moves_for`)."""
+    if path_moves is None:
+        path_moves = path_moves_for(context.graph)
     if patience not in PATIENCES:
         raise FlexFlowError(f"unknown patience '{patience}'; choose one of {', '.join(PATIENCES)}.")
-    for name, share in (("layer_moves", layer_moves), ("neighbour_moves", neighbour_moves)):
+    shares = (("layer_moves", layer_moves), ("neighbour_moves", neighbour_moves),
+              ("path_moves", path_moves))  # fmt: skip
+    for name, share in shares:
         if not 0.0 <= share <= 1.0:
             raise FlexFlowError(f"{name} is the share of proposals, in [0, 1]; got {share}.")
     evaluator = make_evaluator(context, init, simulation)
@@ -175,15 +208,32 @@ def run_chain(
     adjacent = op_neighbours(context.graph)
     valid_sets: dict[int, frozenset[ParallelConfig]] = {}
 
-    def neighbour_config(op: int, choices: tuple[ParallelConfig, ...]) -> ParallelConfig | None:
-        """A neighbour's current configuration that `op` can take, drawn uniformly; None
-        when no neighbour's is in its space."""
+    def valid_set(op: int) -> frozenset[ParallelConfig]:
         valid = valid_sets.get(op)
         if valid is None:
-            valid = valid_sets[op] = frozenset(choices)
-        strategy = evaluator.strategy
+            valid = valid_sets[op] = frozenset(space(op))
+        return valid
+
+    def neighbour_config(op: int) -> ParallelConfig | None:
+        """A neighbour's current configuration that `op` can take, drawn uniformly; None
+        when no neighbour's is in its space."""
+        valid, strategy = valid_set(op), evaluator.strategy
         candidates = [strategy[n] for n in adjacent[op] if strategy[n] in valid]
         return candidates[int(rng.integers(len(candidates)))] if candidates else None
+
+    def path_from(op: int, config: ParallelConfig) -> tuple[int, ...]:
+        """`op` and a random walk on from it over neighbours that can take `config` (each op
+        once), going on with probability PATH_CONTINUE after each step."""
+        path, at = [op], op
+        while True:
+            steps = [n for n in adjacent[at] if n not in path and config in valid_set(n)]
+            if not steps:
+                break
+            at = steps[int(rng.integers(len(steps)))]
+            path.append(at)
+            if rng.random() >= PATH_CONTINUE:
+                break
+        return tuple(path)
 
     groups = layer_groups(context.graph)
     group_spaces: dict[tuple[int, ...], tuple] = {}
@@ -236,13 +286,19 @@ def run_chain(
                 continue
             config = None
             if neighbour_moves and rng.random() < neighbour_moves:
-                config = neighbour_config(op, choices)
+                config = neighbour_config(op)
             if config is None:
                 config = choices[int(rng.integers(len(choices)))]
-            if config == evaluator.strategy[op]:
+            path = (op,)
+            if path_moves and rng.random() < path_moves:
+                path = path_from(op, config)
+            if all(evaluator.strategy[o] == config for o in path):
                 continue
             proposals += 1
-            cost = evaluator.propose(op, config)
+            if len(path) == 1:
+                cost = evaluator.propose(op, config)
+            else:
+                cost = evaluator.propose_many(path, config)
         if cost <= current or rng.random() < math.exp(beta * (current - cost) / reference_s):
             accepted += 1
             current = cost

@@ -150,6 +150,7 @@ def search(
     on_descent: Callable[[DescentStatus], None] | None = None,
     workers: int = 1,
     neighbour_moves: float = DEFAULT_NEIGHBOUR_MOVES,
+    path_moves: float | None = None,
 ) -> SearchResult:
     """Run one chain per initial strategy, each with an equal share of the budget (each with
     its own random stream, seeded by (`seed`, its index)).
@@ -165,7 +166,8 @@ def search(
     `simulation="full"` evaluates every proposal by simulating its whole task graph again
     instead of by delta simulation: the same result, slower (the paper's Table 4 compares them).
     `neighbour_moves` is the share of one-op proposals taking a neighbour's configuration
-    (`flexflow.search.mcmc`).
+    (`flexflow.search.mcmc`), `path_moves` that of one-op proposals extended to a path of
+    neighbours (None: the graph's default, `flexflow.search.mcmc.path_moves_for`).
     `space="optcnn"` runs the OptCNN baseline's dynamic programming instead of MCMC (no
     chains, no polish) and reports its strategy's simulated cost.
     """
@@ -204,6 +206,7 @@ def search(
             chain_clock,
             simulation=simulation,
             neighbour_moves=neighbour_moves,
+            path_moves=path_moves,
         )
 
     if at_once == 1:

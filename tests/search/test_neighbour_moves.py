@@ -75,7 +75,7 @@ def test_every_neighbour_move_takes_a_valid_neighbours_configuration(monkeypatch
     ).iteration_s
     chain = run_chain(
         context, "random", start, space, np.random.default_rng(0), dp_s,
-        max_proposals=300, neighbour_moves=1.0,
+        max_proposals=300, neighbour_moves=1.0, path_moves=0.0,
     )  # fmt: skip
     assert len(log) == chain.proposals > 100  # it may stop once half made no progress
     neighbours = op_neighbours(graph)
