@@ -47,40 +47,53 @@ def test_neighbours_are_the_ops_read_and_the_ops_reading():
     assert all(chain[i] == (i - 1, i + 1) for i in range(1, len(lenet.ops) - 1))
 
 
-class _Recording:
-    """An evaluator that records every one-op proposal with the strategy it was made from."""
+class Recording:
+    """An evaluator that records every proposal, (its ops, config, strategy it was made from)."""
 
     def __init__(self, inner, log: list) -> None:
         self._inner, self._log = inner, log
 
     def propose(self, op, config):
-        self._log.append((op, config, self._inner.strategy))
+        self._log.append(((op,), config, self._inner.strategy))
         return self._inner.propose(op, config)
+
+    def propose_many(self, ops, config):
+        self._log.append((tuple(ops), config, self._inner.strategy))
+        return self._inner.propose_many(ops, config)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
 
-@pytest.mark.parametrize("model", ["branching", "lenet"])
-def test_every_neighbour_move_takes_a_valid_neighbours_configuration(monkeypatch, model):
-    graph = (branching_model() if model == "branching" else load_model("lenet")).graph()
+def recorded_chain(model: str, monkeypatch, **moves):
+    """A 300-proposal chain on p100:1 from a random strategy, every proposal recorded:
+    (graph, context, space, log, chain)."""
+    graph = (branching_model() if model == "branching" else load_model(model)).graph()
     context = SimContext(graph, parse_machine("p100:1"))
     space = make_space("soap", graph, context.machine)
     log: list = []
     real = mcmc.make_evaluator
-    monkeypatch.setattr(mcmc, "make_evaluator", lambda *args: _Recording(real(*args), log))
+    monkeypatch.setattr(mcmc, "make_evaluator", lambda *args: Recording(real(*args), log))
     start = named_strategy("random", graph, context.machine, 3)
     dp_s = full_simulate(
         TaskGraph(context, named_strategy("dp", graph, context.machine))
     ).iteration_s
     chain = run_chain(
-        context, "random", start, space, np.random.default_rng(0), dp_s,
-        max_proposals=300, neighbour_moves=1.0, path_moves=0.0,
+        context, "random", start, space, np.random.default_rng(0), dp_s, max_proposals=300,
+        **moves,
     )  # fmt: skip
+    return graph, context, space, log, chain
+
+
+@pytest.mark.parametrize("model", ["branching", "lenet"])
+def test_every_neighbour_move_takes_a_valid_neighbours_configuration(monkeypatch, model):
+    graph, context, space, log, chain = recorded_chain(
+        model, monkeypatch, neighbour_moves=1.0, path_moves=0.0
+    )
     assert len(log) == chain.proposals > 100  # it may stop once half made no progress
     neighbours = op_neighbours(graph)
     uniform = 0
-    for op, config, before in log:
+    for (op,), config, before in log:
         valid = set(space(op))
         assert config in valid and config != before[op]
         taken = {before[n] for n in neighbours[op]} & valid
@@ -92,13 +105,14 @@ def test_every_neighbour_move_takes_a_valid_neighbours_configuration(monkeypatch
     assert full_simulate(TaskGraph(context, chain.best)).iteration_s == chain.best_s
 
 
-def test_the_share_must_be_a_probability():
+@pytest.mark.parametrize(("share", "value"), [("neighbour_moves", 1.5), ("path_moves", -0.5)])
+def test_the_share_must_be_a_probability(share, value):
     graph = load_model("lenet").graph()
     context = SimContext(graph, parse_machine("p100:1"))
     dp = named_strategy("dp", graph, context.machine)
     space = make_space("soap", graph, context.machine)
-    with pytest.raises(mcmc.FlexFlowError, match="neighbour_moves"):
-        run_chain(context, "dp", dp, space, np.random.default_rng(0), 1.0, neighbour_moves=1.5)
+    with pytest.raises(mcmc.FlexFlowError, match=share):
+        run_chain(context, "dp", dp, space, np.random.default_rng(0), 1.0, **{share: value})
 
 
 @pytest.mark.parametrize("share", ["0", "1"])

@@ -15,49 +15,13 @@ from flexflow.search.spaces import make_space
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.strategies import named_strategy
 from flexflow.zoo import load_model
-from tests.search.test_neighbour_moves import branching_model
-
-
-class _Recording:
-    """An evaluator that records every proposal with the strategy it was made from."""
-
-    def __init__(self, inner, log: list) -> None:
-        self._inner, self._log = inner, log
-
-    def propose(self, op, config):
-        self._log.append(((op,), config, self._inner.strategy))
-        return self._inner.propose(op, config)
-
-    def propose_many(self, ops, config):
-        self._log.append((tuple(ops), config, self._inner.strategy))
-        return self._inner.propose_many(ops, config)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
-def _chain(model: str, machine: str, monkeypatch, **moves):
-    graph = (branching_model() if model == "branching" else load_model(model)).graph()
-    context = SimContext(graph, parse_machine(machine))
-    space = make_space("soap", graph, context.machine)
-    log: list = []
-    real = mcmc.make_evaluator
-    monkeypatch.setattr(mcmc, "make_evaluator", lambda *args: _Recording(real(*args), log))
-    start = named_strategy("random", graph, context.machine, 3)
-    dp_s = full_simulate(
-        TaskGraph(context, named_strategy("dp", graph, context.machine))
-    ).iteration_s
-    chain = run_chain(
-        context, "random", start, space, np.random.default_rng(0), dp_s, max_proposals=300,
-        **moves,
-    )  # fmt: skip
-    return graph, context, space, log, chain
+from tests.search.test_neighbour_moves import recorded_chain
 
 
 @pytest.mark.parametrize("model", ["branching", "lenet", "resnet101"])
 def test_every_path_move_gives_one_configuration_to_a_walk_of_neighbours(monkeypatch, model):
-    graph, context, space, log, chain = _chain(
-        model, "p100:1", monkeypatch, path_moves=1.0, neighbour_moves=0.5
+    graph, context, space, log, chain = recorded_chain(
+        model, monkeypatch, path_moves=1.0, neighbour_moves=0.5
     )
     assert len(log) == chain.proposals > 50
     neighbours = op_neighbours(graph)
@@ -75,11 +39,11 @@ def test_every_path_move_gives_one_configuration_to_a_walk_of_neighbours(monkeyp
 
 
 def test_path_moves_off_are_exactly_the_one_op_proposals(monkeypatch):
-    *_, log, chain = _chain("lenet", "p100:1", monkeypatch, path_moves=0.0)
+    *_, log, chain = recorded_chain("lenet", monkeypatch, path_moves=0.0)
     assert all(len(path) == 1 for path, _, _ in log)
     # the default: half of them on a graph without unrolled layers, none on one with them
-    *_, default = _chain("lenet", "p100:1", monkeypatch)
-    *_, half = _chain("lenet", "p100:1", monkeypatch, path_moves=mcmc.DEFAULT_PATH_MOVES)
+    *_, default = recorded_chain("lenet", monkeypatch)
+    *_, half = recorded_chain("lenet", monkeypatch, path_moves=mcmc.DEFAULT_PATH_MOVES)
     assert (default.best_s, default.proposals) == (half.best_s, half.proposals)
     assert mcmc.DEFAULT_PATH_MOVES == 0.5
     assert mcmc.path_moves_for(load_model("rnnlm", seq_length=4).graph()) == 0.0
@@ -99,15 +63,6 @@ def test_delta_and_full_simulation_make_the_same_chain_with_path_moves():
         )  # fmt: skip
         found.append((chain.best_s, chain.proposals, chain.accepted, chain.best))
     assert found[0] == found[1]
-
-
-def test_the_path_share_must_be_a_probability():
-    graph = load_model("lenet").graph()
-    context = SimContext(graph, parse_machine("p100:1"))
-    dp = named_strategy("dp", graph, context.machine)
-    space = make_space("soap", graph, context.machine)
-    with pytest.raises(mcmc.FlexFlowError, match="path_moves"):
-        run_chain(context, "dp", dp, space, np.random.default_rng(0), 1.0, path_moves=-0.5)
 
 
 def test_the_cli_passes_the_path_share_on(capsys):
