@@ -95,7 +95,8 @@ DEFAULT_PATH_MOVES = 0.5
 """The share of one-op proposals extended to a path of neighbours on graphs without unrolled
 layers (see the module doc); `path_moves_for` gives a graph's default."""
 PATH_CONTINUE = 0.75
-"""The chance that a path move's walk goes on to one more op (mean length about 1 / 0.25)."""
+"""The chance that a path move's walk goes on to one more op after each step (about 4 steps
+on average where neighbours allow them)."""
 PATIENCES = ("budget", "progress")
 """When a chain whose best stopped improving gives up (see the module doc)."""
 PROGRESS_FLOOR_PER_OP = 10
@@ -114,7 +115,7 @@ def layer_groups(graph: OperatorGraph) -> tuple[tuple[int, ...], ...]:
 def path_moves_for(graph: OperatorGraph) -> float:
     """The default share of path moves: DEFAULT_PATH_MOVES, or 0 where the graph has unrolled
     layers, whose layer moves already reconfigure many ops at once (path moves made RNNLM's
-    20 s searches 5% worse on p100:4, see the module doc)."""
+    10 s searches 5% worse on p100:4, see the module doc)."""
     return 0.0 if layer_groups(graph) else DEFAULT_PATH_MOVES
 
 

@@ -181,7 +181,7 @@ def search(
         return SearchResult(strategy, cost, dp_s, (), clock() - begin)
     proposal_space = make_space(space, graph, machine)
     starts = [(init, initial_strategy(init, context, seed + i)) for i, init in enumerate(inits)]
-    if "dp" in inits:  # data parallelism is fastest on every device: one chain from it is enough
+    if "dp" in inits:  # dp-width is DP itself (fastest on every device): the dp chain covers it
         starts = [(name, s) for name, s in starts if name != DP_WIDTH or s != dp]
     if space != "soap":  # a restricted space's chains start inside it
         starts = [(name, project(s, proposal_space)) for name, s in starts]
