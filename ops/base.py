@@ -284,12 +284,14 @@ class Op(ABC):
         grad_outputs: Sequence[np.ndarray],
         need_input_grads: bool,
         weight_grads_into: Sequence[np.ndarray | None],
+        saved: object | None = None,
     ) -> tuple[tuple[np.ndarray | None, ...], Arrays]:
         """`backward_tile`, where an op may write a weight gradient straight into the array given
         for it (`weight_grads_into`, one per weight region, None where there is none) and return
         that array as the gradient, sparing the task the copy into its output (data
         parallelism's flat gradient buffers: the MLP's 669k gradients were 9% of a step task's
-        time). The default computes them anew; the arrays are only written, never read."""
+        time). The default computes them anew; the arrays are only written, never read.
+        `saved`: what `forward_tile_saving` kept for this tile in the same task, or None."""
         if need_input_grads or not self.skips_input_grads:
             return self.backward_tile(sig, region, inputs, weights, outputs, grad_outputs)
         return self.backward_tile(sig, region, inputs, weights, outputs, grad_outputs, False)
@@ -303,26 +305,8 @@ class Op(ABC):
     ) -> tuple[Arrays, object | None]:
         """`forward_tile`, and what this tile's backward may reuse when it runs in the same task
         (a training step keeps its activations in memory): an LSTM step's gates, which its
-        backward would otherwise recompute. None by default."""
+        backward would otherwise recompute (`backward_tile_into`'s `saved`). None by default."""
         return self.forward_tile(sig, region, inputs, weights), None
-
-    def backward_tile_saved(
-        self,
-        sig: Signature,
-        region: Region,
-        inputs: Sequence[np.ndarray],
-        weights: Sequence[np.ndarray],
-        outputs: Sequence[np.ndarray],
-        grad_outputs: Sequence[np.ndarray],
-        need_input_grads: bool,
-        weight_grads_into: Sequence[np.ndarray | None],
-        saved: object,
-    ) -> tuple[tuple[np.ndarray | None, ...], Arrays]:
-        """`backward_tile_into` with what `forward_tile_saving` kept for it (not None)."""
-        return self.backward_tile_into(
-            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,
-            weight_grads_into,
-        )  # fmt: skip
 
     @abstractmethod
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:

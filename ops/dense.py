@@ -140,7 +140,7 @@ class Dense(Op):
 
     def backward_tile_into(
         self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,
-        weight_grads_into,
+        weight_grads_into, saved=None,
     ):  # fmt: skip
         (x,) = inputs
         gemm = self._host_gemm(x, weights)

@@ -192,9 +192,10 @@ class LSTM(Op):
     def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
         return self._backward(inputs, weights, outputs, grad_outputs, None)
 
-    def backward_tile_saved(
-        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, into, saved
-    ):
+    def backward_tile_into(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, into,
+        saved=None,
+    ):  # fmt: skip
         return self._backward(inputs, weights, outputs, grad_outputs, saved)
 
     def _backward(self, inputs, weights, outputs, grad_outputs, gates):

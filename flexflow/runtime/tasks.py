@@ -150,12 +150,8 @@ class _CpuTiles:
     def backward(
         op, sig, region, inputs, weights, outputs, grads, need_input_grads, into, saved=None
     ):
-        if saved is not None:
-            return op.backward_tile_saved(
-                sig, region, inputs, weights, outputs, grads, need_input_grads, into, saved
-            )
         return op.backward_tile_into(
-            sig, region, inputs, weights, outputs, grads, need_input_grads, into
+            sig, region, inputs, weights, outputs, grads, need_input_grads, into, saved
         )
 
     @staticmethod

@@ -103,7 +103,7 @@ def test_a_backward_from_the_forwards_gates_is_the_one_that_recomputes_them(firs
     assert gates.shape == (6, 28) and gates.dtype == np.float32
     for got, want in zip(outputs, op.forward_tile(None, None, inputs, weights), strict=True):
         np.testing.assert_array_equal(got, want)
-    kept = op.backward_tile_saved(
+    kept = op.backward_tile_into(
         None, None, inputs, weights, outputs, grads, True, [None] * 3, gates
     )
     again = op.backward_tile(None, None, inputs, weights, outputs, grads)
