@@ -55,8 +55,11 @@ def _idle_devices(graph: OperatorGraph, dp: Strategy, machine: Machine) -> str:
 
 
 def sparse(loss: str | None) -> bool:
-    """Whether the loss named `loss` takes integer labels (its steps may run in C++ bodies)."""
-    return loss == "sparse_categorical_crossentropy"
+    """Whether the loss named `loss` (any name `compile` takes) takes integer labels (its
+    steps may run in C++ bodies)."""
+    from flexflow.runtime.loss import loss_name  # no Legate
+
+    return loss is not None and loss_name(loss) == "sparse_categorical_crossentropy"
 
 
 def plan_strategy(

@@ -156,3 +156,11 @@ def test_step_tasks_with_cpp_bodies_cost_the_runtime_less():
     assert TaskGraph(other, dp).runtime_s == pytest.approx(2 * LEGATE_CPU_TASK_S)
     model = named_strategy("model", graph, machine)  # nothing fuses: no step task in one call
     assert iteration_tasks(graph, model, kinds, sparse_labels=True).cpp_steps == 0
+
+
+def test_planning_knows_the_sparse_loss_by_any_name_compile_takes():
+    from flexflow.planning import sparse
+
+    assert sparse("sparse_categorical_crossentropy")
+    assert sparse("LOSS_SPARSE_CATEGORICAL_CROSSENTROPY")  # FlexFlow's LossType name
+    assert not sparse("mse") and not sparse("categorical_crossentropy") and not sparse(None)
