@@ -6,9 +6,11 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from flexflow.errors import StrategyError
 from flexflow.search.local import DescentStatus, descend
 from flexflow.search.mcmc import (
     DEFAULT_BETA,
@@ -131,6 +133,11 @@ def initial_strategy(init: str, context: SimContext, seed: int) -> Strategy:
         from flexflow.search.optcnn import optcnn_strategy
 
         return optcnn_strategy(context)
+    if not Path(init).exists():  # most likely a misspelt name
+        names = ", ".join((*NAMED_STRATEGIES, DP_WIDTH, "optcnn"))
+        raise StrategyError(
+            f"initial strategy '{init}' is neither a name ({names}) nor a strategy file."
+        )
     return load_strategy(init, context.graph, context.machine)
 
 

@@ -236,3 +236,13 @@ def test_cli_search_takes_dp_width_as_an_initial_strategy(capsys):
     assert code == 0
     (chain,) = json.loads(capsys.readouterr().out)["chains"]
     assert chain["init"] == "dp-width"
+
+
+def test_a_misspelt_initial_strategy_names_the_choices(capsys):
+    code = main(
+        ["search", "lenet", "--machine", "p100:1", "--init", "dp-widht", "--proposals", "5"]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "initial strategy 'dp-widht' is neither a name (dp, expert, model, random, " in err
+    assert "dp-width, optcnn) nor a strategy file" in err
