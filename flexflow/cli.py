@@ -7,6 +7,7 @@ import itertools
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -19,7 +20,7 @@ from flexflow.cli_args import (
     positive_int,
     seed_int,
 )
-from flexflow.errors import FlexFlowError
+from flexflow.errors import FlexFlowError, StrategyError
 from flexflow.fileio import atomic_write_text
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine, link_groups, parse_machine
@@ -316,6 +317,11 @@ def _strategy_arg(value: str, graph: OperatorGraph, machine: Machine, seed: int)
 
     if value in NAMED_STRATEGIES:
         return named_strategy(value, graph, machine, seed)
+    if not Path(value).exists():  # most likely a misspelt name
+        raise StrategyError(
+            f"strategy '{value}' is neither a name ({', '.join(NAMED_STRATEGIES)}) nor a "
+            "strategy file."
+        )
     return load_strategy(value, graph, machine)
 
 

@@ -267,3 +267,10 @@ def test_simulate_rejects_a_bad_strategy_file(capsys, tmp_path):
     path.write_text('{"format": "flexflow-strategy", "version": 1, "ops": [')
     code, _, err = run(capsys, "simulate", "lenet", "--machine", "p100:1", "--strategy", str(path))
     assert code == 2 and "malformed or truncated" in err
+
+
+@pytest.mark.parametrize("command", ["simulate", "check-local"])
+def test_a_misspelt_strategy_name_names_the_choices(capsys, command):
+    code, _, err = run(capsys, command, "lenet", "--machine", "p100:1", "--strategy", "exprt")
+    assert code == 2
+    assert "strategy 'exprt' is neither a name (dp, expert, model, random) nor a strategy" in err
