@@ -12,7 +12,12 @@ the search's number of proposals. The paper's published numbers (PAPER) are show
 Results: benchmarks/results/paper.{csv,md} and paper_fig7.png, paper_fig8.png, paper_fig10.png.
 
     .venv/bin/python benchmarks/paper.py [--models nmt,alexnet] [--machines k80:1] [--budget 60]
-        [--out DIR]
+        [--polish-budget SECONDS|inf] [--per-gpu-batch] [--export DIR] [--out DIR]
+
+`--polish-budget inf` lets each SOAP search's final descent run until it proves its strategy
+locally optimal (paper §8.4), however long that takes; `--per-gpu-batch` scales the zoo's batch
+by the GPU count (weak scaling: 64 samples per GPU, 256 for AlexNet) instead of keeping it
+global; `--export DIR` writes each SOAP strategy there, as `flexflow check-local` reads it.
 
 All numbers are simulated iteration times of this re-creation's cost model, not measurements of
 real hardware; the paper's numbers are real executions on its clusters.
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -38,11 +44,13 @@ from results_io import png_bytes  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
+from flexflow.config import FFConfig  # noqa: E402
 from flexflow.fileio import atomic_write_bytes, atomic_write_text  # noqa: E402
 from flexflow.machine import parse_machine  # noqa: E402
 from flexflow.search import search  # noqa: E402
 from flexflow.simulator import SimContext, TaskGraph, full_simulate, summarize  # noqa: E402
 from flexflow.strategies import named_strategy  # noqa: E402
+from flexflow.strategy_file import export_strategy  # noqa: E402
 from flexflow.zoo import load_model  # noqa: E402
 
 MODELS = ("alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt")
@@ -152,12 +160,25 @@ def full_sim_ms(context: SimContext, strategies) -> float:
     return statistics.mean(times) * 1e3
 
 
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How every case of one run searches (see the module's docstring)."""
+
+    budget_s: float = BUDGET_S
+    polish_budget_s: float = BUDGET_S  # math.inf: until the descent proves a local optimum
+    per_gpu_batch: bool = False
+    export: Path | None = None
+
+
 def run_case(
-    model: str, machine_name: str, budget_s: float, progress, task, strategies=STRATEGIES
+    model: str, machine_name: str, settings: Settings, progress, task, strategies=STRATEGIES
 ) -> list[Row]:
+    machine = parse_machine(machine_name)
+    gpus = machine.num_devices
     ff = load_model(model)
-    graph, machine = ff.graph(), parse_machine(machine_name)
-    batch, gpus = ff.config.batch_size, machine.num_devices
+    if settings.per_gpu_batch:
+        ff = load_model(model, FFConfig(batch_size=ff.config.batch_size * gpus))
+    graph, batch = ff.graph(), ff.config.batch_size
     rows: list[Row] = []
     dp_ms = None
     for label, kind in strategies:
@@ -175,13 +196,16 @@ def run_case(
             progress.update(task, description=f"{model} {machine_name} {label}")
             result = search(
                 context,
-                budget_s=budget_s,
+                budget_s=settings.budget_s,
                 seed=SEED,
                 space=kind,
                 on_status=on_status,
-                polish_budget_s=budget_s,
+                polish_budget_s=settings.polish_budget_s,
             )
             strategy = result.best
+            if kind == "soap" and settings.export is not None:
+                path = settings.export / f"{model}-{machine_name.replace(':', '-')}.json"
+                export_strategy(path, strategy, graph, machine, model=model)
             extra = {
                 "locally_optimal": result.locally_optimal,
                 "search_s": result.seconds,
@@ -220,10 +244,19 @@ def _fmt(value, spec: str = ".3g", suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
 
-def markdown(rows: list[Row], budget_s: float, fig8: tuple[str, str]) -> str:
+def markdown(rows: list[Row], settings: Settings, fig8: tuple[str, str]) -> str:
     keys = {label: kind for label, kind in STRATEGIES}
+    polish = (
+        "until it proves a local optimum"
+        if math.isinf(settings.polish_budget_s)
+        else f"at most {settings.polish_budget_s:g} s"
+    )
+    batch = "scaled to the GPU count (per-GPU batch)" if settings.per_gpu_batch else "global"
     lines = [
-        f"# FlexFlow paper figures with the simulator (budget {budget_s:g} s per search, seed {SEED})",
+        f"# FlexFlow paper figures with the simulator (budget {settings.budget_s:g} s per search, "
+        f"seed {SEED})",
+        "",
+        f"Each search's final descent: {polish}. The zoo's batch: {batch}.",
         "",
         "Simulated iteration times of this re-creation's cost model; the paper's columns are its "
         "real executions (read off its figures, approximate). Operation = the search restricted "
@@ -407,7 +440,7 @@ def plot_fig10(rows: list[Row]) -> bytes | None:
     return png_bytes(fig)
 
 
-def write_outputs(rows: list[Row], out: Path, budget_s: float, console: Console | None) -> None:
+def write_outputs(rows: list[Row], out: Path, settings: Settings, console: Console | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(Row.__dataclass_fields__))
@@ -417,7 +450,7 @@ def write_outputs(rows: list[Row], out: Path, budget_s: float, console: Console 
     atomic_write_text(out / "paper.csv", buffer.getvalue())
     cases = {(r.model, r.machine): r.gpus for r in rows}
     fig8 = FIG8_CASE if FIG8_CASE in cases else max(cases, key=lambda c: (cases[c], c[0]))
-    text = markdown(rows, budget_s, fig8)
+    text = markdown(rows, settings, fig8)
     atomic_write_text(out / "paper.md", text)
     atomic_write_bytes(out / "paper_fig7.png", plot_fig7(rows))
     atomic_write_bytes(out / "paper_fig8.png", plot_fig8(rows, fig8))
@@ -439,6 +472,19 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds per search")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument(
+        "--polish-budget",
+        type=float,
+        default=None,
+        help="seconds for each SOAP search's final descent (default: --budget; inf: until it "
+        "proves a local optimum)",
+    )
+    parser.add_argument(
+        "--per-gpu-batch",
+        action="store_true",
+        help="scale the zoo's batch by the GPU count (weak scaling) instead of keeping it global",
+    )
+    parser.add_argument("--export", type=Path, help="folder for the SOAP strategies found")
+    parser.add_argument(
         "--skip",
         default="",
         help="strategies to leave out, e.g. optcnn (its tables grow with the square of each "
@@ -450,6 +496,10 @@ def main() -> None:
     if skip - {kind for _, kind in STRATEGIES}:
         parser.error(f"--skip takes {', '.join(k for _, k in STRATEGIES)}; got {args.skip}")
     strategies = tuple((label, kind) for label, kind in STRATEGIES if kind not in skip)
+    polish_budget_s = args.budget if args.polish_budget is None else args.polish_budget
+    if not args.budget > 0 or not polish_budget_s > 0:
+        parser.error("--budget and --polish-budget take a positive number of seconds (or inf)")
+    settings = Settings(args.budget, polish_budget_s, args.per_gpu_batch, args.export)
     console = Console()
     searches = len(models) * len(machines) * len(SEARCHED - skip)
     console.print(
@@ -466,7 +516,7 @@ def main() -> None:
         task = progress.add_task("starting", total=searches)
         for machine in machines:
             for model in models:
-                case = run_case(model, machine, args.budget, progress, task, strategies)
+                case = run_case(model, machine, settings, progress, task, strategies)
                 rows += case
                 soap = case[-1]
                 progress.console.print(
@@ -474,8 +524,8 @@ def main() -> None:
                     f"SOAP {soap.iteration_ms:.2f} ms ({soap.speedup_over_dp:.2f}x), "
                     f"{soap.proposals:,} proposals in {soap.search_s:.1f} s"
                 )
-            write_outputs(rows, args.out, args.budget, None)  # what is done so far is kept
-    write_outputs(rows, args.out, args.budget, console)
+            write_outputs(rows, args.out, settings, None)  # what is done so far is kept
+    write_outputs(rows, args.out, settings, console)
 
 
 if __name__ == "__main__":
