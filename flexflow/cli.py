@@ -7,7 +7,7 @@ import itertools
 import json
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -20,12 +20,16 @@ from flexflow.cli_args import (
     positive_int,
     seed_int,
 )
-from flexflow.errors import FlexFlowError, StrategyError
+from flexflow.errors import FlexFlowError
 from flexflow.fileio import atomic_write_text
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine, link_groups, parse_machine
 from flexflow.machine_presets import PRESET_EXAMPLES
 from flexflow.ops.base import full_region
+
+if TYPE_CHECKING:  # the commands import the simulator when they run: a fast --help
+    from flexflow.simulator import SimContext
+    from flexflow.strategy import Strategy
 
 EXIT_USAGE = 2
 
@@ -310,19 +314,12 @@ def cmd_space(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _strategy_arg(value: str, graph: OperatorGraph, machine: Machine, seed: int):
-    """A named strategy, or a strategy file (validated against the model and machine)."""
-    from flexflow.strategies import NAMED_STRATEGIES, named_strategy
-    from flexflow.strategy_file import load_strategy
+def _strategy_arg(value: str, context: SimContext, seed: int) -> Strategy:
+    """A named strategy, data parallelism at its fastest width, OptCNN's, or a strategy file
+    (validated against the model and machine): what `search --init` takes."""
+    from flexflow.search.search import initial_strategy
 
-    if value in NAMED_STRATEGIES:
-        return named_strategy(value, graph, machine, seed)
-    if not Path(value).exists():  # most likely a misspelt name
-        raise StrategyError(
-            f"strategy '{value}' is neither a name ({', '.join(NAMED_STRATEGIES)}) nor a "
-            "strategy file."
-        )
-    return load_strategy(value, graph, machine)
+    return initial_strategy(value, context, seed, role="strategy")
 
 
 def cmd_profile(args: argparse.Namespace, console: Console) -> int:
@@ -353,9 +350,9 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
 
     graph = load_model(args.model, _config(args)).graph()
     machine = parse_machine(args.machine)
-    strategy = _strategy_arg(args.strategy, graph, machine, args.seed)
     cost = CostModel(Profile.load(args.profile) if args.profile else None)
-    tg = TaskGraph(SimContext(graph, machine, cost, fused_launches=args.fused_launches), strategy)
+    context = SimContext(graph, machine, cost, fused_launches=args.fused_launches)
+    tg = TaskGraph(context, _strategy_arg(args.strategy, context, args.seed))
     schedule = full_simulate(tg)
     result = summarize(tg, schedule)
     if args.trace:
@@ -454,7 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = add("simulate", cmd_simulate, "simulate one training iteration under a strategy")
     add_model_and_machine(simulate)
     simulate.add_argument(
-        "--strategy", default="dp", help="dp, expert, model, random or a strategy file"
+        "--strategy",
+        default="dp",
+        help="dp, expert, model, random, dp-width, optcnn or a strategy file",
     )
     simulate.add_argument("--seed", type=seed_int, default=0, help="seed of the random strategy")
     add_profile(simulate)

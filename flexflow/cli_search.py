@@ -186,7 +186,7 @@ def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
     from flexflow.search.spaces import make_space
 
     graph, machine, context = _setup(args)
-    strategy = _strategy_arg(args.strategy, graph, machine, 0)
+    strategy = _strategy_arg(args.strategy, context, 0)
     space = make_space(args.space, graph, machine)
     if args.json or not console.is_terminal:
         base, better = improving_neighbours(context, strategy, space, workers=args.workers)
@@ -360,7 +360,9 @@ def register(add: Callable) -> None:
     )
     add_model_and_machine(check)
     check.add_argument(
-        "--strategy", required=True, help="a strategy file, or dp, expert, model, random"
+        "--strategy",
+        required=True,
+        help="a strategy file, or dp, expert, model, random, dp-width, optcnn",
     )
     check.add_argument(
         "--space", choices=tuple(SPACES), default="soap", help="the neighbourhood's space"

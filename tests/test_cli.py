@@ -273,4 +273,15 @@ def test_simulate_rejects_a_bad_strategy_file(capsys, tmp_path):
 def test_a_misspelt_strategy_name_names_the_choices(capsys, command):
     code, _, err = run(capsys, command, "lenet", "--machine", "p100:1", "--strategy", "exprt")
     assert code == 2
-    assert "strategy 'exprt' is neither a name (dp, expert, model, random) nor a strategy" in err
+    assert "strategy 'exprt' is neither a name (dp, expert, model, random, dp-width, " in err
+
+
+def test_simulate_takes_the_search_inits_names(capsys):
+    """dp-width and optcnn are strategies too: what `search --init` starts from."""
+    args = ("simulate", "lenet", "--machine", "p100:1", "--json")
+    results = {}
+    for name in ("dp", "dp-width", "optcnn"):
+        code, out, _ = run(capsys, *args, "--strategy", name)
+        assert code == 0
+        results[name] = json.loads(out)["iteration_ms"]
+    assert results["dp-width"] <= results["dp"]  # DP on all 4 is one of the widths tried

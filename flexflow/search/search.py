@@ -121,10 +121,13 @@ def fastest_dp_width(context: SimContext) -> Strategy:
     return min(timed, key=lambda entry: entry[:2])[2]
 
 
-def initial_strategy(init: str, context: SimContext, seed: int) -> Strategy:
+def initial_strategy(
+    init: str, context: SimContext, seed: int, role: str = "initial strategy"
+) -> Strategy:
     """A named strategy ("random" is seeded per chain), data parallelism at its fastest width
     ("dp-width", `fastest_dp_width`), the OptCNN baseline's strategy ("optcnn": it lies in the
-    SOAP space, so a chain may start from it), or a strategy file."""
+    SOAP space, so a chain may start from it), or a strategy file. `role` names it in the
+    error for a value that is none of these (the CLI's `--strategy` is not a chain's start)."""
     if init == DP_WIDTH:
         return fastest_dp_width(context)
     if init in NAMED_STRATEGIES:
@@ -135,9 +138,7 @@ def initial_strategy(init: str, context: SimContext, seed: int) -> Strategy:
         return optcnn_strategy(context)
     if not Path(init).exists():  # most likely a misspelt name
         names = ", ".join((*NAMED_STRATEGIES, DP_WIDTH, "optcnn"))
-        raise StrategyError(
-            f"initial strategy '{init}' is neither a name ({names}) nor a strategy file."
-        )
+        raise StrategyError(f"{role} '{init}' is neither a name ({names}) nor a strategy file.")
     return load_strategy(init, context.graph, context.machine)
 
 
