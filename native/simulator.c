@@ -13,6 +13,7 @@
  * link is free at T0 from the latest end of those tasks on it; the rest is simulated again.
  */
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,7 @@ typedef struct {
     int32_t *list;         /* a work list of task ids */
     entry *heap;
     double *free_at;       /* per device and link: when it is next free */
+    double *load;          /* per device and link: exe_time of its members not yet simulated */
 } scratch;
 
 static void release(scratch *w) {
@@ -91,6 +93,7 @@ static void release(scratch *w) {
     free(w->list);
     free(w->heap);
     free(w->free_at);
+    free(w->load);
 }
 
 static int allocate(scratch *w, const ff_graph *g) {
@@ -103,8 +106,9 @@ static int allocate(scratch *w, const ff_graph *g) {
     w->list = malloc(n * sizeof(int32_t));
     w->heap = malloc(n * sizeof(entry));
     w->free_at = calloc((size_t)g->num_resources + 1, sizeof(double));
-    return w->succ_offsets && w->succ && w->flags && w->remaining && w->bound && w->list &&
-           w->heap && w->free_at;
+    w->load = calloc((size_t)g->num_resources + 1, sizeof(double));
+    return w->succ_offsets && w->succ && w->flags && w->remaining && w->bound &&
+           w->list && w->heap && w->free_at && w->load;
 }
 
 /* Successor lists of the edges not removed (kept in edge order; the order does not matter). */
@@ -208,8 +212,14 @@ static int32_t select_members(const ff_graph *g, ff_times *s, scratch *w, double
     return members;
 }
 
-/* The event loop of Algorithm 1 over the MEMBER tasks; raises *latest to their latest end. */
-static int64_t run(const ff_graph *g, ff_times *s, scratch *w, int32_t members, double *latest) {
+/* The event loop of Algorithm 1 over the MEMBER tasks; raises *latest to their latest end.
+ * With a finite cutoff, stops (FF_ABOVE_CUTOFF) once the iteration surely ends after it: a
+ * device or link runs its tasks one at a time and every member still to come on it starts
+ * after it is free, so the iteration ends no earlier than that plus their exe_times (w->load).
+ * A good strategy's neighbours that load some device or link with more work show it at that
+ * resource's first task after the change, long before the end of the replay. */
+static int64_t run(const ff_graph *g, ff_times *s, scratch *w, int32_t members, double *latest,
+                   double cutoff) {
     for (int32_t e = 0; e < g->num_edges; e++) {
         int32_t p = g->edge_src[e], t = g->edge_dst[e];
         if (p < 0 || !(w->flags[t] & MEMBER)) continue;
@@ -217,6 +227,17 @@ static int64_t run(const ff_graph *g, ff_times *s, scratch *w, int32_t members, 
             w->remaining[t]++;
         else if (s->end[p] > s->ready[t])
             s->ready[t] = s->end[p];
+    }
+    const int cut = cutoff < HUGE_VAL;
+    if (cut) {
+        for (int32_t t = 0; t < g->num_tasks; t++) {
+            if (!(w->flags[t] & MEMBER)) continue;
+            for (int32_t k = g->set_offsets[g->resource_set[t]];
+                 k < g->set_offsets[g->resource_set[t] + 1]; k++)
+                w->load[g->set_members[k]] += g->exe[t];
+        }
+        for (int32_t x = 0; x < g->num_resources; x++)
+            if (w->free_at[x] + w->load[x] > cutoff) return FF_ABOVE_CUTOFF;
     }
     int32_t size = 0;
     for (int32_t t = 0; t < g->num_tasks; t++)
@@ -232,6 +253,12 @@ static int64_t run(const ff_graph *g, ff_times *s, scratch *w, int32_t members, 
         for (const int32_t *x = first; x < last; x++)
             if (w->free_at[*x] > start) start = w->free_at[*x];
         double end = start + g->exe[t];
+        if (cut) {
+            for (const int32_t *x = first; x < last; x++) {
+                w->load[*x] -= g->exe[t];
+                if (end + w->load[*x] > cutoff) return FF_ABOVE_CUTOFF;
+            }
+        }
         for (const int32_t *x = first; x < last; x++) w->free_at[*x] = end;
         s->start[t] = start;
         s->end[t] = end;
@@ -278,7 +305,7 @@ int64_t ff_simulate(const ff_graph *g, const ff_change *c, ff_times *s) {
         t0 = mark_neighbours(g, c, s, &w, t0);
         double latest; /* free ids hold no time: the latest end of live tasks is the makespan */
         int32_t members = select_members(g, s, &w, t0, &latest);
-        result = run(g, s, &w, members, &latest);
+        result = run(g, s, &w, members, &latest, c->cutoff);
         s->iteration_s = latest;
     }
     release(&w);

@@ -31,6 +31,7 @@ typedef struct {
     int32_t num_added;
     const int32_t *touched;        /* ids that lost a predecessor (free, new ids are skipped) */
     int32_t num_touched;
+    double cutoff;                 /* stop once the iteration surely ends after it (+inf: never) */
 } ff_change;
 
 /* The schedule, one entry per task id; updated in place. */
@@ -41,10 +42,13 @@ typedef struct {
     double iteration_s;            /* out: the latest end */
 } ff_times;
 
-/* Results of ff_simulate below zero. */
-enum { FF_CYCLE = -1, FF_NO_MEMORY = -2, FF_NOT_CLOSED = -3 };
+/* Results of ff_simulate below zero. FF_ABOVE_CUTOFF is no error: a lower bound of the
+ * iteration's end (a device's or link's end plus the work still queued for it) passed the
+ * change's cutoff; the loop stopped there and the times are left half updated (the caller
+ * restores them). */
+enum { FF_CYCLE = -1, FF_NO_MEMORY = -2, FF_NOT_CLOSED = -3, FF_ABOVE_CUTOFF = -4 };
 
-/* Simulates again every task the change can affect; returns how many, or an FF_ error. */
+/* Simulates again every task the change can affect; returns how many, or an FF_ result. */
 int64_t ff_simulate(const ff_graph *graph, const ff_change *change, ff_times *times);
 
 /* Every (consumer tile k, producer tile, overlap volume) between the region each consumer tile

@@ -8,6 +8,7 @@ seeded search makes the same proposals and returns the same strategy with either
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from flexflow.errors import FlexFlowError
@@ -37,20 +38,24 @@ class Evaluator:
         """Simulated time of one training iteration under the current strategy."""
         return self._delta.iteration_s
 
-    def propose(self, op: int, config: ParallelConfig) -> float:
-        """Give `op` the configuration `config`; returns the new cost."""
+    def propose(self, op: int, config: ParallelConfig, cutoff: float = math.inf) -> float:
+        """Give `op` the configuration `config`; returns the new cost, or inf once the
+        simulation shows it exceeds `cutoff` (then only `revert` may follow: a search that
+        rejects every proposal above a cutoff need not simulate them to the end)."""
         self._undo = self.strategy
         self.strategy = self.strategy.replace(op, config)
-        self._delta.change(op, config)
+        self._delta.change(op, config, cutoff)
         self.evaluations += 1
         return self.cost_s
 
-    def propose_many(self, ops: Sequence[int], config: ParallelConfig) -> float:
+    def propose_many(
+        self, ops: Sequence[int], config: ParallelConfig, cutoff: float = math.inf
+    ) -> float:
         """Give every op of `ops` the configuration `config` (a layer's unrolled steps): one
-        delta simulation of all their changes."""
+        delta simulation of all their changes; `cutoff` as for `propose`."""
         self._undo = self.strategy
         self.strategy = _replace_all(self.strategy, ops, config)
-        self._delta.change_many(tuple((op, config) for op in ops))
+        self._delta.change_many(tuple((op, config) for op in ops), cutoff)
         self.evaluations += 1
         return self.cost_s
 
@@ -75,10 +80,13 @@ class FullEvaluator:
         self._undo: tuple[Strategy, float] | None = None
         self.evaluations = 1
 
-    def propose(self, op: int, config: ParallelConfig) -> float:
+    def propose(self, op: int, config: ParallelConfig, cutoff: float = math.inf) -> float:
+        """The exact cost whatever `cutoff` (a cost above it is rejected all the same)."""
         return self._move(self.strategy.replace(op, config))
 
-    def propose_many(self, ops: Sequence[int], config: ParallelConfig) -> float:
+    def propose_many(
+        self, ops: Sequence[int], config: ParallelConfig, cutoff: float = math.inf
+    ) -> float:
         return self._move(_replace_all(self.strategy, ops, config))
 
     def revert(self) -> float:

@@ -13,6 +13,14 @@ in `benchmarks/beta.py` (LeNet, RNNLM, AlexNet, Inception-v3; 1500 proposals, se
 200 gave the best mean on LeNet and within 2.5% of the best on RNNLM (1000), and no value
 changed AlexNet or Inception-v3 at that budget (results in benchmarks/results/beta.md).
 
+The acceptance draw is made before the proposal is simulated: it fixes the cost above which the
+proposal is rejected (`acceptance_cutoff`), and the delta simulation stops as soon as a lower
+bound of the iteration passes that cost (a device or link busy until t with w seconds of work
+still queued ends no earlier than t + w; `DeltaSimulator.change_many`). Most proposals are
+rejected, and a much slower one shows it at the first task after the change on the device it
+loads. The decisions are those of simulating every proposal whole (a test runs both), so a
+seeded chain is the same either way, and the same as with full simulation.
+
 Unrolled layers (an LSTM's time steps: ops sharing one layer and its weights) also get layer
 moves: with probability 0.5 a proposal picks such a layer uniformly and gives all its steps one
 configuration drawn uniformly from those they can all take, evaluated by one delta simulation
@@ -174,6 +182,22 @@ def _stalled(
     return max_proposals is not None and proposals - improved_at > max_proposals / 2
 
 
+CUTOFF_MARGIN = 1e-9
+"""Relative margin of `acceptance_cutoff` over the exact threshold: far above the rounding of
+the simulator's bounds and of exp/log, so a cut proposal is one the draw rejects."""
+
+
+def acceptance_cutoff(current_s: float, draw: float, beta: float, reference_s: float) -> float:
+    """The cost above which a proposal is rejected with the acceptance draw `draw` (uniform in
+    [0, 1)): `draw < exp(beta * (current - cost) / reference)` fails for every cost above
+    `current - ln(draw) * reference / beta`. Drawn before the proposal is simulated, it lets
+    the delta simulation stop as soon as its bounds pass that cost (`Evaluator.propose`),
+    with the very decision the exact cost would get; inf for a draw of 0."""
+    if draw <= 0.0:
+        return math.inf
+    return (current_s - math.log(draw) * reference_s / beta) * (1 + CUTOFF_MARGIN)
+
+
 def run_chain(
     context: SimContext,
     init_name: str,
@@ -279,7 +303,10 @@ def run_chain(
             if all(evaluator.strategy[op] == config for op in group):
                 continue
             proposals += 1
-            cost = evaluator.propose_many(group, config)
+            draw = rng.random()  # the acceptance draw, first: it gives the cutoff
+            cost = evaluator.propose_many(
+                group, config, acceptance_cutoff(current, draw, beta, reference_s)
+            )
         else:
             op = int(rng.integers(num_ops))
             choices = space(op)
@@ -296,11 +323,13 @@ def run_chain(
             if all(evaluator.strategy[o] == config for o in path):
                 continue
             proposals += 1
+            draw = rng.random()
+            cutoff = acceptance_cutoff(current, draw, beta, reference_s)
             if len(path) == 1:
-                cost = evaluator.propose(op, config)
+                cost = evaluator.propose(op, config, cutoff)
             else:
-                cost = evaluator.propose_many(path, config)
-        if cost <= current or rng.random() < math.exp(beta * (current - cost) / reference_s):
+                cost = evaluator.propose_many(path, config, cutoff)
+        if cost <= current or draw < math.exp(beta * (current - cost) / reference_s):
             accepted += 1
             current = cost
             if cost < best:

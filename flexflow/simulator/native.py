@@ -61,12 +61,24 @@ _ERRORS = {
 }
 
 
-def simulate(tg: GraphArrays, times: Times, t0: float, change: GraphChange | None = None) -> int:
+def simulate(
+    tg: GraphArrays,
+    times: Times,
+    t0: float,
+    change: GraphChange | None = None,
+    cutoff: float = math.inf,
+) -> int:
     """Simulate again every task starting at or after `t0` or affected by `change`.
 
     `t0` = -inf simulates everything (Algorithm 1); a delta passes +inf and the change, and the
     C side finds the first moment the change can affect (Algorithm 2). `times` must already
-    have an entry for every task id. Returns how many tasks were simulated.
+    have an entry for every task id. Returns how many tasks were simulated; or, once a lower
+    bound of the iteration's end passes `cutoff` (a device's or link's end plus the work still
+    queued for it), stops there and
+    returns 0 with `times.iteration_s` = inf, the times left half updated for the caller to
+    restore: a search that only needs to know a strategy is slower than `cutoff` does not
+    simulate the rest. The bounds are floating-point sums, so a cost within rounding of
+    `cutoff` (a relative 1e-12 or so) may be cut too: callers leave a wider margin.
     """
     buf = ffi.from_buffer
     sets = tg.resource_sets
@@ -90,7 +102,7 @@ def simulate(tg: GraphArrays, times: Times, t0: float, change: GraphChange | Non
             **views,
         },
     )
-    delta = ffi.new("ff_change *", {"t0": t0})
+    delta = ffi.new("ff_change *", {"t0": t0, "cutoff": cutoff})
     if change is not None:
         removed = buf("int32_t[]", change.removed)
         added = buf("int32_t[]", change.added)
@@ -102,6 +114,9 @@ def simulate(tg: GraphArrays, times: Times, t0: float, change: GraphChange | Non
     out_views = {name: buf("double[]", values) for name, values in out.items()}
     result_times = ffi.new("ff_times *", out_views)
     result = lib.ff_simulate(graph, delta, result_times)
+    if result == lib.FF_ABOVE_CUTOFF:
+        times.iteration_s = math.inf
+        return 0
     if result < 0:
         if result == lib.FF_NO_MEMORY:
             raise MemoryError("the simulator could not allocate its scratch memory")

@@ -77,11 +77,17 @@ class DeltaSimulator:
     def iteration_s(self) -> float:
         return self.schedule.iteration_s
 
-    def change(self, op: int, config: ParallelConfig) -> None:
-        self.change_many(((op, config),))
+    def change(self, op: int, config: ParallelConfig, cutoff: float = math.inf) -> None:
+        self.change_many(((op, config),), cutoff)
 
-    def change_many(self, changes: Sequence[tuple[int, ParallelConfig]]) -> None:
-        """Several ops' new configurations as one delta (`TaskGraph.set_configs`)."""
+    def change_many(
+        self, changes: Sequence[tuple[int, ParallelConfig]], cutoff: float = math.inf
+    ) -> None:
+        """Several ops' new configurations as one delta (`TaskGraph.set_configs`). Once the
+        iteration surely ends after `cutoff` (`native.simulate`'s bounds), the simulation
+        stops with `iteration_s` inf; only `undo` may come next (the times are half updated)."""
+        if self.iteration_s == math.inf and self._before is not None:
+            raise AssertionError("a change stopped at its cutoff must be undone first")
         s = self.schedule
         # what `undo` restores: copying the times is cheaper than simulating the way back
         self._before = (
@@ -92,7 +98,7 @@ class DeltaSimulator:
         )
         change = self.tg.set_configs(changes)
         s.grow()
-        self.replayed = simulate(self.tg, s, math.inf, change)
+        self.replayed = simulate(self.tg, s, math.inf, change, cutoff)
 
     def undo(self) -> None:
         """Take back the last `change`: the task graph and the schedule are as before it."""

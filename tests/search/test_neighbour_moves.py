@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -53,13 +54,13 @@ class Recording:
     def __init__(self, inner, log: list) -> None:
         self._inner, self._log = inner, log
 
-    def propose(self, op, config):
+    def propose(self, op, config, cutoff=math.inf):
         self._log.append(((op,), config, self._inner.strategy))
-        return self._inner.propose(op, config)
+        return self._inner.propose(op, config, cutoff)
 
-    def propose_many(self, ops, config):
+    def propose_many(self, ops, config, cutoff=math.inf):
         self._log.append((tuple(ops), config, self._inner.strategy))
-        return self._inner.propose_many(ops, config)
+        return self._inner.propose_many(ops, config, cutoff)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)

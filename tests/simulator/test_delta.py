@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -197,3 +199,53 @@ def test_fused_launches_charge_an_op_in_its_predecessors_task_no_launch():
         for op, (a, b) in enumerate(zip(plain, fused, strict=True)):
             want = a if op in unfused_ops else max(0.0, a - launch)
             assert b == pytest.approx(want, abs=1e-15), (graph.ops[op].name, a, b)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_seed=GRAPH_SEEDS,
+    machine=st.sampled_from(MACHINES),
+    start=st.sampled_from(("dp", "expert", "random")),
+    moves=st.lists(st.tuples(PICK, PICK, st.floats(0.5, 1.5)), min_size=1, max_size=10),
+    fused=st.booleans(),
+)
+def test_a_change_cut_off_is_one_slower_than_its_cutoff(graph_seed, machine, start, moves, fused):
+    """With a cutoff, a delta either gives the full simulation's timeline exactly or stops
+    with inf, and then the changed strategy's full simulation is slower than the cutoff (a
+    bound is never above the iteration it bounds); its undo restores the timeline before.
+    Cutoffs around the current cost, where the bounds decide."""
+    graph, m = random_graph(graph_seed), parse_machine(machine)
+    context = SimContext(graph, m, CostModel(), fused_launches=fused)
+    strategy = named_strategy(start, graph, m, seed=graph_seed)
+    delta = DeltaSimulator(TaskGraph(context, strategy))
+    for op_pick, config_pick, scale in moves:
+        op = op_pick % len(graph.ops)
+        space = enumerate_configs(graph.ops[op].sig, m)
+        config = space[config_pick % len(space)]
+        cutoff = delta.iteration_s * scale
+        before = timeline(delta.tg, delta.schedule)
+        delta.change(op, config, cutoff)
+        changed = strategy.replace(op, config)
+        full = full_simulate(TaskGraph(context, changed))
+        if delta.iteration_s == math.inf:
+            assert full.iteration_s > cutoff * (1 - 1e-12)
+            delta.undo()
+            assert timeline(delta.tg, delta.schedule) == before
+            continue
+        assert delta.iteration_s == full.iteration_s
+        assert timeline(delta.tg, delta.schedule) == timeline(TaskGraph(context, changed), full)
+        strategy = changed
+
+
+def test_a_change_cut_off_must_be_undone_before_the_next():
+    graph, m = random_graph(3), parse_machine("p100:1")
+    delta = DeltaSimulator(TaskGraph(SimContext(graph, m), named_strategy("dp", graph, m)))
+    op = len(graph.ops) - 2
+    one_device = next(c for c in enumerate_configs(graph.ops[op].sig, m) if len(c.devices) == 1)
+    delta.change(op, one_device, cutoff=delta.iteration_s * 1e-6)  # nothing is that fast
+    assert delta.iteration_s == math.inf
+    with pytest.raises(AssertionError, match="undone first"):
+        delta.change(op, one_device)
+    delta.undo()
+    delta.change(op, one_device)
+    assert delta.iteration_s < math.inf
