@@ -229,20 +229,18 @@ static int64_t run(const ff_graph *g, ff_times *s, scratch *w, int32_t members, 
             s->ready[t] = s->end[p];
     }
     const int cut = cutoff < HUGE_VAL;
-    if (cut) {
-        for (int32_t t = 0; t < g->num_tasks; t++) {
-            if (!(w->flags[t] & MEMBER)) continue;
+    int32_t size = 0;
+    for (int32_t t = 0; t < g->num_tasks; t++) {
+        if (!(w->flags[t] & MEMBER)) continue;
+        if (w->remaining[t] == 0)
+            heap_push(w->heap, &size, (entry){time_key(s->ready[t]), g->order[t], t});
+        if (cut)
             for (int32_t k = g->set_offsets[g->resource_set[t]];
                  k < g->set_offsets[g->resource_set[t] + 1]; k++)
                 w->load[g->set_members[k]] += g->exe[t];
-        }
-        for (int32_t x = 0; x < g->num_resources; x++)
-            if (w->free_at[x] + w->load[x] > cutoff) return FF_ABOVE_CUTOFF;
     }
-    int32_t size = 0;
-    for (int32_t t = 0; t < g->num_tasks; t++)
-        if ((w->flags[t] & MEMBER) && w->remaining[t] == 0)
-            heap_push(w->heap, &size, (entry){time_key(s->ready[t]), g->order[t], t});
+    for (int32_t x = 0; cut && x < g->num_resources; x++)
+        if (w->free_at[x] + w->load[x] > cutoff) return FF_ABOVE_CUTOFF;
     int32_t done = 0;
     while (size > 0) {
         entry item = heap_pop(w->heap, &size);

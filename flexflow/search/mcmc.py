@@ -300,13 +300,7 @@ def run_chain(
             if not choices:
                 continue
             config = choices[int(rng.integers(len(choices)))]
-            if all(evaluator.strategy[op] == config for op in group):
-                continue
-            proposals += 1
-            draw = rng.random()  # the acceptance draw, first: it gives the cutoff
-            cost = evaluator.propose_many(
-                group, config, acceptance_cutoff(current, draw, beta, reference_s)
-            )
+            changed = group
         else:
             op = int(rng.integers(num_ops))
             choices = space(op)
@@ -317,18 +311,18 @@ def run_chain(
                 config = neighbour_config(op)
             if config is None:
                 config = choices[int(rng.integers(len(choices)))]
-            path = (op,)
+            changed = (op,)
             if path_moves and rng.random() < path_moves:
-                path = path_from(op, config)
-            if all(evaluator.strategy[o] == config for o in path):
-                continue
-            proposals += 1
-            draw = rng.random()
-            cutoff = acceptance_cutoff(current, draw, beta, reference_s)
-            if len(path) == 1:
-                cost = evaluator.propose(op, config, cutoff)
-            else:
-                cost = evaluator.propose_many(path, config, cutoff)
+                changed = path_from(op, config)
+        if all(evaluator.strategy[o] == config for o in changed):
+            continue
+        proposals += 1
+        draw = rng.random()  # the acceptance draw, first: it gives the cutoff
+        cutoff = acceptance_cutoff(current, draw, beta, reference_s)
+        if len(changed) == 1:
+            cost = evaluator.propose(changed[0], config, cutoff)
+        else:
+            cost = evaluator.propose_many(changed, config, cutoff)
         if cost <= current or draw < math.exp(beta * (current - cost) / reference_s):
             accepted += 1
             current = cost

@@ -74,11 +74,11 @@ def simulate(
     C side finds the first moment the change can affect (Algorithm 2). `times` must already
     have an entry for every task id. Returns how many tasks were simulated; or, once a lower
     bound of the iteration's end passes `cutoff` (a device's or link's end plus the work still
-    queued for it), stops there and
-    returns 0 with `times.iteration_s` = inf, the times left half updated for the caller to
-    restore: a search that only needs to know a strategy is slower than `cutoff` does not
-    simulate the rest. The bounds are floating-point sums, so a cost within rounding of
-    `cutoff` (a relative 1e-12 or so) may be cut too: callers leave a wider margin.
+    queued for it), stops there and returns 0 with `times.iteration_s` = inf, the times left
+    half updated for the caller to restore: a search that only needs to know a strategy is
+    slower than `cutoff` does not simulate the rest. The bounds are floating-point sums, so a
+    cost within rounding of `cutoff` (a relative 1e-12 or so) may be cut too: callers leave a
+    wider margin.
     """
     buf = ffi.from_buffer
     sets = tg.resource_sets
