@@ -27,6 +27,7 @@ import numpy as np
 from results_io import RESULTS, write_csv, write_markdown
 
 from flexflow.cli_args import positive_int
+from flexflow.errors import FlexFlowError
 from flexflow.machine import parse_machine
 from flexflow.search import search
 from flexflow.search.evaluator import Evaluator
@@ -138,9 +139,16 @@ def main() -> None:
     parser.add_argument("--proposals", type=positive_int, default=PROPOSALS)
     parser.add_argument("--no-check-local", dest="check_local", action="store_false")
     args = parser.parse_args()
+    for case in args.cases.split(","):
+        fields = case.split("/")
+        if len(fields) not in (3, 4) or fields[3:] not in ([], ["chain"]):
+            parser.error(f"a case is model/machine/init[/chain], e.g. {CASES[0]}; got {case!r}")
     rows = []
     for case in args.cases.split(","):
-        rows.append(run_case(case, args.rounds, args.proposals, args.check_local))
+        try:
+            rows.append(run_case(case, args.rounds, args.proposals, args.check_local))
+        except FlexFlowError as exc:  # an unknown model, machine or initial strategy
+            parser.error(f"{case}: {exc}")
         print(rows[-1], flush=True)
     write_csv(RESULTS / "cutoffs.csv", rows)
     lines = [
