@@ -46,7 +46,8 @@ typedef struct {
  * iteration's end (a device's or link's end plus the work still queued for it) passed the
  * change's cutoff; the loop stopped there and the times are left half updated (the caller
  * restores them). */
-enum { FF_CYCLE = -1, FF_NO_MEMORY = -2, FF_NOT_CLOSED = -3, FF_ABOVE_CUTOFF = -4 };
+enum { FF_CYCLE = -1, FF_NO_MEMORY = -2, FF_NOT_CLOSED = -3, FF_ABOVE_CUTOFF = -4,
+       FF_KEY_OVERFLOW = -5 };
 
 /* Simulates again every task the change can affect; returns how many, or an FF_ result. */
 int64_t ff_simulate(const ff_graph *graph, const ff_change *change, ff_times *times);
@@ -93,23 +94,58 @@ typedef struct {
     const uint64_t *grad_key;
 } ff_edge_jobs;
 
+/* The parts of the tasks of one op under one configuration that read one parameter (a
+ * template, `SimContext.op_sync_parts`), every template a context made, by id: template t's
+ * parts are [template_first[t], + template_parts[t]); each part, the tasks reading one weight
+ * region (`SimContext.op_sync_groups`), has the region's bounds (lo, hi per dimension) and
+ * elements, the devices the tasks run on with each one's update time for the region, and the
+ * tasks' indices into the op's backward tasks. `*_at` are where a part's entries start. */
+typedef struct {
+    const int32_t *template_first;
+    const int32_t *template_parts;
+    const int32_t *part_dims;
+    const int32_t *bounds_at;
+    const int64_t *bounds;
+    const int64_t *elements;
+    const int32_t *part_devices;
+    const int32_t *device_at;
+    const int32_t *device;
+    const double *update_s;
+    const int32_t *part_tasks;
+    const int32_t *task_at;
+    const int32_t *task;
+} ff_sync_table;
+
 /* Synchronization blocks (native/blocks.c; `reference_sync_block` specifies them): for each
- * job (a parameter), its groups of tasks reading one weight region. A group with several
- * holders gets a gather barrier after its backward tasks, a ring of transfers, one from each
- * holder to the next, and a done barrier after them; then every holder's update, after the
- * done barrier (or the backward tasks, with one holder). */
+ * job (a parameter), the ops using it (users), each as a template of `table` and its backward
+ * task ids. The builder merges the users' parts reading one region into a group; groups are
+ * numbered in the order of their regions' bounds (compared in turn), and a group's backward
+ * tasks are its parts' in user order. A group held by several devices gets a gather barrier
+ * after its backward tasks, a ring of transfers, one from each holder (ascending) to the next,
+ * and a done barrier after them; then every holder's update, after the done barrier (or the
+ * backward tasks, with one holder). */
 typedef struct {
     int32_t num_jobs;
-    const int32_t *group_offsets;   /* job j's groups: [group_offsets[j], [j + 1]) */
-    const uint64_t *group_key;      /* per group: its keys' parameter and group fields */
-    const int64_t *ring_bytes;      /* per group: bytes each ring transfer moves */
-    const int32_t *holder_offsets;  /* group g's holders: [holder_offsets[g], [g + 1]) */
-    const int32_t *holder;          /* devices, ascending */
-    const double *update_s;         /* each holder's update time */
-    const int32_t *task_offsets;    /* group g's backward tasks: [task_offsets[g], [g + 1]) */
-    const int32_t *task;
+    const int32_t *job_users;       /* per job: how many users */
+    const uint64_t *job_key;        /* per job: its keys' parameter field */
+    const int32_t *user_template;   /* per user: its template in `table` */
+    const int32_t *user_tasks;      /* per user: how many backward tasks */
+    const int32_t *backward;        /* each user's backward task ids, user after user */
+    const ff_sync_table *table;
     int32_t empty_set;              /* the resource set of the barriers (none) */
 } ff_sync_jobs;
+
+/* Op blocks (native/blocks.c; `reference_op_block` specifies them): for each job (an op), a
+ * forward and a backward task per task of its configuration, given interleaved (forward of
+ * task k at 2k, its backward at 2k + 1), and the dependency of each backward task on its
+ * forward task. A compute task holds its device alone (resource set `device`). */
+typedef struct {
+    int32_t num_jobs;
+    const int32_t *task_offsets;    /* job j's tasks: [task_offsets[j], [j + 1]), an even count */
+    const int32_t *device;
+    const double *exe;
+    const uint64_t *order;
+} ff_op_jobs;
 
 /* Where the new tasks and edges go. Ids come from free_ids (the last first), then next_id
  * upward: the per-task arrays have room for every id the jobs may take. */
@@ -132,8 +168,11 @@ typedef struct {
     int32_t *edge_offsets;          /* num_jobs + 1 */
 } ff_block_out;
 
-/* Build every job's block; return the number of edges written. Edge blocks take up to
- * 2 tasks and 4 edges per overlap; a sync group up to 2 + 2 x holders tasks and
- * backward tasks + 3 x holders edges plus, with one holder, backward tasks per update. */
+/* Build every job's block; return the number of edges written, or FF_NO_MEMORY (the sync
+ * builder's scratch) or FF_KEY_OVERFLOW (a parameter with 2^14 groups or more). Op blocks take
+ * their tasks and an edge per forward task (they need no routes); edge blocks take up to
+ * 2 tasks and 4 edges per overlap; sync blocks up to 2 + 2 x devices tasks and tasks +
+ * 3 x devices edges per part of a user's template. */
+int32_t ff_build_ops(const ff_op_jobs *jobs, const ff_routes *routes, ff_block_out *out);
 int32_t ff_build_edges(const ff_edge_jobs *jobs, const ff_routes *routes, ff_block_out *out);
 int32_t ff_build_syncs(const ff_sync_jobs *jobs, const ff_routes *routes, ff_block_out *out);

@@ -15,6 +15,7 @@ import itertools
 import math
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from flexflow.cost import (
     DEVICE_CONSTANTS,
@@ -26,9 +27,17 @@ from flexflow.cost import (
 from flexflow.graph import OperatorGraph
 from flexflow.launches import LaunchCounter
 from flexflow.machine import Device, Machine
-from flexflow.ops.base import Region
-from flexflow.simulator.keys import DEVICE_TASK
-from flexflow.simulator.native import Routes, grid_overlaps
+from flexflow.ops.base import Region, region_volume
+from flexflow.simulator.keys import (
+    A_SHIFT,
+    B_SHIFT,
+    BWD_KEY,
+    DEVICE_TASK,
+    FIELD_LIMIT,
+    FWD_KEY,
+    KIND_SHIFT,
+)
+from flexflow.simulator.native import Routes, SyncTable, SyncTemplate, grid_overlaps
 from flexflow.strategy import ParallelConfig
 
 Overlap = tuple[int, int, int]  # (consumer task, producer task, overlap volume in elements)
@@ -60,6 +69,16 @@ class ResourceSets:
             self.members.extend(resources)
             self.offsets.append(len(self.members))
         return found
+
+
+@dataclass(frozen=True, slots=True)
+class OpTasks:
+    """An op's compute tasks under one configuration (`SimContext.op_tasks`): the forward
+    task of task k at 2k, its backward at 2k + 1."""
+
+    devices: array  # "i": each task's device (its resource set)
+    exe: array  # "d"
+    order: array  # "Q": its key, flagged as a device task
 
 
 class SimContext:
@@ -109,8 +128,11 @@ class SimContext:
         self._overlap_arrays: dict[tuple, tuple[array, array, array]] = {}
         self._route_tables: tuple[array, array, array, array] | None = None
         self._device_arrays: dict[tuple[int, ...], array] = {}
+        self._op_tasks: dict[tuple[int, ParallelConfig, bool], OpTasks] = {}
+        self._sync_parts: dict[tuple[int, ParallelConfig], dict[int, SyncTemplate]] = {}
+        self.sync_table = SyncTable()
+        """Every template `op_sync_parts` made, as the C sync builder reads them."""
         self._routes_view: Routes | None = None
-        self._sync_groups_built: dict[tuple[int, tuple[int, ...]], tuple[int, array, array]] = {}
         self._sync_groups: dict[
             tuple, tuple[tuple[Region, tuple[int, ...], tuple[int, ...]], ...]
         ] = {}
@@ -169,6 +191,24 @@ class SimContext:
             self._sync_groups[key] = found
         return found
 
+    def op_sync_parts(self, op: int, config: ParallelConfig) -> dict[int, SyncTemplate]:
+        """`op_sync_groups` of every parameter `op` uses, by parameter, as templates of the
+        C sync builder's table (`sync_table`), with each device's update time for the region."""
+        key = (op, config)
+        found = self._sync_parts.get(key)
+        if found is None:
+            found = {}
+            for pid in dict.fromkeys(self.graph.ops[op].weights):
+                parts = []
+                for region, on, ks in self.op_sync_groups(op, pid, config):
+                    volume = region_volume(region)
+                    devices = self.machine.devices
+                    update_s = [self.update_time(volume, devices[d]) for d in on]
+                    parts.append((sum(region, ()), volume, on, update_s, ks))
+                found[pid] = self.sync_table.add(parts)
+            self._sync_parts[key] = found
+        return found
+
     def overlaps(
         self, consumer: int, j: int, p_degrees: tuple[int, ...], c_degrees: tuple[int, ...]
     ) -> tuple[Overlap, ...]:
@@ -223,20 +263,6 @@ class SimContext:
             self._routes_view = Routes(self.route_tables(), self.num_devices)
         return self._routes_view
 
-    def sync_group(self, elements: int, holders: tuple[int, ...]) -> tuple[int, array, array]:
-        """A weight region of `elements` held by `holders` (ascending), as a sync block
-        needs it: the bytes of each ring transfer (2(r-1)/r of the region; 0 for one holder),
-        the holders ("i") and each one's update time ("d")."""
-        key = (elements, holders)
-        found = self._sync_groups_built.get(key)
-        if found is None:
-            r = len(holders)
-            ring_bytes = int(2 * (r - 1) / r * elements * 4) if r > 1 else 0
-            devices = self.machine.devices
-            update_s = array("d", [self.update_time(elements, devices[d]) for d in holders])
-            found = self._sync_groups_built[key] = (ring_bytes, array("i", holders), update_s)
-        return found
-
     def update_time(self, elements: int, device: Device) -> float:
         """An update task's time; under `serial_launches` its launch is in `runtime_s`."""
         update_s = self.cost.update_time(elements, device)
@@ -254,6 +280,61 @@ class SimContext:
         return (tasks.total - tasks.cpp_steps) * LEGATE_CPU_TASK_S + (
             tasks.cpp_steps * LEGATE_CPP_TASK_S
         )
+
+    def op_tasks(self, op: int, config: ParallelConfig, fused: bool) -> OpTasks:
+        """The compute tasks of `op` under `config`, as the C op builder takes them: a forward
+        and a backward task per task of the configuration (interleaved), on its device, timed
+        by the cost model plus the statistics all-reduce it waits for; `fused`: it runs inside
+        the previous op's task (`flexflow.fusion.joins_previous`) and pays no launch, as under
+        `serial_launches`, where its launch is in `runtime_s`."""
+        key = (op, config, fused)
+        found = self._op_tasks.get(key)
+        if found is None:
+            found = self._op_tasks[key] = self._make_op_tasks(op, config, fused)
+        return found
+
+    def _make_op_tasks(self, op: int, config: ParallelConfig, fused: bool) -> OpTasks:
+        node = self.graph.ops[op]
+        if len(config.devices) >= FIELD_LIMIT:  # task, ring and group indices fit a key
+            raise AssertionError(f"{node.name}: {len(config.devices)} tasks; keys hold fewer")
+        stats_s = self.statistics_s(op, config)
+        fwd_key = FWD_KEY << KIND_SHIFT | op << A_SHIFT | DEVICE_TASK
+        bwd_key = BWD_KEY << KIND_SHIFT | op << A_SHIFT | DEVICE_TASK
+        devices, exe, order = array("i"), array("d"), array("Q")
+        for k, device in enumerate(config.devices):
+            on = self.machine.devices[device]
+            time = self.task_time(op, config.degrees, on)
+            if fused or self.serial_launches:
+                launch = DEVICE_CONSTANTS[on.kind].launch_overhead_s
+                time = TaskTime(
+                    max(0.0, time.forward_s - launch), max(0.0, time.backward_s - launch)
+                )
+            devices += array("i", (device, device))
+            exe += array("d", (time.forward_s + stats_s, time.backward_s + stats_s))
+            order += array("Q", (fwd_key | k << B_SHIFT, bwd_key | k << B_SHIFT))
+        return OpTasks(devices, exe, order)
+
+    def statistics_s(self, op: int, config: ParallelConfig) -> float:
+        """Time of the statistics all-reduce a task of `op` waits for (0 for most ops): its
+        ring over the devices of the tasks the statistics' dimensions are split over, each
+        step bounded by the slowest hop."""
+        node = self.graph.ops[op]
+        if not node.op.statistics_dims:
+            return 0.0
+        split = [
+            degree
+            for dim, degree in zip(node.sig.dims, config.degrees, strict=True)
+            if dim.name in node.op.statistics_dims and degree > 1
+        ]
+        if not split:
+            return 0.0
+        ring = math.prod(split)
+        region = self.regions(op, config.degrees)[0]
+        size = 2 * (ring - 1) / ring * 4 * node.op.statistics_elements(node.sig, region)
+        devices = sorted(set(config.devices))
+        hops = zip(devices, devices[1:] + devices[:1], strict=True)
+        worst = max((self.transfer(a, b, size)[1] for a, b in hops if a != b), default=0.0)
+        return worst * (ring - 1)
 
     def device_array(self, devices: tuple[int, ...]) -> array:
         """A configuration's task devices as an array ("i"), for the C edge builder."""

@@ -1,5 +1,6 @@
 """The calls into the simulator's C parts: the event loop (native/simulator.c) for full and delta
-simulation (paper §5) and the tile overlaps of task-graph edges (native/overlaps.c).
+simulation (paper §5), the tile overlaps of task-graph edges (native/overlaps.c) and the
+builders of a task graph's blocks (native/blocks.c).
 
 The C side reads a task graph's arrays in place (cffi buffers over the `array`s), so a call
 costs a few microseconds of marshalling plus only what changed, never a copy of the graph.
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from flexflow._simulator import ffi, lib
@@ -125,6 +128,27 @@ def simulate(
     return result
 
 
+class OpJobs:
+    """The inputs of `build_ops`: per job (an op's block), its tasks interleaved, the forward
+    task of task k at 2k and its backward at 2k + 1 (`SimContext.op_tasks`)."""
+
+    __slots__ = ("offsets", "device", "exe", "order")
+    C_ARRAYS = __slots__
+
+    def __init__(self) -> None:
+        self.offsets = array("i", [0])
+        self.device, self.exe, self.order = array("i"), array("d"), array("Q")
+
+    def add(self, device: array, exe: array, order: array) -> None:
+        self.device += device
+        self.exe += exe
+        self.order += order
+        self.offsets.append(len(self.device))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+
 class EdgeJobs:
     """The inputs of `build_edges`, gathered job by job (one job per edge block)."""
 
@@ -176,42 +200,97 @@ class EdgeJobs:
         return len(self.producer_row)
 
 
-class SyncJobs:
-    """The inputs of `build_syncs`, gathered job by job (one job per parameter's sync block)."""
+@dataclass(frozen=True, slots=True)
+class SyncTemplate:
+    """A template of a `SyncTable`: its id, and the most tasks and edges its parts may add
+    to a sync block."""
 
-    # ff_sync_jobs' arrays in order, then how many tasks and edges the jobs may create at most
-    __slots__ = ("group_offsets", "group_key", "ring_bytes", "holder_offsets", "holder",
-                 "update_s", "task_offsets", "task", "tasks", "edges")  # fmt: skip
-    C_ARRAYS = __slots__[:8]
+    id: int
+    max_tasks: int
+    max_edges: int
+
+
+class SyncTable:
+    """Every template a context made (`ff_sync_table`): the parts of one op's tasks under one
+    configuration that read one parameter. A sync job names a user by its template's id, so
+    building a sync block copies two numbers and the user's backward task ids per user."""
+
+    # ff_sync_table's arrays in order
+    C_ARRAYS = ("template_first", "template_parts", "part_dims", "bounds_at", "bounds",
+                "elements", "part_devices", "device_at", "device", "update_s", "part_tasks",
+                "task_at", "task")  # fmt: skip
 
     def __init__(self) -> None:
-        self.group_offsets = array("i", [0])
-        self.group_key, self.ring_bytes = array("Q"), array("q")
-        self.holder_offsets, self.holder, self.update_s = array("i", [0]), array("i"), array("d")
-        self.task_offsets, self.task = array("i", [0]), array("i")
+        self.template_first, self.template_parts = array("i"), array("i")
+        self.part_dims, self.bounds_at, self.bounds = array("i"), array("i"), array("q")
+        self.elements, self.part_devices, self.device_at = array("q"), array("i"), array("i")
+        self.device, self.update_s = array("i"), array("d")
+        self.part_tasks, self.task_at, self.task = array("i"), array("i"), array("i")
+        self._struct = None  # the C view, while no template is added
+
+    def add(
+        self,
+        parts: Sequence[tuple[tuple[int, ...], int, Sequence[int], Sequence[float], Sequence[int]]],
+    ) -> SyncTemplate:
+        """A new template of `parts`: (bounds, elements, devices, their update times, task
+        indices) each."""
+        self._struct = None  # release the views: exported arrays cannot grow
+        self.template_first.append(len(self.part_dims))
+        self.template_parts.append(len(parts))
+        max_tasks = max_edges = 0
+        for bounds, elements, devices, update_s, tasks in parts:
+            self.part_dims.append(len(bounds) // 2)
+            self.bounds_at.append(len(self.bounds))
+            self.bounds.extend(bounds)
+            self.elements.append(elements)
+            self.part_devices.append(len(devices))
+            self.device_at.append(len(self.device))
+            self.device.extend(devices)
+            self.update_s.extend(update_s)
+            self.part_tasks.append(len(tasks))
+            self.task_at.append(len(self.task))
+            self.task.extend(tasks)
+            max_tasks += 2 + 2 * len(devices)
+            max_edges += len(tasks) + 3 * len(devices)
+        return SyncTemplate(len(self.template_first) - 1, max_tasks, max_edges)
+
+    def struct(self):
+        """The C view (`ff_sync_table *`), made again after templates are added."""
+        if self._struct is None:
+            views = _views(*(getattr(self, name) for name in self.C_ARRAYS))
+            self._struct = (ffi.new("ff_sync_table *", tuple(views)), views)
+        return self._struct[0]
+
+
+class SyncJobs:
+    """The inputs of `build_syncs`, gathered job by job (one job per parameter's sync block),
+    user by user."""
+
+    # ff_sync_jobs' arrays in order, then how many tasks and edges the jobs may create at most
+    __slots__ = ("job_users", "job_key", "user_template", "user_tasks", "backward", "tasks",
+                 "edges")  # fmt: skip
+    C_ARRAYS = __slots__[:5]
+
+    def __init__(self) -> None:
+        self.job_users, self.job_key = array("i"), array("Q")
+        self.user_template, self.user_tasks, self.backward = array("i"), array("i"), array("i")
         self.tasks = self.edges = 0
 
-    def add_group(
-        self, key: int, ring_bytes: int, holders: array, update_s: array, tasks: list[int]
-    ) -> None:
-        """A group of the current job: its key fields, its holders ("i") and their update
-        times ("d"), the backward tasks that read its weight region."""
-        self.group_key.append(key)
-        self.ring_bytes.append(ring_bytes)
-        self.holder += holders
-        self.holder_offsets.append(len(self.holder))
-        self.update_s += update_s
-        self.task.extend(tasks)
-        self.task_offsets.append(len(self.task))
-        r = len(holders)
-        self.tasks += 2 + 2 * r if r > 1 else r
-        self.edges += len(tasks) + 3 * r if r > 1 else len(tasks) * r
-
-    def end_job(self) -> None:
-        self.group_offsets.append(len(self.group_key))
+    def add_job(self, key: int, users: Sequence[tuple[SyncTemplate, array]]) -> None:
+        """A job: `key` is its keys' parameter field; per user, its template and its backward
+        task ids ("i")."""
+        self.job_key.append(key)
+        self.job_users.append(len(users))
+        user_template, user_tasks, backward = self.user_template, self.user_tasks, self.backward
+        for template, tasks in users:
+            user_template.append(template.id)
+            user_tasks.append(len(tasks))
+            backward += tasks
+            self.tasks += template.max_tasks
+            self.edges += template.max_edges
 
     def __len__(self) -> int:
-        return len(self.group_offsets) - 1
+        return len(self.job_key)
 
 
 class TaskArrays(Protocol):
@@ -241,6 +320,18 @@ Blocks = tuple[array, array, array]
 job's range of the edges it appended (offsets from where they start)."""
 
 
+def build_ops(
+    tg: TaskArrays, free: array, jobs: OpJobs, edge_src: array, edge_dst: array
+) -> Blocks:
+    """Every op job's compute tasks and forward-to-backward dependencies (native/blocks.c);
+    see `_build_blocks`."""
+    views = _views(*(getattr(jobs, name) for name in jobs.C_ARRAYS))
+    c_jobs = ffi.new("ff_op_jobs *", (len(jobs), *views))
+    tasks = len(jobs.device)
+    return _build_blocks(lib.ff_build_ops, c_jobs, len(jobs), tasks, tasks // 2,
+                         tg, free, None, edge_src, edge_dst)  # fmt: skip
+
+
 def build_edges(
     tg: TaskArrays, free: array, jobs: EdgeJobs, routes: Routes, edge_src: array, edge_dst: array
 ) -> Blocks:
@@ -256,6 +347,7 @@ def build_syncs(
     tg: TaskArrays,
     free: array,
     jobs: SyncJobs,
+    table: SyncTable,
     empty_set: int,
     routes: Routes,
     edge_src: array,
@@ -264,14 +356,14 @@ def build_syncs(
     """Every sync job's barriers, ring transfers and updates (native/blocks.c); see
     `_build_blocks`."""
     views = _views(*(getattr(jobs, name) for name in jobs.C_ARRAYS))
-    c_jobs = ffi.new("ff_sync_jobs *", (len(jobs), *views, empty_set))
+    c_jobs = ffi.new("ff_sync_jobs *", (len(jobs), *views, table.struct(), empty_set))
     return _build_blocks(lib.ff_build_syncs, c_jobs, len(jobs), jobs.tasks, jobs.edges,
                          tg, free, routes, edge_src, edge_dst)  # fmt: skip
 
 
 def _build_blocks(
     build, c_jobs, num_jobs: int, task_capacity: int, edge_capacity: int,
-    tg: TaskArrays, free: array, routes: Routes, edge_src: array, edge_dst: array,
+    tg: TaskArrays, free: array, routes: Routes | None, edge_src: array, edge_dst: array,
 ) -> Blocks:  # fmt: skip
     """Run a C block builder: new tasks take ids from the end of `free` (removed from it),
     then new ids (the per-task arrays grow); edges are appended to `edge_src`/`edge_dst`."""
@@ -298,7 +390,11 @@ def _build_blocks(
             edge_views[0] + first_edge, edge_views[1] + first_edge, offset_views[2],
         ),
     )  # fmt: skip
-    edges = build(c_jobs, routes.struct, out)
+    edges = build(c_jobs, ffi.NULL if routes is None else routes.struct, out)
+    if edges == lib.FF_NO_MEMORY:
+        raise MemoryError("the simulator could not allocate its scratch memory")
+    if edges == lib.FF_KEY_OVERFLOW:
+        raise AssertionError(f"a parameter has {1 << 14} groups or more; task keys hold fewer")
     used, next_id = out.free_used, out.next_id
     # release the buffers before resizing the arrays (an exported array cannot resize)
     del out_views, edge_views, offset_views, out

@@ -1,6 +1,6 @@
 """The simulator's C parts in plain Python, as their specification: the event loop of Algorithm 1
 (paper §5, native/simulator.c), the tile overlaps of task-graph edges (native/overlaps.c), and
-the edge and synchronization blocks of a task graph (native/blocks.c).
+the op, edge and synchronization blocks of a task graph (native/blocks.c).
 
 Nothing runs them at simulation time; tests/simulator/test_native.py checks that the C code
 gives bit-identical ready, start and end times and equal overlaps, on random inputs and on
@@ -14,9 +14,13 @@ import itertools
 import math
 from collections.abc import Sequence
 
+from flexflow.cost import DEVICE_CONSTANTS
+from flexflow.fusion import cpu_devices, joins_previous
 from flexflow.ops.base import Region, region_volume
 from flexflow.simulator.keys import (
+    BWD_KEY,
     DEVICE_TASK,
+    FWD_KEY,
     GATHER_KEY,
     GRAD_XFER_KEY,
     REDUCED_KEY,
@@ -123,6 +127,33 @@ def reference_grid_overlaps(
 
 
 EdgeTask = tuple[float, int, int, int, int]  # (exe, resource set, bytes, source, destination)
+
+
+def reference_op_block(tg: TaskGraph, op: int) -> tuple[dict[int, EdgeTask], set[tuple[int, int]]]:
+    """What the op block of `op` holds (native/blocks.c), as `reference_edge_block` gives an
+    edge block: per task of its configuration, a forward and a backward task on its device,
+    timed by the cost model plus the statistics all-reduce they wait for (less the launch
+    where the op runs inside the previous op's task, or the launch is the runtime's), and the
+    backward's dependency on the forward."""
+    context, config = tg.context, tg.configs[op]
+    stats_s = context.statistics_s(op, config)
+    fused = context.fused_launches and joins_previous(
+        tg.graph, tg.configs, [context.regions(o, c.degrees) for o, c in enumerate(tg.configs)],
+        op, cpu_devices([device.kind for device in tg.machine.devices]),
+    )  # fmt: skip
+    tasks: dict[int, EdgeTask] = {}
+    edges: set[tuple[int, int]] = set()
+    for k, device in enumerate(config.devices):
+        on = tg.machine.devices[device]
+        time = context.task_time(op, config.degrees, on)
+        launch = DEVICE_CONSTANTS[on.kind].launch_overhead_s
+        cut = launch if fused or context.serial_launches else 0.0
+        forward = task_key(FWD_KEY, op, k) | DEVICE_TASK
+        backward = task_key(BWD_KEY, op, k) | DEVICE_TASK
+        tasks[forward] = (max(0.0, time.forward_s - cut) + stats_s, device, 0, -1, -1)
+        tasks[backward] = (max(0.0, time.backward_s - cut) + stats_s, device, 0, -1, -1)
+        edges.add((forward, backward))
+    return tasks, edges
 
 
 def reference_edge_block(

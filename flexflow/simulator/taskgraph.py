@@ -35,9 +35,12 @@ edge touches a task of the block or of the op whose change rebuilds it). Rebuild
 marks its range removed (source -1) instead of editing adjacency lists; the arrays are compacted
 when half of them is removed. So a delta changes only the entries of the blocks it rebuilds.
 
-The edge and sync blocks hold nearly all tasks (a transfer per overlapping pair of tiles on two
-devices, a ring per replicated weight region), so they are built in C (native/blocks.c), all
-of a build or a delta in one call; flexflow/simulator/reference.py specifies them. A task's
+The blocks are built in C (native/blocks.c), every op block of a build or a delta in one call,
+then every edge block, then every sync block: the edge and sync blocks hold nearly all tasks
+(a transfer per overlapping pair of tiles on two devices, a ring per replicated weight
+region), and a delta of an unrolled layer rebuilds dozens of ops. The inputs of an op block
+depend only on its configuration, so they are made once per configuration
+(`SimContext.op_tasks`); flexflow/simulator/reference.py specifies every kind. A task's
 name, kind and resources are read back from its key and resource set when asked for (traces,
 exports), never stored: a search builds millions of tasks and names none of them.
 """
@@ -52,9 +55,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flexflow.cost import DEVICE_CONSTANTS, TaskTime
 from flexflow.fusion import cpu_devices, joins_previous
-from flexflow.graph import OpNode
 from flexflow.ops.base import Region, region_volume
 from flexflow.simulator.context import SimContext
 from flexflow.simulator.keys import (
@@ -62,7 +63,6 @@ from flexflow.simulator.keys import (
     A_SHIFT,
     B_SHIFT,
     BWD_KEY,
-    DEVICE_TASK,
     FIELD_LIMIT,
     FWD_KEY,
     GATHER_KEY,
@@ -75,7 +75,15 @@ from flexflow.simulator.keys import (
     key_fields,
     key_kind,
 )
-from flexflow.simulator.native import Blocks, EdgeJobs, SyncJobs, build_edges, build_syncs
+from flexflow.simulator.native import (
+    Blocks,
+    EdgeJobs,
+    OpJobs,
+    SyncJobs,
+    build_edges,
+    build_ops,
+    build_syncs,
+)
 from flexflow.strategy import ParallelConfig, Strategy
 
 COMPUTE, COMM, UPDATE, BARRIER = "compute", "comm", "update", "barrier"
@@ -108,8 +116,8 @@ class _Undo:
     blocks: dict  # block -> (its task ids, its edge range)
     tasks: dict  # op -> (forward task ids, backward task ids, its `_sync_parts`)
     edges: list = field(default_factory=list)  # (lo, the sources of edges lo..) before removal
-    removed: list[int] = field(default_factory=list)
-    added: list[int] = field(default_factory=list)
+    removed: array = field(default_factory=lambda: array("i"))
+    added: array = field(default_factory=lambda: array("i"))
 
 
 class TaskGraph:
@@ -139,29 +147,38 @@ class TaskGraph:
         self.edge_dst = array("i")
         self._removed_edges = 0
         # structure
-        self.blocks: dict[Block, list[int]] = {}
+        self.blocks: dict[Block, array] = {}  # a block's task ids ("i")
         self._edge_ranges: dict[Block, tuple[int, int]] = {}  # a block's edges: [lo, hi)
         self.fwd: list[array] = [array("i") for _ in graph.ops]  # task ids, by task index
         self.bwd: list[array] = [array("i") for _ in graph.ops]
-        # per op, per parameter it uses: its tasks grouped by the weight region they read,
-        # (region, devices, backward task ids), what `_sync_groups` merges over the users
-        self._sync_parts: list[dict[int, tuple]] = [{} for _ in graph.ops]
+        # per op, per parameter it uses: its task indices grouped by the weight region they
+        # read (`SimContext.op_sync_parts` of its configuration), what sync blocks merge
+        self._sync_parts: list[dict] = [{} for _ in graph.ops]
         self._users: dict[int, list[int]] = defaultdict(list)  # parameter -> ops using it
         for node in graph.ops:
             for pid in dict.fromkeys(node.weights):
                 self._users[pid].append(node.id)
         self._consumers: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        # per edge block, what its jobs need besides the configurations (None: a model input)
+        self._edges: dict[Block, tuple | None] = {}
         for node in graph.ops:
             for j, tid in enumerate(node.inputs):
-                producer = graph.tensor(tid).producer
+                tensor = graph.tensor(tid)
+                producer = tensor.producer
+                self._edges[("edge", node.id, j)] = None
                 if producer is not None:
                     self._consumers[producer].append((node.id, j))
+                    fields = node.id << A_SHIFT | j << B_SHIFT
+                    dtype = tensor.spec.dtype
+                    self._edges[("edge", node.id, j)] = (
+                        producer, node.id, j, dtype.itemsize, dtype.is_float,
+                        XFER_KEY << KIND_SHIFT | fields, GRAD_XFER_KEY << KIND_SHIFT | fields,
+                    )  # fmt: skip
         if len(graph.ops) >= A_LIMIT or len(graph.parameters) >= A_LIMIT:
             raise AssertionError(f"task keys hold at most {A_LIMIT - 1} ops and parameters")
         if self.num_devices >= FIELD_LIMIT or any(len(n.inputs) >= FIELD_LIMIT for n in graph.ops):
             raise AssertionError(f"task keys hold at most {FIELD_LIMIT - 1} devices and inputs")
-        for node in graph.ops:
-            self._build_op(node)
+        self._build_ops([("op", node.id) for node in graph.ops])
         self._build_edges(
             [("edge", node.id, j) for node in graph.ops for j in range(len(node.inputs))]
         )
@@ -302,15 +319,14 @@ class TaskGraph:
             self._removed_edges,
             {b: (self.blocks[b], self._edge_ranges[b]) for b in blocks},
             {
-                o: (self.fwd[o], self.bwd[o], self._sync_parts[o])
+                b[1]: (self.fwd[b[1]], self.bwd[b[1]], self._sync_parts[b[1]])
                 for b in blocks
                 if b[0] == "op"
-                for o in b[1:]
             },
         )
         for op, config in changes:
             self.configs[op] = config
-        removed: list[int] = []
+        removed = array("i")
         touched = array("i")
         live, edge_src = self.live, self.edge_src
         for block in blocks:
@@ -322,16 +338,17 @@ class TaskGraph:
             self._removed_edges += hi - lo
         for t in removed:
             live[t] = 0
-        for block in blocks:  # the ops first: edges and syncs name their tasks
-            if block[0] == "op":
-                self._build_op(self.graph.ops[block[1]])
+        # the ops first: edges and syncs name their tasks
+        self._build_ops([block for block in blocks if block[0] == "op"])
         self._build_edges([block for block in blocks if block[0] == "edge"])
         self._build_syncs([block[1] for block in blocks if block[0] == "sync"])
-        added = [t for block in blocks for t in self.blocks[block]]
+        added = array("i")
+        for block in blocks:
+            added += self.blocks[block]
         undo.removed, undo.added = removed, added
         self.runtime_s = self.context.runtime_s(self.configs)
         self._undo = undo
-        return GraphChange(array("i", removed), array("i", added), touched)
+        return GraphChange(removed, added, touched)
 
     def undo(self) -> None:
         """Take back the last `set_config` (the graph is then as before it, task ids too)."""
@@ -382,123 +399,55 @@ class TaskGraph:
         self._removed_edges = 0
 
     # ---- building blocks -------------------------------------------------------------------------
-    def _new(self, block: list[int], device: int, exe: float, order: int) -> int:
-        """A compute task on `device` in `block` (transfers are made in C, native/blocks.c)."""
-        if self._free:
-            t = self._free.pop()
-            self.exe[t], self.res_set[t], self.order[t], self.live[t] = exe, device, order, 1
-            self.size_bytes[t], self.res_src[t], self.res_dst[t] = 0, -1, -1
-        else:
-            t = len(self.exe)
-            self.exe.append(exe)
-            self.res_set.append(device)  # resource set `device` is the device alone
-            self.order.append(order)
-            self.live.append(1)
-            self.size_bytes.append(0)
-            self.res_src.append(-1)
-            self.res_dst.append(-1)
-        block.append(t)
-        return t
-
-    def _open(self, block_id: Block) -> list[int]:
-        """Start a block: its (empty) task list, its edges from the end of the edge arrays."""
-        block: list[int] = []
-        self.blocks[block_id] = block
-        self._edge_ranges[block_id] = (len(self.edge_src), len(self.edge_src))
-        return block
-
-    def _close(self, block_id: Block) -> None:
-        """End a block: its edges are those added since `_open`."""
-        self._edge_ranges[block_id] = (self._edge_ranges[block_id][0], len(self.edge_src))
-
-    def _build_op(self, node: OpNode) -> None:
-        block_id = ("op", node.id)
-        block = self._open(block_id)
-        config = self.configs[node.id]
-        devices = self.machine.devices
-        stats_s = self._statistics_s(node, config)
-        fused = self.context.fused_launches and joins_previous(
-            self.graph, self.configs, _TaskTiles(self), node.id, self._cpu_devices
-        )
-        if len(config.devices) >= FIELD_LIMIT:  # task, ring and group indices fit a key
-            raise AssertionError(f"{node.name}: {len(config.devices)} tasks; keys hold fewer")
-        fwd, bwd = array("i"), array("i")
-        fwd_key = FWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
-        bwd_key = BWD_KEY << KIND_SHIFT | node.id << A_SHIFT | DEVICE_TASK
-        for k, device in enumerate(config.devices):
-            time = self.context.task_time(node.id, config.degrees, devices[device])
-            # inside the previous op's task, or its launch counted in runtime_s
-            if fused or self.context.serial_launches:
-                launch = DEVICE_CONSTANTS[devices[device].kind].launch_overhead_s
-                time = TaskTime(
-                    max(0.0, time.forward_s - launch), max(0.0, time.backward_s - launch)
-                )
-            f = self._new(block, device, time.forward_s + stats_s, fwd_key | k << B_SHIFT)
-            b = self._new(block, device, time.backward_s + stats_s, bwd_key | k << B_SHIFT)
-            self.edge_src.append(f)
-            self.edge_dst.append(b)
-            fwd.append(f)
-            bwd.append(b)
-        self.fwd[node.id], self.bwd[node.id] = fwd, bwd
-        self._sync_parts[node.id] = {
-            pid: tuple(
-                (region, holders, [bwd[k] for k in tasks])
-                for region, holders, tasks in self.context.op_sync_groups(node.id, pid, config)
+    def _build_ops(self, block_ids: list[Block]) -> None:
+        """The op blocks `block_ids` (("op", op)), built in one C call (native/blocks.c): a
+        forward and a backward task per task of the op's configuration (`SimContext.op_tasks`),
+        the backward after the forward (it needs the activations)."""
+        if not block_ids:
+            return
+        jobs = OpJobs()
+        context, configs = self.context, self.configs
+        fusing = context.fused_launches
+        for _, op in block_ids:
+            fused = fusing and joins_previous(
+                self.graph, configs, _TaskTiles(self), op, self._cpu_devices
             )
-            for pid in dict.fromkeys(node.weights)
-        }
-        self._close(block_id)
-
-    def _statistics_s(self, node: OpNode, config: ParallelConfig) -> float:
-        """Time of the statistics all-reduce a task of `node` waits for (0 for most ops)."""
-        if not node.op.statistics_dims:
-            return 0.0
-        split = [
-            degree
-            for dim, degree in zip(node.sig.dims, config.degrees, strict=True)
-            if dim.name in node.op.statistics_dims and degree > 1
-        ]
-        if not split:
-            return 0.0
-        ring = math.prod(split)
-        region = self.context.regions(node.id, config.degrees)[0]
-        size = 2 * (ring - 1) / ring * 4 * node.op.statistics_elements(node.sig, region)
-        devices = sorted(set(config.devices))
-        hops = zip(devices, devices[1:] + devices[:1], strict=True)
-        worst = max((self.context.transfer(a, b, size)[1] for a, b in hops if a != b), default=0.0)
-        return worst * (ring - 1)  # ring steps, each bounded by the slowest hop
+            tasks = context.op_tasks(op, configs[op], fused)
+            jobs.add(tasks.devices, tasks.exe, tasks.order)
+        first_edge = len(self.edge_src)
+        built = build_ops(self, self._free, jobs, self.edge_src, self.edge_dst)
+        self._place_blocks(block_ids, first_edge, built)
+        for _, op in block_ids:
+            ids = self.blocks[("op", op)]
+            self.fwd[op], self.bwd[op] = ids[0::2], ids[1::2]
+            self._sync_parts[op] = context.op_sync_parts(op, configs[op])
 
     def _build_edges(self, block_ids: list[Block]) -> None:
         """The edge blocks `block_ids` (("edge", consumer, input)), built in one C call
         (native/blocks.c): for every producer tile overlapping a consumer tile's input region,
         dependencies on one device, else a transfer (and its gradient's transfer back)."""
-        jobs = EdgeJobs()
-        rows: dict[int, int] = {}  # op -> its first row in the jobs' task tables
-        graph, configs = self.graph, self.configs
-        for _, c, j in block_ids:
-            consumer = graph.ops[c]
-            tensor = graph.tensor(consumer.inputs[j])
-            producer = tensor.producer
-            if producer is None:  # a model input: no block content
-                jobs.add(_NO_OVERLAPS, 0, 0, 0, False, 0, 0)
-                continue
-            for op in (producer, c):
-                if op not in rows:
-                    devices = self.context.device_array(configs[op].devices)
-                    rows[op] = jobs.rows(devices, self.fwd[op], self.bwd[op])
-            p_config, c_config = configs[producer], configs[c]
-            fields = c << A_SHIFT | j << B_SHIFT
-            jobs.add(
-                self.context.overlap_arrays(c, j, p_config.degrees, c_config.degrees),
-                rows[producer],
-                rows[c],
-                tensor.spec.dtype.itemsize,
-                tensor.spec.dtype.is_float,
-                XFER_KEY << KIND_SHIFT | fields,
-                GRAD_XFER_KEY << KIND_SHIFT | fields,
-            )
         if not block_ids:
             return
+        jobs = EdgeJobs()
+        rows: dict[int, int] = {}  # op -> its first row in the jobs' task tables
+        configs, fwd, bwd = self.configs, self.fwd, self.bwd
+        overlap_arrays, device_array = self.context.overlap_arrays, self.context.device_array
+        for block in block_ids:
+            edge = self._edges[block]
+            if edge is None:  # a model input: no block content
+                jobs.add(_NO_OVERLAPS, 0, 0, 0, False, 0, 0)
+                continue
+            producer, c, j, itemsize, grads, transfer_key, grad_key = edge
+            p_config, c_config = configs[producer], configs[c]
+            p_row = rows.get(producer)
+            if p_row is None:
+                p_row = jobs.rows(device_array(p_config.devices), fwd[producer], bwd[producer])
+                rows[producer] = p_row
+            c_row = rows.get(c)
+            if c_row is None:
+                c_row = rows[c] = jobs.rows(device_array(c_config.devices), fwd[c], bwd[c])
+            overlaps = overlap_arrays(c, j, p_config.degrees, c_config.degrees)
+            jobs.add(overlaps, p_row, c_row, itemsize, grads, transfer_key, grad_key)
         first_edge = len(self.edge_src)
         built = build_edges(
             self, self._free, jobs, self.context.routes(), self.edge_src, self.edge_dst
@@ -509,48 +458,44 @@ class TaskGraph:
         """Record what a C block builder built: each block's tasks and edge range."""
         new_ids, task_offsets, edge_offsets = built
         for i, block_id in enumerate(block_ids):
-            self.blocks[block_id] = new_ids[task_offsets[i] : task_offsets[i + 1]].tolist()
+            self.blocks[block_id] = new_ids[task_offsets[i] : task_offsets[i + 1]]
             lo, hi = edge_offsets[i], edge_offsets[i + 1]
             self._edge_ranges[block_id] = (first_edge + lo, first_edge + hi)
 
     def _sync_groups(self, pid: int) -> list[tuple[Region, tuple[int, ...], list[int]]]:
         """The tasks using parameter `pid`, grouped by the weight region they read: (region, devices, backward tasks)."""
         groups: dict[Region, tuple[set[int], list[int]]] = {}
-        parts = self._sync_parts
         for op in self._users[pid]:
-            for region, devices, tasks in parts[op][pid]:
+            bwd = self.bwd[op]
+            for region, devices, tasks in self.context.op_sync_groups(op, pid, self.configs[op]):
                 found = groups.get(region)
                 if found is None:
-                    groups[region] = (set(devices), list(tasks))
+                    groups[region] = (set(devices), [bwd[k] for k in tasks])
                 else:
                     found[0].update(devices)
-                    found[1].extend(tasks)
+                    found[1].extend([bwd[k] for k in tasks])
         return [
             (region, tuple(sorted(devices)), tasks)
             for region, (devices, tasks) in sorted(groups.items())
         ]
 
     def _build_syncs(self, pids: list[int]) -> None:
-        """The sync blocks of parameters `pids`, built in one C call (native/blocks.c): per
-        group of tasks reading one weight region, the ring all-reduce of its gradient where
-        several devices hold it (2(r-1)/r of the region over each hop), then every holder's
-        update (the optimizer's time for the region on that device)."""
+        """The sync blocks of parameters `pids`, built in one C call (native/blocks.c), which
+        merges the users' tasks reading one weight region into a group: the ring all-reduce
+        of its gradient where several devices hold it (2(r-1)/r of the region over each
+        hop), then every holder's update (the optimizer's time for the region there)."""
         if not pids:
             return
         jobs = SyncJobs()
-        sync_group = self.context.sync_group
+        bwd, parts = self.bwd, self._sync_parts
         for pid in pids:
-            for g, (w_region, holders, tasks) in enumerate(self._sync_groups(pid)):
-                ring_bytes, holder_ids, update_s = sync_group(region_volume(w_region), holders)
-                jobs.add_group(
-                    pid << A_SHIFT | g << B_SHIFT, ring_bytes, holder_ids, update_s, tasks
-                )
-            jobs.end_job()
+            jobs.add_job(pid << A_SHIFT, [(parts[op][pid], bwd[op]) for op in self._users[pid]])
         first_edge = len(self.edge_src)
         built = build_syncs(
             self,
             self._free,
             jobs,
+            self.context.sync_table,
             self.resource_sets.empty,
             self.context.routes(),
             self.edge_src,

@@ -16,11 +16,12 @@ from flexflow.cost import CostModel
 from flexflow.machine import parse_machine
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.simulator.context import ResourceSets
-from flexflow.simulator.keys import DEVICE_TASK
+from flexflow.simulator.keys import BWD_KEY, DEVICE_TASK, FWD_KEY, key_kind
 from flexflow.simulator.native import grid_overlaps, simulate
 from flexflow.simulator.reference import (
     reference_edge_block,
     reference_grid_overlaps,
+    reference_op_block,
     reference_run,
     reference_simulate,
     reference_sync_block,
@@ -224,17 +225,29 @@ def built_blocks(tg: TaskGraph, kind: str) -> dict:
     machine=st.sampled_from(MACHINES),
     start=st.sampled_from(("dp", "expert", "model", "random")),
     moves=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), max_size=6),
+    fused=st.booleans(),
 )
-def test_c_blocks_equal_the_reference(graph_seed, machine, start, moves):
-    """Built whole and rebuilt by deltas (new tasks on reused ids), every edge block and every
-    sync block holds exactly the reference's tasks and edges."""
+def test_c_blocks_equal_the_reference(graph_seed, machine, start, moves, fused):
+    """Built whole and rebuilt by deltas (new tasks on reused ids), every op, edge and sync
+    block holds exactly the reference's tasks and edges."""
     graph, m = random_graph(graph_seed), parse_machine(machine)
-    tg = TaskGraph(SimContext(graph, m, CostModel()), named_strategy(start, graph, m, seed=1))
+    context = SimContext(graph, m, CostModel(), fused_launches=fused)
+    tg = TaskGraph(context, named_strategy(start, graph, m, seed=1))
     for op_pick, config_pick in [(0, 0), *moves]:
         if (op_pick, config_pick) != (0, 0):
             op = op_pick % len(graph.ops)
             space = enumerate_configs(graph.ops[op].sig, m)
             tg.set_config(op, space[config_pick % len(space)])
+        ops = built_blocks(tg, "op")
+        assert set(ops) == {("op", n.id) for n in graph.ops}
+        for (_, op), block in ops.items():
+            assert block == reference_op_block(tg, op)
+            assert [tg.order[t] for t in tg.fwd[op]] == sorted(
+                key for key in block[0] if key_kind(key) == FWD_KEY
+            )
+            assert [tg.order[t] for t in tg.bwd[op]] == sorted(
+                key for key in block[0] if key_kind(key) == BWD_KEY
+            )
         edges, syncs = built_blocks(tg, "edge"), built_blocks(tg, "sync")
         assert set(edges) == {("edge", n.id, j) for n in graph.ops for j in range(len(n.inputs))}
         assert syncs and set(syncs) == {("sync", pid) for pid in tg.parameters()}
