@@ -42,53 +42,66 @@ static int32_t transfer(const ff_routes *routes, ff_block_out *out, int32_t src,
     return new_task(out, exe, key | routes->flag[route], routes->set[route], size, src, dst);
 }
 
-int32_t ff_build_ops(const ff_op_jobs *jobs, const ff_routes *routes, ff_block_out *out) {
-    (void)routes;
-    int32_t edges = 0;
+/* Running counts of one build: the tasks and edges written so far, the next job's index. */
+typedef struct {
+    int32_t tasks, edges, job;
+} progress;
+
+static void begin_job(ff_block_out *out, progress *at) {
+    out->task_offsets[at->job] = at->tasks;
+    out->edge_offsets[at->job] = at->edges;
+    at->job++;
+}
+
+static void build_ops(const ff_op_jobs *jobs, ff_op_table *table, ff_block_out *out,
+                      progress *at) {
     int32_t *from = out->edge_src, *to = out->edge_dst;
     for (int32_t j = 0; j < jobs->num_jobs; j++) {
-        out->task_offsets[j] = jobs->task_offsets[j];
-        out->edge_offsets[j] = edges;
+        begin_job(out, at);
+        table->op_at[jobs->op[j]] = table->size;
         for (int32_t i = jobs->task_offsets[j]; i < jobs->task_offsets[j + 1]; i += 2) {
             int32_t f = new_task(out, jobs->exe[i], jobs->order[i], jobs->device[i], 0, -1, -1);
             int32_t b = new_task(out, jobs->exe[i + 1], jobs->order[i + 1], jobs->device[i + 1],
                                  0, -1, -1);
-            out->new_ids[i] = f;
-            out->new_ids[i + 1] = b;
-            from[edges] = f, to[edges++] = b;
+            out->new_ids[at->tasks++] = f;
+            out->new_ids[at->tasks++] = b;
+            table->ids[table->size] = f, table->device[table->size++] = jobs->device[i];
+            table->ids[table->size] = b, table->device[table->size++] = jobs->device[i + 1];
+            from[at->edges] = f, to[at->edges++] = b;
         }
     }
-    out->task_offsets[jobs->num_jobs] = jobs->task_offsets[jobs->num_jobs];
-    out->edge_offsets[jobs->num_jobs] = edges;
-    return edges;
 }
 
-int32_t ff_build_edges(const ff_edge_jobs *jobs, const ff_routes *routes, ff_block_out *out) {
-    int32_t edges = 0, tasks = 0;
+static void build_edges(const ff_edge_jobs *jobs, const ff_op_table *table,
+                        const ff_routes *routes, ff_block_out *out, progress *at) {
     int32_t *from = out->edge_src, *to = out->edge_dst;
+    int32_t edges = at->edges;
     for (int32_t j = 0; j < jobs->num_jobs; j++) {
-        out->task_offsets[j] = tasks;
-        out->edge_offsets[j] = edges;
-        const int32_t p = jobs->producer_row[j], c = jobs->consumer_row[j];
+        at->edges = edges;
+        begin_job(out, at);
+        if (jobs->overlap_offsets[j] == jobs->overlap_offsets[j + 1]) continue;
+        const int32_t p = table->op_at[jobs->producer[j]], c = table->op_at[jobs->consumer[j]];
         for (int32_t i = jobs->overlap_offsets[j]; i < jobs->overlap_offsets[j + 1]; i++) {
-            const int32_t kc = jobs->overlap_consumer[i], kp = jobs->overlap_producer[i];
-            const int32_t p_dev = jobs->task_device[p + kp], c_dev = jobs->task_device[c + kc];
-            const int32_t p_fwd = jobs->task_forward[p + kp], p_bwd = jobs->task_backward[p + kp];
-            const int32_t c_fwd = jobs->task_forward[c + kc], c_bwd = jobs->task_backward[c + kc];
+            const int32_t kc = c + 2 * jobs->overlap_consumer[i];
+            const int32_t kp = p + 2 * jobs->overlap_producer[i];
+            const int32_t p_dev = table->device[kp], c_dev = table->device[kc];
+            const int32_t p_fwd = table->ids[kp], p_bwd = table->ids[kp + 1];
+            const int32_t c_fwd = table->ids[kc], c_bwd = table->ids[kc + 1];
             if (p_dev == c_dev) {
                 from[edges] = p_fwd, to[edges++] = c_fwd;
                 from[edges] = c_bwd, to[edges++] = p_bwd;
                 continue;
             }
             const int64_t size = jobs->overlap_volume[i] * jobs->itemsize[j];
-            const uint64_t fields = (uint64_t)kc << C_SHIFT | (uint64_t)kp;
+            const uint64_t fields =
+                (uint64_t)jobs->overlap_consumer[i] << C_SHIFT | (uint64_t)jobs->overlap_producer[i];
             int32_t x = transfer(routes, out, p_dev, c_dev, size, jobs->transfer_key[j] | fields);
-            out->new_ids[tasks++] = x;
+            out->new_ids[at->tasks++] = x;
             from[edges] = p_fwd, to[edges++] = x;
             from[edges] = x, to[edges++] = c_fwd;
             if (jobs->grads[j]) {
                 int32_t y = transfer(routes, out, c_dev, p_dev, size, jobs->grad_key[j] | fields);
-                out->new_ids[tasks++] = y;
+                out->new_ids[at->tasks++] = y;
                 from[edges] = c_bwd, to[edges++] = y;
                 from[edges] = y, to[edges++] = p_bwd;
             } else {
@@ -96,9 +109,7 @@ int32_t ff_build_edges(const ff_edge_jobs *jobs, const ff_routes *routes, ff_blo
             }
         }
     }
-    out->task_offsets[jobs->num_jobs] = tasks;
-    out->edge_offsets[jobs->num_jobs] = edges;
-    return edges;
+    at->edges = edges;
 }
 
 /* A part of a sync job (see ff_sync_jobs), located in the jobs' arrays. */
@@ -109,8 +120,8 @@ typedef struct {
     const int32_t *device;
     const double *update_s;
     int32_t num_devices;
-    const int32_t *backward; /* its user's backward tasks */
-    const int32_t *task;     /* indices into them */
+    const int32_t *backward; /* its user's backward task ids, at every other entry */
+    const int32_t *task;     /* indices into its user's tasks */
     int32_t num_tasks;
 } sync_part;
 
@@ -179,7 +190,7 @@ static void build_group(const sync_part *parts, const int32_t *order, int32_t lo
         for (int32_t p = lo; p < hi; p++) {
             const sync_part *part = &parts[order[p]];
             for (int32_t i = 0; i < part->num_tasks; i++) {
-                from[*edges] = part->backward[part->task[i]], to[(*edges)++] = gather;
+                from[*edges] = part->backward[2 * part->task[i]], to[(*edges)++] = gather;
             }
         }
         const uint64_t ring = (uint64_t)RING_KEY << KIND_SHIFT | group;
@@ -204,20 +215,22 @@ static void build_group(const sync_part *parts, const int32_t *order, int32_t lo
         for (int32_t p = lo; p < hi; p++) {
             const sync_part *part = &parts[order[p]];
             for (int32_t k = 0; k < part->num_tasks; k++) {
-                from[*edges] = part->backward[part->task[k]], to[(*edges)++] = u;
+                from[*edges] = part->backward[2 * part->task[k]], to[(*edges)++] = u;
             }
         }
     }
 }
 
-int32_t ff_build_syncs(const ff_sync_jobs *jobs, const ff_routes *routes, ff_block_out *out) {
-    const ff_sync_table *table = jobs->table;
+static int32_t build_syncs(const ff_sync_jobs *jobs, const ff_op_table *table,
+                           const ff_routes *routes, ff_block_out *out, progress *at) {
+    const ff_sync_table *templates = jobs->templates;
     const int32_t num_devices = routes->num_devices;
-    int32_t most = 1, user = 0; /* the most parts of one job */
+    int32_t most = 1; /* the most parts of one job */
     for (int32_t j = 0; j < jobs->num_jobs; j++) {
         int32_t count = 0;
-        for (int32_t u = 0; u < jobs->job_users[j]; u++, user++) {
-            count += table->template_parts[jobs->user_template[user]];
+        const int32_t p = jobs->param[j];
+        for (int32_t u = jobs->users_at[p]; u < jobs->users_at[p + 1]; u++) {
+            count += templates->template_parts[jobs->user_template[u]];
         }
         if (count > most) most = count;
     }
@@ -230,30 +243,28 @@ int32_t ff_build_syncs(const ff_sync_jobs *jobs, const ff_routes *routes, ff_blo
     }
     int32_t *scratch = order + most, *seen = order + 2 * most, *holder = seen + num_devices;
     for (int32_t d = 0; d < num_devices; d++) seen[d] = -1;
-    int32_t edges = 0, tasks = 0, result = 0;
-    const int32_t *backward = jobs->backward;
-    user = 0;
+    int32_t result = 0;
     for (int32_t j = 0; j < jobs->num_jobs; j++) {
-        out->task_offsets[j] = tasks;
-        out->edge_offsets[j] = edges;
+        begin_job(out, at);
         int32_t count = 0; /* this job's parts, user by user */
-        for (int32_t u = 0; u < jobs->job_users[j]; u++, user++) {
-            const int32_t t = jobs->user_template[user];
-            const int32_t first = table->template_first[t];
-            for (int32_t q = first; q < first + table->template_parts[t]; q++, count++) {
+        const int32_t param = jobs->param[j];
+        for (int32_t u = jobs->users_at[param]; u < jobs->users_at[param + 1]; u++) {
+            const int32_t t = jobs->user_template[u];
+            const int32_t first = templates->template_first[t];
+            const int32_t *backward = table->ids + table->op_at[jobs->user_op[u]] + 1;
+            for (int32_t q = first; q < first + templates->template_parts[t]; q++, count++) {
                 sync_part *p = &parts[count];
-                p->dims2 = 2 * table->part_dims[q];
-                p->bounds = table->bounds + table->bounds_at[q];
-                p->elements = table->elements[q];
-                p->num_devices = table->part_devices[q];
-                p->device = table->device + table->device_at[q];
-                p->update_s = table->update_s + table->device_at[q];
-                p->num_tasks = table->part_tasks[q];
-                p->task = table->task + table->task_at[q];
+                p->dims2 = 2 * templates->part_dims[q];
+                p->bounds = templates->bounds + templates->bounds_at[q];
+                p->elements = templates->elements[q];
+                p->num_devices = templates->part_devices[q];
+                p->device = templates->device + templates->device_at[q];
+                p->update_s = templates->update_s + templates->device_at[q];
+                p->num_tasks = templates->part_tasks[q];
+                p->task = templates->task + templates->task_at[q];
                 p->backward = backward;
                 order[count] = count;
             }
-            backward += jobs->user_tasks[user];
         }
         sort_parts(parts, order, scratch, count);
         int32_t g = 0;
@@ -264,16 +275,24 @@ int32_t ff_build_syncs(const ff_sync_jobs *jobs, const ff_routes *routes, ff_blo
                 result = FF_KEY_OVERFLOW;
                 goto done;
             }
-            const uint64_t group = jobs->job_key[j] | (uint64_t)g << B_SHIFT;
+            const uint64_t group = jobs->key[j] | (uint64_t)g << B_SHIFT;
             build_group(parts, order, lo, hi, group, jobs->empty_set, routes, out, seen, holder,
-                        update_s, &tasks, &edges);
+                        update_s, &at->tasks, &at->edges);
             lo = hi;
         }
     }
-    out->task_offsets[jobs->num_jobs] = tasks;
-    out->edge_offsets[jobs->num_jobs] = edges;
-    result = edges;
 done:
     free(parts), free(order), free(update_s);
     return result;
+}
+
+int32_t ff_build_blocks(const ff_block_jobs *jobs, const ff_routes *routes, ff_block_out *out) {
+    progress at = {0, 0, 0};
+    build_ops(jobs->ops, jobs->table, out, &at);
+    build_edges(jobs->edges, jobs->table, routes, out, &at);
+    int32_t result = build_syncs(jobs->syncs, jobs->table, routes, out, &at);
+    if (result < 0) return result;
+    out->task_offsets[at.job] = at.tasks;
+    out->edge_offsets[at.job] = at.edges;
+    return at.edges;
 }

@@ -70,24 +70,43 @@ typedef struct {
     const uint64_t *flag;           /* the order flag (device task) of a transfer on it */
 } ff_routes;
 
-/* Edge blocks of a task graph (native/blocks.c): for each job, the dependencies and transfers
- * between a producer op's tasks and a consumer op's tasks along the tile overlaps of one input
- * (flexflow/simulator/reference.py, `reference_edge_block`, is the specification). An overlap
- * between tasks on one device is two dependencies (forward, and backward the other way);
- * otherwise a transfer task, and for a tensor with a gradient a transfer back in the backward
- * pass. Task tables: the devices and forward and backward task ids of every op involved,
- * each job naming where its producer's and consumer's rows start. */
+/* Every op's current tasks, as the edge and sync builders read them: op o's task k has its
+ * forward task id at ids[op_at[o] + 2k], its backward at ids[op_at[o] + 2k + 1], and its
+ * device at the same places of `device`. The op builder appends each rebuilt op's tasks from
+ * `size` on (the arrays have room) and points op_at at them. */
+typedef struct {
+    int32_t *op_at;
+    int32_t *ids;
+    int32_t *device;
+    int32_t size;                   /* in/out: entries in use */
+} ff_op_table;
+
+/* Op blocks (`reference_op_block` specifies them): for each job (an op), a forward and a
+ * backward task per task of its configuration, given interleaved (forward of task k at 2k,
+ * its backward at 2k + 1), and the dependency of each backward task on its forward task. A
+ * compute task holds its device alone (resource set `device`). */
+typedef struct {
+    int32_t num_jobs;
+    const int32_t *op;              /* per job: the op */
+    const int32_t *task_offsets;    /* job j's tasks: [task_offsets[j], [j + 1]), an even count */
+    const int32_t *device;
+    const double *exe;
+    const uint64_t *order;
+} ff_op_jobs;
+
+/* Edge blocks (`reference_edge_block` specifies them): for each job, the dependencies and
+ * transfers between a producer op's tasks and a consumer op's tasks along the tile overlaps of
+ * one input. An overlap between tasks on one device is two dependencies (forward, and backward
+ * the other way); otherwise a transfer task, and for a tensor with a gradient a transfer back
+ * in the backward pass. */
 typedef struct {
     int32_t num_jobs;
     const int32_t *overlap_offsets; /* job j's overlaps: [overlap_offsets[j], [j + 1]) */
     const int32_t *overlap_consumer; /* consumer task index, producer task index, elements */
     const int32_t *overlap_producer;
     const int64_t *overlap_volume;
-    const int32_t *producer_row;    /* per job: its producer's first row in the task tables */
-    const int32_t *consumer_row;
-    const int32_t *task_device;
-    const int32_t *task_forward;
-    const int32_t *task_backward;
+    const int32_t *producer;        /* per job: the producer op (-1 for a model input) */
+    const int32_t *consumer;        /* per job: the consumer op */
     const int64_t *itemsize;        /* per job: bytes per element of the tensor */
     const int8_t *grads;            /* per job: 1 if the tensor has a gradient */
     const uint64_t *transfer_key;   /* per job: its transfers' key with both task fields 0 */
@@ -99,7 +118,7 @@ typedef struct {
  * parts are [template_first[t], + template_parts[t]); each part, the tasks reading one weight
  * region (`SimContext.op_sync_groups`), has the region's bounds (lo, hi per dimension) and
  * elements, the devices the tasks run on with each one's update time for the region, and the
- * tasks' indices into the op's backward tasks. `*_at` are where a part's entries start. */
+ * tasks' indices into the op's tasks. `*_at` are where a part's entries start. */
 typedef struct {
     const int32_t *template_first;
     const int32_t *template_parts;
@@ -116,36 +135,34 @@ typedef struct {
     const int32_t *task;
 } ff_sync_table;
 
-/* Synchronization blocks (native/blocks.c; `reference_sync_block` specifies them): for each
- * job (a parameter), the ops using it (users), each as a template of `table` and its backward
- * task ids. The builder merges the users' parts reading one region into a group; groups are
- * numbered in the order of their regions' bounds (compared in turn), and a group's backward
- * tasks are its parts' in user order. A group held by several devices gets a gather barrier
- * after its backward tasks, a ring of transfers, one from each holder (ascending) to the next,
- * and a done barrier after them; then every holder's update, after the done barrier (or the
- * backward tasks, with one holder). */
+/* Synchronization blocks (`reference_sync_block` specifies them): for each job (a
+ * parameter), the ops using it (users), each with its template now. The builder merges the
+ * users' parts reading one region into a group; groups are numbered in the order of their
+ * regions' bounds (compared in turn), and a group's backward tasks are its parts' in user
+ * order. A group held by several devices gets a gather barrier after its backward tasks, a
+ * ring of transfers, one from each holder (ascending) to the next, and a done barrier after
+ * them; then every holder's update, after the done barrier (or the backward tasks, with one
+ * holder). */
 typedef struct {
     int32_t num_jobs;
-    const int32_t *job_users;       /* per job: how many users */
-    const uint64_t *job_key;        /* per job: its keys' parameter field */
-    const int32_t *user_template;   /* per user: its template in `table` */
-    const int32_t *user_tasks;      /* per user: how many backward tasks */
-    const int32_t *backward;        /* each user's backward task ids, user after user */
-    const ff_sync_table *table;
+    const int32_t *param;           /* per job: the parameter */
+    const uint64_t *key;            /* per job: its keys' parameter field */
+    const int32_t *users_at;        /* per parameter: its users [users_at[p], [p + 1]) */
+    const int32_t *user_op;         /* every parameter's users (ops) */
+    const int32_t *user_template;   /* each one's template in `templates` now */
+    const ff_sync_table *templates;
     int32_t empty_set;              /* the resource set of the barriers (none) */
 } ff_sync_jobs;
 
-/* Op blocks (native/blocks.c; `reference_op_block` specifies them): for each job (an op), a
- * forward and a backward task per task of its configuration, given interleaved (forward of
- * task k at 2k, its backward at 2k + 1), and the dependency of each backward task on its
- * forward task. A compute task holds its device alone (resource set `device`). */
+/* The blocks of one build or delta: every op block first (the others read their tasks from
+ * `table`), then every edge block, then every sync block; job j of the whole is op job j, then
+ * edge job j - ops, then sync job j - ops - edges. */
 typedef struct {
-    int32_t num_jobs;
-    const int32_t *task_offsets;    /* job j's tasks: [task_offsets[j], [j + 1]), an even count */
-    const int32_t *device;
-    const double *exe;
-    const uint64_t *order;
-} ff_op_jobs;
+    const ff_op_jobs *ops;
+    const ff_edge_jobs *edges;
+    const ff_sync_jobs *syncs;
+    ff_op_table *table;
+} ff_block_jobs;
 
 /* Where the new tasks and edges go. Ids come from free_ids (the last first), then next_id
  * upward: the per-task arrays have room for every id the jobs may take. */
@@ -170,9 +187,7 @@ typedef struct {
 
 /* Build every job's block; return the number of edges written, or FF_NO_MEMORY (the sync
  * builder's scratch) or FF_KEY_OVERFLOW (a parameter with 2^14 groups or more). Op blocks take
- * their tasks and an edge per forward task (they need no routes); edge blocks take up to
- * 2 tasks and 4 edges per overlap; sync blocks up to 2 + 2 x devices tasks and tasks +
- * 3 x devices edges per part of a user's template. */
-int32_t ff_build_ops(const ff_op_jobs *jobs, const ff_routes *routes, ff_block_out *out);
-int32_t ff_build_edges(const ff_edge_jobs *jobs, const ff_routes *routes, ff_block_out *out);
-int32_t ff_build_syncs(const ff_sync_jobs *jobs, const ff_routes *routes, ff_block_out *out);
+ * their tasks and an edge per forward task; edge blocks take up to 2 tasks and 4 edges per
+ * overlap; sync blocks up to 2 + 2 x devices tasks and tasks + 3 x devices edges per part of
+ * a user's template. */
+int32_t ff_build_blocks(const ff_block_jobs *jobs, const ff_routes *routes, ff_block_out *out);

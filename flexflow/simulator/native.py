@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from flexflow._simulator import ffi, lib
 
 if TYPE_CHECKING:  # context.py calls grid_overlaps: no import of the simulator at run time
+    from flexflow.simulator.blocks import BlockTables
     from flexflow.simulator.context import ResourceSets
     from flexflow.simulator.taskgraph import GraphChange
 
@@ -129,75 +130,66 @@ def simulate(
 
 
 class OpJobs:
-    """The inputs of `build_ops`: per job (an op's block), its tasks interleaved, the forward
-    task of task k at 2k and its backward at 2k + 1 (`SimContext.op_tasks`)."""
+    """The op jobs of `build_blocks`: per job (an op's block), its tasks interleaved, the
+    forward task of task k at 2k and its backward at 2k + 1 (`SimContext.op_tasks`)."""
 
-    __slots__ = ("offsets", "device", "exe", "order")
+    __slots__ = ("op", "offsets", "device", "exe", "order")
     C_ARRAYS = __slots__
 
     def __init__(self) -> None:
-        self.offsets = array("i", [0])
+        self.op, self.offsets = array("i"), array("i", [0])
         self.device, self.exe, self.order = array("i"), array("d"), array("Q")
 
-    def add(self, device: array, exe: array, order: array) -> None:
+    def add(self, op: int, device: array, exe: array, order: array) -> None:
+        self.op.append(op)
         self.device += device
         self.exe += exe
         self.order += order
         self.offsets.append(len(self.device))
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return len(self.op)
 
 
 class EdgeJobs:
-    """The inputs of `build_edges`, gathered job by job (one job per edge block)."""
+    """The edge jobs of `build_blocks` (one job per edge block)."""
 
     # in the order of ff_edge_jobs' arrays
-    __slots__ = ("offsets", "consumer", "producer", "volume", "producer_row", "consumer_row",
-                 "device", "forward", "backward", "itemsize", "grads", "transfer_key",
-                 "grad_key")  # fmt: skip
+    __slots__ = ("offsets", "consumer_task", "producer_task", "volume", "producer", "consumer",
+                 "itemsize", "grads", "transfer_key", "grad_key")  # fmt: skip
     C_ARRAYS = __slots__
 
     def __init__(self) -> None:
         self.offsets = array("i", [0])
-        self.consumer, self.producer, self.volume = array("i"), array("i"), array("q")
-        self.producer_row, self.consumer_row = array("i"), array("i")
-        self.device, self.forward, self.backward = array("i"), array("i"), array("i")
+        self.consumer_task, self.producer_task, self.volume = array("i"), array("i"), array("q")
+        self.producer, self.consumer = array("i"), array("i")
         self.itemsize, self.grads = array("q"), array("b")
         self.transfer_key, self.grad_key = array("Q"), array("Q")
-
-    def rows(self, devices: array, forward: array, backward: array) -> int:
-        """Add an op's tasks to the task tables; returns their first row."""
-        row = len(self.device)
-        self.device += devices
-        self.forward += forward
-        self.backward += backward
-        return row
 
     def add(
         self,
         overlaps: tuple[array, array, array],
-        producer_row: int,
-        consumer_row: int,
+        producer: int,
+        consumer: int,
         itemsize: int,
         grads: bool,
         transfer_key: int,
         grad_key: int,
     ) -> None:
-        consumer, producer, volume = overlaps
-        self.consumer += consumer
-        self.producer += producer
+        consumer_task, producer_task, volume = overlaps
+        self.consumer_task += consumer_task
+        self.producer_task += producer_task
         self.volume += volume
-        self.offsets.append(len(self.consumer))
-        self.producer_row.append(producer_row)
-        self.consumer_row.append(consumer_row)
+        self.offsets.append(len(self.consumer_task))
+        self.producer.append(producer)
+        self.consumer.append(consumer)
         self.itemsize.append(itemsize)
         self.grads.append(grads)
         self.transfer_key.append(transfer_key)
         self.grad_key.append(grad_key)
 
     def __len__(self) -> int:
-        return len(self.producer_row)
+        return len(self.producer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,34 +255,23 @@ class SyncTable:
 
 
 class SyncJobs:
-    """The inputs of `build_syncs`, gathered job by job (one job per parameter's sync block),
-    user by user."""
+    """The sync jobs of `build_blocks` (one job per parameter's sync block)."""
 
-    # ff_sync_jobs' arrays in order, then how many tasks and edges the jobs may create at most
-    __slots__ = ("job_users", "job_key", "user_template", "user_tasks", "backward", "tasks",
-                 "edges")  # fmt: skip
-    C_ARRAYS = __slots__[:5]
+    __slots__ = ("param", "key", "tasks", "edges")
+    C_ARRAYS = __slots__[:2]
 
     def __init__(self) -> None:
-        self.job_users, self.job_key = array("i"), array("Q")
-        self.user_template, self.user_tasks, self.backward = array("i"), array("i"), array("i")
-        self.tasks = self.edges = 0
+        self.param, self.key = array("i"), array("Q")
+        self.tasks = self.edges = 0  # the most tasks and edges the jobs may create
 
-    def add_job(self, key: int, users: Sequence[tuple[SyncTemplate, array]]) -> None:
-        """A job: `key` is its keys' parameter field; per user, its template and its backward
-        task ids ("i")."""
-        self.job_key.append(key)
-        self.job_users.append(len(users))
-        user_template, user_tasks, backward = self.user_template, self.user_tasks, self.backward
-        for template, tasks in users:
-            user_template.append(template.id)
-            user_tasks.append(len(tasks))
-            backward += tasks
-            self.tasks += template.max_tasks
-            self.edges += template.max_edges
+    def add(self, param: int, key: int, max_tasks: int, max_edges: int) -> None:
+        self.param.append(param)
+        self.key.append(key)
+        self.tasks += max_tasks
+        self.edges += max_edges
 
     def __len__(self) -> int:
-        return len(self.job_key)
+        return len(self.param)
 
 
 class TaskArrays(Protocol):
@@ -320,53 +301,27 @@ Blocks = tuple[array, array, array]
 job's range of the edges it appended (offsets from where they start)."""
 
 
-def build_ops(
-    tg: TaskArrays, free: array, jobs: OpJobs, edge_src: array, edge_dst: array
-) -> Blocks:
-    """Every op job's compute tasks and forward-to-backward dependencies (native/blocks.c);
-    see `_build_blocks`."""
-    views = _views(*(getattr(jobs, name) for name in jobs.C_ARRAYS))
-    c_jobs = ffi.new("ff_op_jobs *", (len(jobs), *views))
-    tasks = len(jobs.device)
-    return _build_blocks(lib.ff_build_ops, c_jobs, len(jobs), tasks, tasks // 2,
-                         tg, free, None, edge_src, edge_dst)  # fmt: skip
-
-
-def build_edges(
-    tg: TaskArrays, free: array, jobs: EdgeJobs, routes: Routes, edge_src: array, edge_dst: array
-) -> Blocks:
-    """Every edge job's transfers and dependencies (native/blocks.c); see `_build_blocks`."""
-    views = _views(*(getattr(jobs, name) for name in jobs.C_ARRAYS))
-    c_jobs = ffi.new("ff_edge_jobs *", (len(jobs), *views))
-    overlaps = len(jobs.consumer)
-    return _build_blocks(lib.ff_build_edges, c_jobs, len(jobs), 2 * overlaps, 4 * overlaps,
-                         tg, free, routes, edge_src, edge_dst)  # fmt: skip
-
-
-def build_syncs(
+def build_blocks(
     tg: TaskArrays,
     free: array,
-    jobs: SyncJobs,
-    table: SyncTable,
+    ops: OpJobs,
+    edges: EdgeJobs,
+    syncs: SyncJobs,
+    tables: BlockTables,
+    templates: SyncTable,
     empty_set: int,
     routes: Routes,
     edge_src: array,
     edge_dst: array,
 ) -> Blocks:
-    """Every sync job's barriers, ring transfers and updates (native/blocks.c); see
-    `_build_blocks`."""
-    views = _views(*(getattr(jobs, name) for name in jobs.C_ARRAYS))
-    c_jobs = ffi.new("ff_sync_jobs *", (len(jobs), *views, table.struct(), empty_set))
-    return _build_blocks(lib.ff_build_syncs, c_jobs, len(jobs), jobs.tasks, jobs.edges,
-                         tg, free, routes, edge_src, edge_dst)  # fmt: skip
-
-
-def _build_blocks(
-    build, c_jobs, num_jobs: int, task_capacity: int, edge_capacity: int,
-    tg: TaskArrays, free: array, routes: Routes | None, edge_src: array, edge_dst: array,
-) -> Blocks:  # fmt: skip
-    """Run a C block builder: new tasks take ids from the end of `free` (removed from it),
-    then new ids (the per-task arrays grow); edges are appended to `edge_src`/`edge_dst`."""
+    """Every op, edge and sync job's block in one C call (native/blocks.c): new tasks take ids
+    from the end of `free` (removed from it), then new ids (the per-task arrays grow); edges
+    are appended to `edge_src`/`edge_dst`; the op jobs' tasks are appended to `tables`' op
+    table. Jobs are numbered ops, then edges, then syncs."""
+    overlaps = len(edges.consumer_task)
+    task_capacity = len(ops.device) + 2 * overlaps + syncs.tasks
+    edge_capacity = len(ops.device) // 2 + 4 * overlaps + syncs.edges
+    num_jobs = len(ops) + len(edges) + len(syncs)
     size = len(tg.exe)
     grow = max(0, task_capacity - len(free))
     per_task = (tg.exe, tg.order, tg.live, tg.res_set, tg.size_bytes, tg.res_src, tg.res_dst)
@@ -376,10 +331,24 @@ def _build_blocks(
     room = array("i", bytes(4 * edge_capacity))
     edge_src += room
     edge_dst += room
+    table_size = tables.grow(len(ops.device))
     new_ids = array("i", bytes(4 * task_capacity))
     task_offsets = array("i", bytes(4 * (num_jobs + 1)))
     edge_offsets = array("i", bytes(4 * (num_jobs + 1)))
-    # the views must outlive the call: the struct below only holds their addresses
+    # the views must outlive the call: the structs below only hold their addresses
+    views = [
+        _views(*(getattr(jobs, name) for name in jobs.C_ARRAYS)) for jobs in (ops, edges, syncs)
+    ]
+    user_views = _views(tables.users_at, tables.user_op, tables.user_template)
+    table_views = _views(tables.op_at, tables.ids, tables.device)
+    table = ffi.new("ff_op_table *", (*table_views, table_size))
+    sync_table = templates.struct()
+    parts = (
+        ffi.new("ff_op_jobs *", (len(ops), *views[0])),
+        ffi.new("ff_edge_jobs *", (len(edges), *views[1])),
+        ffi.new("ff_sync_jobs *", (len(syncs), *views[2], *user_views, sync_table, empty_set)),
+    )
+    c_jobs = ffi.new("ff_block_jobs *", (*parts, table))
     out_views = _views(*per_task, free)
     edge_views = _views(edge_src, edge_dst)
     offset_views = _views(new_ids, task_offsets, edge_offsets)
@@ -390,18 +359,19 @@ def _build_blocks(
             edge_views[0] + first_edge, edge_views[1] + first_edge, offset_views[2],
         ),
     )  # fmt: skip
-    edges = build(c_jobs, ffi.NULL if routes is None else routes.struct, out)
-    if edges == lib.FF_NO_MEMORY:
+    result = lib.ff_build_blocks(c_jobs, routes.struct, out)
+    if result == lib.FF_NO_MEMORY:
         raise MemoryError("the simulator could not allocate its scratch memory")
-    if edges == lib.FF_KEY_OVERFLOW:
+    if result == lib.FF_KEY_OVERFLOW:
         raise AssertionError(f"a parameter has {1 << 14} groups or more; task keys hold fewer")
     used, next_id = out.free_used, out.next_id
     # release the buffers before resizing the arrays (an exported array cannot resize)
-    del out_views, edge_views, offset_views, out
+    del out_views, edge_views, offset_views, out, views, user_views, table_views, table, parts
+    del c_jobs
     del free[len(free) - used :]
     for values in per_task:
         del values[next_id:]
-    del edge_src[first_edge + edges :], edge_dst[first_edge + edges :]
+    del edge_src[first_edge + result :], edge_dst[first_edge + result :]
     return new_ids, task_offsets, edge_offsets
 
 

@@ -57,6 +57,7 @@ from typing import Any
 
 from flexflow.fusion import cpu_devices, joins_previous
 from flexflow.ops.base import Region, region_volume
+from flexflow.simulator.blocks import BlockTables
 from flexflow.simulator.context import SimContext
 from flexflow.simulator.keys import (
     A_LIMIT,
@@ -75,15 +76,7 @@ from flexflow.simulator.keys import (
     key_fields,
     key_kind,
 )
-from flexflow.simulator.native import (
-    Blocks,
-    EdgeJobs,
-    OpJobs,
-    SyncJobs,
-    build_edges,
-    build_ops,
-    build_syncs,
-)
+from flexflow.simulator.native import EdgeJobs, OpJobs, SyncJobs, build_blocks
 from flexflow.strategy import ParallelConfig, Strategy
 
 COMPUTE, COMM, UPDATE, BARRIER = "compute", "comm", "update", "barrier"
@@ -114,7 +107,8 @@ class _Undo:
     edge_count: int
     removed_edges: int
     blocks: dict  # block -> (its task ids, its edge range)
-    tasks: dict  # op -> (forward task ids, backward task ids, its `_sync_parts`)
+    tasks: dict  # op -> (forward, backward task ids, its templates, op_at, op_count)
+    table_size: int  # the op table's entries
     edges: list = field(default_factory=list)  # (lo, the sources of edges lo..) before removal
     removed: array = field(default_factory=lambda: array("i"))
     added: array = field(default_factory=lambda: array("i"))
@@ -151,13 +145,12 @@ class TaskGraph:
         self._edge_ranges: dict[Block, tuple[int, int]] = {}  # a block's edges: [lo, hi)
         self.fwd: list[array] = [array("i") for _ in graph.ops]  # task ids, by task index
         self.bwd: list[array] = [array("i") for _ in graph.ops]
-        # per op, per parameter it uses: its task indices grouped by the weight region they
-        # read (`SimContext.op_sync_parts` of its configuration), what sync blocks merge
-        self._sync_parts: list[dict] = [{} for _ in graph.ops]
         self._users: dict[int, list[int]] = defaultdict(list)  # parameter -> ops using it
         for node in graph.ops:
             for pid in dict.fromkeys(node.weights):
                 self._users[pid].append(node.id)
+        # the ops' tasks and the parameters' users, where the C builders read them
+        self._tables = BlockTables(len(graph.ops), len(graph.parameters), self._users)
         self._consumers: dict[int, list[tuple[int, int]]] = defaultdict(list)
         # per edge block, what its jobs need besides the configurations (None: a model input)
         self._edges: dict[Block, tuple | None] = {}
@@ -178,11 +171,11 @@ class TaskGraph:
             raise AssertionError(f"task keys hold at most {A_LIMIT - 1} ops and parameters")
         if self.num_devices >= FIELD_LIMIT or any(len(n.inputs) >= FIELD_LIMIT for n in graph.ops):
             raise AssertionError(f"task keys hold at most {FIELD_LIMIT - 1} devices and inputs")
-        self._build_ops([("op", node.id) for node in graph.ops])
-        self._build_edges(
-            [("edge", node.id, j) for node in graph.ops for j in range(len(node.inputs))]
+        self._build(
+            [("op", node.id) for node in graph.ops]
+            + [("edge", node.id, j) for node in graph.ops for j in range(len(node.inputs))]
+            + [("sync", pid) for pid in self._users]
         )
-        self._build_syncs(list(self._users))
         self.runtime_s = context.runtime_s(self.configs)
         """The runtime's CPU time per iteration (`SimContext.runtime_s`): see `iteration_s`."""
 
@@ -319,10 +312,17 @@ class TaskGraph:
             self._removed_edges,
             {b: (self.blocks[b], self._edge_ranges[b]) for b in blocks},
             {
-                b[1]: (self.fwd[b[1]], self.bwd[b[1]], self._sync_parts[b[1]])
+                b[1]: (
+                    self.fwd[b[1]],
+                    self.bwd[b[1]],
+                    self._tables.templates[b[1]],
+                    self._tables.op_at[b[1]],
+                    self._tables.op_count[b[1]],
+                )
                 for b in blocks
                 if b[0] == "op"
             },
+            len(self._tables.ids),
         )
         for op, config in changes:
             self.configs[op] = config
@@ -338,10 +338,7 @@ class TaskGraph:
             self._removed_edges += hi - lo
         for t in removed:
             live[t] = 0
-        # the ops first: edges and syncs name their tasks
-        self._build_ops([block for block in blocks if block[0] == "op"])
-        self._build_edges([block for block in blocks if block[0] == "edge"])
-        self._build_syncs([block[1] for block in blocks if block[0] == "sync"])
+        self._build(blocks)
         added = array("i")
         for block in blocks:
             added += self.blocks[block]
@@ -368,8 +365,12 @@ class TaskGraph:
         self._removed_edges = undo.removed_edges
         for block, (tasks, edge_range) in undo.blocks.items():
             self.blocks[block], self._edge_ranges[block] = tasks, edge_range
-        for o, (fwd, bwd, parts) in undo.tasks.items():
-            self.fwd[o], self.bwd[o], self._sync_parts[o] = fwd, bwd, parts
+        tables = self._tables
+        for o, (fwd, bwd, templates, at, count) in undo.tasks.items():
+            self.fwd[o], self.bwd[o] = fwd, bwd
+            tables.use_templates(o, templates)
+            tables.op_at[o], tables.op_count[o] = at, count
+        tables.truncate(undo.table_size)
         for op, config in undo.configs:
             self.configs[op] = config
         self.runtime_s = self.context.runtime_s(self.configs)  # memoized: the count before
@@ -386,6 +387,8 @@ class TaskGraph:
             self._free.extend(reversed(undo.removed))
         if 2 * self._removed_edges > len(self.edge_src):
             self._compact_edges()
+        if self._tables.needs_compacting():
+            self._tables.compact()
 
     def _compact_edges(self) -> None:
         """Drop removed edges: copy each block's range into fresh arrays."""
@@ -399,68 +402,55 @@ class TaskGraph:
         self._removed_edges = 0
 
     # ---- building blocks -------------------------------------------------------------------------
-    def _build_ops(self, block_ids: list[Block]) -> None:
-        """The op blocks `block_ids` (("op", op)), built in one C call (native/blocks.c): a
-        forward and a backward task per task of the op's configuration (`SimContext.op_tasks`),
-        the backward after the forward (it needs the activations)."""
-        if not block_ids:
-            return
-        jobs = OpJobs()
-        context, configs = self.context, self.configs
+    def _build(self, blocks: list[Block]) -> None:
+        """Build `blocks` in one C call (native/blocks.c). An op block is a forward and a
+        backward task per task of the op's configuration (`SimContext.op_tasks`), the
+        backward after the forward (it needs the activations). An edge block: for every
+        producer tile overlapping a consumer tile's input region, dependencies on one device,
+        else a transfer (and its gradient's transfer back). A sync block merges the users'
+        tasks reading one weight region into a group: the ring all-reduce of its gradient
+        where several devices hold it (2(r-1)/r of the region over each hop), then every
+        holder's update (the optimizer's time for the region)."""
+        context, configs, tables = self.context, self.configs, self._tables
+        ops, edges, syncs = OpJobs(), EdgeJobs(), SyncJobs()
+        order = {"op": 0, "edge": 1, "sync": 2}  # the builder's: ops, then edges, then syncs
+        blocks = sorted(blocks, key=lambda block: order[block[0]])
         fusing = context.fused_launches
-        for _, op in block_ids:
-            fused = fusing and joins_previous(
-                self.graph, configs, _TaskTiles(self), op, self._cpu_devices
-            )
-            tasks = context.op_tasks(op, configs[op], fused)
-            jobs.add(tasks.devices, tasks.exe, tasks.order)
+        overlap_arrays = context.overlap_arrays
+        for block in blocks:
+            kind = block[0]
+            if kind == "op":
+                op = block[1]
+                fused = fusing and joins_previous(
+                    self.graph, configs, _TaskTiles(self), op, self._cpu_devices
+                )
+                tasks = context.op_tasks(op, configs[op], fused)
+                ops.add(op, tasks.devices, tasks.exe, tasks.order)
+                tables.op_count[op] = len(tasks.devices)
+                tables.use_templates(op, context.op_sync_parts(op, configs[op]))
+            elif kind == "edge":
+                edge = self._edges[block]
+                if edge is None:  # a model input: no block content
+                    edges.add(_NO_OVERLAPS, -1, block[1], 0, False, 0, 0)
+                    continue
+                producer, c, j, itemsize, grads, transfer_key, grad_key = edge
+                p_degrees, c_degrees = configs[producer].degrees, configs[c].degrees
+                overlaps = overlap_arrays(c, j, p_degrees, c_degrees)
+                edges.add(overlaps, producer, c, itemsize, grads, transfer_key, grad_key)
+            else:
+                pid = block[1]
+                syncs.add(pid, pid << A_SHIFT, tables.max_tasks[pid], tables.max_edges[pid])
         first_edge = len(self.edge_src)
-        built = build_ops(self, self._free, jobs, self.edge_src, self.edge_dst)
-        self._place_blocks(block_ids, first_edge, built)
-        for _, op in block_ids:
-            ids = self.blocks[("op", op)]
-            self.fwd[op], self.bwd[op] = ids[0::2], ids[1::2]
-            self._sync_parts[op] = context.op_sync_parts(op, configs[op])
-
-    def _build_edges(self, block_ids: list[Block]) -> None:
-        """The edge blocks `block_ids` (("edge", consumer, input)), built in one C call
-        (native/blocks.c): for every producer tile overlapping a consumer tile's input region,
-        dependencies on one device, else a transfer (and its gradient's transfer back)."""
-        if not block_ids:
-            return
-        jobs = EdgeJobs()
-        rows: dict[int, int] = {}  # op -> its first row in the jobs' task tables
-        configs, fwd, bwd = self.configs, self.fwd, self.bwd
-        overlap_arrays, device_array = self.context.overlap_arrays, self.context.device_array
-        for block in block_ids:
-            edge = self._edges[block]
-            if edge is None:  # a model input: no block content
-                jobs.add(_NO_OVERLAPS, 0, 0, 0, False, 0, 0)
-                continue
-            producer, c, j, itemsize, grads, transfer_key, grad_key = edge
-            p_config, c_config = configs[producer], configs[c]
-            p_row = rows.get(producer)
-            if p_row is None:
-                p_row = jobs.rows(device_array(p_config.devices), fwd[producer], bwd[producer])
-                rows[producer] = p_row
-            c_row = rows.get(c)
-            if c_row is None:
-                c_row = rows[c] = jobs.rows(device_array(c_config.devices), fwd[c], bwd[c])
-            overlaps = overlap_arrays(c, j, p_config.degrees, c_config.degrees)
-            jobs.add(overlaps, p_row, c_row, itemsize, grads, transfer_key, grad_key)
-        first_edge = len(self.edge_src)
-        built = build_edges(
-            self, self._free, jobs, self.context.routes(), self.edge_src, self.edge_dst
-        )
-        self._place_blocks(block_ids, first_edge, built)
-
-    def _place_blocks(self, block_ids: list[Block], first_edge: int, built: Blocks) -> None:
-        """Record what a C block builder built: each block's tasks and edge range."""
-        new_ids, task_offsets, edge_offsets = built
-        for i, block_id in enumerate(block_ids):
-            self.blocks[block_id] = new_ids[task_offsets[i] : task_offsets[i + 1]]
+        new_ids, task_offsets, edge_offsets = build_blocks(
+            self, self._free, ops, edges, syncs, tables, context.sync_table,
+            self.resource_sets.empty, context.routes(), self.edge_src, self.edge_dst,
+        )  # fmt: skip
+        for i, block in enumerate(blocks):
+            self.blocks[block] = ids = new_ids[task_offsets[i] : task_offsets[i + 1]]
             lo, hi = edge_offsets[i], edge_offsets[i + 1]
-            self._edge_ranges[block_id] = (first_edge + lo, first_edge + hi)
+            self._edge_ranges[block] = (first_edge + lo, first_edge + hi)
+            if block[0] == "op":
+                self.fwd[block[1]], self.bwd[block[1]] = ids[0::2], ids[1::2]
 
     def _sync_groups(self, pid: int) -> list[tuple[Region, tuple[int, ...], list[int]]]:
         """The tasks using parameter `pid`, grouped by the weight region they read: (region, devices, backward tasks)."""
@@ -478,30 +468,6 @@ class TaskGraph:
             (region, tuple(sorted(devices)), tasks)
             for region, (devices, tasks) in sorted(groups.items())
         ]
-
-    def _build_syncs(self, pids: list[int]) -> None:
-        """The sync blocks of parameters `pids`, built in one C call (native/blocks.c), which
-        merges the users' tasks reading one weight region into a group: the ring all-reduce
-        of its gradient where several devices hold it (2(r-1)/r of the region over each
-        hop), then every holder's update (the optimizer's time for the region there)."""
-        if not pids:
-            return
-        jobs = SyncJobs()
-        bwd, parts = self.bwd, self._sync_parts
-        for pid in pids:
-            jobs.add_job(pid << A_SHIFT, [(parts[op][pid], bwd[op]) for op in self._users[pid]])
-        first_edge = len(self.edge_src)
-        built = build_syncs(
-            self,
-            self._free,
-            jobs,
-            self.context.sync_table,
-            self.resource_sets.empty,
-            self.context.routes(),
-            self.edge_src,
-            self.edge_dst,
-        )
-        self._place_blocks([("sync", pid) for pid in pids], first_edge, built)
 
     # ---- memory ---------------------------------------------------------------------------------
     def memory_per_device(self) -> list[int]:

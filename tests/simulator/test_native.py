@@ -28,6 +28,7 @@ from flexflow.simulator.reference import (
 )
 from flexflow.space import enumerate_configs
 from flexflow.strategies import named_strategy
+from flexflow.strategy import Strategy
 from tests.simulator.test_delta import MACHINES, random_graph
 
 
@@ -255,3 +256,45 @@ def test_c_blocks_equal_the_reference(graph_seed, machine, start, moves, fused):
             assert block == reference_edge_block(tg, consumer, j)
         for (_, pid), block in syncs.items():
             assert block == reference_sync_block(tg, pid)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_seed=st.integers(0, 10_000),
+    machine=st.sampled_from(MACHINES),
+    moves=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), min_size=8),
+)
+def test_blocks_read_the_op_table_after_compaction_and_undo(graph_seed, machine, moves):
+    """The C builders read ops' tasks from the task graph's op table: after changes kept and
+    changes taken back, with the table compacted between them, every block still equals the
+    reference and the graph simulates as one built afresh."""
+    graph, m = random_graph(graph_seed), parse_machine(machine)
+    tg = TaskGraph(SimContext(graph, m, CostModel()), named_strategy("random", graph, m, seed=2))
+    for i, (op_pick, config_pick) in enumerate(moves):
+        op = op_pick % len(graph.ops)
+        space = enumerate_configs(graph.ops[op].sig, m)
+        tg.set_config(op, space[config_pick % len(space)])
+        if i % 3 == 2:
+            tg.undo()
+        if i % 4 == 3:
+            tg._tables.compact()
+    for (_, op), block in built_blocks(tg, "op").items():
+        assert block == reference_op_block(tg, op)
+    for (_, consumer, j), block in built_blocks(tg, "edge").items():
+        assert block == reference_edge_block(tg, consumer, j)
+    for (_, pid), block in built_blocks(tg, "sync").items():
+        assert block == reference_sync_block(tg, pid)
+    fresh = TaskGraph(tg.context, Strategy(tuple(n.name for n in graph.ops), tuple(tg.configs)))
+    assert full_simulate(tg).iteration_s == full_simulate(fresh).iteration_s
+
+
+def test_changes_taken_back_leave_the_op_table_as_long_as_before():
+    graph, m = random_graph(7), parse_machine("p100:4")
+    tg = TaskGraph(SimContext(graph, m, CostModel()), named_strategy("dp", graph, m))
+    size = len(tg._tables.ids)
+    rng = random.Random(0)
+    for _ in range(50):
+        op = rng.randrange(len(graph.ops))
+        tg.set_config(op, rng.choice(enumerate_configs(graph.ops[op].sig, m)))
+        tg.undo()
+    assert len(tg._tables.ids) == size

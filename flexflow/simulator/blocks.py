@@ -1,0 +1,80 @@
+"""What the C block builders (native/blocks.c) read of a task graph besides its per-task arrays.
+
+A delta rebuilds an op's blocks and those of its neighbours; the edge and sync blocks name the
+ops' tasks. Rather than gathering those tasks in Python for every block (a shared weight of an
+unrolled layer has dozens of users), the task graph keeps them where the C side reads them: the
+op table (every op's current task ids and devices) and, for every parameter, its users with the
+sync template (`SimContext.op_sync_parts`) of each one's configuration. A sync job is then just
+the parameter, and an edge job the two ops and their overlaps.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from flexflow.simulator.native import SyncTemplate
+
+
+class BlockTables:
+    """The op table (`ff_op_table`) and the parameters' users (`ff_sync_jobs`) of one task graph.
+
+    Op o's tasks are `ids[op_at[o] : op_at[o] + op_count[o]]`, forward and backward task ids
+    interleaved, with their devices at the same places of `device`; a rebuilt op's tasks are
+    appended (the C op builder writes them) and the old entries left until `compact`. The
+    users of parameter p are `user_op[users_at[p] : users_at[p + 1]]`, in op order, each with
+    its template id now in `user_template`; `max_tasks[p]` and `max_edges[p]` sum the users'
+    templates' bounds: the room p's sync block may need.
+    """
+
+    def __init__(self, num_ops: int, num_parameters: int, users: dict[int, list[int]]) -> None:
+        self.op_at = array("i", bytes(4 * num_ops))
+        self.op_count = array("i", bytes(4 * num_ops))
+        self.ids, self.device = array("i"), array("i")
+        self.users_at, self.user_op = array("i", [0]), array("i")
+        self.slots: list[list[tuple[int, int]]] = [[] for _ in range(num_ops)]
+        for pid in range(num_parameters):
+            for op in users.get(pid, ()):
+                self.slots[op].append((len(self.user_op), pid))
+                self.user_op.append(op)
+            self.users_at.append(len(self.user_op))
+        self.user_template = array("i", [-1] * len(self.user_op))
+        self.max_tasks, self.max_edges = [0] * num_parameters, [0] * num_parameters
+        self.templates: list[dict[int, SyncTemplate]] = [{} for _ in range(num_ops)]
+        """Each op's templates now, by parameter (empty before it is first built)."""
+
+    def use_templates(self, op: int, templates: dict[int, SyncTemplate]) -> None:
+        """`op`'s tasks read its parameters as `templates` say (a new configuration's, or the
+        old one's when a change is taken back)."""
+        old = self.templates[op]
+        for slot, pid in self.slots[op]:
+            new = templates[pid]
+            before = old.get(pid)
+            self.user_template[slot] = new.id
+            if before is not None:
+                self.max_tasks[pid] -= before.max_tasks
+                self.max_edges[pid] -= before.max_edges
+            self.max_tasks[pid] += new.max_tasks
+            self.max_edges[pid] += new.max_edges
+        self.templates[op] = templates
+
+    def grow(self, entries: int) -> int:
+        """Room for `entries` more op-table entries; returns where they start."""
+        start = len(self.ids)
+        self.ids.frombytes(bytes(4 * entries))
+        self.device.frombytes(bytes(4 * entries))
+        return start
+
+    def truncate(self, size: int) -> None:
+        del self.ids[size:], self.device[size:]
+
+    def needs_compacting(self) -> bool:
+        return len(self.ids) > 2 * sum(self.op_count) + 4096
+
+    def compact(self) -> None:
+        """Drop the entries of ops' earlier tasks."""
+        ids, device = array("i"), array("i")
+        for op, (at, count) in enumerate(zip(self.op_at, self.op_count, strict=True)):
+            self.op_at[op] = len(ids)
+            ids += self.ids[at : at + count]
+            device += self.device[at : at + count]
+        self.ids, self.device = ids, device
