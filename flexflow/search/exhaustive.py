@@ -23,6 +23,7 @@ import numpy as np
 
 from flexflow.errors import FlexFlowError
 from flexflow.search.bound import LowerBound, Prefix, check_tabulable
+from flexflow.search.collector import fewer_collections
 from flexflow.search.mcmc import run_chain
 from flexflow.search.spaces import Space, project
 from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
@@ -196,6 +197,7 @@ class _BranchAndBound:
         return self.stopped
 
 
+@fewer_collections()
 def exhaustive_search(
     context: SimContext,
     space: Space,

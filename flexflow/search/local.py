@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from flexflow.search.collector import fewer_collections
 from flexflow.search.scan import OpScan, make_scanner
 from flexflow.search.spaces import Space
 from flexflow.simulator import SimContext
@@ -29,6 +30,7 @@ class Neighbour:
     iteration_s: float
 
 
+@fewer_collections()
 def improving_neighbours(
     context: SimContext,
     strategy: Strategy,
@@ -86,6 +88,7 @@ class DescentStatus:
     elapsed_s: float
 
 
+@fewer_collections()
 def descend(
     context: SimContext,
     strategy: Strategy,

@@ -89,6 +89,7 @@ import numpy as np
 
 from flexflow.errors import FlexFlowError
 from flexflow.graph import OperatorGraph
+from flexflow.search.collector import fewer_collections
 from flexflow.search.evaluator import make_evaluator
 from flexflow.search.spaces import Space
 from flexflow.simulator import SimContext
@@ -198,6 +199,7 @@ def acceptance_cutoff(current_s: float, draw: float, beta: float, reference_s: f
     return (current_s - math.log(draw) * reference_s / beta) * (1 + CUTOFF_MARGIN)
 
 
+@fewer_collections()
 def run_chain(
     context: SimContext,
     init_name: str,

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from flexflow.search.collector import fewer_collections
 from flexflow.search.evaluator import Evaluator, FullEvaluator, make_evaluator
 from flexflow.search.spaces import Space
 from flexflow.simulator import SimContext
@@ -294,25 +295,31 @@ def _serve(
 ) -> None:
     """A worker: its own evaluator of the strategy; scans ops and applies changes on request."""
     try:
-        evaluator = make_evaluator(context, strategy, simulation)
-        connection.send(("ok", evaluator.cost_s))
-        while (message := connection.recv()) is not None:
-            kind, op, value = message
-            if kind == "apply":
-                connection.send(("ok", settle(evaluator, op, value)))
-                continue
-
-            def stop(deadline=value) -> bool:
-                return abandon.is_set() or (deadline is not None and time.perf_counter() > deadline)
-
-            def simulated() -> None:
-                count.value += 1
-
-            connection.send(("ok", scan_op(evaluator, op, space, stop, simulated)))
+        _answer(connection, context, strategy, space, simulation, abandon, count)
     except EOFError:  # the parent went away
         pass
     except BaseException:
         connection.send(("error", traceback.format_exc()))
+
+
+@fewer_collections()
+def _answer(connection, context, strategy, space, simulation, abandon, count) -> None:
+    """`_serve`'s loop: answer the parent's requests until it sends None."""
+    evaluator = make_evaluator(context, strategy, simulation)
+    connection.send(("ok", evaluator.cost_s))
+    while (message := connection.recv()) is not None:
+        kind, op, value = message
+        if kind == "apply":
+            connection.send(("ok", settle(evaluator, op, value)))
+            continue
+
+        def stop(deadline=value) -> bool:
+            return abandon.is_set() or (deadline is not None and time.perf_counter() > deadline)
+
+        def simulated() -> None:
+            count.value += 1
+
+        connection.send(("ok", scan_op(evaluator, op, space, stop, simulated)))
 
 
 def make_scanner(
