@@ -75,8 +75,6 @@ static entry heap_pop(entry *heap, int32_t *size) {
 typedef struct {
     int32_t *succ_offsets; /* successors of t: succ[succ_offsets[t] .. succ_offsets[t + 1]) */
     int32_t *succ;
-    int32_t *pred_offsets; /* predecessors of t, likewise */
-    int32_t *pred;
     uint8_t *flags;        /* FRESH, NEIGHBOUR, MEMBER */
     int32_t *remaining;    /* predecessors not yet ended, among the tasks being processed */
     double *bound;         /* new tasks: lower bound of the ready time; neighbours: ready time */
@@ -89,8 +87,6 @@ typedef struct {
 static void release(scratch *w) {
     free(w->succ_offsets);
     free(w->succ);
-    free(w->pred_offsets);
-    free(w->pred);
     free(w->flags);
     free(w->remaining);
     free(w->bound);
@@ -104,8 +100,6 @@ static int allocate(scratch *w, const ff_graph *g) {
     size_t n = (size_t)g->num_tasks + 1, e = (size_t)g->num_edges + 1;
     w->succ_offsets = calloc(n + 1, sizeof(int32_t));
     w->succ = malloc(e * sizeof(int32_t));
-    w->pred_offsets = calloc(n + 1, sizeof(int32_t));
-    w->pred = malloc(e * sizeof(int32_t));
     w->flags = calloc(n, sizeof(uint8_t));
     w->remaining = calloc(n, sizeof(int32_t));
     w->bound = calloc(n, sizeof(double));
@@ -113,48 +107,32 @@ static int allocate(scratch *w, const ff_graph *g) {
     w->heap = malloc(n * sizeof(entry));
     w->free_at = calloc((size_t)g->num_resources + 1, sizeof(double));
     w->load = calloc((size_t)g->num_resources + 1, sizeof(double));
-    return w->succ_offsets && w->succ && w->pred_offsets && w->pred && w->flags && w->remaining && w->bound &&
+    return w->succ_offsets && w->succ && w->flags && w->remaining && w->bound &&
            w->list && w->heap && w->free_at && w->load;
 }
 
-/* Successor and predecessor lists of the edges not removed (in edge order; the order does
- * not matter): every later pass visits only the tasks it needs and their neighbours. */
-static void build_lists(const ff_graph *g, scratch *w) {
-    int32_t *succ_at = w->succ_offsets, *pred_at = w->pred_offsets;
-    for (int32_t e = 0; e < g->num_edges; e++) {
-        if (g->edge_src[e] < 0) continue;
-        succ_at[g->edge_src[e] + 1]++;
-        pred_at[g->edge_dst[e] + 1]++;
-    }
-    for (int32_t t = 0; t < g->num_tasks; t++) {
-        succ_at[t + 1] += succ_at[t];
-        pred_at[t + 1] += pred_at[t];
-    }
-    /* next free slot of each task's lists, borrowed from the work list and the bounds */
-    int32_t *succ_fill = w->list, *pred_fill = w->remaining;
-    memcpy(succ_fill, succ_at, (size_t)g->num_tasks * sizeof(int32_t));
-    memcpy(pred_fill, pred_at, (size_t)g->num_tasks * sizeof(int32_t));
-    for (int32_t e = 0; e < g->num_edges; e++) {
-        const int32_t p = g->edge_src[e], t = g->edge_dst[e];
-        if (p < 0) continue;
-        w->succ[succ_fill[p]++] = t;
-        w->pred[pred_fill[t]++] = p;
-    }
-    memset(w->remaining, 0, (size_t)g->num_tasks * sizeof(int32_t));
+/* Successor lists of the edges not removed (kept in edge order; the order does not matter). */
+static void build_successors(const ff_graph *g, scratch *w) {
+    int32_t *offsets = w->succ_offsets;
+    for (int32_t e = 0; e < g->num_edges; e++)
+        if (g->edge_src[e] >= 0) offsets[g->edge_src[e] + 1]++;
+    for (int32_t t = 0; t < g->num_tasks; t++) offsets[t + 1] += offsets[t];
+    int32_t *fill = w->list; /* next free slot of each task, borrowed from the work list */
+    memcpy(fill, offsets, (size_t)g->num_tasks * sizeof(int32_t));
+    for (int32_t e = 0; e < g->num_edges; e++)
+        if (g->edge_src[e] >= 0) w->succ[fill[g->edge_src[e]]++] = g->edge_dst[e];
 }
 
 /* A lower bound of each new task's ready time: old predecessors' ends, new ones' bounds plus
  * their exe_time (new tasks in topological order). Returns FF_CYCLE if they never all settle. */
 static int bound_fresh(const ff_graph *g, const ff_change *c, const double *end, scratch *w) {
-    for (int32_t i = 0; i < c->num_added; i++) {
-        const int32_t t = c->added[i];
-        for (int32_t k = w->pred_offsets[t]; k < w->pred_offsets[t + 1]; k++) {
-            const int32_t p = w->pred[k];
-            if (w->flags[p] & FRESH)
-                w->remaining[t]++;
-            else if (end[p] > w->bound[t])
-                w->bound[t] = end[p];
-        }
+    for (int32_t e = 0; e < g->num_edges; e++) {
+        int32_t p = g->edge_src[e], t = g->edge_dst[e];
+        if (p < 0 || !(w->flags[t] & FRESH)) continue;
+        if (w->flags[p] & FRESH)
+            w->remaining[t]++;
+        else if (end[p] > w->bound[t])
+            w->bound[t] = end[p];
     }
     int32_t head = 0, tail = 0;
     for (int32_t i = 0; i < c->num_added; i++)
@@ -194,13 +172,11 @@ static double mark_neighbours(const ff_graph *g, const ff_change *c, const ff_ti
             }
         }
     }
-    for (int32_t i = 0; i < count; i++) {
-        const int32_t u = w->list[i];
-        for (int32_t k = w->pred_offsets[u]; k < w->pred_offsets[u + 1]; k++) {
-            const int32_t p = w->pred[k];
-            double ready = (w->flags[p] & FRESH) ? w->bound[p] + g->exe[p] : s->end[p];
-            if (ready > w->bound[u]) w->bound[u] = ready;
-        }
+    for (int32_t e = 0; count > 0 && e < g->num_edges; e++) {
+        int32_t p = g->edge_src[e], u = g->edge_dst[e];
+        if (p < 0 || !(w->flags[u] & NEIGHBOUR)) continue;
+        double ready = (w->flags[p] & FRESH) ? w->bound[p] + g->exe[p] : s->end[p];
+        if (ready > w->bound[u]) w->bound[u] = ready;
     }
     for (int32_t i = 0; i < count; i++) {
         int32_t u = w->list[i];
@@ -244,17 +220,18 @@ static int32_t select_members(const ff_graph *g, ff_times *s, scratch *w, double
  * resource's first task after the change, long before the end of the replay. */
 static int64_t run(const ff_graph *g, ff_times *s, scratch *w, int32_t members, double *latest,
                    double cutoff) {
+    for (int32_t e = 0; e < g->num_edges; e++) {
+        int32_t p = g->edge_src[e], t = g->edge_dst[e];
+        if (p < 0 || !(w->flags[t] & MEMBER)) continue;
+        if (w->flags[p] & MEMBER)
+            w->remaining[t]++;
+        else if (s->end[p] > s->ready[t])
+            s->ready[t] = s->end[p];
+    }
     const int cut = cutoff < HUGE_VAL;
     int32_t size = 0;
     for (int32_t t = 0; t < g->num_tasks; t++) {
         if (!(w->flags[t] & MEMBER)) continue;
-        for (int32_t k = w->pred_offsets[t]; k < w->pred_offsets[t + 1]; k++) {
-            const int32_t p = w->pred[k];
-            if (w->flags[p] & MEMBER)
-                w->remaining[t]++;
-            else if (s->end[p] > s->ready[t])
-                s->ready[t] = s->end[p];
-        }
         if (w->remaining[t] == 0)
             heap_push(w->heap, &size, (entry){time_key(s->ready[t]), g->order[t], t});
         if (cut)
@@ -313,7 +290,7 @@ int64_t ff_simulate(const ff_graph *g, const ff_change *c, ff_times *s) {
         release(&w);
         return FF_NO_MEMORY;
     }
-    build_lists(g, &w);
+    build_successors(g, &w);
     int64_t result = 0;
     for (int32_t i = 0; i < c->num_added; i++) w.flags[c->added[i]] |= FRESH;
     if (c->num_added > 0) {
