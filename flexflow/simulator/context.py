@@ -6,7 +6,9 @@ regions and the task times depend only on degrees (not on devices), so they are 
 per (op, degrees) here. Equal tiles have equal shapes, so one task time serves all tasks of an
 op configuration on one kind of device (the paper's cache, §5.1). The overlaps are computed in
 C (native/overlaps.c), and the sets of devices and links tasks hold are numbered here once
-(`ResourceSets`) for the C event loop.
+(`ResourceSets`) for the C event loop. What the C block builders take of an op under one
+configuration is also made once: its compute tasks (`op_tasks`) and its tasks' reads of each
+parameter (`op_sync_parts`, templates in `sync_table`).
 """
 
 from __future__ import annotations
@@ -127,7 +129,6 @@ class SimContext:
         self._overlaps: dict[tuple, tuple[Overlap, ...]] = {}
         self._overlap_arrays: dict[tuple, tuple[array, array, array]] = {}
         self._route_tables: tuple[array, array, array, array] | None = None
-        self._device_arrays: dict[tuple[int, ...], array] = {}
         self._op_tasks: dict[tuple[int, ParallelConfig, bool], OpTasks] = {}
         self._sync_parts: dict[tuple[int, ParallelConfig], dict[int, SyncTemplate]] = {}
         self.sync_table = SyncTable()
@@ -335,13 +336,6 @@ class SimContext:
         hops = zip(devices, devices[1:] + devices[:1], strict=True)
         worst = max((self.transfer(a, b, size)[1] for a, b in hops if a != b), default=0.0)
         return worst * (ring - 1)
-
-    def device_array(self, devices: tuple[int, ...]) -> array:
-        """A configuration's task devices as an array ("i"), for the C edge builder."""
-        found = self._device_arrays.get(devices)
-        if found is None:
-            found = self._device_arrays[devices] = array("i", devices)
-        return found
 
     def route_tables(self) -> tuple[array, array, array, array]:
         """Every (src, dst) pair's route, at [src * num_devices + dst], as the C block builders
