@@ -32,7 +32,10 @@ def test_every_distinct_tile_is_measured_and_prices_the_simulation(tmp_path):
             shape = region_shape(config.task_regions(node.sig.output_shape)[0])
             time = profile.times[cost_key(node, shape, model)]
             assert time.forward_s > TASK_OVERHEAD_S and time.backward_s > TASK_OVERHEAD_S
-    assert profile.update_bytes_per_s[model] > 1e8  # an update over the model's weights
+    # an update over the model's weights: a bandwidth in bytes per second. This graph's few
+    # weights make it mostly call overhead, which a busy host slows (76 MB/s measured once
+    # against the usual few hundred), so the bound only catches a wrong unit (ms, elements)
+    assert profile.update_bytes_per_s[model] > 1e7
     profile.save(tmp_path / "p.json")
     loaded = Profile.load(tmp_path / "p.json")
     assert loaded.times == profile.times

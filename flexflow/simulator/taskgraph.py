@@ -35,12 +35,14 @@ edge touches a task of the block or of the op whose change rebuilds it). Rebuild
 marks its range removed (source -1) instead of editing adjacency lists; the arrays are compacted
 when half of them is removed. So a delta changes only the entries of the blocks it rebuilds.
 
-The blocks are built in C (native/blocks.c), every op block of a build or a delta in one call,
-then every edge block, then every sync block: the edge and sync blocks hold nearly all tasks
-(a transfer per overlapping pair of tiles on two devices, a ring per replicated weight
-region), and a delta of an unrolled layer rebuilds dozens of ops. The inputs of an op block
-depend only on its configuration, so they are made once per configuration
-(`SimContext.op_tasks`); flexflow/simulator/reference.py specifies every kind. A task's
+The blocks are built in C (native/blocks.c), all blocks of a build or a delta in one call (the
+op blocks first, then the edge and sync blocks, which read the ops' tasks from the task graph's
+op table, flexflow/simulator/blocks.py): the edge and sync blocks hold nearly all tasks (a
+transfer per overlapping pair of tiles on two devices, a ring per replicated weight region),
+and a delta of an unrolled layer rebuilds dozens of ops. What an op block takes, and an op's
+share of a sync block, depend only on its configuration, so they are made once per
+configuration (`SimContext.op_tasks`, `SimContext.op_sync_parts`);
+flexflow/simulator/reference.py specifies every kind. A task's
 name, kind and resources are read back from its key and resource set when asked for (traces,
 exports), never stored: a search builds millions of tasks and names none of them.
 """
