@@ -75,11 +75,10 @@ static void build_ops(const ff_op_jobs *jobs, ff_op_table *table, ff_block_out *
 static void build_edges(const ff_edge_jobs *jobs, const ff_op_table *table,
                         const ff_routes *routes, ff_block_out *out, progress *at) {
     int32_t *from = out->edge_src, *to = out->edge_dst;
-    int32_t edges = at->edges;
     for (int32_t j = 0; j < jobs->num_jobs; j++) {
-        at->edges = edges;
         begin_job(out, at);
-        if (jobs->overlap_offsets[j] == jobs->overlap_offsets[j + 1]) continue;
+        int32_t edges = at->edges;
+        if (jobs->overlap_offsets[j] == jobs->overlap_offsets[j + 1]) continue; /* no producer: -1 */
         const int32_t p = table->op_at[jobs->producer[j]], c = table->op_at[jobs->consumer[j]];
         for (int32_t i = jobs->overlap_offsets[j]; i < jobs->overlap_offsets[j + 1]; i++) {
             const int32_t kc = c + 2 * jobs->overlap_consumer[i];
@@ -108,8 +107,8 @@ static void build_edges(const ff_edge_jobs *jobs, const ff_op_table *table,
                 from[edges] = c_bwd, to[edges++] = p_bwd;
             }
         }
+        at->edges = edges;
     }
-    at->edges = edges;
 }
 
 /* A part of a sync job (see ff_sync_jobs), located in the jobs' arrays. */
@@ -223,6 +222,7 @@ static void build_group(const sync_part *parts, const int32_t *order, int32_t lo
 
 static int32_t build_syncs(const ff_sync_jobs *jobs, const ff_op_table *table,
                            const ff_routes *routes, ff_block_out *out, progress *at) {
+    if (jobs->num_jobs == 0) return 0;
     const ff_sync_table *templates = jobs->templates;
     const int32_t num_devices = routes->num_devices;
     int32_t most = 1; /* the most parts of one job */

@@ -199,11 +199,11 @@ class SimContext:
         found = self._sync_parts.get(key)
         if found is None:
             found = {}
+            devices = self.machine.devices
             for pid in dict.fromkeys(self.graph.ops[op].weights):
                 parts = []
                 for region, on, ks in self.op_sync_groups(op, pid, config):
                     volume = region_volume(region)
-                    devices = self.machine.devices
                     update_s = [self.update_time(volume, devices[d]) for d in on]
                     parts.append((sum(region, ()), volume, on, update_s, ks))
                 found[pid] = self.sync_table.add(parts)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from flexflow._simulator import ffi, lib
+from flexflow.simulator.keys import FIELD_LIMIT
 
 if TYPE_CHECKING:  # context.py calls grid_overlaps: no import of the simulator at run time
     from flexflow.simulator.blocks import BlockTables
@@ -204,8 +205,8 @@ class SyncTemplate:
 
 class SyncTable:
     """Every template a context made (`ff_sync_table`): the parts of one op's tasks under one
-    configuration that read one parameter. A sync job names a user by its template's id, so
-    building a sync block copies two numbers and the user's backward task ids per user."""
+    configuration that read one parameter. A task graph names each user's current template by
+    its id (`BlockTables.user_template`), so a sync job is just its parameter."""
 
     # ff_sync_table's arrays in order
     C_ARRAYS = ("template_first", "template_parts", "part_dims", "bounds_at", "bounds",
@@ -363,7 +364,7 @@ def build_blocks(
     if result == lib.FF_NO_MEMORY:
         raise MemoryError("the simulator could not allocate its scratch memory")
     if result == lib.FF_KEY_OVERFLOW:
-        raise AssertionError(f"a parameter has {1 << 14} groups or more; task keys hold fewer")
+        raise AssertionError(f"a parameter has {FIELD_LIMIT} groups or more; keys hold fewer")
     used, next_id = out.free_used, out.next_id
     # release the buffers before resizing the arrays (an exported array cannot resize)
     del out_views, edge_views, offset_views, out, views, user_views, table_views, table, parts

@@ -454,22 +454,14 @@ class TaskGraph:
             if block[0] == "op":
                 self.fwd[block[1]], self.bwd[block[1]] = ids[0::2], ids[1::2]
 
-    def _sync_groups(self, pid: int) -> list[tuple[Region, tuple[int, ...], list[int]]]:
-        """The tasks using parameter `pid`, grouped by the weight region they read: (region, devices, backward tasks)."""
-        groups: dict[Region, tuple[set[int], list[int]]] = {}
+    def _weight_holders(self, pid: int) -> dict[Region, set[int]]:
+        """The devices holding each region of parameter `pid` that some task reads (what a
+        sync block groups by: native/blocks.c builds the groups themselves)."""
+        holders: dict[Region, set[int]] = {}
         for op in self._users[pid]:
-            bwd = self.bwd[op]
-            for region, devices, tasks in self.context.op_sync_groups(op, pid, self.configs[op]):
-                found = groups.get(region)
-                if found is None:
-                    groups[region] = (set(devices), [bwd[k] for k in tasks])
-                else:
-                    found[0].update(devices)
-                    found[1].extend([bwd[k] for k in tasks])
-        return [
-            (region, tuple(sorted(devices)), tasks)
-            for region, (devices, tasks) in sorted(groups.items())
-        ]
+            for region, devices, _ in self.context.op_sync_groups(op, pid, self.configs[op]):
+                holders.setdefault(region, set()).update(devices)
+        return holders
 
     # ---- memory ---------------------------------------------------------------------------------
     def memory_per_device(self) -> list[int]:
@@ -481,7 +473,7 @@ class TaskGraph:
         """
         memory = [0] * self.num_devices
         for pid in self._users:
-            for region, holders, _ in self._sync_groups(pid):
+            for region, holders in self._weight_holders(pid).items():
                 for device in holders:
                     memory[device] += 3 * 4 * region_volume(region)
         for node in self.graph.ops:
