@@ -91,7 +91,7 @@ from flexflow.errors import FlexFlowError
 from flexflow.graph import OperatorGraph
 from flexflow.search.collector import fewer_collections
 from flexflow.search.evaluator import make_evaluator
-from flexflow.search.spaces import Space
+from flexflow.search.spaces import Space, SpaceSets
 from flexflow.simulator import SimContext
 from flexflow.strategy import ParallelConfig, Strategy
 
@@ -233,13 +233,7 @@ def run_chain(
     evaluator = make_evaluator(context, init, simulation)
     num_ops = len(init)
     adjacent = op_neighbours(context.graph)
-    valid_sets: dict[int, frozenset[ParallelConfig]] = {}
-
-    def valid_set(op: int) -> frozenset[ParallelConfig]:
-        valid = valid_sets.get(op)
-        if valid is None:
-            valid = valid_sets[op] = frozenset(space(op))
-        return valid
+    valid_set = SpaceSets(space)
 
     def neighbour_config(op: int) -> ParallelConfig | None:
         """A neighbour's current configuration that `op` can take, drawn uniformly; None

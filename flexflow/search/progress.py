@@ -42,9 +42,15 @@ def _progress_table(rows: dict[str, ChainStatus], dp_s: float, budget_s: float) 
 
 def _descent_line(status: DescentStatus, dp_s: float) -> Text:
     rate = status.neighbours / status.elapsed_s if status.elapsed_s else 0.0
+    sweep = (
+        f"wide sweep: {status.unchanged:,} of {status.num_ops:,} ops unchanged in a row "
+        f"(locally optimal at {status.num_ops:,})"
+        if status.wide
+        else f"narrow sweep (neighbours' configurations): {status.unchanged:,} of "
+        f"{status.num_ops:,} ops unchanged in a row"
+    )
     return Text(
-        f"final descent: {status.unchanged:,} of {status.num_ops:,} ops unchanged in a row "
-        f"(locally optimal at {status.num_ops:,}), {status.neighbours:,} neighbours simulated "
+        f"final descent, {sweep}, {status.neighbours:,} neighbours simulated "
         f"({rate:,.0f}/s), {status.improvements:,} improvement(s), best "
         f"{status.cost_s * 1e3:.3f} ms ({dp_s / status.cost_s:.2f}x DP), "
         f"{status.elapsed_s:,.0f} s"

@@ -16,7 +16,7 @@ import multiprocessing
 import multiprocessing.connection
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from flexflow.search.collector import fewer_collections
@@ -48,11 +48,12 @@ class OpScan:
 def scan_op(
     evaluator: Evaluator | FullEvaluator,
     op: int,
-    space: Space,
+    configs: Iterable[ParallelConfig],
     stop: Callable[[], bool] = lambda: False,
     simulated: Callable[[], None] | None = None,
 ) -> OpScan:
-    """Try every configuration of `op`, each a delta simulation from the one before (delta
+    """Try the configurations `configs` of `op` (all of its space, or a descent's narrower
+    choice), each a delta simulation from the one before (delta
     simulation gives the same times whatever the path), then give the op its own back once:
     half the simulations of reverting each one. A configuration's simulation stops as soon as
     its lower bounds pass the strategy's cost (`DeltaSimulator.change_many`'s cutoff): most
@@ -62,7 +63,7 @@ def scan_op(
     best, best_s = start, base
     faster = []
     finished = True
-    for config in space(op):
+    for config in configs:
         if stop():
             finished = False
             break
@@ -104,7 +105,7 @@ class SerialScanner:
     ) -> None:
         self._evaluator = make_evaluator(context, strategy, simulation)
         self._space, self._clock = space, clock
-        self._pending: int | None = None
+        self._pending: tuple[int, Sequence[ParallelConfig] | None] | None = None
         self.deadline: float | None = None
         """Scans stop (unfinished) once `clock()` passes it."""
         self.on_progress: Callable[[], None] | None = None
@@ -128,15 +129,17 @@ class SerialScanner:
     def busy(self) -> int:
         return 1 - self.idle
 
-    def start(self, op: int) -> None:
+    def start(self, op: int, configs: Sequence[ParallelConfig] | None = None) -> None:
+        """Scan `op` next: `configs`, or every configuration of its space when None."""
         if self._pending is not None:
             raise AssertionError("start() while a scan is pending")
-        self._pending = op
+        self._pending = (op, configs)
 
     def result(self) -> OpScan:
-        op, self._pending = self._pending, None
-        if op is None:
+        pending, self._pending = self._pending, None
+        if pending is None:
             raise AssertionError("result() without a scan started")
+        op, configs = pending
         deadline, clock = self.deadline, self._clock
 
         def simulated() -> None:
@@ -147,7 +150,7 @@ class SerialScanner:
         return scan_op(
             self._evaluator,
             op,
-            self._space,
+            self._space(op) if configs is None else configs,
             lambda: deadline is not None and clock() > deadline,
             simulated,
         )
@@ -223,11 +226,12 @@ class PoolScanner:
         """Neighbours simulated by every scan so far (those under way included)."""
         return sum(count.value for count in self._counts)
 
-    def start(self, op: int) -> None:
+    def start(self, op: int, configs: Sequence[ParallelConfig] | None = None) -> None:
+        """Give `op` to an idle worker: `configs`, or every configuration of its space."""
         if not self._idle:
             raise AssertionError(f"start({op}) with every worker busy; take a result() first")
         connection = self._idle.pop()
-        connection.send(("scan", op, self.deadline))
+        connection.send(("scan", op, (self.deadline, configs)))
 
     def result(self) -> OpScan:
         busy = [c for c in self._connections if c not in self._idle]
@@ -313,13 +317,16 @@ def _answer(connection, context, strategy, space, simulation, abandon, count) ->
             connection.send(("ok", settle(evaluator, op, value)))
             continue
 
-        def stop(deadline=value) -> bool:
+        deadline, configs = value
+
+        def stop(deadline=deadline) -> bool:
             return abandon.is_set() or (deadline is not None and time.perf_counter() > deadline)
 
         def simulated() -> None:
             count.value += 1
 
-        connection.send(("ok", scan_op(evaluator, op, space, stop, simulated)))
+        configs = space(op) if configs is None else configs
+        connection.send(("ok", scan_op(evaluator, op, configs, stop, simulated)))
 
 
 def make_scanner(

@@ -45,6 +45,22 @@ def make_space(name: str, graph: OperatorGraph, machine: Machine) -> Space:
         ) from None
 
 
+class SpaceSets:
+    """Each op's configurations in `space` as a set, made the first time the op is asked
+    about: "can this op take its neighbour's configuration?" is asked of every op, over and
+    over, by MCMC's neighbour moves and the descent's narrow sweeps."""
+
+    def __init__(self, space: Space) -> None:
+        self._space = space
+        self._sets: dict[int, frozenset[ParallelConfig]] = {}
+
+    def __call__(self, op: int) -> frozenset[ParallelConfig]:
+        configs = self._sets.get(op)
+        if configs is None:
+            configs = self._sets[op] = frozenset(self._space(op))
+        return configs
+
+
 def project(strategy: Strategy, space: Space) -> Strategy:
     """The strategy with every op moved into `space` (its first configuration there if
     outside): where a restricted space's search starts."""
