@@ -9,9 +9,10 @@ initial strategies), then both descents from their best strategy, one after the 
 order alternating by seed so that host drift falls on both. Reported: when each descent last
 improved the strategy and when it ended (the proof), the locally optimal cost it reached, and
 the search's convergence either way (the chains' seconds plus the descent's last improvement,
-`SearchResult.converged_s`). Results: benchmarks/results/descent.{csv,md}.
+`SearchResult.converged_s`). Results: benchmarks/results/descent.{csv,md} (or --out's name).
 
     .venv/bin/python benchmarks/descent.py [--cases nmt/p100:4,...] [--seeds 0-4] [--budget 20]
+        [--out descent]
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--seeds", default=SEEDS)
     parser.add_argument("--budget", type=positive_float, default=20.0)
+    parser.add_argument("--out", default="descent", help="results file name (no suffix)")
     args = parser.parse_args()
     try:
         seeds = parse_seeds(args.seeds)
@@ -105,12 +107,12 @@ def main() -> None:
             except FlexFlowError as exc:  # an unknown model or machine
                 parser.error(f"{case}: {exc}")
             print(rows[-1], flush=True)
-    write_csv(RESULTS / "descent.csv", rows)
+    write_csv(RESULTS / f"{args.out}.csv", rows)
     lines = [
         "# The final descent without and with narrow sweeps, from the same chains' results",
         "",
         f"`.venv/bin/python benchmarks/descent.py --cases {args.cases} --seeds {args.seeds} "
-        f"--budget {args.budget:g}`: per seed, the search's chains ({args.budget:g} s, "
+        f"--budget {args.budget:g} --out {args.out}`: per seed, the search's chains ({args.budget:g} s, "
         "no descent), then both descents from their best strategy, one after the other. "
         "last: seconds into the descent of its last improvement; proof: when it ended "
         "(locally optimal); converged: the chains' seconds plus the last improvement.",
@@ -136,7 +138,7 @@ def main() -> None:
             f" vs {statistics.median(r['narrow_proof_s'] for r in mine):.1f} s; geometric mean "
             f"cost ratio narrow/wide {statistics.geometric_mean([r['narrow_ms'] / r['wide_ms'] for r in mine]):.4f}."
         )
-    write_markdown(RESULTS / "descent.md", lines)
+    write_markdown(RESULTS / f"{args.out}.md", lines)
     print("\n".join(lines))
 
 

@@ -86,6 +86,26 @@ def test_workers_apply_changes_and_agree_with_full_simulation():
         make_scanner(context, dp, space, workers=0)
 
 
+def test_a_scan_of_given_configurations_tries_only_those():
+    context = context_of("lenet", "p100:4")
+    strategy = named_strategy("random", context.graph, context.machine, 5)
+    space = make_space("soap", context.graph, context.machine)
+    op = 2
+    with SerialScanner(context, strategy, space) as serial:
+        serial.start(op)
+        whole = dict(serial.result().faster)
+    slower = [c for c in space(op) if c not in whole and c != strategy[op]]
+    assert len(whole) >= 2 and slower
+    chosen = (slower[0], *list(whole)[-2:])
+    for workers in (1, 2):
+        with make_scanner(context, strategy, space, workers) as scanner:
+            scanner.start(op, chosen)
+            scan = scanner.result()
+        # exactly the chosen faster ones, each at the cost the whole scan found for it
+        assert dict(scan.faster) == {c: whole[c] for c in chosen[1:]}
+        assert scan.best == min(chosen[1:], key=whole.__getitem__)
+
+
 def test_a_failing_worker_is_reported():
     context = context_of("lenet")
     dp = named_strategy("dp", context.graph, context.machine)
