@@ -78,6 +78,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         max_proposals=args.proposals,
         polish=not args.no_polish,
         polish_budget_s=args.polish_budget,
+        narrow_sweeps=not args.no_narrow_sweeps,
         simulation=args.simulation,
         workers=args.workers,
     )
@@ -304,6 +305,12 @@ def register(add: Callable) -> None:
         type=positive_float,
         metavar="SECONDS",
         help="time for the final descent (default: as long as it takes to prove a local optimum)",
+    )
+    search.add_argument(
+        "--no-narrow-sweeps",
+        action="store_true",
+        help="the final descent tries every configuration of each op in every sweep, never "
+        "first only its neighbours' (another local optimum, often found more slowly)",
     )
     search.add_argument(
         "--simulation",

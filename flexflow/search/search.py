@@ -159,6 +159,7 @@ def search(
     workers: int = 1,
     neighbour_moves: float = DEFAULT_NEIGHBOUR_MOVES,
     path_moves: float | None = None,
+    narrow_sweeps: bool = True,
 ) -> SearchResult:
     """Run one chain per initial strategy, each with an equal share of the budget (each with
     its own random stream, seeded by (`seed`, its index)).
@@ -166,7 +167,7 @@ def search(
     With `polish`, the best strategy then descends to a local optimum (no single-op change
     makes it faster, paper §8.4); that final descent is bounded by `polish_budget_s` only (a
     descent over every neighbour of a 200-op graph on 16 GPUs takes minutes), and
-    `locally_optimal` says whether it finished.
+    `locally_optimal` says whether it finished; `narrow_sweeps` is the descent's `narrow`.
     `workers` > 1 runs that many chains at once in worker processes, each then given
     `budget_s` / (waves of chains), and the final descent's scans in that many
     processes; with a proposal budget the result is the same as with one worker.
@@ -241,6 +242,7 @@ def search(
             simulation,
             on_descent,
             workers,
+            narrow_sweeps,
         )
         strategy, local, improved = descent.strategy, descent.finished, descent.improved_at_s
         cost = full_simulate(TaskGraph(context, strategy)).iteration_s

@@ -75,3 +75,23 @@ def test_without_narrow_sweeps_every_scan_is_wide(monkeypatch):
     assert descent.finished and scans
     assert all(configs is None for _, configs, _ in scans)
     assert improving_neighbours(context, descent.strategy, space)[1] == []
+
+
+def test_the_cli_turns_narrow_sweeps_off_on_request(monkeypatch, capsys):
+    import importlib
+
+    from flexflow.cli import main
+
+    search_module = importlib.import_module("flexflow.search.search")  # not the function
+
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append(args[-1])  # search passes the descent's arguments in order, narrow last
+        return descend(*args, **kwargs)
+
+    monkeypatch.setattr(search_module, "descend", recording)
+    argv = ["search", "lenet", "--machine", "p100:1", "--proposals", "60", "--json"]
+    assert main(argv) == 0 and main([*argv, "--no-narrow-sweeps"]) == 0
+    assert seen == [True, False]
+    capsys.readouterr()
