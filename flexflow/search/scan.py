@@ -53,8 +53,8 @@ def scan_op(
     simulated: Callable[[], None] | None = None,
 ) -> OpScan:
     """Try the configurations `configs` of `op` (all of its space, or a descent's narrower
-    choice), each a delta simulation from the one before (delta
-    simulation gives the same times whatever the path), then give the op its own back once:
+    choice), each a delta simulation from the one before (delta simulation gives the same
+    times whatever the path), then give the op its own back once:
     half the simulations of reverting each one. A configuration's simulation stops as soon as
     its lower bounds pass the strategy's cost (`DeltaSimulator.change_many`'s cutoff): most
     neighbours of a good strategy are slower, and the bounds show it early. `stop()` is asked
