@@ -37,11 +37,15 @@ SEEDS = "0-4"
 
 
 def parse_seeds(text: str) -> list[int]:
-    """ "0-4" or "0,2,5"."""
+    """The seeds of a range ("0-4") or a list ("0,2,5"); ValueError for anything else."""
     if "-" in text:
         lo, hi = text.split("-")
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",")]
+        seeds = list(range(int(lo), int(hi) + 1))
+    else:
+        seeds = [int(s) for s in text.split(",")]
+    if not seeds:
+        raise ValueError(f"no seeds in {text!r}")
+    return seeds
 
 
 def timed_descent(context: SimContext, start, space, narrow: bool) -> dict:
@@ -68,7 +72,7 @@ def run_case(case: str, seed: int, budget_s: float) -> dict:
     results = {}
     for narrow in (seed % 2 == 0, seed % 2 == 1):  # alternate which goes first
         results[narrow] = timed_descent(context, chains.best, space, narrow)
-    wide, both = results[False], results[True]
+    wide, narrow = results[False], results[True]
     return {
         "model": model,
         "machine": machine_name,
@@ -78,11 +82,11 @@ def run_case(case: str, seed: int, budget_s: float) -> dict:
         "wide_last_s": wide["last_improvement_s"],
         "wide_proof_s": wide["proof_s"],
         "wide_ms": wide["iteration_ms"],
-        "narrow_last_s": both["last_improvement_s"],
-        "narrow_proof_s": both["proof_s"],
-        "narrow_ms": both["iteration_ms"],
+        "narrow_last_s": narrow["last_improvement_s"],
+        "narrow_proof_s": narrow["proof_s"],
+        "narrow_ms": narrow["iteration_ms"],
         "converged_s_wide": round(chains_s + wide["last_improvement_s"], 1),
-        "converged_s_narrow": round(chains_s + both["last_improvement_s"], 1),
+        "converged_s_narrow": round(chains_s + narrow["last_improvement_s"], 1),
     }
 
 
@@ -97,10 +101,12 @@ def main() -> None:
         seeds = parse_seeds(args.seeds)
     except ValueError:
         parser.error(f"--seeds takes a range (0-4) or a list (0,2,5); got {args.seeds!r}")
-    rows = []
-    for case in args.cases.split(","):
+    cases = args.cases.split(",")
+    for case in cases:
         if case.count("/") != 1:
             parser.error(f"a case is model/machine, e.g. {CASES[0]}; got {case!r}")
+    rows = []
+    for case in cases:
         for seed in seeds:
             try:
                 rows.append(run_case(case, seed, args.budget))
@@ -128,7 +134,7 @@ def main() -> None:
             f"| {r['narrow_last_s']} | {r['narrow_proof_s']} | {r['narrow_ms']} "
             f"| {r['converged_s_wide']} | {r['converged_s_narrow']} |"
         )
-    for case in args.cases.split(","):
+    for case in cases:
         mine = [r for r in rows if f"{r['model']}/{r['machine']}" == case]
         lines.append("")
         lines.append(
