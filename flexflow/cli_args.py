@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 
 
@@ -18,13 +17,12 @@ def positive_int(text: str) -> int:
 
 
 def workers_arg(text: str) -> int:
-    """A number of worker processes, or `auto`: the cores this process may run on."""
+    """A number of worker processes, or `auto`: one per core, as many as memory holds
+    (`flexflow.search.processes.auto_workers`)."""
     if text == "auto":
-        return (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else os.cpu_count() or 1
-        )
+        from flexflow.search.processes import auto_workers
+
+        return auto_workers()
     try:
         return positive_int(text)
     except argparse.ArgumentTypeError:

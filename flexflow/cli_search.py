@@ -50,6 +50,8 @@ def _export_and_print_json(args: argparse.Namespace, graph, machine, best, data:
         export_strategy(args.export, best, graph, machine, model=args.model)
     if args.json:
         header = {"model": args.model, "machine": machine.name, "space": args.space}
+        if "workers" in args:
+            header["workers"] = args.workers
         print(json.dumps(header | data, indent=1))
     return args.json
 
@@ -174,9 +176,10 @@ def add_workers(parser: argparse.ArgumentParser, work: str) -> None:
     parser.add_argument(
         "--workers",
         type=workers_arg,
-        default=1,
+        default="auto",
         metavar="N|auto",
-        help=f"processes that share the work: {work} (default 1; auto: one per core)",
+        help=f"processes that share the work: {work} (default auto: one per core, at most one "
+        "per 4 GiB of available memory)",
     )
 
 
@@ -213,6 +216,7 @@ def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
             json.dumps(
                 {
                     "iteration_ms": base * 1e3,
+                    "workers": args.workers,
                     "locally_optimal": not better,
                     "improving_neighbours": [
                         {

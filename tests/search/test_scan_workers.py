@@ -150,12 +150,36 @@ def test_the_commands_answer_the_same_with_workers(capsys):
 
 def test_workers_take_a_count_or_auto():
     import argparse
-    import os
 
     from flexflow.cli_args import workers_arg
+    from flexflow.search.processes import auto_workers
 
     assert workers_arg("3") == 3
-    assert workers_arg("auto") == len(os.sched_getaffinity(0))
+    assert workers_arg("auto") == auto_workers()
     for bad in ("0", "-2", "many"):
         with pytest.raises(argparse.ArgumentTypeError, match="positive integer or 'auto'"):
             workers_arg(bad)
+
+
+def test_auto_workers_are_one_per_core_as_memory_allows():
+    from flexflow.search.processes import WORKER_MEMORY_BYTES, auto_workers, usable_cores
+
+    assert auto_workers(cores=2, available=100 * WORKER_MEMORY_BYTES) == 2
+    assert auto_workers(cores=8, available=3 * WORKER_MEMORY_BYTES - 1) == 2
+    assert auto_workers(cores=8, available=WORKER_MEMORY_BYTES // 2) == 1
+    assert auto_workers(cores=3, available=None) == 3
+    assert 1 <= auto_workers() <= usable_cores()
+
+
+def test_search_and_check_local_default_to_auto_workers(capsys):
+    import json
+
+    from flexflow.cli import main
+    from flexflow.search.processes import auto_workers
+
+    for command in (
+        ["check-local", "lenet", "--machine", "p100:1", "--strategy", "dp", "--json"],
+        ["search", "lenet", "--machine", "p100:1", "--proposals", "20", "--json"],
+    ):
+        assert main(command) == 0
+        assert json.loads(capsys.readouterr().out)["workers"] == auto_workers()
