@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from flexflow.errors import StrategyError
@@ -25,10 +25,13 @@ class ParallelConfig:
 
     degrees: tuple[int, ...]
     devices: tuple[int, ...]
+    _hash: int = field(init=False, repr=False, compare=False)
+    """Computed once: searches hash configurations millions of times (set and dict lookups)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "degrees", tuple(self.degrees))
         object.__setattr__(self, "devices", tuple(self.devices))
+        object.__setattr__(self, "_hash", hash((self.degrees, self.devices)))
         if not self.degrees or any(not isinstance(d, int) or d < 1 for d in self.degrees):
             raise StrategyError(
                 f"ParallelConfig: degrees must be positive integers, got {self.degrees}."
@@ -41,6 +44,9 @@ class ParallelConfig:
 
     def __repr__(self) -> str:
         return f"ParallelConfig(degrees={self.degrees}, devices={self.devices})"
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def num_tasks(self) -> int:
@@ -103,6 +109,14 @@ class Strategy:
         """The strategy with one op's configuration changed (an MCMC proposal)."""
         i = op if isinstance(op, int) else self.index(op)
         return Strategy(self.ops, self.configs[:i] + (config,) + self.configs[i + 1 :])
+
+    def replace_many(self, ops: Iterable[int], config: ParallelConfig) -> Strategy:
+        """The strategy with every op of `ops` (indices) given `config` (a layer or path
+        move): one copy, not one per op."""
+        configs = list(self.configs)
+        for i in ops:
+            configs[i] = config
+        return Strategy(self.ops, tuple(configs))
 
     def devices_used(self) -> tuple[int, ...]:
         return tuple(sorted({d for c in self.configs for d in c.devices}))

@@ -309,3 +309,7 @@ int64_t ff_simulate(const ff_graph *g, const ff_change *c, ff_times *s) {
     release(&w);
     return result;
 }
+
+void ff_set_flags(int8_t *flags, const int32_t *ids, int64_t n, int8_t value) {
+    for (int64_t i = 0; i < n; i++) flags[ids[i]] = value;
+}

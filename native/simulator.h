@@ -52,6 +52,9 @@ enum { FF_CYCLE = -1, FF_NO_MEMORY = -2, FF_NOT_CLOSED = -3, FF_ABOVE_CUTOFF = -
 /* Simulates again every task the change can affect; returns how many, or an FF_ result. */
 int64_t ff_simulate(const ff_graph *graph, const ff_change *change, ff_times *times);
 
+/* flags[ids[i]] = value for every i < n: a delta's removed or added tasks marked (not) live. */
+void ff_set_flags(int8_t *flags, const int32_t *ids, int64_t n, int8_t value);
+
 /* Every (consumer tile k, producer tile, overlap volume) between the region each consumer tile
  * reads, needs[k][d] = (lo, hi) (num_needs x ndim x 2), and a producer's grid of equal tiles
  * (grid[d] tiles of steps[d] elements along dimension d, row-major ids), in order of k, then

@@ -54,7 +54,7 @@ class Evaluator:
         """Give every op of `ops` the configuration `config` (a layer's unrolled steps): one
         delta simulation of all their changes; `cutoff` as for `propose`."""
         self._undo = self.strategy
-        self.strategy = _replace_all(self.strategy, ops, config)
+        self.strategy = self.strategy.replace_many(ops, config)
         self._delta.change_many(tuple((op, config) for op in ops), cutoff)
         self.evaluations += 1
         return self.cost_s
@@ -87,7 +87,7 @@ class FullEvaluator:
     def propose_many(
         self, ops: Sequence[int], config: ParallelConfig, cutoff: float = math.inf
     ) -> float:
-        return self._move(_replace_all(self.strategy, ops, config))
+        return self._move(self.strategy.replace_many(ops, config))
 
     def revert(self) -> float:
         if self._undo is None:
@@ -116,9 +116,3 @@ def make_evaluator(
     raise FlexFlowError(
         f"unknown simulation '{simulation}'; choose one of {', '.join(SIMULATIONS)}."
     )
-
-
-def _replace_all(strategy: Strategy, ops: Sequence[int], config: ParallelConfig) -> Strategy:
-    for op in ops:
-        strategy = strategy.replace(op, config)
-    return strategy

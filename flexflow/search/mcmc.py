@@ -310,7 +310,8 @@ def run_chain(
             changed = (op,)
             if path_moves and rng.random() < path_moves:
                 changed = path_from(op, config)
-        if all(evaluator.strategy[o] == config for o in changed):
+        configs = evaluator.strategy.configs
+        if all(configs[o] == config for o in changed):
             continue
         proposals += 1
         draw = rng.random()  # the acceptance draw, first: it gives the cutoff

@@ -3,7 +3,10 @@
 A search builds thousands of task graphs of the same model on the same machine; the tiles of
 an op under given degrees, the overlaps between producer and consumer tiles, the weight
 regions and the task times depend only on degrees (not on devices), so they are computed once
-per (op, degrees) here. Equal tiles have equal shapes, so one task time serves all tasks of an
+per (op kind, degrees) here. An op kind (`op_kinds`) is every op that is the same operator on
+the same shapes: the unrolled steps of an LSTM layer, the repeated blocks of a ResNet stage
+(NMT's 167 ops are 47 kinds, ResNet-101's 279 are 48), so a layer move or a chain reaching a
+repeated block's configuration computes its geometry once, not once per op. Equal tiles have equal shapes, so one task time serves all tasks of an
 op configuration on one kind of device (the paper's cache, §5.1). The overlaps are computed in
 C (native/overlaps.c), and the sets of devices and links tasks hold are numbered here once
 (`ResourceSets`) for the C event loop. What the C block builders take of an op under one
@@ -43,6 +46,19 @@ from flexflow.simulator.native import Routes, SyncTable, SyncTemplate, grid_over
 from flexflow.strategy import ParallelConfig
 
 Overlap = tuple[int, int, int]  # (consumer task, producer task, overlap volume in elements)
+
+
+def op_kinds(graph: OperatorGraph) -> tuple[int, ...]:
+    """Per op, the id of its kind: ops with equal operators (hyperparameters), signatures
+    (shapes) and pattern of repeated weights share one. Everything `SimContext` memoizes but
+    the task keys and devices is a function of the kind, never of the op's name or id."""
+    ids: dict[tuple, int] = {}
+    return tuple(
+        ids.setdefault(
+            (node.op, node.sig, tuple(node.weights.index(p) for p in node.weights)), len(ids)
+        )
+        for node in graph.ops
+    )
 
 
 class ResourceSets:
@@ -123,6 +139,21 @@ class SimContext:
         self.num_devices = machine.num_devices
         self.num_resources = machine.num_devices + len(machine.links)
         self.resource_sets = ResourceSets(machine.num_devices)
+        self.kinds = op_kinds(graph)
+        """Each op's kind (`op_kinds`): the caches below are keyed by kind, not op."""
+        edge_kinds: dict[tuple, int] = {}
+        self._edge_kinds = tuple(
+            tuple(
+                edge_kinds.setdefault(
+                    (self.kinds[node.id], j, self._producer_kind(tensor)), len(edge_kinds)
+                )
+                for j, tensor in enumerate(node.inputs)
+            )
+            for node in graph.ops
+        )
+        """Per op and input, the kind of that edge: the consumer's kind, the input and the
+        producer's kind (which dimensions its tiles split): what its overlaps depend on."""
+        self._kind_sync_parts: dict[tuple[int, ParallelConfig], tuple[SyncTemplate, ...]] = {}
         self._regions: dict[tuple[int, tuple[int, ...]], tuple[Region, ...]] = {}
         self._times: dict[tuple[int, tuple[int, ...], str], TaskTime] = {}
         self._weights: dict[tuple[int, tuple[int, ...]], tuple[tuple[Region, ...], ...]] = {}
@@ -141,9 +172,15 @@ class SimContext:
         self._needs: dict[tuple[int, int, tuple[int, ...]], array] = {}
         self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
 
+    def _producer_kind(self, tensor: int) -> int:
+        """The kind of the op writing `tensor`, -1 for a model input."""
+        producer = self.graph.tensor(tensor).producer
+        return -1 if producer is None else self.kinds[producer]
+
     def regions(self, op: int, degrees: tuple[int, ...]) -> tuple[Region, ...]:
         """Output tile of each task (row-major over the degrees)."""
-        found = self._regions.get((op, degrees))
+        key = (self.kinds[op], degrees)
+        found = self._regions.get(key)
         if found is None:
             # tile_region for every coordinate, as the product of each dimension's ranges
             shape = self.graph.ops[op].sig.output_shape
@@ -152,24 +189,26 @@ class SimContext:
                 for size, d in zip(shape, degrees, strict=True)
             ]
             found = tuple(itertools.product(*ranges))
-            self._regions[(op, degrees)] = found
+            self._regions[key] = found
         return found
 
     def task_time(self, op: int, degrees: tuple[int, ...], device: Device) -> TaskTime:
-        found = self._times.get((op, degrees, device.model))
+        key = (self.kinds[op], degrees, device.model)
+        found = self._times.get(key)
         if found is None:
             node = self.graph.ops[op]
             found = self.cost.task_time(node, self.regions(op, degrees)[0], device)
-            self._times[(op, degrees, device.model)] = found
+            self._times[key] = found
         return found
 
     def weight_regions(self, op: int, degrees: tuple[int, ...]) -> tuple[tuple[Region, ...], ...]:
         """For each task, the region of each of the op's weights it reads."""
-        found = self._weights.get((op, degrees))
+        key = (self.kinds[op], degrees)
+        found = self._weights.get(key)
         if found is None:
             node = self.graph.ops[op]
             found = tuple(node.op.weight_regions(node.sig, r) for r in self.regions(op, degrees))
-            self._weights[(op, degrees)] = found
+            self._weights[key] = found
         return found
 
     def op_sync_groups(
@@ -178,10 +217,10 @@ class SimContext:
         """The tasks of `op` under `config` that read parameter `pid`, grouped by the weight
         region they read: (region, devices, task indices), in task order; what a task graph
         gathers over the parameter's users to build its synchronization."""
-        key = (op, pid, config)
+        w = self.graph.ops[op].weights.index(pid)
+        key = (self.kinds[op], w, config)
         found = self._sync_groups.get(key)
         if found is None:
-            w = self.graph.ops[op].weights.index(pid)
             groups: dict[Region, tuple[list[int], list[int]]] = {}
             for k, regions in enumerate(self.weight_regions(op, config.degrees)):
                 devices, tasks = groups.setdefault(regions[w], ([], []))
@@ -198,23 +237,30 @@ class SimContext:
         key = (op, config)
         found = self._sync_parts.get(key)
         if found is None:
-            found = {}
-            devices = self.machine.devices
-            for pid in dict.fromkeys(self.graph.ops[op].weights):
-                parts = []
-                for region, on, ks in self.op_sync_groups(op, pid, config):
-                    volume = region_volume(region)
-                    update_s = [self.update_time(volume, devices[d]) for d in on]
-                    parts.append((sum(region, ()), volume, on, update_s, ks))
-                found[pid] = self.sync_table.add(parts)
-            self._sync_parts[key] = found
+            pids = tuple(dict.fromkeys(self.graph.ops[op].weights))
+            kind_key = (self.kinds[op], config)
+            templates = self._kind_sync_parts.get(kind_key)
+            if templates is None:
+                templates = self._kind_sync_parts[kind_key] = tuple(
+                    self._sync_template(op, pid, config) for pid in pids
+                )
+            found = self._sync_parts[key] = dict(zip(pids, templates, strict=True))
         return found
+
+    def _sync_template(self, op: int, pid: int, config: ParallelConfig) -> SyncTemplate:
+        devices = self.machine.devices
+        parts = []
+        for region, on, ks in self.op_sync_groups(op, pid, config):
+            volume = region_volume(region)
+            update_s = [self.update_time(volume, devices[d]) for d in on]
+            parts.append((sum(region, ()), volume, on, update_s, ks))
+        return self.sync_table.add(parts)
 
     def overlaps(
         self, consumer: int, j: int, p_degrees: tuple[int, ...], c_degrees: tuple[int, ...]
     ) -> tuple[Overlap, ...]:
         """Every (consumer task, producer task, volume) whose tiles meet along input `j`."""
-        key = (consumer, j, p_degrees, c_degrees)
+        key = (self._edge_kinds[consumer][j], p_degrees, c_degrees)
         found = self._overlaps.get(key)
         if found is None:
             found = self._compute_overlaps(consumer, j, p_degrees, c_degrees)
@@ -234,11 +280,12 @@ class SimContext:
             for deg, dim in zip(p_degrees, producer.sig.dims, strict=True)
         )
         steps = [size // deg for size, deg in zip(shape, grid, strict=True)]
-        needs = self._needs.get((consumer, j, c_degrees))
+        needs_key = (self.kinds[consumer], j, c_degrees)
+        needs = self._needs.get(needs_key)
         if needs is None:  # each consumer tile's (lo, hi) per dimension, flat
             regions = self.input_regions(consumer, c_degrees)
             needs = array("q", [x for tile in regions for bounds in tile[j] for x in bounds])
-            self._needs[(consumer, j, c_degrees)] = needs
+            self._needs[needs_key] = needs
         return grid_overlaps(needs, math.prod(c_degrees), steps, grid)
 
     def overlap_arrays(
@@ -246,7 +293,7 @@ class SimContext:
     ) -> tuple[array, array, array]:
         """`overlaps` as three arrays (consumer tasks "i", producer tasks "i", volumes "q"),
         as the C edge builder reads them."""
-        key = (consumer, j, p_degrees, c_degrees)
+        key = (self._edge_kinds[consumer][j], p_degrees, c_degrees)
         found = self._overlap_arrays.get(key)
         if found is None:
             overlaps = self.overlaps(consumer, j, p_degrees, c_degrees)
@@ -356,11 +403,12 @@ class SimContext:
 
     def input_regions(self, op: int, degrees: tuple[int, ...]) -> tuple[tuple[Region, ...], ...]:
         """For each task, the region of each input it reads (shared by all producer degrees)."""
-        found = self._inputs.get((op, degrees))
+        key = (self.kinds[op], degrees)
+        found = self._inputs.get(key)
         if found is None:
             node = self.graph.ops[op]
             found = tuple(node.op.input_regions(node.sig, r) for r in self.regions(op, degrees))
-            self._inputs[(op, degrees)] = found
+            self._inputs[key] = found
         return found
 
     def route(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:

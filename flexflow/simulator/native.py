@@ -130,6 +130,14 @@ def simulate(
     return result
 
 
+def set_flags(flags: array, ids: array, value: int) -> None:
+    """`flags[t] = value` for every id in `ids` ("b" and "i" arrays), in one C call: a delta
+    of an unrolled layer removes and adds thousands of tasks."""
+    if ids:
+        lib.ff_set_flags(ffi.from_buffer("int8_t[]", flags), ffi.from_buffer("int32_t[]", ids),
+                         len(ids), value)  # fmt: skip
+
+
 class OpJobs:
     """The op jobs of `build_blocks`: per job (an op's block), its tasks interleaved, the
     forward task of task k at 2k and its backward at 2k + 1 (`SimContext.op_tasks`)."""

@@ -78,7 +78,7 @@ from flexflow.simulator.keys import (
     key_fields,
     key_kind,
 )
-from flexflow.simulator.native import EdgeJobs, OpJobs, SyncJobs, build_blocks
+from flexflow.simulator.native import EdgeJobs, OpJobs, SyncJobs, build_blocks, set_flags
 from flexflow.strategy import ParallelConfig, Strategy
 
 COMPUTE, COMM, UPDATE, BARRIER = "compute", "comm", "update", "barrier"
@@ -338,8 +338,7 @@ class TaskGraph:
             undo.edges.append((lo, edge_src[lo:hi]))
             edge_src[lo:hi] = _NO_EDGE * (hi - lo)
             self._removed_edges += hi - lo
-        for t in removed:
-            live[t] = 0
+        set_flags(live, removed, 0)
         self._build(blocks)
         added = array("i")
         for block in blocks:
@@ -354,10 +353,8 @@ class TaskGraph:
         undo, self._undo = self._undo, None
         if undo is None:
             raise AssertionError("TaskGraph.undo() without a change to take back")
-        for t in undo.added:
-            self.live[t] = 0
-        for t in undo.removed:
-            self.live[t] = 1
+        set_flags(self.live, undo.added, 0)
+        set_flags(self.live, undo.removed, 1)
         for per_task in self._per_task():
             del per_task[undo.size :]
         self._free = undo.free
