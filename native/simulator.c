@@ -11,6 +11,10 @@
  * time a new task (bounded by its old predecessors' ends) or a task that lost or gained a
  * predecessor can become ready. Tasks that started before T0 keep their times; every device and
  * link is free at T0 from the latest end of those tasks on it; the rest is simulated again.
+ * A task's times are written only when the loop simulates it, after the old ones go to the
+ * caller's log (ff_restore takes a rejected change back from it): most changes a search tries
+ * stop at their cutoff after a few tasks, and a log of those is cheaper than copying the whole
+ * schedule before every change.
  */
 
 #include <math.h>
@@ -78,6 +82,8 @@ typedef struct {
     uint8_t *flags;        /* FRESH, NEIGHBOUR, MEMBER */
     int32_t *remaining;    /* predecessors not yet ended, among the tasks being processed */
     double *bound;         /* new tasks: lower bound of the ready time; neighbours: ready time */
+    double *ready;         /* members: the ready time so far (the schedule's is written only
+                            * when the task is simulated, after its old times are logged) */
     int32_t *list;         /* a work list of task ids */
     entry *heap;
     double *free_at;       /* per device and link: when it is next free */
@@ -90,6 +96,7 @@ static void release(scratch *w) {
     free(w->flags);
     free(w->remaining);
     free(w->bound);
+    free(w->ready);
     free(w->list);
     free(w->heap);
     free(w->free_at);
@@ -103,12 +110,33 @@ static int allocate(scratch *w, const ff_graph *g) {
     w->flags = calloc(n, sizeof(uint8_t));
     w->remaining = calloc(n, sizeof(int32_t));
     w->bound = calloc(n, sizeof(double));
+    w->ready = malloc(n * sizeof(double));
     w->list = malloc(n * sizeof(int32_t));
     w->heap = malloc(n * sizeof(entry));
     w->free_at = calloc((size_t)g->num_resources + 1, sizeof(double));
     w->load = calloc((size_t)g->num_resources + 1, sizeof(double));
-    return w->succ_offsets && w->succ && w->flags && w->remaining && w->bound &&
+    return w->succ_offsets && w->succ && w->flags && w->remaining && w->bound && w->ready &&
            w->list && w->heap && w->free_at && w->load;
+}
+
+/* Logs task t's times before they are overwritten (ff_restore writes them back). */
+static void log_times(ff_times *s, int32_t t) {
+    if (s->log_task == NULL) return;
+    int64_t i = s->log_size++;
+    s->log_task[i] = t;
+    s->log_ready[i] = s->ready[t];
+    s->log_start[i] = s->start[t];
+    s->log_end[i] = s->end[t];
+}
+
+void ff_restore(ff_times *s) {
+    for (int64_t i = s->log_size - 1; i >= 0; i--) {
+        int32_t t = s->log_task[i];
+        s->ready[t] = s->log_ready[i];
+        s->start[t] = s->log_start[i];
+        s->end[t] = s->log_end[i];
+    }
+    s->log_size = 0;
 }
 
 /* Successor lists of the edges not removed (kept in edge order; the order does not matter). */
@@ -197,7 +225,7 @@ static int32_t select_members(const ff_graph *g, ff_times *s, scratch *w, double
         if (!g->live[t]) continue;
         if (s->start[t] >= t0 || (w->flags[t] & (FRESH | NEIGHBOUR))) {
             w->flags[t] |= MEMBER;
-            s->ready[t] = 0.0;
+            w->ready[t] = 0.0;
             members++;
             continue;
         }
@@ -225,15 +253,15 @@ static int64_t run(const ff_graph *g, ff_times *s, scratch *w, int32_t members, 
         if (p < 0 || !(w->flags[t] & MEMBER)) continue;
         if (w->flags[p] & MEMBER)
             w->remaining[t]++;
-        else if (s->end[p] > s->ready[t])
-            s->ready[t] = s->end[p];
+        else if (s->end[p] > w->ready[t])
+            w->ready[t] = s->end[p];
     }
     const int cut = cutoff < HUGE_VAL;
     int32_t size = 0;
     for (int32_t t = 0; t < g->num_tasks; t++) {
         if (!(w->flags[t] & MEMBER)) continue;
         if (w->remaining[t] == 0)
-            heap_push(w->heap, &size, (entry){time_key(s->ready[t]), g->order[t], t});
+            heap_push(w->heap, &size, (entry){time_key(w->ready[t]), g->order[t], t});
         if (cut)
             for (int32_t k = g->set_offsets[g->resource_set[t]];
                  k < g->set_offsets[g->resource_set[t] + 1]; k++)
@@ -247,7 +275,7 @@ static int64_t run(const ff_graph *g, ff_times *s, scratch *w, int32_t members, 
         int32_t t = item.task;
         const int32_t *first = g->set_members + g->set_offsets[g->resource_set[t]];
         const int32_t *last = g->set_members + g->set_offsets[g->resource_set[t] + 1];
-        double start = s->ready[t]; /* final: every predecessor has ended */
+        double start = w->ready[t]; /* final: every predecessor has ended */
         for (const int32_t *x = first; x < last; x++)
             if (w->free_at[*x] > start) start = w->free_at[*x];
         double end = start + g->exe[t];
@@ -258,6 +286,8 @@ static int64_t run(const ff_graph *g, ff_times *s, scratch *w, int32_t members, 
             }
         }
         for (const int32_t *x = first; x < last; x++) w->free_at[*x] = end;
+        log_times(s, t);
+        s->ready[t] = w->ready[t];
         s->start[t] = start;
         s->end[t] = end;
         if (end > *latest) *latest = end;
@@ -265,9 +295,9 @@ static int64_t run(const ff_graph *g, ff_times *s, scratch *w, int32_t members, 
         for (int32_t k = w->succ_offsets[t]; k < w->succ_offsets[t + 1]; k++) {
             int32_t u = w->succ[k];
             if (!(w->flags[u] & MEMBER)) return FF_NOT_CLOSED;
-            if (end > s->ready[u]) s->ready[u] = end;
+            if (end > w->ready[u]) w->ready[u] = end;
             if (--w->remaining[u] == 0)
-                heap_push(w->heap, &size, (entry){time_key(s->ready[u]), g->order[u], u});
+                heap_push(w->heap, &size, (entry){time_key(w->ready[u]), g->order[u], u});
         }
     }
     return done == members ? members : FF_CYCLE;
@@ -277,12 +307,15 @@ int64_t ff_simulate(const ff_graph *g, const ff_change *c, ff_times *s) {
     double t0 = c->t0;
     for (int32_t i = 0; i < c->num_removed; i++)
         if (s->start[c->removed[i]] < t0) t0 = s->start[c->removed[i]];
+    s->log_size = 0;
     for (int32_t i = 0; i < c->num_removed; i++) {
         int32_t t = c->removed[i]; /* free ids and new tasks hold no time */
+        log_times(s, t);
         s->ready[t] = s->start[t] = s->end[t] = 0.0;
     }
     for (int32_t i = 0; i < c->num_added; i++) {
         int32_t t = c->added[i];
+        log_times(s, t);
         s->ready[t] = s->start[t] = s->end[t] = 0.0;
     }
     scratch w = {0};

@@ -40,6 +40,16 @@ typedef struct {
     double *start;
     double *end;
     double iteration_s;            /* out: the latest end */
+    /* Where a delta logs the times it overwrites, before it writes them, so that ff_restore
+     * can take the change back (NULL: no log, as for a full simulation). Room for the
+     * change's removed and added tasks plus every task id. A task's times are written only
+     * when the loop simulates it, so a change stopped at its cutoff logs a few entries, not
+     * the whole schedule a copy would take. */
+    int32_t *log_task;
+    double *log_ready;
+    double *log_start;
+    double *log_end;
+    int64_t log_size;              /* out: entries logged */
 } ff_times;
 
 /* Results of ff_simulate below zero. FF_ABOVE_CUTOFF is no error: a lower bound of the
@@ -51,6 +61,9 @@ enum { FF_CYCLE = -1, FF_NO_MEMORY = -2, FF_NOT_CLOSED = -3, FF_ABOVE_CUTOFF = -
 
 /* Simulates again every task the change can affect; returns how many, or an FF_ result. */
 int64_t ff_simulate(const ff_graph *graph, const ff_change *change, ff_times *times);
+
+/* Undo a delta: the logged times written back, the last entry first. */
+void ff_restore(ff_times *times);
 
 /* flags[ids[i]] = value for every i < n: a delta's removed or added tasks marked (not) live. */
 void ff_set_flags(int8_t *flags, const int32_t *ids, int64_t n, int8_t value);

@@ -60,6 +60,39 @@ class Times(Protocol):
     iteration_s: float
 
 
+class TimesLog:
+    """Where a delta logs the times it overwrites (`ff_times`' log), for `restore`: arrays
+    kept from change to change, grown to the room a change may need."""
+
+    def __init__(self) -> None:
+        self.task, self.ready, self.start, self.end = array("i"), array("d"), array("d"), array("d")
+        self.size = 0  # entries the last simulation logged
+
+    def reserve(self, entries: int) -> None:
+        for values in (self.task, self.ready, self.start, self.end):
+            if len(values) < entries:
+                values.frombytes(bytes(values.itemsize * (entries - len(values))))
+
+    def views(self) -> dict:
+        return {
+            "log_task": ffi.from_buffer("int32_t[]", self.task),
+            "log_ready": ffi.from_buffer("double[]", self.ready),
+            "log_start": ffi.from_buffer("double[]", self.start),
+            "log_end": ffi.from_buffer("double[]", self.end),
+        }
+
+
+def restore(times: Times, log: TimesLog) -> None:
+    """Write back every time the last logged simulation overwrote (native ff_restore)."""
+    views = {name: ffi.from_buffer("double[]", getattr(times, name)) for name in _TIME_NAMES}
+    c_times = ffi.new("ff_times *", {**views, **log.views(), "log_size": log.size})
+    lib.ff_restore(c_times)
+    log.size = 0
+
+
+_TIME_NAMES = ("ready", "start", "end")
+
+
 _ERRORS = {
     lib.FF_CYCLE: "some tasks never became ready: the task graph has a cycle",
     lib.FF_NOT_CLOSED: "a re-simulated task has a successor that is not re-simulated",
@@ -72,6 +105,7 @@ def simulate(
     t0: float,
     change: GraphChange | None = None,
     cutoff: float = math.inf,
+    log: TimesLog | None = None,
 ) -> int:
     """Simulate again every task starting at or after `t0` or affected by `change`.
 
@@ -80,7 +114,9 @@ def simulate(
     have an entry for every task id. Returns how many tasks were simulated; or, once a lower
     bound of the iteration's end passes `cutoff` (a device's or link's end plus the work still
     queued for it), stops there and returns 0 with `times.iteration_s` = inf, the times left
-    half updated for the caller to restore: a search that only needs to know a strategy is
+    half updated for the caller to restore (`restore`, with the `log` every overwritten time
+    went to, which must have room for the change's removed and added tasks and every task
+    id): a search that only needs to know a strategy is
     slower than `cutoff` does not simulate the rest. The bounds are floating-point sums, so a
     cost within rounding of `cutoff` (a relative 1e-12 or so) may be cut too: callers leave a
     wider margin.
@@ -115,10 +151,13 @@ def simulate(
         delta.removed, delta.num_removed = removed, len(change.removed)
         delta.added, delta.num_added = added, len(change.added)
         delta.touched, delta.num_touched = touched, len(change.touched)
-    out = {"ready": times.ready, "start": times.start, "end": times.end}
-    out_views = {name: buf("double[]", values) for name, values in out.items()}
+    out_views = {name: buf("double[]", getattr(times, name)) for name in _TIME_NAMES}
+    if log is not None:
+        out_views.update(log.views())
     result_times = ffi.new("ff_times *", out_views)
     result = lib.ff_simulate(graph, delta, result_times)
+    if log is not None:
+        log.size = result_times.log_size
     if result == lib.FF_ABOVE_CUTOFF:
         times.iteration_s = math.inf
         return 0

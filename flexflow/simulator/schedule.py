@@ -23,7 +23,7 @@ import math
 from array import array
 from collections.abc import Sequence
 
-from flexflow.simulator.native import simulate
+from flexflow.simulator.native import TimesLog, restore, simulate
 from flexflow.simulator.taskgraph import TaskGraph
 from flexflow.strategy import ParallelConfig
 
@@ -71,7 +71,8 @@ class DeltaSimulator:
         self.tg = tg
         self.schedule = full_simulate(tg)
         self.replayed = 0  # tasks re-simulated by the last change, for benchmarks
-        self._before: tuple | None = None  # the times before the last change (`undo`)
+        self._before: float | None = None  # the iteration time before the last change
+        self._log = TimesLog()  # the times the last change overwrote (`undo`)
 
     @property
     def iteration_s(self) -> float:
@@ -89,20 +90,17 @@ class DeltaSimulator:
         if self.iteration_s == math.inf and self._before is not None:
             raise AssertionError("a change stopped at its cutoff must be undone first")
         s = self.schedule
-        # what `undo` restores: copying the times is cheaper than simulating the way back
-        self._before = (
-            array("d", s.ready),
-            array("d", s.start),
-            array("d", s.end),
-            s.iteration_s,
-        )
+        self._before = s.iteration_s
         change = self.tg.set_configs(changes)
         s.grow()
-        self.replayed = simulate(self.tg, s, math.inf, change, cutoff)
+        # what `undo` restores: the C loop logs each time before it overwrites it (a change
+        # stopped early by its cutoff logs a few, where a copy would take every task's)
+        self._log.reserve(len(change.removed) + len(change.added) + self.tg.size)
+        self.replayed = simulate(self.tg, s, math.inf, change, cutoff, self._log)
 
     def undo(self) -> None:
         """Take back the last `change`: the task graph and the schedule are as before it."""
         self.tg.undo()
-        s = self.schedule
-        s.ready, s.start, s.end, s.iteration_s = self._before
+        restore(self.schedule, self._log)
+        self.schedule.iteration_s = self._before
         self._before = None

@@ -249,3 +249,25 @@ def test_a_change_cut_off_must_be_undone_before_the_next():
     delta.undo()
     delta.change(op, one_device)
     assert delta.iteration_s < math.inf
+
+
+def test_a_change_stopped_at_once_logs_only_its_removed_and_added_tasks():
+    """The C loop writes a task's times only when it simulates it (after logging the old
+    ones), so a change cut off before its first task logs just the tasks it removed and
+    added, and its undo restores every time from that log."""
+    from flexflow.zoo import load_model
+
+    graph, m = load_model("alexnet").graph(), parse_machine("p100:1")
+    context = SimContext(graph, m)
+    delta = DeltaSimulator(TaskGraph(context, named_strategy("dp", graph, m)))
+    before = timeline(delta.tg, delta.schedule)
+    op = 3
+    config = enumerate_configs(graph.ops[op].sig, m)[0]
+    delta.change(op, config, cutoff=1e-12)
+    assert delta.iteration_s == math.inf
+    change_sizes = len(delta.tg._undo.removed) + len(delta.tg._undo.added)
+    assert 0 < delta._log.size == change_sizes < len(before)
+    delta.undo()
+    assert timeline(delta.tg, delta.schedule) == before
+    delta.change(op, config)  # not cut: every task it simulates is logged once more
+    assert delta._log.size == change_sizes + delta.replayed
