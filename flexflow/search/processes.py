@@ -7,11 +7,13 @@ only in a process that runs no Legate runtime (the `flexflow` command, not a tra
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from flexflow.search.mcmc import ChainResult, ChainStatus
 from flexflow.strategy import Strategy
@@ -24,25 +26,66 @@ WORKER_MEMORY_BYTES = 4 << 30
 about the search process's own size (3.6 GiB at the peak for Inception-v3 on 64 K80s)."""
 
 
-def usable_cores() -> int:
-    """The cores this process may run on."""
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+"""Where a container's limits are read (cgroup v2 files at the root, v1 in controller folders):
+a Docker container's `--cpus` and `--memory` do not show in the affinity mask or meminfo."""
+
+_UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a huge number
+
+
+def usable_cores(cgroup: Path = CGROUP_ROOT) -> int:
+    """The cores this process may run on: its affinity mask, less where a cgroup CPU quota
+    (a container's `--cpus`) allows fewer."""
     if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
+    quota = _read_numbers(cgroup / "cpu.max")  # v2: "<quota> <period>" or "max <period>"
+    if quota is None:
+        v1 = (
+            _read_numbers(cgroup / "cpu" / name)
+            for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+        )
+        quota = tuple(n[0] for n in v1 if n) or None
+    if quota is not None and len(quota) == 2 and quota[0] > 0 and quota[1] > 0:
+        cores = min(cores, max(1, math.ceil(quota[0] / quota[1])))
+    return cores
 
 
-def available_memory_bytes() -> int | None:
-    """Memory the kernel says new work can use without swapping (None: not known here)."""
+def available_memory_bytes(
+    meminfo: Path = Path("/proc/meminfo"), cgroup: Path = CGROUP_ROOT
+) -> int | None:
+    """Memory new work can use without swapping: the kernel's estimate, less where a cgroup
+    limit (a container's `--memory`) leaves less headroom; None where neither is known."""
+    available = None
     try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
+        with open(meminfo) as lines:
+            for line in lines:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
+                    available = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
         pass
+    for limit_file, usage_file in (
+        (cgroup / "memory.max", cgroup / "memory.current"),
+        (cgroup / "memory" / "memory.limit_in_bytes", cgroup / "memory" / "memory.usage_in_bytes"),
+    ):
+        limit, usage = _read_numbers(limit_file), _read_numbers(usage_file)
+        if limit and usage and 0 < limit[0] < _UNLIMITED:
+            headroom = max(0, limit[0] - usage[0])
+            available = headroom if available is None else min(available, headroom)
+            break
+    return available
+
+
+def _read_numbers(path: Path) -> tuple[int, ...] | None:
+    """The integers of a one-line cgroup file ("max" reads as none); None if unreadable."""
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
+        words = path.read_text().split()
+    except OSError:
+        return None
+    try:
+        return tuple(int(word) for word in words if word != "max")
+    except ValueError:
         return None
 
 

@@ -183,3 +183,30 @@ def test_search_and_check_local_default_to_auto_workers(capsys):
     ):
         assert main(command) == 0
         assert json.loads(capsys.readouterr().out)["workers"] == auto_workers()
+
+
+def test_container_limits_cap_the_cores_and_memory(tmp_path):
+    """A container's `--cpus` and `--memory` (cgroup v2 and v1 files) cap what `auto` uses."""
+    from flexflow.search.processes import available_memory_bytes, usable_cores
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 33554432 kB\nMemAvailable: 16777216 kB\n")  # 16 GiB
+    v2, v1, none = tmp_path / "v2", tmp_path / "v1", tmp_path / "none"
+    for folder in (v2, v1 / "cpu", v1 / "memory", none):
+        folder.mkdir(parents=True)
+    (v2 / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs
+    (v2 / "memory.max").write_text(str(6 << 30))
+    (v2 / "memory.current").write_text(str(1 << 30))
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    (v1 / "memory" / "memory.limit_in_bytes").write_text(str(3 << 30))
+    (v1 / "memory" / "memory.usage_in_bytes").write_text(str(2 << 30))
+    cores = usable_cores(none)
+    assert usable_cores(v2) == min(cores, 2) and usable_cores(v1) == 1
+    assert available_memory_bytes(meminfo, none) == 16 << 30
+    assert available_memory_bytes(meminfo, v2) == 5 << 30
+    assert available_memory_bytes(meminfo, v1) == 1 << 30
+    (v2 / "cpu.max").write_text("max 100000\n")  # no limits: as without a cgroup
+    (v2 / "memory.max").write_text("max\n")
+    assert usable_cores(v2) == cores and available_memory_bytes(meminfo, v2) == 16 << 30
+    assert available_memory_bytes(tmp_path / "missing", none) is None
