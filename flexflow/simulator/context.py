@@ -154,6 +154,8 @@ class SimContext:
         """Per op and input, the kind of that edge: the consumer's kind, the input and the
         producer's kind (which dimensions its tiles split): what its overlaps depend on."""
         self._kind_sync_parts: dict[tuple[int, ParallelConfig], tuple[SyncTemplate, ...]] = {}
+        self._orders: dict[tuple[int, int], array] = {}
+        self._weight_groups: dict[tuple, tuple[tuple[Region, tuple[int, ...]], ...]] = {}
         self._regions: dict[tuple[int, tuple[int, ...]], tuple[Region, ...]] = {}
         self._times: dict[tuple[int, tuple[int, ...], str], TaskTime] = {}
         self._weights: dict[tuple[int, tuple[int, ...]], tuple[tuple[Region, ...], ...]] = {}
@@ -221,14 +223,26 @@ class SimContext:
         key = (self.kinds[op], w, config)
         found = self._sync_groups.get(key)
         if found is None:
-            groups: dict[Region, tuple[list[int], list[int]]] = {}
-            for k, regions in enumerate(self.weight_regions(op, config.degrees)):
-                devices, tasks = groups.setdefault(regions[w], ([], []))
-                if config.devices[k] not in devices:
-                    devices.append(config.devices[k])
-                tasks.append(k)
-            found = tuple((r, tuple(d), tuple(t)) for r, (d, t) in groups.items())
+            on = config.devices
+            found = tuple(
+                (region, tuple(dict.fromkeys(on[k] for k in tasks)), tasks)
+                for region, tasks in self._tasks_by_weight_region(op, w, config.degrees)
+            )
             self._sync_groups[key] = found
+        return found
+
+    def _tasks_by_weight_region(
+        self, op: int, w: int, degrees: tuple[int, ...]
+    ) -> tuple[tuple[Region, tuple[int, ...]], ...]:
+        """The tasks of `op` under `degrees` grouped by the region of its weight `w` they
+        read, in task order: the same for every placement of those degrees."""
+        key = (self.kinds[op], w, degrees)
+        found = self._weight_groups.get(key)
+        if found is None:
+            groups: dict[Region, list[int]] = {}
+            for k, regions in enumerate(self.weight_regions(op, degrees)):
+                groups.setdefault(regions[w], []).append(k)
+            found = self._weight_groups[key] = tuple((r, tuple(t)) for r, t in groups.items())
         return found
 
     def op_sync_parts(self, op: int, config: ParallelConfig) -> dict[int, SyncTemplate]:
@@ -343,24 +357,42 @@ class SimContext:
 
     def _make_op_tasks(self, op: int, config: ParallelConfig, fused: bool) -> OpTasks:
         node = self.graph.ops[op]
-        if len(config.devices) >= FIELD_LIMIT:  # task, ring and group indices fit a key
-            raise AssertionError(f"{node.name}: {len(config.devices)} tasks; keys hold fewer")
+        n = len(config.devices)
+        if n >= FIELD_LIMIT:  # task, ring and group indices fit a key
+            raise AssertionError(f"{node.name}: {n} tasks; keys hold fewer")
         stats_s = self.statistics_s(op, config)
-        fwd_key = FWD_KEY << KIND_SHIFT | op << A_SHIFT | DEVICE_TASK
-        bwd_key = BWD_KEY << KIND_SHIFT | op << A_SHIFT | DEVICE_TASK
-        devices, exe, order = array("i"), array("d"), array("Q")
-        for k, device in enumerate(config.devices):
+        # a task's time depends on its device's model and kind only: once per kind of device
+        times: dict[tuple[str, str], tuple[float, float]] = {}
+        exe: list[float] = []
+        for device in config.devices:
             on = self.machine.devices[device]
-            time = self.task_time(op, config.degrees, on)
-            if fused or self.serial_launches:
-                launch = DEVICE_CONSTANTS[on.kind].launch_overhead_s
-                time = TaskTime(
-                    max(0.0, time.forward_s - launch), max(0.0, time.backward_s - launch)
+            pair = times.get((on.model, on.kind))
+            if pair is None:
+                time = self.task_time(op, config.degrees, on)
+                if fused or self.serial_launches:
+                    launch = DEVICE_CONSTANTS[on.kind].launch_overhead_s
+                    time = TaskTime(
+                        max(0.0, time.forward_s - launch), max(0.0, time.backward_s - launch)
+                    )
+                pair = times[(on.model, on.kind)] = (
+                    time.forward_s + stats_s,
+                    time.backward_s + stats_s,
                 )
-            devices += array("i", (device, device))
-            exe += array("d", (time.forward_s + stats_s, time.backward_s + stats_s))
-            order += array("Q", (fwd_key | k << B_SHIFT, bwd_key | k << B_SHIFT))
-        return OpTasks(devices, exe, order)
+            exe += pair
+        devices = array("i", [device for device in config.devices for _ in (0, 1)])
+        return OpTasks(devices, array("d", exe), self._op_order(op, n))
+
+    def _op_order(self, op: int, n: int) -> array:
+        """The keys of `op`'s forward and backward task k (interleaved) for k < n: the same
+        for every configuration of n tasks (the arrays are only read)."""
+        found = self._orders.get((op, n))
+        if found is None:
+            fwd_key = FWD_KEY << KIND_SHIFT | op << A_SHIFT | DEVICE_TASK
+            bwd_key = BWD_KEY << KIND_SHIFT | op << A_SHIFT | DEVICE_TASK
+            found = self._orders[(op, n)] = array(
+                "Q", [key | k << B_SHIFT for k in range(n) for key in (fwd_key, bwd_key)]
+            )
+        return found
 
     def statistics_s(self, op: int, config: ParallelConfig) -> float:
         """Time of the statistics all-reduce a task of `op` waits for (0 for most ops): its
