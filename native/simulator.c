@@ -152,9 +152,10 @@ static void build_successors(const ff_graph *g, scratch *w) {
 }
 
 /* A lower bound of each new task's ready time: old predecessors' ends, new ones' bounds plus
- * their exe_time (new tasks in topological order). Returns FF_CYCLE if they never all settle. */
+ * their exe_time (new tasks in topological order). Returns FF_CYCLE if they never all settle.
+ * Only the rebuilt blocks' edges can lead into a new task: those from first_new_edge on. */
 static int bound_fresh(const ff_graph *g, const ff_change *c, const double *end, scratch *w) {
-    for (int32_t e = 0; e < g->num_edges; e++) {
+    for (int32_t e = c->first_new_edge; e < g->num_edges; e++) {
         int32_t p = g->edge_src[e], t = g->edge_dst[e];
         if (p < 0 || !(w->flags[t] & FRESH)) continue;
         if (w->flags[p] & FRESH)

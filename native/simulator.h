@@ -31,6 +31,7 @@ typedef struct {
     int32_t num_added;
     const int32_t *touched;        /* ids that lost a predecessor (free, new ids are skipped) */
     int32_t num_touched;
+    int32_t first_new_edge;        /* every edge into an added task is at or after it (0: any) */
     double cutoff;                 /* stop once the iteration surely ends after it (+inf: never) */
 } ff_change;
 

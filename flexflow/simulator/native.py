@@ -151,6 +151,7 @@ def simulate(
         delta.removed, delta.num_removed = removed, len(change.removed)
         delta.added, delta.num_added = added, len(change.added)
         delta.touched, delta.num_touched = touched, len(change.touched)
+        delta.first_new_edge = change.first_new_edge
     out_views = {name: buf("double[]", getattr(times, name)) for name in _TIME_NAMES}
     if log is not None:
         out_views.update(log.views())

@@ -97,6 +97,9 @@ class GraphChange:
     removed: array  # ids of removed tasks (new tasks may reuse some)
     added: array  # ids of new tasks
     touched: array  # the targets of removed edges: tasks that lost a predecessor (some now free)
+    first_new_edge: int = 0
+    """Where the rebuilt blocks' edges start: every edge into a new task is at or after it
+    (an edge lives in the block of the op whose change rebuilds it)."""
 
 
 @dataclass(slots=True)
@@ -339,6 +342,7 @@ class TaskGraph:
             edge_src[lo:hi] = _NO_EDGE * (hi - lo)
             self._removed_edges += hi - lo
         set_flags(live, removed, 0)
+        first_new_edge = len(self.edge_src)
         self._build(blocks)
         added = array("i")
         for block in blocks:
@@ -346,7 +350,7 @@ class TaskGraph:
         undo.removed, undo.added = removed, added
         self.runtime_s = self.context.runtime_s(self.configs)
         self._undo = undo
-        return GraphChange(removed, added, touched)
+        return GraphChange(removed, added, touched, first_new_edge)
 
     def undo(self) -> None:
         """Take back the last `set_config` (the graph is then as before it, task ids too)."""
