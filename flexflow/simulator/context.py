@@ -6,8 +6,9 @@ regions and the task times depend only on degrees (not on devices), so they are 
 per (op kind, degrees) here. An op kind (`op_kinds`) is every op that is the same operator on
 the same shapes: the unrolled steps of an LSTM layer, the repeated blocks of a ResNet stage
 (NMT's 167 ops are 47 kinds, ResNet-101's 279 are 48), so a layer move or a chain reaching a
-repeated block's configuration computes its geometry once, not once per op. Equal tiles have equal shapes, so one task time serves all tasks of an
-op configuration on one kind of device (the paper's cache, §5.1). The overlaps are computed in
+repeated block's configuration computes its geometry once, not once per op. Equal tiles have
+equal shapes, so one task time serves all tasks of an op configuration on one kind of device
+(the paper's cache, §5.1). The overlaps are computed in
 C (native/overlaps.c), and the sets of devices and links tasks hold are numbered here once
 (`ResourceSets`) for the C event loop. What the C block builders take of an op under one
 configuration is also made once: its compute tasks (`op_tasks`) and its tasks' reads of each

@@ -60,6 +60,9 @@ class Times(Protocol):
     iteration_s: float
 
 
+_TIME_NAMES = ("ready", "start", "end")
+
+
 class TimesLog:
     """Where a delta logs the times it overwrites (`ff_times`' log), for `restore`: arrays
     kept from change to change, grown to the room a change may need."""
@@ -88,9 +91,6 @@ def restore(times: Times, log: TimesLog) -> None:
     c_times = ffi.new("ff_times *", {**views, **log.views(), "log_size": log.size})
     lib.ff_restore(c_times)
     log.size = 0
-
-
-_TIME_NAMES = ("ready", "start", "end")
 
 
 _ERRORS = {
