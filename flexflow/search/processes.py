@@ -41,13 +41,11 @@ def usable_cores(cgroup: Path = CGROUP_ROOT) -> int:
     else:
         cores = os.cpu_count() or 1
     quota = _read_numbers(cgroup / "cpu.max")  # v2: "<quota> <period>" or "max <period>"
-    if quota is None:
-        v1 = (
-            _read_numbers(cgroup / "cpu" / name)
-            for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us")
-        )
-        quota = tuple(n[0] for n in v1 if n) or None
-    if quota is not None and len(quota) == 2 and quota[0] > 0 and quota[1] > 0:
+    if quota is None:  # v1: quota and period in two files, quota -1 for none
+        v1_quota = _read_numbers(cgroup / "cpu" / "cpu.cfs_quota_us")
+        period = _read_numbers(cgroup / "cpu" / "cpu.cfs_period_us")
+        quota = (v1_quota or ()) + (period or ())
+    if len(quota) == 2 and quota[0] > 0 and quota[1] > 0:
         cores = min(cores, max(1, math.ceil(quota[0] / quota[1])))
     return cores
 

@@ -168,9 +168,6 @@ class SimContext:
         self.sync_table = SyncTable()
         """Every template `op_sync_parts` made, as the C sync builder reads them."""
         self._routes_view: Routes | None = None
-        self._sync_groups: dict[
-            tuple, tuple[tuple[Region, tuple[int, ...], tuple[int, ...]], ...]
-        ] = {}
         self._inputs: dict[tuple[int, tuple[int, ...]], tuple[tuple[Region, ...], ...]] = {}
         self._needs: dict[tuple[int, int, tuple[int, ...]], array] = {}
         self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
@@ -219,18 +216,14 @@ class SimContext:
     ) -> tuple[tuple[Region, tuple[int, ...], tuple[int, ...]], ...]:
         """The tasks of `op` under `config` that read parameter `pid`, grouped by the weight
         region they read: (region, devices, task indices), in task order; what a task graph
-        gathers over the parameter's users to build its synchronization."""
+        gathers over the parameter's users to build its synchronization. Not memoized: the
+        sync templates made from it are (`op_sync_parts`)."""
         w = self.graph.ops[op].weights.index(pid)
-        key = (self.kinds[op], w, config)
-        found = self._sync_groups.get(key)
-        if found is None:
-            on = config.devices
-            found = tuple(
-                (region, tuple(dict.fromkeys(on[k] for k in tasks)), tasks)
-                for region, tasks in self._tasks_by_weight_region(op, w, config.degrees)
-            )
-            self._sync_groups[key] = found
-        return found
+        on = config.devices
+        return tuple(
+            (region, tuple(dict.fromkeys(on[k] for k in tasks)), tasks)
+            for region, tasks in self._tasks_by_weight_region(op, w, config.degrees)
+        )
 
     def _tasks_by_weight_region(
         self, op: int, w: int, degrees: tuple[int, ...]
