@@ -75,48 +75,166 @@ static entry heap_pop(entry *heap, int32_t *size) {
     return top;
 }
 
-/* Scratch memory of one call. */
-typedef struct {
-    int32_t *succ_offsets; /* successors of t: succ[succ_offsets[t] .. succ_offsets[t + 1]) */
-    int32_t *succ;
+/* The edge index and the scratch of the simulations (see simulator.h). Between calls every
+ * task's flags, remaining and bound are 0: a call resets those it set (`dirty`, `members`). */
+struct ff_index {
+    int32_t task_capacity;
+    int32_t edge_capacity;
+    int32_t num_edges;     /* edges indexed */
+    int32_t *src;          /* per indexed edge: its source and target when indexed */
+    int32_t *dst;
+    int8_t *linked;        /* 1 while the edge is in the lists below (not removed) */
+    int32_t *succ_next;    /* the lists of edges by source: next and previous (-1: none) */
+    int32_t *succ_prev;
+    int32_t *pred_next;    /* the lists of edges by target */
+    int32_t *pred_prev;
+    int32_t *succ_head;    /* per task id: the first of its outgoing edges (-1: none) */
+    int32_t *pred_head;    /* the first of its incoming edges */
     uint8_t *flags;        /* FRESH, NEIGHBOUR, MEMBER */
     int32_t *remaining;    /* predecessors not yet ended, among the tasks being processed */
     double *bound;         /* new tasks: lower bound of the ready time; neighbours: ready time */
     double *ready;         /* members: the ready time so far (the schedule's is written only
                             * when the task is simulated, after its old times are logged) */
     int32_t *list;         /* a work list of task ids */
+    int32_t *members;      /* the members, in id order */
+    int32_t *dirty;        /* the tasks whose flags this call set */
+    int32_t num_dirty;
     entry *heap;
+    int32_t resource_capacity;
     double *free_at;       /* per device and link: when it is next free */
     double *load;          /* per device and link: exe_time of its members not yet simulated */
-} scratch;
+};
 
-static void release(scratch *w) {
-    free(w->succ_offsets);
-    free(w->succ);
-    free(w->flags);
-    free(w->remaining);
-    free(w->bound);
-    free(w->ready);
-    free(w->list);
-    free(w->heap);
-    free(w->free_at);
-    free(w->load);
+ff_index *ff_index_new(void) { return calloc(1, sizeof(ff_index)); }
+
+void ff_index_free(ff_index *x) {
+    if (x == NULL) return;
+    free(x->src);
+    free(x->dst);
+    free(x->linked);
+    free(x->succ_next);
+    free(x->succ_prev);
+    free(x->pred_next);
+    free(x->pred_prev);
+    free(x->succ_head);
+    free(x->pred_head);
+    free(x->flags);
+    free(x->remaining);
+    free(x->bound);
+    free(x->ready);
+    free(x->list);
+    free(x->members);
+    free(x->dirty);
+    free(x->heap);
+    free(x->free_at);
+    free(x->load);
+    free(x);
 }
 
-static int allocate(scratch *w, const ff_graph *g) {
-    size_t n = (size_t)g->num_tasks + 1, e = (size_t)g->num_edges + 1;
-    w->succ_offsets = calloc(n + 1, sizeof(int32_t));
-    w->succ = malloc(e * sizeof(int32_t));
-    w->flags = calloc(n, sizeof(uint8_t));
-    w->remaining = calloc(n, sizeof(int32_t));
-    w->bound = calloc(n, sizeof(double));
-    w->ready = malloc(n * sizeof(double));
-    w->list = malloc(n * sizeof(int32_t));
-    w->heap = malloc(n * sizeof(entry));
-    w->free_at = calloc((size_t)g->num_resources + 1, sizeof(double));
-    w->load = calloc((size_t)g->num_resources + 1, sizeof(double));
-    return w->succ_offsets && w->succ && w->flags && w->remaining && w->bound && w->ready &&
-           w->list && w->heap && w->free_at && w->load;
+/* Resizes *p to n items of `size` bytes, the items from `old` on filled with `fill` bytes. */
+static int resize(void *p, size_t old, size_t n, size_t size, int fill) {
+    void *grown = realloc(*(void **)p, n * size);
+    if (grown == NULL) return 0;
+    memset((char *)grown + old * size, fill, (n - old) * size);
+    *(void **)p = grown;
+    return 1;
+}
+
+/* Room for task ids below n: heads -1, flags, remaining and bound 0. */
+static int reserve_tasks(ff_index *x, int32_t n) {
+    if (n <= x->task_capacity) return 1;
+    size_t old = (size_t)x->task_capacity, want = (size_t)n + (size_t)n / 2 + 16;
+    int ok = resize(&x->succ_head, old, want, sizeof(int32_t), 0xff) &&
+             resize(&x->pred_head, old, want, sizeof(int32_t), 0xff) &&
+             resize(&x->flags, old, want, sizeof(uint8_t), 0) &&
+             resize(&x->remaining, old, want, sizeof(int32_t), 0) &&
+             resize(&x->bound, old, want, sizeof(double), 0) &&
+             resize(&x->ready, old, want, sizeof(double), 0) &&
+             resize(&x->list, old, want, sizeof(int32_t), 0) &&
+             resize(&x->members, old, want, sizeof(int32_t), 0) &&
+             resize(&x->dirty, old, want, sizeof(int32_t), 0) &&
+             resize(&x->heap, old, want, sizeof(entry), 0);
+    if (ok) x->task_capacity = (int32_t)want;
+    return ok;
+}
+
+static int reserve_edges(ff_index *x, int32_t n) {
+    if (n <= x->edge_capacity) return 1;
+    size_t old = (size_t)x->edge_capacity, want = (size_t)n + (size_t)n / 2 + 16;
+    int ok = resize(&x->src, old, want, sizeof(int32_t), 0) &&
+             resize(&x->dst, old, want, sizeof(int32_t), 0) &&
+             resize(&x->linked, old, want, sizeof(int8_t), 0) &&
+             resize(&x->succ_next, old, want, sizeof(int32_t), 0) &&
+             resize(&x->succ_prev, old, want, sizeof(int32_t), 0) &&
+             resize(&x->pred_next, old, want, sizeof(int32_t), 0) &&
+             resize(&x->pred_prev, old, want, sizeof(int32_t), 0);
+    if (ok) x->edge_capacity = (int32_t)want;
+    return ok;
+}
+
+static int reserve_resources(ff_index *x, int32_t n) {
+    if (n <= x->resource_capacity) return 1;
+    size_t old = (size_t)x->resource_capacity;
+    int ok = resize(&x->free_at, old, (size_t)n, sizeof(double), 0) &&
+             resize(&x->load, old, (size_t)n, sizeof(double), 0);
+    if (ok) x->resource_capacity = n;
+    return ok;
+}
+
+/* Puts edge e at the front of its source's and its target's lists. */
+static void link(ff_index *x, int32_t e) {
+    int32_t p = x->src[e], t = x->dst[e];
+    x->succ_prev[e] = -1;
+    x->succ_next[e] = x->succ_head[p];
+    if (x->succ_head[p] >= 0) x->succ_prev[x->succ_head[p]] = e;
+    x->succ_head[p] = e;
+    x->pred_prev[e] = -1;
+    x->pred_next[e] = x->pred_head[t];
+    if (x->pred_head[t] >= 0) x->pred_prev[x->pred_head[t]] = e;
+    x->pred_head[t] = e;
+    x->linked[e] = 1;
+}
+
+static void unlink(ff_index *x, int32_t e) {
+    int32_t next = x->succ_next[e], prev = x->succ_prev[e];
+    if (prev >= 0) x->succ_next[prev] = next; else x->succ_head[x->src[e]] = next;
+    if (next >= 0) x->succ_prev[next] = prev;
+    next = x->pred_next[e], prev = x->pred_prev[e];
+    if (prev >= 0) x->pred_next[prev] = next; else x->pred_head[x->dst[e]] = next;
+    if (next >= 0) x->pred_prev[next] = prev;
+    x->linked[e] = 0;
+}
+
+int32_t ff_index_edges(ff_index *x, const int32_t *edge_src, const int32_t *edge_dst,
+                       int32_t num_edges, int32_t num_tasks) {
+    if (!reserve_tasks(x, num_tasks) || !reserve_edges(x, num_edges)) return FF_NO_MEMORY;
+    for (int32_t e = x->num_edges; e < num_edges; e++) {
+        x->src[e] = edge_src[e];
+        x->dst[e] = edge_dst[e];
+        x->linked[e] = 0;
+        if (edge_src[e] >= 0) link(x, e); /* one removed before it was indexed stays out */
+    }
+    if (num_edges > x->num_edges) x->num_edges = num_edges;
+    return 0;
+}
+
+void ff_index_truncate(ff_index *x, int32_t num_edges) {
+    if (num_edges < 0) num_edges = 0;
+    for (int32_t e = x->num_edges - 1; e >= num_edges; e--)
+        if (x->linked[e]) unlink(x, e);
+    if (num_edges < x->num_edges) x->num_edges = num_edges;
+}
+
+void ff_index_remove(ff_index *x, const int32_t *ranges, int32_t num_ranges) {
+    for (int32_t i = 0; i < num_ranges; i++)
+        for (int32_t e = ranges[2 * i]; e < ranges[2 * i + 1]; e++)
+            if (x->linked[e]) unlink(x, e);
+}
+
+void ff_index_restore(ff_index *x, const int32_t *ranges, int32_t num_ranges) {
+    for (int32_t i = 0; i < num_ranges; i++)
+        for (int32_t e = ranges[2 * i]; e < ranges[2 * i + 1]; e++)
+            if (!x->linked[e] && x->src[e] >= 0) link(x, e);
 }
 
 /* Logs task t's times before they are overwritten (ff_restore writes them back). */
@@ -139,104 +257,99 @@ void ff_restore(ff_times *s) {
     s->log_size = 0;
 }
 
-/* Successor lists of the edges not removed (kept in edge order; the order does not matter). */
-static void build_successors(const ff_graph *g, scratch *w) {
-    int32_t *offsets = w->succ_offsets;
-    for (int32_t e = 0; e < g->num_edges; e++)
-        if (g->edge_src[e] >= 0) offsets[g->edge_src[e] + 1]++;
-    for (int32_t t = 0; t < g->num_tasks; t++) offsets[t + 1] += offsets[t];
-    int32_t *fill = w->list; /* next free slot of each task, borrowed from the work list */
-    memcpy(fill, offsets, (size_t)g->num_tasks * sizeof(int32_t));
-    for (int32_t e = 0; e < g->num_edges; e++)
-        if (g->edge_src[e] >= 0) w->succ[fill[g->edge_src[e]]++] = g->edge_dst[e];
+/* Sets flags on task t, noting it for the reset at the end of the call (members are reset
+ * from their own list). */
+static void mark(ff_index *x, int32_t t, uint8_t flag) {
+    if (x->flags[t] == 0) x->dirty[x->num_dirty++] = t;
+    x->flags[t] |= flag;
 }
 
 /* A lower bound of each new task's ready time: old predecessors' ends, new ones' bounds plus
  * their exe_time (new tasks in topological order). Returns FF_CYCLE if they never all settle.
  * Only the rebuilt blocks' edges can lead into a new task: those from first_new_edge on. */
-static int bound_fresh(const ff_graph *g, const ff_change *c, const double *end, scratch *w) {
+static int bound_fresh(const ff_graph *g, const ff_change *c, const double *end, ff_index *x) {
     for (int32_t e = c->first_new_edge; e < g->num_edges; e++) {
         int32_t p = g->edge_src[e], t = g->edge_dst[e];
-        if (p < 0 || !(w->flags[t] & FRESH)) continue;
-        if (w->flags[p] & FRESH)
-            w->remaining[t]++;
-        else if (end[p] > w->bound[t])
-            w->bound[t] = end[p];
+        if (p < 0 || !(x->flags[t] & FRESH)) continue;
+        if (x->flags[p] & FRESH)
+            x->remaining[t]++;
+        else if (end[p] > x->bound[t])
+            x->bound[t] = end[p];
     }
     int32_t head = 0, tail = 0;
     for (int32_t i = 0; i < c->num_added; i++)
-        if (w->remaining[c->added[i]] == 0) w->list[tail++] = c->added[i];
+        if (x->remaining[c->added[i]] == 0) x->list[tail++] = c->added[i];
     while (head < tail) {
-        int32_t t = w->list[head++];
-        double bound = w->bound[t] + g->exe[t];
-        for (int32_t i = w->succ_offsets[t]; i < w->succ_offsets[t + 1]; i++) {
-            int32_t u = w->succ[i];
-            if (!(w->flags[u] & FRESH)) continue;
-            if (bound > w->bound[u]) w->bound[u] = bound;
-            if (--w->remaining[u] == 0) w->list[tail++] = u;
+        int32_t t = x->list[head++];
+        double bound = x->bound[t] + g->exe[t];
+        for (int32_t e = x->succ_head[t]; e >= 0; e = x->succ_next[e]) {
+            int32_t u = x->dst[e];
+            if (!(x->flags[u] & FRESH)) continue;
+            if (bound > x->bound[u]) x->bound[u] = bound;
+            if (--x->remaining[u] == 0) x->list[tail++] = u;
         }
     }
+    for (int32_t i = 0; i < c->num_added; i++) x->remaining[c->added[i]] = 0;
     return tail == c->num_added ? 0 : FF_CYCLE;
 }
 
 /* Marks the old tasks whose predecessors changed and lowers t0 to their start and ready time
  * (computed with the new tasks' bounds). Returns the lowered t0. */
 static double mark_neighbours(const ff_graph *g, const ff_change *c, const ff_times *s,
-                              scratch *w, double t0) {
+                              ff_index *x, double t0) {
     int32_t count = 0;
     for (int32_t i = 0; i < c->num_touched; i++) {
         int32_t u = c->touched[i];
-        if (g->live[u] && !(w->flags[u] & (FRESH | NEIGHBOUR))) {
-            w->flags[u] |= NEIGHBOUR;
-            w->list[count++] = u;
+        if (g->live[u] && !(x->flags[u] & (FRESH | NEIGHBOUR))) {
+            mark(x, u, NEIGHBOUR);
+            x->list[count++] = u;
         }
     }
     for (int32_t i = 0; i < c->num_added; i++) {
         int32_t t = c->added[i];
-        for (int32_t k = w->succ_offsets[t]; k < w->succ_offsets[t + 1]; k++) {
-            int32_t u = w->succ[k];
-            if (!(w->flags[u] & (FRESH | NEIGHBOUR))) {
-                w->flags[u] |= NEIGHBOUR;
-                w->list[count++] = u;
-            }
+        for (int32_t e = x->succ_head[t]; e >= 0; e = x->succ_next[e]) {
+            int32_t u = x->dst[e];
+            if (x->flags[u] & (FRESH | NEIGHBOUR)) continue;
+            mark(x, u, NEIGHBOUR);
+            x->list[count++] = u;
         }
     }
-    for (int32_t e = 0; count > 0 && e < g->num_edges; e++) {
-        int32_t p = g->edge_src[e], u = g->edge_dst[e];
-        if (p < 0 || !(w->flags[u] & NEIGHBOUR)) continue;
-        double ready = (w->flags[p] & FRESH) ? w->bound[p] + g->exe[p] : s->end[p];
-        if (ready > w->bound[u]) w->bound[u] = ready;
-    }
     for (int32_t i = 0; i < count; i++) {
-        int32_t u = w->list[i];
+        int32_t u = x->list[i];
+        for (int32_t e = x->pred_head[u]; e >= 0; e = x->pred_next[e]) {
+            int32_t p = x->src[e];
+            double ready = (x->flags[p] & FRESH) ? x->bound[p] + g->exe[p] : s->end[p];
+            if (ready > x->bound[u]) x->bound[u] = ready;
+        }
         if (s->start[u] < t0) t0 = s->start[u];
-        if (w->bound[u] < t0) t0 = w->bound[u];
+        if (x->bound[u] < t0) t0 = x->bound[u];
     }
     return t0;
 }
 
-/* Marks MEMBER the live tasks starting at or after t0 or forced by the change; the others keep
- * their times, and every device and link is free from the latest end of those on it. Returns
- * the number of members; *latest is the latest end of the others. */
-static int32_t select_members(const ff_graph *g, ff_times *s, scratch *w, double t0,
+/* Marks MEMBER the live tasks starting at or after t0 or forced by the change, listing them
+ * in id order; the others keep their times, and every device and link is free from the latest
+ * end of those on it. With `cut`, also sums each device's and link's members' exe_times
+ * (x->load). Returns the number of members; *latest is the latest end of the others. */
+static int32_t select_members(const ff_graph *g, ff_times *s, ff_index *x, double t0, int cut,
                               double *latest) {
     int32_t members = 0;
     *latest = 0.0;
     for (int32_t t = 0; t < g->num_tasks; t++) {
         if (!g->live[t]) continue;
-        if (s->start[t] >= t0 || (w->flags[t] & (FRESH | NEIGHBOUR))) {
-            w->flags[t] |= MEMBER;
-            w->ready[t] = 0.0;
-            members++;
+        const int32_t *first = g->set_members + g->set_offsets[g->resource_set[t]];
+        const int32_t *last = g->set_members + g->set_offsets[g->resource_set[t] + 1];
+        if (s->start[t] >= t0 || (x->flags[t] & (FRESH | NEIGHBOUR))) {
+            x->flags[t] |= MEMBER; /* reset from x->members */
+            x->members[members++] = t;
+            if (cut)
+                for (const int32_t *r = first; r < last; r++) x->load[*r] += g->exe[t];
             continue;
         }
         const double end = s->end[t];
         if (end > *latest) *latest = end;
-        for (int32_t k = g->set_offsets[g->resource_set[t]];
-             k < g->set_offsets[g->resource_set[t] + 1]; k++) {
-            int32_t x = g->set_members[k];
-            if (end > w->free_at[x]) w->free_at[x] = end;
-        }
+        for (const int32_t *r = first; r < last; r++)
+            if (end > x->free_at[*r]) x->free_at[*r] = end;
     }
     return members;
 }
@@ -244,67 +357,66 @@ static int32_t select_members(const ff_graph *g, ff_times *s, scratch *w, double
 /* The event loop of Algorithm 1 over the MEMBER tasks; raises *latest to their latest end.
  * With a finite cutoff, stops (FF_ABOVE_CUTOFF) once the iteration surely ends after it: a
  * device or link runs its tasks one at a time and every member still to come on it starts
- * after it is free, so the iteration ends no earlier than that plus their exe_times (w->load).
- * A good strategy's neighbours that load some device or link with more work show it at that
- * resource's first task after the change, long before the end of the replay. */
-static int64_t run(const ff_graph *g, ff_times *s, scratch *w, int32_t members, double *latest,
-                   double cutoff) {
-    for (int32_t e = 0; e < g->num_edges; e++) {
-        int32_t p = g->edge_src[e], t = g->edge_dst[e];
-        if (p < 0 || !(w->flags[t] & MEMBER)) continue;
-        if (w->flags[p] & MEMBER)
-            w->remaining[t]++;
-        else if (s->end[p] > w->ready[t])
-            w->ready[t] = s->end[p];
-    }
+ * after it is free, so the iteration ends no earlier than that plus their exe_times (x->load).
+ * A good strategy's neighbours that load some device or link with more work show it before
+ * the loop starts or at that resource's first task after the change, long before the end of
+ * the replay. */
+static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, int32_t members,
+                   double *latest, double cutoff) {
     const int cut = cutoff < HUGE_VAL;
+    for (int32_t r = 0; cut && r < g->num_resources; r++)
+        if (x->free_at[r] + x->load[r] > cutoff) return FF_ABOVE_CUTOFF;
     int32_t size = 0;
-    for (int32_t t = 0; t < g->num_tasks; t++) {
-        if (!(w->flags[t] & MEMBER)) continue;
-        if (w->remaining[t] == 0)
-            heap_push(w->heap, &size, (entry){time_key(w->ready[t]), g->order[t], t});
-        if (cut)
-            for (int32_t k = g->set_offsets[g->resource_set[t]];
-                 k < g->set_offsets[g->resource_set[t] + 1]; k++)
-                w->load[g->set_members[k]] += g->exe[t];
+    for (int32_t i = 0; i < members; i++) {
+        int32_t t = x->members[i], remaining = 0;
+        double ready = 0.0; /* written without branches: whether p is a member is random */
+        for (int32_t e = x->pred_head[t]; e >= 0; e = x->pred_next[e]) {
+            int32_t p = x->src[e];
+            int member = (x->flags[p] & MEMBER) != 0;
+            double end = member ? 0.0 : s->end[p];
+            remaining += member;
+            ready = end > ready ? end : ready;
+        }
+        x->remaining[t] = remaining;
+        x->ready[t] = ready;
+        if (remaining == 0) heap_push(x->heap, &size, (entry){time_key(ready), g->order[t], t});
     }
-    for (int32_t x = 0; cut && x < g->num_resources; x++)
-        if (w->free_at[x] + w->load[x] > cutoff) return FF_ABOVE_CUTOFF;
     int32_t done = 0;
     while (size > 0) {
-        entry item = heap_pop(w->heap, &size);
+        entry item = heap_pop(x->heap, &size);
         int32_t t = item.task;
         const int32_t *first = g->set_members + g->set_offsets[g->resource_set[t]];
         const int32_t *last = g->set_members + g->set_offsets[g->resource_set[t] + 1];
-        double start = w->ready[t]; /* final: every predecessor has ended */
-        for (const int32_t *x = first; x < last; x++)
-            if (w->free_at[*x] > start) start = w->free_at[*x];
+        double start = x->ready[t]; /* final: every predecessor has ended */
+        for (const int32_t *r = first; r < last; r++)
+            if (x->free_at[*r] > start) start = x->free_at[*r];
         double end = start + g->exe[t];
         if (cut) {
-            for (const int32_t *x = first; x < last; x++) {
-                w->load[*x] -= g->exe[t];
-                if (end + w->load[*x] > cutoff) return FF_ABOVE_CUTOFF;
+            for (const int32_t *r = first; r < last; r++) {
+                x->load[*r] -= g->exe[t];
+                if (end + x->load[*r] > cutoff) return FF_ABOVE_CUTOFF;
             }
         }
-        for (const int32_t *x = first; x < last; x++) w->free_at[*x] = end;
+        for (const int32_t *r = first; r < last; r++) x->free_at[*r] = end;
         log_times(s, t);
-        s->ready[t] = w->ready[t];
+        s->ready[t] = x->ready[t];
         s->start[t] = start;
         s->end[t] = end;
         if (end > *latest) *latest = end;
         done++;
-        for (int32_t k = w->succ_offsets[t]; k < w->succ_offsets[t + 1]; k++) {
-            int32_t u = w->succ[k];
-            if (!(w->flags[u] & MEMBER)) return FF_NOT_CLOSED;
-            if (end > w->ready[u]) w->ready[u] = end;
-            if (--w->remaining[u] == 0)
-                heap_push(w->heap, &size, (entry){time_key(w->ready[u]), g->order[u], u});
+        for (int32_t e = x->succ_head[t]; e >= 0; e = x->succ_next[e]) {
+            int32_t u = x->dst[e];
+            if (!(x->flags[u] & MEMBER)) return FF_NOT_CLOSED;
+            if (end > x->ready[u]) x->ready[u] = end;
+            if (--x->remaining[u] == 0)
+                heap_push(x->heap, &size, (entry){time_key(x->ready[u]), g->order[u], u});
         }
     }
     return done == members ? members : FF_CYCLE;
 }
 
-int64_t ff_simulate(const ff_graph *g, const ff_change *c, ff_times *s) {
+/* The delta (or full simulation) proper, on an index of the graph's edges. */
+static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_index *x) {
     double t0 = c->t0;
     for (int32_t i = 0; i < c->num_removed; i++)
         if (s->start[c->removed[i]] < t0) t0 = s->start[c->removed[i]];
@@ -319,28 +431,55 @@ int64_t ff_simulate(const ff_graph *g, const ff_change *c, ff_times *s) {
         log_times(s, t);
         s->ready[t] = s->start[t] = s->end[t] = 0.0;
     }
-    scratch w = {0};
-    if (!allocate(&w, g)) {
-        release(&w);
-        return FF_NO_MEMORY;
-    }
-    build_successors(g, &w);
+    memset(x->free_at, 0, (size_t)g->num_resources * sizeof(double));
+    memset(x->load, 0, (size_t)g->num_resources * sizeof(double));
+    x->num_dirty = 0;
     int64_t result = 0;
-    for (int32_t i = 0; i < c->num_added; i++) w.flags[c->added[i]] |= FRESH;
+    int32_t members = 0;
+    for (int32_t i = 0; i < c->num_added; i++) mark(x, c->added[i], FRESH);
     if (c->num_added > 0) {
-        result = bound_fresh(g, c, s->end, &w);
+        result = bound_fresh(g, c, s->end, x);
         for (int32_t i = 0; i < c->num_added; i++)
-            if (w.bound[c->added[i]] < t0) t0 = w.bound[c->added[i]];
-        memset(w.remaining, 0, (size_t)g->num_tasks * sizeof(int32_t));
+            if (x->bound[c->added[i]] < t0) t0 = x->bound[c->added[i]];
     }
     if (result == 0) {
-        t0 = mark_neighbours(g, c, s, &w, t0);
+        t0 = mark_neighbours(g, c, s, x, t0);
         double latest; /* free ids hold no time: the latest end of live tasks is the makespan */
-        int32_t members = select_members(g, s, &w, t0, &latest);
-        result = run(g, s, &w, members, &latest, c->cutoff);
+        members = select_members(g, s, x, t0, c->cutoff < HUGE_VAL, &latest);
+        result = run(g, s, x, members, &latest, c->cutoff);
         s->iteration_s = latest;
     }
-    release(&w);
+    for (int32_t i = 0; i < members; i++) {
+        int32_t t = x->members[i];
+        x->flags[t] = 0;
+        x->remaining[t] = 0;
+    }
+    for (int32_t i = 0; i < x->num_dirty; i++) {
+        int32_t t = x->dirty[i];
+        x->flags[t] = 0;
+        x->remaining[t] = 0;
+        x->bound[t] = 0.0;
+    }
+    x->num_dirty = 0;
+    return result;
+}
+
+int64_t ff_simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_index *index) {
+    ff_index *x = index;
+    if (x == NULL) {
+        x = ff_index_new();
+        if (x == NULL ||
+            ff_index_edges(x, g->edge_src, g->edge_dst, g->num_edges, g->num_tasks) != 0) {
+            ff_index_free(x);
+            return FF_NO_MEMORY;
+        }
+    } else if (x->num_edges != g->num_edges) {
+        return FF_STALE_INDEX;
+    }
+    int64_t result = FF_NO_MEMORY;
+    if (reserve_tasks(x, g->num_tasks) && reserve_resources(x, g->num_resources))
+        result = simulate(g, c, s, x);
+    if (index == NULL) ff_index_free(x);
     return result;
 }
 

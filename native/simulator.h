@@ -53,15 +53,43 @@ typedef struct {
     int64_t log_size;              /* out: entries logged */
 } ff_times;
 
+/* An index of a task graph's edges, kept by its owner as the graph changes, and the scratch
+ * memory of the simulations that read it, kept from call to call: with both, a delta costs
+ * what it touches (its new edges, the tasks it simulates again) plus one pass over the tasks,
+ * not several passes over every edge and task to build successor lists and zero scratch.
+ * Its owner tells it every edge it appends, removes (source -1), writes back or truncates. */
+typedef struct ff_index ff_index;
+
+/* A new, empty index (NULL when out of memory); ff_index_free releases it. */
+ff_index *ff_index_new(void);
+void ff_index_free(ff_index *index);
+
+/* Indexes edges [indexed, num_edges) of edge_src/edge_dst, as appended since the last call,
+ * and makes room for num_tasks task ids. Returns 0 or FF_NO_MEMORY. (An edge already removed
+ * when indexed stays out of the lists, even if written back: index edges as they are made.) */
+int32_t ff_index_edges(ff_index *index, const int32_t *edge_src, const int32_t *edge_dst,
+                       int32_t num_edges, int32_t num_tasks);
+
+/* Forgets the edges from num_edges on (an undo truncated them); 0 forgets every edge. */
+void ff_index_truncate(ff_index *index, int32_t num_edges);
+
+/* Takes the edges of ranges [ranges[2i], ranges[2i + 1]) out of the lists (they were removed:
+ * source -1), and puts them back (an undo wrote their sources back). */
+void ff_index_remove(ff_index *index, const int32_t *ranges, int32_t num_ranges);
+void ff_index_restore(ff_index *index, const int32_t *ranges, int32_t num_ranges);
+
 /* Results of ff_simulate below zero. FF_ABOVE_CUTOFF is no error: a lower bound of the
  * iteration's end (a device's or link's end plus the work still queued for it) passed the
  * change's cutoff; the loop stopped there and the times are left half updated (the caller
  * restores them). */
 enum { FF_CYCLE = -1, FF_NO_MEMORY = -2, FF_NOT_CLOSED = -3, FF_ABOVE_CUTOFF = -4,
-       FF_KEY_OVERFLOW = -5 };
+       FF_KEY_OVERFLOW = -5, FF_STALE_INDEX = -6 };
 
-/* Simulates again every task the change can affect; returns how many, or an FF_ result. */
-int64_t ff_simulate(const ff_graph *graph, const ff_change *change, ff_times *times);
+/* Simulates again every task the change can affect; returns how many, or an FF_ result.
+ * `index` must hold exactly the graph's edges (FF_STALE_INDEX if it holds another count);
+ * NULL: a temporary one, built for this call. */
+int64_t ff_simulate(const ff_graph *graph, const ff_change *change, ff_times *times,
+                    ff_index *index);
 
 /* Undo a delta: the logged times written back, the last entry first. */
 void ff_restore(ff_times *times);

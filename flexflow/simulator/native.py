@@ -93,9 +93,48 @@ def restore(times: Times, log: TimesLog) -> None:
     log.size = 0
 
 
+class EdgeIndex:
+    """A task graph's edges indexed by source and by target in C (`ff_index`), kept as the
+    graph changes, with the scratch memory of the simulations that read it: a delta then
+    costs what it touches plus one pass over the tasks, not passes over every edge to build
+    successor lists. Its owner tells it every edge it appends (`extend`), removes (`remove`),
+    writes back (`restore`) or truncates (`truncate`)."""
+
+    def __init__(self) -> None:
+        index = lib.ff_index_new()
+        if index == ffi.NULL:
+            raise MemoryError("the simulator could not allocate its edge index")
+        self.pointer = ffi.gc(index, lib.ff_index_free)
+
+    def extend(self, edge_src: array, edge_dst: array, num_tasks: int) -> None:
+        """Index the edges appended since the last call; room for `num_tasks` task ids."""
+        result = lib.ff_index_edges(
+            self.pointer,
+            ffi.from_buffer("int32_t[]", edge_src),
+            ffi.from_buffer("int32_t[]", edge_dst),
+            len(edge_src),
+            num_tasks,
+        )
+        if result == lib.FF_NO_MEMORY:
+            raise MemoryError("the simulator could not grow its edge index")
+
+    def truncate(self, num_edges: int) -> None:
+        """Forget the edges from `num_edges` on (0: every edge)."""
+        lib.ff_index_truncate(self.pointer, num_edges)
+
+    def remove(self, ranges: array) -> None:
+        """Take out the edges of ranges (lo, hi pairs, "i"): they were removed."""
+        lib.ff_index_remove(self.pointer, ffi.from_buffer("int32_t[]", ranges), len(ranges) // 2)
+
+    def restore(self, ranges: array) -> None:
+        """Put back the edges of ranges (lo, hi pairs): an undo wrote their sources back."""
+        lib.ff_index_restore(self.pointer, ffi.from_buffer("int32_t[]", ranges), len(ranges) // 2)
+
+
 _ERRORS = {
     lib.FF_CYCLE: "some tasks never became ready: the task graph has a cycle",
     lib.FF_NOT_CLOSED: "a re-simulated task has a successor that is not re-simulated",
+    lib.FF_STALE_INDEX: "the edge index does not hold the task graph's edges",
 }
 
 
@@ -106,6 +145,7 @@ def simulate(
     change: GraphChange | None = None,
     cutoff: float = math.inf,
     log: TimesLog | None = None,
+    index: EdgeIndex | None = None,
 ) -> int:
     """Simulate again every task starting at or after `t0` or affected by `change`.
 
@@ -119,7 +159,7 @@ def simulate(
     id): a search that only needs to know a strategy is
     slower than `cutoff` does not simulate the rest. The bounds are floating-point sums, so a
     cost within rounding of `cutoff` (a relative 1e-12 or so) may be cut too: callers leave a
-    wider margin.
+    wider margin. `index` holds the graph's edges (None: one is built for this call).
     """
     buf = ffi.from_buffer
     sets = tg.resource_sets
@@ -156,7 +196,9 @@ def simulate(
     if log is not None:
         out_views.update(log.views())
     result_times = ffi.new("ff_times *", out_views)
-    result = lib.ff_simulate(graph, delta, result_times)
+    result = lib.ff_simulate(
+        graph, delta, result_times, ffi.NULL if index is None else index.pointer
+    )
     if log is not None:
         log.size = result_times.log_size
     if result == lib.FF_ABOVE_CUTOFF:

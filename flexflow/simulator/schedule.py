@@ -50,7 +50,7 @@ class Schedule:
 def full_simulate(tg: TaskGraph) -> Schedule:
     """Algorithm 1: every task from scratch, taken from a ready queue in (ready_time, key) order."""
     schedule = Schedule(tg)
-    simulate(tg, schedule, -math.inf)
+    simulate(tg, schedule, -math.inf, index=tg.edge_index)
     return schedule
 
 
@@ -96,7 +96,9 @@ class DeltaSimulator:
         # what `undo` restores: the C loop logs each time before it overwrites it (a change
         # stopped early by its cutoff logs a few, where a copy would take every task's)
         self._log.reserve(len(change.removed) + len(change.added) + self.tg.size)
-        self.replayed = simulate(self.tg, s, math.inf, change, cutoff, self._log)
+        self.replayed = simulate(
+            self.tg, s, math.inf, change, cutoff, self._log, self.tg.edge_index
+        )
 
     def undo(self) -> None:
         """Take back the last `change`: the task graph and the schedule are as before it."""

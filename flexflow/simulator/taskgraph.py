@@ -78,7 +78,14 @@ from flexflow.simulator.keys import (
     key_fields,
     key_kind,
 )
-from flexflow.simulator.native import EdgeJobs, OpJobs, SyncJobs, build_blocks, set_flags
+from flexflow.simulator.native import (
+    EdgeIndex,
+    EdgeJobs,
+    OpJobs,
+    SyncJobs,
+    build_blocks,
+    set_flags,
+)
 from flexflow.strategy import ParallelConfig, Strategy
 
 COMPUTE, COMM, UPDATE, BARRIER = "compute", "comm", "update", "barrier"
@@ -115,6 +122,7 @@ class _Undo:
     tasks: dict  # op -> (forward, backward task ids, its templates, op_at, op_count)
     table_size: int  # the op table's entries
     edges: list = field(default_factory=list)  # (lo, the sources of edges lo..) before removal
+    edge_ranges: array = field(default_factory=lambda: array("i"))  # the removed (lo, hi)s
     removed: array = field(default_factory=lambda: array("i"))
     added: array = field(default_factory=lambda: array("i"))
 
@@ -145,6 +153,7 @@ class TaskGraph:
         self.edge_src = array("i")
         self.edge_dst = array("i")
         self._removed_edges = 0
+        self.edge_index = EdgeIndex()  # the edges by source and target, for the simulator
         # structure
         self.blocks: dict[Block, array] = {}  # a block's task ids ("i")
         self._edge_ranges: dict[Block, tuple[int, int]] = {}  # a block's edges: [lo, hi)
@@ -339,8 +348,10 @@ class TaskGraph:
             lo, hi = self._edge_ranges.pop(block)
             touched += self.edge_dst[lo:hi]
             undo.edges.append((lo, edge_src[lo:hi]))
+            undo.edge_ranges += array("i", (lo, hi))
             edge_src[lo:hi] = _NO_EDGE * (hi - lo)
             self._removed_edges += hi - lo
+        self.edge_index.remove(undo.edge_ranges)
         set_flags(live, removed, 0)
         first_new_edge = len(self.edge_src)
         self._build(blocks)
@@ -363,8 +374,10 @@ class TaskGraph:
             del per_task[undo.size :]
         self._free = undo.free
         del self.edge_src[undo.edge_count :], self.edge_dst[undo.edge_count :]
+        self.edge_index.truncate(undo.edge_count)
         for lo, sources in undo.edges:
             self.edge_src[lo : lo + len(sources)] = sources
+        self.edge_index.restore(undo.edge_ranges)
         self._removed_edges = undo.removed_edges
         for block, (tasks, edge_range) in undo.blocks.items():
             self.blocks[block], self._edge_ranges[block] = tasks, edge_range
@@ -403,6 +416,8 @@ class TaskGraph:
             dst += old_dst[lo:hi]
         self.edge_src, self.edge_dst = src, dst
         self._removed_edges = 0
+        self.edge_index.truncate(0)
+        self.edge_index.extend(src, dst, self.size)
 
     # ---- building blocks -------------------------------------------------------------------------
     def _build(self, blocks: list[Block]) -> None:
@@ -454,6 +469,7 @@ class TaskGraph:
             self._edge_ranges[block] = (first_edge + lo, first_edge + hi)
             if block[0] == "op":
                 self.fwd[block[1]], self.bwd[block[1]] = ids[0::2], ids[1::2]
+        self.edge_index.extend(self.edge_src, self.edge_dst, self.size)
 
     def _weight_holders(self, pid: int) -> dict[Region, set[int]]:
         """The devices holding each region of parameter `pid` that some task reads (what a

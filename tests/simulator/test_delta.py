@@ -271,3 +271,37 @@ def test_a_change_stopped_at_once_logs_only_its_removed_and_added_tasks():
     assert timeline(delta.tg, delta.schedule) == before
     delta.change(op, config)  # not cut: every task it simulates is logged once more
     assert delta._log.size == change_sizes + delta.replayed
+
+
+def test_the_edge_index_follows_compactions_and_undos():
+    """The C edge index (`TaskGraph.edge_index`) is kept through removals, undos and the
+    compactions of the edge arrays: after each, a delta still equals a full simulation."""
+    graph, m = random_graph(11), parse_machine("p100:2")
+    context = SimContext(graph, m)
+    strategy = named_strategy("random", graph, m, seed=1)
+    delta = DeltaSimulator(TaskGraph(context, strategy))
+    rng = np.random.default_rng(1)
+    compactions = 0
+    for step in range(60):
+        op = int(rng.integers(len(graph.ops)))
+        space = enumerate_configs(graph.ops[op].sig, m)
+        config = space[int(rng.integers(len(space)))]
+        edges_before = len(delta.tg.edge_src)
+        delta.change(op, config)
+        compactions += len(delta.tg.edge_src) < edges_before
+        if step % 3 == 2:
+            delta.undo()
+        else:
+            strategy = strategy.replace(op, config)
+        fresh = TaskGraph(context, strategy)
+        assert timeline(delta.tg, delta.schedule) == timeline(fresh, full_simulate(fresh))
+    assert compactions > 0  # the walk did compact the arrays
+
+
+def test_a_task_graph_changed_behind_its_edge_index_is_an_error():
+    graph, m = random_graph(3), parse_machine("p100:1")
+    tg = TaskGraph(SimContext(graph, m), named_strategy("dp", graph, m))
+    tg.edge_src.append(0)
+    tg.edge_dst.append(1)
+    with pytest.raises(AssertionError, match="edge index"):
+        full_simulate(tg)
