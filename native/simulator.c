@@ -24,7 +24,7 @@
 
 #include "simulator.h"
 
-enum { FRESH = 1, NEIGHBOUR = 2, MEMBER = 4 };
+enum { FRESH = 1, NEIGHBOUR = 2, MEMBER = 4, COUNTED = 8, DONE = 16 };
 
 typedef struct {
     uint64_t time;  /* the ready time as an integer of the same order, see time_key */
@@ -97,6 +97,8 @@ struct ff_index {
                             * when the task is simulated, after its old times are logged) */
     int32_t *list;         /* a work list of task ids */
     int32_t *members;      /* the members, in id order */
+    int32_t *outside;      /* the live tasks that are not members */
+    int32_t *sources;      /* the members without predecessors */
     int32_t *dirty;        /* the tasks whose flags this call set */
     int32_t num_dirty;
     entry *heap;
@@ -124,6 +126,8 @@ void ff_index_free(ff_index *x) {
     free(x->ready);
     free(x->list);
     free(x->members);
+    free(x->outside);
+    free(x->sources);
     free(x->dirty);
     free(x->heap);
     free(x->free_at);
@@ -152,6 +156,8 @@ static int reserve_tasks(ff_index *x, int32_t n) {
              resize(&x->ready, old, want, sizeof(double), 0) &&
              resize(&x->list, old, want, sizeof(int32_t), 0) &&
              resize(&x->members, old, want, sizeof(int32_t), 0) &&
+             resize(&x->outside, old, want, sizeof(int32_t), 0) &&
+             resize(&x->sources, old, want, sizeof(int32_t), 0) &&
              resize(&x->dirty, old, want, sizeof(int32_t), 0) &&
              resize(&x->heap, old, want, sizeof(entry), 0);
     if (ok) x->task_capacity = (int32_t)want;
@@ -327,13 +333,20 @@ static double mark_neighbours(const ff_graph *g, const ff_change *c, const ff_ti
     return t0;
 }
 
+/* The members of a replay, and where their predecessors' counting starts. */
+typedef struct {
+    int32_t members;  /* x->members[0 .. members) */
+    int32_t outside;  /* x->outside[0 .. outside): live tasks that keep their times */
+    int32_t sources;  /* x->sources[0 .. sources): members without predecessors */
+} selection;
+
 /* Marks MEMBER the live tasks starting at or after t0 or forced by the change, listing them
  * in id order; the others keep their times, and every device and link is free from the latest
  * end of those on it. With `cut`, also sums each device's and link's members' exe_times
- * (x->load). Returns the number of members; *latest is the latest end of the others. */
-static int32_t select_members(const ff_graph *g, ff_times *s, ff_index *x, double t0, int cut,
-                              double *latest) {
-    int32_t members = 0;
+ * (x->load). *latest is the latest end of the others. */
+static selection select_members(const ff_graph *g, ff_times *s, ff_index *x, double t0, int cut,
+                                double *latest) {
+    selection n = {0, 0, 0};
     *latest = 0.0;
     for (int32_t t = 0; t < g->num_tasks; t++) {
         if (!g->live[t]) continue;
@@ -341,45 +354,68 @@ static int32_t select_members(const ff_graph *g, ff_times *s, ff_index *x, doubl
         const int32_t *last = g->set_members + g->set_offsets[g->resource_set[t] + 1];
         if (s->start[t] >= t0 || (x->flags[t] & (FRESH | NEIGHBOUR))) {
             x->flags[t] |= MEMBER; /* reset from x->members */
-            x->members[members++] = t;
+            x->members[n.members++] = t;
+            if (x->pred_head[t] < 0) x->sources[n.sources++] = t;
             if (cut)
                 for (const int32_t *r = first; r < last; r++) x->load[*r] += g->exe[t];
             continue;
         }
+        x->outside[n.outside++] = t;
         const double end = s->end[t];
         if (end > *latest) *latest = end;
         for (const int32_t *r = first; r < last; r++)
             if (end > x->free_at[*r]) x->free_at[*r] = end;
     }
-    return members;
+    return n;
+}
+
+/* Counts member t's predecessors still to be simulated (x->remaining) and takes its ready
+ * time so far from the others: the kept tasks' ends and the simulated members' new ends. */
+static void count_predecessors(const ff_times *s, ff_index *x, int32_t t) {
+    int32_t remaining = 0;
+    double ready = 0.0; /* written without branches: which predecessors wait is random */
+    for (int32_t e = x->pred_head[t]; e >= 0; e = x->pred_next[e]) {
+        int32_t p = x->src[e];
+        int waits = (x->flags[p] & (MEMBER | DONE)) == MEMBER;
+        double end = waits ? 0.0 : s->end[p];
+        remaining += waits;
+        ready = end > ready ? end : ready;
+    }
+    x->remaining[t] = remaining;
+    x->ready[t] = ready;
+    x->flags[t] |= COUNTED;
 }
 
 /* The event loop of Algorithm 1 over the MEMBER tasks; raises *latest to their latest end.
+ * A member's predecessors are counted when it may first become ready: at the start for those
+ * whose predecessors all keep their times (successors of kept tasks, and members without
+ * predecessors), otherwise when its first predecessor is simulated. So a replay stopped at
+ * its cutoff never looks at the members it did not reach.
  * With a finite cutoff, stops (FF_ABOVE_CUTOFF) once the iteration surely ends after it: a
  * device or link runs its tasks one at a time and every member still to come on it starts
  * after it is free, so the iteration ends no earlier than that plus their exe_times (x->load).
  * A good strategy's neighbours that load some device or link with more work show it before
  * the loop starts or at that resource's first task after the change, long before the end of
  * the replay. */
-static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, int32_t members,
-                   double *latest, double cutoff) {
+static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, double *latest,
+                   double cutoff) {
     const int cut = cutoff < HUGE_VAL;
     for (int32_t r = 0; cut && r < g->num_resources; r++)
         if (x->free_at[r] + x->load[r] > cutoff) return FF_ABOVE_CUTOFF;
     int32_t size = 0;
-    for (int32_t i = 0; i < members; i++) {
-        int32_t t = x->members[i], remaining = 0;
-        double ready = 0.0; /* written without branches: whether p is a member is random */
-        for (int32_t e = x->pred_head[t]; e >= 0; e = x->pred_next[e]) {
-            int32_t p = x->src[e];
-            int member = (x->flags[p] & MEMBER) != 0;
-            double end = member ? 0.0 : s->end[p];
-            remaining += member;
-            ready = end > ready ? end : ready;
+    for (int32_t i = 0; i < n.sources; i++) {
+        int32_t t = x->sources[i];
+        count_predecessors(s, x, t);
+        heap_push(x->heap, &size, (entry){time_key(x->ready[t]), g->order[t], t});
+    }
+    for (int32_t i = 0; i < n.outside; i++) {
+        for (int32_t e = x->succ_head[x->outside[i]]; e >= 0; e = x->succ_next[e]) {
+            int32_t u = x->dst[e];
+            if ((x->flags[u] & (MEMBER | COUNTED)) != MEMBER) continue;
+            count_predecessors(s, x, u);
+            if (x->remaining[u] == 0)
+                heap_push(x->heap, &size, (entry){time_key(x->ready[u]), g->order[u], u});
         }
-        x->remaining[t] = remaining;
-        x->ready[t] = ready;
-        if (remaining == 0) heap_push(x->heap, &size, (entry){time_key(ready), g->order[t], t});
     }
     int32_t done = 0;
     while (size > 0) {
@@ -407,12 +443,15 @@ static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, int32_t members,
         for (int32_t e = x->succ_head[t]; e >= 0; e = x->succ_next[e]) {
             int32_t u = x->dst[e];
             if (!(x->flags[u] & MEMBER)) return FF_NOT_CLOSED;
+            /* t is not DONE yet: counted, each of its edges to u waits, as the others do */
+            if (!(x->flags[u] & COUNTED)) count_predecessors(s, x, u);
             if (end > x->ready[u]) x->ready[u] = end;
             if (--x->remaining[u] == 0)
                 heap_push(x->heap, &size, (entry){time_key(x->ready[u]), g->order[u], u});
         }
+        x->flags[t] |= DONE;
     }
-    return done == members ? members : FF_CYCLE;
+    return done == n.members ? n.members : FF_CYCLE;
 }
 
 /* The delta (or full simulation) proper, on an index of the graph's edges. */
@@ -435,7 +474,7 @@ static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_i
     memset(x->load, 0, (size_t)g->num_resources * sizeof(double));
     x->num_dirty = 0;
     int64_t result = 0;
-    int32_t members = 0;
+    selection members = {0, 0, 0};
     for (int32_t i = 0; i < c->num_added; i++) mark(x, c->added[i], FRESH);
     if (c->num_added > 0) {
         result = bound_fresh(g, c, s->end, x);
@@ -449,7 +488,7 @@ static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_i
         result = run(g, s, x, members, &latest, c->cutoff);
         s->iteration_s = latest;
     }
-    for (int32_t i = 0; i < members; i++) {
+    for (int32_t i = 0; i < members.members; i++) {
         int32_t t = x->members[i];
         x->flags[t] = 0;
         x->remaining[t] = 0;
