@@ -24,7 +24,7 @@
 
 #include "simulator.h"
 
-enum { FRESH = 1, NEIGHBOUR = 2, MEMBER = 4, COUNTED = 8, DONE = 16 };
+enum { FRESH = 1, NEIGHBOUR = 2, COUNTED = 4, DONE = 8 };
 
 typedef struct {
     uint64_t time;  /* the ready time as an integer of the same order, see time_key */
@@ -76,7 +76,7 @@ static entry heap_pop(entry *heap, int32_t *size) {
 }
 
 /* The edge index and the scratch of the simulations (see simulator.h). Between calls every
- * task's flags, remaining and bound are 0: a call resets those it set (`dirty`, `members`). */
+ * task's flags, remaining and bound are 0: a call resets those it set (`dirty`). */
 struct ff_index {
     int32_t task_capacity;
     int32_t edge_capacity;
@@ -90,13 +90,12 @@ struct ff_index {
     int32_t *pred_prev;
     int32_t *succ_head;    /* per task id: the first of its outgoing edges (-1: none) */
     int32_t *pred_head;    /* the first of its incoming edges */
-    uint8_t *flags;        /* FRESH, NEIGHBOUR, MEMBER */
+    uint8_t *flags;        /* FRESH, NEIGHBOUR, COUNTED, DONE */
     int32_t *remaining;    /* predecessors not yet ended, among the tasks being processed */
     double *bound;         /* new tasks: lower bound of the ready time; neighbours: ready time */
     double *ready;         /* members: the ready time so far (the schedule's is written only
                             * when the task is simulated, after its old times are logged) */
     int32_t *list;         /* a work list of task ids */
-    int32_t *members;      /* the members, in id order */
     int32_t *outside;      /* the live tasks that are not members */
     int32_t *sources;      /* the members without predecessors */
     int32_t *dirty;        /* the tasks whose flags this call set */
@@ -125,7 +124,6 @@ void ff_index_free(ff_index *x) {
     free(x->bound);
     free(x->ready);
     free(x->list);
-    free(x->members);
     free(x->outside);
     free(x->sources);
     free(x->dirty);
@@ -155,7 +153,6 @@ static int reserve_tasks(ff_index *x, int32_t n) {
              resize(&x->bound, old, want, sizeof(double), 0) &&
              resize(&x->ready, old, want, sizeof(double), 0) &&
              resize(&x->list, old, want, sizeof(int32_t), 0) &&
-             resize(&x->members, old, want, sizeof(int32_t), 0) &&
              resize(&x->outside, old, want, sizeof(int32_t), 0) &&
              resize(&x->sources, old, want, sizeof(int32_t), 0) &&
              resize(&x->dirty, old, want, sizeof(int32_t), 0) &&
@@ -263,8 +260,7 @@ void ff_restore(ff_times *s) {
     s->log_size = 0;
 }
 
-/* Sets flags on task t, noting it for the reset at the end of the call (members are reset
- * from their own list). */
+/* Sets flags on task t, noting it for the reset at the end of the call. */
 static void mark(ff_index *x, int32_t t, uint8_t flag) {
     if (x->flags[t] == 0) x->dirty[x->num_dirty++] = t;
     x->flags[t] |= flag;
@@ -333,17 +329,26 @@ static double mark_neighbours(const ff_graph *g, const ff_change *c, const ff_ti
     return t0;
 }
 
-/* The members of a replay, and where their predecessors' counting starts. */
+/* The members of a replay: the live tasks starting at or after t0 in the old schedule, and
+ * those the change forces (new tasks and neighbours). Membership is read off the times and
+ * flags (`member`), not marked: most changes a search tries stop at their cutoff after a few
+ * tasks, and marking every member costs a pass over them to set and one to reset. */
 typedef struct {
-    int32_t members;  /* x->members[0 .. members) */
+    int32_t members;  /* how many */
     int32_t outside;  /* x->outside[0 .. outside): live tasks that keep their times */
     int32_t sources;  /* x->sources[0 .. sources): members without predecessors */
 } selection;
 
-/* Marks MEMBER the live tasks starting at or after t0 or forced by the change, listing them
- * in id order; the others keep their times, and every device and link is free from the latest
- * end of those on it. With `cut`, also sums each device's and link's members' exe_times
- * (x->load). *latest is the latest end of the others. */
+/* Whether task t (live: an end of an indexed edge) is a member. Its start is the old one
+ * until it is simulated (DONE); a member's new start may be before t0 (the change freed its
+ * device earlier), so it is written only once the task is DONE. */
+static int member(const ff_times *s, const ff_index *x, int32_t t, double t0) {
+    return (x->flags[t] & (FRESH | NEIGHBOUR | DONE)) || s->start[t] >= t0;
+}
+
+/* Counts the members and lists the other live tasks, which keep their times; every device and
+ * link is free from the latest end of those on it. With `cut`, also sums each device's and
+ * link's members' exe_times (x->load). *latest is the latest end of the others. */
 static selection select_members(const ff_graph *g, ff_times *s, ff_index *x, double t0, int cut,
                                 double *latest) {
     selection n = {0, 0, 0};
@@ -353,8 +358,7 @@ static selection select_members(const ff_graph *g, ff_times *s, ff_index *x, dou
         const int32_t *first = g->set_members + g->set_offsets[g->resource_set[t]];
         const int32_t *last = g->set_members + g->set_offsets[g->resource_set[t] + 1];
         if (s->start[t] >= t0 || (x->flags[t] & (FRESH | NEIGHBOUR))) {
-            x->flags[t] |= MEMBER; /* reset from x->members */
-            x->members[n.members++] = t;
+            n.members++;
             if (x->pred_head[t] < 0) x->sources[n.sources++] = t;
             if (cut)
                 for (const int32_t *r = first; r < last; r++) x->load[*r] += g->exe[t];
@@ -371,22 +375,23 @@ static selection select_members(const ff_graph *g, ff_times *s, ff_index *x, dou
 
 /* Counts member t's predecessors still to be simulated (x->remaining) and takes its ready
  * time so far from the others: the kept tasks' ends and the simulated members' new ends. */
-static void count_predecessors(const ff_times *s, ff_index *x, int32_t t) {
+static void count_predecessors(const ff_times *s, ff_index *x, int32_t t, double t0) {
     int32_t remaining = 0;
     double ready = 0.0; /* written without branches: which predecessors wait is random */
     for (int32_t e = x->pred_head[t]; e >= 0; e = x->pred_next[e]) {
         int32_t p = x->src[e];
-        int waits = (x->flags[p] & (MEMBER | DONE)) == MEMBER;
+        uint8_t f = x->flags[p];
+        int waits = !(f & DONE) && ((f & (FRESH | NEIGHBOUR)) || s->start[p] >= t0);
         double end = waits ? 0.0 : s->end[p];
         remaining += waits;
         ready = end > ready ? end : ready;
     }
     x->remaining[t] = remaining;
     x->ready[t] = ready;
-    x->flags[t] |= COUNTED;
+    mark(x, t, COUNTED);
 }
 
-/* The event loop of Algorithm 1 over the MEMBER tasks; raises *latest to their latest end.
+/* The event loop of Algorithm 1 over the members; raises *latest to their latest end.
  * A member's predecessors are counted when it may first become ready: at the start for those
  * whose predecessors all keep their times (successors of kept tasks, and members without
  * predecessors), otherwise when its first predecessor is simulated. So a replay stopped at
@@ -397,22 +402,22 @@ static void count_predecessors(const ff_times *s, ff_index *x, int32_t t) {
  * A good strategy's neighbours that load some device or link with more work show it before
  * the loop starts or at that resource's first task after the change, long before the end of
  * the replay. */
-static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, double *latest,
-                   double cutoff) {
+static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, double t0,
+                   double *latest, double cutoff) {
     const int cut = cutoff < HUGE_VAL;
     for (int32_t r = 0; cut && r < g->num_resources; r++)
         if (x->free_at[r] + x->load[r] > cutoff) return FF_ABOVE_CUTOFF;
     int32_t size = 0;
     for (int32_t i = 0; i < n.sources; i++) {
         int32_t t = x->sources[i];
-        count_predecessors(s, x, t);
+        count_predecessors(s, x, t, t0);
         heap_push(x->heap, &size, (entry){time_key(x->ready[t]), g->order[t], t});
     }
     for (int32_t i = 0; i < n.outside; i++) {
         for (int32_t e = x->succ_head[x->outside[i]]; e >= 0; e = x->succ_next[e]) {
             int32_t u = x->dst[e];
-            if ((x->flags[u] & (MEMBER | COUNTED)) != MEMBER) continue;
-            count_predecessors(s, x, u);
+            if ((x->flags[u] & COUNTED) || !member(s, x, u, t0)) continue;
+            count_predecessors(s, x, u, t0);
             if (x->remaining[u] == 0)
                 heap_push(x->heap, &size, (entry){time_key(x->ready[u]), g->order[u], u});
         }
@@ -434,21 +439,22 @@ static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, dou
             }
         }
         for (const int32_t *r = first; r < last; r++) x->free_at[*r] = end;
-        log_times(s, t);
-        s->ready[t] = x->ready[t];
-        s->start[t] = start;
-        s->end[t] = end;
         if (end > *latest) *latest = end;
         done++;
         for (int32_t e = x->succ_head[t]; e >= 0; e = x->succ_next[e]) {
             int32_t u = x->dst[e];
-            if (!(x->flags[u] & MEMBER)) return FF_NOT_CLOSED;
-            /* t is not DONE yet: counted, each of its edges to u waits, as the others do */
-            if (!(x->flags[u] & COUNTED)) count_predecessors(s, x, u);
+            if (!member(s, x, u, t0)) return FF_NOT_CLOSED;
+            /* t is not DONE and keeps its old times yet (its new start may be before t0):
+             * counted now, each of its edges to u waits, as the others do */
+            if (!(x->flags[u] & COUNTED)) count_predecessors(s, x, u, t0);
             if (end > x->ready[u]) x->ready[u] = end;
             if (--x->remaining[u] == 0)
                 heap_push(x->heap, &size, (entry){time_key(x->ready[u]), g->order[u], u});
         }
+        log_times(s, t);
+        s->ready[t] = x->ready[t];
+        s->start[t] = start;
+        s->end[t] = end;
         x->flags[t] |= DONE;
     }
     return done == n.members ? n.members : FF_CYCLE;
@@ -485,13 +491,8 @@ static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_i
         t0 = mark_neighbours(g, c, s, x, t0);
         double latest; /* free ids hold no time: the latest end of live tasks is the makespan */
         members = select_members(g, s, x, t0, c->cutoff < HUGE_VAL, &latest);
-        result = run(g, s, x, members, &latest, c->cutoff);
+        result = run(g, s, x, members, t0, &latest, c->cutoff);
         s->iteration_s = latest;
-    }
-    for (int32_t i = 0; i < members.members; i++) {
-        int32_t t = x->members[i];
-        x->flags[t] = 0;
-        x->remaining[t] = 0;
     }
     for (int32_t i = 0; i < x->num_dirty; i++) {
         int32_t t = x->dirty[i];
