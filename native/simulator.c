@@ -15,6 +15,13 @@
  * caller's log (ff_restore takes a rejected change back from it): most changes a search tries
  * stop at their cutoff after a few tasks, and a log of those is cheaper than copying the whole
  * schedule before every change.
+ *
+ * The edges are read from an index the graph's owner keeps up to date (ff_index: each task's
+ * outgoing and incoming edges as lists, and this file's scratch memory, kept from call to
+ * call), so a delta costs the tasks it touches plus one pass over the task ids (which start
+ * before T0), not passes over every edge. The replay counts a member's predecessors only when
+ * it may first become ready, so a change stopped at its cutoff never looks at the members it
+ * did not reach.
  */
 
 #include <math.h>

@@ -149,6 +149,7 @@ class TaskGraph:
         self.res_dst = array("i")  # destination device of a transfer, else -1
         self._free = array("i")  # ids of removed tasks, reused last first
         self._undo: _Undo | None = None  # how to take back the last set_config
+        self._one_op_blocks: dict[int, tuple[Block, ...]] = {}  # affected_blocks of one op
         # dependencies: edge_src[e] -> edge_dst[e], source -1 once removed
         self.edge_src = array("i")
         self.edge_dst = array("i")
@@ -287,10 +288,20 @@ class TaskGraph:
         return succs
 
     # ---- delta ---------------------------------------------------------------------------------
-    def affected_blocks(self, ops: Iterable[int]) -> list[Block]:
+    def affected_blocks(self, ops: Iterable[int]) -> tuple[Block, ...]:
         """The blocks a change of `ops` rebuilds: their own; with fused launches also those of
         the op after each, whose task times depend on whether it still fuses with it. The
-        ops' blocks come first (edges and syncs name their tasks)."""
+        ops' blocks come first (edges and syncs name their tasks). Memoized for one op: most
+        changes are of one op, and the blocks depend only on the graph."""
+        ops = tuple(ops)
+        if len(ops) != 1:
+            return self._affected_blocks(ops)
+        blocks = self._one_op_blocks.get(ops[0])
+        if blocks is None:
+            blocks = self._one_op_blocks[ops[0]] = self._affected_blocks(ops)
+        return blocks
+
+    def _affected_blocks(self, ops: tuple[int, ...]) -> tuple[Block, ...]:
         last = len(self.graph.ops) - 1
         changed: dict[int, None] = {}
         for op in ops:
@@ -305,7 +316,7 @@ class TaskGraph:
             blocks += [("edge", c, j) for c, j in self._consumers[o]]
             blocks += [("sync", pid) for pid in dict.fromkeys(node.weights)]
         blocks = list(dict.fromkeys(blocks))
-        return [b for b in blocks if b[0] == "op"] + [b for b in blocks if b[0] != "op"]
+        return tuple(b for b in blocks if b[0] == "op") + tuple(b for b in blocks if b[0] != "op")
 
     def set_config(self, op: int, config: ParallelConfig) -> GraphChange:
         """Give `op` a new configuration, rebuilding only its blocks. Until the next call,
