@@ -28,7 +28,8 @@ class BlockTables:
 
     def __init__(self, num_ops: int, num_parameters: int, users: dict[int, list[int]]) -> None:
         self.op_at = array("i", bytes(4 * num_ops))
-        self.op_count = array("i", bytes(4 * num_ops))
+        self.op_count = array("i", bytes(4 * num_ops))  # set through `set_count`
+        self._entries = 0  # sum(op_count): the entries in use, for `needs_compacting`
         self.ids, self.device = array("i"), array("i")
         self.users_at, self.user_op = array("i", [0]), array("i")
         self.slots: list[list[tuple[int, int]]] = [[] for _ in range(num_ops)]
@@ -57,6 +58,12 @@ class BlockTables:
             self.max_edges[pid] += new.max_edges
         self.templates[op] = templates
 
+    def set_count(self, op: int, count: int) -> None:
+        """`op` has `count` entries (its tasks; `op_at[op]`, where they start, is set by the C
+        op builder or an undo)."""
+        self._entries += count - self.op_count[op]
+        self.op_count[op] = count
+
     def grow(self, entries: int) -> int:
         """Room for `entries` more op-table entries; returns where they start."""
         start = len(self.ids)
@@ -68,7 +75,7 @@ class BlockTables:
         del self.ids[size:], self.device[size:]
 
     def needs_compacting(self) -> bool:
-        return len(self.ids) > 2 * sum(self.op_count) + 4096
+        return len(self.ids) > 2 * self._entries + 4096
 
     def compact(self) -> None:
         """Drop the entries of ops' earlier tasks."""

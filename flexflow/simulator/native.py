@@ -416,8 +416,9 @@ def build_blocks(
     size = len(tg.exe)
     grow = max(0, task_capacity - len(free))
     per_task = (tg.exe, tg.order, tg.live, tg.res_set, tg.size_bytes, tg.res_src, tg.res_dst)
-    for values in per_task:
-        values.frombytes(bytes(values.itemsize * grow))
+    if grow:
+        for values in per_task:
+            values.frombytes(bytes(values.itemsize * grow))
     first_edge = len(edge_src)
     room = array("i", bytes(4 * edge_capacity))
     edge_src += room
@@ -460,8 +461,9 @@ def build_blocks(
     del out_views, edge_views, offset_views, out, views, user_views, table_views, table, parts
     del c_jobs
     del free[len(free) - used :]
-    for values in per_task:
-        del values[next_id:]
+    if grow:  # else every new task took a free id: next_id is where it was
+        for values in per_task:
+            del values[next_id:]
     del edge_src[first_edge + result :], edge_dst[first_edge + result :]
     return new_ids, task_offsets, edge_offsets
 

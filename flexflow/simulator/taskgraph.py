@@ -396,7 +396,8 @@ class TaskGraph:
         for o, (fwd, bwd, templates, at, count) in undo.tasks.items():
             self.fwd[o], self.bwd[o] = fwd, bwd
             tables.use_templates(o, templates)
-            tables.op_at[o], tables.op_count[o] = at, count
+            tables.op_at[o] = at
+            tables.set_count(o, count)
         tables.truncate(undo.table_size)
         for op, config in undo.configs:
             self.configs[op] = config
@@ -455,7 +456,7 @@ class TaskGraph:
                 )
                 tasks = context.op_tasks(op, configs[op], fused)
                 ops.add(op, tasks.devices, tasks.exe, tasks.order)
-                tables.op_count[op] = len(tasks.devices)
+                tables.set_count(op, len(tasks.devices))
                 tables.use_templates(op, context.op_sync_parts(op, configs[op]))
             elif kind == "edge":
                 edge = self._edges[block]
