@@ -111,6 +111,19 @@ struct ff_index {
     int32_t resource_capacity;
     double *free_at;       /* per device and link: when it is next free */
     double *load;          /* per device and link: exe_time of its members not yet simulated */
+    /* The last selection of members from the base schedule (the one every delta since the
+     * last kept change starts from), reused while the base and t0 stay: the tasks kept and
+     * the devices' and links' states at t0 are then the same whatever the change (its removed
+     * tasks start at or after t0, its new ones are members), and a scan of one op's
+     * configurations, every one undone, changes the same tasks from the same t0 each time. */
+    int pending;           /* a delta ran and was not undone (ff_index_undone) */
+    int base_valid;
+    double base_t0;
+    int32_t base_members;  /* the base's members at base_t0; x->outside holds the others */
+    int32_t base_outside;
+    double base_latest;
+    double *base_free_at;  /* per device and link */
+    double *base_load;
 };
 
 ff_index *ff_index_new(void) { return calloc(1, sizeof(ff_index)); }
@@ -137,6 +150,8 @@ void ff_index_free(ff_index *x) {
     free(x->heap);
     free(x->free_at);
     free(x->load);
+    free(x->base_free_at);
+    free(x->base_load);
     free(x);
 }
 
@@ -186,7 +201,9 @@ static int reserve_resources(ff_index *x, int32_t n) {
     if (n <= x->resource_capacity) return 1;
     size_t old = (size_t)x->resource_capacity;
     int ok = resize(&x->free_at, old, (size_t)n, sizeof(double), 0) &&
-             resize(&x->load, old, (size_t)n, sizeof(double), 0);
+             resize(&x->load, old, (size_t)n, sizeof(double), 0) &&
+             resize(&x->base_free_at, old, (size_t)n, sizeof(double), 0) &&
+             resize(&x->base_load, old, (size_t)n, sizeof(double), 0);
     if (ok) x->resource_capacity = n;
     return ok;
 }
@@ -467,11 +484,66 @@ static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, dou
     return done == n.members ? n.members : FF_CYCLE;
 }
 
+/* Adds sign x exe_time of each of `ids` to its devices' and links' entries of `load`. */
+static void add_load(const ff_graph *g, double *load, const int32_t *ids, int32_t n,
+                     double sign) {
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t t = ids[i];
+        for (int32_t k = g->set_offsets[g->resource_set[t]];
+             k < g->set_offsets[g->resource_set[t] + 1]; k++)
+            load[g->set_members[k]] += sign * g->exe[t];
+    }
+}
+
+/* Whether the change both removes and adds one id: then its tasks' times and costs are not
+ * the base's, and the last selection is neither reused nor kept. */
+static int reuses_an_id(const ff_change *c, const ff_index *x) {
+    for (int32_t i = 0; i < c->num_removed; i++)
+        if (x->flags[c->removed[i]] & FRESH) return 1;
+    return 0;
+}
+
+/* Keeps the selection select_members just made as the base's (its members without the
+ * change's new tasks, with its removed ones). */
+static void keep_selection(const ff_graph *g, const ff_change *c, ff_index *x, double t0,
+                           selection n, double latest) {
+    size_t bytes = (size_t)g->num_resources * sizeof(double);
+    x->base_valid = !reuses_an_id(c, x);
+    x->base_t0 = t0;
+    x->base_members = n.members + c->num_removed - c->num_added;
+    x->base_outside = n.outside;
+    x->base_latest = latest;
+    memcpy(x->base_free_at, x->free_at, bytes);
+    memcpy(x->base_load, x->load, bytes);
+    add_load(g, x->base_load, c->removed, c->num_removed, 1.0);
+    add_load(g, x->base_load, c->added, c->num_added, -1.0);
+}
+
+/* select_members from the kept selection of the base at the same t0: the kept tasks, the
+ * devices' and links' states and the latest kept end as they were, the members' load less
+ * the removed tasks' plus the new ones'; members without predecessors found again (few
+ * tasks have none; a change's new tasks and neighbours may be among them). */
+static selection reuse_selection(const ff_graph *g, const ff_change *c, ff_times *s,
+                                 ff_index *x, double t0, double *latest) {
+    size_t bytes = (size_t)g->num_resources * sizeof(double);
+    selection n = {x->base_members - c->num_removed + c->num_added, x->base_outside, 0};
+    *latest = x->base_latest;
+    memcpy(x->free_at, x->base_free_at, bytes);
+    memcpy(x->load, x->base_load, bytes);
+    add_load(g, x->load, c->removed, c->num_removed, -1.0);
+    add_load(g, x->load, c->added, c->num_added, 1.0);
+    for (int32_t t = 0; t < g->num_tasks; t++)
+        if (x->pred_head[t] < 0 && g->live[t] && member(s, x, t, t0)) x->sources[n.sources++] = t;
+    return n;
+}
+
 /* The delta (or full simulation) proper, on an index of the graph's edges. */
 static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_index *x) {
     double t0 = c->t0;
     for (int32_t i = 0; i < c->num_removed; i++)
         if (s->start[c->removed[i]] < t0) t0 = s->start[c->removed[i]];
+    if (x->pending || c->t0 == -HUGE_VAL) x->base_valid = 0; /* a kept change: a new base */
+    x->pending = 1;
     s->log_size = 0;
     for (int32_t i = 0; i < c->num_removed; i++) {
         int32_t t = c->removed[i]; /* free ids and new tasks hold no time */
@@ -497,7 +569,13 @@ static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_i
     if (result == 0) {
         t0 = mark_neighbours(g, c, s, x, t0);
         double latest; /* free ids hold no time: the latest end of live tasks is the makespan */
-        members = select_members(g, s, x, t0, c->cutoff < HUGE_VAL, &latest);
+        const int delta = c->t0 != -HUGE_VAL;
+        if (delta && x->base_valid && x->base_t0 == t0 && !reuses_an_id(c, x)) {
+            members = reuse_selection(g, c, s, x, t0, &latest);
+        } else {
+            members = select_members(g, s, x, t0, delta || c->cutoff < HUGE_VAL, &latest);
+            if (delta) keep_selection(g, c, x, t0, members, latest);
+        }
         result = run(g, s, x, members, t0, &latest, c->cutoff);
         s->iteration_s = latest;
     }
@@ -529,6 +607,8 @@ int64_t ff_simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_index
     if (index == NULL) ff_index_free(x);
     return result;
 }
+
+void ff_index_undone(ff_index *x) { x->pending = 0; }
 
 void ff_set_flags(int8_t *flags, const int32_t *ids, int64_t n, int8_t value) {
     for (int64_t i = 0; i < n; i++) flags[ids[i]] = value;

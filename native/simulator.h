@@ -78,6 +78,11 @@ void ff_index_truncate(ff_index *index, int32_t num_edges);
 void ff_index_remove(ff_index *index, const int32_t *ranges, int32_t num_ranges);
 void ff_index_restore(ff_index *index, const int32_t *ranges, int32_t num_ranges);
 
+/* The last delta was undone (the graph and its times restored): the next starts from the
+ * same schedule, so what the index kept of it (the last selection of the tasks to simulate
+ * again) holds. Without this call every delta is taken to start from a new schedule. */
+void ff_index_undone(ff_index *index);
+
 /* Results of ff_simulate below zero. FF_ABOVE_CUTOFF is no error: a lower bound of the
  * iteration's end (a device's or link's end plus the work still queued for it) passed the
  * change's cutoff; the loop stopped there and the times are left half updated (the caller

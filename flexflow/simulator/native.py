@@ -130,6 +130,11 @@ class EdgeIndex:
         """Put back the edges of ranges (lo, hi pairs): an undo wrote their sources back."""
         lib.ff_index_restore(self.pointer, ffi.from_buffer("int32_t[]", ranges), len(ranges) // 2)
 
+    def undone(self) -> None:
+        """The last delta was taken back, times too: the next starts from the same schedule,
+        so the index may reuse what it kept of it (`ff_index_undone`)."""
+        lib.ff_index_undone(self.pointer)
+
 
 _ERRORS = {
     lib.FF_CYCLE: "some tasks never became ready: the task graph has a cycle",

@@ -104,5 +104,6 @@ class DeltaSimulator:
         """Take back the last `change`: the task graph and the schedule are as before it."""
         self.tg.undo()
         restore(self.schedule, self._log)
+        self.tg.edge_index.undone()  # the schedule is the one the change started from
         self.schedule.iteration_s = self._before
         self._before = None

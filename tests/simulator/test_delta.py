@@ -305,3 +305,37 @@ def test_a_task_graph_changed_behind_its_edge_index_is_an_error():
     tg.edge_dst.append(1)
     with pytest.raises(AssertionError, match="edge index"):
         full_simulate(tg)
+
+
+@pytest.mark.parametrize("machine", ["p100:2", "k80:2"])
+def test_a_scan_of_one_ops_configurations_equals_full_simulation(machine):
+    """A scan tries an op's configurations one after another from one schedule, undoing each:
+    every delta starts from the same schedule at the same t0, so the simulator reuses its
+    choice of the tasks to simulate again (`ff_index_undone`). Each neighbour's cost, and
+    whether its cutoff stopped it, must be the full simulation's; a kept change in between
+    starts a new base."""
+    graph, m = random_graph(5), parse_machine(machine)
+    context = SimContext(graph, m)
+    strategy = named_strategy("random", graph, m, seed=2)
+    delta = DeltaSimulator(TaskGraph(context, strategy))
+    for op in (len(graph.ops) // 2, 1, len(graph.ops) - 1):
+        base = delta.iteration_s
+        for config in enumerate_configs(graph.ops[op].sig, m):
+            full = full_simulate(TaskGraph(context, strategy.replace(op, config))).iteration_s
+            delta.change(op, config, cutoff=base)
+            if delta.iteration_s == math.inf:
+                assert full > base * (1 - 1e-12)  # a cut neighbour is slower than the cutoff
+            else:
+                assert delta.iteration_s == full
+            delta.undo()
+            assert delta.iteration_s == base
+        best = min(
+            enumerate_configs(graph.ops[op].sig, m),
+            key=lambda c, op=op: (
+                full_simulate(TaskGraph(context, strategy.replace(op, c))).iteration_s
+            ),
+        )
+        delta.change(op, best)  # kept
+        strategy = strategy.replace(op, best)
+        fresh = TaskGraph(context, strategy)
+        assert timeline(delta.tg, delta.schedule) == timeline(fresh, full_simulate(fresh))
