@@ -18,10 +18,11 @@
  *
  * The edges are read from an index the graph's owner keeps up to date (ff_index: each task's
  * outgoing and incoming edges as lists, and this file's scratch memory, kept from call to
- * call), so a delta costs the tasks it touches plus one pass over the task ids (which start
- * before T0), not passes over every edge. The replay counts a member's predecessors only when
- * it may first become ready, so a change stopped at its cutoff never looks at the members it
- * did not reach.
+ * call), so a delta costs the tasks it touches plus at most one pass over the task ids
+ * (which start before T0; only for tasks without predecessors while deltas from one schedule
+ * are undone in turn), not passes over every edge. The replay counts a member's predecessors
+ * only when it may first become ready, so a change stopped at its cutoff never looks at the
+ * members it did not reach.
  */
 
 #include <math.h>
@@ -252,16 +253,22 @@ void ff_index_truncate(ff_index *x, int32_t num_edges) {
     if (num_edges < x->num_edges) x->num_edges = num_edges;
 }
 
-void ff_index_remove(ff_index *x, const int32_t *ranges, int32_t num_ranges) {
+void ff_index_remove(ff_index *x, int32_t *edge_src, const int32_t *ranges,
+                     int32_t num_ranges) {
     for (int32_t i = 0; i < num_ranges; i++)
-        for (int32_t e = ranges[2 * i]; e < ranges[2 * i + 1]; e++)
+        for (int32_t e = ranges[2 * i]; e < ranges[2 * i + 1]; e++) {
+            edge_src[e] = -1;
             if (x->linked[e]) unlink(x, e);
+        }
 }
 
-void ff_index_restore(ff_index *x, const int32_t *ranges, int32_t num_ranges) {
+void ff_index_restore(ff_index *x, int32_t *edge_src, const int32_t *ranges,
+                      int32_t num_ranges) {
     for (int32_t i = 0; i < num_ranges; i++)
-        for (int32_t e = ranges[2 * i]; e < ranges[2 * i + 1]; e++)
+        for (int32_t e = ranges[2 * i]; e < ranges[2 * i + 1]; e++) {
+            edge_src[e] = x->src[e];
             if (!x->linked[e] && x->src[e] >= 0) link(x, e);
+        }
 }
 
 /* Logs task t's times before they are overwritten (ff_restore writes them back). */

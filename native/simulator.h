@@ -55,9 +55,9 @@ typedef struct {
 
 /* An index of a task graph's edges, kept by its owner as the graph changes, and the scratch
  * memory of the simulations that read it, kept from call to call: with both, a delta costs
- * what it touches (its new edges, the tasks it simulates again) plus one pass over the tasks,
- * not several passes over every edge and task to build successor lists and zero scratch.
- * Its owner tells it every edge it appends, removes (source -1), writes back or truncates. */
+ * what it touches (its new edges, the tasks it simulates again) plus at most one pass over the
+ * task ids, not several passes over every edge and task to build successor lists and zero
+ * scratch. Its owner appends, removes, writes back and truncates edges through it. */
 typedef struct ff_index ff_index;
 
 /* A new, empty index (NULL when out of memory); ff_index_free releases it. */
@@ -73,10 +73,13 @@ int32_t ff_index_edges(ff_index *index, const int32_t *edge_src, const int32_t *
 /* Forgets the edges from num_edges on (an undo truncated them); 0 forgets every edge. */
 void ff_index_truncate(ff_index *index, int32_t num_edges);
 
-/* Takes the edges of ranges [ranges[2i], ranges[2i + 1]) out of the lists (they were removed:
- * source -1), and puts them back (an undo wrote their sources back). */
-void ff_index_remove(ff_index *index, const int32_t *ranges, int32_t num_ranges);
-void ff_index_restore(ff_index *index, const int32_t *ranges, int32_t num_ranges);
+/* Removes the edges of ranges [ranges[2i], ranges[2i + 1]): their sources in edge_src become
+ * -1 and they leave the lists; ff_index_restore writes the sources back (the index keeps
+ * them) and lists the edges again (an undo). */
+void ff_index_remove(ff_index *index, int32_t *edge_src, const int32_t *ranges,
+                     int32_t num_ranges);
+void ff_index_restore(ff_index *index, int32_t *edge_src, const int32_t *ranges,
+                      int32_t num_ranges);
 
 /* The last delta was undone (the graph and its times restored): the next starts from the
  * same schedule, so what the index kept of it (the last selection of the tasks to simulate

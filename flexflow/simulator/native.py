@@ -96,9 +96,9 @@ def restore(times: Times, log: TimesLog) -> None:
 class EdgeIndex:
     """A task graph's edges indexed by source and by target in C (`ff_index`), kept as the
     graph changes, with the scratch memory of the simulations that read it: a delta then
-    costs what it touches plus one pass over the tasks, not passes over every edge to build
-    successor lists. Its owner tells it every edge it appends (`extend`), removes (`remove`),
-    writes back (`restore`) or truncates (`truncate`)."""
+    costs what it touches plus at most one pass over the task ids, not passes over every edge
+    to build successor lists. Its owner appends (`extend`), removes (`remove`), writes back
+    (`restore`) and truncates (`truncate`) edges through it."""
 
     def __init__(self) -> None:
         index = lib.ff_index_new()
@@ -122,13 +122,24 @@ class EdgeIndex:
         """Forget the edges from `num_edges` on (0: every edge)."""
         lib.ff_index_truncate(self.pointer, num_edges)
 
-    def remove(self, ranges: array) -> None:
-        """Take out the edges of ranges (lo, hi pairs, "i"): they were removed."""
-        lib.ff_index_remove(self.pointer, ffi.from_buffer("int32_t[]", ranges), len(ranges) // 2)
+    def remove(self, edge_src: array, ranges: array) -> None:
+        """Remove the edges of ranges (lo, hi pairs, "i"): their sources in `edge_src` become
+        -1 (the index keeps them for `restore`) and they leave the lists."""
+        lib.ff_index_remove(
+            self.pointer,
+            ffi.from_buffer("int32_t[]", edge_src),
+            ffi.from_buffer("int32_t[]", ranges),
+            len(ranges) // 2,
+        )
 
-    def restore(self, ranges: array) -> None:
-        """Put back the edges of ranges (lo, hi pairs): an undo wrote their sources back."""
-        lib.ff_index_restore(self.pointer, ffi.from_buffer("int32_t[]", ranges), len(ranges) // 2)
+    def restore(self, edge_src: array, ranges: array) -> None:
+        """Undo `remove` of those ranges: their sources written back, the edges listed again."""
+        lib.ff_index_restore(
+            self.pointer,
+            ffi.from_buffer("int32_t[]", edge_src),
+            ffi.from_buffer("int32_t[]", ranges),
+            len(ranges) // 2,
+        )
 
     def undone(self) -> None:
         """The last delta was taken back, times too: the next starts from the same schedule,

@@ -93,7 +93,6 @@ FORWARD, BACKWARD = 0, 1
 
 Block = tuple  # ("op", i) | ("edge", consumer, input index) | ("sync", parameter id)
 
-_NO_EDGE = array("i", [-1])
 _NO_OVERLAPS = (array("i"), array("i"), array("q"))
 
 
@@ -121,7 +120,6 @@ class _Undo:
     blocks: dict  # block -> (its task ids, its edge range)
     tasks: dict  # op -> (forward, backward task ids, its templates, op_at, op_count)
     table_size: int  # the op table's entries
-    edges: list = field(default_factory=list)  # (lo, the sources of edges lo..) before removal
     edge_ranges: array = field(default_factory=lambda: array("i"))  # the removed (lo, hi)s
     removed: array = field(default_factory=lambda: array("i"))
     added: array = field(default_factory=lambda: array("i"))
@@ -353,17 +351,14 @@ class TaskGraph:
             self.configs[op] = config
         removed = array("i")
         touched = array("i")
-        live, edge_src = self.live, self.edge_src
         for block in blocks:
             removed += self.blocks.pop(block)
             lo, hi = self._edge_ranges.pop(block)
             touched += self.edge_dst[lo:hi]
-            undo.edges.append((lo, edge_src[lo:hi]))
             undo.edge_ranges += array("i", (lo, hi))
-            edge_src[lo:hi] = _NO_EDGE * (hi - lo)
             self._removed_edges += hi - lo
-        self.edge_index.remove(undo.edge_ranges)
-        set_flags(live, removed, 0)
+        self.edge_index.remove(self.edge_src, undo.edge_ranges)  # sources -1, kept in the index
+        set_flags(self.live, removed, 0)
         first_new_edge = len(self.edge_src)
         self._build(blocks)
         added = array("i")
@@ -386,9 +381,7 @@ class TaskGraph:
         self._free = undo.free
         del self.edge_src[undo.edge_count :], self.edge_dst[undo.edge_count :]
         self.edge_index.truncate(undo.edge_count)
-        for lo, sources in undo.edges:
-            self.edge_src[lo : lo + len(sources)] = sources
-        self.edge_index.restore(undo.edge_ranges)
+        self.edge_index.restore(self.edge_src, undo.edge_ranges)
         self._removed_edges = undo.removed_edges
         for block, (tasks, edge_range) in undo.blocks.items():
             self.blocks[block], self._edge_ranges[block] = tasks, edge_range
