@@ -326,8 +326,32 @@ static int bound_fresh(const ff_graph *g, const ff_change *c, const double *end,
     return tail == c->num_added ? 0 : FF_CYCLE;
 }
 
-/* Marks the old tasks whose predecessors changed and lowers t0 to their start and ready time
- * (computed with the new tasks' bounds). Returns the lowered t0. */
+/* T0 lowered for an old task that the change removes or moves (a neighbour): to its start
+ * and, if it holds several devices or links, to its ready time.
+ * Why: the replay is exact when no member starts before t0. Tasks then leave a device or link
+ * in the order of their ready times, so a member whose ready time stayed before t0 (its
+ * predecessors kept their times) still comes after the kept tasks on its devices, and one
+ * whose predecessors changed is ready at t0 or later. A member M that was ready before t0 but
+ * started at or after it waited for some resource r: for the task before it on r, which ended
+ * at or after t0. Kept, or simulated again before M (same ready time), that task still holds r
+ * until then. Removed or moved, it no longer does; if it held r alone it had started when r
+ * was free after the task before it, to which the same applies, but if it held several it may
+ * have waited for another while r stood idle, and M, ready no earlier than it, could now start
+ * before t0. Its ready time as t0 makes M's ready time at least t0.
+ * tests/simulator/test_native.py's test_a_random_change_equals_a_full_simulation checks it. */
+static double moved_from(const ff_graph *g, const ff_times *s, const ff_index *x, int32_t t,
+                         double t0) {
+    if (s->start[t] < t0) t0 = s->start[t];
+    const int32_t set = g->resource_set[t];
+    const int several = g->set_offsets[set + 1] - g->set_offsets[set] > 1;
+    /* a removed id that a new task takes holds the new task's resources: the old are unknown */
+    if ((several || (x->flags[t] & FRESH)) && s->ready[t] < t0) t0 = s->ready[t];
+    return t0;
+}
+
+/* Marks the old tasks whose predecessors changed and lowers t0 as for a moved task
+ * (moved_from) and to their new ready time (computed with the new tasks' bounds). Returns the
+ * lowered t0. */
 static double mark_neighbours(const ff_graph *g, const ff_change *c, const ff_times *s,
                               ff_index *x, double t0) {
     int32_t count = 0;
@@ -354,7 +378,7 @@ static double mark_neighbours(const ff_graph *g, const ff_change *c, const ff_ti
             double ready = (x->flags[p] & FRESH) ? x->bound[p] + g->exe[p] : s->end[p];
             if (ready > x->bound[u]) x->bound[u] = ready;
         }
-        if (s->start[u] < t0) t0 = s->start[u];
+        t0 = moved_from(g, s, x, u, t0);
         if (x->bound[u] < t0) t0 = x->bound[u];
     }
     return t0;
@@ -547,8 +571,9 @@ static selection reuse_selection(const ff_graph *g, const ff_change *c, ff_times
 /* The delta (or full simulation) proper, on an index of the graph's edges. */
 static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_index *x) {
     double t0 = c->t0;
-    for (int32_t i = 0; i < c->num_removed; i++)
-        if (s->start[c->removed[i]] < t0) t0 = s->start[c->removed[i]];
+    x->num_dirty = 0;
+    for (int32_t i = 0; i < c->num_added; i++) mark(x, c->added[i], FRESH);
+    for (int32_t i = 0; i < c->num_removed; i++) t0 = moved_from(g, s, x, c->removed[i], t0);
     if (x->pending || c->t0 == -HUGE_VAL) x->base_valid = 0; /* a kept change: a new base */
     x->pending = 1;
     s->log_size = 0;
@@ -564,10 +589,8 @@ static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_i
     }
     memset(x->free_at, 0, (size_t)g->num_resources * sizeof(double));
     memset(x->load, 0, (size_t)g->num_resources * sizeof(double));
-    x->num_dirty = 0;
     int64_t result = 0;
     selection members = {0, 0, 0};
-    for (int32_t i = 0; i < c->num_added; i++) mark(x, c->added[i], FRESH);
     if (c->num_added > 0) {
         result = bound_fresh(g, c, s->end, x);
         for (int32_t i = 0; i < c->num_added; i++)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from flexflow.cost import CostModel
@@ -78,38 +78,70 @@ class Times:
         return cls(*(array("d", bytes(8 * n)) for _ in range(3)))
 
 
-def random_array_graph(seed: int) -> ArrayGraph:
-    """Tasks on random devices and links (some holding several, some none), dead ids and edges,
-    and exe_times from a few dyadic values so that many tasks are ready at equal times."""
+def random_array_graph(seed: int, density: float = 0.12) -> ArrayGraph:
+    """Tasks on random devices and links (some holding several, some none), dead ids and edges
+    (each pair of tasks with probability `density`), and exe_times from a few dyadic values so
+    that many tasks are ready at equal times."""
     rng = random.Random(seed)
     devices, links = rng.randint(1, 4), rng.randint(0, 4)
     g = ArrayGraph(devices, devices + links)
     n = rng.randint(1, 60)
-    keys = rng.sample(range(1 << 62), n)
-    for t in range(n):
-        kind = rng.random()
-        if kind < 0.15:
-            res: tuple[int, ...] = ()
-        elif kind < 0.6 or links == 0:
-            res = (rng.randrange(devices),)
-        else:
-            res = tuple(sorted(rng.sample(range(devices, devices + links), rng.randint(1, links))))
-        g.res_set.append(g.resource_sets.intern(res))
-        g.exe.append(rng.choice((0.25, 0.5, 1.0, 1.5)) if res else rng.choice((0.0, 0.0, 0.5)))
-        g.order.append(keys[t] | DEVICE_TASK if res else keys[t])
-        g.live.append(rng.random() > 0.1)
+    for _ in range(n):
+        append_random_task(g, rng)
     topological = list(range(n))
     rng.shuffle(topological)  # ids are not in dependency order, as after deltas
     alive = [t for t in topological if g.live[t]]
     for i, a in enumerate(alive):
         for b in alive[i + 1 :]:
-            if rng.random() < 0.12:
+            if rng.random() < density:
                 g.edge_src.append(a)
                 g.edge_dst.append(b)
     for _ in range(rng.randint(0, 5)):  # removed edges (source -1): the C loop skips them
         g.edge_src.append(-1)
         g.edge_dst.append(rng.randrange(n))
     return g
+
+
+def append_random_task(
+    g: ArrayGraph, rng: random.Random, t: int | None = None, live: bool | None = None
+) -> int:
+    """A task as random_array_graph makes them, with id `t` (a dead one) or a new id; live
+    with probability 0.9 unless `live` says."""
+    devices, links = g.num_devices, g.num_resources - g.num_devices
+    kind = rng.random()
+    if kind < 0.15:
+        res: tuple[int, ...] = ()
+    elif kind < 0.6 or links == 0:
+        res = (rng.randrange(devices),)
+    else:
+        res = tuple(sorted(rng.sample(range(devices, devices + links), rng.randint(1, links))))
+    values = (
+        rng.choice((0.25, 0.5, 1.0, 1.5)) if res else rng.choice((0.0, 0.0, 0.5)),
+        rng.getrandbits(62) | DEVICE_TASK if res else rng.getrandbits(62),
+        rng.random() > 0.1 if live is None else live,
+        g.resource_sets.intern(res),
+    )
+    columns = (g.exe, g.order, g.live, g.res_set)
+    if t is None:
+        t = len(g.exe)
+        for column, value in zip(columns, values, strict=True):
+            column.append(value)
+    else:
+        for column, value in zip(columns, values, strict=True):
+            column[t] = value
+    return t
+
+
+def topological_order(g: ArrayGraph) -> list[int]:
+    preds, succs = g.adjacency()
+    remaining = [len(p) for p in preds]
+    order = [t for t in range(len(g.exe)) if g.live[t] and remaining[t] == 0]
+    for t in order:
+        for u in succs[t]:
+            remaining[u] -= 1
+            if remaining[u] == 0:
+                order.append(u)
+    return order
 
 
 def reference_times(g: ArrayGraph) -> tuple[list[float], list[float], list[float]]:
@@ -150,18 +182,33 @@ def test_replaying_from_any_moment_keeps_the_timeline(seed, pick):
     assert (list(times.ready), list(times.start), list(times.end)) == before
 
 
-@settings(max_examples=400, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), picks=st.lists(st.integers(0, 10_000), max_size=4))
-def test_a_delta_removing_tasks_equals_a_full_simulation(seed, picks):
-    """Delta simulation (Algorithm 2) after removing tasks and their edges: the schedule is
-    the full simulation's of the changed graph. Tasks holding several links make the replay's
-    hard case: a task queued behind a removed transfer on one of its links can now start
-    before t0, the removed task's start."""
-    g = random_array_graph(seed)
+@settings(max_examples=1500, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), change_seed=st.integers(0, 2**32 - 1))
+@example(seed=1072101058, change_seed=2483884545)  # the hard case below, found by a long run
+@example(seed=2792171107, change_seed=759063624)
+def test_a_random_change_equals_a_full_simulation(seed, change_seed):
+    """Delta simulation (Algorithm 2) after a change like a new configuration's: tasks removed
+    with their edges, new tasks (some taking removed ids) with edges from and to old ones, new
+    edges between old tasks. The schedule is the full simulation's of the changed graph.
+
+    The hard case is a removed or moved task holding several links: it waited for the busiest
+    while the others stood idle, so a task queued behind it on an idle one can now start before
+    the old start, and its successors become ready before tasks the replay would keep
+    (`moved_from` in native/simulator.c lowers t0 to the ready time of such tasks). It is rare
+    in random graphs (a run of this test finds it about once in 50,000 examples without the
+    fix), hence the examples found by long runs."""
+    rng = random.Random(change_seed)
+    g = random_array_graph(seed, density=rng.choice((0.03, 0.06, 0.12)))
     times = Times.zeros(len(g.exe))
     simulate(g, times, -math.inf)
-    live = [t for t in range(len(g.exe)) if g.live[t]]
-    removed = sorted({live[p % len(live)] for p in picks}) if live else []
+    topological = topological_order(g)
+    several = [t for t in topological if len(g.res(t)) > 1]  # the hard case's, half the picks
+    picks = [
+        rng.choice(several if several and rng.random() < 0.5 else topological)
+        for _ in range(rng.randint(0, 4) if topological else 0)
+    ]
+    removed = sorted(set(picks))
+    first_new_edge = len(g.edge_src)
     touched = array("i")
     for e, (a, b) in enumerate(zip(g.edge_src, g.edge_dst, strict=True)):
         if a >= 0 and (a in removed or b in removed):
@@ -170,7 +217,25 @@ def test_a_delta_removing_tasks_equals_a_full_simulation(seed, picks):
                 touched.append(b)
     for t in removed:
         g.live[t] = 0
-    change = GraphChange(array("i", removed), array("i"), touched, len(g.edge_src))
+    kept = [t for t in topological if t not in removed]
+    added = array("i")
+    for _ in range(rng.randint(0, 3)):  # new tasks, at random places of the dependency order
+        reuse = [t for t in removed if t not in added]
+        t = append_random_task(
+            g, rng, rng.choice(reuse) if reuse and rng.random() < 0.5 else None, live=True
+        )
+        for column in (times.ready, times.start, times.end):
+            column.extend([0.0] * (len(g.exe) - len(column)))
+        kept.insert(rng.randint(0, len(kept)), t)
+        added.append(t)
+    for i, a in enumerate(kept):  # edges into and out of new tasks, a few between old ones
+        for b in kept[i + 1 :]:
+            if rng.random() < (0.25 if a in added or b in added else 0.01):
+                g.edge_src.append(a)
+                g.edge_dst.append(b)
+                if b not in added:
+                    touched.append(b)
+    change = GraphChange(array("i", removed), added, touched, first_new_edge)
     simulate(g, times, math.inf, change)
     full = Times.zeros(len(g.exe))
     simulate(g, full, -math.inf)
@@ -180,7 +245,7 @@ def test_a_delta_removing_tasks_equals_a_full_simulation(seed, picks):
                 full.ready[t],
                 full.start[t],
                 full.end[t],
-            )
+            ), t
     assert times.iteration_s == full.iteration_s
 
 
