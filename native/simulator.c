@@ -7,9 +7,9 @@
  *
  * Delta simulation (flexflow/simulator/schedule.py, DeltaSimulator) updates the task graph in
  * place, then calls ff_simulate with what changed. From that and the old schedule it finds T0,
- * the first moment the change can affect: the earliest start of a removed task, the earliest
- * time a new task (bounded by its old predecessors' ends) or a task that lost or gained a
- * predecessor can become ready. Tasks that started before T0 keep their times; every device and
+ * the first moment the change can affect: the earliest start of a removed task (or ready time,
+ * for one holding several links: moved_from), the earliest time a new task (bounded by its old
+ * predecessors' ends) or a task that lost or gained a predecessor can become ready. Tasks that started before T0 keep their times; every device and
  * link is free at T0 from the latest end of those tasks on it; the rest is simulated again.
  * A task's times are written only when the loop simulates it, after the old ones go to the
  * caller's log (ff_restore takes a rejected change back from it): most changes a search tries

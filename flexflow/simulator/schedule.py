@@ -60,11 +60,13 @@ class DeltaSimulator:
 
     Delta simulation (Algorithm 2): the task graph is updated in place (only the blocks of
     the changed op, its edges and its parameters are rebuilt), and the schedule is kept up
-    to the first moment T0 the change can affect: the earliest start of a removed task, the
-    earliest time a new task or a task that lost a predecessor can become ready. Every task
-    that started before T0 keeps its times (nothing it depends on moved); only the tasks
-    starting at or after T0 are simulated again, from the device and link states at T0 (each
-    is free from the latest end of the kept tasks on it).
+    to the first moment T0 the change can affect: the earliest start of a removed task (its
+    ready time if it held several links: a task queued behind it on a link it left idle
+    can now start earlier), the earliest time a new task or a task that lost a predecessor
+    can become ready. Every task that started before T0 keeps its times (nothing it depends
+    on moved, nothing can now overtake it on its devices); only the tasks starting at or
+    after T0 are simulated again, from the device and link states at T0 (each is free from
+    the latest end of the kept tasks on it).
     """
 
     def __init__(self, tg: TaskGraph) -> None:
