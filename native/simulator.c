@@ -643,3 +643,31 @@ void ff_index_undone(ff_index *x) { x->pending = 0; }
 void ff_set_flags(int8_t *flags, const int32_t *ids, int64_t n, int8_t value) {
     for (int64_t i = 0; i < n; i++) flags[ids[i]] = value;
 }
+
+void ff_resource_load(const ff_graph *g, double *load) {
+    memset(load, 0, (size_t)g->num_resources * sizeof(double));
+    for (int32_t t = 0; t < g->num_tasks; t++) {
+        if (!g->live[t]) continue;
+        const int32_t set = g->resource_set[t];
+        for (int32_t k = g->set_offsets[set]; k < g->set_offsets[set + 1]; k++)
+            load[g->set_members[k]] += g->exe[t];
+    }
+}
+
+double ff_load_bound(const ff_load *x, const int32_t *removed, int64_t num_removed,
+                     const int32_t *new_resource, const double *new_exe, int64_t num_new) {
+    double *load = x->scratch;
+    memcpy(load, x->load, (size_t)x->num_resources * sizeof(double));
+    for (int64_t i = 0; i < num_removed; i++) {
+        const int32_t t = removed[i];
+        if (!x->live[t]) continue;
+        const int32_t set = x->resource_set[t];
+        for (int32_t k = x->set_offsets[set]; k < x->set_offsets[set + 1]; k++)
+            load[x->set_members[k]] -= x->exe[t];
+    }
+    for (int64_t i = 0; i < num_new; i++) load[new_resource[i]] += new_exe[i];
+    double bound = 0.0;
+    for (int32_t r = 0; r < x->num_resources; r++)
+        if (load[r] > bound) bound = load[r];
+    return bound;
+}

@@ -154,6 +154,66 @@ _ERRORS = {
 }
 
 
+def _graph(tg: GraphArrays) -> tuple:
+    """The C view of `tg` (`ff_graph *`) and the buffers it points into, which must outlive
+    every call that reads it (the struct only holds their addresses)."""
+    buf = ffi.from_buffer
+    sets = tg.resource_sets
+    views = {
+        "exe": buf("double[]", tg.exe),
+        "order": buf("uint64_t[]", tg.order),
+        "live": buf("int8_t[]", tg.live),
+        "resource_set": buf("int32_t[]", tg.res_set),
+        "set_offsets": buf("int32_t[]", sets.offsets),
+        "set_members": buf("int32_t[]", sets.members),
+        "edge_src": buf("int32_t[]", tg.edge_src),
+        "edge_dst": buf("int32_t[]", tg.edge_dst),
+    }
+    graph = ffi.new(
+        "ff_graph *",
+        {
+            "num_tasks": len(tg.exe),
+            "num_resources": tg.num_resources,
+            "num_edges": len(tg.edge_src),
+            **views,
+        },
+    )
+    return graph, views
+
+
+def resource_load(tg: GraphArrays) -> array:
+    """Each device's and link's load: the summed exe_time of the live tasks holding it
+    (native ff_resource_load). No iteration ends before any of them."""
+    load = array("d", bytes(8 * tg.num_resources))
+    graph, _buffers = _graph(tg)
+    lib.ff_resource_load(graph, ffi.from_buffer("double[]", load))
+    return load
+
+
+def load_bound(
+    tg: GraphArrays,
+    load: array,
+    removed: array,
+    new_resource: array,
+    new_exe: array,
+    scratch: array,
+) -> float:
+    """The highest load once the tasks `removed` are gone and tasks of `new_exe` hold the
+    single resources `new_resource` (native ff_load_bound): a lower bound of the iteration's
+    end after a change that removes those and adds these, and maybe more tasks. `load` is
+    `resource_load(tg)`; `scratch` has as many entries."""
+    buf = ffi.from_buffer
+    sets = tg.resource_sets
+    views = (buf("double[]", load), buf("double[]", tg.exe), buf("int8_t[]", tg.live),
+             buf("int32_t[]", tg.res_set), buf("int32_t[]", sets.offsets),
+             buf("int32_t[]", sets.members), buf("double[]", scratch))  # fmt: skip
+    c_load = ffi.new("ff_load *", (tg.num_resources, *views))
+    return lib.ff_load_bound(
+        c_load, buf("int32_t[]", removed), len(removed), buf("int32_t[]", new_resource),
+        buf("double[]", new_exe), len(new_exe),
+    )  # fmt: skip
+
+
 def simulate(
     tg: GraphArrays,
     times: Times,
@@ -178,27 +238,7 @@ def simulate(
     wider margin. `index` holds the graph's edges (None: one is built for this call).
     """
     buf = ffi.from_buffer
-    sets = tg.resource_sets
-    # the views must outlive the call: the structs below only hold their addresses
-    views = {
-        "exe": buf("double[]", tg.exe),
-        "order": buf("uint64_t[]", tg.order),
-        "live": buf("int8_t[]", tg.live),
-        "resource_set": buf("int32_t[]", tg.res_set),
-        "set_offsets": buf("int32_t[]", sets.offsets),
-        "set_members": buf("int32_t[]", sets.members),
-        "edge_src": buf("int32_t[]", tg.edge_src),
-        "edge_dst": buf("int32_t[]", tg.edge_dst),
-    }
-    graph = ffi.new(
-        "ff_graph *",
-        {
-            "num_tasks": len(tg.exe),
-            "num_resources": tg.num_resources,
-            "num_edges": len(tg.edge_src),
-            **views,
-        },
-    )
+    graph, _buffers = _graph(tg)  # the views must outlive the call
     delta = ffi.new("ff_change *", {"t0": t0, "cutoff": cutoff})
     if change is not None:
         removed = buf("int32_t[]", change.removed)

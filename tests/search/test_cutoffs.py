@@ -121,3 +121,67 @@ def test_check_local_finds_every_faster_neighbour_a_full_simulation_finds():
                     expected[(graph.ops[op].name, config)] = cost
     assert expected
     assert {(n.op, n.config): n.iteration_s for n in listed} == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_chain_whose_load_bounds_reject_proposals_is_the_chain_simulated_whole(monkeypatch):
+    """AlexNet from a random strategy: many proposals overload a device and are rejected by
+    their load bound before any task graph is built; the chain is the one made without the
+    bound, and the one made without any cutoff."""
+    context = context_of("alexnet", "p100:1")
+    graph, m = context.graph, context.machine
+    dp_s = full_simulate(TaskGraph(context, named_strategy("dp", graph, m))).iteration_s
+    bounded = []
+    above = Evaluator._above
+
+    def counting(self, changes, cutoff):
+        bounded.append(above(self, changes, cutoff))
+        return bounded[-1]
+
+    def run():
+        return run_chain(
+            context,
+            "random",
+            named_strategy("random", graph, m, seed=3),
+            make_space("soap", graph, m),
+            np.random.default_rng(3),
+            dp_s,
+            DEFAULT_BETA,
+            max_proposals=300,
+        )
+
+    monkeypatch.setattr(Evaluator, "_above", counting)
+    with_bounds = run()
+    assert sum(bounded) > 30
+    monkeypatch.setattr(TaskGraph, "load_bound", lambda self, changes: 0.0)
+    without = run()
+    monkeypatch.setattr(mcmc, "acceptance_cutoff", lambda *args: math.inf)
+    whole = run()
+    for other in (without, whole):
+        assert (with_bounds.best, with_bounds.best_s, with_bounds.accepted) == (
+            other.best,
+            other.best_s,
+            other.accepted,
+        )
+        assert [cost for _, cost in with_bounds.history] == [cost for _, cost in other.history]
+
+
+def test_a_proposal_its_load_bound_rejects_changes_nothing():
+    """Rejected by its load bound, a proposal costs inf until `revert`, which leaves the
+    strategy, the task graph and the schedule as they were; only `revert` may follow it."""
+    context = context_of("lenet", "p100:1")
+    graph, m = context.graph, context.machine
+    strategy = named_strategy("dp", graph, m)
+    evaluator = Evaluator(context, strategy)
+    before = (evaluator.cost_s, list(evaluator._delta.schedule.end))
+    heavy = max(range(len(graph.ops)), key=lambda op: graph.ops[op].sig.output_shape[-1])
+    single = next(c for c in make_space("soap", graph, m)(heavy) if len(c.devices) == 1)
+    assert evaluator.propose(heavy, single, cutoff=1e-9) == math.inf
+    assert evaluator.cost_s == math.inf and evaluator.strategy == strategy
+    with pytest.raises(AssertionError, match="reverted first"):
+        evaluator.propose(heavy, single, cutoff=1e-9)
+    assert evaluator.revert() == before[0]
+    assert (evaluator.cost_s, list(evaluator._delta.schedule.end)) == before
+    assert (
+        evaluator.propose(heavy, single)
+        == full_simulate(TaskGraph(context, strategy.replace(heavy, single))).iteration_s
+    )

@@ -14,8 +14,10 @@ from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.cost import CostModel
 from flexflow.machine import parse_machine
 from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
+from flexflow.simulator.native import resource_load
 from flexflow.space import enumerate_configs
 from flexflow.strategies import named_strategy
+from flexflow.strategy import Strategy
 
 MACHINES = ("p100:1", "k80:1", "p100:2", "k80:2", "dgx-h100:1")
 GRAPH_SEEDS = st.integers(0, 10_000)
@@ -235,6 +237,47 @@ def test_a_change_cut_off_is_one_slower_than_its_cutoff(graph_seed, machine, sta
         assert delta.iteration_s == full.iteration_s
         assert timeline(delta.tg, delta.schedule) == timeline(TaskGraph(context, changed), full)
         strategy = changed
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    graph_seed=GRAPH_SEEDS,
+    machine=st.sampled_from(MACHINES),
+    start=st.sampled_from(("dp", "expert", "random")),
+    moves=st.lists(
+        st.tuples(st.lists(st.tuples(PICK, PICK), min_size=1, max_size=4), st.booleans()),
+        min_size=1,
+        max_size=6,
+    ),
+    fused=st.booleans(),
+)
+def test_the_load_bound_is_below_the_changed_graphs_load(graph_seed, machine, start, moves, fused):
+    """`TaskGraph.load_bound`, found without making the change, is at most the busiest
+    device's or link's load in the changed graph (so at most its makespan), through kept and
+    undone changes; `resource_load` is each resource's summed exe_time."""
+    graph, m = random_graph(graph_seed), parse_machine(machine)
+    context = SimContext(graph, m, CostModel(), fused_launches=fused)
+    strategy = named_strategy(start, graph, m, seed=graph_seed)
+    delta = DeltaSimulator(TaskGraph(context, strategy))
+    for picks, undo in moves:
+        changes = []
+        for op_pick, config_pick in picks:
+            op = op_pick % len(graph.ops)
+            space = enumerate_configs(graph.ops[op].sig, m)
+            changes.append((op, space[config_pick % len(space)]))
+        bound = delta.tg.load_bound(changes)
+        delta.change_many(changes)
+        fresh = TaskGraph(context, Strategy(strategy.ops, tuple(delta.tg.configs)))
+        load = resource_load(fresh)
+        expected = [0.0] * fresh.num_resources
+        for t in fresh.live_tasks():
+            for r in fresh.resource_sets.sets[fresh.res_set[t]]:
+                expected[r] += fresh.exe[t]
+        assert list(load) == pytest.approx(expected, rel=1e-12)
+        assert bound <= max(load) * (1 + 1e-12)
+        assert max(load) <= max(full_simulate(fresh).end) * (1 + 1e-12)
+        if undo:
+            delta.undo()
 
 
 def test_a_change_cut_off_must_be_undone_before_the_next():
