@@ -17,12 +17,28 @@ from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simul
 from flexflow.simulator.native import resource_load
 from flexflow.space import enumerate_configs
 from flexflow.strategies import named_strategy
-from flexflow.strategy import Strategy
+from flexflow.strategy import ParallelConfig, Strategy
 
 MACHINES = ("p100:1", "k80:1", "p100:2", "k80:2", "dgx-h100:1")
 GRAPH_SEEDS = st.integers(0, 10_000)
 PICK = st.integers(0, 10_000)
 """An op pick or a configuration pick, taken modulo the choices."""
+SEVERAL_MOVES = st.lists(
+    st.tuples(st.lists(st.tuples(PICK, PICK), min_size=1, max_size=6), st.booleans()),
+    min_size=1,
+    max_size=6,
+)
+"""Changes of several ops at once (`picked_changes` of each), each kept or taken back."""
+
+
+def picked_changes(picks, graph, machine) -> list[tuple[int, ParallelConfig]]:
+    """(op pick, configuration pick)s as changes, each pick taken modulo the choices."""
+    changes = []
+    for op_pick, config_pick in picks:
+        op = op_pick % len(graph.ops)
+        space = enumerate_configs(graph.ops[op].sig, machine)
+        changes.append((op, space[config_pick % len(space)]))
+    return changes
 
 
 def random_graph(seed: int):
@@ -49,6 +65,14 @@ def random_graph(seed: int):
         t = model.dense(t, 8, ActiMode.AC_MODE_RELU)
     model.softmax(model.dense(t, 4))
     return model.graph()
+
+
+def delta_of(graph_seed: int, machine: str, start: str, fused: bool):
+    """A random graph's context, its `start` strategy and a delta simulator of it."""
+    graph, m = random_graph(graph_seed), parse_machine(machine)
+    context = SimContext(graph, m, CostModel(), fused_launches=fused)
+    strategy = named_strategy(start, graph, m, seed=graph_seed)
+    return context, strategy, DeltaSimulator(TaskGraph(context, strategy))
 
 
 def timeline(tg: TaskGraph, schedule) -> dict:
@@ -114,26 +138,16 @@ def test_an_undone_change_leaves_the_graph_and_schedule_as_before(
     graph_seed=GRAPH_SEEDS,
     machine=st.sampled_from(MACHINES),
     start=st.sampled_from(("dp", "expert", "random")),
-    moves=st.lists(
-        st.tuples(st.lists(st.tuples(PICK, PICK), min_size=1, max_size=6), st.booleans()),
-        min_size=1,
-        max_size=6,
-    ),
+    moves=SEVERAL_MOVES,
     fused=st.booleans(),
 )
 def test_a_change_of_several_ops_at_once_equals_full(graph_seed, machine, start, moves, fused):
     """`change_many` (a layer move's delta: several ops, one op possibly twice) gives the full
     simulation's timeline of the changed strategy, and its undo restores the one before."""
-    graph, m = random_graph(graph_seed), parse_machine(machine)
-    context = SimContext(graph, m, CostModel(), fused_launches=fused)
-    strategy = named_strategy(start, graph, m, seed=graph_seed)
-    delta = DeltaSimulator(TaskGraph(context, strategy))
+    context, strategy, delta = delta_of(graph_seed, machine, start, fused)
+    graph, m = context.graph, context.machine
     for picks, undo in moves:
-        changes = []
-        for op_pick, config_pick in picks:
-            op = op_pick % len(graph.ops)
-            space = enumerate_configs(graph.ops[op].sig, m)
-            changes.append((op, space[config_pick % len(space)]))
+        changes = picked_changes(picks, graph, m)
         delta.change_many(changes)
         if undo:
             delta.undo()
@@ -216,10 +230,8 @@ def test_a_change_cut_off_is_one_slower_than_its_cutoff(graph_seed, machine, sta
     with inf, and then the changed strategy's full simulation is slower than the cutoff (a
     bound is never above the iteration it bounds); its undo restores the timeline before.
     Cutoffs around the current cost, where the bounds decide."""
-    graph, m = random_graph(graph_seed), parse_machine(machine)
-    context = SimContext(graph, m, CostModel(), fused_launches=fused)
-    strategy = named_strategy(start, graph, m, seed=graph_seed)
-    delta = DeltaSimulator(TaskGraph(context, strategy))
+    context, strategy, delta = delta_of(graph_seed, machine, start, fused)
+    graph, m = context.graph, context.machine
     for op_pick, config_pick, scale in moves:
         op = op_pick % len(graph.ops)
         space = enumerate_configs(graph.ops[op].sig, m)
@@ -244,27 +256,17 @@ def test_a_change_cut_off_is_one_slower_than_its_cutoff(graph_seed, machine, sta
     graph_seed=GRAPH_SEEDS,
     machine=st.sampled_from(MACHINES),
     start=st.sampled_from(("dp", "expert", "random")),
-    moves=st.lists(
-        st.tuples(st.lists(st.tuples(PICK, PICK), min_size=1, max_size=4), st.booleans()),
-        min_size=1,
-        max_size=6,
-    ),
+    moves=SEVERAL_MOVES,
     fused=st.booleans(),
 )
 def test_the_load_bound_is_below_the_changed_graphs_load(graph_seed, machine, start, moves, fused):
     """`TaskGraph.load_bound`, found without making the change, is at most the busiest
     device's or link's load in the changed graph (so at most its makespan), through kept and
     undone changes; `resource_load` is each resource's summed exe_time."""
-    graph, m = random_graph(graph_seed), parse_machine(machine)
-    context = SimContext(graph, m, CostModel(), fused_launches=fused)
-    strategy = named_strategy(start, graph, m, seed=graph_seed)
-    delta = DeltaSimulator(TaskGraph(context, strategy))
+    context, strategy, delta = delta_of(graph_seed, machine, start, fused)
+    graph, m = context.graph, context.machine
     for picks, undo in moves:
-        changes = []
-        for op_pick, config_pick in picks:
-            op = op_pick % len(graph.ops)
-            space = enumerate_configs(graph.ops[op].sig, m)
-            changes.append((op, space[config_pick % len(space)]))
+        changes = picked_changes(picks, graph, m)
         bound = delta.tg.load_bound(changes)
         delta.change_many(changes)
         fresh = TaskGraph(context, Strategy(strategy.ops, tuple(delta.tg.configs)))
