@@ -344,11 +344,13 @@ class TaskGraph:
     def affected_blocks(self, ops: Iterable[int]) -> tuple[Block, ...]:
         """The blocks a change of `ops` rebuilds: their own; with fused launches also those of
         the op after each, whose task times depend on whether it still fuses with it. The
-        ops' blocks come first (edges and syncs name their tasks). Memoized for one op: most
-        changes are of one op, and the blocks depend only on the graph."""
+        ops' blocks come first (edges and syncs name their tasks). Memoized per op (the
+        blocks depend only on the graph); a change of several ops (a path or layer move)
+        joins theirs."""
         ops = tuple(ops)
-        if len(ops) != 1:
-            return self._affected_blocks(ops)
+        if len(ops) != 1:  # each op's, in order, each block once, ops first
+            found = dict.fromkeys(b for op in ops for b in self.affected_blocks((op,)))
+            return tuple(b for b in found if b[0] == "op") + tuple(b for b in found if b[0] != "op")
         blocks = self._one_op_blocks.get(ops[0])
         if blocks is None:
             blocks = self._one_op_blocks[ops[0]] = self._affected_blocks(ops)
