@@ -654,20 +654,14 @@ void ff_resource_load(const ff_graph *g, double *load) {
     }
 }
 
-double ff_load_bound(const ff_load *x, const int32_t *removed, int64_t num_removed,
-                     const int32_t *new_resource, const double *new_exe, int64_t num_new) {
-    double *load = x->scratch;
-    memcpy(load, x->load, (size_t)x->num_resources * sizeof(double));
-    for (int64_t i = 0; i < num_removed; i++) {
-        const int32_t t = removed[i];
-        if (!x->live[t]) continue;
-        const int32_t set = x->resource_set[t];
-        for (int32_t k = x->set_offsets[set]; k < x->set_offsets[set + 1]; k++)
-            load[x->set_members[k]] -= x->exe[t];
-    }
-    for (int64_t i = 0; i < num_new; i++) load[new_resource[i]] += new_exe[i];
+double ff_load_bound(const ff_graph *g, const double *load, const int32_t *removed,
+                     int32_t num_removed, const int32_t *new_resource, const double *new_exe,
+                     int32_t num_new, double *scratch) {
+    memcpy(scratch, load, (size_t)g->num_resources * sizeof(double));
+    add_load(g, scratch, removed, num_removed, -1.0);
+    for (int32_t i = 0; i < num_new; i++) scratch[new_resource[i]] += new_exe[i];
     double bound = 0.0;
-    for (int32_t r = 0; r < x->num_resources; r++)
-        if (load[r] > bound) bound = load[r];
+    for (int32_t r = 0; r < g->num_resources; r++)
+        if (scratch[r] > bound) bound = scratch[r];
     return bound;
 }

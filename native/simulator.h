@@ -109,23 +109,14 @@ void ff_set_flags(int8_t *flags, const int32_t *ids, int64_t n, int8_t value);
  * tasks holding it. Each runs its tasks one at a time, so no iteration ends before its load. */
 void ff_resource_load(const ff_graph *graph, double *load);
 
-/* The highest load after a change, from ff_resource_load's before it: less the `removed`
- * tasks' (live ones; one removed twice counts twice, which only lowers the bound), plus
+/* The highest load after a change, from ff_resource_load's `load` before it: less the
+ * `removed` tasks' (one removed twice counts twice, which only lowers the bound), plus
  * `new_exe[i]` on resource `new_resource[i]`. A lower bound of the changed graph's makespan
- * when the change adds no other task (exe_times are never negative). */
-typedef struct {
-    int32_t num_resources;
-    const double *load;            /* ff_resource_load's, before the change */
-    const double *exe;             /* the graph's, as in ff_graph */
-    const int8_t *live;
-    const int32_t *resource_set;
-    const int32_t *set_offsets;
-    const int32_t *set_members;
-    double *scratch;               /* num_resources doubles */
-} ff_load;
-
-double ff_load_bound(const ff_load *load, const int32_t *removed, int64_t num_removed,
-                     const int32_t *new_resource, const double *new_exe, int64_t num_new);
+ * when the change adds no other task (exe_times are never negative). `scratch`:
+ * num_resources doubles. */
+double ff_load_bound(const ff_graph *graph, const double *load, const int32_t *removed,
+                     int32_t num_removed, const int32_t *new_resource, const double *new_exe,
+                     int32_t num_new, double *scratch);
 
 /* Every (consumer tile k, producer tile, overlap volume) between the region each consumer tile
  * reads, needs[k][d] = (lo, hi) (num_needs x ndim x 2), and a producer's grid of equal tiles

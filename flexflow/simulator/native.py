@@ -202,15 +202,12 @@ def load_bound(
     single resources `new_resource` (native ff_load_bound): a lower bound of the iteration's
     end after a change that removes those and adds these, and maybe more tasks. `load` is
     `resource_load(tg)`; `scratch` has as many entries."""
+    graph, _buffers = _graph(tg)
     buf = ffi.from_buffer
-    sets = tg.resource_sets
-    views = (buf("double[]", load), buf("double[]", tg.exe), buf("int8_t[]", tg.live),
-             buf("int32_t[]", tg.res_set), buf("int32_t[]", sets.offsets),
-             buf("int32_t[]", sets.members), buf("double[]", scratch))  # fmt: skip
-    c_load = ffi.new("ff_load *", (tg.num_resources, *views))
     return lib.ff_load_bound(
-        c_load, buf("int32_t[]", removed), len(removed), buf("int32_t[]", new_resource),
-        buf("double[]", new_exe), len(new_exe),
+        graph, buf("double[]", load), buf("int32_t[]", removed), len(removed),
+        buf("int32_t[]", new_resource), buf("double[]", new_exe), len(new_exe),
+        buf("double[]", scratch),
     )  # fmt: skip
 
 

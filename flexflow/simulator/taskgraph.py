@@ -116,14 +116,10 @@ class _Load:
 
     __slots__ = ("resources", "removed", "scratch")
 
-    def __init__(self, resources: array | None) -> None:
+    def __init__(self, resources: array) -> None:
         self.resources = resources
         self.removed: dict[int, array] = {}
-        self.scratch = array("d", resources or ())
-
-
-_NO_LOAD = _Load(None)
-"""A graph's `load_bound` view before it is first asked for (shared: it holds nothing)."""
+        self.scratch = array("d", resources)
 
 
 @dataclass(slots=True)
@@ -138,7 +134,7 @@ class _Undo:
     blocks: dict  # block -> (its task ids, its edge range)
     tasks: dict  # op -> (forward, backward task ids, its templates, op_at, op_count)
     table_size: int  # the op table's entries
-    load: _Load  # the graph's `load_bound` view before the change
+    load: _Load | None  # the graph's `load_bound` view before the change
     edge_ranges: array = field(default_factory=lambda: array("i"))  # the removed (lo, hi)s
     removed: array = field(default_factory=lambda: array("i"))
     added: array = field(default_factory=lambda: array("i"))
@@ -167,7 +163,7 @@ class TaskGraph:
         self._free = array("i")  # ids of removed tasks, reused last first
         self._undo: _Undo | None = None  # how to take back the last set_config
         self._one_op_blocks: dict[int, tuple[Block, ...]] = {}  # affected_blocks of one op
-        self._load = _NO_LOAD  # `load_bound`'s view of this graph, made when first asked
+        self._load: _Load | None = None  # `load_bound`'s view of this graph, made when asked
         # dependencies: edge_src[e] -> edge_dst[e], source -1 once removed
         self.edge_src = array("i")
         self.edge_dst = array("i")
@@ -314,21 +310,17 @@ class TaskGraph:
         search rejects most proposals that overload a device this way before building
         anything (AlexNet's chains from random strategies on 4 GPUs: 43% of them)."""
         load = self._load
-        if load.resources is None:
+        if load is None:
             load = self._load = _Load(resource_load(self))
         fused = self.context.fused_launches  # then the lowest time an op's tasks may take
-        if len(changes) == 1:
-            op, config = changes[0]
-            removed = self._removed_by(load, op)
+        removed, devices, exe = array("i"), array("i"), array("d")
+        # an op given two configurations takes the last; blocks two ops rebuild are removed
+        # twice, which only lowers the bound
+        for op, config in dict(changes).items():
+            removed += self._removed_by(load, op)
             tasks = self.context.op_tasks(op, config, fused)
-            devices, exe = tasks.devices, tasks.exe
-        else:  # blocks two ops rebuild are removed twice: a lower bound still
-            removed, devices, exe = array("i"), array("i"), array("d")
-            for op, config in dict(changes).items():  # an op given two: the last
-                removed += self._removed_by(load, op)
-                tasks = self.context.op_tasks(op, config, fused)
-                devices += tasks.devices
-                exe += tasks.exe
+            devices += tasks.devices
+            exe += tasks.exe
         return load_bound(self, load.resources, removed, devices, exe, load.scratch)
 
     def _removed_by(self, load: _Load, op: int) -> array:
@@ -405,7 +397,7 @@ class TaskGraph:
             len(self._tables.ids),
             self._load,
         )
-        self._load = _NO_LOAD
+        self._load = None
         for op, config in changes:
             self.configs[op] = config
         removed = array("i")
