@@ -75,14 +75,18 @@ static void build_ops(const ff_op_jobs *jobs, ff_op_table *table, ff_block_out *
 static void build_edges(const ff_edge_jobs *jobs, const ff_op_table *table,
                         const ff_routes *routes, ff_block_out *out, progress *at) {
     int32_t *from = out->edge_src, *to = out->edge_dst;
+    const ff_edge_table *info = jobs->table;
+    const ff_overlap_pool *pool = jobs->pool;
     for (int32_t j = 0; j < jobs->num_jobs; j++) {
         begin_job(out, at);
         int32_t edges = at->edges;
-        if (jobs->overlap_offsets[j] == jobs->overlap_offsets[j + 1]) continue; /* no producer: -1 */
-        const int32_t p = table->op_at[jobs->producer[j]], c = table->op_at[jobs->consumer[j]];
-        for (int32_t i = jobs->overlap_offsets[j]; i < jobs->overlap_offsets[j + 1]; i++) {
-            const int32_t kc = c + 2 * jobs->overlap_consumer[i];
-            const int32_t kp = p + 2 * jobs->overlap_producer[i];
+        const int32_t set = jobs->overlaps[j], e = jobs->edge[j];
+        if (set < 0) continue; /* a model input: no producer */
+        const int32_t p = table->op_at[info->producer[e]], c = table->op_at[info->consumer[e]];
+        const int32_t first = pool->at[set], last = first + pool->count[set];
+        for (int32_t i = first; i < last; i++) {
+            const int32_t kc = c + 2 * pool->consumer[i];
+            const int32_t kp = p + 2 * pool->producer[i];
             const int32_t p_dev = table->device[kp], c_dev = table->device[kc];
             const int32_t p_fwd = table->ids[kp], p_bwd = table->ids[kp + 1];
             const int32_t c_fwd = table->ids[kc], c_bwd = table->ids[kc + 1];
@@ -91,15 +95,15 @@ static void build_edges(const ff_edge_jobs *jobs, const ff_op_table *table,
                 from[edges] = c_bwd, to[edges++] = p_bwd;
                 continue;
             }
-            const int64_t size = jobs->overlap_volume[i] * jobs->itemsize[j];
+            const int64_t size = pool->volume[i] * info->itemsize[e];
             const uint64_t fields =
-                (uint64_t)jobs->overlap_consumer[i] << C_SHIFT | (uint64_t)jobs->overlap_producer[i];
-            int32_t x = transfer(routes, out, p_dev, c_dev, size, jobs->transfer_key[j] | fields);
+                (uint64_t)pool->consumer[i] << C_SHIFT | (uint64_t)pool->producer[i];
+            int32_t x = transfer(routes, out, p_dev, c_dev, size, info->transfer_key[e] | fields);
             out->new_ids[at->tasks++] = x;
             from[edges] = p_fwd, to[edges++] = x;
             from[edges] = x, to[edges++] = c_fwd;
-            if (jobs->grads[j]) {
-                int32_t y = transfer(routes, out, c_dev, p_dev, size, jobs->grad_key[j] | fields);
+            if (info->grads[e]) {
+                int32_t y = transfer(routes, out, c_dev, p_dev, size, info->grad_key[e] | fields);
                 out->new_ids[at->tasks++] = y;
                 from[edges] = c_bwd, to[edges++] = y;
                 from[edges] = y, to[edges++] = p_bwd;

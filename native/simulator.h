@@ -164,19 +164,36 @@ typedef struct {
  * transfers between a producer op's tasks and a consumer op's tasks along the tile overlaps of
  * one input. An overlap between tasks on one device is two dependencies (forward, and backward
  * the other way); otherwise a transfer task, and for a tensor with a gradient a transfer back
- * in the backward pass. */
+ * in the backward pass. A job names its edge, whose fixed facts are in the task graph's edge
+ * table (`ff_edge_table`), and its overlaps, a set of the context's pool (`ff_overlap_pool`):
+ * a delta of an unrolled layer rebuilds a hundred edge blocks, each then two numbers. */
+typedef struct {
+    int32_t num_edges;
+    const int32_t *producer;        /* per edge: the producer op (-1 for a model input) */
+    const int32_t *consumer;        /* per edge: the consumer op */
+    const int64_t *itemsize;        /* per edge: bytes per element of the tensor */
+    const int8_t *grads;            /* per edge: 1 if the tensor has a gradient */
+    const uint64_t *transfer_key;   /* per edge: its transfers' key with both task fields 0 */
+    const uint64_t *grad_key;
+} ff_edge_table;
+
+/* Every overlap set a context computed (`SimContext.overlap_set`): set s is the overlaps
+ * [at[s], at[s] + count[s]), each a consumer task index, a producer task index, elements. */
+typedef struct {
+    int32_t num_sets;
+    const int32_t *at;
+    const int32_t *count;
+    const int32_t *consumer;
+    const int32_t *producer;
+    const int64_t *volume;
+} ff_overlap_pool;
+
 typedef struct {
     int32_t num_jobs;
-    const int32_t *overlap_offsets; /* job j's overlaps: [overlap_offsets[j], [j + 1]) */
-    const int32_t *overlap_consumer; /* consumer task index, producer task index, elements */
-    const int32_t *overlap_producer;
-    const int64_t *overlap_volume;
-    const int32_t *producer;        /* per job: the producer op (-1 for a model input) */
-    const int32_t *consumer;        /* per job: the consumer op */
-    const int64_t *itemsize;        /* per job: bytes per element of the tensor */
-    const int8_t *grads;            /* per job: 1 if the tensor has a gradient */
-    const uint64_t *transfer_key;   /* per job: its transfers' key with both task fields 0 */
-    const uint64_t *grad_key;
+    const int32_t *edge;            /* per job: its edge in `table` */
+    const int32_t *overlaps;        /* per job: its overlap set in `pool` (-1: none) */
+    const ff_edge_table *table;
+    const ff_overlap_pool *pool;
 } ff_edge_jobs;
 
 /* The parts of the tasks of one op under one configuration that read one parameter (a

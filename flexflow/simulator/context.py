@@ -43,7 +43,7 @@ from flexflow.simulator.keys import (
     FWD_KEY,
     KIND_SHIFT,
 )
-from flexflow.simulator.native import Routes, SyncTable, SyncTemplate, grid_overlaps
+from flexflow.simulator.native import OverlapPool, Routes, SyncTable, SyncTemplate, grid_overlaps
 from flexflow.strategy import ParallelConfig
 
 Overlap = tuple[int, int, int]  # (consumer task, producer task, overlap volume in elements)
@@ -161,7 +161,9 @@ class SimContext:
         self._times: dict[tuple[int, tuple[int, ...], str], TaskTime] = {}
         self._weights: dict[tuple[int, tuple[int, ...]], tuple[tuple[Region, ...], ...]] = {}
         self._overlaps: dict[tuple, tuple[Overlap, ...]] = {}
-        self._overlap_arrays: dict[tuple, tuple[array, array, array]] = {}
+        self._overlap_sets: dict[tuple, tuple[int, int]] = {}
+        self.overlap_pool = OverlapPool()
+        """Every overlap set `overlap_set` made, as the C edge builder reads them."""
         self._route_tables: tuple[array, array, array, array] | None = None
         self._op_tasks: dict[tuple[int, ParallelConfig, bool], OpTasks] = {}
         self._sync_parts: dict[tuple[int, ParallelConfig], dict[int, SyncTemplate]] = {}
@@ -296,21 +298,16 @@ class SimContext:
             self._needs[needs_key] = needs
         return grid_overlaps(needs, math.prod(c_degrees), steps, grid)
 
-    def overlap_arrays(
+    def overlap_set(
         self, consumer: int, j: int, p_degrees: tuple[int, ...], c_degrees: tuple[int, ...]
-    ) -> tuple[array, array, array]:
-        """`overlaps` as three arrays (consumer tasks "i", producer tasks "i", volumes "q"),
-        as the C edge builder reads them."""
+    ) -> tuple[int, int]:
+        """`overlaps` as a set of the context's pool (`overlap_pool`), as the C edge builder
+        reads them: (its number, how many overlaps)."""
         key = (self._edge_kinds[consumer][j], p_degrees, c_degrees)
-        found = self._overlap_arrays.get(key)
+        found = self._overlap_sets.get(key)
         if found is None:
             overlaps = self.overlaps(consumer, j, p_degrees, c_degrees)
-            found = (
-                array("i", [kc for kc, _, _ in overlaps]),
-                array("i", [kp for _, kp, _ in overlaps]),
-                array("q", [volume for _, _, volume in overlaps]),
-            )
-            self._overlap_arrays[key] = found
+            found = self._overlap_sets[key] = (self.overlap_pool.add(overlaps), len(overlaps))
         return found
 
     def routes(self) -> Routes:

@@ -295,45 +295,87 @@ class OpJobs:
         return len(self.op)
 
 
-class EdgeJobs:
-    """The edge jobs of `build_blocks` (one job per edge block)."""
+class EdgeTable:
+    """A task graph's edges (one per op input) as the C edge builder reads them
+    (`ff_edge_table`): what an edge block needs besides the two ops' configurations. Made
+    once per task graph; its C view lives as long as the table."""
 
-    # in the order of ff_edge_jobs' arrays
-    __slots__ = ("offsets", "consumer_task", "producer_task", "volume", "producer", "consumer",
-                 "itemsize", "grads", "transfer_key", "grad_key")  # fmt: skip
-    C_ARRAYS = __slots__
+    C_ARRAYS = ("producer", "consumer", "itemsize", "grads", "transfer_key", "grad_key")
 
     def __init__(self) -> None:
-        self.offsets = array("i", [0])
-        self.consumer_task, self.producer_task, self.volume = array("i"), array("i"), array("q")
         self.producer, self.consumer = array("i"), array("i")
         self.itemsize, self.grads = array("q"), array("b")
         self.transfer_key, self.grad_key = array("Q"), array("Q")
+        self._struct = None
 
     def add(
-        self,
-        overlaps: tuple[array, array, array],
-        producer: int,
-        consumer: int,
-        itemsize: int,
-        grads: bool,
-        transfer_key: int,
+        self, producer: int, consumer: int, itemsize: int, grads: bool, transfer_key: int,
         grad_key: int,
-    ) -> None:
-        consumer_task, producer_task, volume = overlaps
-        self.consumer_task += consumer_task
-        self.producer_task += producer_task
-        self.volume += volume
-        self.offsets.append(len(self.consumer_task))
+    ) -> int:  # fmt: skip
+        """A new edge (producer -1: a model input); returns its number."""
+        self._struct = None
         self.producer.append(producer)
         self.consumer.append(consumer)
         self.itemsize.append(itemsize)
         self.grads.append(grads)
         self.transfer_key.append(transfer_key)
         self.grad_key.append(grad_key)
+        return len(self.producer) - 1
+
+    def struct(self):
+        if self._struct is None:
+            views = _views(*(getattr(self, name) for name in self.C_ARRAYS))
+            self._struct = (ffi.new("ff_edge_table *", (len(self.producer), *views)), views)
+        return self._struct[0]
+
+
+class OverlapPool:
+    """Every overlap set a context computed (`ff_overlap_pool`), by number: an edge job names
+    its set instead of copying it."""
+
+    C_ARRAYS = ("at", "count", "consumer", "producer", "volume")
+
+    def __init__(self) -> None:
+        self.at, self.count = array("i"), array("i")
+        self.consumer, self.producer, self.volume = array("i"), array("i"), array("q")
+        self._struct = None  # the C view, while no set is added
+
+    def add(self, overlaps: Sequence[tuple[int, int, int]]) -> int:
+        """A new set of (consumer task, producer task, volume) overlaps; returns its number."""
+        self._struct = None  # release the views: exported arrays cannot grow
+        self.at.append(len(self.consumer))
+        self.count.append(len(overlaps))
+        for kc, kp, volume in overlaps:
+            self.consumer.append(kc)
+            self.producer.append(kp)
+            self.volume.append(volume)
+        return len(self.at) - 1
+
+    def struct(self):
+        if self._struct is None:
+            views = _views(*(getattr(self, name) for name in self.C_ARRAYS))
+            self._struct = (ffi.new("ff_overlap_pool *", (len(self.at), *views)), views)
+        return self._struct[0]
+
+
+class EdgeJobs:
+    """The edge jobs of `build_blocks` (one job per edge block): its edge and overlap set."""
+
+    __slots__ = ("edge", "overlaps", "count")
+    C_ARRAYS = __slots__[:2]
+
+    def __init__(self) -> None:
+        self.edge, self.overlaps = array("i"), array("i")
+        self.count = 0  # overlaps of every job
+
+    def add(self, edge: int, overlaps: tuple[int, int]) -> None:
+        """A job of `edge` with the overlap set (number, size) `overlaps`; number -1: none."""
+        self.edge.append(edge)
+        self.overlaps.append(overlaps[0])
+        self.count += overlaps[1]
 
     def __len__(self) -> int:
-        return len(self.producer)
+        return len(self.edge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,6 +494,8 @@ def build_blocks(
     edges: EdgeJobs,
     syncs: SyncJobs,
     tables: BlockTables,
+    edge_table: EdgeTable,
+    pool: OverlapPool,
     templates: SyncTable,
     empty_set: int,
     routes: Routes,
@@ -462,7 +506,7 @@ def build_blocks(
     from the end of `free` (removed from it), then new ids (the per-task arrays grow); edges
     are appended to `edge_src`/`edge_dst`; the op jobs' tasks are appended to `tables`' op
     table. Jobs are numbered ops, then edges, then syncs."""
-    overlaps = len(edges.consumer_task)
+    overlaps = edges.count
     task_capacity = len(ops.device) + 2 * overlaps + syncs.tasks
     edge_capacity = len(ops.device) // 2 + 4 * overlaps + syncs.edges
     num_jobs = len(ops) + len(edges) + len(syncs)
@@ -490,7 +534,7 @@ def build_blocks(
     sync_table = templates.struct()
     parts = (
         ffi.new("ff_op_jobs *", (len(ops), *views[0])),
-        ffi.new("ff_edge_jobs *", (len(edges), *views[1])),
+        ffi.new("ff_edge_jobs *", (len(edges), *views[1], edge_table.struct(), pool.struct())),
         ffi.new("ff_sync_jobs *", (len(syncs), *views[2], *user_views, sync_table, empty_set)),
     )
     c_jobs = ffi.new("ff_block_jobs *", (*parts, table))

@@ -81,6 +81,7 @@ from flexflow.simulator.keys import (
 from flexflow.simulator.native import (
     EdgeIndex,
     EdgeJobs,
+    EdgeTable,
     OpJobs,
     SyncJobs,
     build_blocks,
@@ -95,7 +96,10 @@ FORWARD, BACKWARD = 0, 1
 
 Block = tuple  # ("op", i) | ("edge", consumer, input index) | ("sync", parameter id)
 
-_NO_OVERLAPS = (array("i"), array("i"), array("q"))
+_NO_OVERLAPS = (-1, 0)  # an edge job's overlap set for a model input (`EdgeJobs.add`)
+_MANY_OPS_MEMO = 4096
+"""How many changes of several ops `TaskGraph.affected_blocks` remembers (layer moves repeat a
+few tuples; path moves draw many, so the memo is bounded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +166,7 @@ class TaskGraph:
         self.res_dst = array("i")  # destination device of a transfer, else -1
         self._free = array("i")  # ids of removed tasks, reused last first
         self._undo: _Undo | None = None  # how to take back the last set_config
-        self._one_op_blocks: dict[int, tuple[Block, ...]] = {}  # affected_blocks of one op
+        self._ops_blocks: dict[tuple[int, ...], tuple[Block, ...]] = {}  # affected_blocks
         self._load: _Load | None = None  # `load_bound`'s view of this graph, made when asked
         # dependencies: edge_src[e] -> edge_dst[e], source -1 once removed
         self.edge_src = array("i")
@@ -181,21 +185,23 @@ class TaskGraph:
         # the ops' tasks and the parameters' users, where the C builders read them
         self._tables = BlockTables(len(graph.ops), len(graph.parameters), self._users)
         self._consumers: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        # per edge block, what its jobs need besides the configurations (None: a model input)
-        self._edges: dict[Block, tuple | None] = {}
+        # per edge block: its number in the edge table (what the C builder reads of it), the
+        # producer (-1: a model input, no block content) and the consumer
+        self._edge_table = EdgeTable()
+        self._edges: dict[Block, tuple[int, int, int]] = {}
         for node in graph.ops:
             for j, tid in enumerate(node.inputs):
                 tensor = graph.tensor(tid)
-                producer = tensor.producer
-                self._edges[("edge", node.id, j)] = None
-                if producer is not None:
+                producer = -1 if tensor.producer is None else tensor.producer
+                if producer >= 0:
                     self._consumers[producer].append((node.id, j))
-                    fields = node.id << A_SHIFT | j << B_SHIFT
-                    dtype = tensor.spec.dtype
-                    self._edges[("edge", node.id, j)] = (
-                        producer, node.id, j, dtype.itemsize, dtype.is_float,
-                        XFER_KEY << KIND_SHIFT | fields, GRAD_XFER_KEY << KIND_SHIFT | fields,
-                    )  # fmt: skip
+                fields = node.id << A_SHIFT | j << B_SHIFT
+                dtype = tensor.spec.dtype
+                edge = self._edge_table.add(
+                    producer, node.id, dtype.itemsize, dtype.is_float,
+                    XFER_KEY << KIND_SHIFT | fields, GRAD_XFER_KEY << KIND_SHIFT | fields,
+                )  # fmt: skip
+                self._edges[("edge", node.id, j)] = (edge, producer, node.id)
         if len(graph.ops) >= A_LIMIT or len(graph.parameters) >= A_LIMIT:
             raise AssertionError(f"task keys hold at most {A_LIMIT - 1} ops and parameters")
         if self.num_devices >= FIELD_LIMIT or any(len(n.inputs) >= FIELD_LIMIT for n in graph.ops):
@@ -336,17 +342,21 @@ class TaskGraph:
     def affected_blocks(self, ops: Iterable[int]) -> tuple[Block, ...]:
         """The blocks a change of `ops` rebuilds: their own; with fused launches also those of
         the op after each, whose task times depend on whether it still fuses with it. The
-        ops' blocks come first (edges and syncs name their tasks). Memoized per op (the
-        blocks depend only on the graph); a change of several ops (a path or layer move)
-        joins theirs."""
+        ops' blocks come first (edges and syncs name their tasks). Memoized (the blocks depend
+        only on the graph): per op, and per tuple of ops up to _MANY_OPS_MEMO of them (a chain
+        moves each unrolled layer again and again; a change of several ops joins the ops')."""
         ops = tuple(ops)
-        if len(ops) != 1:  # each op's, in order, each block once, ops first
-            found = dict.fromkeys(b for op in ops for b in self.affected_blocks((op,)))
-            return tuple(b for b in found if b[0] == "op") + tuple(b for b in found if b[0] != "op")
-        blocks = self._one_op_blocks.get(ops[0])
+        blocks = self._ops_blocks.get(ops)
         if blocks is None:
-            blocks = self._one_op_blocks[ops[0]] = self._affected_blocks(ops)
+            blocks = self._affected_blocks(ops) if len(ops) == 1 else self._joined_blocks(ops)
+            if len(self._ops_blocks) < _MANY_OPS_MEMO or len(ops) == 1:
+                self._ops_blocks[ops] = blocks
         return blocks
+
+    def _joined_blocks(self, ops: tuple[int, ...]) -> tuple[Block, ...]:
+        """Each op's blocks, in order, each block once, the ops' own first."""
+        found = dict.fromkeys(b for op in ops for b in self.affected_blocks((op,)))
+        return tuple(b for b in found if b[0] == "op") + tuple(b for b in found if b[0] != "op")
 
     def _affected_blocks(self, ops: tuple[int, ...]) -> tuple[Block, ...]:
         last = len(self.graph.ops) - 1
@@ -491,7 +501,7 @@ class TaskGraph:
         order = {"op": 0, "edge": 1, "sync": 2}  # the builder's: ops, then edges, then syncs
         blocks = sorted(blocks, key=lambda block: order[block[0]])
         fusing = context.fused_launches
-        overlap_arrays = context.overlap_arrays
+        overlap_set = context.overlap_set
         for block in blocks:
             kind = block[0]
             if kind == "op":
@@ -504,20 +514,19 @@ class TaskGraph:
                 tables.set_count(op, len(tasks.devices))
                 tables.use_templates(op, context.op_sync_parts(op, configs[op]))
             elif kind == "edge":
-                edge = self._edges[block]
-                if edge is None:  # a model input: no block content
-                    edges.add(_NO_OVERLAPS, -1, block[1], 0, False, 0, 0)
+                edge, producer, c = self._edges[block]
+                if producer < 0:  # a model input: no block content
+                    edges.add(edge, _NO_OVERLAPS)
                     continue
-                producer, c, j, itemsize, grads, transfer_key, grad_key = edge
-                p_degrees, c_degrees = configs[producer].degrees, configs[c].degrees
-                overlaps = overlap_arrays(c, j, p_degrees, c_degrees)
-                edges.add(overlaps, producer, c, itemsize, grads, transfer_key, grad_key)
+                overlaps = overlap_set(c, block[2], configs[producer].degrees, configs[c].degrees)
+                edges.add(edge, overlaps)
             else:
                 pid = block[1]
                 syncs.add(pid, pid << A_SHIFT, tables.max_tasks[pid], tables.max_edges[pid])
         first_edge = len(self.edge_src)
         new_ids, task_offsets, edge_offsets = build_blocks(
-            self, self._free, ops, edges, syncs, tables, context.sync_table,
+            self, self._free, ops, edges, syncs, tables, self._edge_table, context.overlap_pool,
+            context.sync_table,
             self.resource_sets.empty, context.routes(), self.edge_src, self.edge_dst,
         )  # fmt: skip
         for i, block in enumerate(blocks):
