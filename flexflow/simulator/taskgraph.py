@@ -135,11 +135,12 @@ class _Undo:
     free: array  # the free ids before the change
     edge_count: int
     removed_edges: int
-    blocks: dict  # block -> (its task ids, its edge range)
-    tasks: dict  # op -> (forward, backward task ids, its templates, op_at, op_count)
+    blocks: tuple[int, ...]  # the rebuilt blocks
+    block_tasks: list[array]  # each one's task ids before
+    edge_ranges: array  # each one's edges before: lo, hi ("i")
+    tasks: list[tuple]  # per rebuilt op: (op, forward, backward ids, templates, op_at, op_count)
     table_size: int  # the op table's entries
     load: _Load | None  # the graph's `load_bound` view before the change
-    edge_ranges: array = field(default_factory=lambda: array("i"))  # the removed (lo, hi)s
     removed: array = field(default_factory=lambda: array("i"))
     added: array = field(default_factory=lambda: array("i"))
 
@@ -166,16 +167,18 @@ class TaskGraph:
         self.res_dst = array("i")  # destination device of a transfer, else -1
         self._free = array("i")  # ids of removed tasks, reused last first
         self._undo: _Undo | None = None  # how to take back the last set_config
-        self._ops_blocks: dict[tuple[int, ...], tuple[Block, ...]] = {}  # affected_blocks
+        self._ops_blocks: dict[tuple[int, ...], tuple[int, ...]] = {}  # affected_blocks
         self._load: _Load | None = None  # `load_bound`'s view of this graph, made when asked
         # dependencies: edge_src[e] -> edge_dst[e], source -1 once removed
         self.edge_src = array("i")
         self.edge_dst = array("i")
         self._removed_edges = 0
         self.edge_index = EdgeIndex()  # the edges by source and target, for the simulator
-        # structure
-        self.blocks: dict[Block, array] = {}  # a block's task ids ("i")
-        self._edge_ranges: dict[Block, tuple[int, int]] = {}  # a block's edges: [lo, hi)
+        # structure: the blocks by number, the op blocks, then the edge blocks (one per op
+        # input, in op order), then the sync blocks; a delta's blocks are numbers, and their
+        # tasks and edges found by indexing, not by hashing block names
+        self._block_tasks: list[array] = []  # a block's task ids ("i")
+        self._block_ranges = array("i")  # block b's edges: [2b] to [2b + 1]
         self.fwd: list[array] = [array("i") for _ in graph.ops]  # task ids, by task index
         self.bwd: list[array] = [array("i") for _ in graph.ops]
         self._users: dict[int, list[int]] = defaultdict(list)  # parameter -> ops using it
@@ -185,10 +188,10 @@ class TaskGraph:
         # the ops' tasks and the parameters' users, where the C builders read them
         self._tables = BlockTables(len(graph.ops), len(graph.parameters), self._users)
         self._consumers: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        # per edge block: its number in the edge table (what the C builder reads of it), the
-        # producer (-1: a model input, no block content) and the consumer
+        # per edge block, in the edge table (what the C builder reads of it): the producer
+        # (-1: a model input, no block content), the consumer and the input
         self._edge_table = EdgeTable()
-        self._edges: dict[Block, tuple[int, int, int]] = {}
+        self._edges: list[tuple[int, int, int]] = []
         for node in graph.ops:
             for j, tid in enumerate(node.inputs):
                 tensor = graph.tensor(tid)
@@ -197,20 +200,27 @@ class TaskGraph:
                     self._consumers[producer].append((node.id, j))
                 fields = node.id << A_SHIFT | j << B_SHIFT
                 dtype = tensor.spec.dtype
-                edge = self._edge_table.add(
+                self._edge_table.add(
                     producer, node.id, dtype.itemsize, dtype.is_float,
                     XFER_KEY << KIND_SHIFT | fields, GRAD_XFER_KEY << KIND_SHIFT | fields,
                 )  # fmt: skip
-                self._edges[("edge", node.id, j)] = (edge, producer, node.id)
+                self._edges.append((producer, node.id, j))
         if len(graph.ops) >= A_LIMIT or len(graph.parameters) >= A_LIMIT:
             raise AssertionError(f"task keys hold at most {A_LIMIT - 1} ops and parameters")
         if self.num_devices >= FIELD_LIMIT or any(len(n.inputs) >= FIELD_LIMIT for n in graph.ops):
             raise AssertionError(f"task keys hold at most {FIELD_LIMIT - 1} devices and inputs")
-        self._build(
-            [("op", node.id) for node in graph.ops]
-            + [("edge", node.id, j) for node in graph.ops for j in range(len(node.inputs))]
-            + [("sync", pid) for pid in self._users]
+        self._syncs = list(self._users)  # the parameter of each sync block
+        self._first_edge = len(graph.ops)  # the number of the first edge block
+        self._first_sync = self._first_edge + len(self._edges)
+        self._block_names: tuple[Block, ...] = (
+            *(("op", node.id) for node in graph.ops),
+            *(("edge", c, j) for _, c, j in self._edges),
+            *(("sync", pid) for pid in self._syncs),
         )
+        self._block_numbers = {block: b for b, block in enumerate(self._block_names)}
+        self._block_tasks = [array("i") for _ in self._block_names]
+        self._block_ranges = array("i", bytes(8 * len(self._block_names)))
+        self._build(range(len(self._block_names)))
         self.runtime_s = context.runtime_s(self.configs)
         """The runtime's CPU time per iteration (`SimContext.runtime_s`): see `iteration_s`."""
 
@@ -286,9 +296,15 @@ class TaskGraph:
         """The parameters some op uses: each has a sync block."""
         return list(self._users)
 
+    @property
+    def blocks(self) -> dict[Block, array]:
+        """Every block's task ids, by block name (for tests and exports)."""
+        return dict(zip(self._block_names, self._block_tasks, strict=True))
+
     def block_edges(self, block: Block) -> tuple[array, array]:
         """A block's edges: (sources, destinations)."""
-        lo, hi = self._edge_ranges[block]
+        b = self._block_numbers[block]
+        lo, hi = self._block_ranges[2 * b], self._block_ranges[2 * b + 1]
         return self.edge_src[lo:hi], self.edge_dst[lo:hi]
 
     def predecessors(self) -> list[list[int]]:
@@ -336,44 +352,39 @@ class TaskGraph:
         if removed is None:
             removed = load.removed[op] = array("i")
             for block in self.affected_blocks((op,)):
-                removed += self.blocks[block]
+                removed += self._block_tasks[block]
         return removed
 
-    def affected_blocks(self, ops: Iterable[int]) -> tuple[Block, ...]:
-        """The blocks a change of `ops` rebuilds: their own; with fused launches also those of
-        the op after each, whose task times depend on whether it still fuses with it. The
-        ops' blocks come first (edges and syncs name their tasks). Memoized (the blocks depend
-        only on the graph): per op, and per tuple of ops up to _MANY_OPS_MEMO of them (a chain
-        moves each unrolled layer again and again; a change of several ops joins the ops')."""
+    def affected_blocks(self, ops: Iterable[int]) -> tuple[int, ...]:
+        """The blocks (numbers, ascending: ops, then edges, then syncs, the builder's order) a
+        change of `ops` rebuilds: their own; with fused launches also those of the op after
+        each, whose task times depend on whether it still fuses with it. Memoized (the blocks
+        depend only on the graph): per op, and per tuple of ops up to _MANY_OPS_MEMO of them
+        (a chain moves each unrolled layer again and again)."""
         ops = tuple(ops)
         blocks = self._ops_blocks.get(ops)
         if blocks is None:
-            blocks = self._affected_blocks(ops) if len(ops) == 1 else self._joined_blocks(ops)
+            if len(ops) == 1:
+                blocks = self._affected_blocks(ops[0])
+            else:
+                blocks = tuple(sorted({b for op in ops for b in self.affected_blocks((op,))}))
             if len(self._ops_blocks) < _MANY_OPS_MEMO or len(ops) == 1:
                 self._ops_blocks[ops] = blocks
         return blocks
 
-    def _joined_blocks(self, ops: tuple[int, ...]) -> tuple[Block, ...]:
-        """Each op's blocks, in order, each block once, the ops' own first."""
-        found = dict.fromkeys(b for op in ops for b in self.affected_blocks((op,)))
-        return tuple(b for b in found if b[0] == "op") + tuple(b for b in found if b[0] != "op")
-
-    def _affected_blocks(self, ops: tuple[int, ...]) -> tuple[Block, ...]:
-        last = len(self.graph.ops) - 1
-        changed: dict[int, None] = {}
-        for op in ops:
-            changed[op] = None
-            if self.context.fused_launches and op < last:
-                changed[op + 1] = None
-        blocks: list[Block] = []
+    def _affected_blocks(self, op: int) -> tuple[int, ...]:
+        changed = [op]
+        if self.context.fused_launches and op < len(self.graph.ops) - 1:
+            changed.append(op + 1)
+        number = self._block_numbers
+        blocks: set[int] = set()
         for o in changed:
             node = self.graph.ops[o]
-            blocks.append(("op", o))
-            blocks += [("edge", o, j) for j in range(len(node.inputs))]
-            blocks += [("edge", c, j) for c, j in self._consumers[o]]
-            blocks += [("sync", pid) for pid in dict.fromkeys(node.weights)]
-        blocks = list(dict.fromkeys(blocks))
-        return tuple(b for b in blocks if b[0] == "op") + tuple(b for b in blocks if b[0] != "op")
+            blocks.add(o)
+            blocks.update(number[("edge", o, j)] for j in range(len(node.inputs)))
+            blocks.update(number[("edge", c, j)] for c, j in self._consumers[o])
+            blocks.update(number[("sync", pid)] for pid in node.weights)
+        return tuple(sorted(blocks))
 
     def set_config(self, op: int, config: ParallelConfig) -> GraphChange:
         """Give `op` a new configuration, rebuilding only its blocks. Until the next call,
@@ -386,45 +397,47 @@ class TaskGraph:
         of them affects is rebuilt once, and the change is one delta (and one `undo`)."""
         self._commit()
         blocks = self.affected_blocks(op for op, _ in changes)
+        block_tasks, ranges = self._block_tasks, self._block_ranges
+        edge_ranges = array("i", [ranges[k] for b in blocks for k in (2 * b, 2 * b + 1)])
+        tables = self._tables
         undo = _Undo(
             tuple((op, self.configs[op]) for op, _ in changes),
             len(self.exe),
             array("i", self._free),
             len(self.edge_src),
             self._removed_edges,
-            {b: (self.blocks[b], self._edge_ranges[b]) for b in blocks},
-            {
-                b[1]: (
-                    self.fwd[b[1]],
-                    self.bwd[b[1]],
-                    self._tables.templates[b[1]],
-                    self._tables.op_at[b[1]],
-                    self._tables.op_count[b[1]],
+            blocks,
+            [block_tasks[b] for b in blocks],
+            edge_ranges,
+            [
+                (
+                    o,
+                    self.fwd[o],
+                    self.bwd[o],
+                    tables.templates[o],
+                    tables.op_at[o],
+                    tables.op_count[o],
                 )
-                for b in blocks
-                if b[0] == "op"
-            },
-            len(self._tables.ids),
+                for o in itertools.takewhile(self._first_edge.__gt__, blocks)
+            ],  # fmt: skip
+            len(tables.ids),
             self._load,
         )
         self._load = None
         for op, config in changes:
             self.configs[op] = config
-        removed = array("i")
-        touched = array("i")
-        for block in blocks:
-            removed += self.blocks.pop(block)
-            lo, hi = self._edge_ranges.pop(block)
-            touched += self.edge_dst[lo:hi]
-            undo.edge_ranges += array("i", (lo, hi))
+        removed, touched = array("i"), array("i")
+        edge_dst = self.edge_dst
+        for tasks in undo.block_tasks:
+            removed += tasks
+        for k in range(0, len(edge_ranges), 2):
+            lo, hi = edge_ranges[k], edge_ranges[k + 1]
+            touched += edge_dst[lo:hi]
             self._removed_edges += hi - lo
-        self.edge_index.remove(self.edge_src, undo.edge_ranges)  # sources -1, kept in the index
+        self.edge_index.remove(self.edge_src, edge_ranges)  # sources -1, kept in the index
         set_flags(self.live, removed, 0)
         first_new_edge = len(self.edge_src)
-        self._build(blocks)
-        added = array("i")
-        for block in blocks:
-            added += self.blocks[block]
+        added = self._build(blocks)
         undo.removed, undo.added = removed, added
         self.runtime_s = self.context.runtime_s(self.configs)
         self._undo = undo
@@ -444,10 +457,12 @@ class TaskGraph:
         self.edge_index.truncate(undo.edge_count)
         self.edge_index.restore(self.edge_src, undo.edge_ranges)
         self._removed_edges = undo.removed_edges
-        for block, (tasks, edge_range) in undo.blocks.items():
-            self.blocks[block], self._edge_ranges[block] = tasks, edge_range
+        block_tasks, ranges, old_ranges = self._block_tasks, self._block_ranges, undo.edge_ranges
+        for i, b in enumerate(undo.blocks):
+            block_tasks[b] = undo.block_tasks[i]
+            ranges[2 * b], ranges[2 * b + 1] = old_ranges[2 * i], old_ranges[2 * i + 1]
         tables = self._tables
-        for o, (fwd, bwd, templates, at, count) in undo.tasks.items():
+        for o, fwd, bwd, templates, at, count in undo.tasks:
             self.fwd[o], self.bwd[o] = fwd, bwd
             tables.use_templates(o, templates)
             tables.op_at[o] = at
@@ -475,10 +490,11 @@ class TaskGraph:
 
     def _compact_edges(self) -> None:
         """Drop removed edges: copy each block's range into fresh arrays."""
-        old_src, old_dst = self.edge_src, self.edge_dst
+        old_src, old_dst, ranges = self.edge_src, self.edge_dst, self._block_ranges
         src, dst = array("i"), array("i")
-        for block, (lo, hi) in self._edge_ranges.items():
-            self._edge_ranges[block] = (len(src), len(src) + hi - lo)
+        for k in range(0, len(ranges), 2):
+            lo, hi = ranges[k], ranges[k + 1]
+            ranges[k], ranges[k + 1] = len(src), len(src) + hi - lo
             src += old_src[lo:hi]
             dst += old_dst[lo:hi]
         self.edge_src, self.edge_dst = src, dst
@@ -487,8 +503,9 @@ class TaskGraph:
         self.edge_index.extend(src, dst, self.size)
 
     # ---- building blocks -------------------------------------------------------------------------
-    def _build(self, blocks: list[Block]) -> None:
-        """Build `blocks` in one C call (native/blocks.c). An op block is a forward and a
+    def _build(self, blocks: Sequence[int]) -> array:
+        """Build `blocks` (numbers, ascending) in one C call (native/blocks.c); returns their
+        new tasks. An op block is a forward and a
         backward task per task of the op's configuration (`SimContext.op_tasks`), the
         backward after the forward (it needs the activations). An edge block: for every
         producer tile overlapping a consumer tile's input region, dependencies on one device,
@@ -498,30 +515,28 @@ class TaskGraph:
         holder's update (the optimizer's time for the region)."""
         context, configs, tables = self.context, self.configs, self._tables
         ops, edges, syncs = OpJobs(), EdgeJobs(), SyncJobs()
-        order = {"op": 0, "edge": 1, "sync": 2}  # the builder's: ops, then edges, then syncs
-        blocks = sorted(blocks, key=lambda block: order[block[0]])
         fusing = context.fused_launches
         overlap_set = context.overlap_set
-        for block in blocks:
-            kind = block[0]
-            if kind == "op":
-                op = block[1]
+        first_edge_block, first_sync_block = self._first_edge, self._first_sync
+        for b in blocks:  # ascending: the builder's order, ops, then edges, then syncs
+            if b < first_edge_block:
                 fused = fusing and joins_previous(
-                    self.graph, configs, _TaskTiles(self), op, self._cpu_devices
+                    self.graph, configs, _TaskTiles(self), b, self._cpu_devices
                 )
-                tasks = context.op_tasks(op, configs[op], fused)
-                ops.add(op, tasks.devices, tasks.exe, tasks.order)
-                tables.set_count(op, len(tasks.devices))
-                tables.use_templates(op, context.op_sync_parts(op, configs[op]))
-            elif kind == "edge":
-                edge, producer, c = self._edges[block]
+                config = configs[b]
+                tasks = context.op_tasks(b, config, fused)
+                ops.add(b, tasks.devices, tasks.exe, tasks.order)
+                tables.set_count(b, len(tasks.devices))
+                tables.use_templates(b, context.op_sync_parts(b, config))
+            elif b < first_sync_block:
+                edge = b - first_edge_block
+                producer, c, j = self._edges[edge]
                 if producer < 0:  # a model input: no block content
                     edges.add(edge, _NO_OVERLAPS)
                     continue
-                overlaps = overlap_set(c, block[2], configs[producer].degrees, configs[c].degrees)
-                edges.add(edge, overlaps)
+                edges.add(edge, overlap_set(c, j, configs[producer].degrees, configs[c].degrees))
             else:
-                pid = block[1]
+                pid = self._syncs[b - first_sync_block]
                 syncs.add(pid, pid << A_SHIFT, tables.max_tasks[pid], tables.max_edges[pid])
         first_edge = len(self.edge_src)
         new_ids, task_offsets, edge_offsets = build_blocks(
@@ -529,13 +544,15 @@ class TaskGraph:
             context.sync_table,
             self.resource_sets.empty, context.routes(), self.edge_src, self.edge_dst,
         )  # fmt: skip
-        for i, block in enumerate(blocks):
-            self.blocks[block] = ids = new_ids[task_offsets[i] : task_offsets[i + 1]]
-            lo, hi = edge_offsets[i], edge_offsets[i + 1]
-            self._edge_ranges[block] = (first_edge + lo, first_edge + hi)
-            if block[0] == "op":
-                self.fwd[block[1]], self.bwd[block[1]] = ids[0::2], ids[1::2]
+        block_tasks, ranges = self._block_tasks, self._block_ranges
+        for i, b in enumerate(blocks):
+            block_tasks[b] = ids = new_ids[task_offsets[i] : task_offsets[i + 1]]
+            ranges[2 * b] = first_edge + edge_offsets[i]
+            ranges[2 * b + 1] = first_edge + edge_offsets[i + 1]
+            if b < first_edge_block:
+                self.fwd[b], self.bwd[b] = ids[0::2], ids[1::2]
         self.edge_index.extend(self.edge_src, self.edge_dst, self.size)
+        return new_ids[: task_offsets[len(blocks)]]
 
     def _weight_holders(self, pid: int) -> dict[Region, set[int]]:
         """The devices holding each region of parameter `pid` that some task reads (what a
@@ -567,11 +584,10 @@ class TaskGraph:
                     region_volume(r) * spec.dtype.itemsize
                     for r, spec in zip(out, node.sig.outputs, strict=True)
                 )
-        for block, tasks in self.blocks.items():
-            if block[0] == "edge":
-                for t in tasks:  # forward activations received from another device
-                    if key_kind(self.order[t]) == XFER_KEY:
-                        memory[self.res_dst[t]] += self.size_bytes[t]
+        for tasks in self._block_tasks[self._first_edge : self._first_sync]:  # edge blocks
+            for t in tasks:  # forward activations received from another device
+                if key_kind(self.order[t]) == XFER_KEY:
+                    memory[self.res_dst[t]] += self.size_bytes[t]
         return memory
 
 
