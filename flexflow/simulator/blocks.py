@@ -11,6 +11,7 @@ the parameter, and an edge job the two ops and their overlaps.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 
 from flexflow.simulator.native import SyncTemplate
 
@@ -26,36 +27,51 @@ class BlockTables:
     templates' bounds: the room p's sync block may need.
     """
 
-    def __init__(self, num_ops: int, num_parameters: int, users: dict[int, list[int]]) -> None:
+    def __init__(self, op_parameters: Sequence[tuple[int, ...]], num_parameters: int) -> None:
+        """`op_parameters[o]`: the parameters op o uses, each once, in the order of its
+        templates (`SimContext.op_sync_parts`)."""
+        num_ops = len(op_parameters)
         self.op_at = array("i", bytes(4 * num_ops))
         self.op_count = array("i", bytes(4 * num_ops))  # set through `set_count`
         self._entries = 0  # sum(op_count): the entries in use, for `needs_compacting`
         self.ids, self.device = array("i"), array("i")
+        users: dict[int, list[int]] = {}
+        for op, pids in enumerate(op_parameters):
+            for pid in pids:
+                users.setdefault(pid, []).append(op)
         self.users_at, self.user_op = array("i", [0]), array("i")
-        self.slots: list[list[tuple[int, int]]] = [[] for _ in range(num_ops)]
+        slot_of: dict[tuple[int, int], int] = {}
         for pid in range(num_parameters):
             for op in users.get(pid, ()):
-                self.slots[op].append((len(self.user_op), pid))
+                slot_of[op, pid] = len(self.user_op)
                 self.user_op.append(op)
             self.users_at.append(len(self.user_op))
+        self.slots: list[tuple[tuple[int, int], ...]] = [
+            tuple((slot_of[op, pid], pid) for pid in pids) for op, pids in enumerate(op_parameters)
+        ]
+        """Each op's users' entries and their parameters, in its templates' order."""
         self.user_template = array("i", [-1] * len(self.user_op))
         self.max_tasks, self.max_edges = [0] * num_parameters, [0] * num_parameters
-        self.templates: list[dict[int, SyncTemplate]] = [{} for _ in range(num_ops)]
-        """Each op's templates now, by parameter (empty before it is first built)."""
+        self.templates: list[tuple[SyncTemplate, ...] | None] = [None] * num_ops
+        """Each op's templates now, one per parameter it uses (None before it is built)."""
 
-    def use_templates(self, op: int, templates: dict[int, SyncTemplate]) -> None:
+    def use_templates(self, op: int, templates: tuple[SyncTemplate, ...]) -> None:
         """`op`'s tasks read its parameters as `templates` say (a new configuration's, or the
-        old one's when a change is taken back)."""
+        old one's when a change is taken back), in the order of `slots[op]`."""
         old = self.templates[op]
-        for slot, pid in self.slots[op]:
-            new = templates[pid]
-            before = old.get(pid)
-            self.user_template[slot] = new.id
-            if before is not None:
-                self.max_tasks[pid] -= before.max_tasks
-                self.max_edges[pid] -= before.max_edges
-            self.max_tasks[pid] += new.max_tasks
-            self.max_edges[pid] += new.max_edges
+        if old is templates:
+            return
+        user_template, max_tasks, max_edges = self.user_template, self.max_tasks, self.max_edges
+        if old is None:
+            for (slot, pid), new in zip(self.slots[op], templates, strict=True):
+                user_template[slot] = new.id
+                max_tasks[pid] += new.max_tasks
+                max_edges[pid] += new.max_edges
+        else:
+            for (slot, pid), new, before in zip(self.slots[op], templates, old, strict=True):
+                user_template[slot] = new.id
+                max_tasks[pid] += new.max_tasks - before.max_tasks
+                max_edges[pid] += new.max_edges - before.max_edges
         self.templates[op] = templates
 
     def set_count(self, op: int, count: int) -> None:

@@ -166,7 +166,6 @@ class SimContext:
         """Every overlap set `overlap_set` made, as the C edge builder reads them."""
         self._route_tables: tuple[array, array, array, array] | None = None
         self._op_tasks: dict[tuple[int, ParallelConfig, bool], OpTasks] = {}
-        self._sync_parts: dict[tuple[int, ParallelConfig], dict[int, SyncTemplate]] = {}
         self.sync_table = SyncTable()
         """Every template `op_sync_parts` made, as the C sync builder reads them."""
         self._routes_view: Routes | None = None
@@ -241,21 +240,21 @@ class SimContext:
             found = self._weight_groups[key] = tuple((r, tuple(t)) for r, t in groups.items())
         return found
 
-    def op_sync_parts(self, op: int, config: ParallelConfig) -> dict[int, SyncTemplate]:
-        """`op_sync_groups` of every parameter `op` uses, by parameter, as templates of the
-        C sync builder's table (`sync_table`), with each device's update time for the region."""
-        key = (op, config)
-        found = self._sync_parts.get(key)
+    def op_sync_parts(self, op: int, config: ParallelConfig) -> tuple[SyncTemplate, ...]:
+        """`op_sync_groups` of every parameter `op` uses (`op_parameters`, in that order), as
+        templates of the C sync builder's table (`sync_table`), with each device's update time
+        for the region. The same for every op of its kind."""
+        key = (self.kinds[op], config)
+        found = self._kind_sync_parts.get(key)
         if found is None:
-            pids = tuple(dict.fromkeys(self.graph.ops[op].weights))
-            kind_key = (self.kinds[op], config)
-            templates = self._kind_sync_parts.get(kind_key)
-            if templates is None:
-                templates = self._kind_sync_parts[kind_key] = tuple(
-                    self._sync_template(op, pid, config) for pid in pids
-                )
-            found = self._sync_parts[key] = dict(zip(pids, templates, strict=True))
+            found = self._kind_sync_parts[key] = tuple(
+                self._sync_template(op, pid, config) for pid in self.op_parameters(op)
+            )
         return found
+
+    def op_parameters(self, op: int) -> tuple[int, ...]:
+        """The parameters `op` uses, each once, in the order it names them."""
+        return tuple(dict.fromkeys(self.graph.ops[op].weights))
 
     def _sync_template(self, op: int, pid: int, config: ParallelConfig) -> SyncTemplate:
         devices = self.machine.devices

@@ -186,7 +186,9 @@ class TaskGraph:
             for pid in dict.fromkeys(node.weights):
                 self._users[pid].append(node.id)
         # the ops' tasks and the parameters' users, where the C builders read them
-        self._tables = BlockTables(len(graph.ops), len(graph.parameters), self._users)
+        self._tables = BlockTables(
+            [context.op_parameters(node.id) for node in graph.ops], len(graph.parameters)
+        )
         self._consumers: dict[int, list[tuple[int, int]]] = defaultdict(list)
         # per edge block, in the edge table (what the C builder reads of it): the producer
         # (-1: a model input, no block content), the consumer and the input
