@@ -295,25 +295,51 @@ class OpJobs:
         return len(self.op)
 
 
-class EdgeTable:
-    """A task graph's edges (one per op input) as the C edge builder reads them
-    (`ff_edge_table`): what an edge block needs besides the two ops' configurations. Made
-    once per task graph; its C view lives as long as the table."""
+class _CTable:
+    """A table the C block builders read through a struct (C_TYPE) of its size fields
+    (`_sizes`) and views over its arrays (C_ARRAYS), made again after the table grows:
+    an array cannot grow while a view of it exists."""
 
+    C_TYPE = ""
+    C_ARRAYS: tuple[str, ...] = ()
+    _struct: tuple | None = None
+
+    def _sizes(self) -> tuple[int, ...]:
+        return ()
+
+    def _grow(self) -> None:
+        """Release the views before the arrays grow."""
+        self._struct = None
+
+    def struct(self):
+        """The C view (`C_TYPE *`)."""
+        if self._struct is None:
+            views = _views(*(getattr(self, name) for name in self.C_ARRAYS))
+            self._struct = (ffi.new(self.C_TYPE, (*self._sizes(), *views)), views)
+        return self._struct[0]
+
+
+class EdgeTable(_CTable):
+    """A task graph's edges (one per op input) as the C edge builder reads them
+    (`ff_edge_table`): what an edge block needs besides the two ops' configurations."""
+
+    C_TYPE = "ff_edge_table *"
     C_ARRAYS = ("producer", "consumer", "itemsize", "grads", "transfer_key", "grad_key")
 
     def __init__(self) -> None:
         self.producer, self.consumer = array("i"), array("i")
         self.itemsize, self.grads = array("q"), array("b")
         self.transfer_key, self.grad_key = array("Q"), array("Q")
-        self._struct = None
+
+    def _sizes(self) -> tuple[int, ...]:
+        return (len(self.producer),)
 
     def add(
         self, producer: int, consumer: int, itemsize: int, grads: bool, transfer_key: int,
         grad_key: int,
     ) -> int:  # fmt: skip
         """A new edge (producer -1: a model input); returns its number."""
-        self._struct = None
+        self._grow()
         self.producer.append(producer)
         self.consumer.append(consumer)
         self.itemsize.append(itemsize)
@@ -322,27 +348,24 @@ class EdgeTable:
         self.grad_key.append(grad_key)
         return len(self.producer) - 1
 
-    def struct(self):
-        if self._struct is None:
-            views = _views(*(getattr(self, name) for name in self.C_ARRAYS))
-            self._struct = (ffi.new("ff_edge_table *", (len(self.producer), *views)), views)
-        return self._struct[0]
 
-
-class OverlapPool:
+class OverlapPool(_CTable):
     """Every overlap set a context computed (`ff_overlap_pool`), by number: an edge job names
     its set instead of copying it."""
 
+    C_TYPE = "ff_overlap_pool *"
     C_ARRAYS = ("at", "count", "consumer", "producer", "volume")
 
     def __init__(self) -> None:
         self.at, self.count = array("i"), array("i")
         self.consumer, self.producer, self.volume = array("i"), array("i"), array("q")
-        self._struct = None  # the C view, while no set is added
+
+    def _sizes(self) -> tuple[int, ...]:
+        return (len(self.at),)
 
     def add(self, overlaps: Sequence[tuple[int, int, int]]) -> int:
         """A new set of (consumer task, producer task, volume) overlaps; returns its number."""
-        self._struct = None  # release the views: exported arrays cannot grow
+        self._grow()
         self.at.append(len(self.consumer))
         self.count.append(len(overlaps))
         for kc, kp, volume in overlaps:
@@ -350,12 +373,6 @@ class OverlapPool:
             self.producer.append(kp)
             self.volume.append(volume)
         return len(self.at) - 1
-
-    def struct(self):
-        if self._struct is None:
-            views = _views(*(getattr(self, name) for name in self.C_ARRAYS))
-            self._struct = (ffi.new("ff_overlap_pool *", (len(self.at), *views)), views)
-        return self._struct[0]
 
 
 class EdgeJobs:
@@ -388,12 +405,12 @@ class SyncTemplate:
     max_edges: int
 
 
-class SyncTable:
+class SyncTable(_CTable):
     """Every template a context made (`ff_sync_table`): the parts of one op's tasks under one
     configuration that read one parameter. A task graph names each user's current template by
     its id (`BlockTables.user_template`), so a sync job is just its parameter."""
 
-    # ff_sync_table's arrays in order
+    C_TYPE = "ff_sync_table *"
     C_ARRAYS = ("template_first", "template_parts", "part_dims", "bounds_at", "bounds",
                 "elements", "part_devices", "device_at", "device", "update_s", "part_tasks",
                 "task_at", "task")  # fmt: skip
@@ -404,7 +421,6 @@ class SyncTable:
         self.elements, self.part_devices, self.device_at = array("q"), array("i"), array("i")
         self.device, self.update_s = array("i"), array("d")
         self.part_tasks, self.task_at, self.task = array("i"), array("i"), array("i")
-        self._struct = None  # the C view, while no template is added
 
     def add(
         self,
@@ -412,7 +428,7 @@ class SyncTable:
     ) -> SyncTemplate:
         """A new template of `parts`: (bounds, elements, devices, their update times, task
         indices) each."""
-        self._struct = None  # release the views: exported arrays cannot grow
+        self._grow()
         self.template_first.append(len(self.part_dims))
         self.template_parts.append(len(parts))
         max_tasks = max_edges = 0
@@ -431,13 +447,6 @@ class SyncTable:
             max_tasks += 2 + 2 * len(devices)
             max_edges += len(tasks) + 3 * len(devices)
         return SyncTemplate(len(self.template_first) - 1, max_tasks, max_edges)
-
-    def struct(self):
-        """The C view (`ff_sync_table *`), made again after templates are added."""
-        if self._struct is None:
-            views = _views(*(getattr(self, name) for name in self.C_ARRAYS))
-            self._struct = (ffi.new("ff_sync_table *", tuple(views)), views)
-        return self._struct[0]
 
 
 class SyncJobs:
