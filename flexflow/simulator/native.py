@@ -65,30 +65,49 @@ _TIME_NAMES = ("ready", "start", "end")
 
 class TimesLog:
     """Where a delta logs the times it overwrites (`ff_times`' log), for `restore`: arrays
-    kept from change to change, grown to the room a change may need."""
+    kept from change to change, grown to the room a change may need.
+
+    It keeps the C view of itself and of the times it logs (`c_times`) from call to call (a
+    scan of one op's configurations makes thousands of deltas, each a simulation and an
+    undo); an array cannot grow while viewed, so `reserve` and the owner of the times drop
+    the view (`release`) before they grow."""
 
     def __init__(self) -> None:
         self.task, self.ready, self.start, self.end = array("i"), array("d"), array("d"), array("d")
         self.size = 0  # entries the last simulation logged
+        self._c_times: tuple | None = None  # (times, ff_times *, the views it points into)
 
     def reserve(self, entries: int) -> None:
+        if len(self.task) >= entries:
+            return
+        self.release()
         for values in (self.task, self.ready, self.start, self.end):
-            if len(values) < entries:
-                values.frombytes(bytes(values.itemsize * (entries - len(values))))
+            values.frombytes(bytes(values.itemsize * (entries - len(values))))
 
-    def views(self) -> dict:
-        return {
-            "log_task": ffi.from_buffer("int32_t[]", self.task),
-            "log_ready": ffi.from_buffer("double[]", self.ready),
-            "log_start": ffi.from_buffer("double[]", self.start),
-            "log_end": ffi.from_buffer("double[]", self.end),
-        }
+    def release(self) -> None:
+        """Drop the C view (before this log or the times it views grow)."""
+        self._c_times = None
+
+    def c_times(self, times: Times):
+        """`ff_times *` over `times` and this log, made again only for other times."""
+        if self._c_times is None or self._c_times[0] is not times:
+            views = {
+                name: ffi.from_buffer("double[]", getattr(times, name)) for name in _TIME_NAMES
+            }
+            views.update(
+                log_task=ffi.from_buffer("int32_t[]", self.task),
+                log_ready=ffi.from_buffer("double[]", self.ready),
+                log_start=ffi.from_buffer("double[]", self.start),
+                log_end=ffi.from_buffer("double[]", self.end),
+            )
+            self._c_times = (times, ffi.new("ff_times *", views), views)
+        return self._c_times[1]
 
 
 def restore(times: Times, log: TimesLog) -> None:
     """Write back every time the last logged simulation overwrote (native ff_restore)."""
-    views = {name: ffi.from_buffer("double[]", getattr(times, name)) for name in _TIME_NAMES}
-    c_times = ffi.new("ff_times *", {**views, **log.views(), "log_size": log.size})
+    c_times = log.c_times(times)
+    c_times.log_size = log.size
     lib.ff_restore(c_times)
     log.size = 0
 
@@ -245,10 +264,11 @@ def simulate(
         delta.added, delta.num_added = added, len(change.added)
         delta.touched, delta.num_touched = touched, len(change.touched)
         delta.first_new_edge = change.first_new_edge
-    out_views = {name: buf("double[]", getattr(times, name)) for name in _TIME_NAMES}
     if log is not None:
-        out_views.update(log.views())
-    result_times = ffi.new("ff_times *", out_views)
+        result_times = log.c_times(times)
+    else:
+        out_views = {name: buf("double[]", getattr(times, name)) for name in _TIME_NAMES}
+        result_times = ffi.new("ff_times *", out_views)
     result = lib.ff_simulate(
         graph, delta, result_times, ffi.NULL if index is None else index.pointer
     )

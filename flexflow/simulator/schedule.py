@@ -94,7 +94,9 @@ class DeltaSimulator:
         s = self.schedule
         self._before = s.iteration_s
         change = self.tg.set_configs(changes)
-        s.grow()
+        if len(s.end) < self.tg.size:  # the schedule grows: the log's view of it goes
+            self._log.release()
+            s.grow()
         # what `undo` restores: the C loop logs each time before it overwrites it (a change
         # stopped early by its cutoff logs a few, where a copy would take every task's)
         self._log.reserve(len(change.removed) + len(change.added) + self.tg.size)
