@@ -174,11 +174,7 @@ class TaskGraph:
         self.edge_dst = array("i")
         self._removed_edges = 0
         self.edge_index = EdgeIndex()  # the edges by source and target, for the simulator
-        # structure: the blocks by number, the op blocks, then the edge blocks (one per op
-        # input, in op order), then the sync blocks; a delta's blocks are numbers, and their
-        # tasks and edges found by indexing, not by hashing block names
-        self._block_tasks: list[array] = []  # a block's task ids ("i")
-        self._block_ranges = array("i")  # block b's edges: [2b] to [2b + 1]
+        # structure
         self.fwd: list[array] = [array("i") for _ in graph.ops]  # task ids, by task index
         self.bwd: list[array] = [array("i") for _ in graph.ops]
         self._users: dict[int, list[int]] = defaultdict(list)  # parameter -> ops using it
@@ -211,6 +207,9 @@ class TaskGraph:
             raise AssertionError(f"task keys hold at most {A_LIMIT - 1} ops and parameters")
         if self.num_devices >= FIELD_LIMIT or any(len(n.inputs) >= FIELD_LIMIT for n in graph.ops):
             raise AssertionError(f"task keys hold at most {FIELD_LIMIT - 1} devices and inputs")
+        # the blocks by number: the op blocks, then the edge blocks (one per op input, in op
+        # order), then the sync blocks; a delta's blocks are numbers, their tasks and edges
+        # found by indexing, not by hashing block names
         self._syncs = list(self._users)  # the parameter of each sync block
         self._first_edge = len(graph.ops)  # the number of the first edge block
         self._first_sync = self._first_edge + len(self._edges)
@@ -220,7 +219,8 @@ class TaskGraph:
             *(("sync", pid) for pid in self._syncs),
         )
         self._block_numbers = {block: b for b, block in enumerate(self._block_names)}
-        self._block_tasks = [array("i") for _ in self._block_names]
+        self._block_tasks = [array("i") for _ in self._block_names]  # each block's task ids
+        # block b's edges: edge_src[lo:hi] with lo, hi at 2b and 2b + 1
         self._block_ranges = array("i", bytes(8 * len(self._block_names)))
         self._build(range(len(self._block_names)))
         self.runtime_s = context.runtime_s(self.configs)
@@ -420,8 +420,8 @@ class TaskGraph:
                     tables.op_at[o],
                     tables.op_count[o],
                 )
-                for o in itertools.takewhile(self._first_edge.__gt__, blocks)
-            ],  # fmt: skip
+                for o in itertools.takewhile(self._first_edge.__gt__, blocks)  # the op blocks
+            ],
             len(tables.ids),
             self._load,
         )
