@@ -63,6 +63,11 @@ class Times(Protocol):
 _TIME_NAMES = ("ready", "start", "end")
 
 
+def _time_views(times: Times) -> dict:
+    """C views of `times`' arrays by `ff_times` field (they must outlive the call)."""
+    return {name: ffi.from_buffer("double[]", getattr(times, name)) for name in _TIME_NAMES}
+
+
 class TimesLog:
     """Where a delta logs the times it overwrites (`ff_times`' log), for `restore`: arrays
     kept from change to change, grown to the room a change may need.
@@ -91,9 +96,7 @@ class TimesLog:
     def c_times(self, times: Times):
         """`ff_times *` over `times` and this log, made again only for other times."""
         if self._c_times is None or self._c_times[0] is not times:
-            views = {
-                name: ffi.from_buffer("double[]", getattr(times, name)) for name in _TIME_NAMES
-            }
+            views = _time_views(times)
             views.update(
                 log_task=ffi.from_buffer("int32_t[]", self.task),
                 log_ready=ffi.from_buffer("double[]", self.ready),
@@ -267,8 +270,7 @@ def simulate(
     if log is not None:
         result_times = log.c_times(times)
     else:
-        out_views = {name: buf("double[]", getattr(times, name)) for name in _TIME_NAMES}
-        result_times = ffi.new("ff_times *", out_views)
+        result_times = ffi.new("ff_times *", _time_views(times))
     result = lib.ff_simulate(
         graph, delta, result_times, ffi.NULL if index is None else index.pointer
     )

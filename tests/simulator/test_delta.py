@@ -29,6 +29,14 @@ SEVERAL_MOVES = st.lists(
     max_size=6,
 )
 """Changes of several ops at once (`picked_changes` of each), each kept or taken back."""
+SEVERAL_OP_CHANGES = dict(
+    graph_seed=GRAPH_SEEDS,
+    machine=st.sampled_from(MACHINES),
+    start=st.sampled_from(("dp", "expert", "random")),
+    moves=SEVERAL_MOVES,
+    fused=st.booleans(),
+)
+"""A graph, machine and start strategy, then several-op changes each kept or taken back."""
 
 
 def picked_changes(picks, graph, machine) -> list[tuple[int, ParallelConfig]]:
@@ -134,13 +142,7 @@ def test_an_undone_change_leaves_the_graph_and_schedule_as_before(
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    graph_seed=GRAPH_SEEDS,
-    machine=st.sampled_from(MACHINES),
-    start=st.sampled_from(("dp", "expert", "random")),
-    moves=SEVERAL_MOVES,
-    fused=st.booleans(),
-)
+@given(**SEVERAL_OP_CHANGES)
 def test_a_change_of_several_ops_at_once_equals_full(graph_seed, machine, start, moves, fused):
     """`change_many` (a layer move's delta: several ops, one op possibly twice) gives the full
     simulation's timeline of the changed strategy, and its undo restores the one before."""
@@ -252,13 +254,7 @@ def test_a_change_cut_off_is_one_slower_than_its_cutoff(graph_seed, machine, sta
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    graph_seed=GRAPH_SEEDS,
-    machine=st.sampled_from(MACHINES),
-    start=st.sampled_from(("dp", "expert", "random")),
-    moves=SEVERAL_MOVES,
-    fused=st.booleans(),
-)
+@given(**SEVERAL_OP_CHANGES)
 def test_the_load_bound_is_below_the_changed_graphs_load(graph_seed, machine, start, moves, fused):
     """`TaskGraph.load_bound`, found without making the change, is at most the busiest
     device's or link's load in the changed graph (so at most its makespan), through kept and
