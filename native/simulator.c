@@ -20,9 +20,10 @@
  * outgoing and incoming edges as lists, and this file's scratch memory, kept from call to
  * call), so a delta costs the tasks it touches plus at most one pass over the task ids
  * (which start before T0; only for tasks without predecessors while deltas from one schedule
- * are undone in turn), not passes over every edge. The replay counts a member's predecessors
- * only when it may first become ready, so a change stopped at its cutoff never looks at the
- * members it did not reach.
+ * are undone in turn), not passes over every edge. The replay takes a member's count of
+ * predecessors from the index (each task's in-degree) when it may first become ready, so a
+ * change stopped at its cutoff never looks at the members it did not reach, and each edge is
+ * visited once, from its source.
  */
 
 #include <math.h>
@@ -98,6 +99,7 @@ struct ff_index {
     int32_t *pred_prev;
     int32_t *succ_head;    /* per task id: the first of its outgoing edges (-1: none) */
     int32_t *pred_head;    /* the first of its incoming edges */
+    int32_t *indegree;     /* per task id: its incoming edges in the lists */
     uint8_t *flags;        /* FRESH, NEIGHBOUR, COUNTED, DONE */
     int32_t *remaining;    /* predecessors not yet ended, among the tasks being processed */
     double *bound;         /* new tasks: lower bound of the ready time; neighbours: ready time */
@@ -140,6 +142,7 @@ void ff_index_free(ff_index *x) {
     free(x->pred_prev);
     free(x->succ_head);
     free(x->pred_head);
+    free(x->indegree);
     free(x->flags);
     free(x->remaining);
     free(x->bound);
@@ -171,6 +174,7 @@ static int reserve_tasks(ff_index *x, int32_t n) {
     size_t old = (size_t)x->task_capacity, want = (size_t)n + (size_t)n / 2 + 16;
     int ok = resize(&x->succ_head, old, want, sizeof(int32_t), 0xff) &&
              resize(&x->pred_head, old, want, sizeof(int32_t), 0xff) &&
+             resize(&x->indegree, old, want, sizeof(int32_t), 0) &&
              resize(&x->flags, old, want, sizeof(uint8_t), 0) &&
              resize(&x->remaining, old, want, sizeof(int32_t), 0) &&
              resize(&x->bound, old, want, sizeof(double), 0) &&
@@ -220,6 +224,7 @@ static void link(ff_index *x, int32_t e) {
     x->pred_next[e] = x->pred_head[t];
     if (x->pred_head[t] >= 0) x->pred_prev[x->pred_head[t]] = e;
     x->pred_head[t] = e;
+    x->indegree[t]++;
     x->linked[e] = 1;
 }
 
@@ -230,6 +235,7 @@ static void unlink(ff_index *x, int32_t e) {
     next = x->pred_next[e], prev = x->pred_prev[e];
     if (prev >= 0) x->pred_next[prev] = next; else x->pred_head[x->dst[e]] = next;
     if (next >= 0) x->pred_prev[next] = prev;
+    x->indegree[x->dst[e]]--;
     x->linked[e] = 0;
 }
 
@@ -428,29 +434,22 @@ static selection select_members(const ff_graph *g, ff_times *s, ff_index *x, dou
     return n;
 }
 
-/* Counts member t's predecessors still to be simulated (x->remaining) and takes its ready
- * time so far from the others: the kept tasks' ends and the simulated members' new ends. */
-static void count_predecessors(const ff_times *s, ff_index *x, int32_t t, double t0) {
-    int32_t remaining = 0;
-    double ready = 0.0; /* written without branches: which predecessors wait is random */
-    for (int32_t e = x->pred_head[t]; e >= 0; e = x->pred_next[e]) {
-        int32_t p = x->src[e];
-        uint8_t f = x->flags[p];
-        int waits = !(f & DONE) && ((f & (FRESH | NEIGHBOUR)) || s->start[p] >= t0);
-        double end = waits ? 0.0 : s->end[p];
-        remaining += waits;
-        ready = end > ready ? end : ready;
-    }
-    x->remaining[t] = remaining;
-    x->ready[t] = ready;
+/* A member's first touch: every predecessor still to end (x->remaining) and its ready time so
+ * far 0. A member is first touched by its first predecessor to end, before that one counts as
+ * ended: a kept task (the loop over them comes first) or a simulated member (whose successors
+ * are all touched when it ends, so no other has ended yet). Each edge is then visited once,
+ * from its source, to count it down. */
+static void first_touch(ff_index *x, int32_t t) {
+    x->remaining[t] = x->indegree[t];
+    x->ready[t] = 0.0;
     mark(x, t, COUNTED);
 }
 
 /* The event loop of Algorithm 1 over the members; raises *latest to their latest end.
- * A member's predecessors are counted when it may first become ready: at the start for those
- * whose predecessors all keep their times (successors of kept tasks, and members without
- * predecessors), otherwise when its first predecessor is simulated. So a replay stopped at
- * its cutoff never looks at the members it did not reach.
+ * A member is first touched (first_touch) when it may first become ready: at the start for
+ * members without predecessors and successors of kept tasks (the kept ones counted down and
+ * their ends taken first), otherwise when its first predecessor is simulated. So a replay
+ * stopped at its cutoff never looks at the members it did not reach.
  * With a finite cutoff, stops (FF_ABOVE_CUTOFF) once the iteration surely ends after it: a
  * device or link runs its tasks one at a time and every member still to come on it starts
  * after it is free, so the iteration ends no earlier than that plus their exe_times (x->load).
@@ -465,15 +464,20 @@ static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, dou
     int32_t size = 0;
     for (int32_t i = 0; i < n.sources; i++) {
         int32_t t = x->sources[i];
-        count_predecessors(s, x, t, t0);
+        first_touch(x, t);
         heap_push(x->heap, &size, (entry){time_key(x->ready[t]), g->order[t], t});
     }
     for (int32_t i = 0; i < n.outside; i++) {
-        for (int32_t e = x->succ_head[x->outside[i]]; e >= 0; e = x->succ_next[e]) {
+        const int32_t p = x->outside[i];
+        const double end = s->end[p];
+        for (int32_t e = x->succ_head[p]; e >= 0; e = x->succ_next[e]) {
             int32_t u = x->dst[e];
-            if ((x->flags[u] & COUNTED) || !member(s, x, u, t0)) continue;
-            count_predecessors(s, x, u, t0);
-            if (x->remaining[u] == 0)
+            if (!(x->flags[u] & COUNTED)) {
+                if (!member(s, x, u, t0)) continue;
+                first_touch(x, u);
+            }
+            if (end > x->ready[u]) x->ready[u] = end;
+            if (--x->remaining[u] == 0)
                 heap_push(x->heap, &size, (entry){time_key(x->ready[u]), g->order[u], u});
         }
     }
@@ -499,9 +503,7 @@ static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, dou
         for (int32_t e = x->succ_head[t]; e >= 0; e = x->succ_next[e]) {
             int32_t u = x->dst[e];
             if (!member(s, x, u, t0)) return FF_NOT_CLOSED;
-            /* t is not DONE and keeps its old times yet (its new start may be before t0):
-             * counted now, each of its edges to u waits, as the others do */
-            if (!(x->flags[u] & COUNTED)) count_predecessors(s, x, u, t0);
+            if (!(x->flags[u] & COUNTED)) first_touch(x, u);
             if (end > x->ready[u]) x->ready[u] = end;
             if (--x->remaining[u] == 0)
                 heap_push(x->heap, &size, (entry){time_key(x->ready[u]), g->order[u], u});
