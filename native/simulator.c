@@ -11,10 +11,10 @@
  * for one holding several links: moved_from), the earliest time a new task (bounded by its old
  * predecessors' ends) or a task that lost or gained a predecessor can become ready. Tasks that started before T0 keep their times; every device and
  * link is free at T0 from the latest end of those tasks on it; the rest is simulated again.
- * A task's times are written only when the loop simulates it, after the old ones go to the
- * caller's log (ff_restore takes a rejected change back from it): most changes a search tries
- * stop at their cutoff after a few tasks, and a log of those is cheaper than copying the whole
- * schedule before every change.
+ * A delta with a log journals the new times of the tasks it simulates in it and writes them to
+ * the schedule only once the replay ends, swapping the old ones into the log (ff_restore takes
+ * a rejected change back from it): most changes a search tries stop at their cutoff, and those
+ * leave the schedule as it was, with nothing to restore.
  *
  * The edges are read from an index the graph's owner keeps up to date (ff_index: each task's
  * outgoing and incoming edges as lists, and this file's scratch memory, kept from call to
@@ -103,8 +103,8 @@ struct ff_index {
     uint8_t *flags;        /* FRESH, NEIGHBOUR, COUNTED, DONE */
     int32_t *remaining;    /* predecessors not yet ended, among the tasks being processed */
     double *bound;         /* new tasks: lower bound of the ready time; neighbours: ready time */
-    double *ready;         /* members: the ready time so far (the schedule's is written only
-                            * when the task is simulated, after its old times are logged) */
+    double *ready;         /* members: the ready time so far (the schedule's is written once
+                            * the task is simulated, or the replay ends, see apply_journal) */
     int32_t *list;         /* a work list of task ids */
     int32_t *outside;      /* the live tasks that are not members */
     int32_t *sources;      /* the members without predecessors */
@@ -277,14 +277,34 @@ void ff_index_restore(ff_index *x, int32_t *edge_src, const int32_t *ranges,
         }
 }
 
-/* Logs task t's times before they are overwritten (ff_restore writes them back). */
-static void log_times(ff_times *s, int32_t t) {
-    if (s->log_task == NULL) return;
-    int64_t i = s->log_size++;
+/* Logs task t's times in entry i and zeroes them (a removed id or a new task holds no time). */
+static void log_and_clear(ff_times *s, int64_t i, int32_t t) {
     s->log_task[i] = t;
     s->log_ready[i] = s->ready[t];
     s->log_start[i] = s->start[t];
     s->log_end[i] = s->end[t];
+    s->ready[t] = s->start[t] = s->end[t] = 0.0;
+}
+
+/* A delta's replay that ended: its removed and new tasks' times logged and cleared (entries
+ * 0 .. removed + added, kept free for them), then each journal entry's new times swapped with
+ * the schedule's, so that the log holds what ff_restore writes back, the last entry first. */
+static void apply_journal(const ff_change *c, ff_times *s) {
+    int64_t i = 0;
+    for (int32_t k = 0; k < c->num_removed; k++) log_and_clear(s, i++, c->removed[k]);
+    for (int32_t k = 0; k < c->num_added; k++) log_and_clear(s, i++, c->added[k]);
+    for (; i < s->log_size; i++) {
+        const int32_t t = s->log_task[i];
+        double v = s->ready[t];
+        s->ready[t] = s->log_ready[i];
+        s->log_ready[i] = v;
+        v = s->start[t];
+        s->start[t] = s->log_start[i];
+        s->log_start[i] = v;
+        v = s->end[t];
+        s->end[t] = s->log_end[i];
+        s->log_end[i] = v;
+    }
 }
 
 void ff_restore(ff_times *s) {
@@ -402,7 +422,7 @@ typedef struct {
 
 /* Whether task t (live: an end of an indexed edge) is a member. Its start is the old one
  * until it is simulated (DONE); a member's new start may be before t0 (the change freed its
- * device earlier), so it is written only once the task is DONE. */
+ * device earlier), so it is written only once the task is DONE or the replay ends. */
 static int member(const ff_times *s, const ff_index *x, int32_t t, double t0) {
     return (x->flags[t] & (FRESH | NEIGHBOUR | DONE)) || s->start[t] >= t0;
 }
@@ -508,10 +528,17 @@ static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, dou
             if (--x->remaining[u] == 0)
                 heap_push(x->heap, &size, (entry){time_key(x->ready[u]), g->order[u], u});
         }
-        log_times(s, t);
-        s->ready[t] = x->ready[t];
-        s->start[t] = start;
-        s->end[t] = end;
+        if (s->log_task != NULL) { /* journaled: written to the schedule if the replay ends */
+            const int64_t i = s->log_size++;
+            s->log_task[i] = t;
+            s->log_ready[i] = x->ready[t];
+            s->log_start[i] = start;
+            s->log_end[i] = end;
+        } else {
+            s->ready[t] = x->ready[t];
+            s->start[t] = start;
+            s->end[t] = end;
+        }
         x->flags[t] |= DONE;
     }
     return done == n.members ? n.members : FF_CYCLE;
@@ -578,16 +605,19 @@ static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_i
     for (int32_t i = 0; i < c->num_removed; i++) t0 = moved_from(g, s, x, c->removed[i], t0);
     if (x->pending || c->t0 == -HUGE_VAL) x->base_valid = 0; /* a kept change: a new base */
     x->pending = 1;
-    s->log_size = 0;
-    for (int32_t i = 0; i < c->num_removed; i++) {
-        int32_t t = c->removed[i]; /* free ids and new tasks hold no time */
-        log_times(s, t);
-        s->ready[t] = s->start[t] = s->end[t] = 0.0;
-    }
-    for (int32_t i = 0; i < c->num_added; i++) {
-        int32_t t = c->added[i];
-        log_times(s, t);
-        s->ready[t] = s->start[t] = s->end[t] = 0.0;
+    const int journaled = s->log_task != NULL;
+    /* Journaled, the replay writes its tasks' new times after the entries the removed and new
+     * tasks take (apply_journal); otherwise to the schedule, those tasks' times cleared first. */
+    s->log_size = journaled ? (int64_t)c->num_removed + c->num_added : 0;
+    if (!journaled) {
+        for (int32_t i = 0; i < c->num_removed; i++) {
+            const int32_t t = c->removed[i]; /* free ids and new tasks hold no time */
+            s->ready[t] = s->start[t] = s->end[t] = 0.0;
+        }
+        for (int32_t i = 0; i < c->num_added; i++) {
+            const int32_t t = c->added[i];
+            s->ready[t] = s->start[t] = s->end[t] = 0.0;
+        }
     }
     memset(x->free_at, 0, (size_t)g->num_resources * sizeof(double));
     memset(x->load, 0, (size_t)g->num_resources * sizeof(double));
@@ -610,6 +640,12 @@ static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_i
         }
         result = run(g, s, x, members, t0, &latest, c->cutoff);
         s->iteration_s = latest;
+    }
+    if (journaled) {
+        if (result >= 0)
+            apply_journal(c, s);
+        else
+            s->log_size = 0; /* stopped: the schedule was never written */
     }
     for (int32_t i = 0; i < x->num_dirty; i++) {
         int32_t t = x->dirty[i];

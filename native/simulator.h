@@ -41,16 +41,17 @@ typedef struct {
     double *start;
     double *end;
     double iteration_s;            /* out: the latest end */
-    /* Where a delta logs the times it overwrites, before it writes them, so that ff_restore
-     * can take the change back (NULL: no log, as for a full simulation). Room for the
-     * change's removed and added tasks plus every task id. A task's times are written only
-     * when the loop simulates it, so a change stopped at its cutoff logs a few entries, not
-     * the whole schedule a copy would take. */
+    /* Where a delta keeps the times it overwrites, so that ff_restore can take the change
+     * back (NULL: no log, as for a full simulation; the times are then written as the loop
+     * goes). Room for the change's removed and added tasks plus every task id. The replay
+     * journals its new times here and writes them to the schedule only once it ends,
+     * leaving the old ones in their place: a change stopped at its cutoff (most that a
+     * search tries) leaves the schedule untouched and the log empty. */
     int32_t *log_task;
     double *log_ready;
     double *log_start;
     double *log_end;
-    int64_t log_size;              /* out: entries logged */
+    int64_t log_size;              /* out: entries logged (0 after a stopped replay) */
 } ff_times;
 
 /* An index of a task graph's edges, kept by its owner as the graph changes, and the scratch
@@ -88,8 +89,8 @@ void ff_index_undone(ff_index *index);
 
 /* Results of ff_simulate below zero. FF_ABOVE_CUTOFF is no error: a lower bound of the
  * iteration's end (a device's or link's end plus the work still queued for it) passed the
- * change's cutoff; the loop stopped there and the times are left half updated (the caller
- * restores them). */
+ * change's cutoff; the loop stopped there. With a log the times are as before the call;
+ * without one they are left half updated (the caller restores them). */
 enum { FF_CYCLE = -1, FF_NO_MEMORY = -2, FF_NOT_CLOSED = -3, FF_ABOVE_CUTOFF = -4,
        FF_KEY_OVERFLOW = -5, FF_STALE_INDEX = -6 };
 

@@ -248,11 +248,12 @@ def simulate(
     C side finds the first moment the change can affect (Algorithm 2). `times` must already
     have an entry for every task id. Returns how many tasks were simulated; or, once a lower
     bound of the iteration's end passes `cutoff` (a device's or link's end plus the work still
-    queued for it), stops there and returns 0 with `times.iteration_s` = inf, the times left
-    half updated for the caller to restore (`restore`, with the `log` every overwritten time
-    went to, which must have room for the change's removed and added tasks and every task
-    id): a search that only needs to know a strategy is
-    slower than `cutoff` does not simulate the rest. The bounds are floating-point sums, so a
+    queued for it), stops there and returns 0 with `times.iteration_s` = inf: a search that
+    only needs to know a strategy is slower than `cutoff` does not simulate the rest. With a
+    `log` (room for the change's removed and added tasks and every task id) the new times are
+    journaled and written only when the replay ends, the old ones kept in the log for
+    `restore`: a stopped replay leaves `times` as they were. Without one they are written as
+    the loop goes, and a stopped replay leaves them half updated. The bounds are floating-point sums, so a
     cost within rounding of `cutoff` (a relative 1e-12 or so) may be cut too: callers leave a
     wider margin. `index` holds the graph's edges (None: one is built for this call).
     """

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 
 import numpy as np
 import pytest
@@ -292,26 +293,40 @@ def test_a_change_cut_off_must_be_undone_before_the_next():
     assert delta.iteration_s < math.inf
 
 
-def test_a_change_stopped_at_once_logs_only_its_removed_and_added_tasks():
-    """The C loop writes a task's times only when it simulates it (after logging the old
-    ones), so a change cut off before its first task logs just the tasks it removed and
-    added, and its undo restores every time from that log."""
+@pytest.mark.parametrize("cutoff_at", [0.0, 0.5, 0.999])
+def test_a_change_stopped_at_its_cutoff_leaves_the_schedule_untouched(cutoff_at: float):
+    """A delta journals its new times and writes them only when its replay ends, so a change
+    stopped at its cutoff (at once, half way or near the end) leaves every time as it was and
+    logs nothing; its undo keeps them, and a change that ends logs its removed and added
+    tasks and every task it simulated, which its undo restores."""
     from flexflow.zoo import load_model
 
     graph, m = load_model("alexnet").graph(), parse_machine("p100:1")
     context = SimContext(graph, m)
     delta = DeltaSimulator(TaskGraph(context, named_strategy("dp", graph, m)))
     before = timeline(delta.tg, delta.schedule)
+    arrays = [
+        array("d", a) for a in (delta.schedule.ready, delta.schedule.start, delta.schedule.end)
+    ]
     op = 3
-    config = enumerate_configs(graph.ops[op].sig, m)[0]
-    delta.change(op, config, cutoff=1e-12)
+    config = enumerate_configs(graph.ops[op].sig, m)[-1]
+    delta.change(op, config)
+    ended_s = delta.iteration_s
+    delta.undo()
+    delta.change(op, config, cutoff=max(cutoff_at * ended_s, 1e-12))
     assert delta.iteration_s == math.inf
-    change_sizes = len(delta.tg._undo.removed) + len(delta.tg._undo.added)
-    assert 0 < delta._log.size == change_sizes < len(before)
+    assert delta._log.size == 0
+    now = (delta.schedule.ready, delta.schedule.start, delta.schedule.end)
+    assert all(
+        a[: len(old)] == old and not any(a[len(old) :]) for a, old in zip(now, arrays, strict=True)
+    )
     delta.undo()
     assert timeline(delta.tg, delta.schedule) == before
-    delta.change(op, config)  # not cut: every task it simulates is logged once more
+    delta.change(op, config)  # not cut: its removed and added tasks, then every task simulated
+    change_sizes = len(delta.tg._undo.removed) + len(delta.tg._undo.added)
     assert delta._log.size == change_sizes + delta.replayed
+    delta.undo()
+    assert timeline(delta.tg, delta.schedule) == before
 
 
 def test_the_edge_index_follows_compactions_and_undos():
