@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.progress import track
 
 from flexflow.cli_args import positive_int
+from flexflow.errors import FlexFlowError
 from flexflow.machine import parse_machine
 from flexflow.search.spaces import make_space
 from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph
@@ -117,7 +118,10 @@ def main() -> None:
     rows = []
     for model in args.models.split(","):
         for init in args.inits.split(","):
-            found = walk(model, args.machine, init, args.changes, args.seed)
+            try:
+                found = walk(model, args.machine, init, args.changes, args.seed)
+            except FlexFlowError as exc:  # an unknown model, machine or initial strategy
+                parser.error(f"{model} {args.machine} from {init}: {exc}")
             replayed = sum(c.replayed for c in found)
             rows.append(
                 {
