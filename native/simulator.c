@@ -277,6 +277,11 @@ void ff_index_restore(ff_index *x, int32_t *edge_src, const int32_t *ranges,
         }
 }
 
+/* Zeroes the times of `ids` (removed ids and new tasks hold no time). */
+static void clear_times(ff_times *s, const int32_t *ids, int32_t n) {
+    for (int32_t i = 0; i < n; i++) s->ready[ids[i]] = s->start[ids[i]] = s->end[ids[i]] = 0.0;
+}
+
 /* Logs task t's times in entry i and zeroes them (a removed id or a new task holds no time). */
 static void log_and_clear(ff_times *s, int64_t i, int32_t t) {
     s->log_task[i] = t;
@@ -609,15 +614,9 @@ static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_i
     /* Journaled, the replay writes its tasks' new times after the entries the removed and new
      * tasks take (apply_journal); otherwise to the schedule, those tasks' times cleared first. */
     s->log_size = journaled ? (int64_t)c->num_removed + c->num_added : 0;
-    if (!journaled) {
-        for (int32_t i = 0; i < c->num_removed; i++) {
-            const int32_t t = c->removed[i]; /* free ids and new tasks hold no time */
-            s->ready[t] = s->start[t] = s->end[t] = 0.0;
-        }
-        for (int32_t i = 0; i < c->num_added; i++) {
-            const int32_t t = c->added[i];
-            s->ready[t] = s->start[t] = s->end[t] = 0.0;
-        }
+    if (!journaled) { /* free ids and new tasks hold no time */
+        clear_times(s, c->removed, c->num_removed);
+        clear_times(s, c->added, c->num_added);
     }
     memset(x->free_at, 0, (size_t)g->num_resources * sizeof(double));
     memset(x->load, 0, (size_t)g->num_resources * sizeof(double));
