@@ -2,7 +2,9 @@
 
 LeNet (28x28x1, batch 64) and an MLP (784-512-512-10, batch 64), SGD on sparse cross-entropy.
 Ours: data parallelism on 2 Legate CPU processors (a subprocess with LEGATE_CONFIG="--cpus 2
---gpus 0"). PyTorch: the same layers and batch with torch.set_num_threads(2), in this process.
+--gpus 0"), as `fit` runs it: FFConfig's steps_per_execution (8) training steps per Legate launch
+where the model allows (flexflow.runtime.step_launches: the MLP; LeNet's steps run Python task
+bodies, one per launch), and such a model also one step per launch, in turn. PyTorch: the same layers and batch with torch.set_num_threads(2), in this process.
 Both: WARMUP iterations, then BLOCKS blocks of ITERATIONS timed back to back; the median
 block's mean. The two sides take turns, --rounds times per model (ours, PyTorch, ours, ...),
 and each side's figure is its median round: this host's speed drifts (PyTorch's MLP took 1.9
@@ -42,6 +44,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from flexflow.config import FFConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_io import RESULTS, write_csv, write_markdown  # noqa: E402
@@ -149,8 +153,8 @@ def torch_rnnlm(nn):
     return RNNLMNet()
 
 
-def measure_ours(name: str, iterations: int) -> dict:
-    """Runs inside the Legate subprocess."""
+def measure_ours(name: str, iterations: int, per_launch: int) -> dict:
+    """Runs inside the Legate subprocess; `per_launch` is the executor's steps_per_execution."""
     import flexflow  # noqa: F401
     from flexflow.machine import parse_machine
     from flexflow.runtime import Executor
@@ -160,11 +164,13 @@ def measure_ours(name: str, iterations: int) -> dict:
     strategy = named_strategy("dp", graph, parse_machine("local"))
     x, y = data(name)
     inputs = {graph.input_tensors[0].name: x}
-    with Executor(graph, strategy, learning_rate=0.01, record_timeline=True) as executor:
-        for _ in range(WARMUP):
-            executor.train_batch(inputs, y, LOSS).read()
+    with Executor(
+        graph, strategy, learning_rate=0.01, record_timeline=True, steps_per_execution=per_launch
+    ) as executor:
+        warmup = max(WARMUP, executor.steps_per_launch)  # a whole launch at least
+        executor.train_batches([(inputs, y, None)] * warmup, LOSS)[-1].read()
         blocks = []  # (wall s, busiest processor's op-tile s) per block of iterations
-        cpu_before = thread_cpu_s()
+        cpu_before, tasks_before = thread_cpu_s(), executor.tasks_issued
         for _ in range(BLOCKS):
             begin, end = timed_block(executor, inputs, y, iterations)
             busy: dict[int, float] = defaultdict(float)
@@ -174,9 +180,10 @@ def measure_ours(name: str, iterations: int) -> dict:
             blocks.append((end - begin, max(busy.values())))
         cpu = _cpu_by_role(cpu_before, thread_cpu_s(), {e[5] for e in executor.timeline})
         wall, kernel = sorted(blocks)[BLOCKS // 2]  # the median block: this host is noisy
-        tasks = executor.tasks_per_iteration()
+        tasks = (executor.tasks_issued - tasks_before) / (BLOCKS * iterations)
         native = len(executor.native_steps)
         cpp = executor.cpp_steps_issued / executor.iteration  # C++ task bodies per iteration
+        launched = executor.steps_per_launch
     wall, kernel = wall / iterations, kernel / iterations
     return {
         "iteration_s": wall,
@@ -185,6 +192,7 @@ def measure_ours(name: str, iterations: int) -> dict:
         "tasks_per_iteration": tasks,
         "native_step_tasks": native,
         "cpp_step_tasks": cpp,
+        "steps_per_launch": launched,
         **{f"cpu_{role}_s": seconds / (BLOCKS * iterations) for role, seconds in cpu.items()},
     }
 
@@ -250,10 +258,19 @@ def measure_torch(name: str, iterations: int) -> float:
     return sorted(blocks)[BLOCKS // 2]
 
 
-def run_ours(name: str, iterations: int, env: dict) -> dict:
+def run_ours(name: str, iterations: int, per_launch: int, env: dict) -> dict:
     """`measure_ours` in a Legate subprocess."""
     proc = subprocess.run(
-        [sys.executable, __file__, "--worker", name, "--iterations", str(iterations)],
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            name,
+            "--iterations",
+            str(iterations),
+            "--steps-per-execution",
+            str(per_launch),
+        ],  # fmt: skip
         env=env,
         capture_output=True,
         text=True,
@@ -273,10 +290,20 @@ def main() -> None:
         default=",".join(MODELS),
         help=f"comma-separated, of {', '.join(BATCHES)} (default: {', '.join(MODELS)})",
     )
+    parser.add_argument(
+        "--steps-per-execution",
+        type=int,
+        default=FFConfig().steps_per_execution,
+        metavar="K",
+        help="our training steps per Legate launch where the model allows (default: "
+        "FFConfig's, what `fit` runs); such models are also timed with one step per launch",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.steps_per_execution < 1:
+        parser.error("--steps-per-execution must be at least 1")
     if args.worker:  # the Legate side, in its own process
-        print(json.dumps(measure_ours(args.worker, args.iterations)))
+        print(json.dumps(measure_ours(args.worker, args.iterations, args.steps_per_execution)))
         return
     try:
         import torch
@@ -296,22 +323,33 @@ def main() -> None:
     if unknown or not models:
         parser.error(f"--models: unknown {', '.join(unknown) or '(none given)'}; "
                      f"choose from {', '.join(BATCHES)}")  # fmt: skip
+    per_launch = args.steps_per_execution
     command = f" --iterations {args.iterations} --rounds {args.rounds}"
+    if per_launch != FFConfig().steps_per_execution:
+        command += f" --steps-per-execution {per_launch}"
     stem = "runtime"  # the issue's models; other selections get their own results files
     if tuple(models) != MODELS:
         command += f" --models {','.join(models)}"
         stem = f"runtime-{'-'.join(models)}"
     rows, lines = [], []
     for name in models:
-        turns = []  # (ours, PyTorch's, ours on one CPU) per round
+        turns = []  # (ours, PyTorch's, ours on one CPU, ours one step per launch) per round
         count = block_iterations(name, args.iterations)
         for _ in range(args.rounds):
-            ours, theirs = run_ours(name, count, env), measure_torch(name, count)
-            turns.append((ours, theirs, run_ours(name, count, one_cpu)["iteration_s"]))
-        ours = sorted((t[0] for t in turns), key=lambda o: o["iteration_s"])[args.rounds // 2]
-        theirs = sorted(t[1] for t in turns)[args.rounds // 2]
-        single = sorted(t[2] for t in turns)[args.rounds // 2]
-        ratios = [o["iteration_s"] / t for o, t, _ in turns]
+            ours, theirs = run_ours(name, count, per_launch, env), measure_torch(name, count)
+            single = run_ours(name, count, per_launch, one_cpu)["iteration_s"]
+            one_step = None  # the same launches when they hold one step anyway
+            if ours["steps_per_launch"] > 1:
+                one_step = run_ours(name, count, 1, env)["iteration_s"]
+            turns.append((ours, theirs, single, one_step))
+        middle = args.rounds // 2
+        ours = sorted((t[0] for t in turns), key=lambda o: o["iteration_s"])[middle]
+        theirs = sorted(t[1] for t in turns)[middle]
+        single = sorted(t[2] for t in turns)[middle]
+        one_step = (
+            ours["iteration_s"] if turns[0][3] is None else sorted(t[3] for t in turns)[middle]
+        )
+        ratios = [o["iteration_s"] / t for o, t, *_ in turns]
         row = {
             "model": name,
             "batch": BATCHES[name],
@@ -328,6 +366,8 @@ def main() -> None:
             "native_step_tasks": ours["native_step_tasks"],
             "cpp_step_tasks": ours["cpp_step_tasks"],
             "one_cpu_ms": single * 1e3,
+            "steps_per_launch": ours["steps_per_launch"],
+            "one_step_per_launch_ms": one_step * 1e3,
             # CPU per iteration by thread (the median round's), ms
             **{f"cpu_{k}_ms": ours[f"cpu_{k}_s"] * 1e3 for k in ("tasks", "runtime", "python")},
         }
@@ -337,7 +377,9 @@ def main() -> None:
             f"ratio {row['ratio']:5.2f}x (rounds {row['round_ratio_min']:.2f}-"
             f"{row['round_ratio_max']:.2f}x)  (kernel {row['kernel_ms']:.2f} ms, overhead "
             f"{row['overhead_ms']:.2f} ms = {row['overhead_over_kernel']:.0%} of kernel, "
-            f"{row['tasks_per_iteration']:.0f} tasks; on one CPU {row['one_cpu_ms']:.2f} ms; "
+            f"{row['tasks_per_iteration']:.2f} tasks, {row['steps_per_launch']} steps per "
+            f"launch, one per launch {row['one_step_per_launch_ms']:.2f} ms; on one CPU "
+            f"{row['one_cpu_ms']:.2f} ms; "
             f"CPU per iteration: task threads {row['cpu_tasks_ms']:.2f}, Legate runtime "
             f"{row['cpu_runtime_ms']:.2f}, Python {row['cpu_python_ms']:.2f} ms)"
         )
@@ -347,18 +389,22 @@ def main() -> None:
         "",
         f"`.venv/bin/python benchmarks/runtime.py{command}`; the sides take turns, "
         f"{args.rounds} rounds per model, and each side's figure is its median round (a round: "
-        f"the median of {BLOCKS} blocks of the iterations given, mean, after {WARMUP} warm-up "
-        'ones); "rounds" is the range of the ratio within one round; "1 CPU" is the same model '
-        "on one Legate CPU processor, also in turn. Goals (LeNet and the MLP): ratio <= 1.5, "
+        f"the median of {BLOCKS} blocks of the iterations given, mean, after at least {WARMUP} "
+        'warm-up ones); "rounds" is the range of the ratio within one round; "1 CPU" is the same '
+        'model on one Legate CPU processor, also in turn. "Steps per launch": the training steps '
+        "of one Legate launch (`FFConfig.steps_per_execution`, where the model allows: "
+        "flexflow.runtime.step_launches); such models are also timed with one step per launch, "
+        "in turn. Tasks: Legate launches per iteration. Goals (LeNet and the MLP): ratio <= 1.5, "
         "overhead <= 20% of kernel time. CPU per iteration (from /proc, the median round's, "
         "all blocks): the threads that ran our tasks (both processors together), Legate's "
         "other threads (its utility processor: dependence analysis, mapping) and the Python "
         "thread issuing the tasks.",
         "",
         "| model | batch | iterations per block | ours ms | PyTorch ms | ratio | rounds "
-        "| kernel ms | overhead ms | overhead/kernel | tasks | ours on 1 CPU ms "
+        "| kernel ms | overhead ms | overhead/kernel | tasks | steps per launch "
+        "| ours, 1 step per launch ms | ours on 1 CPU ms "
         "| CPU ms: task threads / Legate runtime / Python |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -366,7 +412,8 @@ def main() -> None:
             f"| {r['ours_ms']:.2f} | {r['torch_ms']:.2f} | "
             f"{r['ratio']:.2f}x | {r['round_ratio_min']:.2f}-{r['round_ratio_max']:.2f}x "
             f"| {r['kernel_ms']:.2f} | {r['overhead_ms']:.2f} | "
-            f"{r['overhead_over_kernel']:.0%} | {r['tasks_per_iteration']:.0f} "
+            f"{r['overhead_over_kernel']:.0%} | {r['tasks_per_iteration']:.2f} "
+            f"| {r['steps_per_launch']} | {r['one_step_per_launch_ms']:.2f} "
             f"| {r['one_cpu_ms']:.2f} | {r['cpu_tasks_ms']:.2f} / {r['cpu_runtime_ms']:.2f} / "
             f"{r['cpu_python_ms']:.2f} |"
         )

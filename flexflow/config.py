@@ -20,9 +20,13 @@ class FFConfig:
     """Seconds of MCMC search at compile time (0: data parallelism unless a strategy is imported)."""
     import_strategy: str | None = None
     export_strategy: str | None = None
+    steps_per_execution: int = 8
+    """Training steps per Legate launch where the model allows (as Keras' option of this name:
+    `flexflow.runtime.step_launches`); the same numbers for any value, less runtime overhead
+    for more. 1: a launch per step."""
 
     def __post_init__(self) -> None:
-        for key in ("batch_size", "epochs"):
+        for key in ("batch_size", "epochs", "steps_per_execution"):
             value = getattr(self, key)
             if not isinstance(value, int) or value <= 0:
                 raise FlexFlowError(f"FFConfig: {key} must be a positive integer, got {value!r}.")
@@ -47,7 +51,7 @@ class FFConfig:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         """FlexFlow's training flags: -b/--batch-size, -e/--epochs, --lr, --seed, --budget,
-        --import-strategy, --export-strategy."""
+        --import-strategy, --export-strategy, and --steps-per-execution (Keras')."""
         parser.add_argument("-b", "--batch-size", type=int, default=64)
         parser.add_argument("-e", "--epochs", type=int, default=1)
         parser.add_argument(
@@ -70,6 +74,14 @@ class FFConfig:
         parser.add_argument(
             "--export-strategy", metavar="FILE", help="write the strategy used (atomically)"
         )
+        parser.add_argument(
+            "--steps-per-execution",
+            type=int,
+            default=8,
+            metavar="K",
+            help="training steps per Legate launch where the model allows (default 8; the "
+            "same numbers for any K)",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace | Sequence[str] | None = None) -> FFConfig:
@@ -86,4 +98,5 @@ class FFConfig:
             search_budget=args.search_budget,
             import_strategy=args.import_strategy,
             export_strategy=args.export_strategy,
+            steps_per_execution=args.steps_per_execution,
         )

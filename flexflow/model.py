@@ -462,6 +462,7 @@ class FFModel:
             seed=self.config.seed,
             optimizer=optimizer,
             record_timeline=record_timeline,
+            steps_per_execution=self.config.steps_per_execution,
         )
         self._trainer = Trainer(executor, loss_type, metrics, console, progress)
         return plan

@@ -187,6 +187,8 @@ typedef struct {
 } ff_step_call;
 void ff_apply_update_f32(const ff_update *update);
 int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call);
+/* The update alone (logged as FF_LOG_UPDATE); 0, or -3 for an update of an unknown kind. */
+int ff_native_update_f32(const ff_step_plan *plan, const ff_update *update);
 /* Entries the log holds that the reader has not taken, copied into out (room for `capacity`
  * entries); their number. */
 long ff_step_log_take(ff_step_log *log, double *out);

@@ -115,11 +115,25 @@ long ff_step_log_take(ff_step_log *log, double *out) {
   return written - taken;
 }
 
+static int ff_known_update(const ff_update *update) {
+  return update->kind == FF_UPDATE_NONE || update->kind == FF_UPDATE_SGD ||
+         update->kind == FF_UPDATE_ADAM;
+}
+
+/* The update alone, logged as a step's is: what a launch of several steps applies after its
+ * last one (native/legate_tasks.cc). */
+int ff_native_update_f32(const ff_step_plan *plan, const ff_update *update) {
+  if (!ff_known_update(update)) return -3;
+  ff_step_log *log = plan->log;
+  double begin = log ? ff_now() : 0.0;
+  ff_apply_update_f32(update);
+  if (log && update->kind != FF_UPDATE_NONE) ff_log_entry(log, begin, ff_now(), FF_LOG_UPDATE);
+  return 0;
+}
+
 int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call) {
   const ff_update *update = &call->update;
-  if (update->kind != FF_UPDATE_NONE && update->kind != FF_UPDATE_SGD &&
-      update->kind != FF_UPDATE_ADAM)
-    return -3;
+  if (!ff_known_update(update)) return -3;
   ff_step_log *log = plan->log;
   double begin = log ? ff_now() : 0.0;
   ff_apply_update_f32(update);

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +63,14 @@ from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.batches import BatchStats, UnreadBatches
 from flexflow.runtime.feeding import Feeds
+from flexflow.runtime.loss import loss_name
 from flexflow.runtime.native_step import (
     LOG_STEP,
     LOG_UPDATE,
     NativeStep,
     native_step,
 )
+from flexflow.runtime.step_launches import StepLaunch, issue_steps, plan_step_launch
 from flexflow.runtime.step_tasks import checked_target, issue_loss
 from flexflow.runtime.stores import (
     LEGATE_TYPES,
@@ -103,9 +105,17 @@ class Executor:
         record_timeline: bool = False,
         optimizer: Optimizer | None = None,
         cpp_steps: bool = True,
+        steps_per_execution: int = 1,
     ) -> None:
         """`cpp_steps=False` keeps every step task in a Python body (flexflow.runtime.native_tasks
-        says which run in C++ otherwise): the same numbers, for comparing the two."""
+        says which run in C++ otherwise): the same numbers, for comparing the two.
+        `steps_per_execution` > 1 runs that many iterations of `train_batches` per Legate launch
+        where it can (`flexflow.runtime.step_launches`; `steps_per_launch` says whether it
+        does): the same numbers, less runtime overhead."""
+        if not isinstance(steps_per_execution, int) or steps_per_execution < 1:
+            raise StrategyError(
+                f"steps_per_execution must be a positive integer, got {steps_per_execution!r}."
+            )
         self.graph, self.strategy = graph, strategy
         self.cpp_steps = cpp_steps
         self.optimizer: Optimizer = optimizer or SGDOptimizer(learning_rate)
@@ -129,7 +139,7 @@ class Executor:
         validate_strategy(strategy, graph, local)
         self.processors = self._processors(local, strategy)
         """Per device id of the `local` machine, the one Legate processor its tasks run on."""
-        self.library, self.task_id, self.native_task_id = library_and_tasks()
+        self.library, self.task_id, self.native_task_id, self.steps_task_id = library_and_tasks()
         self.id = next(EXECUTOR_IDS)
         EXECUTORS[self.id] = self
         self.store_of = functools.partial(
@@ -142,7 +152,8 @@ class Executor:
             config.task_regions(node.sig.output_shape)
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
-        self._kinds = kinds = [kind for kind, _ in local.kind_ordinals()]
+        self._kind_ordinals = tuple(local.kind_ordinals())
+        self._kinds = kinds = [kind for kind, _ in self._kind_ordinals]
         self.groups = fuse(graph, strategy, self._regions, cpu_devices(kinds))
         """Consecutive ops run as one task per device (`flexflow.fusion`); ops with
         batch statistics stay alone and run through `batch_statistics`."""
@@ -245,6 +256,14 @@ class Executor:
                     self.native_steps[(len(self.groups) - 1, task.index)] = program
                     if record_timeline:
                         program.record()
+        self._devices_rows: dict[int, tuple[Any, Any]] = {}  # see `device_rows`
+        self.step_launch = plan_step_launch(self) if steps_per_execution > 1 else None
+        """How `train_batches` runs several steps per launch (`flexflow.runtime.step_launches`),
+        or why it cannot (a str); None with `steps_per_execution` 1."""
+        self.steps_per_launch = (
+            steps_per_execution if isinstance(self.step_launch, StepLaunch) else 1
+        )
+        """The iterations one launch of `train_batches` runs."""
 
     @property
     def timeline(self) -> list[tuple] | None:
@@ -321,6 +340,10 @@ class Executor:
         cpp = sum(p.flat is not None for p in self.native_steps.values()) if self.cpp_steps else 0
         if cpp:  # with their labels as int64 (flexflow.runtime.native_tasks)
             native += f", {cpp} in C++ task bodies"
+        if self.steps_per_launch > 1:
+            native += f"; {self.steps_per_launch} training steps per launch"
+        elif isinstance(self.step_launch, str):
+            native += f"; one training step per launch: {self.step_launch}"
         return f"matrix products through {products}{native}"
 
     def close(self) -> None:
@@ -539,12 +562,54 @@ class Executor:
         """Run the forward pass on `inputs` (by input tensor name); the model's output.
         Dropout drops only in `training` mode."""
         self._apply_pending()
-        self._feed_inputs(inputs)
+        self.feed_inputs(inputs)
         for group_id in range(len(self.groups)):
             self._run_group(group_id, Pass.FORWARD, training)
         return read_store(self.store_of(self.tensors[self.output])) if read else None
 
-    def _feed_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
+    def cpu_ordinals(self, devices: tuple[int, ...]) -> tuple[int, ...] | None:
+        """The CPU processor numbers of distinct CPU `devices`; None if any is not a CPU or
+        two are the same."""
+        found = [self._kind_ordinals[d] for d in devices]
+        if len(set(devices)) != len(devices) or any(kind != "cpu" for kind, _ in found):
+            return None
+        return tuple(index for _, index in found)
+
+    def device_rows(self, store):
+        """A replicated flat `store` partitioned into the devices' rows (a launch's point d
+        names row d), kept while the store is."""
+        found = self._devices_rows.get(id(store))
+        if found is None or found[0] is not store:
+            found = (store, store.partition_by_tiling((1, store.shape[1])))
+            self._devices_rows[id(store)] = found
+        return found[1]
+
+    def train_batches(
+        self,
+        batches: Sequence[tuple[Mapping[str, np.ndarray], Any, int | None]],
+        loss: str = "mean_squared_error",
+    ) -> list[BatchStats]:
+        """Issue one training iteration per (inputs, target, valid) without waiting,
+        `steps_per_launch` in each Legate launch where they can (`flexflow.runtime.
+        step_launches`: sparse categorical cross-entropy on numpy labels), else one each as
+        `train_batch`; their results, in order."""
+        launch = self.step_launch
+        if (
+            self.steps_per_launch == 1
+            or loss_name(loss) != "sparse_categorical_crossentropy"
+            or any(hasattr(target, "__legate_data_interface__") for _, target, _ in batches)
+        ):
+            return [
+                self.train_batch(inputs, target, loss, valid) for inputs, target, valid in batches
+            ]
+        self._apply_pending()
+        results: list[BatchStats] = []
+        for start in range(0, len(batches), self.steps_per_launch):
+            chunk = batches[start : start + self.steps_per_launch]
+            results.extend(issue_steps(self, launch, chunk, loss))
+        return results
+
+    def feed_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         for tensor in self.graph.input_tensors:
             if tensor.name not in inputs:
                 raise StrategyError(
@@ -566,7 +631,7 @@ class Executor:
         its backward pass too where it can (`FusedTask.step_ready`). Whether it did."""
         checked = checked_target(self.graph, loss, target, valid)
         began = self.tasks_issued
-        self._feed_inputs(inputs)
+        self.feed_inputs(inputs)
         last = len(self.groups) - 1
         fused = None if self._has_statistics(last) else last
         for group_id in range(last if fused is not None else last + 1):

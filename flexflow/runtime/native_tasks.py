@@ -69,6 +69,22 @@ def register_step_task(library, library_name: str) -> int:
     return int(task_id)
 
 
+def register_steps_task(library, library_name: str) -> int:
+    """Register the C++ task of several steps per launch (flexflow.runtime.step_launches) in
+    the Legate `library`; its task id."""
+    task_id = library.get_new_task_id()
+    register = _shared_library().flexflow_register_native_steps
+    register.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    register.restype = ctypes.c_int
+    run, update = (
+        int(ffi.cast("uintptr_t", ffi.addressof(lib, name)))
+        for name in ("ff_native_step_f32", "ff_native_update_f32")
+    )
+    if register(library_name.encode(), int(task_id), run, update) != 0:
+        raise RuntimeSetupError("flexflow: registering the C++ task of several steps failed.")
+    return int(task_id)
+
+
 @dataclass(frozen=True, slots=True)
 class StepScalars:
     """One launch's scalars, in native/legate_tasks.cc's order. The caller keeps the arrays

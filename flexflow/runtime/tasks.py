@@ -24,7 +24,7 @@ from flexflow.fusion import SlotKind
 from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import loss_tile
 from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, NativeStep
-from flexflow.runtime.native_tasks import register_step_task
+from flexflow.runtime.native_tasks import register_step_task, register_steps_task
 
 if TYPE_CHECKING:
     from flexflow.runtime.executor import Executor
@@ -76,8 +76,9 @@ _REGISTERED: dict[str, tuple] = {}
 
 
 def library_and_tasks():
-    """The flexflow Legate library, the id of the op-tile task and the id of the C++ step task
-    (flexflow.runtime.native_tasks), registered once per process."""
+    """The flexflow Legate library, the id of the op-tile task and the ids of the C++ step task
+    and of the C++ task of several steps (flexflow.runtime.native_tasks), registered once per
+    process."""
     if "tile" not in _REGISTERED:
         runtime = get_legate_runtime()
         library, _ = runtime.find_or_create_library(
@@ -87,7 +88,9 @@ def library_and_tasks():
         variants = [(VariantCode.CPU, _op_tile), (VariantCode.GPU, _op_tile_gpu)]
         info = TaskInfo.from_variants(task_id, "flexflow_op_tile", variants)
         library.register_task(info)
-        _REGISTERED["tile"] = (library, task_id, register_step_task(library, LIBRARY_NAME))
+        step = register_step_task(library, LIBRARY_NAME)
+        steps = register_steps_task(library, LIBRARY_NAME)
+        _REGISTERED["tile"] = (library, task_id, step, steps)
     return _REGISTERED["tile"]
 
 

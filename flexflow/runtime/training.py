@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -87,6 +87,18 @@ class _Tally:
         return Metrics(epoch, self.loss / n, right, self.samples, seconds)
 
 
+def _groups(items: Iterable, size: int) -> Iterator[list]:
+    """`items` in lists of `size` (the last may be shorter)."""
+    group: list = []
+    for item in items:
+        group.append(item)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
 class Trainer:
     """Runs `fit` and `evaluate` for one executor with one loss and its metrics."""
 
@@ -126,14 +138,16 @@ class Trainer:
         issue: Callable,
         epoch: int,
     ) -> Metrics:
+        """`issue(batches)` yields the results of each launch it issues, in order; the
+        results of one launch are read while the next one runs."""
         tally, pending = _Tally(), deque()
         accuracy = "accuracy" in self.metrics
         begin = time.perf_counter()
         with self._progress() as bar:
             task = bar.add_task(description, total=total, loss=0.0, accuracy="", rate=0.0)
-            for batch in batches:
-                pending.append(issue(batch))
-                while len(pending) > 1:  # read batch k-1 while batch k runs
+            for issued in issue(batches):
+                pending.extend(issued)
+                while len(pending) > len(issued):  # read the last launch's while this one runs
                     tally.add(pending.popleft())
                     seconds = time.perf_counter() - begin
                     current = tally.metrics(epoch, seconds, accuracy)
@@ -163,8 +177,11 @@ class Trainer:
         first, skip = divmod(self.executor.iteration, per_epoch)
         history = []
 
-        def issue(batch):
-            return self.executor.train_batch(batch.inputs, batch.target, self.loss, batch.valid)
+        def issue(batches):
+            launch = self.executor.steps_per_launch
+            for group in _groups(batches, launch):
+                chunk = [(batch.inputs, batch.target, batch.valid) for batch in group]
+                yield self.executor.train_batches(chunk, self.loss)
 
         for epoch in range(first, epochs):
             metrics = self._run(
@@ -185,7 +202,8 @@ class Trainer:
     def evaluate(self, data: DataLoader) -> Metrics:
         """The loss and metrics over every sample of `data` (no update)."""
 
-        def issue(batch):
-            return self.executor.eval_batch(batch.inputs, batch.target, self.loss, batch.valid)
+        def issue(batches):
+            for batch in batches:
+                yield [self.executor.eval_batch(batch.inputs, batch.target, self.loss, batch.valid)]
 
         return self._run(data.epoch(0), len(data), "evaluate", issue, -1)

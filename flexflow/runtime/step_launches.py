@@ -1,0 +1,174 @@
+"""Several training steps in one Legate launch (Keras' steps_per_execution), for data
+parallelism whose step tasks run in C++ (`flexflow.runtime.native_tasks`).
+
+Why: each launch of a step task costs Legate and Legion work on the runtime's threads and an
+idle gap on the processors between one step and the next (on the runtime benchmark's MLP,
+about 0.3-1 ms of a 2.8 ms iteration on this repository's 2-core host), whatever the step
+computes. One launch of K steps pays it once: a concurrent launch with a point per device,
+whose C++ body (native/legate_tasks.cc, NativeStepsTask) runs the K steps and applies each
+step's update in place, the devices telling each other where their partial gradients are
+through the launch's CPU communicator. Each device sums the partial gradients in device order
+with the same C update the one-step tasks run, so the weights get the same bits whatever K
+is, and the same as on one device.
+
+A launch of several steps applies its last update itself, so it leaves no update pending; the
+executor applies a pending one (from a one-step iteration before it) first. It runs where a
+one-step iteration would be one C++ step task per device reading its batch from this process:
+the whole model one fused group on CPUs, each device a copy of the weights in one flat buffer
+(`Executor.updates_in_step`), sparse categorical cross-entropy on labels in this process, and
+one process (`Feeds.staging`). `plan_step_launch` says why not otherwise; the executor then
+issues the iterations one launch each, with the same numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from legate.core import Scope, TaskTarget, get_machine
+from legate.core import types as ty
+
+from flexflow.ops.base import Region
+from flexflow.runtime.batches import BatchStats
+from flexflow.runtime.loss import predictions_per_sample
+from flexflow.runtime.native_step import NativeStep
+from flexflow.runtime.native_tasks import address
+from flexflow.runtime.step_tasks import checked_target
+
+if TYPE_CHECKING:
+    from flexflow.runtime.executor import Executor
+
+HYPERPARAMETERS = 7
+"""Floats per update in the task's scalars (ff_update.h)."""
+
+Batch = tuple[Mapping[str, np.ndarray], Any, int | None]
+"""One iteration's model inputs by name, target, and valid samples (None: all)."""
+
+
+@dataclass(frozen=True)
+class StepLaunch:
+    """What stays the same between an executor's launches of several steps: its devices'
+    processors, their C step programs, tiles and scratch (two buffers of partial gradients
+    per device, which the launch's points read from each other)."""
+
+    machine: Any
+    """The Legate machine of the devices' processors, in device order (point d on device d)."""
+    programs: tuple[NativeStep, ...]
+    tiles: tuple[Region, ...]
+    """Each device's tile of the model's output (its rows of the batch)."""
+    input_id: int
+    """The model input the step tasks read from this process."""
+    input_tiles: tuple[Region, ...]
+    scratch: tuple[np.ndarray, ...]
+
+    @property
+    def devices(self) -> int:
+        return len(self.programs)
+
+
+def plan_step_launch(executor: Executor) -> StepLaunch | str:
+    """The executor's launches of several steps, or why its iterations cannot run that way."""
+    if not executor.cpp_steps:
+        return "the step tasks run Python bodies (cpp_steps=False)"
+    if len(executor.groups) != 1 or not executor.updates_in_step:
+        return "the model is not one step task per device with a copy of the weights on each"
+    if executor.params.flat is None:
+        return "the model has no weights"
+    programs = [executor.native_steps.get((0, i)) for i in range(len(executor.fused_tasks[0]))]
+    if any(p is None or p.flat is None for p in programs):
+        return "not every step task runs as one C call (flexflow.runtime.native_step)"
+    if not executor.feeds.staging:
+        return "the batches travel as stores (several processes)"
+    slot = programs[0].task.forward.inputs[0]
+    if slot.id not in executor.feeds.staged_inputs:
+        return "the step tasks read the model input from a store"
+    output_op = len(executor.graph.ops) - 1
+    devices = tuple(executor.strategy[output_op].devices)
+    ordinals = executor.cpu_ordinals(devices)
+    if devices != tuple(executor.params.devices) or ordinals is None:
+        return "the devices are not distinct CPUs in the order of the weights' copies"
+    first = ordinals[0]
+    if ordinals != tuple(range(first, first + len(ordinals))):
+        return "the devices are not consecutive CPU processors"
+    machine = get_machine().only(TaskTarget.CPU)[first : first + len(ordinals)]
+    size = executor.params.flat.size
+    return StepLaunch(
+        machine=machine,
+        programs=tuple(programs),
+        tiles=tuple(executor.regions(output_op)),
+        input_id=slot.id,
+        input_tiles=tuple(p.task.forward.inputs[0].region for p in programs),
+        scratch=tuple(np.zeros(2 * size, dtype=np.float32) for _ in programs),
+    )
+
+
+@functools.cache
+def _array_type(element: str, count: int):
+    return ty.array_type(getattr(ty, element), count)
+
+
+def _add_array(task, values: Sequence, element: str) -> None:
+    task.add_scalar_arg(tuple(values), _array_type(element, len(values)))
+
+
+def issue_steps(
+    executor: Executor, launch: StepLaunch, batches: Sequence[Batch], loss: str
+) -> list[BatchStats]:
+    """Issue `batches` as one launch of len(batches) steps (no update may be pending); their
+    results, each holding the arrays its steps read from this process."""
+    graph, feeds = executor.graph, executor.feeds
+    shape = graph.ops[-1].sig.outputs[0].shape
+    predictions = predictions_per_sample(shape)
+    xs, labels, valid_rows, totals, sums, results, hyper = [], [], [], [], [], [], []
+    kind = 0
+    began = executor.tasks_issued
+    for k, (inputs, target, valid) in enumerate(batches):
+        _, valid, _ = checked_target(graph, loss, target, valid)
+        executor.feed_inputs(inputs)
+        x_key = feeds.key(launch.input_id)
+        labels_key = feeds.stage(np.ascontiguousarray(np.asarray(target)), launch.devices)
+        held: list[np.ndarray] = []
+        for program, tile, input_tile in zip(
+            launch.programs, launch.tiles, launch.input_tiles, strict=True
+        ):
+            held.append(np.ascontiguousarray(feeds.staged_tile(x_key, input_tile), np.float32))
+            xs.append(address(held[-1]))
+            held.append(program.flat_labels(feeds.staged_tile(labels_key, tile)))
+            labels.append(address(held[-1]))
+            valid_rows.append(program.valid_predictions(max(0, valid - tile[0][0])))
+        totals.append(float(valid * predictions))
+        sums.append(executor.runtime.create_store(ty.float64, (launch.devices, 2)))
+        results.append(BatchStats(sums[-1], valid, valid * predictions, held=held))
+        kind, values = executor.optimizer.native_update(executor.iteration + k + 1)
+        hyper.extend(values + (0.0,) * (HYPERPARAMETERS - len(values)))
+    params = executor.params
+    rows = [executor.device_rows(store) for store in (params.flat_weights, *params.flat_states)]
+    with Scope(machine=launch.machine):
+        task = executor.runtime.create_manual_task(
+            executor.library, executor.steps_task_id, (launch.devices,)
+        )
+        _add_array(task, [p.plan_address for p in launch.programs], "int64")
+        for values in (xs, labels, valid_rows):
+            _add_array(task, values, "int64")
+        _add_array(task, totals, "float64")
+        task.add_scalar_arg(int(kind), ty.int64)
+        _add_array(task, [float(h) for h in hyper], "float32")
+        _add_array(task, [address(s) for s in launch.scratch], "int64")
+        for row in rows:  # read and written: updated in place
+            task.add_input(row)
+        for row in rows:
+            task.add_output(row)
+        for store in sums:
+            task.add_output(store.partition_by_tiling((1, 2)))
+        if launch.devices > 1:
+            task.add_communicator("cpu")
+            task.set_concurrent(True)
+        task.execute()
+    executor.tasks_issued += 1
+    executor.cpp_steps_issued += launch.devices
+    executor.iteration += len(batches)
+    executor.unread.add(results[-1], began, executor.tasks_issued)
+    return results

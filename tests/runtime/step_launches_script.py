@@ -1,0 +1,144 @@
+"""Run in a Legate process by test_step_launches.py: the same training one step per launch and
+several steps per launch (flexflow.runtime.step_launches), and the cases that cannot launch
+several."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+
+import flexflow  # noqa: F401  (first: prepares Legate)
+from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.errors import StrategyError
+from flexflow.machine import parse_machine
+from flexflow.optimizers import AdamOptimizer, SGDOptimizer
+from flexflow.runtime import Executor
+from flexflow.runtime.tasks import Pass
+from flexflow.strategies import named_strategy
+from flexflow.strategy import ParallelConfig, Strategy
+
+LOSS = "sparse_categorical_crossentropy"
+BATCH, FEATURES, CLASSES, STEPS, K = 16, 20, 6, 7, 3
+
+
+def classifier():
+    model = FFModel(FFConfig(batch_size=BATCH))
+    x = model.create_tensor((BATCH, FEATURES), name="x")
+    x = model.dense(x, 24, ActiMode.AC_MODE_RELU)
+    model.softmax(model.dense(x, CLASSES))
+    return model.graph()
+
+
+def batches() -> list:
+    """STEPS batches, the last padded (5 samples short)."""
+    rng = np.random.default_rng(7)
+    return [
+        (
+            {"x": rng.standard_normal((BATCH, FEATURES)).astype(np.float32)},
+            rng.integers(0, CLASSES, BATCH),
+            BATCH - 5 if step == STEPS - 1 else None,
+        )
+        for step in range(STEPS)
+    ]
+
+
+def train(graph, strategy, optimizer, schedule: str, timeline: bool = False, **options) -> dict:
+    """Train on `batches()`: "one" a train_batch each, "launches" all through train_batches
+    (K per launch where it can), "mixed" one step, then K + 1 through train_batches, then one
+    step and an evaluation, then the rest through train_batches."""
+    data = batches()
+    with Executor(
+        graph, strategy, optimizer=optimizer, record_timeline=timeline, **options
+    ) as executor:
+        if schedule == "one":
+            stats = [executor.train_batch(x, y, LOSS, valid) for x, y, valid in data]
+        elif schedule == "launches":
+            stats = executor.train_batches(data, LOSS)
+        else:
+            stats = [executor.train_batch(*data[0][:2], LOSS, data[0][2])]
+            stats += executor.train_batches(data[1 : K + 2], LOSS)
+            stats += [executor.train_batch(*data[K + 2][:2], LOSS, data[K + 2][2])]
+            executor.eval_batch(*data[0][:2], LOSS).read()
+            stats += executor.train_batches(data[K + 3 :], LOSS)
+        losses = [s.read() for s in stats]
+        weights = {name: value.tolist() for name, value in executor.get_weights().items()}
+        entries = executor.timeline or []
+        threads: dict[int, list[int]] = {}
+        for _, index, which, _, _, thread in entries:
+            if int(which) == int(Pass.FUSED_STEP):
+                threads.setdefault(index, []).append(int(thread))
+        return {
+            "losses": losses,
+            "weights": weights,
+            "per_launch": executor.steps_per_launch,
+            "reason": executor.step_launch if isinstance(executor.step_launch, str) else None,
+            "tasks": executor.tasks_issued,
+            "iteration": executor.iteration,
+            "steps_timed": sum(int(e[2]) == int(Pass.FUSED_STEP) for e in entries),
+            "updates_timed": sum(int(e[2]) == int(Pass.UPDATE) for e in entries),
+            "threads": {str(i): sorted(set(t)) for i, t in threads.items()},
+            "described": executor.describe_kernels(),
+        }
+
+
+def one_device(graph) -> Strategy:
+    return Strategy(
+        tuple(n.name for n in graph.ops),
+        tuple(ParallelConfig.single(len(n.sig.output_shape), 0) for n in graph.ops),
+    )
+
+
+def reversed_devices(strategy: Strategy) -> Strategy:
+    """Data parallelism with the batch's halves on the devices the other way round."""
+    configs = tuple(
+        dataclasses.replace(c, devices=tuple(reversed(c.devices))) for c in strategy.configs
+    )
+    return Strategy(strategy.ops, configs)
+
+
+def main() -> None:
+    report: dict = {}
+    graph = classifier()
+    dp = named_strategy("dp", graph, parse_machine("local"))
+    optimizers = {
+        "sgd": SGDOptimizer(0.05, momentum=0.9, weight_decay=1e-3),
+        "adam": AdamOptimizer(0.01),
+    }
+    for name, strategy in (("dp", dp), ("single", one_device(graph))):
+        for kind, optimizer in optimizers.items():
+            report[f"{name}/{kind}"] = {
+                "one": train(graph, strategy, optimizer, "one"),
+                "launches": train(graph, strategy, optimizer, "launches", steps_per_execution=K),
+                "mixed": train(graph, strategy, optimizer, "mixed", steps_per_execution=K),
+                "timeline": train(
+                    graph, strategy, optimizer, "mixed", timeline=True, steps_per_execution=K
+                ),
+                "one_timeline": train(graph, strategy, optimizer, "one", timeline=True),
+            }
+    sgd = optimizers["sgd"]
+    report["reversed"] = train(graph, reversed_devices(dp), sgd, "launches", steps_per_execution=K)
+    report["reversed_one"] = train(graph, reversed_devices(dp), sgd, "one")
+    report["python_bodies"] = train(
+        graph, dp, sgd, "launches", steps_per_execution=K, cpp_steps=False
+    )
+    report["mse"] = {}
+    for per_launch in (1, K):
+        with Executor(graph, dp, steps_per_execution=per_launch) as executor:
+            x, y, _ = batches()[0]
+            target = np.eye(CLASSES, dtype=np.float32)[y]
+            stats = executor.train_batches([(x, target, None)] * 2, "mean_squared_error")
+            report["mse"][str(per_launch)] = [s.read() for s in stats]
+    report["bad"] = {}
+    for value in (0, -2, 2.5):
+        try:
+            Executor(graph, dp, steps_per_execution=value)
+            report["bad"][str(value)] = "no error"
+        except StrategyError as error:
+            report["bad"][str(value)] = str(error)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Several training steps per Legate launch (flexflow.runtime.step_launches) train exactly as one
+step per launch: the same loss bits each step and the same weights, under data parallelism on
+2 CPUs and on one device, SGD with momentum and weight decay and Adam, a padded last batch, a
+last launch of fewer steps, and launches mixed with one-step iterations and an evaluation
+(their pending updates); each launch's points run on the strategy's devices. Cases that cannot
+launch several steps say why and train one step per launch (Legate, 2 CPUs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flexflow import FFConfig
+from flexflow.errors import FlexFlowError
+from flexflow.ops import blas
+
+SCRIPT = Path(__file__).with_name("step_launches_script.py")
+STEPS, K = 7, 3
+CASES = [f"{s}/{o}" for s in ("dp", "single") for o in ("sgd", "adam")]
+
+needs_mkl = pytest.mark.skipif(blas.sgemm_address() is None, reason="MKL is not installed")
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
+    env["LEGATE_CONFIG"] = "--cpus 2 --gpus 0"
+    proc = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@needs_mkl
+@pytest.mark.legate
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("schedule", ["launches", "mixed"])
+def test_several_steps_per_launch_train_bit_identically(report, case, schedule):
+    one, run = report[case]["one"], report[case][schedule]
+    assert run["per_launch"] == K
+    assert run["iteration"] == one["iteration"] == STEPS
+    assert run["losses"] == one["losses"]
+    assert run["weights"] == one["weights"]
+
+
+@needs_mkl
+@pytest.mark.legate
+@pytest.mark.parametrize("case", CASES)
+def test_a_launch_is_one_task_for_its_steps(report, case):
+    assert report[case]["launches"]["tasks"] == -(-STEPS // K)  # 3 + 3 + 1 steps
+    assert "3 training steps per launch" in report[case]["launches"]["described"]
+
+
+@needs_mkl
+@pytest.mark.legate
+@pytest.mark.parametrize("case", CASES)
+def test_each_point_runs_on_its_device_and_is_timed(report, case):
+    """The timeline's step entries of tile d come from the thread that runs device d's
+    one-step tasks; every step and every update (the launches apply their last) is timed."""
+    run, one = report[case]["timeline"], report[case]["one_timeline"]
+    devices = 2 if case.startswith("dp/") else 1
+    assert run["losses"] == one["losses"]
+    assert run["threads"] == one["threads"]
+    assert len(run["threads"]) == devices
+    assert len({t for threads in run["threads"].values() for t in threads}) == devices
+    assert run["steps_timed"] == STEPS * devices
+    assert run["updates_timed"] == STEPS * devices
+
+
+@pytest.mark.legate
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("reversed", "the devices are not distinct CPUs in the order of the weights' copies"),
+        ("python_bodies", "the step tasks run Python bodies (cpp_steps=False)"),
+    ],
+)
+def test_what_cannot_launch_several_steps_says_why_and_trains_the_same(report, case, reason):
+    run = report[case]
+    if blas.sgemm_address() is not None:
+        assert run["reason"] == reason
+        assert f"one training step per launch: {reason}" in run["described"]
+    assert run["per_launch"] == 1
+    assert run["losses"] == report["reversed_one"]["losses"]
+    assert run["weights"] == report["reversed_one"]["weights"]
+
+
+@pytest.mark.legate
+def test_other_losses_run_one_step_per_launch(report):
+    assert report["mse"]["3"] == report["mse"]["1"]
+
+
+@pytest.mark.legate
+@pytest.mark.parametrize("value", ["0", "-2", "2.5"])
+def test_a_bad_steps_per_execution_is_an_error_naming_it(report, value):
+    assert report["bad"][value] == f"steps_per_execution must be a positive integer, got {value}."
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_config_rejects_a_bad_steps_per_execution(value):
+    with pytest.raises(FlexFlowError, match="steps_per_execution must be a positive integer"):
+        FFConfig(steps_per_execution=value)
+
+
+def test_config_reads_the_flag():
+    assert FFConfig.from_args(["--steps-per-execution", "4"]).steps_per_execution == 4
+    assert FFConfig.from_args([]).steps_per_execution == 8
