@@ -133,7 +133,7 @@ UpdateFunction update_function = nullptr;
  * step the loss's total (float64[K]); the update's kind; per step the hyperparameters of the
  * update of its gradients (float32[K * 7]); per device its scratch (int64[D], 2 n floats).
  * Stores of point d: inputs its weights row and its states' rows, outputs the same rows, then
- * per step its (1, 2) loss row. A step that fails (or every step after a failure on any
+ * its (1, K, 2) loss rows, one per step. A step that fails (or every step after a failure on any
  * device) writes NaN and its code into its loss row, and no update follows it.
  */
 class NativeStepsTask : public legate::LegateTask<NativeStepsTask> {
@@ -155,13 +155,15 @@ class NativeStepsTask : public legate::LegateTask<NativeStepsTask> {
     auto weight = context.output(0).data();
     float* weights = contiguous<float>(weight, ok);
     const auto n = static_cast<std::size_t>(weight.domain().get_volume());
-    const std::size_t states = context.num_outputs() - 1 - steps;
+    const std::size_t states = context.num_outputs() - 2;
     std::vector<float*> state(2, nullptr);
     for (std::size_t s = 0; s < states && s < 2; ++s)
       state[s] = contiguous<float>(context.output(1 + s).data(), ok);
+    auto rows = context.output(1 + states).data();
+    double* sums_base = contiguous<double>(rows, ok);
+    if (rows.domain().get_volume() != 2 * steps) ok = false;
     std::vector<double*> sums(steps);
-    for (std::size_t k = 0; k < steps; ++k)
-      sums[k] = contiguous<double>(context.output(1 + states + k).data(), ok);
+    for (std::size_t k = 0; k < steps; ++k) sums[k] = sums_base + 2 * k;
 
     float* buffers[2] = {reinterpret_cast<float*>(scratch[point]),
                          reinterpret_cast<float*>(scratch[point]) + n};

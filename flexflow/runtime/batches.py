@@ -44,6 +44,9 @@ class BatchStats:
     predictions: int
     """What accuracy divides the correct count by: the samples times the predictions each
     makes (`flexflow.runtime.loss.predictions_per_sample`)."""
+    step: int | None = None
+    """Of a launch of several steps: this batch's step, whose rows `_store` (a `LaunchRows`)
+    holds with the other steps'; None: `_store` is the batch's own (tasks, 2) store."""
     _value: list = field(default_factory=list, repr=False, compare=False)
     """The (loss, correct) read, once read."""
     held: list = field(default_factory=list, repr=False, compare=False)
@@ -52,7 +55,8 @@ class BatchStats:
 
     def read(self) -> tuple[float, int]:
         if not self._value:
-            rows = read_store(self._store)
+            store = self._store
+            rows = read_store(store) if self.step is None else store.rows(self.step)
             _check_step_codes(rows[:, 1])
             loss, correct = rows.sum(axis=0)  # over the loss's tasks
             self._value.append((float(loss), int(round(correct))))
@@ -62,6 +66,21 @@ class BatchStats:
     @property
     def loss(self) -> float:
         return self.read()[0]
+
+
+class LaunchRows:
+    """The (loss, correct) rows of every step of one launch of several steps
+    (`flexflow.runtime.step_launches`): a (tasks, steps, 2) store, read once for all of them."""
+
+    def __init__(self, store: object) -> None:
+        self.store = store
+        self._rows: np.ndarray | None = None
+
+    def rows(self, step: int) -> np.ndarray:
+        """Step `step`'s (tasks, 2) rows (the first call waits for the launch)."""
+        if self._rows is None:
+            self._rows = read_store(self.store)
+        return self._rows[:, step]
 
 
 def _check_step_codes(correct: np.ndarray) -> None:

@@ -32,7 +32,7 @@ from legate.core import Scope, TaskTarget, get_machine
 from legate.core import types as ty
 
 from flexflow.ops.base import Region
-from flexflow.runtime.batches import BatchStats
+from flexflow.runtime.batches import BatchStats, LaunchRows
 from flexflow.runtime.loss import predictions_per_sample
 from flexflow.runtime.native_step import NativeStep
 from flexflow.runtime.native_tasks import address
@@ -122,7 +122,8 @@ def issue_steps(
     graph, feeds = executor.graph, executor.feeds
     shape = graph.ops[-1].sig.outputs[0].shape
     predictions = predictions_per_sample(shape)
-    xs, labels, valid_rows, totals, sums, results, hyper = [], [], [], [], [], [], []
+    xs, labels, valid_rows, totals, results, hyper = [], [], [], [], [], []
+    sums = LaunchRows(executor.runtime.create_store(ty.float64, (launch.devices, len(batches), 2)))
     kind = 0
     began = executor.tasks_issued
     for k, (inputs, target, valid) in enumerate(batches):
@@ -140,8 +141,7 @@ def issue_steps(
             labels.append(address(held[-1]))
             valid_rows.append(program.valid_predictions(max(0, valid - tile[0][0])))
         totals.append(float(valid * predictions))
-        sums.append(executor.runtime.create_store(ty.float64, (launch.devices, 2)))
-        results.append(BatchStats(sums[-1], valid, valid * predictions, held=held))
+        results.append(BatchStats(sums, valid, valid * predictions, step=k, held=held))
         kind, values = executor.optimizer.native_update(executor.iteration + k + 1)
         hyper.extend(values + (0.0,) * (HYPERPARAMETERS - len(values)))
     params = executor.params
@@ -161,8 +161,7 @@ def issue_steps(
             task.add_input(row)
         for row in rows:
             task.add_output(row)
-        for store in sums:
-            task.add_output(store.partition_by_tiling((1, 2)))
+        task.add_output(sums.store.partition_by_tiling((1, len(batches), 2)))
         if launch.devices > 1:
             task.add_communicator("cpu")
             task.set_concurrent(True)
