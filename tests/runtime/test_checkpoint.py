@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from tests.runtime.scripts import run_legate_script
 
 
 @pytest.mark.legate
 def test_resume_is_bit_identical(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
-    env["LEGATE_CONFIG"] = "--cpus 2 --gpus 0"
-    script = Path(__file__).with_name("checkpoint_script.py")
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_legate_script("checkpoint_script.py", str(tmp_path))
     runs = report["runs"]
     assert not runs["random"]["updates_in_step"] and runs["dp"]["updates_in_step"]
     for run in runs.values():

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from tests.runtime.scripts import run_legate_script
 
 
 @pytest.mark.legate
 def test_ops_on_different_cpus_overlap_in_time():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
-    env["LEGATE_CONFIG"] = "--cpus 2 --gpus 0"
-    script = Path(__file__).with_name("concurrency_script.py")
-    proc = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_legate_script("concurrency_script.py")
     spans = report["spans"]
     assert "element_binary 'join': device(s) 5 do not exist on machine 'local'" in report["refused"]
     overlaps = []

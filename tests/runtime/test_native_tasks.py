@@ -6,31 +6,20 @@ last batch, with and without a leading flat; labels also reach them as int64 Leg
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from flexflow.ops import blas
+from tests.runtime.scripts import run_legate_script
 
 # native steps need MKL's sgemm (flexflow.runtime.native_step); without it steps run op by op
 pytestmark = pytest.mark.skipif(blas.sgemm_address() is None, reason="MKL is not installed")
 
-SCRIPT = Path(__file__).with_name("native_tasks_script.py")
 STEPS = 6
 
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
-    env["LEGATE_CONFIG"] = "--cpus 2 --gpus 0"
-    proc = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_legate_script("native_tasks_script.py")
 
 
 CASES = [

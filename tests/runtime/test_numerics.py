@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).with_name("numerics_script.py")
-
+from tests.runtime.scripts import run_legate_script
 
 STRATEGIES = 20
 MODELS = ["mlp", "cnn", "lstm", "residual", "classifier", "tagger", "relu_classifier"]
@@ -19,17 +12,7 @@ MODELS = ["mlp", "cnn", "lstm", "residual", "classifier", "tagger", "relu_classi
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["2cpus", "4cpus"])
 def report(request) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
-    env["LEGATE_CONFIG"] = f"--cpus {request.param} --gpus 0"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(STRATEGIES)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_legate_script("numerics_script.py", str(STRATEGIES), cpus=request.param, timeout=900)
 
 
 @pytest.mark.legate

@@ -7,19 +7,13 @@ launch several steps say why and train one step per launch (Legate, 2 CPUs)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from flexflow import FFConfig
 from flexflow.errors import FlexFlowError
 from flexflow.ops import blas
+from tests.runtime.scripts import run_legate_script
 
-SCRIPT = Path(__file__).with_name("step_launches_script.py")
 STEPS, K = 7, 3
 CASES = [f"{s}/{o}" for s in ("dp", "single") for o in ("sgd", "adam")]
 
@@ -28,12 +22,7 @@ needs_mkl = pytest.mark.skipif(blas.sgemm_address() is None, reason="MKL is not 
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
-    env["LEGATE_CONFIG"] = "--cpus 2 --gpus 0"
-    proc = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_legate_script("step_launches_script.py")
 
 
 @needs_mkl
