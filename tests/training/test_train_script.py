@@ -110,7 +110,8 @@ def build(model):
 @pytest.mark.legate
 def test_an_mlp_model_file_learns_the_digits_with_its_steps_in_c(tmp_path):
     """A flat-dense-relu-dense-softmax model trains data parallel with each step task as one C
-    call (flexflow.runtime.native_step) where MKL is installed, and learns the digits."""
+    call (flexflow.runtime.native_step) where MKL is installed, 8 steps per Legate launch
+    (flexflow.runtime.step_launches), and learns the digits."""
     from flexflow.ops import blas
 
     path = tmp_path / "mlp.py"
@@ -122,5 +123,6 @@ def test_an_mlp_model_file_learns_the_digits_with_its_steps_in_c(tmp_path):
     if blas.sgemm_address() is not None:
         assert "CPU kernels: matrix products through mkl" in kernels
         assert "2 of 2 step tasks as one C call, 2 in C++ task bodies" in kernels
+        assert "8 training steps per launch" in kernels  # FFConfig's steps_per_execution
     else:
         assert "CPU kernels: matrix products through numpy's BLAS" in kernels
