@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             title = f"{args.model} on {machine.name}: measured, last epoch"
             write_measured_trace(args.measured_trace, graph, model.executor.timeline, title)
         result = model.eval(*test)
+        per_launch = model.executor.steps_per_launch
         model.executor.close()
     except FlexFlowError as exc:
         console.print(f"[red]error:[/red] {exc}")
@@ -297,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             "strategy": plan.source,
             "simulated_ms": plan.simulated_ms,
             "measured_ms": measured_ms,  # per iteration in the last epoch, data feeding included
+            "steps_per_launch": per_launch,  # training steps per Legate launch
             "epochs": [
                 {
                     "epoch": m.epoch,

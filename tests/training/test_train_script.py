@@ -124,5 +124,6 @@ def test_an_mlp_model_file_learns_the_digits_with_its_steps_in_c(tmp_path):
         assert "CPU kernels: matrix products through mkl" in kernels
         assert "2 of 2 step tasks as one C call, 2 in C++ task bodies" in kernels
         assert "8 training steps per launch" in kernels  # FFConfig's steps_per_execution
+        assert report["steps_per_launch"] == 8
     else:
         assert "CPU kernels: matrix products through numpy's BLAS" in kernels
