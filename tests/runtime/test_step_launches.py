@@ -61,6 +61,21 @@ def test_each_point_runs_on_its_device_and_is_timed(report, case):
     assert run["updates_timed"] == STEPS * devices
 
 
+@needs_mkl
+@pytest.mark.legate
+def test_a_launch_on_processors_other_than_the_first_runs_on_them():
+    """On 4 CPUs, data parallelism over devices 2 and 3 launches on those processors (the
+    threads of their one-step tasks, not devices 0 and 1's) with the same numbers."""
+    report = run_legate_script("step_launches_script.py", "offset", cpus=4)
+    one, run, first_two = report["one"], report["launches"], report["first_two"]
+    assert run["per_launch"] == K and run["tasks"] == -(-STEPS // K)
+    assert run["losses"] == one["losses"] and run["weights"] == one["weights"]
+    assert run["threads"] == one["threads"]
+    used = {t for threads in run["threads"].values() for t in threads}
+    assert len(used) == 2
+    assert not used & {t for threads in first_two["threads"].values() for t in threads}
+
+
 @pytest.mark.legate
 @pytest.mark.parametrize(
     ("case", "reason"),
