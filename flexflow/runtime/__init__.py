@@ -1,6 +1,7 @@
 """The Legate runtime (paper §7 on Legate): runs training iterations under a SOAP strategy.
 
-`Executor` (flexflow.runtime.executor), the tasks and the stores import Legate, which starts
+`Executor` (flexflow.runtime.executor), the tasks, the launches of several steps
+(flexflow.runtime.step_launches) and the stores import Legate, which starts
 the Legate runtime (configured by `flexflow.bootstrap`); importing `Executor` from here does so
 on first use. The package's plain modules (loss, flat, native_step) import no Legate, so the
 simulator can ask them what the runtime will run (flexflow.launches).
