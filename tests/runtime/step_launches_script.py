@@ -32,16 +32,16 @@ def classifier():
     return model.graph()
 
 
-def batches() -> list:
-    """STEPS batches, the last padded (5 samples short)."""
+def batches(count: int = STEPS) -> list:
+    """`count` batches, the last padded (5 samples short)."""
     rng = np.random.default_rng(7)
     return [
         (
             {"x": rng.standard_normal((BATCH, FEATURES)).astype(np.float32)},
             rng.integers(0, CLASSES, BATCH),
-            BATCH - 5 if step == STEPS - 1 else None,
+            BATCH - 5 if step == count - 1 else None,
         )
-        for step in range(STEPS)
+        for step in range(count)
     ]
 
 
@@ -121,9 +121,63 @@ def offset() -> dict:
     }
 
 
+def grouping_property(seed: int, examples: int) -> dict:
+    """Hypothesis (seeded by the test): for any steps per launch, number of batches, padding of
+    the last batch and optimizer, data parallelism on 2 CPUs trains to the same losses and
+    weights as one step per launch."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as with_seed
+    from hypothesis import strategies as st
+
+    graph = classifier()
+    dp = named_strategy("dp", graph, parse_machine("local"))
+    pool = batches(9)
+    checked = []
+
+    def run(data, optimizer, per_launch):
+        with Executor(graph, dp, optimizer=optimizer, steps_per_execution=per_launch) as executor:
+            losses = [s.read() for s in executor.train_batches(data, LOSS)]
+            weights = {k: v.tolist() for k, v in executor.get_weights().items()}
+            return losses, weights, executor.tasks_issued
+
+    @with_seed(seed)
+    @settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        per_launch=st.integers(2, 6),
+        count=st.integers(1, len(pool)),
+        short=st.integers(0, BATCH - 1),
+        adam=st.booleans(),
+    )
+    def same_numbers(per_launch, count, short, adam):
+        data = [(x, y, None) for x, y, _ in pool[:count]]
+        x, y, _ = data[-1]
+        data[-1] = (x, y, BATCH - short)
+        optimizer = AdamOptimizer(0.01) if adam else SGDOptimizer(0.05, momentum=0.9)
+        one = run(data, optimizer, 1)
+        many = run(data, optimizer, per_launch)
+        assert many[0] == one[0], f"losses differ: {many[0]} against {one[0]}"
+        assert many[1] == one[1], "weights differ"
+        assert many[2] == -(-count // per_launch), f"{many[2]} launches for {count} steps"
+        checked.append((per_launch, count, short, adam))
+
+    try:
+        same_numbers()
+    except AssertionError as error:
+        return {"ok": False, "error": str(error), "checked": checked}
+    return {"ok": True, "checked": checked}
+
+
 def main() -> None:
     if sys.argv[1:] == ["offset"]:
         print(json.dumps(offset()))
+        return
+    if sys.argv[1:2] == ["property"]:
+        print(json.dumps(grouping_property(int(sys.argv[2]), int(sys.argv[3]))))
         return
     report: dict = {}
     graph = classifier()
