@@ -48,7 +48,7 @@ Batch = tuple[Mapping[str, np.ndarray], Any, int | None]
 """One iteration's model inputs by name, target, and valid samples (None: all)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StepLaunch:
     """What stays the same between an executor's launches of several steps: its devices'
     processors, their C step programs, tiles and scratch (two buffers of partial gradients
