@@ -115,15 +115,12 @@ long ff_step_log_take(ff_step_log *log, double *out) {
   return written - taken;
 }
 
-static int ff_known_update(const ff_update *update) {
-  return update->kind == FF_UPDATE_NONE || update->kind == FF_UPDATE_SGD ||
-         update->kind == FF_UPDATE_ADAM;
-}
-
-/* The update alone, logged as a step's is: what a launch of several steps applies after its
- * last one (native/legate_tasks.cc). */
+/* The update alone, logged: a step's first part, and what a launch of several steps applies
+ * after its last one (native/legate_tasks.cc). */
 int ff_native_update_f32(const ff_step_plan *plan, const ff_update *update) {
-  if (!ff_known_update(update)) return -3;
+  if (update->kind != FF_UPDATE_NONE && update->kind != FF_UPDATE_SGD &&
+      update->kind != FF_UPDATE_ADAM)
+    return -3;
   ff_step_log *log = plan->log;
   double begin = log ? ff_now() : 0.0;
   ff_apply_update_f32(update);
@@ -132,21 +129,17 @@ int ff_native_update_f32(const ff_step_plan *plan, const ff_update *update) {
 }
 
 int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call) {
-  const ff_update *update = &call->update;
-  if (!ff_known_update(update)) return -3;
+  int status = ff_native_update_f32(plan, &call->update);
+  if (status != 0) return status;
   ff_step_log *log = plan->log;
-  double begin = log ? ff_now() : 0.0;
-  ff_apply_update_f32(update);
   double updated = log ? ff_now() : 0.0;
-  if (log && update->kind != FF_UPDATE_NONE) ff_log_entry(log, begin, updated, FF_LOG_UPDATE);
   plan->ops[0].x = call->x;
   ff_step_loss *loss = plan->loss;
   loss->labels = call->labels;
   loss->valid = call->valid;
   loss->total = call->total;
   loss->sums = call->sums;
-  int status =
-      ff_train_step_f32(plan->gemm, plan->ops, plan->count, loss, call->weights, call->grads);
+  status = ff_train_step_f32(plan->gemm, plan->ops, plan->count, loss, call->weights, call->grads);
   if (log) ff_log_entry(log, updated, ff_now(), FF_LOG_STEP);
   return status;
 }

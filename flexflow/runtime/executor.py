@@ -256,7 +256,6 @@ class Executor:
                     self.native_steps[(len(self.groups) - 1, task.index)] = program
                     if record_timeline:
                         program.record()
-        self._devices_rows: dict[int, tuple[Any, Any]] = {}  # see `device_rows`
         self.step_launch = plan_step_launch(self) if steps_per_execution > 1 else None
         """How `train_batches` runs several steps per launch (`flexflow.runtime.step_launches`),
         or why it cannot (a str); None with `steps_per_execution` 1."""
@@ -574,15 +573,6 @@ class Executor:
         if len(set(devices)) != len(devices) or any(kind != "cpu" for kind, _ in found):
             return None
         return tuple(index for _, index in found)
-
-    def device_rows(self, store):
-        """A replicated flat `store` partitioned into the devices' rows (a launch's point d
-        names row d), kept while the store is."""
-        found = self._devices_rows.get(id(store))
-        if found is None or found[0] is not store:
-            found = (store, store.partition_by_tiling((1, store.shape[1])))
-            self._devices_rows[id(store)] = found
-        return found[1]
 
     def train_batches(
         self,

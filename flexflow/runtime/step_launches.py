@@ -145,7 +145,7 @@ def issue_steps(
         kind, values = executor.optimizer.native_update(executor.iteration + k + 1)
         hyper.extend(values + (0.0,) * (HYPERPARAMETERS - len(values)))
     params = executor.params
-    rows = [executor.device_rows(store) for store in (params.flat_weights, *params.flat_states)]
+    rows = [params.device_rows(store) for store in (params.flat_weights, *params.flat_states)]
     with Scope(machine=launch.machine):
         task = executor.runtime.create_manual_task(
             executor.library, executor.steps_task_id, (launch.devices,)

@@ -143,13 +143,22 @@ class ParameterStores:
         """`device`'s copy of a flat store (replicated): its row, 1-D."""
         return self._copy_of(store, self.devices.index(device))
 
+    def device_rows(self, store: Any) -> Any:
+        """A flat `store` (replicated) partitioned into the devices' copies, a row each: the
+        point d of a launch over the devices names row d (`flexflow.runtime.step_launches`)."""
+        return self._kept(store, -1, lambda: store.partition_by_tiling((1, store.shape[1])))
+
     def _copy_of(self, store: Any, k: int) -> Any:
+        # a slice first: Legate keeps the devices' copies apart (a projection of the whole
+        # store made the devices' step tasks wait for each other)
+        return self._kept(store, k, lambda: store.slice(0, slice(k, k + 1)).project(0, 0))
+
+    def _kept(self, store: Any, k: int, make: Callable[[], Any]) -> Any:
+        """`make()`, a view of `store`, kept under (store, k) while the store is."""
         key = (id(store), k)
         found = self._views.get(key)
         if found is None or found[0] is not store:
-            # a slice first: Legate keeps the devices' copies apart (a projection of the whole
-            # store made the devices' step tasks wait for each other)
-            found = (store, store.slice(0, slice(k, k + 1)).project(0, 0))
+            found = (store, make())
             self._views[key] = found
         return found[1]
 

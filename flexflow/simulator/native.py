@@ -253,9 +253,10 @@ def simulate(
     `log` (room for the change's removed and added tasks and every task id) the new times are
     journaled and written only when the replay ends, the old ones kept in the log for
     `restore`: a stopped replay leaves `times` as they were. Without one they are written as
-    the loop goes, and a stopped replay leaves them half updated. The bounds are floating-point sums, so a
-    cost within rounding of `cutoff` (a relative 1e-12 or so) may be cut too: callers leave a
-    wider margin. `index` holds the graph's edges (None: one is built for this call).
+    the loop goes, and a stopped replay leaves them half updated. The bounds are
+    floating-point sums, so a cost within rounding of `cutoff` (a relative 1e-12 or so) may be
+    cut too: callers leave a wider margin. `index` holds the graph's edges (None: one is built
+    for this call).
     """
     buf = ffi.from_buffer
     graph, _buffers = _graph(tg)  # the views must outlive the call

@@ -88,7 +88,8 @@ class DeltaSimulator:
     ) -> None:
         """Several ops' new configurations as one delta (`TaskGraph.set_configs`). Once the
         iteration surely ends after `cutoff` (`native.simulate`'s bounds), the simulation
-        stops with `iteration_s` inf; only `undo` may come next (the graph is changed; the times are as before)."""
+        stops with `iteration_s` inf; only `undo` may come next (the graph is changed; the
+        times are as before)."""
         if self.iteration_s == math.inf and self._before is not None:
             raise AssertionError("a change stopped at its cutoff must be undone first")
         s = self.schedule

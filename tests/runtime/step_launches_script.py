@@ -17,7 +17,7 @@ from flexflow.machine import parse_machine
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 from flexflow.runtime import Executor
 from flexflow.runtime.tasks import Pass
-from flexflow.strategies import named_strategy
+from flexflow.strategies import data_parallel_over, named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 
 LOSS = "sparse_categorical_crossentropy"
@@ -82,13 +82,6 @@ def train(graph, strategy, optimizer, schedule: str, timeline: bool = False, **o
             "threads": {str(i): sorted(set(t)) for i, t in threads.items()},
             "described": executor.describe_kernels(),
         }
-
-
-def one_device(graph) -> Strategy:
-    return Strategy(
-        tuple(n.name for n in graph.ops),
-        tuple(ParallelConfig.single(len(n.sig.output_shape), 0) for n in graph.ops),
-    )
 
 
 def reversed_devices(strategy: Strategy) -> Strategy:
@@ -186,7 +179,7 @@ def main() -> None:
         "sgd": SGDOptimizer(0.05, momentum=0.9, weight_decay=1e-3),
         "adam": AdamOptimizer(0.01),
     }
-    for name, strategy in (("dp", dp), ("single", one_device(graph))):
+    for name, strategy in (("dp", dp), ("single", data_parallel_over(graph, 1))):
         for kind, optimizer in optimizers.items():
             report[f"{name}/{kind}"] = {
                 "one": train(graph, strategy, optimizer, "one"),
