@@ -8,7 +8,9 @@ random strategies and the strategies a --budget search picks with each simulator
 simulated iteration (the
 planning context of `flexflow.planning`: the profile, fused launches, each Legate task's cost
 to the host) and its measured one: the Executor training on a fixed batch, WARMUP iterations,
-then BLOCKS blocks of --iterations, the median block. The strategies take turns, --rounds
+then BLOCKS blocks of --iterations, the median block, issued as `fit` issues them:
+--steps-per-execution per Legate launch where the strategy allows (`flexflow.runtime.
+step_launches`), which the simulation knows (`flexflow.launches`). The strategies take turns, --rounds
 times, and each keeps its fastest round (this host's speed drifts; the fastest is the least
 disturbed). Each strategy is also simulated with a launch overhead on its task's device instead
 of the runtime's per-task cost to the host (`SimContext(serial_launches=False)`): the model
@@ -21,6 +23,7 @@ and which strategy each simulator would pick. Results: results/fidelity.{csv,md,
 simulated against measured, log-log, the y = x line and the paper's 30% band).
 
     .venv/bin/python benchmarks/fidelity.py [--models lenet,mlp,rnnlm] [--rounds 2]
+        [--iterations 16] [--steps-per-execution 8]
 """
 
 from __future__ import annotations
@@ -131,13 +134,14 @@ def measure(executor, inputs, labels, iterations: int) -> float:
     return sorted(blocks)[BLOCKS // 2]
 
 
-def worker(name: str, iterations: int, rounds: int, budget_s: float) -> list[dict]:
+def worker(name: str, iterations: int, rounds: int, budget_s: float, per_launch: int) -> list[dict]:
     """Runs inside the Legate process: profile, simulate and measure every strategy."""
     from contextlib import ExitStack
 
     import flexflow  # noqa: F401  (prepares Legate)
     from flexflow.cost import CostModel
     from flexflow.machine import parse_machine
+    from flexflow.planning import planning_context
     from flexflow.profiler import profile_graph
     from flexflow.runtime import Executor
     from flexflow.simulator import SimContext, TaskGraph, full_simulate
@@ -146,18 +150,20 @@ def worker(name: str, iterations: int, rounds: int, budget_s: float) -> list[dic
     machine = parse_machine("local")
     profile = profile_graph(graph, machine)
     cost = CostModel(profile)
-    sparse = LOSS == "sparse_categorical_crossentropy"  # the steps' bodies (flexflow.launches)
-    context = SimContext(graph, machine, cost, fused_launches=True, sparse_labels=sparse)
+    # as flexflow.planning plans a run with this loss and steps per launch
+    context = planning_context(graph, machine, profile, LOSS, per_launch)
     # the model before the runtime's per-task cost: a launch overhead on each task's device
     per_device = SimContext(
-        graph, machine, cost, fused_launches=True, serial_launches=False, sparse_labels=sparse
+        graph, machine, cost, fused_launches=True, serial_launches=False, sparse_labels=True
     )
     chosen = strategies(graph, machine, {"simulated": context, "per-device": per_device}, budget_s)
     inputs, labels = batch(graph)
     measured: dict[str, list[float]] = {label: [] for label in chosen}
     with ExitStack() as stack:
         executors = {
-            label: stack.enter_context(Executor(graph, strategy, learning_rate=0.001))
+            label: stack.enter_context(
+                Executor(graph, strategy, learning_rate=0.001, steps_per_execution=per_launch)
+            )
             for label, strategy in chosen.items()
         }
         for _ in range(rounds):
@@ -170,6 +176,7 @@ def worker(name: str, iterations: int, rounds: int, budget_s: float) -> list[dic
             "simulated_ms": round(full_simulate(TaskGraph(context, s)).iteration_s * 1e3, 3),
             "per_device_ms": round(full_simulate(TaskGraph(per_device, s)).iteration_s * 1e3, 3),
             "measured_ms": round(min(measured[label]) * 1e3, 3),
+            "steps_per_launch": executors[label].steps_per_launch,
             "devices_used": len({d for config in s.configs for d in config.devices}),
             "strategy_json": json.dumps([[list(c.degrees), list(c.devices)] for c in s.configs]),
         }
@@ -211,14 +218,15 @@ def summary_lines(rows: list[dict], command: str) -> list[str]:
         "(the model before). Measured: the Executor, fastest round's median block. Plot: "
         "fidelity.png.",
         "",
-        "| model | strategy | devices | measured ms | simulated ms | sim. / measured | "
-        "per-device launches ms |",
-        "|---|---|---|---|---|---|---|",
+        "| model | strategy | devices | steps per launch | measured ms | simulated ms | "
+        "sim. / measured | per-device launches ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = r["simulated_ms"] / r["measured_ms"]
         lines.append(
-            f"| {r['model']} | {r['strategy']} | {r['devices_used']} | {r['measured_ms']:.2f} | "
+            f"| {r['model']} | {r['strategy']} | {r['devices_used']} | {r['steps_per_launch']} | "
+            f"{r['measured_ms']:.2f} | "
             f"{r['simulated_ms']:.2f} | {ratio:.2f} | {r['per_device_ms']:.2f} |"
         )
     lines += [
@@ -291,7 +299,8 @@ def run_worker(name: str, args: argparse.Namespace) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
     env |= {"LEGATE_CONFIG": f"--cpus {CPUS} --gpus 0", "PYTHONFAULTHANDLER": "1"}
     command = [sys.executable, __file__, "--worker", name, "--iterations", str(args.iterations),
-               "--rounds", str(args.rounds), "--budget", str(args.budget)]  # fmt: skip
+               "--rounds", str(args.rounds), "--budget", str(args.budget),
+               "--steps-per-execution", str(args.steps_per_execution)]  # fmt: skip
     with subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as proc:
@@ -309,6 +318,7 @@ def run_worker(name: str, args: argparse.Namespace) -> list[dict]:
 
 
 def main() -> None:
+    from flexflow.config import FFConfig
     from flexflow.fileio import atomic_write_bytes
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -316,20 +326,33 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=10, help="per timed block")
     parser.add_argument("--rounds", type=int, default=2, help="turns of every strategy")
     parser.add_argument("--budget", type=float, default=SEARCH_BUDGET_S, help="search seconds")
+    parser.add_argument(
+        "--steps-per-execution", type=int, default=FFConfig().steps_per_execution, metavar="K",
+        help="training steps per Legate launch where the strategy allows (as fit runs them)",
+    )  # fmt: skip
     parser.add_argument("--out", default="fidelity", help="results file stem")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.iterations, args.rounds, args.budget)))
+        print(json.dumps(worker(args.worker, args.iterations, args.rounds, args.budget,
+                                args.steps_per_execution)))  # fmt: skip
         return
     models = [m for m in args.models.split(",") if m]
     unknown = sorted(set(models) - set(MODELS))
-    if unknown or not models or args.iterations < 1 or args.rounds < 1 or args.budget < 0:
-        parser.error(f"--models from {', '.join(MODELS)}; --iterations and --rounds >= 1; "
-                     "--budget >= 0")  # fmt: skip
+    if (
+        unknown
+        or not models
+        or args.iterations < 1
+        or args.rounds < 1
+        or args.budget < 0
+        or args.steps_per_execution < 1
+    ):
+        parser.error(f"--models from {', '.join(MODELS)}; --iterations, --rounds and "
+                     "--steps-per-execution >= 1; --budget >= 0")  # fmt: skip
     rows = [row for name in models for row in run_worker(name, args)]
     command = (f".venv/bin/python benchmarks/fidelity.py --models {','.join(models)} "
-               f"--iterations {args.iterations} --rounds {args.rounds} --budget {args.budget:g}")  # fmt: skip
+               f"--iterations {args.iterations} --rounds {args.rounds} --budget {args.budget:g} "
+               f"--steps-per-execution {args.steps_per_execution}")  # fmt: skip
     lines = summary_lines(rows, command)
     write_csv(RESULTS / f"{args.out}.csv", rows)
     write_markdown(RESULTS / f"{args.out}.md", lines)

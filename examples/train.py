@@ -173,16 +173,13 @@ def write_simulation(args: argparse.Namespace, graph, machine, plan, profile, lo
     """--trace and --timeline-png: the simulated iteration of the strategy being trained."""
     if not (args.trace or args.timeline_png):
         return
-    from flexflow.cost import CostModel
-    from flexflow.planning import sparse
-    from flexflow.simulator import SimContext, TaskGraph, full_simulate
+    from flexflow.planning import planning_context
+    from flexflow.simulator import TaskGraph, full_simulate
     from flexflow.simulator.export import write_trace
     from flexflow.simulator.plot import render_timeline
 
-    # simulated as planned: with the runtime's fused launches (flexflow.planning)
-    context = SimContext(
-        graph, machine, CostModel(profile), fused_launches=True, sparse_labels=sparse(loss)
-    )
+    # simulated as planned
+    context = planning_context(graph, machine, profile, loss, args.steps_per_execution)
     tg = TaskGraph(context, plan.strategy)
     schedule = full_simulate(tg)
     title = f"{args.model} on {machine.name}: {plan.simulated_ms:.3f} ms per iteration (simulated)"

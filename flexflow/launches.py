@@ -16,7 +16,10 @@ both read it from here, without Legate. It follows `flexflow.runtime.executor`:
 - updates run as one task per device owning update pieces (`flexflow.tiling.update_pieces`),
   unless each device updates its own copies inside its next step (`updates_in_step`);
 - each shard of a model input is fed by a copy task, unless the step tasks read the batch
-  straight from the process (`inputs_read_in_step`, single-rank runs: `staging`).
+  straight from the process (`inputs_read_in_step`, single-rank runs: `staging`);
+- where the step tasks run in C++ bodies and read their batch from the process, on consecutive
+  CPUs (`consecutive_cpus`), `fit` issues K iterations' steps as one launch
+  (`flexflow.runtime.step_launches`): those tasks count 1/K each (`IterationTasks.launches`).
 
 Zero fills of gradient stores are not counted: Legate issues them without a task body.
 """
@@ -54,10 +57,32 @@ class IterationTasks:
     cpp_steps: int = 0
     """Of `steps`, those whose bodies are C++ (flexflow.runtime.native_tasks), which cost the
     runtime less each (`flexflow.cost.LEGATE_CPP_TASK_S`)."""
+    steps_per_launch: int = 1
+    """Iterations whose `cpp_steps` one launch runs (`consecutive_cpus`); 1 elsewhere."""
 
     @property
     def total(self) -> int:
         return self.steps + self.statistics + self.updates + self.feeds
+
+    @property
+    def cpp_launches(self) -> float:
+        """The launches of C++ step tasks per iteration: `cpp_steps` over `steps_per_launch`."""
+        return self.cpp_steps / self.steps_per_launch
+
+
+def consecutive_cpus(devices: Sequence[int], kinds: Sequence[str]) -> range | str:
+    """The CPU processor numbers of `devices`, or why several iterations' step tasks on them
+    (one per device, in the order of the weights' copies: ascending) cannot be one launch,
+    whose points are a contiguous range of CPU processors (`flexflow.runtime.step_launches`).
+    `kinds[d]` is device d's kind; a device's CPU number is its index among the CPU devices."""
+    if len(set(devices)) != len(devices) or any(kinds[d] != "cpu" for d in devices):
+        return "the devices are not distinct CPUs in the order of the weights' copies"
+    cpus = [d for d, kind in enumerate(kinds) if kind == "cpu"]
+    ordinals = [cpus.index(d) for d in devices]
+    found = range(ordinals[0], ordinals[0] + len(ordinals))
+    if ordinals != list(found):
+        return "the devices are not consecutive CPUs in ascending order"
+    return found
 
 
 def iteration_tasks(
@@ -67,12 +92,14 @@ def iteration_tasks(
     staging: bool = True,
     regions: Sequence[tuple[Region, ...]] | None = None,
     sparse_labels: bool = False,
+    steps_per_execution: int = 1,
 ) -> IterationTasks:
     """The Legate tasks of one `Executor.train_batch` (see the module doc). `kinds[d]` is the
     kind of device d ('cpu' or 'gpu'); `staging`: a single-rank run, whose step tasks may read
     model inputs from the process; `regions[op]`, the op's task tiles, when already known;
     `sparse_labels`: the loss is sparse categorical cross-entropy on integer labels, under which
-    step tasks of dense chains run in C++ bodies (`cpp_steps`)."""
+    step tasks of dense chains run in C++ bodies (`cpp_steps`); `steps_per_execution`: the
+    iterations `fit` issues per launch where it can (`FFConfig.steps_per_execution`)."""
     if regions is None:
         regions = [
             config.task_regions(node.sig.output_shape)
@@ -108,10 +135,18 @@ def iteration_tasks(
         for tid, shards in input_shards(graph, strategy, regions).items()
         if tid not in staged
     )
-    cpp = 0
+    cpp, per_launch = 0, 1
     if in_step and sparse_labels:  # flat parameters: flexflow.runtime.step_tasks.runs_in_cpp
         cpp = sum(runs_as_one_call(task) for task in last_tasks)
-    return IterationTasks(steps, statistics, updates, feeds, cpp)
+        # as flexflow.runtime.step_launches.plan_step_launch decides
+        if (
+            steps_per_execution > 1
+            and cpp == len(last_tasks)
+            and staged
+            and isinstance(consecutive_cpus(strategy[len(graph.ops) - 1].devices, kinds), range)
+        ):
+            per_launch = steps_per_execution
+    return IterationTasks(steps, statistics, updates, feeds, cpp, per_launch)
 
 
 class LaunchCounter:
@@ -128,9 +163,10 @@ class LaunchCounter:
         kinds: Sequence[str],
         staging: bool = True,
         sparse_labels: bool = False,
+        steps_per_execution: int = 1,
     ) -> None:
         self.graph, self.kinds, self.staging = graph, tuple(kinds), staging
-        self.sparse_labels = sparse_labels
+        self.sparse_labels, self.steps_per_execution = sparse_labels, steps_per_execution
         self._names = tuple(node.name for node in graph.ops)
         self._memo: dict[tuple[ParallelConfig, ...], IterationTasks] = {}
 
@@ -142,6 +178,11 @@ class LaunchCounter:
                 self._memo.clear()
             strategy = Strategy(self._names, key)
             found = self._memo[key] = iteration_tasks(
-                self.graph, strategy, self.kinds, self.staging, sparse_labels=self.sparse_labels
+                self.graph,
+                strategy,
+                self.kinds,
+                self.staging,
+                sparse_labels=self.sparse_labels,
+                steps_per_execution=self.steps_per_execution,
             )
         return found

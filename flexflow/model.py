@@ -454,6 +454,7 @@ class FFModel:
             console=console,
             profile=profile,
             loss=loss_type,
+            steps_per_execution=self.config.steps_per_execution,
         )
         optimizer = optimizer or SGDOptimizer(self.config.learning_rate)
         executor = Executor(

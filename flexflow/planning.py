@@ -62,6 +62,30 @@ def sparse(loss: str | None) -> bool:
     return loss is not None and loss_name(loss) == "sparse_categorical_crossentropy"
 
 
+def planning_context(
+    graph: OperatorGraph,
+    machine: Machine,
+    profile: Profile | None = None,
+    loss: str | None = None,
+    steps_per_execution: int = 1,
+):
+    """The simulation a training run's strategy is planned with: this project's runtime, which
+    fuses ops (`flexflow.fusion`) and costs the host CPU time per Legate task
+    (`flexflow.launches`), priced by `profile` where it has the task; `loss` tells which step
+    tasks run in C++ bodies, and `steps_per_execution` how many iterations `fit` issues per
+    launch of them."""
+    from flexflow.simulator import SimContext
+
+    return SimContext(
+        graph,
+        machine,
+        CostModel(profile),
+        fused_launches=True,
+        sparse_labels=sparse(loss),
+        steps_per_execution=steps_per_execution,
+    )
+
+
 def plan_strategy(
     graph: OperatorGraph,
     machine: Machine,
@@ -74,12 +98,14 @@ def plan_strategy(
     console: Console | None = None,
     profile: Profile | None = None,
     loss: str | None = None,
+    steps_per_execution: int = 1,
 ) -> Plan:
     """Choose the strategy for `graph` on `machine` (see the module doc), simulating with the
-    measured task times of `profile` where it has them; `loss`, the run's loss, tells which
-    step tasks will run in C++ bodies (`SimContext(sparse_labels=...)`)."""
+    measured task times of `profile` where it has them; `loss`, the run's loss, and
+    `steps_per_execution`, its iterations per launch, tell what the runtime will cost
+    (`planning_context`)."""
     from flexflow.search.progress import search_with_progress
-    from flexflow.simulator import SimContext, TaskGraph, full_simulate
+    from flexflow.simulator import TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
     from flexflow.strategy_file import export_strategy, load_strategy
 
@@ -91,10 +117,7 @@ def plan_strategy(
     if budget_s < 0:
         raise StrategyError(f"--budget must be >= 0 seconds, got {budget_s}.")
     console = console or Console(stderr=True)
-    # the run this plans executes on flexflow's runtime, which fuses ops (flexflow.fusion)
-    context = SimContext(
-        graph, machine, CostModel(profile), fused_launches=True, sparse_labels=sparse(loss)
-    )
+    context = planning_context(graph, machine, profile, loss, steps_per_execution)
     dp = named_strategy("dp", graph, machine)
     dp_s = full_simulate(TaskGraph(context, dp)).iteration_s
     if import_path is not None:

@@ -152,8 +152,7 @@ class Executor:
             config.task_regions(node.sig.output_shape)
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
-        self._kind_ordinals = tuple(local.kind_ordinals())
-        self._kinds = kinds = [kind for kind, _ in self._kind_ordinals]
+        self._kinds = kinds = [kind for kind, _ in local.kind_ordinals()]
         self.groups = fuse(graph, strategy, self._regions, cpu_devices(kinds))
         """Consecutive ops run as one task per device (`flexflow.fusion`); ops with
         batch statistics stay alone and run through `batch_statistics`."""
@@ -566,13 +565,10 @@ class Executor:
             self._run_group(group_id, Pass.FORWARD, training)
         return read_store(self.store_of(self.tensors[self.output])) if read else None
 
-    def cpu_ordinals(self, devices: tuple[int, ...]) -> tuple[int, ...] | None:
-        """The CPU processor numbers of distinct CPU `devices`; None if any is not a CPU or
-        two are the same."""
-        found = [self._kind_ordinals[d] for d in devices]
-        if len(set(devices)) != len(devices) or any(kind != "cpu" for kind, _ in found):
-            return None
-        return tuple(index for _, index in found)
+    @property
+    def device_kinds(self) -> tuple[str, ...]:
+        """Each device's kind ('cpu' or 'gpu'), by device id."""
+        return tuple(self._kinds)
 
     def train_batches(
         self,

@@ -31,6 +31,7 @@ import numpy as np
 from legate.core import Scope, TaskTarget, get_machine
 from legate.core import types as ty
 
+from flexflow.launches import consecutive_cpus
 from flexflow.ops.base import Region
 from flexflow.runtime.batches import BatchStats, LaunchRows
 from flexflow.runtime.loss import predictions_per_sample
@@ -87,13 +88,12 @@ def plan_step_launch(executor: Executor) -> StepLaunch | str:
         return "the step tasks read the model input from a store"
     output_op = len(executor.graph.ops) - 1
     devices = tuple(executor.strategy[output_op].devices)
-    ordinals = executor.cpu_ordinals(devices)
-    if devices != tuple(executor.params.devices) or ordinals is None:
+    cpus = consecutive_cpus(devices, executor.device_kinds)
+    if isinstance(cpus, str):
+        return cpus
+    if devices != tuple(executor.params.devices):
         return "the devices are not distinct CPUs in the order of the weights' copies"
-    first = ordinals[0]
-    if ordinals != tuple(range(first, first + len(ordinals))):
-        return "the devices are not consecutive CPU processors"
-    machine = get_machine().only(TaskTarget.CPU)[first : first + len(ordinals)]
+    machine = get_machine().only(TaskTarget.CPU)[cpus.start : cpus.stop]
     size = executor.params.flat.size
     return StepLaunch(
         machine=machine,

@@ -110,6 +110,7 @@ class SimContext:
         serial_launches: bool | None = None,
         cores: int | None = None,
         sparse_labels: bool = False,
+        steps_per_execution: int = 1,
     ) -> None:
         self.graph, self.machine = graph, machine
         self.cost = cost or CostModel()
@@ -133,10 +134,16 @@ class SimContext:
         # one rank reads model inputs from its process; several feed them through stores
         kinds = [d.kind for d in machine.devices]
         self._launches = LaunchCounter(
-            graph, kinds, staging=machine.num_nodes == 1, sparse_labels=sparse_labels
+            graph,
+            kinds,
+            staging=machine.num_nodes == 1,
+            sparse_labels=sparse_labels,
+            steps_per_execution=steps_per_execution,
         )
         """`sparse_labels`: the planned run's loss is sparse categorical cross-entropy, so its
-        dense-chain steps run in C++ bodies (`flexflow.launches`)."""
+        dense-chain steps run in C++ bodies; `steps_per_execution`: the planned run's
+        iterations per launch where its C++ steps allow (`FFConfig.steps_per_execution`; see
+        `flexflow.launches`)."""
         self.num_devices = machine.num_devices
         self.num_resources = machine.num_devices + len(machine.links)
         self.resource_sets = ResourceSets(machine.num_devices)
@@ -325,12 +332,12 @@ class SimContext:
     def runtime_s(self, configs: Sequence[ParallelConfig]) -> float:
         """The runtime's CPU time per iteration under `serial_launches`: its Legate tasks
         (`flexflow.launches`) times `LEGATE_CPU_TASK_S`, `LEGATE_CPP_TASK_S` for those with C++
-        bodies; 0 otherwise."""
+        bodies, which count once per launch of several iterations' steps; 0 otherwise."""
         if not self.serial_launches:
             return 0.0
         tasks = self._launches(configs)
         return (tasks.total - tasks.cpp_steps) * LEGATE_CPU_TASK_S + (
-            tasks.cpp_steps * LEGATE_CPP_TASK_S
+            tasks.cpp_launches * LEGATE_CPP_TASK_S
         )
 
     def op_tasks(self, op: int, config: ParallelConfig, fused: bool) -> OpTasks:

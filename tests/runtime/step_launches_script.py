@@ -13,6 +13,7 @@ import numpy as np
 import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.errors import StrategyError
+from flexflow.launches import iteration_tasks
 from flexflow.machine import parse_machine
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 from flexflow.runtime import Executor
@@ -81,6 +82,15 @@ def train(graph, strategy, optimizer, schedule: str, timeline: bool = False, **o
             "updates_timed": sum(int(e[2]) == int(Pass.UPDATE) for e in entries),
             "threads": {str(i): sorted(set(t)) for i, t in threads.items()},
             "described": executor.describe_kernels(),
+            # what the planner's simulation assumes fit does (flexflow.launches)
+            "planned_per_launch": iteration_tasks(
+                graph,
+                strategy,
+                executor.device_kinds,
+                executor.feeds.staging,
+                sparse_labels=True,
+                steps_per_execution=options.get("steps_per_execution", 1),
+            ).steps_per_launch,
         }
 
 

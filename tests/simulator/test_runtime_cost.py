@@ -164,3 +164,79 @@ def test_planning_knows_the_sparse_loss_by_any_name_compile_takes():
     assert sparse("sparse_categorical_crossentropy")
     assert sparse("LOSS_SPARSE_CATEGORICAL_CROSSENTROPY")  # FlexFlow's LossType name
     assert not sparse("mse") and not sparse("categorical_crossentropy") and not sparse(None)
+
+
+def on_devices(graph, devices: tuple[int, ...]) -> Strategy:
+    """Data parallelism over `devices`, a sample split per device."""
+    return Strategy(
+        tuple(n.name for n in graph.ops),
+        tuple(
+            ParallelConfig((len(devices),) + (1,) * (len(n.sig.output_shape) - 1), devices)
+            for n in graph.ops
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("cpus_", "devices", "per_launch"),
+    [
+        (2, (0, 1), 8),
+        (4, (2, 3), 8),  # any contiguous range of processors
+        (2, (1, 0), 1),  # the weights' copies are in ascending device order
+        (3, (0, 2), 1),  # not contiguous
+        (1, (0,), 8),
+    ],
+)
+def test_fit_runs_several_steps_per_launch_where_the_runtime_can(cpus_, devices, per_launch):
+    """Data parallelism whose steps are C++ tasks reading the batch from the process, on
+    consecutive CPUs, runs K iterations per launch (flexflow.runtime.step_launches): its step
+    tasks cost the runtime once per K iterations. Everything else: once per iteration."""
+    from flexflow.cost import LEGATE_CPP_TASK_S
+    from flexflow.ops import blas
+
+    if blas.sgemm_address() is None:
+        pytest.skip("the steps run C++ bodies only with MKL's sgemm")
+    graph, machine = mlp(), cpus(cpus_)
+    kinds = [d.kind for d in machine.devices]
+    strategy = on_devices(graph, devices)
+    tasks = iteration_tasks(graph, strategy, kinds, sparse_labels=True, steps_per_execution=8)
+    assert tasks.cpp_steps == len(devices) and tasks.steps_per_launch == per_launch
+    assert tasks.cpp_launches == len(devices) / per_launch
+    context = SimContext(
+        graph, machine, CostModel(), fused_launches=True, sparse_labels=True, steps_per_execution=8
+    )
+    assert TaskGraph(context, strategy).runtime_s == pytest.approx(
+        len(devices) * LEGATE_CPP_TASK_S / per_launch
+    )
+    # one launch per iteration unless fit is asked for more; other losses run Python steps
+    assert iteration_tasks(graph, strategy, kinds, sparse_labels=True).steps_per_launch == 1
+    assert iteration_tasks(graph, strategy, kinds, steps_per_execution=8).steps_per_launch == 1
+
+
+def test_several_processes_and_split_models_run_one_step_per_launch():
+    graph = mlp()
+    two_ranks = local_machine("--cpus 2 --gpus 0 --nodes 2", memory_bytes=1 << 34)
+    kinds = [d.kind for d in two_ranks.devices]
+    dp = named_strategy("dp", graph, two_ranks)
+    fed = iteration_tasks(graph, dp, kinds, False, sparse_labels=True, steps_per_execution=8)
+    assert fed.steps_per_launch == 1
+    machine = cpus(2)
+    kinds = [d.kind for d in machine.devices]
+    model = named_strategy("model", graph, machine)
+    split = iteration_tasks(graph, model, kinds, sparse_labels=True, steps_per_execution=8)
+    assert split.steps_per_launch == 1 and split.cpp_launches == 0
+
+
+def test_planning_prices_the_launches_fit_issues():
+    """`plan_strategy` simulates the run's steps per execution: data parallelism's runtime
+    share shrinks with it (and is what `write_simulation` draws)."""
+    from flexflow.planning import planning_context
+
+    graph, machine = mlp(), cpus(2)
+    dp = named_strategy("dp", graph, machine)
+    loss = "sparse_categorical_crossentropy"
+    one = TaskGraph(planning_context(graph, machine, None, loss, 1), dp).runtime_s
+    eight = TaskGraph(planning_context(graph, machine, None, loss, 8), dp).runtime_s
+    from flexflow.ops import blas
+
+    assert eight == pytest.approx(one / 8 if blas.sgemm_address() is not None else one)
