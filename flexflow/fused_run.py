@@ -47,6 +47,19 @@ class TileBackend(Protocol):
         where there is none) and returned as that very argument, which is then not written
         again (`Op.backward_tile_into`). `saved`: what `forward_saving` kept, or None."""
 
+    def forward_with_statistics(
+        self, op, sig, x: Any, weights: list, running: Any, into: Any, training: bool
+    ) -> tuple[Sequence[Any], Any]:
+        """A batch norm's tile computing its own statistics (`flexflow.fusion.
+        shared_statistics`): its outputs and the statistics it normalized with (the tile's
+        own in training, whose running statistics it writes `into`; else from `running`)."""
+
+    def backward_with_statistics(
+        self, op, sig, x: Any, weights: list, y: Any, dy: Any, stats: Any
+    ) -> tuple[Sequence[Any], Sequence[Any]]:
+        """Its (input gradients, weight gradients), from the statistics of its forward (None:
+        computed again from `x`)."""
+
     def write(self, target: Any, value: Any) -> None:
         """target[...] = value, target being an output argument of the task."""
 
@@ -108,11 +121,13 @@ def run_forward(
     extra: tuple[int, ...],
     run: TaskRun,
     saved: dict[int, Any] | None = None,
+    states: dict | None = None,
 ) -> None:
     """values: input slot -> array; outputs: output slot -> the task's output argument, or
     None to keep every output in `values` instead (a training step: nothing after the task
     reads them); extra: (training, iteration), what dropout needs (flexflow.task_modes);
-    saved: where to keep, by the op's position, what its backward in this task may reuse."""
+    saved: where to keep, by the op's position, what its backward in this task may reuse;
+    states: `TaskLayout.states` slot -> the output argument it is written through."""
     made: dict[int, Any] = {}
     internal = task.group.internal
     for position, step in enumerate(task.steps):
@@ -127,7 +142,14 @@ def run_forward(
         ]
         weights = [values[slot] for slot in step.weights]
         op_now = op_for_task(step.node.op, extra)
-        if op_now is None:  # dropout outside training: the identity
+        if step.running is not None:  # batch norm: this tile's own statistics
+            results, stats = backend.forward_with_statistics(
+                op_now, step.node.sig, inputs[0], weights, values[step.running],
+                states[step.running], bool(extra[0]),
+            )  # fmt: skip
+            if saved is not None:
+                saved[position] = stats
+        elif op_now is None:  # dropout outside training: the identity
             results: Sequence[Any] = (inputs[0],)
         elif saved is not None:
             results, kept = backend.forward_saving(
@@ -194,10 +216,16 @@ def run_backward(
             accumulators[s][1] if s not in weight_grads and accumulators[s][0] is None else None
             for s in step.weight_grads
         ]
-        grad_inputs, grad_weights = backend.backward(
-            op_now, step.node.sig, step.region, inputs, weights, outputs, grad_outputs, needed,
-            into, saved.get(position) if saved else None,
-        )  # fmt: skip
+        if step.running is not None:  # batch norm: its own statistics, as its forward's
+            grad_inputs, grad_weights = backend.backward_with_statistics(
+                op_now, step.node.sig, inputs[0], weights, outputs[0], grad_outputs[0],
+                saved.get(position) if saved else None,
+            )  # fmt: skip
+        else:
+            grad_inputs, grad_weights = backend.backward(
+                op_now, step.node.sig, step.region, inputs, weights, outputs, grad_outputs,
+                needed, into, saved.get(position) if saved else None,
+            )  # fmt: skip
         for (tid, _), slot, grad, part in zip(
             step.inputs, step.input_grads, grad_inputs, parts, strict=True
         ):
@@ -246,7 +274,8 @@ def run_fused_task(
     executor's order: the layout's inputs, the target unless staged, the read partial weight
     gradients; the layout's outputs, the loss gradient and loss row, the written partial
     gradients; the layout's reductions. A training step ("step") keeps its activations and
-    its loss gradient in memory: its outputs are the loss row and the partial gradients only.
+    its loss gradient in memory: its outputs are the loss row, the layout's `states` and the
+    partial gradients only.
     Inputs are arrays; outputs and reductions are whatever the backend writes into,
     `read_back` reading an output as an array. `extra` is (training, iteration[, the loss's
     id, total, valid rows, key]); `pass_ids` name the forward, loss and backward in the
@@ -271,9 +300,15 @@ def run_fused_task(
     n_out = 0 if step else len(layout.outputs)  # a step keeps its activations in memory
     values = dict(zip(layout.inputs, inputs[:n_in], strict=True))
     written = None if step else dict(zip(layout.outputs, outputs[:n_out], strict=True))
+    n_states = len(layout.states) if step else 0  # a step writes them after its loss row
+    states = (
+        dict(zip(layout.states, outputs[1 : 1 + n_states], strict=True))
+        if step
+        else {slot: written[slot] for slot in layout.states}
+    )
     saved: dict[int, Any] | None = {} if step else None  # the backward runs in this task
     run = TaskRun(timeline, task.index, forward_id)
-    run_forward(task, backend, values, written, mode, run, saved)
+    run_forward(task, backend, values, written, mode, run, saved, states)
     if parts == "forward":
         return
     begin = time.perf_counter()
@@ -289,7 +324,9 @@ def run_fused_task(
     TaskRun(timeline, task.index, loss_id).record(op, begin)
     if step:
         values[task.output_grad_slot] = gradient
-        partials = partial_gradients(task.backward, inputs[n_in + n_target :], outputs[1:])
+        partials = partial_gradients(
+            task.backward, inputs[n_in + n_target :], outputs[1 + n_states :]
+        )
         sums = dict(zip(task.backward.reductions, reductions, strict=True))
         run = TaskRun(timeline, task.index, backward_id)
         run_backward(task, backend, values, sums, partials, mode, run, saved)

@@ -6,8 +6,11 @@ thread and the runtime a fixed price (measured here: LeNet's 38 tasks per data-p
 iteration cost 5 ms with empty task bodies), and on a small host that thread competes with the
 task threads for the cores. One task per device for a chain of ops pays that price once.
 
-Op b joins the group of the ops just before it when it has no batch statistics (their
-all-reduce sits between forward steps), runs the same number of tasks on the same devices,
+Op b joins the group of the ops just before it when it has no batch statistics its tasks
+share (their all-reduce sits between forward steps: batch norm under a sample split, or on
+GPUs, whose variant runs it alone; each CPU task of a batch norm whose tiles hold whole
+samples computes its own statistics in the group, `shared_statistics`), runs the same number
+of tasks on the same devices,
 reads at least one tensor made in the group, and reads every tensor it reads from the group
 once, through exactly the tile its producer's task wrote (or, on CPUs, part of it: an LSTM
 step reads its time step of the embedding's tile, as a view). A group ends before the first op
@@ -48,6 +51,9 @@ class FusedGroup:
 
     ops: tuple[int, ...]
     internal: frozenset[int]
+    shared_statistics: bool = False
+    """One op whose tasks share batch statistics (`flexflow.fusion.shared_statistics`): alone,
+    run by flexflow.runtime.batch_statistics from its stores."""
 
 
 def fuse(
@@ -68,7 +74,8 @@ def fuse(
                 break
             ops.append(op)
         ops = _without_escapes(graph, ops)
-        groups.append(FusedGroup(tuple(ops), _internal(graph, ops)))
+        shared = shared_statistics(graph, strategy, regions, ops[0], cpu_devices)
+        groups.append(FusedGroup(tuple(ops), _internal(graph, ops, shared), shared))
         start = ops[-1] + 1
     return tuple(groups)
 
@@ -101,11 +108,11 @@ def _without_escapes(graph: OperatorGraph, ops: list[int]) -> list[int]:
         ops = ops[:cut]
 
 
-def _internal(graph: OperatorGraph, ops: Sequence[int]) -> frozenset[int]:
+def _internal(graph: OperatorGraph, ops: Sequence[int], shared: bool) -> frozenset[int]:
     """The tensors the group's ops make and only its ops read (see the module doc), and those
     nothing reads (an LSTM's last cell state): their gradient is zero, made in memory. The
     model's output, whose gradient the loss makes, is neither."""
-    if _has_statistics(graph, ops[0]):  # alone, run by batch_statistics from its stores
+    if shared:  # alone, run by batch_statistics from its stores
         return frozenset()
     members, output = set(ops), graph.ops[-1].outputs[0]
     return frozenset(
@@ -131,7 +138,11 @@ def _links(
     graph, strategy, regions, group: list[int], op: int, cpu_devices: frozenset[int] = frozenset()
 ) -> set[int] | None:
     """The tensors `op` would read in memory from `group`; None when it cannot join it."""
-    if not group or _has_statistics(graph, op) or _has_statistics(graph, group[0]):
+    if (
+        not group
+        or shared_statistics(graph, strategy, regions, op, cpu_devices)
+        or shared_statistics(graph, strategy, regions, group[0], cpu_devices)
+    ):
         return None
     first = strategy[group[0]]
     if strategy[op].devices != first.devices:  # same task count, same device per task
@@ -172,8 +183,26 @@ def cpu_devices(kinds: Sequence[str]) -> frozenset[int]:
     return frozenset(d for d, kind in enumerate(kinds) if kind == "cpu")
 
 
-def _has_statistics(graph: OperatorGraph, op: int) -> bool:
-    return bool(graph.ops[op].op.statistics_dims)
+def shared_statistics(
+    graph: OperatorGraph,
+    strategy,
+    regions: Sequence[tuple[Region, ...]],
+    op: int,
+    cpu_devices: frozenset[int],
+) -> bool:
+    """Whether `op` has batch statistics its tasks must share: some task's tile holds part of
+    a dimension the statistics span (batch norm's samples), or a task runs on a GPU (the GPU
+    variant runs batch norm alone, with cuDNN). Otherwise each task computes its tile's
+    statistics itself, inside a fused task. `strategy[op]`, `regions[op]`: its configuration
+    and task tiles (`fuse`)."""
+    node = graph.ops[op]
+    if not node.op.statistics_dims:
+        return False
+    if not set(strategy[op].devices) <= cpu_devices:
+        return True
+    shape = node.sig.output_shape
+    dims = [i for i, d in enumerate(node.sig.dims) if d.name in node.op.statistics_dims]
+    return any(region[i] != (0, shape[i]) for region in regions[op] for i in dims)
 
 
 class SlotKind(enum.IntEnum):
@@ -181,6 +210,8 @@ class SlotKind(enum.IntEnum):
     WEIGHT = 1
     GRAD = 2
     WEIGHT_GRAD = 3
+    RUNNING = 4
+    """Batch norm's running (mean, variance) of the tile's channels: its id is the op's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +245,11 @@ class TaskLayout:
     overwrites: tuple[Slot, ...] = ()
     """Partial weight gradients this task alone writes, whole, each iteration: written (after
     the accumulators' outputs), never read, so nothing zeroes them first."""
+    states: tuple[Slot, ...] = ()
+    """Of the inputs and outputs (a forward's), those read and written: the running
+    statistics of the batch norms that compute their own (`shared_statistics`), updated by
+    a training forward. A training step, which writes none of the layout's outputs, writes
+    these after its loss row."""
 
 
 def _unique(slots) -> tuple[Slot, ...]:
@@ -236,9 +272,10 @@ OpTiles = tuple[tuple[Region, ...], tuple[Region, ...], tuple[Region, ...]]
 def forward_layout(
     graph: OperatorGraph, group: FusedGroup, op_tiles: Sequence[OpTiles]
 ) -> TaskLayout:
-    """Forward: reads the inputs from outside the group and the weights, writes every output.
+    """Forward: reads the inputs from outside the group and the weights, writes every output;
+    reads and writes the running statistics of its batch norms (`TaskLayout.states`).
     `op_tiles[k]` are the tiles of `group.ops[k]` in this task."""
-    inputs, outputs = [], []
+    inputs, outputs, states = [], [], []
     for op, (in_regions, w_regions, out_regions) in zip(group.ops, op_tiles, strict=True):
         node = graph.ops[op]
         for tid, r in zip(node.inputs, in_regions, strict=True):
@@ -250,7 +287,21 @@ def forward_layout(
         outputs += [
             Slot(SlotKind.TENSOR, t, r) for t, r in zip(node.outputs, out_regions, strict=True)
         ]
-    return TaskLayout(_unique(inputs), _unique(outputs), ())
+        running = running_slot(graph, group, op, out_regions[0])
+        if running is not None:
+            states.append(running)
+    return TaskLayout(
+        _unique(inputs) + tuple(states), _unique(outputs) + tuple(states), (), states=tuple(states)
+    )
+
+
+def running_slot(graph: OperatorGraph, group: FusedGroup, op: int, tile: Region) -> Slot | None:
+    """The running statistics a batch norm computing its own statistics in the group reads
+    and writes (its channels of the (2, C) store, `tile` being its output tile); None for
+    other ops."""
+    if group.shared_statistics or not graph.ops[op].op.statistics_dims:
+        return None
+    return Slot(SlotKind.RUNNING, op, ((0, 2), tile[1]))
 
 
 def backward_layout(
@@ -353,6 +404,9 @@ class OpStep:
     windows: tuple[tuple[tuple[slice, ...], Slot] | None, ...] = ()
     """Per input (empty: none), None, or where the op reads it in the tile made in the task
     (an internal tensor read in part, `window`) with the producer's output slot."""
+    running: Slot | None = None
+    """A batch norm computing its tile's own statistics: its running statistics
+    (`TaskLayout.states`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,9 +504,14 @@ def op_steps(
                 tuple(slot(SlotKind.GRAD, t, r) for t, r in ins),
                 tuple(slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in params),
                 windows if any(windows) else (),
+                _known(known, running_slot(graph, group, op, out_regions[0])),
             )
         )
     return tuple(steps)
+
+
+def _known(known: dict[Slot, Slot], slot: Slot | None) -> Slot | None:
+    return None if slot is None else known.setdefault(slot, slot)
 
 
 def _one_step_group(groups: Sequence[FusedGroup], tasks: Sequence[Sequence[FusedTask]]) -> bool:

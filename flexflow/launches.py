@@ -11,8 +11,9 @@ both read it from here, without Legate. It follows `flexflow.runtime.executor`:
 - a fused group (`flexflow.fusion`) issues a forward and a backward task per device; the last
   group's forward also computes the loss, and where its tasks can run forward, loss and
   backward at once (`FusedTask.step_ready`) that is one task per device;
-- an op with batch statistics runs alone: statistics, running statistics and forward tasks,
-  then statistics and backward tasks; after it, the loss is a task of its own per device;
+- an op whose tasks share batch statistics runs alone (`flexflow.fusion.shared_statistics`):
+  statistics, running statistics and forward tasks, then statistics and backward tasks;
+  after it, the loss is a task of its own per device;
 - updates run as one task per device owning update pieces (`flexflow.tiling.update_pieces`),
   unless each device updates its own copies inside its next step (`updates_in_step`);
 - each shard of a model input is fed by a copy task, unless the step tasks read the batch
@@ -114,7 +115,7 @@ def iteration_tasks(
     steps = statistics = 0
     for group in groups:
         count, last = strategy[group.ops[0]].num_tasks, group is groups[-1]
-        if graph.ops[group.ops[0]].op.statistics_dims:  # a batch norm, alone in its group
+        if group.shared_statistics:  # a batch norm whose tasks share statistics, alone
             statistics += 2 * count + 1  # statistics, running statistics; statistics again
             steps += 2 * count + (count if last else 0)  # forward, backward; the loss
         elif last and all(task.step_ready for task in last_tasks):

@@ -11,7 +11,7 @@ from collections import Counter
 from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.fusion import Slot, SlotKind, fuse, fused_task
 from flexflow.machine import parse_machine
-from flexflow.strategies import named_strategy
+from flexflow.strategies import data_parallel_over, named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 from flexflow.zoo import load_model
 
@@ -103,6 +103,61 @@ def test_a_tensor_read_twice_or_batch_statistics_break_the_chain():
     graph = model.graph()
     strategy = named_strategy("dp", graph, parse_machine("p100:2"))
     assert _names(graph, _groups(graph, strategy)[0]) == [["conv"], ["bn"], ["act"]]
+
+
+def _conv_bn_act(batch: int = 4):
+    model = FFModel(FFConfig(batch_size=batch))
+    x = model.create_tensor((batch, 3, 8, 8), name="x")
+    c = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, name="conv")
+    b = model.batch_norm(c, name="bn")
+    model.relu(b, name="act")
+    return model.graph()
+
+
+def _cpu_groups(graph, strategy, cpus: int = 2):
+    regions = [
+        c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, strategy.configs, strict=True)
+    ]
+    return fuse(graph, strategy, regions, frozenset(range(cpus)))
+
+
+def test_a_batch_norm_whose_tiles_hold_whole_samples_fuses_on_cpus():
+    """Each CPU task computes its tile's own statistics where the tile holds every sample (one
+    device, or a channel split); a sample split shares them (alone, `shared_statistics`), and
+    so does any batch norm on GPUs (see above)."""
+    graph = _conv_bn_act()
+    one = data_parallel_over(graph, 1)
+    (group,) = _cpu_groups(graph, one)
+    assert _names(graph, [group]) == [["conv", "bn", "act"]] and not group.shared_statistics
+    bn = next(node.id for node in graph.ops if node.name == "bn")
+    task = fused_task(graph, group, 0, [r[0] for r in _regions(graph, one)])
+    running = Slot(SlotKind.RUNNING, bn, ((0, 2), (0, 4)))
+    assert task.forward.states == (running,)
+    assert running in task.forward.inputs and running in task.forward.outputs
+    assert task.steps[1].running is task.forward.states[0]  # the layout's own slot object
+    assert running not in task.backward.inputs and task.step_ready
+    dp = data_parallel_over(graph, 2)
+    groups = _cpu_groups(graph, dp)
+    assert _names(graph, groups) == [["conv"], ["bn"], ["act"]]
+    assert [g.shared_statistics for g in groups] == [False, True, False]
+    tiles = _regions(graph, dp)
+    for g in groups:  # the shared batch norm runs from its stores, not a fused task
+        assert fused_task(graph, g, 0, [tiles[op][0] for op in g.ops]).forward.states == ()
+    # channels split over 2 CPUs, every op alike: each task holds its channels' samples
+    channels = Strategy(
+        dp.ops,
+        tuple(ParallelConfig((1, 2, 1, 1), (0, 1)) for _ in graph.ops),
+    )
+    (group,) = _cpu_groups(graph, channels)
+    assert not group.shared_statistics
+    task = fused_task(graph, group, 1, [r[1] for r in _regions(graph, channels)])
+    assert task.forward.states == (Slot(SlotKind.RUNNING, bn, ((0, 2), (2, 4))),)
+
+
+def _regions(graph, strategy):
+    return [
+        c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, strategy.configs, strict=True)
+    ]
 
 
 def test_a_fused_task_names_each_store_tile_once_and_keeps_internal_gradients_out():

@@ -185,6 +185,11 @@ class _GpuTiles:
         # and their weight gradients anew (`into` only saves a copy; `saved` is always None)
         return tiles.backward_tile(self.gpu, op, sig, region, inputs, weights, outputs, grads)
 
+    def forward_with_statistics(self, *_):
+        raise AssertionError("batch norm runs alone on GPUs (flexflow.fusion.shared_statistics)")
+
+    backward_with_statistics = forward_with_statistics
+
     def write(self, target: Any, value: DeviceArray) -> None:
         _write(self.gpu, target, value)
 

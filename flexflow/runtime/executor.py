@@ -363,8 +363,9 @@ class Executor:
         ).total
 
     def _has_statistics(self, group_id: int) -> bool:
-        """Whether the group is an op with batch statistics (alone: it never fuses)."""
-        return bool(self.graph.ops[self.groups[group_id].ops[0]].op.statistics_dims)
+        """Whether the group is an op whose tasks share batch statistics (alone, run by
+        `batch_statistics`; `flexflow.fusion.shared_statistics`)."""
+        return self.groups[group_id].shared_statistics
 
     def regions(self, op: int) -> tuple[Region, ...]:
         return self._regions[op]
@@ -529,6 +530,8 @@ class Executor:
         """The store view a fused task on `device` names by `slot`."""
         if slot.kind is SlotKind.WEIGHT:
             store = self.params.view(self.params.weights[slot.id], slot.id, device)
+        elif slot.kind is SlotKind.RUNNING:
+            store = self.running[slot.id]
         else:
             store = (self.tensors if slot.kind is SlotKind.TENSOR else self.grads)[slot.id]
         return self.tile(store, slot.region)

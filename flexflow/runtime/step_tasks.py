@@ -120,7 +120,10 @@ def issue_loss(
             if not step:  # ... and its loss gradient
                 task.add_output(slice_store(output_grad, region))
             task.add_output(slice_store(sums, ((index, index + 1), (0, 2))))
-            if step:  # then the backward's: partial weight gradients, input gradients
+            if step:  # its batch norms' running statistics (TaskLayout.states), then the
+                # backward's: partial weight gradients, input gradients
+                for slot in info.forward.states:
+                    task.add_output(executor.slot_store(slot, device))
                 executor.add_partial_grads(task, info.backward, device)
                 for slot in info.backward.reductions:
                     task.add_reduction(executor.slot_store(slot, device), ty.ReductionOpKind.ADD)

@@ -1,6 +1,6 @@
 """Run in a Legate process by test_modes.py: batch norm keeps running statistics while training
-(under a sample split, from the whole batch's statistics), evaluates with them, and checkpoints
-them."""
+(under a sample split, from the whole batch's statistics; on one device, inside its fused
+task), evaluates with them, and checkpoints them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from flexflow import FFConfig, FFModel
 from flexflow.machine import parse_machine
 from flexflow.runtime import Executor
 from flexflow.runtime.stores import read_store
-from flexflow.strategies import named_strategy
+from flexflow.strategies import data_parallel_over, named_strategy
 
 model = FFModel(FFConfig(batch_size=8))
 x = model.create_tensor((8, 4, 3, 3), name="x")
@@ -30,25 +30,41 @@ for _ in range(3):  # what three training batches make of the running statistics
     stats = bn.op.statistics_forward(images)
     running = bn.op.running_update(bn.sig, stats, running)
 
-report = {}
-with Executor(graph, named_strategy("dp", graph, parse_machine("local"))) as executor:
-    for _ in range(3):
-        executor.train_batch(inputs, target).read()
-    got = read_store(executor.running[bn.id])
-    report["running_matches"] = bool(np.allclose(got, running, rtol=1e-10))
-    # evaluation normalizes with the running statistics (not the batch's)
-    executor.forward(inputs, read=False)
-    normalized = read_store(executor.tensors[bn.outputs[0]])
-    mean, var = running
-    gamma, beta = (executor.get_weights()[f"bn.{w}"] for w in ("gamma", "beta"))
-    shape = (1, 4, 1, 1)
-    want = (images - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + bn.op.eps)
-    want = want * gamma.reshape(shape) + beta.reshape(shape)
-    report["eval_uses_running"] = bool(np.allclose(normalized, want, rtol=1e-4, atol=1e-5))
-    executor.save_checkpoint(f"{sys.argv[1]}/bn.npz")
-with Executor(graph, named_strategy("dp", graph, parse_machine("local"))) as restored:
-    restored.load_checkpoint(f"{sys.argv[1]}/bn.npz")
-    report["checkpoint_keeps_running"] = bool(
-        np.array_equal(read_store(restored.running[bn.id]), got)
+
+def check(strategy, folder: str) -> dict:
+    """Three training batches, an evaluation and a checkpoint under `strategy`."""
+    report = {}
+    with Executor(graph, strategy) as executor:
+        (group,) = (g for g in executor.groups if bn.id in g.ops)
+        report["fused"] = len(group.ops) > 1 and not group.shared_statistics
+        report["losses"] = [executor.train_batch(inputs, target).read()[0] for _ in range(3)]
+        got = read_store(executor.running[bn.id])
+        report["running_matches"] = bool(np.allclose(got, running, rtol=1e-10))
+        # evaluation normalizes with the running statistics (not the batch's)
+        executor.forward(inputs, read=False)
+        normalized = read_store(executor.tensors[bn.outputs[0]])
+        mean, var = running
+        gamma, beta = (executor.get_weights()[f"bn.{w}"] for w in ("gamma", "beta"))
+        shape = (1, 4, 1, 1)
+        want = (images - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + bn.op.eps)
+        want = want * gamma.reshape(shape) + beta.reshape(shape)
+        report["eval_uses_running"] = bool(np.allclose(normalized, want, rtol=1e-4, atol=1e-5))
+        executor.save_checkpoint(f"{folder}/bn.npz")
+    with Executor(graph, strategy) as restored:
+        restored.load_checkpoint(f"{folder}/bn.npz")
+        report["checkpoint_keeps_running"] = bool(
+            np.array_equal(read_store(restored.running[bn.id]), got)
+        )
+    return report
+
+
+# data parallelism shares the statistics between its tasks (flexflow.runtime.batch_statistics);
+# on one device the batch norm computes its own inside the fused task (flexflow.fusion)
+print(
+    json.dumps(
+        {
+            "dp": check(named_strategy("dp", graph, parse_machine("local")), sys.argv[1]),
+            "single": check(data_parallel_over(graph, 1), sys.argv[1]),
+        }
     )
-print(json.dumps(report))
+)

@@ -185,11 +185,17 @@ def run(build, loss: str = "mean_squared_error") -> dict:
     strategies += [
         (f"random{s}", named_strategy("random", graph, machine, s)) for s in range(STRATEGIES)
     ]
-    results, task_counts, whole_reads, native = {}, {}, {}, {}
+    results, task_counts, whole_reads, native, own = {}, {}, {}, {}, {}
     for name, strategy in strategies:
         with Executor(graph, strategy, seed=0, learning_rate=LR) as executor:
             read = record_task_inputs(executor)
             native[name] = len(executor.native_steps)
+            # batch norms computing their own statistics inside a fused task (flexflow.fusion)
+            own[name] = sum(
+                step.running is not None
+                for tasks in executor.fused_tasks
+                for step in tasks[0].steps
+            )
             losses, issued = [], []
             for _ in range(STEPS):
                 before = executor.tasks_issued
@@ -211,6 +217,7 @@ def run(build, loss: str = "mean_squared_error") -> dict:
         "task_counts": task_counts,
         "whole_partial_gradient_reads": whole_reads,
         "native_steps": native,
+        "own_statistics": own,
         "splits": sorted({str(c.degrees) for _, (_, _, s) in results.items() for c in s.configs}),
         # strategies splitting an op whose tiles share batch statistics in that dimension
         "statistics_splits": sum(

@@ -62,6 +62,18 @@ def test_batch_norm_is_split_by_sample_in_some_strategies(report):
 
 
 @pytest.mark.legate
+@pytest.mark.parametrize("model", ["cnn", "residual"])
+def test_batch_norm_computes_its_own_statistics_in_a_fused_task_where_tiles_hold_the_batch(
+    report, model
+):
+    """On one CPU the batch norms join their fused tasks (flexflow.fusion.shared_statistics);
+    under data parallelism they share statistics and run alone. The equality tests above
+    cover both."""
+    own = report[model]["own_statistics"]
+    assert own["single"] >= 1 and own["dp"] == 0
+
+
+@pytest.mark.legate
 def test_data_parallel_and_one_device_steps_of_a_relu_classifier_run_as_one_c_call(report):
     """The model the equality tests above cover with its steps in C (flexflow.runtime
     .native_step): one program per step task; the other models keep none."""
