@@ -52,13 +52,8 @@ class TileBackend(Protocol):
     ) -> tuple[Sequence[Any], Any]:
         """A batch norm's tile computing its own statistics (`flexflow.fusion.
         shared_statistics`): its outputs and the statistics it normalized with (the tile's
-        own in training, whose running statistics it writes `into`; else from `running`)."""
-
-    def backward_with_statistics(
-        self, op, sig, x: Any, weights: list, y: Any, dy: Any, stats: Any
-    ) -> tuple[Sequence[Any], Sequence[Any]]:
-        """Its (input gradients, weight gradients), from the statistics of its forward (None:
-        computed again from `x`)."""
+        own in training, whose running statistics it writes `into`; else from `running`),
+        which `backward` takes as `saved` in the same task (`Op.backward_tile_into`)."""
 
     def write(self, target: Any, value: Any) -> None:
         """target[...] = value, target being an output argument of the task."""
@@ -216,16 +211,10 @@ def run_backward(
             accumulators[s][1] if s not in weight_grads and accumulators[s][0] is None else None
             for s in step.weight_grads
         ]
-        if step.running is not None:  # batch norm: its own statistics, as its forward's
-            grad_inputs, grad_weights = backend.backward_with_statistics(
-                op_now, step.node.sig, inputs[0], weights, outputs[0], grad_outputs[0],
-                saved.get(position) if saved else None,
-            )  # fmt: skip
-        else:
-            grad_inputs, grad_weights = backend.backward(
-                op_now, step.node.sig, step.region, inputs, weights, outputs, grad_outputs,
-                needed, into, saved.get(position) if saved else None,
-            )  # fmt: skip
+        grad_inputs, grad_weights = backend.backward(
+            op_now, step.node.sig, step.region, inputs, weights, outputs, grad_outputs, needed,
+            into, saved.get(position) if saved else None,
+        )  # fmt: skip
         for (tid, _), slot, grad, part in zip(
             step.inputs, step.input_grads, grad_inputs, parts, strict=True
         ):

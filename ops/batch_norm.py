@@ -133,6 +133,37 @@ class BatchNorm(Op):
         shape = sig.inputs[0].shape
         return shape[0] * int(np.prod(shape[2:], dtype=np.int64))  # elements per channel, M
 
+    # ---- a tile normalized with its own statistics ---------------------------------------------
+    # The batch's statistics where the tile holds every sample (one device, a channel split):
+    # what a fused task runs there (flexflow.fusion.shared_statistics), and what the profiler
+    # times for any tile (a sample tile's share of the work; the all-reduce is priced apart).
+
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        return self.forward_tile_saving(sig, region, inputs, weights)[0]
+
+    def forward_tile_saving(self, sig, region, inputs, weights) -> tuple[Arrays, np.ndarray]:
+        """The tile normalized with its own statistics, which its backward reuses."""
+        (x,) = inputs
+        stats = self.statistics_forward(x)
+        return self.forward_tile_with_statistics(sig, x, weights, stats, _tile_count(x)), stats
+
+    def backward_tile_into(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,
+        weight_grads_into, saved=None,
+    ):  # fmt: skip
+        (x,), (y,), (dy,) = inputs, outputs, grad_outputs
+        count = _tile_count(x)
+        stats = self.statistics_forward(x) if saved is None else saved
+        grad_stats = self.statistics_backward(sig, x, weights, y, dy, stats, count)
+        return self.backward_tile_with_statistics(sig, x, weights, y, dy, stats, grad_stats, count)
+
+    def backward_tile(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads=True
+    ):
+        return self.backward_tile_into(
+            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, ()
+        )
+
     def running_update(
         self, sig: Signature, stats: np.ndarray, running: np.ndarray, momentum: float = 0.1
     ) -> np.ndarray:
@@ -163,52 +194,59 @@ class BatchNorm(Op):
         x = x.astype(np.float64)
         return np.stack([x.sum(axis=axes), (x * x).sum(axis=axes)])
 
-    def _normalize_with(self, sig, x, stats):
-        count = self._count(sig)
+    def _normalize_with(self, sig, x, stats, count=None):
+        count = count or self._count(sig)
         mean = stats[0] / count
         var = np.maximum(stats[1] / count - mean * mean, 0.0)
         inv_std = self._per_channel(1.0 / np.sqrt(var + self.eps), x.ndim)
         return (x - self._per_channel(mean, x.ndim)) * inv_std, inv_std
 
-    def forward_tile_with_statistics(self, sig, x, weights, stats) -> Arrays:
+    def forward_tile_with_statistics(self, sig, x, weights, stats, count=None) -> Arrays:
+        """The tile normalized with per-channel `stats` (sums of x and x^2) over `count`
+        elements per channel (default: the batch's)."""
         if x.dtype == np.float32:
-            count = self._count(sig)
+            count = count or self._count(sig)
             return (native.bn_forward(x, stats, *weights, count, self.eps, self.relu),)
-        return self.numpy_forward_tile_with_statistics(sig, x, weights, stats)
+        return self.numpy_forward_tile_with_statistics(sig, x, weights, stats, count)
 
-    def numpy_forward_tile_with_statistics(self, sig, x, weights, stats) -> Arrays:
+    def numpy_forward_tile_with_statistics(self, sig, x, weights, stats, count=None) -> Arrays:
         gamma, beta = (self._per_channel(w, x.ndim) for w in weights)
-        xhat, _ = self._normalize_with(sig, x, stats)
+        xhat, _ = self._normalize_with(sig, x, stats, count)
         z = gamma * xhat + beta
         return ((np.maximum(z, 0) if self.relu else z).astype(x.dtype),)
 
-    def statistics_backward(self, sig, x, weights, y, dy, stats) -> np.ndarray:
+    def statistics_backward(self, sig, x, weights, y, dy, stats, count=None) -> np.ndarray:
         """(2, C_t): this tile's per-channel sums of dz and dz * xhat (dz: dy through the relu)."""
         if x.dtype == np.float32:
-            return native.bn_stats_backward(x, y, dy, stats, self._count(sig), self.eps, self.relu)
-        return self.numpy_statistics_backward(sig, x, weights, y, dy, stats)
+            count = count or self._count(sig)
+            return native.bn_stats_backward(x, y, dy, stats, count, self.eps, self.relu)
+        return self.numpy_statistics_backward(sig, x, weights, y, dy, stats, count)
 
-    def numpy_statistics_backward(self, sig, x, weights, y, dy, stats) -> np.ndarray:
+    def numpy_statistics_backward(self, sig, x, weights, y, dy, stats, count=None) -> np.ndarray:
         axes = (0,) + tuple(range(2, x.ndim))
         dz = (dy * (y > 0) if self.relu else dy).astype(np.float64)
-        xhat, _ = self._normalize_with(sig, x.astype(np.float64), stats)
+        xhat, _ = self._normalize_with(sig, x.astype(np.float64), stats, count)
         return np.stack([dz.sum(axis=axes), (dz * xhat).sum(axis=axes)])
 
-    def backward_tile_with_statistics(self, sig, x, weights, y, dy, stats, grad_stats):
+    def backward_tile_with_statistics(self, sig, x, weights, y, dy, stats, grad_stats, count=None):
         """This tile's dx, and its partial gamma and beta gradients (summed over the tiles)."""
+        count = count or self._count(sig)
         if x.dtype == np.float32:
-            count = self._count(sig)
             dx, dgamma, dbeta = native.bn_backward(
                 x, y, dy, weights[0], stats, grad_stats, count, self.eps, self.relu
             )
             return (dx,), (dgamma, dbeta)
-        return self.numpy_backward_tile_with_statistics(sig, x, weights, y, dy, stats, grad_stats)
+        return self.numpy_backward_tile_with_statistics(
+            sig, x, weights, y, dy, stats, grad_stats, count
+        )
 
-    def numpy_backward_tile_with_statistics(self, sig, x, weights, y, dy, stats, grad_stats):
+    def numpy_backward_tile_with_statistics(
+        self, sig, x, weights, y, dy, stats, grad_stats, count=None
+    ):
         axes = (0,) + tuple(range(2, x.ndim))
-        count = self._count(sig)
+        count = count or self._count(sig)
         dz = dy * (y > 0) if self.relu else dy
-        xhat, inv_std = self._normalize_with(sig, x.astype(np.float64), stats)
+        xhat, inv_std = self._normalize_with(sig, x.astype(np.float64), stats, count)
         gamma = self._per_channel(weights[0], x.ndim)
         dxhat = dz * gamma
         sum_dxhat = gamma * self._per_channel(grad_stats[0], x.ndim)
@@ -216,3 +254,8 @@ class BatchNorm(Op):
         dx = (count * dxhat - sum_dxhat - xhat * sum_dxhat_xhat) * (inv_std / count)
         grads = ((dz * xhat).sum(axis=axes), dz.sum(axis=axes))
         return (dx.astype(x.dtype),), tuple(g.astype(x.dtype) for g in grads)
+
+
+def _tile_count(x: np.ndarray) -> int:
+    """Elements per channel of a (N, C, ...) tile: what its own statistics are over."""
+    return x.size // x.shape[1]

@@ -188,8 +188,6 @@ class _GpuTiles:
     def forward_with_statistics(self, *_):
         raise AssertionError("batch norm runs alone on GPUs (flexflow.fusion.shared_statistics)")
 
-    backward_with_statistics = forward_with_statistics
-
     def write(self, target: Any, value: DeviceArray) -> None:
         _write(self.gpu, target, value)
 

@@ -167,13 +167,6 @@ class _CpuTiles:
         return op.forward_tile_with_statistics(sig, x, weights, stats), stats
 
     @staticmethod
-    def backward_with_statistics(op, sig, x, weights, y, dy, stats):
-        if stats is None:  # a backward task of its own: the forward's, computed again
-            stats = op.statistics_forward(x)
-        grad_stats = op.statistics_backward(sig, x, weights, y, dy, stats)
-        return op.backward_tile_with_statistics(sig, x, weights, y, dy, stats, grad_stats)
-
-    @staticmethod
     def write(target: np.ndarray, value) -> None:
         target[...] = value
 

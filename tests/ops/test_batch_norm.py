@@ -74,6 +74,37 @@ def test_a_sample_split_needs_the_other_tiles_statistics():
     assert not np.allclose(whole[:2], alone)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("relu", [True, False])
+def test_a_tile_alone_normalizes_with_its_own_statistics(dtype, relu):
+    """`forward_tile` and `backward_tile` (what a fused task runs where the tile holds every
+    sample, and what the profiler times for any tile) compute the tile's own statistics over
+    its own elements per channel: a sample tile gives the op run on that tile alone, the C
+    kernels (float32) as the numpy reference."""
+    op = BatchNorm(relu=relu)
+    sig = op.infer("bn1", [TensorSpec((6, 3, 4, 4))])
+    rng = np.random.default_rng(4)
+    x = (1.5 + 2.0 * rng.standard_normal((6, 3, 4, 4))).astype(dtype)
+    weights = [w.astype(dtype) for w in random_weights(sig, rng)]
+    tile = ((0, 2), (0, 3), (0, 4), (0, 4))  # two of the six samples
+    part = x[:2]
+    (got,), stats = op.forward_tile_saving(sig, tile, [part], weights)
+    (want,) = op.forward([part.astype(np.float64)], weights)
+    tol = 2e-5 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    dy = rng.standard_normal(got.shape).astype(dtype)
+    (dx,), grads = op.backward_tile(sig, tile, [part], weights, [got], [dy])
+    (want_dx,), want_grads = op.backward([part.astype(np.float64)], weights, [want], [dy])
+    np.testing.assert_allclose(dx, want_dx, rtol=10 * tol, atol=10 * tol)
+    for g, w in zip(grads, want_grads, strict=True):
+        np.testing.assert_allclose(g, w, rtol=10 * tol, atol=10 * tol)
+    # the forward's statistics, reused by a backward in the same task, give the same bits
+    (again,), _ = op.backward_tile_into(
+        sig, tile, [part], weights, [got], [dy], True, (), saved=stats
+    )
+    np.testing.assert_array_equal(again, dx)
+
+
 def test_normalizes_each_channel():
     x = np.random.default_rng(5).standard_normal((8, 3, 4, 4)) * 3 + 2
     (y,) = BatchNorm(relu=False, eps=0.0).forward([x], [np.ones(3), np.zeros(3)])
