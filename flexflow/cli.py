@@ -17,6 +17,7 @@ from flexflow.cli_args import (
     add_fused_launches,
     add_model_and_machine,
     add_profile,
+    fused_context,
     positive_int,
     seed_int,
 )
@@ -343,15 +344,15 @@ def cmd_profile(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     """Simulate one training iteration of a model under a strategy on a machine (paper §5)."""
-    from flexflow.cost import CostModel, Profile
-    from flexflow.simulator import SimContext, TaskGraph, full_simulate, summarize
+    from flexflow.cost import Profile
+    from flexflow.simulator import TaskGraph, full_simulate, summarize
     from flexflow.simulator.export import write_taskgraph, write_trace
     from flexflow.zoo import load_model
 
     graph = load_model(args.model, _config(args)).graph()
     machine = parse_machine(args.machine)
-    cost = CostModel(Profile.load(args.profile) if args.profile else None)
-    context = SimContext(graph, machine, cost, fused_launches=args.fused_launches)
+    profile = Profile.load(args.profile) if args.profile else None
+    context = fused_context(args, graph, machine, profile)
     tg = TaskGraph(context, _strategy_arg(args.strategy, context, args.seed))
     schedule = full_simulate(tg)
     result = summarize(tg, schedule)

@@ -16,6 +16,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def loss_arg(text: str) -> str:
+    """A loss `compile` takes, by its name or FlexFlow's LossType name."""
+    from flexflow.errors import FlexFlowError
+    from flexflow.runtime.loss import loss_name  # no Legate
+
+    try:
+        return loss_name(text)
+    except FlexFlowError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def workers_arg(text: str) -> int:
     """A number of worker processes, or `auto`: one per core, as many as memory holds
     (`flexflow.search.processes.auto_workers`)."""
@@ -88,3 +99,32 @@ def add_fused_launches(parser: argparse.ArgumentParser) -> None:
         "where their tiles line up (no launch of its own) and, on CPU-only machines, charges "
         "each Legate task it issues to the whole host, as planning a training run does",
     )
+    parser.add_argument(
+        "--loss",
+        type=loss_arg,
+        default="sparse_categorical_crossentropy",
+        help="with --fused-launches: the training run's loss, which decides where its steps "
+        "run C++ task bodies (default: sparse_categorical_crossentropy, examples/train.py's "
+        "for classifiers)",
+    )
+    parser.add_argument(
+        "--steps-per-execution",
+        type=positive_int,
+        default=8,
+        metavar="K",
+        help="with --fused-launches: the run's training steps per Legate launch where the "
+        "model allows (default 8, FFConfig's)",
+    )
+
+
+def fused_context(args: argparse.Namespace, graph, machine, profile):
+    """The simulation context of `simulate`, `search` and `check-local`: the paper's
+    simulator, or with --fused-launches this runtime's as planning a training run models it
+    (`flexflow.planning.planning_context`)."""
+    from flexflow.cost import CostModel
+    from flexflow.planning import planning_context
+    from flexflow.simulator import SimContext
+
+    if not getattr(args, "fused_launches", False):
+        return SimContext(graph, machine, CostModel(profile))
+    return planning_context(graph, machine, profile, args.loss, args.steps_per_execution)

@@ -14,6 +14,7 @@ from flexflow.cli_args import (
     add_fused_launches,
     add_model_and_machine,
     add_profile,
+    fused_context,
     positive_float,
     positive_int,
     seed_int,
@@ -30,16 +31,14 @@ from flexflow.search.spaces import SPACES
 def _setup(args: argparse.Namespace):
     """The model's graph, the machine and a simulation context (with --profile if given)."""
     from flexflow.cli import _config
-    from flexflow.cost import CostModel, Profile
+    from flexflow.cost import Profile
     from flexflow.machine import parse_machine
-    from flexflow.simulator import SimContext
     from flexflow.zoo import load_model
 
     graph = load_model(args.model, _config(args)).graph()
     machine = parse_machine(args.machine)
     profile = Profile.load(args.profile) if args.profile else None
-    fused = getattr(args, "fused_launches", False)
-    return graph, machine, SimContext(graph, machine, CostModel(profile), fused_launches=fused)
+    return graph, machine, fused_context(args, graph, machine, profile)
 
 
 def _export_and_print_json(args: argparse.Namespace, graph, machine, best, data: dict) -> bool:

@@ -285,3 +285,36 @@ def test_simulate_takes_the_search_inits_names(capsys):
         assert code == 0
         results[name] = json.loads(out)["iteration_ms"]
     assert results["dp-width"] <= results["dp"]  # DP on all 4 is one of the widths tried
+
+
+def test_fused_launches_price_the_runs_loss_and_steps_per_launch(capsys, tmp_path, monkeypatch):
+    """With --fused-launches, `simulate` and `search` model the training run as planning does:
+    sparse cross-entropy runs a dense chain's data-parallel steps in C++ task bodies, K steps
+    per launch (`flexflow.launches`); other losses keep Python bodies. A bad value exits 2."""
+    from flexflow.cost import LEGATE_CPP_TASK_S, LEGATE_CPU_TASK_S
+    from flexflow.ops import blas
+
+    monkeypatch.setenv("LEGATE_CONFIG", "--cpus 2 --gpus 0")
+    path = tmp_path / "mlp.py"
+    path.write_text(
+        "from flexflow import ActiMode\n"
+        "def build(model):\n"
+        "    x = model.create_tensor((model.config.batch_size, 20))\n"
+        "    x = model.dense(x, 30, ActiMode.AC_MODE_RELU)\n"
+        "    model.softmax(model.dense(x, 4))\n"
+    )
+    args = (str(path), "--machine", "local", "--strategy", "dp", "--json", "--fused-launches")
+    runtime = {}
+    for extra in ((), ("--steps-per-execution", "1"), ("--loss", "mse")):
+        code, out, _ = run(capsys, "simulate", *args, *extra)
+        assert code == 0
+        runtime[extra] = json.loads(out)["runtime_ms"]
+    per_task = LEGATE_CPP_TASK_S if blas.sgemm_address() is not None else LEGATE_CPU_TASK_S
+    per_launch = 8 if blas.sgemm_address() is not None else 1
+    assert runtime[()] == pytest.approx(2 * per_task / per_launch * 1e3)
+    assert runtime[("--steps-per-execution", "1")] == pytest.approx(2 * per_task * 1e3)
+    assert runtime[("--loss", "mse")] == pytest.approx(2 * LEGATE_CPU_TASK_S * 1e3)
+    for bad in (("--loss", "hinge"), ("--steps-per-execution", "0")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["simulate", *args, *bad])
+        assert exit_.value.code == 2 and f"argument {bad[0]}" in capsys.readouterr().err
