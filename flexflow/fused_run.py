@@ -48,12 +48,28 @@ class TileBackend(Protocol):
         again (`Op.backward_tile_into`). `saved`: what `forward_saving` kept, or None."""
 
     def forward_with_statistics(
-        self, op, sig, x: Any, weights: list, running: Any, into: Any, training: bool
+        self,
+        op,
+        sig,
+        x: Any,
+        weights: list,
+        running: Any,
+        into: Any,
+        training: bool,
+        exchange: bool,
     ) -> tuple[Sequence[Any], Any]:
-        """A batch norm's tile computing its own statistics (`flexflow.fusion.
-        shared_statistics`): its outputs and the statistics it normalized with (the tile's
-        own in training, whose running statistics it writes `into`; else from `running`),
-        which `backward` takes as `saved` in the same task (`Op.backward_tile_into`)."""
+        """A batch norm's tile in a fused task: its outputs and the statistics it normalized
+        with (in training the tile's own, or with `exchange` the sum of every point's of a
+        concurrent launch (flexflow.runtime.concurrent), folded into the running statistics
+        it writes `into`; else from `running`), which `backward` takes as `saved` in the same
+        task (`Op.backward_tile_into`)."""
+
+    def backward_exchanging(
+        self, op, sig, x: Any, weights: list, y: Any, dy: Any, stats: Any
+    ) -> tuple[Sequence[Any], Sequence[Any]]:
+        """The backward of a batch norm tile whose statistics the launch's points exchange:
+        (input gradients, weight gradients), with the forward's `stats` (None: exchanged
+        again)."""
 
     def write(self, target: Any, value: Any) -> None:
         """target[...] = value, target being an output argument of the task."""
@@ -140,7 +156,7 @@ def run_forward(
         if step.running is not None:  # batch norm: this tile's own statistics
             results, stats = backend.forward_with_statistics(
                 op_now, step.node.sig, inputs[0], weights, values[step.running],
-                states[step.running], bool(extra[0]),
+                states[step.running], bool(extra[0]), step.exchange,
             )  # fmt: skip
             if saved is not None:
                 saved[position] = stats
@@ -211,10 +227,16 @@ def run_backward(
             accumulators[s][1] if s not in weight_grads and accumulators[s][0] is None else None
             for s in step.weight_grads
         ]
-        grad_inputs, grad_weights = backend.backward(
-            op_now, step.node.sig, step.region, inputs, weights, outputs, grad_outputs, needed,
-            into, saved.get(position) if saved else None,
-        )  # fmt: skip
+        if step.exchange:  # batch norm: statistics shared with the launch's other points
+            grad_inputs, grad_weights = backend.backward_exchanging(
+                op_now, step.node.sig, inputs[0], weights, outputs[0], grad_outputs[0],
+                saved.get(position) if saved else None,
+            )  # fmt: skip
+        else:
+            grad_inputs, grad_weights = backend.backward(
+                op_now, step.node.sig, step.region, inputs, weights, outputs, grad_outputs,
+                needed, into, saved.get(position) if saved else None,
+            )  # fmt: skip
         for (tid, _), slot, grad, part in zip(
             step.inputs, step.input_grads, grad_inputs, parts, strict=True
         ):

@@ -54,6 +54,9 @@ class FusedGroup:
     shared_statistics: bool = False
     """One op whose tasks share batch statistics (`flexflow.fusion.shared_statistics`): alone,
     run by flexflow.runtime.batch_statistics from its stores."""
+    exchanges: bool = False
+    """Its tasks share batch statistics in memory: one concurrent launch whose points
+    exchange them (`fuse(exchange=True)`)."""
 
 
 def fuse(
@@ -61,21 +64,27 @@ def fuse(
     strategy: Strategy,
     regions: Sequence[tuple[Region, ...]],
     cpu_devices: frozenset[int] = frozenset(),
+    exchange: bool = False,
 ) -> tuple[FusedGroup, ...]:
     """Split the graph's ops into fused groups, in order; `regions[op]` are its task tiles.
     Groups whose devices are all in `cpu_devices` may also read part of a tile made in the
-    group (a window: a numpy view; see the module doc)."""
+    group (a window: a numpy view; see the module doc). With `exchange`, batch norms whose
+    CPU tasks share statistics join groups too, which then exchange them in memory (only
+    for a run that launches the group's tasks together: `flexflow.launches.run_groups`)."""
     groups: list[FusedGroup] = []
     start = 0
     while start < len(graph.ops):
         ops = [start]
         for op in range(start + 1, len(graph.ops)):
-            if _links(graph, strategy, regions, ops, op, cpu_devices) is None:
+            if _links(graph, strategy, regions, ops, op, cpu_devices, exchange) is None:
                 break
             ops.append(op)
         ops = _without_escapes(graph, ops)
-        shared = shared_statistics(graph, strategy, regions, ops[0], cpu_devices)
-        groups.append(FusedGroup(tuple(ops), _internal(graph, ops, shared), shared))
+        shared = [shared_statistics(graph, strategy, regions, op, cpu_devices) for op in ops]
+        alone = shared[0] and not (exchange and set(strategy[ops[0]].devices) <= cpu_devices)
+        groups.append(
+            FusedGroup(tuple(ops), _internal(graph, ops, alone), alone, any(shared) and not alone)
+        )
         start = ops[-1] + 1
     return tuple(groups)
 
@@ -135,13 +144,21 @@ def joins_previous(
 
 
 def _links(
-    graph, strategy, regions, group: list[int], op: int, cpu_devices: frozenset[int] = frozenset()
+    graph,
+    strategy,
+    regions,
+    group: list[int],
+    op: int,
+    cpu_devices: frozenset[int] = frozenset(),
+    exchange: bool = False,
 ) -> set[int] | None:
     """The tensors `op` would read in memory from `group`; None when it cannot join it."""
-    if (
-        not group
-        or shared_statistics(graph, strategy, regions, op, cpu_devices)
-        or shared_statistics(graph, strategy, regions, group[0], cpu_devices)
+    if not group:
+        return None
+    if any(
+        shared_statistics(graph, strategy, regions, member, cpu_devices)
+        and not (exchange and set(strategy[member].devices) <= cpu_devices)
+        for member in (op, group[0])
     ):
         return None
     first = strategy[group[0]]
@@ -183,6 +200,16 @@ def cpu_devices(kinds: Sequence[str]) -> frozenset[int]:
     return frozenset(d for d, kind in enumerate(kinds) if kind == "cpu")
 
 
+def _tile_shares_statistics(node: OpNode, region: Region) -> bool:
+    """Whether a task's tile holds part of a dimension its op's batch statistics span."""
+    shape = node.sig.output_shape
+    return any(
+        region[i] != (0, shape[i])
+        for i, d in enumerate(node.sig.dims)
+        if d.name in node.op.statistics_dims
+    )
+
+
 def shared_statistics(
     graph: OperatorGraph,
     strategy,
@@ -200,9 +227,7 @@ def shared_statistics(
         return False
     if not set(strategy[op].devices) <= cpu_devices:
         return True
-    shape = node.sig.output_shape
-    dims = [i for i, d in enumerate(node.sig.dims) if d.name in node.op.statistics_dims]
-    return any(region[i] != (0, shape[i]) for region in regions[op] for i in dims)
+    return any(_tile_shares_statistics(node, region) for region in regions[op])
 
 
 class SlotKind(enum.IntEnum):
@@ -407,6 +432,9 @@ class OpStep:
     running: Slot | None = None
     """A batch norm computing its tile's own statistics: its running statistics
     (`TaskLayout.states`)."""
+    exchange: bool = False
+    """A batch norm whose tile holds part of what its statistics span: the task's partial
+    sums are exchanged with the launch's other points (`FusedGroup.exchanges`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,6 +533,7 @@ def op_steps(
                 tuple(slot(SlotKind.WEIGHT_GRAD, p, r) for p, r in params),
                 windows if any(windows) else (),
                 _known(known, running_slot(graph, group, op, out_regions[0])),
+                group.exchanges and _tile_shares_statistics(node, region),
             )
         )
     return tuple(steps)

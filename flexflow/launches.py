@@ -13,7 +13,9 @@ both read it from here, without Legate. It follows `flexflow.runtime.executor`:
   backward at once (`FusedTask.step_ready`) that is one task per device;
 - an op whose tasks share batch statistics runs alone (`flexflow.fusion.shared_statistics`):
   statistics, running statistics and forward tasks, then statistics and backward tasks;
-  after it, the loss is a task of its own per device;
+  after it, the loss is a task of its own per device; unless the whole model is then one
+  step task per device (`run_groups`), whose launch's points exchange the statistics
+  (flexflow.runtime.concurrent): counted as a step task per point;
 - updates run as one task per device owning update pieces (`flexflow.tiling.update_pieces`),
   unless each device updates its own copies inside its next step (`updates_in_step`);
 - each shard of a model input is fed by a copy task, unless the step tasks read the batch
@@ -31,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flexflow.fusion import (
+    FusedGroup,
+    FusedTask,
     cpu_devices,
     fuse,
     fused_task,
@@ -86,6 +90,71 @@ def consecutive_cpus(devices: Sequence[int], kinds: Sequence[str]) -> range | st
     return found
 
 
+def run_groups(
+    graph: OperatorGraph,
+    strategy: Strategy,
+    regions: Sequence[tuple[Region, ...]],
+    kinds: Sequence[str],
+    staging: bool = True,
+) -> tuple[FusedGroup, ...]:
+    """The fused groups a run executes (`fuse`): where batch norms' tasks share statistics
+    but everything else would be one training step task per device, on consecutive CPUs of
+    this process, with tiles that stack device by device (data parallelism), the whole model
+    is one group run as a concurrent launch whose points exchange the statistics in memory
+    (`FusedGroup.exchanges`); otherwise each such batch norm runs alone."""
+    cpus = cpu_devices(kinds)
+    groups = fuse(graph, strategy, regions, cpus)
+    if not staging or not any(g.shared_statistics for g in groups):
+        return groups
+    if len({strategy[op].devices for op in range(len(graph.ops))}) != 1:
+        return groups  # (one task per device needs every op on the same devices)
+    joined = fuse(graph, strategy, regions, cpus, exchange=True)
+    if len(joined) != 1 or not joined[0].exchanges:
+        return groups
+    (group,) = joined
+    devices = strategy[group.ops[0]].devices
+    tasks = [
+        fused_task(graph, group, i, [regions[op][i] for op in group.ops])
+        for i in range(len(devices))
+    ]
+    if (
+        all(task.step_ready for task in tasks)
+        and isinstance(consecutive_cpus(devices, kinds), range)
+        and _stacked(tasks)
+    ):
+        return joined
+    return groups
+
+
+def _stacked(tasks: Sequence[FusedTask]) -> bool:
+    """Whether each store argument of the tasks is one tile for all (a weight) or task i's
+    tile is the i-th of equal tiles along the first dimension (a sample split): a launch's
+    point i can then name it as a tiling's color i."""
+    for layouts in zip(*((t.forward, t.backward) for t in tasks), strict=True):
+        for lists in zip(
+            *(
+                (lay.inputs, lay.outputs, lay.reductions, lay.accumulators, lay.overwrites)
+                for lay in layouts
+            ),
+            strict=True,
+        ):
+            if len({len(slots) for slots in lists}) != 1:
+                return False
+            for slots in zip(*lists, strict=True):
+                if len({(s.kind, s.id) for s in slots}) != 1:
+                    return False
+                first = slots[0].region
+                if all(s.region == first for s in slots):
+                    continue
+                size = first[0][1] - first[0][0]
+                if first[0][0] != 0 or any(
+                    s.region[1:] != first[1:] or s.region[0] != (i * size, (i + 1) * size)
+                    for i, s in enumerate(slots)
+                ):
+                    return False
+    return True
+
+
 def iteration_tasks(
     graph: OperatorGraph,
     strategy: Strategy,
@@ -106,7 +175,7 @@ def iteration_tasks(
             config.task_regions(node.sig.output_shape)
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
-    groups = fuse(graph, strategy, regions, cpu_devices(kinds))
+    groups = run_groups(graph, strategy, regions, kinds, staging)
     sole = sole_gradients(graph, strategy, regions, groups)
     last_tasks = [
         fused_task(graph, groups[-1], index, [regions[op][index] for op in groups[-1].ops], sole)

@@ -314,3 +314,46 @@ def test_slots_hash_and_compare_by_their_fields():
     assert a != Slot(SlotKind.WEIGHT_GRAD, 3, ((0, 4), (0, 2)))
     assert {a: 1}[b] == 1
     assert repr(a) == "Slot(kind=<SlotKind.WEIGHT: 1>, id=3, region=((0, 4), (0, 2)))"
+
+
+def test_data_parallel_batch_norms_exchange_statistics_when_the_model_is_one_step_task():
+    """`run_groups`: where batch norms share statistics but the rest of the model is one step
+    task per device on consecutive CPUs of one process, the whole model is one group whose
+    launch's points exchange them; several processes, GPUs, devices out of order or tiles
+    that do not stack by device keep each such batch norm alone."""
+    from flexflow.launches import iteration_tasks, run_groups
+
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3, 8, 8), name="x")
+    b = model.batch_norm(model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, name="conv"), name="bn")
+    model.dense(model.flat(b), 5, name="out")
+    graph = model.graph()
+    cpus = ["cpu", "cpu"]
+    dp = data_parallel_over(graph, 2)
+    (group,) = run_groups(graph, dp, _regions(graph, dp), cpus)
+    assert group.exchanges and not group.shared_statistics
+    task = fused_task(graph, group, 1, [r[1] for r in _regions(graph, dp)])
+    bn = task.steps[1]
+    assert bn.exchange and bn.running is task.forward.states[0]
+    assert [s.exchange for s in task.steps] == [False, True, False, False]
+    counted = iteration_tasks(graph, dp, cpus)
+    assert (counted.steps, counted.statistics) == (2, 0)  # a step per point, no statistics
+    alone = [False, True, False]
+    assert [g.shared_statistics for g in run_groups(graph, dp, _regions(graph, dp), cpus, False)][
+        :3
+    ] == alone
+    assert [
+        g.shared_statistics for g in run_groups(graph, dp, _regions(graph, dp), ["gpu", "gpu"])
+    ][:3] == alone
+    flipped = Strategy(dp.ops, tuple(ParallelConfig(c.degrees, (1, 0)) for c in dp.configs))
+    assert any(
+        g.shared_statistics for g in run_groups(graph, flipped, _regions(graph, flipped), cpus)
+    )
+    # the convolution and batch norm split by channel, the rest by sample: not one step task
+    mixed = Strategy(
+        dp.ops,
+        (ParallelConfig((1, 2, 1, 1), (0, 1)), ParallelConfig((2, 1, 1, 1), (0, 1)))
+        + dp.configs[2:],
+    )
+    groups = run_groups(graph, mixed, _regions(graph, mixed), cpus)
+    assert not any(g.exchanges for g in groups)

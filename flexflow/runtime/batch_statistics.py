@@ -29,8 +29,10 @@ class BatchStatistics:
     """The statistics and running-statistics stores of every op with batch statistics, and
     the tasks of such an op for one pass (`run`)."""
 
-    def __init__(self, runtime: Any, graph: OperatorGraph, store_of: Callable) -> None:
-        self.runtime = runtime
+    def __init__(
+        self, runtime: Any, graph: OperatorGraph, store_of: Callable, rows: int = 0
+    ) -> None:
+        self.runtime, self.rows = runtime, rows
         channels = {
             node.id: node.sig.inputs[0].shape[1] for node in graph.ops if node.op.statistics_dims
         }
@@ -40,9 +42,18 @@ class BatchStatistics:
         }
         """Per op, its forward (x, x^2) and backward (dz, dz*xhat) sums per channel, float64."""
         self.running = {
-            op: store_of(np.stack([np.zeros(c), np.ones(c)])) for op, c in channels.items()
+            op: store_of(self.stored_running(np.stack([np.zeros(c), np.ones(c)])))
+            for op, c in channels.items()
         }
-        """Per op, the running (mean, variance) per channel: what evaluation normalizes with."""
+        """Per op, the running (mean, variance) per channel: what evaluation normalizes with;
+        with `rows`, one equal copy per point of a concurrent launch, which each point updates
+        (flexflow.runtime.concurrent)."""
+
+    def stored_running(self, value: np.ndarray) -> np.ndarray:
+        """A (2, C) running statistics array as its store holds it."""
+        if not self.rows:
+            return value
+        return np.ascontiguousarray(np.broadcast_to(value, (self.rows, *value.shape)))
 
     def run(self, executor: Executor, op: int, which: Pass, training: bool) -> None:
         """Every task of op `op` for one pass (FORWARD or BACKWARD), after the statistics."""

@@ -47,21 +47,20 @@ from flexflow.fusion import (
     Slot,
     SlotKind,
     TaskLayout,
-    cpu_devices,
-    fuse,
     fused_task,
     inputs_read_in_step,
     sole_gradients,
     updates_in_step,
 )
 from flexflow.graph import OperatorGraph
-from flexflow.launches import iteration_tasks
+from flexflow.launches import consecutive_cpus, iteration_tasks, run_groups
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region, full_region
 from flexflow.ops.blas import provider, sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.batches import BatchStats, UnreadBatches
+from flexflow.runtime.concurrent import StatisticsExchange, issue_forward
 from flexflow.runtime.feeding import Feeds
 from flexflow.runtime.loss import loss_name
 from flexflow.runtime.native_step import (
@@ -153,9 +152,18 @@ class Executor:
             for node, config in zip(graph.ops, strategy.configs, strict=True)
         ]
         self._kinds = kinds = [kind for kind, _ in local.kind_ordinals()]
-        self.groups = fuse(graph, strategy, self._regions, cpu_devices(kinds))
-        """Consecutive ops run as one task per device (`flexflow.fusion`); ops with
-        batch statistics stay alone and run through `batch_statistics`."""
+        staging = self.runtime.node_count == 1  # one process holds every rank's data
+        self.groups = run_groups(graph, strategy, self._regions, kinds, staging)
+        """Consecutive ops run as one task per device (`flexflow.fusion`); ops whose tasks
+        share batch statistics stay alone and run through `batch_statistics`, unless the
+        whole model is one group whose tasks exchange them (`flexflow.runtime.concurrent`)."""
+        self.exchange = (
+            StatisticsExchange(strategy[graph.ops[0].id].num_tasks)
+            if self.groups[0].exchanges
+            else None
+        )
+        """The in-memory all-reduce of batch statistics between a concurrent launch's points,
+        when the model runs as one (`FusedGroup.exchanges`)."""
         self._sole = sole_gradients(graph, strategy, self._regions, self.groups)
         """Parameters whose partial gradients their backward tasks write whole: not zeroed."""
         self.fused_tasks: list[tuple[FusedTask, ...]] = [
@@ -207,7 +215,6 @@ class Executor:
         for pid, owned in pieces.items():
             for region, device in owned:
                 self.update_groups.setdefault(device, []).append((pid, region))
-        staging = self.runtime.node_count == 1  # one process holds every rank's data
         self.feeds = Feeds(
             graph,
             strategy,
@@ -236,7 +243,8 @@ class Executor:
             seed,
         )
         """Weights, optimizer states and per-device partial gradients (`flexflow.runtime.weights`)."""
-        self.batch_statistics = BatchStatistics(self.runtime, graph, self.store_of)
+        rows = self.exchange.points if self.exchange is not None else 0
+        self.batch_statistics = BatchStatistics(self.runtime, graph, self.store_of, rows)
         """Ops with batch statistics (batch norm): their statistics stores and tasks."""
         self.running = self.batch_statistics.running
         """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
@@ -411,7 +419,9 @@ class Executor:
             for state, store in zip(self.optimizer.state_names, stores, strict=True):
                 arrays[f"{name}@{state}"] = self.params.value(store)
         for op, store in self.running.items():
-            arrays[f"{self.graph.ops[op].name}@running"] = read_store(self.store_of(store))
+            value = read_store(self.store_of(store))
+            # (a concurrent launch keeps a row per point, all equal)
+            arrays[f"{self.graph.ops[op].name}@running"] = value[0] if value.ndim == 3 else value
         return write_checkpoint(path, arrays, self.iteration, self.optimizer)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
@@ -423,7 +433,7 @@ class Executor:
         check_checkpoint(path, values, meta, names, self.optimizer, list(running.values()))
         self.set_weights({name: values[name] for name in names})
         for op, key in running.items():
-            self.running[op] = self.store_of(values[key])
+            self.running[op] = self.store_of(self.batch_statistics.stored_running(values[key]))
         self.params.replace_states(
             {
                 param.id: [values[f"{param.name}@{state}"] for state in self.optimizer.state_names]
@@ -459,6 +469,11 @@ class Executor:
         keys = ()
         if which is Pass.FORWARD and group_id == len(self.groups) - 1:
             keys = self.feeds.staged_keys()
+        if group.exchanges:  # the whole model, whose training runs as step launches
+            if which is not Pass.FORWARD:
+                raise AssertionError("a group exchanging statistics runs no backward of its own")
+            issue_forward(self, group_id, training, keys)
+            return
         for task_info, device in zip(self.fused_tasks[group_id], devices, strict=True):
             layout = task_info.forward if which is Pass.FORWARD else task_info.backward
             with Scope(machine=self.processors[device]):
@@ -512,8 +527,12 @@ class Executor:
             task.add_output(tile)
 
     def _partial_grad(self, pid: int, region: Region, device: int):
+        return self.tile(*self.partial_grad_argument(pid, region, device))
+
+    def partial_grad_argument(self, pid: int, region: Region, device: int) -> tuple[Any, Region]:
+        """The store of `pid`'s partial gradients and `device`'s row of `region` in it."""
         k = self.contributors[pid].index(device)
-        return self.tile(self.params.partials[pid], ((k, k + 1), *region))
+        return self.params.partials[pid], ((k, k + 1), *region)
 
     def tile(self, store, region: Region):
         """`_slice`, kept: fused tasks name the same tiles every iteration (the views cost the
@@ -528,13 +547,36 @@ class Executor:
 
     def slot_store(self, slot: Slot, device: int):
         """The store view a fused task on `device` names by `slot`."""
+        return self.tile(*self.slot_argument(slot, device))
+
+    def slot_argument(self, slot: Slot, device: int) -> tuple[Any, Region]:
+        """The store a fused task on `device` names by `slot`, and its region of it."""
         if slot.kind is SlotKind.WEIGHT:
             store = self.params.view(self.params.weights[slot.id], slot.id, device)
         elif slot.kind is SlotKind.RUNNING:
             store = self.running[slot.id]
+            if self.exchange is not None:  # the row of the device's point
+                k = self.strategy[slot.id].devices.index(device)
+                return store, ((k, k + 1), *slot.region)
         else:
             store = (self.tensors if slot.kind is SlotKind.TENSOR else self.grads)[slot.id]
-        return self.tile(store, slot.region)
+        return store, slot.region
+
+    def tiling(self, store, shape: tuple[int, ...]):
+        """`store` partitioned into tiles of `shape`, kept (`flexflow.runtime.concurrent`)."""
+        key = (id(store), ("tiling", shape))
+        found = self._tiles.get(key)
+        if found is None or found[0] is not store:
+            found = (store, store.partition_by_tiling(shape))
+            self._tiles[key] = found
+        return found[1]
+
+    def cpu_range(self, devices: Sequence[int]) -> range:
+        """The CPU processors of consecutive CPU `devices` (`flexflow.launches.consecutive_cpus`)."""
+        found = consecutive_cpus(devices, self._kinds)
+        if isinstance(found, str):
+            raise AssertionError(found)
+        return found
 
     def _update(self, partial_grads: Mapping[int, Any]) -> None:
         """The optimizer's update, in place: one task per device over every weight tile it

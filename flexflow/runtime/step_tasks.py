@@ -14,6 +14,7 @@ from legate.core import types as ty
 from flexflow.errors import StrategyError
 from flexflow.graph import OperatorGraph
 from flexflow.runtime.batches import BatchStats
+from flexflow.runtime.concurrent import issue_with_loss
 from flexflow.runtime.loss import (
     LOSS_IDS,
     TARGET_RANK,
@@ -87,6 +88,11 @@ def issue_loss(
     pending = executor.pending_update
     output, output_grad = executor.tensors[executor.output], executor.grads[executor.output]
     held: list[np.ndarray] = []
+    if fused is not None and executor.groups[fused].exchanges:  # one concurrent launch
+        loss_args = (loss_id, total, valid, key)
+        stored = None if staged else (target_store, target_rank)
+        issue_with_loss(executor, fused, training, step, loss_args, stored, sums)
+        return BatchStats(sums, valid, valid * predictions, held=held)
     for index, region in enumerate(tiles):
         device = config.devices[index]
         rows = max(0, valid - region[0][0])

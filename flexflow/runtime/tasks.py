@@ -10,6 +10,7 @@ overlap (halos, replicated weights) accumulate into one gradient without seriali
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import threading
 import time
@@ -116,6 +117,10 @@ def task_arguments(context) -> tuple[Executor, Pass, int, int, tuple[int, ...]]:
 
 def _op_tile(context) -> None:
     executor, which, op, index, extra = task_arguments(context)
+    if index < 0 and which in FUSED_PASSES:  # a point of a concurrent launch
+        # (flexflow.runtime.concurrent; an update task's index is -1 too)
+        _run_point(context, executor, which, op, extra)
+        return
     if which in FUSED_PASSES:  # timed per op, inside
         _run_fused(context, executor, which, op, index, extra)
         return
@@ -138,8 +143,28 @@ def _op_tile_gpu(context) -> None:
         executor.timeline_entries.append((op, index, which, begin, end, threading.get_native_id()))
 
 
+def _run_point(context, executor: Executor, which: Pass, group: int, extra) -> None:
+    """Point `context.task_index` of a concurrent launch: the fused task of that index, its
+    batch norms exchanging statistics with the other points (a failure stops the others'
+    waiting); the loss's valid count, the batch's, made the point's share."""
+    point = int(context.task_index[0])
+    if which in (Pass.FUSED_FORWARD_LOSS, Pass.FUSED_STEP):
+        start = executor.regions(len(executor.graph.ops) - 1)[point][0][0]
+        extra = (*extra[:4], max(0, extra[4] - start), *extra[5:])
+    try:
+        _run_fused(context, executor, which, group, point, extra)
+    except BaseException:
+        executor.exchange.abort()
+        raise
+
+
 class _CpuTiles:
-    """The CPU variant's side of a fused task: numpy arrays and the ops' numpy/C tiles."""
+    """The CPU variant's side of a fused task: numpy arrays and the ops' numpy/C tiles;
+    `all_sum` exchanges a batch norm's partial statistics between a concurrent launch's
+    points (`StatisticsExchange.all_sum` of this point)."""
+
+    def __init__(self, all_sum=None) -> None:
+        self.all_sum = all_sum
 
     @staticmethod
     def forward(op, sig, region, inputs, weights):
@@ -157,14 +182,22 @@ class _CpuTiles:
             sig, region, inputs, weights, outputs, grads, need_input_grads, into, saved
         )
 
-    @staticmethod
-    def forward_with_statistics(op, sig, x, weights, running, into, training):
+    def forward_with_statistics(self, op, sig, x, weights, running, into, training, exchange):
+        running, into = running.reshape(2, -1), into.reshape(2, -1)  # (a point's row)
         if training:
             stats = op.statistics_forward(x)
+            if exchange:
+                stats = self.all_sum(stats)
             into[...] = op.running_update(sig, stats, running)
         else:
             stats = op.statistics_from_running(sig, running)
         return op.forward_tile_with_statistics(sig, x, weights, stats), stats
+
+    def backward_exchanging(self, op, sig, x, weights, y, dy, stats):
+        if stats is None:
+            stats = self.all_sum(op.statistics_forward(x))
+        grad_stats = self.all_sum(op.statistics_backward(sig, x, weights, y, dy, stats))
+        return op.backward_tile_with_statistics(sig, x, weights, y, dy, stats, grad_stats)
 
     @staticmethod
     def write(target: np.ndarray, value) -> None:
@@ -193,6 +226,10 @@ class _CpuTiles:
     @staticmethod
     def hold(value, dtype: str) -> np.ndarray:
         return np.asarray(value, dtype=dtype)
+
+
+_CPU_TILES = _CpuTiles()
+"""The backend of fused tasks that exchange nothing."""
 
 
 def _run_fused(context, executor: Executor, which: Pass, group: int, index: int, extra) -> None:
@@ -231,10 +268,19 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         pids = [slot.id for slot in task.backward.overwrites]
         outputs[1:2] = flat.split(outputs[1], pids)
     run_fused_task(
-        task, _CpuTiles, FUSED_PASSES[which],
+        task, _tiles(executor, index), FUSED_PASSES[which],
         (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline_entries,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda array: array, loss_into,
     )  # fmt: skip
+
+
+def _tiles(executor: Executor, index: int) -> _CpuTiles:
+    """The tile backend of task `index`: exchanging statistics as point `index` where the
+    executor's launches are concurrent."""
+    exchange = executor.exchange
+    if exchange is None:
+        return _CPU_TILES
+    return _CpuTiles(functools.partial(exchange.all_sum, index))
 
 
 def _run_native_step(

@@ -37,6 +37,7 @@ def check(strategy, folder: str) -> dict:
     with Executor(graph, strategy) as executor:
         (group,) = (g for g in executor.groups if bn.id in g.ops)
         report["fused"] = len(group.ops) > 1 and not group.shared_statistics
+        report["exchanges"] = group.exchanges
         report["losses"] = [executor.train_batch(inputs, target).read()[0] for _ in range(3)]
         got = read_store(executor.running[bn.id])
         report["running_matches"] = bool(np.allclose(got, running, rtol=1e-10))
@@ -58,8 +59,9 @@ def check(strategy, folder: str) -> dict:
     return report
 
 
-# data parallelism shares the statistics between its tasks (flexflow.runtime.batch_statistics);
-# on one device the batch norm computes its own inside the fused task (flexflow.fusion)
+# data parallelism shares the statistics between the points of one concurrent launch
+# (flexflow.runtime.concurrent); on one device the batch norm computes its own inside the
+# fused task (flexflow.fusion)
 print(
     json.dumps(
         {

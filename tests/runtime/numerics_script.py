@@ -191,11 +191,12 @@ def run(build, loss: str = "mean_squared_error") -> dict:
             read = record_task_inputs(executor)
             native[name] = len(executor.native_steps)
             # batch norms computing their own statistics inside a fused task (flexflow.fusion)
-            own[name] = sum(
-                step.running is not None
-                for tasks in executor.fused_tasks
-                for step in tasks[0].steps
-            )
+            # [own, exchanged in a concurrent launch] (flexflow.runtime.concurrent)
+            steps = [step for tasks in executor.fused_tasks for step in tasks[0].steps]
+            own[name] = [
+                sum(step.running is not None and step.exchange is exchanging for step in steps)
+                for exchanging in (False, True)
+            ]
             losses, issued = [], []
             for _ in range(STEPS):
                 before = executor.tasks_issued

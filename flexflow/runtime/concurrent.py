@@ -1,0 +1,181 @@
+"""A fused group whose tasks exchange batch statistics in memory, run as one concurrent launch.
+
+Under data parallelism a batch norm's tiles each hold part of the batch, and each must
+normalize with the whole batch's statistics. Run alone (flexflow.runtime.batch_statistics),
+every batch norm costs a statistics task per device, a running-statistics task and its own
+forward and backward tasks: ResNet-101's 104 of them made 1,490 Legate tasks per iteration on
+2 CPUs, twice the kernels' time in runtime work. Where the whole model is otherwise one
+training step task per device, on consecutive CPUs of this process (`flexflow.launches.
+run_groups`), the step runs as one launch with a point per device instead, concurrent (every
+point runs at once), and the points add their per-channel partial sums in memory
+(`StatisticsExchange`), in device order, so each normalizes with the same statistics.
+
+Each store argument of the launch is the same tile for every point (a weight) or a tiling of
+its store whose i-th tile is point i's (`flexflow.launches._stacked`); the task body finds its
+task by its point and reads the arguments as a one-task-per-device launch would pass them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from legate.core import Scope, TaskTarget, constant, dimension, get_machine
+from legate.core import types as ty
+
+from flexflow.errors import StrategyError
+from flexflow.fusion import SlotKind
+from flexflow.ops.base import Region, region_shape
+from flexflow.runtime.tasks import Pass
+
+if TYPE_CHECKING:
+    from flexflow.runtime.executor import Executor
+
+EXCHANGE_TIMEOUT_S = 600.0
+"""How long a point waits for the others at an exchange before giving up (a point that failed
+aborts the exchange at once; this only bounds a launch whose points were not all started)."""
+
+
+class StatisticsExchange:
+    """The in-memory all-reduce of one executor's concurrent launches: every point hands in its
+    partial sums and gets back their sum, taken in point order (the same bits on every point)."""
+
+    def __init__(self, points: int) -> None:
+        self.points = points
+        self._barrier = threading.Barrier(points, timeout=EXCHANGE_TIMEOUT_S)
+        self._partials: list[Any] = [None] * points
+
+    def all_sum(self, point: int, partial: np.ndarray) -> np.ndarray:
+        self._partials[point] = partial
+        self._wait()
+        total = self._partials[0].copy()
+        for other in self._partials[1:]:
+            total += other
+        self._wait()  # no point hands in its next partial before every point has read these
+        return total
+
+    def abort(self) -> None:
+        """A point failed: the others stop waiting for it (their exchanges raise)."""
+        self._barrier.abort()
+
+    def _wait(self) -> None:
+        try:
+            self._barrier.wait()
+        except threading.BrokenBarrierError:
+            raise StrategyError(
+                "a batch-statistics exchange was abandoned: another point of the concurrent "
+                "launch failed (its error comes first) or never started"
+            ) from None
+
+
+Argument = tuple[Any, Region]
+"""A point's store argument: the store and the point's region of it."""
+
+
+class ConcurrentLaunch:
+    """The arguments of one concurrent launch over `devices` (consecutive CPUs), collected point
+    by point in the order the task body reads them, then issued as one manual task."""
+
+    def __init__(self, executor: Executor, devices: Sequence[int]) -> None:
+        self.executor, self.devices = executor, tuple(devices)
+        self.inputs: list[list[Argument]] = [[] for _ in devices]
+        self.outputs: list[list[Argument]] = [[] for _ in devices]
+
+    def issue(self, pass_id: int, group: int, scalars: Sequence[int]) -> None:
+        executor = self.executor
+        first = executor.cpu_range(self.devices).start
+        machine = get_machine().only(TaskTarget.CPU)[first : first + len(self.devices)]
+        with Scope(machine=machine):
+            task = executor.runtime.create_manual_task(
+                executor.library, executor.task_id, (len(self.devices),)
+            )
+            for value in (executor.id, pass_id, group, -1, *scalars):  # task index: the point
+                task.add_scalar_arg(value, ty.int64)
+            for column in zip(*self.inputs, strict=True):
+                task.add_input(*self._argument(column, written=False))
+            for column in zip(*self.outputs, strict=True):
+                task.add_output(*self._argument(column, written=True))
+            task.set_concurrent(True)
+            task.execute()
+        executor.tasks_issued += len(self.devices)  # a task per point, as flexflow.launches
+
+    def _argument(self, column: Sequence[Argument], written: bool) -> tuple:
+        """(store or partition, projection) naming each point's region of one store."""
+        stores = {id(store) for store, _ in column}
+        store, first = column[0]
+        if len(stores) != 1:
+            raise AssertionError("a concurrent launch argument names several stores")
+        if all(region == first for _, region in column):
+            if written:
+                raise AssertionError("every point of a concurrent launch would write one tile")
+            return (self.executor.tile(store, first), None)
+        shape = region_shape(first)
+        partition = self.executor.tiling(store, shape)
+        projection = (dimension(0),) + tuple(constant(0) for _ in shape[1:])
+        return (partition, projection)
+
+
+def _forward_inputs(launch: ConcurrentLaunch, point: int, layout, device: int) -> None:
+    """A fused forward's input slots, less the model inputs read from the staged batch
+    (`Executor.add_forward_inputs`; a model with batch norms has no flat parameters)."""
+    executor = launch.executor
+    for slot in layout.inputs:
+        if slot.kind is not SlotKind.TENSOR or executor.feeds.key(slot.id) < 0:
+            launch.inputs[point].append(executor.slot_argument(slot, device))
+
+
+def issue_forward(executor: Executor, group: int, training: bool, keys: Sequence[int]) -> None:
+    """The group's forward pass (no loss) as one concurrent launch."""
+    devices = executor.strategy[executor.groups[group].ops[0]].devices
+    launch = ConcurrentLaunch(executor, devices)
+    for point, (info, device) in enumerate(zip(executor.fused_tasks[group], devices, strict=True)):
+        _forward_inputs(launch, point, info.forward, device)
+        launch.outputs[point] += [executor.slot_argument(s, device) for s in info.forward.outputs]
+    launch.issue(Pass.FUSED_FORWARD, group, (int(training), executor.iteration, *keys))
+
+
+def issue_with_loss(
+    executor: Executor,
+    group: int,
+    training: bool,
+    step: bool,
+    loss_args: tuple[int, float, int, int],
+    target: tuple[Any, int] | None,
+    sums: Any,
+) -> None:
+    """The group's forward pass and loss, and with `step` its backward, as one concurrent
+    launch (the arguments `flexflow.runtime.step_tasks.issue_loss` gives each task). The loss's
+    valid count is the batch's: each point takes its tile's share (flexflow.runtime.tasks).
+    `target`: its store and rank, unless staged."""
+    output = executor.graph.ops[-1].outputs[0]
+    devices = executor.strategy[executor.groups[group].ops[0]].devices
+    launch = ConcurrentLaunch(executor, devices)
+    regions = executor.regions(len(executor.graph.ops) - 1)
+    for point, (info, device) in enumerate(zip(executor.fused_tasks[group], devices, strict=True)):
+        region = regions[point]
+        inputs, outputs = launch.inputs[point], launch.outputs[point]
+        _forward_inputs(launch, point, info.forward, device)
+        if target is not None:
+            inputs.append((target[0], region[: target[1]]))
+        if not step:  # the activations and the loss gradient go to their stores
+            outputs += [executor.slot_argument(s, device) for s in info.forward.outputs]
+            outputs.append((executor.grads[output], region))
+        outputs.append((sums, ((point, point + 1), (0, 2))))
+        if step:  # the running statistics, then this device's partial weight gradients
+            outputs += [executor.slot_argument(s, device) for s in info.forward.states]
+            layout = info.backward
+            read = [
+                executor.partial_grad_argument(s.id, s.region, device) for s in layout.accumulators
+            ]
+            written = [
+                executor.partial_grad_argument(s.id, s.region, device) for s in layout.overwrites
+            ]
+            inputs += read
+            outputs += read + written
+            if layout.reductions:
+                raise AssertionError("a whole-model step adds into no gradient of an input")
+    which = Pass.FUSED_STEP if step else Pass.FUSED_FORWARD_LOSS
+    scalars = (int(training), executor.iteration, *loss_args, *((0,) if step else ()))
+    launch.issue(which, group, (*scalars, *executor.feeds.staged_keys()))
