@@ -13,9 +13,9 @@ both read it from here, without Legate. It follows `flexflow.runtime.executor`:
   backward at once (`FusedTask.step_ready`) that is one task per device;
 - an op whose tasks share batch statistics runs alone (`flexflow.fusion.shared_statistics`):
   statistics, running statistics and forward tasks, then statistics and backward tasks;
-  after it, the loss is a task of its own per device; unless the whole model is then one
-  step task per device (`run_groups`), whose launch's points exchange the statistics
-  (flexflow.runtime.concurrent): counted as a step task per point;
+  after it, the loss is a task of its own per device; unless it joins a data-parallel group
+  launched as one concurrent launch per pass (`run_groups`), whose points exchange the
+  statistics (flexflow.runtime.concurrent): counted as a task per point;
 - updates run as one task per device owning update pieces (`flexflow.tiling.update_pieces`),
   unless each device updates its own copies inside its next step (`updates_in_step`);
 - each shard of a model input is fed by a copy task, unless the step tasks read the batch
@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 from flexflow.fusion import (
     FusedGroup,
-    FusedTask,
     cpu_devices,
     fuse,
     fused_task,
@@ -97,62 +96,37 @@ def run_groups(
     kinds: Sequence[str],
     staging: bool = True,
 ) -> tuple[FusedGroup, ...]:
-    """The fused groups a run executes (`fuse`): where batch norms' tasks share statistics
-    but everything else would be one training step task per device, on consecutive CPUs of
-    this process, with tiles that stack device by device (data parallelism), the whole model
-    is one group run as a concurrent launch whose points exchange the statistics in memory
-    (`FusedGroup.exchanges`); otherwise each such batch norm runs alone."""
+    """The fused groups a run executes (`fuse`). Batch norms whose tasks share statistics
+    join their neighbours' groups when every such group splits each of its ops by sample
+    alone over consecutive CPUs of this process (data parallelism, for the whole model or
+    part of it): each such group runs as concurrent launches whose points exchange the
+    statistics in memory (`FusedGroup.exchanges`, flexflow.runtime.concurrent). Otherwise
+    each such batch norm runs alone."""
     cpus = cpu_devices(kinds)
     groups = fuse(graph, strategy, regions, cpus)
     if not staging or not any(g.shared_statistics for g in groups):
         return groups
-    if len({strategy[op].devices for op in range(len(graph.ops))}) != 1:
-        return groups  # (one task per device needs every op on the same devices)
     joined = fuse(graph, strategy, regions, cpus, exchange=True)
-    if len(joined) != 1 or not joined[0].exchanges:
-        return groups
-    (group,) = joined
-    devices = strategy[group.ops[0]].devices
-    tasks = [
-        fused_task(graph, group, i, [regions[op][i] for op in group.ops])
-        for i in range(len(devices))
-    ]
-    if (
-        all(task.step_ready for task in tasks)
-        and isinstance(consecutive_cpus(devices, kinds), range)
-        and _stacked(tasks)
-    ):
+    if all(_launches_together(graph, strategy, g, kinds) for g in joined if g.exchanges):
         return joined
     return groups
 
 
-def _stacked(tasks: Sequence[FusedTask]) -> bool:
-    """Whether each store argument of the tasks is one tile for all (a weight) or task i's
-    tile is the i-th of equal tiles along the first dimension (a sample split): a launch's
-    point i can then name it as a tiling's color i."""
-    for layouts in zip(*((t.forward, t.backward) for t in tasks), strict=True):
-        for lists in zip(
-            *(
-                (lay.inputs, lay.outputs, lay.reductions, lay.accumulators, lay.overwrites)
-                for lay in layouts
-            ),
-            strict=True,
-        ):
-            if len({len(slots) for slots in lists}) != 1:
-                return False
-            for slots in zip(*lists, strict=True):
-                if len({(s.kind, s.id) for s in slots}) != 1:
-                    return False
-                first = slots[0].region
-                if all(s.region == first for s in slots):
-                    continue
-                size = first[0][1] - first[0][0]
-                if first[0][0] != 0 or any(
-                    s.region[1:] != first[1:] or s.region[0] != (i * size, (i + 1) * size)
-                    for i, s in enumerate(slots)
-                ):
-                    return False
-    return True
+def _launches_together(
+    graph: OperatorGraph, strategy: Strategy, group: FusedGroup, kinds: Sequence[str]
+) -> bool:
+    """Whether a group's tasks can be one launch's points, point i naming the i-th of equal
+    tiles along the first (sample) dimension of every tensor, or the same whole weight: its
+    devices consecutive CPUs in ascending order, every op split by sample alone over them."""
+    devices = strategy[group.ops[0]].devices
+    if not isinstance(consecutive_cpus(devices, kinds), range):
+        return False
+    split = len(devices)
+    return all(
+        strategy[op].devices == devices
+        and strategy[op].degrees == (split,) + (1,) * (len(strategy[op].degrees) - 1)
+        for op in group.ops
+    )
 
 
 def iteration_tasks(

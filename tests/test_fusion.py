@@ -316,11 +316,11 @@ def test_slots_hash_and_compare_by_their_fields():
     assert repr(a) == "Slot(kind=<SlotKind.WEIGHT: 1>, id=3, region=((0, 4), (0, 2)))"
 
 
-def test_data_parallel_batch_norms_exchange_statistics_when_the_model_is_one_step_task():
-    """`run_groups`: where batch norms share statistics but the rest of the model is one step
-    task per device on consecutive CPUs of one process, the whole model is one group whose
-    launch's points exchange them; several processes, GPUs, devices out of order or tiles
-    that do not stack by device keep each such batch norm alone."""
+def test_data_parallel_batch_norms_exchange_statistics_in_concurrent_launches():
+    """`run_groups`: batch norms that share statistics join groups split by sample alone over
+    consecutive CPUs of one process, whose launches' points exchange them (the whole model
+    under data parallelism, or part of it); several processes, GPUs, devices out of order or
+    tiles that do not stack by device keep each such batch norm alone."""
     from flexflow.launches import iteration_tasks, run_groups
 
     model = FFModel(FFConfig(batch_size=4))
@@ -349,11 +349,20 @@ def test_data_parallel_batch_norms_exchange_statistics_when_the_model_is_one_ste
     assert any(
         g.shared_statistics for g in run_groups(graph, flipped, _regions(graph, flipped), cpus)
     )
-    # the convolution and batch norm split by channel, the rest by sample: not one step task
-    mixed = Strategy(
-        dp.ops,
-        (ParallelConfig((1, 2, 1, 1), (0, 1)), ParallelConfig((2, 1, 1, 1), (0, 1)))
-        + dp.configs[2:],
-    )
+    # the convolution split by channel: alone; the batch norm and the rest by sample: one
+    # group of concurrent launches (a backward launch of its own, adding into the conv's
+    # output gradient)
+    mixed = Strategy(dp.ops, (ParallelConfig((1, 2, 1, 1), (0, 1)),) + dp.configs[1:])
     groups = run_groups(graph, mixed, _regions(graph, mixed), cpus)
-    assert not any(g.exchanges for g in groups)
+    assert _names(graph, groups) == [["conv"], ["bn", graph.ops[2].name, "out"]]
+    assert [g.exchanges for g in groups] == [False, True]
+    # split by sample and channel over 4 CPUs: tiles that do not stack by point, alone
+    both = Strategy(
+        dp.ops,
+        (ParallelConfig((2, 2, 1, 1), (0, 1, 2, 3)),) * 2
+        + tuple(
+            ParallelConfig((4,) + (1,) * (len(c.degrees) - 1), (0, 1, 2, 3)) for c in dp.configs[2:]
+        ),
+    )
+    groups = run_groups(graph, both, _regions(graph, both), ["cpu"] * 4)
+    assert not any(g.exchanges for g in groups) and any(g.shared_statistics for g in groups)

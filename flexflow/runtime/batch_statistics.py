@@ -10,7 +10,7 @@ evaluation normalizes with those.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,9 +30,13 @@ class BatchStatistics:
     the tasks of such an op for one pass (`run`)."""
 
     def __init__(
-        self, runtime: Any, graph: OperatorGraph, store_of: Callable, rows: int = 0
+        self,
+        runtime: Any,
+        graph: OperatorGraph,
+        store_of: Callable,
+        rows: Mapping[int, int] | None = None,
     ) -> None:
-        self.runtime, self.rows = runtime, rows
+        self.runtime, self.rows = runtime, dict(rows or {})
         channels = {
             node.id: node.sig.inputs[0].shape[1] for node in graph.ops if node.op.statistics_dims
         }
@@ -42,18 +46,19 @@ class BatchStatistics:
         }
         """Per op, its forward (x, x^2) and backward (dz, dz*xhat) sums per channel, float64."""
         self.running = {
-            op: store_of(self.stored_running(np.stack([np.zeros(c), np.ones(c)])))
+            op: store_of(self.stored_running(op, np.stack([np.zeros(c), np.ones(c)])))
             for op, c in channels.items()
         }
         """Per op, the running (mean, variance) per channel: what evaluation normalizes with;
-        with `rows`, one equal copy per point of a concurrent launch, which each point updates
-        (flexflow.runtime.concurrent)."""
+        for the ops in `rows`, one equal copy per point of their group's concurrent launches,
+        which each point updates (flexflow.runtime.concurrent)."""
 
-    def stored_running(self, value: np.ndarray) -> np.ndarray:
-        """A (2, C) running statistics array as its store holds it."""
-        if not self.rows:
+    def stored_running(self, op: int, value: np.ndarray) -> np.ndarray:
+        """Op `op`'s (2, C) running statistics as its store holds them."""
+        rows = self.rows.get(op)
+        if rows is None:
             return value
-        return np.ascontiguousarray(np.broadcast_to(value, (self.rows, *value.shape)))
+        return np.ascontiguousarray(np.broadcast_to(value, (rows, *value.shape)))
 
     def run(self, executor: Executor, op: int, which: Pass, training: bool) -> None:
         """Every task of op `op` for one pass (FORWARD or BACKWARD), after the statistics."""

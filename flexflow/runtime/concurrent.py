@@ -82,11 +82,13 @@ class ConcurrentLaunch:
         self.executor, self.devices = executor, tuple(devices)
         self.inputs: list[list[Argument]] = [[] for _ in devices]
         self.outputs: list[list[Argument]] = [[] for _ in devices]
+        self.reductions: list[list[Argument]] = [[] for _ in devices]
 
     def issue(self, pass_id: int, group: int, scalars: Sequence[int]) -> None:
         executor = self.executor
         first = executor.cpu_range(self.devices).start
         machine = get_machine().only(TaskTarget.CPU)[first : first + len(self.devices)]
+        token = executor.launch_token()
         with Scope(machine=machine):
             task = executor.runtime.create_manual_task(
                 executor.library, executor.task_id, (len(self.devices),)
@@ -95,8 +97,20 @@ class ConcurrentLaunch:
                 task.add_scalar_arg(value, ty.int64)
             for column in zip(*self.inputs, strict=True):
                 task.add_input(*self._argument(column, written=False))
+            # each processor's element of a token every concurrent launch reads and writes
+            # last: Legion orders the launches that share processors, so no two of them wait
+            # for each other's points (each point holds its processor while it waits)
+            rows = (token.partition_by_tiling((1,)), (dimension(0) + first,))
+            task.add_input(*rows)
             for column in zip(*self.outputs, strict=True):
                 task.add_output(*self._argument(column, written=True))
+            task.add_output(*rows)
+            for column in zip(*self.reductions, strict=True):
+                task.add_reduction(
+                    self._argument(column, written=True)[0],
+                    ty.ReductionOpKind.ADD,
+                    self._argument(column, written=True)[1],
+                )
             task.set_concurrent(True)
             task.execute()
         executor.tasks_issued += len(self.devices)  # a task per point, as flexflow.launches
@@ -112,6 +126,12 @@ class ConcurrentLaunch:
                 raise AssertionError("every point of a concurrent launch would write one tile")
             return (self.executor.tile(store, first), None)
         shape = region_shape(first)
+        for point, (_, region) in enumerate(column):  # point i's tile: the i-th along dim 0
+            size = shape[0]
+            if region[0] != (point * size, (point + 1) * size) or region[1:] != first[1:]:
+                raise AssertionError(f"tiles {[r for _, r in column]} do not stack by point")
+        if any(lo != 0 for lo, _ in first[1:]):
+            raise AssertionError(f"tile {first} is not at the origin past the first dimension")
         partition = self.executor.tiling(store, shape)
         projection = (dimension(0),) + tuple(constant(0) for _ in shape[1:])
         return (partition, projection)
@@ -174,8 +194,28 @@ def issue_with_loss(
             ]
             inputs += read
             outputs += read + written
-            if layout.reductions:
-                raise AssertionError("a whole-model step adds into no gradient of an input")
+            launch.reductions[point] += [
+                executor.slot_argument(s, device) for s in layout.reductions
+            ]
     which = Pass.FUSED_STEP if step else Pass.FUSED_FORWARD_LOSS
     scalars = (int(training), executor.iteration, *loss_args, *((0,) if step else ()))
     launch.issue(which, group, (*scalars, *executor.feeds.staged_keys()))
+
+
+def issue_backward(executor: Executor, group: int, training: bool) -> None:
+    """The group's backward pass as one concurrent launch (the arguments `Executor._run_group`
+    gives each task; a model with batch norms has no flat parameters)."""
+    devices = executor.strategy[executor.groups[group].ops[0]].devices
+    launch = ConcurrentLaunch(executor, devices)
+    for point, (info, device) in enumerate(zip(executor.fused_tasks[group], devices, strict=True)):
+        layout = info.backward
+        read = [executor.partial_grad_argument(s.id, s.region, device) for s in layout.accumulators]
+        written = [
+            executor.partial_grad_argument(s.id, s.region, device) for s in layout.overwrites
+        ]
+        launch.inputs[point] += [executor.slot_argument(s, device) for s in layout.inputs]
+        launch.inputs[point] += read
+        launch.outputs[point] += [executor.slot_argument(s, device) for s in layout.outputs]
+        launch.outputs[point] += read + written
+        launch.reductions[point] += [executor.slot_argument(s, device) for s in layout.reductions]
+    launch.issue(Pass.FUSED_BACKWARD, group, (int(training), executor.iteration))

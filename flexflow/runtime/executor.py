@@ -60,7 +60,7 @@ from flexflow.ops.blas import provider, sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.batches import BatchStats, UnreadBatches
-from flexflow.runtime.concurrent import StatisticsExchange, issue_forward
+from flexflow.runtime.concurrent import StatisticsExchange, issue_backward, issue_forward
 from flexflow.runtime.feeding import Feeds
 from flexflow.runtime.loss import loss_name
 from flexflow.runtime.native_step import (
@@ -157,13 +157,13 @@ class Executor:
         """Consecutive ops run as one task per device (`flexflow.fusion`); ops whose tasks
         share batch statistics stay alone and run through `batch_statistics`, unless the
         whole model is one group whose tasks exchange them (`flexflow.runtime.concurrent`)."""
-        self.exchange = (
-            StatisticsExchange(strategy[graph.ops[0].id].num_tasks)
-            if self.groups[0].exchanges
-            else None
-        )
-        """The in-memory all-reduce of batch statistics between a concurrent launch's points,
-        when the model runs as one (`FusedGroup.exchanges`)."""
+        self.exchanges = {
+            g: StatisticsExchange(strategy[group.ops[0]].num_tasks)
+            for g, group in enumerate(self.groups)
+            if group.exchanges
+        }
+        """Per group launched concurrently (`FusedGroup.exchanges`), the in-memory all-reduce
+        of batch statistics between its points."""
         self._sole = sole_gradients(graph, strategy, self._regions, self.groups)
         """Parameters whose partial gradients their backward tasks write whole: not zeroed."""
         self.fused_tasks: list[tuple[FusedTask, ...]] = [
@@ -227,6 +227,7 @@ class Executor:
         )
         """Model inputs: staged in this process or fed to stores (`flexflow.runtime.feeding`)."""
         self._tiles: dict[tuple[int, Region], tuple] = {}  # see `_tile`
+        self._launch_token = None  # see `launch_token`
         self.tensors = {t.id: self._tensor_store(t.spec) for t in graph.tensors}
         self.grads = {
             t.id: self.runtime.create_store(ty.float32, t.spec.shape)
@@ -243,7 +244,7 @@ class Executor:
             seed,
         )
         """Weights, optimizer states and per-device partial gradients (`flexflow.runtime.weights`)."""
-        rows = self.exchange.points if self.exchange is not None else 0
+        rows = {op: self.exchanges[g].points for g in self.exchanges for op in self.groups[g].ops}
         self.batch_statistics = BatchStatistics(self.runtime, graph, self.store_of, rows)
         """Ops with batch statistics (batch norm): their statistics stores and tasks."""
         self.running = self.batch_statistics.running
@@ -433,7 +434,7 @@ class Executor:
         check_checkpoint(path, values, meta, names, self.optimizer, list(running.values()))
         self.set_weights({name: values[name] for name in names})
         for op, key in running.items():
-            self.running[op] = self.store_of(self.batch_statistics.stored_running(values[key]))
+            self.running[op] = self.store_of(self.batch_statistics.stored_running(op, values[key]))
         self.params.replace_states(
             {
                 param.id: [values[f"{param.name}@{state}"] for state in self.optimizer.state_names]
@@ -469,10 +470,11 @@ class Executor:
         keys = ()
         if which is Pass.FORWARD and group_id == len(self.groups) - 1:
             keys = self.feeds.staged_keys()
-        if group.exchanges:  # the whole model, whose training runs as step launches
-            if which is not Pass.FORWARD:
-                raise AssertionError("a group exchanging statistics runs no backward of its own")
-            issue_forward(self, group_id, training, keys)
+        if group.exchanges:  # one concurrent launch (flexflow.runtime.concurrent)
+            if which is Pass.FORWARD:
+                issue_forward(self, group_id, training, keys)
+            else:
+                issue_backward(self, group_id, training)
             return
         for task_info, device in zip(self.fused_tasks[group_id], devices, strict=True):
             layout = task_info.forward if which is Pass.FORWARD else task_info.backward
@@ -555,7 +557,7 @@ class Executor:
             store = self.params.view(self.params.weights[slot.id], slot.id, device)
         elif slot.kind is SlotKind.RUNNING:
             store = self.running[slot.id]
-            if self.exchange is not None:  # the row of the device's point
+            if slot.id in self.batch_statistics.rows:  # the row of the device's point
                 k = self.strategy[slot.id].devices.index(device)
                 return store, ((k, k + 1), *slot.region)
         else:
@@ -570,6 +572,15 @@ class Executor:
             found = (store, store.partition_by_tiling(shape))
             self._tiles[key] = found
         return found[1]
+
+    def launch_token(self):
+        """A store of one element per CPU processor that every concurrent launch reads and
+        writes on its processors' elements (`flexflow.runtime.concurrent`), made once."""
+        if self._launch_token is None:
+            cpus = self._kinds.count("cpu")
+            self._launch_token = self.runtime.create_store(ty.float32, (cpus,))
+            self.runtime.issue_fill(self._launch_token, 0.0)
+        return self._launch_token
 
     def cpu_range(self, devices: Sequence[int]) -> range:
         """The CPU processors of consecutive CPU `devices` (`flexflow.launches.consecutive_cpus`)."""

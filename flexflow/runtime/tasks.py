@@ -152,9 +152,9 @@ def _run_point(context, executor: Executor, which: Pass, group: int, extra) -> N
         start = executor.regions(len(executor.graph.ops) - 1)[point][0][0]
         extra = (*extra[:4], max(0, extra[4] - start), *extra[5:])
     try:
-        _run_fused(context, executor, which, group, point, extra)
+        _run_fused(context, executor, which, group, point, extra, token=True)
     except BaseException:
-        executor.exchange.abort()
+        executor.exchanges[group].abort()
         raise
 
 
@@ -232,14 +232,19 @@ _CPU_TILES = _CpuTiles()
 """The backend of fused tasks that exchange nothing."""
 
 
-def _run_fused(context, executor: Executor, which: Pass, group: int, index: int, extra) -> None:
-    """A fused task on numpy arrays (flexflow.fused_run.run_fused_task)."""
+def _run_fused(
+    context, executor: Executor, which: Pass, group: int, index: int, extra, token: bool = False
+) -> None:
+    """A fused task on numpy arrays (flexflow.fused_run.run_fused_task); `token`: a point of a
+    concurrent launch, whose last input and output are its launch token (ConcurrentLaunch)."""
 
     def loss_into(op, index, loss_args, prediction, stored, grad, sums) -> np.ndarray:
         return _loss_into(executor, op, index, loss_args, prediction, stored, grad, sums)
 
     task = executor.fused_tasks[group][index]
     inputs, outputs = (list(map(_array, a)) for a in (context.inputs, context.outputs))
+    if token:
+        del inputs[-1], outputs[-1]
     width = _FUSED_SCALARS[which]
     update = extra[width - 1] if which == Pass.FUSED_STEP else 0  # a pending update's number
     if update:  # first the pending update, on this device's copy of the weights
@@ -268,16 +273,16 @@ def _run_fused(context, executor: Executor, which: Pass, group: int, index: int,
         pids = [slot.id for slot in task.backward.overwrites]
         outputs[1:2] = flat.split(outputs[1], pids)
     run_fused_task(
-        task, _tiles(executor, index), FUSED_PASSES[which],
+        task, _tiles(executor, group, index), FUSED_PASSES[which],
         (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline_entries,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda array: array, loss_into,
     )  # fmt: skip
 
 
-def _tiles(executor: Executor, index: int) -> _CpuTiles:
-    """The tile backend of task `index`: exchanging statistics as point `index` where the
-    executor's launches are concurrent."""
-    exchange = executor.exchange
+def _tiles(executor: Executor, group: int, index: int) -> _CpuTiles:
+    """The tile backend of task `index` of `group`: exchanging statistics as point `index`
+    where the group's launches are concurrent."""
+    exchange = executor.exchanges.get(group)
     if exchange is None:
         return _CPU_TILES
     return _CpuTiles(functools.partial(exchange.all_sum, index))

@@ -15,6 +15,7 @@ from flexflow.machine import parse_machine
 from flexflow.runtime import Executor
 from flexflow.runtime.stores import read_store
 from flexflow.strategies import data_parallel_over, named_strategy
+from flexflow.strategy import ParallelConfig, Strategy
 
 model = FFModel(FFConfig(batch_size=8))
 x = model.create_tensor((8, 4, 3, 3), name="x")
@@ -29,6 +30,15 @@ running = np.stack([np.zeros(4), np.ones(4)])
 for _ in range(3):  # what three training batches make of the running statistics
     stats = bn.op.statistics_forward(images)
     running = bn.op.running_update(bn.sig, stats, running)
+
+
+machine = parse_machine("local")
+
+
+def reversed_devices(strategy: Strategy) -> Strategy:
+    return Strategy(
+        strategy.ops, tuple(ParallelConfig(c.degrees, c.devices[::-1]) for c in strategy.configs)
+    )
 
 
 def check(strategy, folder: str) -> dict:
@@ -65,8 +75,11 @@ def check(strategy, folder: str) -> dict:
 print(
     json.dumps(
         {
-            "dp": check(named_strategy("dp", graph, parse_machine("local")), sys.argv[1]),
+            "dp": check(named_strategy("dp", graph, machine), sys.argv[1]),
             "single": check(data_parallel_over(graph, 1), sys.argv[1]),
+            # devices out of order: no concurrent launch, the batch norm alone with its
+            # statistics tasks (flexflow.runtime.batch_statistics)
+            "alone": check(reversed_devices(named_strategy("dp", graph, machine)), sys.argv[1]),
         }
     )
 )

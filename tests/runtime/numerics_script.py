@@ -181,7 +181,11 @@ def run(build, loss: str = "mean_squared_error") -> dict:
         tuple(n.name for n in graph.ops),
         tuple(ParallelConfig.single(len(n.sig.output_shape), 0) for n in graph.ops),
     )
-    strategies = [("single", single), ("dp", named_strategy("dp", graph, machine))]
+    dp = named_strategy("dp", graph, machine)
+    # the first op on one device, the rest data parallel: a later group exchanging batch
+    # statistics adds into gradients of the tensors it reads (flexflow.runtime.concurrent)
+    mixed = Strategy(dp.ops, (single.configs[0],) + dp.configs[1:])
+    strategies = [("single", single), ("dp", dp), ("mixed", mixed)]
     strategies += [
         (f"random{s}", named_strategy("random", graph, machine, s)) for s in range(STRATEGIES)
     ]
@@ -196,7 +200,7 @@ def run(build, loss: str = "mean_squared_error") -> dict:
             own[name] = [
                 sum(step.running is not None and step.exchange is exchanging for step in steps)
                 for exchanging in (False, True)
-            ]
+            ] + [len(executor.groups), sum(g.exchanges for g in executor.groups)]
             losses, issued = [], []
             for _ in range(STEPS):
                 before = executor.tasks_issued

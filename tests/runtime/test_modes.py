@@ -11,13 +11,18 @@ from tests.runtime.scripts import run_legate_script
 @pytest.mark.legate
 def test_batch_norm_keeps_running_statistics_and_evaluates_with_them(tmp_path):
     """Under data parallelism (statistics exchanged between the points of one concurrent
-    launch) and on one device (its own statistics, inside the fused task): the same running
-    statistics, evaluation and checkpoints, and the same losses."""
+    launch), on one device (its own statistics, inside the fused task) and with the devices
+    out of order (the batch norm alone, with statistics tasks): the same running statistics,
+    evaluation and checkpoints, and the same losses."""
     report = run_legate_script("batchnorm_script.py", str(tmp_path))
     dp_losses = report["dp"]["losses"]
-    for strategy, exchanges in (("dp", True), ("single", False)):
+    for strategy, fused, exchanges in (
+        ("dp", True, True),
+        ("single", True, False),
+        ("alone", False, False),
+    ):
         run = report[strategy]
-        assert run.pop("fused") and run.pop("exchanges") is exchanges
+        assert run.pop("fused") is fused and run.pop("exchanges") is exchanges
         losses = run.pop("losses")
         assert losses == pytest.approx(dp_losses, rel=1e-5)
         assert run == {

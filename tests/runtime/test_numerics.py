@@ -26,7 +26,7 @@ def test_one_device_matches_the_numpy_reference(report, model):
 @pytest.mark.parametrize("model", MODELS)
 def test_every_strategy_trains_like_one_device(report, model):
     strategies = report[model]["strategies"]
-    assert len(strategies) == 2 + STRATEGIES  # one device, data parallel and random ones
+    assert len(strategies) == 3 + STRATEGIES  # one device, data parallel, mixed, random ones
     failing = {name: r for name, r in strategies.items() if r["loss"] > 1.0 or r["weights"] > 1.0}
     assert failing == {}
     # the random strategies really split ops in several dimensions
@@ -64,15 +64,19 @@ def test_batch_norm_is_split_by_sample_in_some_strategies(report):
 @pytest.mark.legate
 def test_batch_norm_runs_inside_fused_tasks_where_it_can(report):
     """On one CPU the batch norms join their fused tasks with their own statistics
-    (flexflow.fusion.shared_statistics). Under data parallelism, where the rest of the model
-    is one step task per device (the residual model), the step is one concurrent launch whose
-    points exchange the statistics (flexflow.runtime.concurrent); otherwise (the CNN, whose
-    input feeds two branches) the batch norm runs alone. The equality tests above cover all
-    three."""
+    (flexflow.fusion.shared_statistics). Under data parallelism their group runs as
+    concurrent launches whose points exchange the statistics (flexflow.runtime.concurrent):
+    the residual model's whole step is one launch; the CNN, whose input feeds two branches,
+    has several groups, so its exchanging group also runs a backward launch of its own. The
+    equality tests above cover them all (test_modes.py a batch norm left alone). Each entry: batch norms with their own statistics, exchanging ones, groups,
+    exchanging groups."""
     for model in ("cnn", "residual"):
-        assert report[model]["own_statistics"]["single"] == [1, 0]
-    assert report["residual"]["own_statistics"]["dp"] == [0, 1]
-    assert report["cnn"]["own_statistics"]["dp"] == [0, 0]
+        assert report[model]["own_statistics"]["single"][:2] == [1, 0]
+    assert report["residual"]["own_statistics"]["dp"] == [0, 1, 1, 1]
+    own, exchanging, groups, exchanging_groups = report["cnn"]["own_statistics"]["dp"]
+    assert (own, exchanging, exchanging_groups) == (0, 1, 1) and groups > 1
+    own, exchanging, groups, exchanging_groups = report["residual"]["own_statistics"]["mixed"]
+    assert (own, exchanging, exchanging_groups) == (0, 1, 1) and groups > 1
 
 
 @pytest.mark.legate
