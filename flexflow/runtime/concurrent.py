@@ -1,18 +1,20 @@
-"""A fused group whose tasks exchange batch statistics in memory, run as one concurrent launch.
+"""Fused groups whose tasks exchange batch statistics in memory, run as concurrent launches.
 
 Under data parallelism a batch norm's tiles each hold part of the batch, and each must
 normalize with the whole batch's statistics. Run alone (flexflow.runtime.batch_statistics),
 every batch norm costs a statistics task per device, a running-statistics task and its own
 forward and backward tasks: ResNet-101's 104 of them made 1,490 Legate tasks per iteration on
-2 CPUs, twice the kernels' time in runtime work. Where the whole model is otherwise one
-training step task per device, on consecutive CPUs of this process (`flexflow.launches.
-run_groups`), the step runs as one launch with a point per device instead, concurrent (every
-point runs at once), and the points add their per-channel partial sums in memory
-(`StatisticsExchange`), in device order, so each normalizes with the same statistics.
+2 CPUs, twice the kernels' time in runtime work. Where a group splits every op by sample over
+consecutive CPUs of this process (`flexflow.launches.run_groups`), each of its passes is one
+launch with a point per device instead, concurrent (every point runs at once), and the points
+add their per-channel partial sums in memory (`StatisticsExchange`), in point order, so each
+normalizes with the same statistics. Under data parallelism the whole step is one launch.
 
-Each store argument of the launch is the same tile for every point (a weight) or a tiling of
-its store whose i-th tile is point i's (`flexflow.launches._stacked`); the task body finds its
-task by its point and reads the arguments as a one-task-per-device launch would pass them.
+Each store argument of a launch is the same tile for every point (a weight) or a tiling whose
+i-th tile is point i's; the task body finds its task by its point and reads the arguments as a
+one-task-per-device launch would pass them. Every launch also reads and writes its processors'
+elements of a token store, so Legion orders concurrent launches that share processors: two
+launches whose points each held a processor while waiting for the other's would never finish.
 """
 
 from __future__ import annotations
