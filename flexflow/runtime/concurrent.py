@@ -98,33 +98,31 @@ class ConcurrentLaunch:
             for value in (executor.id, pass_id, group, -1, *scalars):  # task index: the point
                 task.add_scalar_arg(value, ty.int64)
             for column in zip(*self.inputs, strict=True):
-                task.add_input(*self._argument(column, written=False))
+                task.add_input(*self._argument(column, aliased=True))
             # each processor's element of a token every concurrent launch reads and writes
             # last: Legion orders the launches that share processors, so no two of them wait
             # for each other's points (each point holds its processor while it waits)
             rows = (token.partition_by_tiling((1,)), (dimension(0) + first,))
             task.add_input(*rows)
             for column in zip(*self.outputs, strict=True):
-                task.add_output(*self._argument(column, written=True))
+                task.add_output(*self._argument(column, aliased=False))
             task.add_output(*rows)
             for column in zip(*self.reductions, strict=True):
-                task.add_reduction(
-                    self._argument(column, written=True)[0],
-                    ty.ReductionOpKind.ADD,
-                    self._argument(column, written=True)[1],
-                )
+                partition, projection = self._argument(column, aliased=True)
+                task.add_reduction(partition, ty.ReductionOpKind.ADD, projection)
             task.set_concurrent(True)
             task.execute()
         executor.tasks_issued += len(self.devices)  # a task per point, as flexflow.launches
 
-    def _argument(self, column: Sequence[Argument], written: bool) -> tuple:
-        """(store or partition, projection) naming each point's region of one store."""
+    def _argument(self, column: Sequence[Argument], aliased: bool) -> tuple:
+        """(store or partition, projection) naming each point's region of one store;
+        `aliased`: every point may name the same tile (read, or added into by reduction)."""
         stores = {id(store) for store, _ in column}
         store, first = column[0]
         if len(stores) != 1:
             raise AssertionError("a concurrent launch argument names several stores")
         if all(region == first for _, region in column):
-            if written:
+            if not aliased:
                 raise AssertionError("every point of a concurrent launch would write one tile")
             return (self.executor.tile(store, first), None)
         shape = region_shape(first)
