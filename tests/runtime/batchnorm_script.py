@@ -60,7 +60,15 @@ def check(strategy, folder: str) -> dict:
         want = (images - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + bn.op.eps)
         want = want * gamma.reshape(shape) + beta.reshape(shape)
         report["eval_uses_running"] = bool(np.allclose(normalized, want, rtol=1e-4, atol=1e-5))
+        # the loss of an evaluation (forward and loss in one task, or one launch per pass)
+        report["eval_loss"] = executor.eval_batch(inputs, target).read()[0]
+
         executor.save_checkpoint(f"{folder}/bn.npz")
+        # a training-mode forward alone (no step): the batch's statistics, folded once more
+        executor.forward(inputs, read=False, training=True)
+        twice = bn.op.running_update(bn.sig, bn.op.statistics_forward(images), running)
+        after = read_store(executor.running[bn.id])
+        report["training_forward_updates_running"] = bool(np.allclose(after, twice, rtol=1e-10))
     with Executor(graph, strategy) as restored:
         restored.load_checkpoint(f"{folder}/bn.npz")
         report["checkpoint_keeps_running"] = bool(

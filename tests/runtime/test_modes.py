@@ -15,7 +15,7 @@ def test_batch_norm_keeps_running_statistics_and_evaluates_with_them(tmp_path):
     out of order (the batch norm alone, with statistics tasks): the same running statistics,
     evaluation and checkpoints, and the same losses."""
     report = run_legate_script("batchnorm_script.py", str(tmp_path))
-    dp_losses = report["dp"]["losses"]
+    dp_losses, single_eval = report["dp"]["losses"], report["single"]["eval_loss"]
     for strategy, fused, exchanges in (
         ("dp", True, True),
         ("single", True, False),
@@ -25,10 +25,12 @@ def test_batch_norm_keeps_running_statistics_and_evaluates_with_them(tmp_path):
         assert run.pop("fused") is fused and run.pop("exchanges") is exchanges
         losses = run.pop("losses")
         assert losses == pytest.approx(dp_losses, rel=1e-5)
+        assert run.pop("eval_loss") == pytest.approx(single_eval, rel=1e-5)
         assert run == {
             "running_matches": True,
             "eval_uses_running": True,
             "checkpoint_keeps_running": True,
+            "training_forward_updates_running": True,
         }
 
 
