@@ -64,27 +64,26 @@ def fuse(
     strategy: Strategy,
     regions: Sequence[tuple[Region, ...]],
     cpu_devices: frozenset[int] = frozenset(),
-    exchange: bool = False,
+    exchanging: frozenset[int] = frozenset(),
 ) -> tuple[FusedGroup, ...]:
     """Split the graph's ops into fused groups, in order; `regions[op]` are its task tiles.
     Groups whose devices are all in `cpu_devices` may also read part of a tile made in the
-    group (a window: a numpy view; see the module doc). With `exchange`, batch norms whose
-    CPU tasks share statistics join groups too, which then exchange them in memory (only
-    for a run that launches the group's tasks together: `flexflow.launches.run_groups`)."""
+    group (a window: a numpy view; see the module doc). The batch norms in `exchanging`
+    whose CPU tasks share statistics join groups too, which then exchange them in memory
+    (only for a run that launches the group's tasks together: `flexflow.launches.run_groups`)."""
     groups: list[FusedGroup] = []
     start = 0
     while start < len(graph.ops):
         ops = [start]
         for op in range(start + 1, len(graph.ops)):
-            if _links(graph, strategy, regions, ops, op, cpu_devices, exchange) is None:
+            if _links(graph, strategy, regions, ops, op, cpu_devices, exchanging) is None:
                 break
             ops.append(op)
         ops = _without_escapes(graph, ops)
         shared = [shared_statistics(graph, strategy, regions, op, cpu_devices) for op in ops]
-        alone = shared[0] and not (exchange and set(strategy[ops[0]].devices) <= cpu_devices)
-        groups.append(
-            FusedGroup(tuple(ops), _internal(graph, ops, alone), alone, any(shared) and not alone)
-        )
+        alone = shared[0] and ops[0] not in exchanging
+        exchanges = any(s and op in exchanging for s, op in zip(shared, ops, strict=True))
+        groups.append(FusedGroup(tuple(ops), _internal(graph, ops, alone), alone, exchanges))
         start = ops[-1] + 1
     return tuple(groups)
 
@@ -150,14 +149,14 @@ def _links(
     group: list[int],
     op: int,
     cpu_devices: frozenset[int] = frozenset(),
-    exchange: bool = False,
+    exchanging: frozenset[int] = frozenset(),
 ) -> set[int] | None:
     """The tensors `op` would read in memory from `group`; None when it cannot join it."""
     if not group:
         return None
     if any(
-        shared_statistics(graph, strategy, regions, member, cpu_devices)
-        and not (exchange and set(strategy[member].devices) <= cpu_devices)
+        member not in exchanging
+        and shared_statistics(graph, strategy, regions, member, cpu_devices)
         for member in (op, group[0])
     ):
         return None

@@ -38,6 +38,7 @@ from flexflow.fusion import (
     fuse,
     fused_task,
     inputs_read_in_step,
+    shared_statistics,
     sole_gradients,
     updates_in_step,
 )
@@ -96,20 +97,36 @@ def run_groups(
     kinds: Sequence[str],
     staging: bool = True,
 ) -> tuple[FusedGroup, ...]:
-    """The fused groups a run executes (`fuse`). Batch norms whose tasks share statistics
-    join their neighbours' groups when every such group splits each of its ops by sample
-    alone over consecutive CPUs of this process (data parallelism, for the whole model or
-    part of it): each such group runs as concurrent launches whose points exchange the
-    statistics in memory (`FusedGroup.exchanges`, flexflow.runtime.concurrent). Otherwise
-    each such batch norm runs alone."""
+    """The fused groups a run executes (`fuse`). A batch norm whose tasks share statistics
+    joins its neighbours' group when that group splits each of its ops by sample alone over
+    consecutive CPUs of this process (data parallelism, for the whole model or part of it):
+    the group runs as concurrent launches whose points exchange the statistics in memory
+    (`FusedGroup.exchanges`, flexflow.runtime.concurrent). Any other such batch norm runs
+    alone."""
     cpus = cpu_devices(kinds)
-    groups = fuse(graph, strategy, regions, cpus)
-    if not staging or not any(g.shared_statistics for g in groups):
-        return groups
-    joined = fuse(graph, strategy, regions, cpus, exchange=True)
-    if all(_launches_together(graph, strategy, g, kinds) for g in joined if g.exchanges):
-        return joined
-    return groups
+    # the batch norms that may exchange (split by sample alone over consecutive CPUs), less
+    # those whose group turns out not to launch together (usually none: one fuse)
+    exchanging = frozenset(
+        op
+        for op in range(len(graph.ops))
+        if staging
+        and graph.ops[op].op.statistics_dims
+        and shared_statistics(graph, strategy, regions, op, cpus)
+        and _split_by_sample(strategy[op], strategy[op].devices)
+        and isinstance(consecutive_cpus(strategy[op].devices, kinds), range)
+    )
+    while exchanging:
+        joined = fuse(graph, strategy, regions, cpus, exchanging)
+        failing = {
+            op
+            for g in joined
+            if g.exchanges and not _launches_together(graph, strategy, g, kinds)
+            for op in g.ops
+        }
+        if not failing & exchanging:
+            return joined
+        exchanging -= failing
+    return fuse(graph, strategy, regions, cpus)
 
 
 def _launches_together(
@@ -121,11 +138,13 @@ def _launches_together(
     devices = strategy[group.ops[0]].devices
     if not isinstance(consecutive_cpus(devices, kinds), range):
         return False
-    split = len(devices)
-    return all(
-        strategy[op].devices == devices
-        and strategy[op].degrees == (split,) + (1,) * (len(strategy[op].degrees) - 1)
-        for op in group.ops
+    return all(_split_by_sample(strategy[op], devices) for op in group.ops)
+
+
+def _split_by_sample(config: ParallelConfig, devices: tuple[int, ...]) -> bool:
+    """Whether `config` runs on `devices`, split by sample alone over them."""
+    return config.devices == devices and config.degrees == (len(devices),) + (1,) * (
+        len(config.degrees) - 1
     )
 
 
@@ -151,17 +170,24 @@ def iteration_tasks(
         ]
     groups = run_groups(graph, strategy, regions, kinds, staging)
     sole = sole_gradients(graph, strategy, regions, groups)
-    last_tasks = [
-        fused_task(graph, groups[-1], index, [regions[op][index] for op in groups[-1].ops], sole)
-        for index in range(strategy[groups[-1].ops[0]].num_tasks)
-    ]
+    # the last group's tasks are always step-ready: nothing after it reads what it makes but
+    # the model's output (`_internal`); built only where one group is the whole model, whose
+    # steps may update and read their inputs in the task (a large group costs ~25 ms to build)
+    last_tasks = []
+    if len(groups) == 1:
+        last_tasks = [
+            fused_task(
+                graph, groups[-1], index, [regions[op][index] for op in groups[-1].ops], sole
+            )
+            for index in range(strategy[groups[-1].ops[0]].num_tasks)
+        ]
     steps = statistics = 0
     for group in groups:
         count, last = strategy[group.ops[0]].num_tasks, group is groups[-1]
         if group.shared_statistics:  # a batch norm whose tasks share statistics, alone
             statistics += 2 * count + 1  # statistics, running statistics; statistics again
             steps += 2 * count + (count if last else 0)  # forward, backward; the loss
-        elif last and all(task.step_ready for task in last_tasks):
+        elif last:
             steps += count  # forward, loss and backward in one task
         else:
             steps += 2 * count

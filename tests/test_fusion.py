@@ -366,3 +366,60 @@ def test_data_parallel_batch_norms_exchange_statistics_in_concurrent_launches():
     )
     groups = run_groups(graph, both, _regions(graph, both), ["cpu"] * 4)
     assert not any(g.exchanges for g in groups) and any(g.shared_statistics for g in groups)
+
+
+def test_each_batch_norm_exchanges_where_its_own_group_can_launch_together():
+    """The first conv and batch norm data parallel over CPUs 0 and 1 exchange statistics in
+    their group; the second pair on the devices the other way round cannot launch together,
+    so that batch norm runs alone."""
+    from flexflow.launches import run_groups
+
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3, 8, 8), name="x")
+    b1 = model.batch_norm(model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, name="c1"), name="bn1")
+    b2 = model.batch_norm(model.conv2d(b1, 4, 3, 3, 1, 1, 1, 1, name="c2"), name="bn2")
+    model.dense(model.flat(b2), 5, name="out")
+    graph = model.graph()
+    dp = data_parallel_over(graph, 2)
+    flipped = tuple(ParallelConfig(c.degrees, (1, 0)) for c in dp.configs[2:4])
+    strategy = Strategy(dp.ops, dp.configs[:2] + flipped + dp.configs[4:])
+    groups = run_groups(graph, strategy, _regions(graph, strategy), ["cpu", "cpu"])
+    named = [(_names(graph, [g])[0], g.exchanges, g.shared_statistics) for g in groups]
+    assert named[0] == (["c1", "bn1"], True, False)
+    assert (["bn2"], False, True) in named
+
+
+def test_the_last_group_always_runs_forward_loss_and_backward_in_one_task():
+    """What `flexflow.launches.iteration_tasks` relies on instead of building the last group's
+    tasks: nothing after the last group reads what it makes but the model's output, so every
+    one of its tasks is step-ready, under any strategy, on CPUs and GPUs."""
+    from flexflow.launches import run_groups
+    from flexflow.machine_presets import LegateRanks, local_machine
+
+    models = [
+        load_model("lenet", FFConfig(batch_size=8)),
+        load_model("resnet101", FFConfig(batch_size=8), image_size=32),
+        load_model(
+            "rnnlm",
+            FFConfig(batch_size=8),
+            seq_length=3,
+            vocab_size=20,
+            embed_size=8,
+            hidden_size=8,
+        ),  # fmt: skip
+    ]
+    cpus = local_machine("--cpus 2 --gpus 0", memory_bytes=1 << 34, ranks=LegateRanks(1, 1))
+    for graph in (m.graph() for m in models):
+        for machine in (cpus, parse_machine("p100:2")):
+            kinds = [d.kind for d in machine.devices]
+            for name, seed in [("dp", 0), ("expert", 0), ("model", 0)] + [
+                ("random", s) for s in range(4)
+            ]:
+                strategy = named_strategy(name, graph, machine, seed)
+                regions = _regions(graph, strategy)
+                last = run_groups(graph, strategy, regions, kinds)[-1]
+                if last.shared_statistics:
+                    continue
+                for index in range(strategy[last.ops[0]].num_tasks):
+                    task = fused_task(graph, last, index, [regions[op][index] for op in last.ops])
+                    assert task.step_ready, (graph.ops[0].name, machine.name, name, seed)

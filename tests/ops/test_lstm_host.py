@@ -59,7 +59,9 @@ def test_the_c_step_computes_the_reference(n, e, hidden, split, first, time, sca
     got = op.forward_tile(sig, None, inputs, weights)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == np.float32 and g.shape == w.shape
-        _close(g, w, 1e-6)  # a few float32 ulps
+        # the gate products summed in another order (MKL's against numpy's): at scale 8 the
+        # pre-activations reach the hundreds, a few float32 ulps of which reach h and c
+        _close(g, w, 2e-5)
     want_in, want_w = op.backward(inputs, weights, want, grads)
     got_in, got_w = op.backward_tile(sig, None, inputs, weights, got, grads)
     assert len(got_in) == len(want_in) == (1 if first else 3)
