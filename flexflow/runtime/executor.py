@@ -351,7 +351,26 @@ class Executor:
             native += f"; {self.steps_per_launch} training steps per launch"
         elif isinstance(self.step_launch, str):
             native += f"; one training step per launch: {self.step_launch}"
-        return f"matrix products through {products}{native}"
+        return f"matrix products through {products}{native}{self._describe_batch_norms()}"
+
+    def _describe_batch_norms(self) -> str:
+        """Where the batch norms get their statistics, for `describe_kernels`: exchanged
+        between a concurrent launch's points (every op of such a group is split by sample:
+        flexflow.runtime.concurrent), alone with statistics tasks (batch_statistics), or from
+        their own tiles, which hold the whole batch (flexflow.fusion)."""
+        group_of = {op: group for group in self.groups for op in group.ops}
+        groups = [group_of[node.id] for node in self.graph.ops if node.op.statistics_dims]
+        if not groups:
+            return ""
+        counts = (
+            (sum(g.exchanges for g in groups), "exchanging statistics in concurrent launches"),
+            (sum(g.shared_statistics for g in groups), "alone with statistics tasks"),
+            (
+                sum(not g.exchanges and not g.shared_statistics for g in groups),
+                "on their tiles' own statistics",
+            ),
+        )
+        return "; batch norms: " + ", ".join(f"{n} {what}" for n, what in counts if n)
 
     def close(self) -> None:
         """Wait for this executor's tasks and release it (and its stores) from the registry."""

@@ -48,6 +48,7 @@ def check(strategy, folder: str) -> dict:
         (group,) = (g for g in executor.groups if bn.id in g.ops)
         report["fused"] = len(group.ops) > 1 and not group.shared_statistics
         report["exchanges"] = group.exchanges
+        report["described"] = executor.describe_kernels().split("; batch norms: ")[-1]
         report["losses"] = [executor.train_batch(inputs, target).read()[0] for _ in range(3)]
         got = read_store(executor.running[bn.id])
         report["running_matches"] = bool(np.allclose(got, running, rtol=1e-10))

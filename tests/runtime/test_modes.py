@@ -16,13 +16,14 @@ def test_batch_norm_keeps_running_statistics_and_evaluates_with_them(tmp_path):
     evaluation and checkpoints, and the same losses."""
     report = run_legate_script("batchnorm_script.py", str(tmp_path))
     dp_losses, single_eval = report["dp"]["losses"], report["single"]["eval_loss"]
-    for strategy, fused, exchanges in (
-        ("dp", True, True),
-        ("single", True, False),
-        ("alone", False, False),
+    for strategy, fused, exchanges, described in (
+        ("dp", True, True, "1 exchanging statistics in concurrent launches"),
+        ("single", True, False, "1 on their tiles' own statistics"),
+        ("alone", False, False, "1 alone with statistics tasks"),
     ):
         run = report[strategy]
         assert run.pop("fused") is fused and run.pop("exchanges") is exchanges
+        assert run.pop("described") == described  # what train.py prints
         losses = run.pop("losses")
         assert losses == pytest.approx(dp_losses, rel=1e-5)
         assert run.pop("eval_loss") == pytest.approx(single_eval, rel=1e-5)
