@@ -55,8 +55,8 @@ class FusedGroup:
     """One op whose tasks share batch statistics (`flexflow.fusion.shared_statistics`): alone,
     run by flexflow.runtime.batch_statistics from its stores."""
     exchanges: bool = False
-    """Its tasks share batch statistics in memory: one concurrent launch whose points
-    exchange them (`fuse(exchange=True)`)."""
+    """Its tasks share batch statistics in memory: a concurrent launch per pass whose points
+    exchange them (`fuse(exchanging=...)`, flexflow.runtime.concurrent)."""
 
 
 def fuse(

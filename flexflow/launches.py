@@ -22,7 +22,7 @@ both read it from here, without Legate. It follows `flexflow.runtime.executor`:
   straight from the process (`inputs_read_in_step`, single-rank runs: `staging`);
 - where the step tasks run in C++ bodies and read their batch from the process, on consecutive
   CPUs (`consecutive_cpus`), `fit` issues K iterations' steps as one launch
-  (`flexflow.runtime.step_launches`): those tasks count 1/K each (`IterationTasks.launches`).
+  (`flexflow.runtime.step_launches`): those tasks count 1/K each (`IterationTasks.cpp_launches`).
 
 Zero fills of gradient stores are not counted: Legate issues them without a task body.
 """
@@ -112,15 +112,14 @@ def run_groups(
         if staging
         and graph.ops[op].op.statistics_dims
         and shared_statistics(graph, strategy, regions, op, cpus)
-        and _split_by_sample(strategy[op], strategy[op].devices)
-        and isinstance(consecutive_cpus(strategy[op].devices, kinds), range)
+        and _launches_together(strategy, (op,), kinds)
     )
     while exchanging:
         joined = fuse(graph, strategy, regions, cpus, exchanging)
         failing = {
             op
             for g in joined
-            if g.exchanges and not _launches_together(graph, strategy, g, kinds)
+            if g.exchanges and not _launches_together(strategy, g.ops, kinds)
             for op in g.ops
         }
         if not failing & exchanging:
@@ -129,22 +128,17 @@ def run_groups(
     return fuse(graph, strategy, regions, cpus)
 
 
-def _launches_together(
-    graph: OperatorGraph, strategy: Strategy, group: FusedGroup, kinds: Sequence[str]
-) -> bool:
-    """Whether a group's tasks can be one launch's points, point i naming the i-th of equal
-    tiles along the first (sample) dimension of every tensor, or the same whole weight: its
-    devices consecutive CPUs in ascending order, every op split by sample alone over them."""
-    devices = strategy[group.ops[0]].devices
-    if not isinstance(consecutive_cpus(devices, kinds), range):
-        return False
-    return all(_split_by_sample(strategy[op], devices) for op in group.ops)
-
-
-def _split_by_sample(config: ParallelConfig, devices: tuple[int, ...]) -> bool:
-    """Whether `config` runs on `devices`, split by sample alone over them."""
-    return config.devices == devices and config.degrees == (len(devices),) + (1,) * (
-        len(config.degrees) - 1
+def _launches_together(strategy: Strategy, ops: Sequence[int], kinds: Sequence[str]) -> bool:
+    """Whether the tasks of `ops` (a group) can be one launch's points, point i naming the
+    i-th of equal tiles along the first (sample) dimension of every tensor, or the same whole
+    weight: every op split by sample alone over the same devices, consecutive CPUs in
+    ascending order."""
+    devices = strategy[ops[0]].devices
+    split = (len(devices),)
+    return isinstance(consecutive_cpus(devices, kinds), range) and all(
+        strategy[op].devices == devices
+        and strategy[op].degrees == split + (1,) * (len(strategy[op].degrees) - 1)
+        for op in ops
     )
 
 

@@ -60,6 +60,11 @@ class BatchStatistics:
             return value
         return np.ascontiguousarray(np.broadcast_to(value, (rows, *value.shape)))
 
+    def running_value(self, op: int, stored: np.ndarray) -> np.ndarray:
+        """Op `op`'s (2, C) running statistics from what its store holds (`stored_running`:
+        the points' rows are equal, each having added the same exchanged statistics)."""
+        return stored[0] if op in self.rows else stored
+
     def run(self, executor: Executor, op: int, which: Pass, training: bool) -> None:
         """Every task of op `op` for one pass (FORWARD or BACKWARD), after the statistics."""
         tasks = range(executor.strategy[op].num_tasks)

@@ -102,7 +102,7 @@ class ConcurrentLaunch:
             # each processor's element of a token every concurrent launch reads and writes
             # last: Legion orders the launches that share processors, so no two of them wait
             # for each other's points (each point holds its processor while it waits)
-            rows = (token.partition_by_tiling((1,)), (dimension(0) + first,))
+            rows = (executor.tiling(token, (1,)), (dimension(0) + first,))
             task.add_input(*rows)
             for column in zip(*self.outputs, strict=True):
                 task.add_output(*self._argument(column, aliased=False))

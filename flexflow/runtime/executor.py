@@ -155,8 +155,8 @@ class Executor:
         staging = self.runtime.node_count == 1  # one process holds every rank's data
         self.groups = run_groups(graph, strategy, self._regions, kinds, staging)
         """Consecutive ops run as one task per device (`flexflow.fusion`); ops whose tasks
-        share batch statistics stay alone and run through `batch_statistics`, unless the
-        whole model is one group whose tasks exchange them (`flexflow.runtime.concurrent`)."""
+        share batch statistics stay alone and run through `batch_statistics`, unless their
+        group is launched concurrently and exchanges them (`flexflow.runtime.concurrent`)."""
         self.exchanges = {
             g: StatisticsExchange(strategy[group.ops[0]].num_tasks)
             for g, group in enumerate(self.groups)
@@ -439,9 +439,8 @@ class Executor:
             for state, store in zip(self.optimizer.state_names, stores, strict=True):
                 arrays[f"{name}@{state}"] = self.params.value(store)
         for op, store in self.running.items():
-            value = read_store(self.store_of(store))
-            # (a concurrent launch keeps a row per point, all equal)
-            arrays[f"{self.graph.ops[op].name}@running"] = value[0] if value.ndim == 3 else value
+            value = self.batch_statistics.running_value(op, read_store(self.store_of(store)))
+            arrays[f"{self.graph.ops[op].name}@running"] = value
         return write_checkpoint(path, arrays, self.iteration, self.optimizer)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
