@@ -34,11 +34,11 @@ from dataclasses import dataclass
 
 from flexflow.fusion import (
     FusedGroup,
+    FusionMemo,
     cpu_devices,
     fuse,
     fused_task,
     inputs_read_in_step,
-    shared_statistics,
     sole_gradients,
     updates_in_step,
 )
@@ -46,7 +46,7 @@ from flexflow.graph import OperatorGraph
 from flexflow.ops.base import Region
 from flexflow.runtime.native_step import runs_as_one_call
 from flexflow.strategy import ParallelConfig, Strategy
-from flexflow.tiling import input_shards, update_pieces
+from flexflow.tiling import Piece, first_users, input_shards, op_update_pieces
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,26 +96,23 @@ def run_groups(
     regions: Sequence[tuple[Region, ...]],
     kinds: Sequence[str],
     staging: bool = True,
+    memo: LaunchMemo | None = None,
 ) -> tuple[FusedGroup, ...]:
     """The fused groups a run executes (`fuse`). A batch norm whose tasks share statistics
     joins its neighbours' group when that group splits each of its ops by sample alone over
     consecutive CPUs of this process (data parallelism, for the whole model or part of it):
     the group runs as concurrent launches whose points exchange the statistics in memory
     (`FusedGroup.exchanges`, flexflow.runtime.concurrent). Any other such batch norm runs
-    alone."""
-    cpus = cpu_devices(kinds)
+    alone. `memo`: kept for the next strategies (`LaunchMemo`)."""
+    memo = _memo_for(memo, graph, kinds)
+    cpus = memo.fusion.cpu_devices
     # the batch norms that may exchange (split by sample alone over consecutive CPUs), less
     # those whose group turns out not to launch together (usually none: one fuse)
     exchanging = frozenset(
-        op
-        for op in range(len(graph.ops))
-        if staging
-        and graph.ops[op].op.statistics_dims
-        and shared_statistics(graph, strategy, regions, op, cpus)
-        and _launches_together(strategy, (op,), kinds)
+        op for op in range(len(graph.ops)) if staging and memo.may_exchange(strategy, regions, op)
     )
     while exchanging:
-        joined = fuse(graph, strategy, regions, cpus, exchanging)
+        joined = fuse(graph, strategy, regions, cpus, exchanging, memo.fusion)
         failing = {
             op
             for g in joined
@@ -125,7 +122,97 @@ def run_groups(
         if not failing & exchanging:
             return joined
         exchanging -= failing
-    return fuse(graph, strategy, regions, cpus)
+    return fuse(graph, strategy, regions, cpus, memo=memo.fusion)
+
+
+class LaunchMemo:
+    """What counting a strategy's tasks (`iteration_tasks`, `run_groups`) works out from one
+    op's configuration, or two ops' (`FusionMemo`), kept for the next strategies: a search's
+    differ from the one before in an op or a few. The keys hold the configurations, so an
+    entry is never stale; a memo belongs to one graph and one machine's device kinds, and
+    starts afresh past LIMIT entries of a kind."""
+
+    LIMIT = FusionMemo.LIMIT
+
+    def __init__(self, graph: OperatorGraph, kinds: Sequence[str]) -> None:
+        self.graph, self.kinds = graph, tuple(kinds)
+        self.fusion = FusionMemo(graph, cpu_devices(kinds))
+        self._first = first_users(graph)
+        self._input_readers = tuple(
+            sorted({op for t in graph.input_tensors for op in graph.consumers(t.id)})
+        )
+        self._regions: dict[tuple[int, ParallelConfig], tuple[Region, ...]] = {}
+        self._may_exchange: dict[tuple[int, ParallelConfig], bool] = {}
+        self._owners: dict[tuple[int, ParallelConfig], frozenset[int]] = {}
+        self._shards: dict[tuple[ParallelConfig, ...], dict[int, tuple[Piece, ...]]] = {}
+
+    def regions(self, strategy: Strategy) -> list[tuple[Region, ...]]:
+        """Each op's task tiles (`ParallelConfig.task_regions`)."""
+        found = []
+        for node, config in zip(self.graph.ops, strategy.configs, strict=True):
+            key = (node.id, config)
+            tiles = self._regions.get(key)
+            if tiles is None:
+                _make_room(self._regions, self.LIMIT)
+                tiles = self._regions[key] = config.task_regions(node.sig.output_shape)
+            found.append(tiles)
+        return found
+
+    def may_exchange(self, strategy, regions: Sequence[tuple[Region, ...]], op: int) -> bool:
+        """Whether `op`'s tasks share batch statistics and are split by sample alone over
+        consecutive CPUs, so it may exchange them in its group's launch (`run_groups`)."""
+        key = (op, strategy[op])
+        found = self._may_exchange.get(key)
+        if found is None:
+            _make_room(self._may_exchange, self.LIMIT)
+            found = self._may_exchange[key] = bool(
+                self.graph.ops[op].op.statistics_dims
+                and self.fusion.shared(strategy, regions, op)
+                and _launches_together(strategy, (op,), self.kinds)
+            )
+        return found
+
+    def update_owners(self, strategy: Strategy, regions: Sequence[tuple[Region, ...]]) -> int:
+        """How many devices own update pieces (`flexflow.tiling.update_pieces`)."""
+        owners: set[int] = set()
+        for node, config in zip(self.graph.ops, strategy.configs, strict=True):
+            if not node.weights:
+                continue
+            key = (node.id, config)
+            found = self._owners.get(key)
+            if found is None:
+                _make_room(self._owners, self.LIMIT)
+                pieces = op_update_pieces(
+                    self.graph, node.id, config, regions[node.id], self._first
+                )
+                found = self._owners[key] = frozenset(d for p in pieces.values() for _, d in p)
+            owners |= found
+        return len(owners)
+
+    def input_shards(
+        self, strategy: Strategy, regions: Sequence[tuple[Region, ...]]
+    ) -> dict[int, tuple[Piece, ...]]:
+        """`flexflow.tiling.input_shards`, which only the ops reading model inputs decide."""
+        key = tuple(strategy[op] for op in self._input_readers)
+        found = self._shards.get(key)
+        if found is None:
+            _make_room(self._shards, self.LIMIT)
+            found = self._shards[key] = input_shards(self.graph, strategy, regions)
+        return found
+
+
+def _memo_for(memo: LaunchMemo | None, graph: OperatorGraph, kinds: Sequence[str]) -> LaunchMemo:
+    """`memo`, or a new one where None; one made for another graph or machine is a bug."""
+    if memo is None:
+        return LaunchMemo(graph, kinds)
+    if memo.graph is not graph or memo.kinds != tuple(kinds):
+        raise ValueError("the launch memo was made for another graph or other device kinds")
+    return memo
+
+
+def _make_room(memo: dict, limit: int) -> None:
+    if len(memo) >= limit:
+        memo.clear()
 
 
 def _launches_together(strategy: Strategy, ops: Sequence[int], kinds: Sequence[str]) -> bool:
@@ -150,25 +237,25 @@ def iteration_tasks(
     regions: Sequence[tuple[Region, ...]] | None = None,
     sparse_labels: bool = False,
     steps_per_execution: int = 1,
+    memo: LaunchMemo | None = None,
 ) -> IterationTasks:
     """The Legate tasks of one `Executor.train_batch` (see the module doc). `kinds[d]` is the
     kind of device d ('cpu' or 'gpu'); `staging`: a single-rank run, whose step tasks may read
     model inputs from the process; `regions[op]`, the op's task tiles, when already known;
     `sparse_labels`: the loss is sparse categorical cross-entropy on integer labels, under which
     step tasks of dense chains run in C++ bodies (`cpp_steps`); `steps_per_execution`: the
-    iterations `fit` issues per launch where it can (`FFConfig.steps_per_execution`)."""
+    iterations `fit` issues per launch where it can (`FFConfig.steps_per_execution`);
+    `memo`: kept for the next strategies (`LaunchMemo`, as `LaunchCounter` does)."""
+    memo = _memo_for(memo, graph, kinds)
     if regions is None:
-        regions = [
-            config.task_regions(node.sig.output_shape)
-            for node, config in zip(graph.ops, strategy.configs, strict=True)
-        ]
-    groups = run_groups(graph, strategy, regions, kinds, staging)
-    sole = sole_gradients(graph, strategy, regions, groups)
+        regions = memo.regions(strategy)
+    groups = run_groups(graph, strategy, regions, kinds, staging, memo)
     # the last group's tasks are always step-ready: nothing after it reads what it makes but
     # the model's output (`_internal`); built only where one group is the whole model, whose
     # steps may update and read their inputs in the task (a large group costs ~25 ms to build)
-    last_tasks = []
+    last_tasks, sole = [], frozenset()
     if len(groups) == 1:
+        sole = sole_gradients(graph, strategy, regions, groups)
         last_tasks = [
             fused_task(
                 graph, groups[-1], index, [regions[op][index] for op in groups[-1].ops], sole
@@ -188,15 +275,10 @@ def iteration_tasks(
     # only a model that is one step task per device updates and reads its inputs inside it
     in_step = updates_in_step(graph, strategy, groups, [last_tasks], sole, kinds)
     staged = inputs_read_in_step(graph, strategy, groups, [last_tasks], kinds) if staging else {}
-    updates = 0
-    if not in_step:
-        owners = {
-            d for pieces in update_pieces(graph, strategy, regions).values() for _, d in pieces
-        }
-        updates = len(owners)
+    updates = 0 if in_step else memo.update_owners(strategy, regions)
     feeds = sum(
         len(shards)
-        for tid, shards in input_shards(graph, strategy, regions).items()
+        for tid, shards in memo.input_shards(strategy, regions).items()
         if tid not in staged
     )
     cpp, per_launch = 0, 1
@@ -215,7 +297,8 @@ def iteration_tasks(
 
 class LaunchCounter:
     """`iteration_tasks` of one graph's strategies on one machine, memoized: a search asks for
-    the same strategies again (an undone proposal, its chain's current strategy)."""
+    the same strategies again (an undone proposal, its chain's current strategy), and its new
+    ones differ from those in an op or a few (`LaunchMemo`)."""
 
     MEMO_LIMIT = 1 << 16
     """Strategies remembered; the memo starts afresh beyond it (a long search's early
@@ -233,13 +316,14 @@ class LaunchCounter:
         self.sparse_labels, self.steps_per_execution = sparse_labels, steps_per_execution
         self._names = tuple(node.name for node in graph.ops)
         self._memo: dict[tuple[ParallelConfig, ...], IterationTasks] = {}
+        self.memo = LaunchMemo(graph, kinds)
+        """What the counts work out per op (`LaunchMemo`)."""
 
     def __call__(self, configs: Sequence[ParallelConfig]) -> IterationTasks:
         key = tuple(configs)
         found = self._memo.get(key)
         if found is None:
-            if len(self._memo) >= self.MEMO_LIMIT:
-                self._memo.clear()
+            _make_room(self._memo, self.MEMO_LIMIT)
             strategy = Strategy(self._names, key)
             found = self._memo[key] = iteration_tasks(
                 self.graph,
@@ -248,5 +332,6 @@ class LaunchCounter:
                 self.staging,
                 sparse_labels=self.sparse_labels,
                 steps_per_execution=self.steps_per_execution,
+                memo=self.memo,
             )
         return found

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from flexflow.graph import OperatorGraph
 from flexflow.ops.base import Region
-from flexflow.strategy import Strategy
+from flexflow.strategy import ParallelConfig, Strategy
 
 Piece = tuple[Region, int]
 """A region of a tensor and the device that owns it."""
@@ -75,23 +75,46 @@ def update_pieces(
     `regions[op]` are the output regions of op `op`'s tasks (`ParallelConfig.task_regions`).
     """
     pieces: dict[int, tuple[Piece, ...]] = {}
+    first = first_users(graph)
     for node, config in zip(graph.ops, strategy.configs, strict=True):
-        for slot, pid in enumerate(node.weights):
-            if pid in pieces:
-                continue  # a shared parameter (LSTM steps) is updated once, as its first op says
-            shape = graph.parameters[pid].spec.shape
-            read = [
-                (node.op.weight_regions(node.sig, region)[slot], device)
-                for region, device in zip(regions[node.id], config.devices, strict=True)
-            ]
-            holders = _distinct(read)
-            if not is_tiling(list(holders), shape):
-                holders = {_whole(shape): list(holders[read[0][0]])}
-            pieces[pid] = tuple(
-                piece
-                for region, devices in holders.items()
-                for piece in _split_rows(region, devices)
-            )
+        pieces |= op_update_pieces(graph, node.id, config, regions[node.id], first)
+    return pieces
+
+
+def first_users(graph: OperatorGraph) -> tuple[int, ...]:
+    """Per parameter id, the first op (graph order) reading it: the one whose configuration
+    says where it is updated (a shared parameter, an LSTM's steps', is updated once)."""
+    first: dict[int, int] = {}
+    for node in graph.ops:
+        for pid in node.weights:
+            first.setdefault(pid, node.id)
+    return tuple(first.get(pid, -1) for pid in range(len(graph.parameters)))
+
+
+def op_update_pieces(
+    graph: OperatorGraph,
+    op: int,
+    config: ParallelConfig,
+    regions: Sequence[Region],
+    first: Sequence[int],
+) -> dict[int, tuple[Piece, ...]]:
+    """`update_pieces` of the parameters whose first user (`first[pid]`) is `op`, under its
+    configuration `config` with task tiles `regions`."""
+    node, pieces = graph.ops[op], {}
+    for slot, pid in enumerate(node.weights):
+        if first[pid] != op or pid in pieces:
+            continue
+        shape = graph.parameters[pid].spec.shape
+        read = [
+            (node.op.weight_regions(node.sig, region)[slot], device)
+            for region, device in zip(regions, config.devices, strict=True)
+        ]
+        holders = _distinct(read)
+        if not is_tiling(list(holders), shape):
+            holders = {_whole(shape): list(holders[read[0][0]])}
+        pieces[pid] = tuple(
+            piece for region, devices in holders.items() for piece in _split_rows(region, devices)
+        )
     return pieces
 
 

@@ -144,6 +144,9 @@ class SimContext:
         dense-chain steps run in C++ bodies; `steps_per_execution`: the planned run's
         iterations per launch where its C++ steps allow (`FFConfig.steps_per_execution`; see
         `flexflow.launches`)."""
+        self.fusion = self._launches.memo.fusion
+        """The fusion tests made so far (`flexflow.fusion.FusionMemo`), shared by the launch
+        counts and the task graphs' `joins_previous`."""
         self.num_devices = machine.num_devices
         self.num_resources = machine.num_devices + len(machine.links)
         self.resource_sets = ResourceSets(machine.num_devices)
