@@ -293,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
             "model": args.model,
             "machine": machine.name,
             "strategy": plan.source,
+            "trials": [  # the close candidates timed after a search, if any
+                {"label": c.label, "simulated_ms": c.simulated_ms, "measured_ms": c.measured_ms}
+                for c in plan.trials
+            ],
             "simulated_ms": plan.simulated_ms,
             "measured_ms": measured_ms,  # per iteration in the last epoch, data feeding included
             "steps_per_launch": per_launch,  # training steps per Legate launch

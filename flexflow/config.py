@@ -24,6 +24,9 @@ class FFConfig:
     """Training steps per Legate launch where the model allows (as Keras' option of this name:
     `flexflow.runtime.step_launches`); the same numbers for any value, less runtime overhead
     for more. 1: a launch per step."""
+    trials: bool = True
+    """After a search, time the strategies the simulation cannot tell from its pick and keep
+    the fastest measured (`flexflow.planning`); single-process runs only."""
 
     def __post_init__(self) -> None:
         for key in ("batch_size", "epochs", "steps_per_execution"):
@@ -51,7 +54,7 @@ class FFConfig:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         """FlexFlow's training flags: -b/--batch-size, -e/--epochs, --lr, --seed, --budget,
-        --import-strategy, --export-strategy, and --steps-per-execution (Keras')."""
+        --import-strategy, --export-strategy, --steps-per-execution (Keras') and --no-trials."""
         parser.add_argument("-b", "--batch-size", type=int, default=64)
         parser.add_argument("-e", "--epochs", type=int, default=1)
         parser.add_argument(
@@ -82,6 +85,12 @@ class FFConfig:
             help="training steps per Legate launch where the model allows (default 8; the "
             "same numbers for any K)",
         )
+        parser.add_argument(
+            "--no-trials",
+            dest="trials",
+            action="store_false",
+            help="keep the search's pick without timing the strategies it simulates close to",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace | Sequence[str] | None = None) -> FFConfig:
@@ -99,4 +108,5 @@ class FFConfig:
             import_strategy=args.import_strategy,
             export_strategy=args.export_strategy,
             steps_per_execution=args.steps_per_execution,
+            trials=args.trials,
         )

@@ -13,6 +13,7 @@ model-parallel RNN strategies exploit.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -433,17 +434,32 @@ class FFModel:
         record_timeline: bool = False,
         profile: Profile | None = None,
     ) -> Plan:
-        """Choose the strategy (config: search_budget, import/export_strategy), place the model
-        on this process's Legate processors and prepare training; returns how the strategy was
-        chosen. Starts Legate. The model takes no more layers after this. With
+        """Choose the strategy (config: search_budget, import/export_strategy, trials: after a
+        search, the close candidates timed in throwaway executors on this process, alone),
+        place the model on this process's Legate processors and prepare training; returns how
+        the strategy was chosen. Starts Legate. The model takes no more layers after this. With
         `record_timeline` every task's measured time is kept (`executor.timeline`); `profile`
         (measured task times, `flexflow profile`) prices the search's simulations."""
+        from legate.core import get_legate_runtime
+
         from flexflow.machine import parse_machine
         from flexflow.planning import plan_strategy
         from flexflow.runtime import Executor
         from flexflow.runtime.training import Trainer
+        from flexflow.runtime.trials import time_candidates
 
         graph = self.graph()
+        optimizer = optimizer or SGDOptimizer(self.config.learning_rate)
+        measure = None
+        if self.config.trials and get_legate_runtime().node_count == 1:
+            measure = functools.partial(
+                time_candidates,
+                graph,
+                loss=loss_type,
+                optimizer=optimizer,
+                steps_per_execution=self.config.steps_per_execution,
+                seed=self.config.seed,
+            )
         plan = plan_strategy(
             graph,
             machine or parse_machine("local"),
@@ -455,8 +471,8 @@ class FFModel:
             profile=profile,
             loss=loss_type,
             steps_per_execution=self.config.steps_per_execution,
+            measure=measure,
         )
-        optimizer = optimizer or SGDOptimizer(self.config.learning_rate)
         executor = Executor(
             graph,
             plan.strategy,

@@ -5,11 +5,21 @@
 process (`local`), and no budget means data parallelism. `--export-strategy FILE` writes the
 chosen strategy atomically. Importing a strategy and searching are exclusive: a search can
 start from a file with `flexflow search --init FILE` instead.
+
+After a search, the strategies the simulation cannot tell from its pick are timed (`trials`):
+the pick, data parallelism, everything on one device and the expert strategy, those of them
+that simulate within TRIAL_MARGIN of the fastest, each trained for a few iterations on
+synthetic batches (`flexflow.runtime.trials`), and the fastest measured is kept. Why: on a
+small host the planning simulation is off by 11-38% on average (benchmarks/results/
+fidelity-s25.md), enough to prefer a strategy that runs slower: a search's pick simulated 1.04x
+faster than data parallelism ran LeNet 2x slower (session 24), and ResNet-101's data
+parallelism, simulated 4% faster than one CPU, ran 1.3x slower than it (session 25).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -21,6 +31,25 @@ from flexflow.machine import Machine
 from flexflow.ops import DimKind
 from flexflow.strategy import Strategy
 
+TRIAL_MARGIN = 0.25
+"""Strategies simulated within this fraction of the fastest are timed after a search: about
+the planning simulation's mean error on this project's hosts (11-38%, fidelity-s25)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A strategy timed after a search (`close_candidates`), and what it measured."""
+
+    label: str
+    strategy: Strategy
+    simulated_ms: float
+    measured_ms: float | None = None
+
+
+Measure = Callable[[Sequence[Candidate], float], Sequence[float]]
+"""Seconds per training iteration of each candidate, measured within about a budget in
+seconds (`flexflow.runtime.trials.time_candidates`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -29,6 +58,8 @@ class Plan:
     """How it was chosen, for people: 'data parallelism', 'imported from F', 'searched ...'."""
     simulated_ms: float
     dp_simulated_ms: float
+    trials: tuple[Candidate, ...] = ()
+    """The candidates timed after the search, with their measured times (none: no trials)."""
 
     def describe(self) -> str:
         return (
@@ -99,11 +130,13 @@ def plan_strategy(
     profile: Profile | None = None,
     loss: str | None = None,
     steps_per_execution: int = 1,
+    measure: Measure | None = None,
 ) -> Plan:
     """Choose the strategy for `graph` on `machine` (see the module doc), simulating with the
     measured task times of `profile` where it has them; `loss`, the run's loss, and
     `steps_per_execution`, its iterations per launch, tell what the runtime will cost
-    (`planning_context`)."""
+    (`planning_context`). After a search, `measure` times the close candidates (no trials
+    where None)."""
     from flexflow.search.progress import search_with_progress
     from flexflow.simulator import TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
@@ -117,6 +150,7 @@ def plan_strategy(
     if budget_s < 0:
         raise StrategyError(f"--budget must be >= 0 seconds, got {budget_s}.")
     console = console or Console(stderr=True)
+    trials: tuple[Candidate, ...] = ()
     context = planning_context(graph, machine, profile, loss, steps_per_execution)
     dp = named_strategy("dp", graph, machine)
     dp_s = full_simulate(TaskGraph(context, dp)).iteration_s
@@ -135,6 +169,11 @@ def plan_strategy(
         )
         strategy = result.best
         source = f"searched for {budget_s:g} s ({result.proposals:,} proposals)"
+        if measure is not None:
+            trials = _trial_runs(context, graph, machine, strategy, dp, budget_s, measure)
+            if trials:
+                kept = min(trials, key=lambda c: c.measured_ms)
+                strategy, source = kept.strategy, f"{source}; {_describe_trials(trials, kept)}"
     else:
         strategy, source = (
             dp,
@@ -143,4 +182,55 @@ def plan_strategy(
     simulated_s = full_simulate(TaskGraph(context, strategy)).iteration_s
     if export_path is not None:
         export_strategy(export_path, strategy, graph, machine, model=model_name)
-    return Plan(strategy, source, simulated_s * 1e3, dp_s * 1e3)
+    return Plan(strategy, source, simulated_s * 1e3, dp_s * 1e3, trials)
+
+
+def close_candidates(
+    context, graph: OperatorGraph, machine: Machine, searched: Strategy, dp: Strategy
+) -> tuple[Candidate, ...]:
+    """The search's pick, data parallelism, everything on one device and the expert strategy,
+    each once, that simulate within TRIAL_MARGIN of the fastest of them, fastest first."""
+    from flexflow.simulator import TaskGraph, full_simulate
+    from flexflow.strategies import data_parallel_over, named_strategy
+
+    named = {
+        "searched": searched,
+        "data parallelism": dp,
+        "one device": data_parallel_over(graph, 1),
+        "expert": named_strategy("expert", graph, machine),
+    }
+    seen: dict[Strategy, Candidate] = {}
+    for label, strategy in named.items():
+        if strategy not in seen:
+            simulated = full_simulate(TaskGraph(context, strategy)).iteration_s * 1e3
+            seen[strategy] = Candidate(label, strategy, simulated)
+    fastest = min(c.simulated_ms for c in seen.values())
+    close = [c for c in seen.values() if c.simulated_ms <= fastest * (1 + TRIAL_MARGIN)]
+    return tuple(sorted(close, key=lambda c: c.simulated_ms))
+
+
+def _trial_runs(
+    context,
+    graph: OperatorGraph,
+    machine: Machine,
+    searched: Strategy,
+    dp: Strategy,
+    budget_s: float,
+    measure: Measure,
+) -> tuple[Candidate, ...]:
+    """The close candidates with their measured times; none where only one is close."""
+    candidates = close_candidates(context, graph, machine, searched, dp)
+    if len(candidates) < 2:
+        return ()
+    measured = measure(candidates, budget_s)
+    return tuple(
+        Candidate(c.label, c.strategy, c.simulated_ms, seconds * 1e3)
+        for c, seconds in zip(candidates, measured, strict=True)
+    )
+
+
+def _describe_trials(trials: Sequence[Candidate], kept: Candidate) -> str:
+    timed = ", ".join(
+        f"{c.label} {c.measured_ms:.3f} ms (simulated {c.simulated_ms:.3f})" for c in trials
+    )
+    return f"timed {len(trials)} close candidates per iteration: {timed}; kept {kept.label}"

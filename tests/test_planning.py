@@ -62,3 +62,52 @@ def test_conflicting_or_negative_choices_are_errors(options, match):
 def test_a_bad_training_configuration_names_the_field(options, match):
     with pytest.raises(FlexFlowError, match=match):
         FFConfig(**options)
+
+
+def test_close_candidates_are_distinct_and_within_the_margin_of_the_fastest(monkeypatch):
+    import flexflow.planning as planning
+    from flexflow.strategies import named_strategy
+
+    graph, machine = lenet(8), parse_machine("p100:1")
+    context = planning.planning_context(graph, machine)
+    dp = named_strategy("dp", graph, machine)
+    monkeypatch.setattr(planning, "TRIAL_MARGIN", 1e9)
+    everyone = planning.close_candidates(context, graph, machine, dp, dp)
+    # the search's pick is data parallelism: named once, by the first label
+    assert [c.label for c in everyone].count("searched") == 1
+    assert "data parallelism" not in [c.label for c in everyone]
+    assert len({c.strategy for c in everyone}) == len(everyone) == 3
+    times = [c.simulated_ms for c in everyone]
+    assert times == sorted(times) and all(c.measured_ms is None for c in everyone)
+    monkeypatch.setattr(planning, "TRIAL_MARGIN", 0.0)
+    (fastest,) = planning.close_candidates(context, graph, machine, dp, dp)
+    assert fastest.simulated_ms == times[0]
+
+
+def test_a_search_keeps_the_fastest_measured_close_candidate(monkeypatch, tmp_path):
+    import flexflow.planning as planning
+
+    graph, machine = lenet(8), parse_machine("p100:1")
+    calls = []
+
+    def measure(candidates, budget_s):
+        calls.append(([c.label for c in candidates], budget_s))
+        return [1.0 + i for i in range(len(candidates))][::-1]  # the last is the fastest
+
+    monkeypatch.setattr(planning, "TRIAL_MARGIN", 1e9)
+    path = tmp_path / "s.json"
+    plan = plan_strategy(graph, machine, budget_s=0.5, export_path=path, measure=measure)
+    ((labels, budget),) = calls
+    assert budget == 0.5 and len(labels) == len(plan.trials) >= 2
+    kept = plan.trials[-1]
+    assert kept.measured_ms == 1000.0 and plan.strategy == kept.strategy
+    assert [c.measured_ms for c in plan.trials] == [
+        1e3 * (len(labels) - i) for i in range(len(labels))
+    ]
+    assert f"kept {kept.label}" in plan.source
+    assert load_strategy(path, graph, machine) == kept.strategy  # the export is the kept one
+    # no search, or a single close candidate: nothing is timed
+    assert plan_strategy(graph, machine, measure=measure).trials == ()
+    monkeypatch.setattr(planning, "TRIAL_MARGIN", 0.0)  # the fastest alone is close
+    assert plan_strategy(graph, machine, budget_s=0.5, measure=measure).trials == ()
+    assert len(calls) == 1
