@@ -435,8 +435,9 @@ class FFModel:
         profile: Profile | None = None,
     ) -> Plan:
         """Choose the strategy (config: search_budget, import/export_strategy, trials: after a
-        search, the close candidates timed in throwaway executors on this process, alone),
-        place the model on this process's Legate processors and prepare training; returns how
+        search, the close candidates timed in throwaway executors on this process, alone; a
+        run of several ranks searches with seed + rank on each and keeps one pick,
+        `flexflow.runtime.agreement`), place the model on this process's Legate processors and prepare training; returns how
         the strategy was chosen. Starts Legate. The model takes no more layers after this. With
         `record_timeline` every task's measured time is kept (`executor.timeline`); `profile`
         (measured task times, `flexflow profile`) prices the search's simulations."""
@@ -445,13 +446,17 @@ class FFModel:
         from flexflow.machine import parse_machine
         from flexflow.planning import plan_strategy
         from flexflow.runtime import Executor
+        from flexflow.runtime.agreement import agree_on_strategy
         from flexflow.runtime.training import Trainer
         from flexflow.runtime.trials import time_candidates
 
-        graph = self.graph()
+        graph, machine = self.graph(), machine or parse_machine("local")
         optimizer = optimizer or SGDOptimizer(self.config.learning_rate)
-        measure = None
-        if self.config.trials and get_legate_runtime().node_count == 1:
+        measure = agree = None
+        runtime = get_legate_runtime()
+        if runtime.node_count > 1:  # each rank searches with its seed; all keep one pick
+            agree = functools.partial(agree_on_strategy, graph, machine)
+        elif self.config.trials:
             measure = functools.partial(
                 time_candidates,
                 graph,
@@ -462,16 +467,17 @@ class FFModel:
             )
         plan = plan_strategy(
             graph,
-            machine or parse_machine("local"),
+            machine,
             budget_s=self.config.search_budget,
             import_path=self.config.import_strategy,
             export_path=self.config.export_strategy,
-            seed=self.config.seed,
+            seed=self.config.seed + runtime.node_id,
             console=console,
             profile=profile,
             loss=loss_type,
             steps_per_execution=self.config.steps_per_execution,
             measure=measure,
+            agree=agree,
         )
         executor = Executor(
             graph,

@@ -49,6 +49,9 @@ class Candidate:
 Measure = Callable[[Sequence[Candidate], float], Sequence[float]]
 """Seconds per training iteration of each candidate, measured within about a budget in
 seconds (`flexflow.runtime.trials.time_candidates`)."""
+Agree = Callable[[Strategy, float], tuple[Strategy, str]]
+"""The strategy every rank of the run keeps, given this rank's pick and its simulated seconds,
+with a note for people (`flexflow.runtime.agreement.agree_on_strategy`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +134,14 @@ def plan_strategy(
     loss: str | None = None,
     steps_per_execution: int = 1,
     measure: Measure | None = None,
+    agree: Agree | None = None,
 ) -> Plan:
     """Choose the strategy for `graph` on `machine` (see the module doc), simulating with the
     measured task times of `profile` where it has them; `loss`, the run's loss, and
     `steps_per_execution`, its iterations per launch, tell what the runtime will cost
     (`planning_context`). After a search, `measure` times the close candidates (no trials
-    where None)."""
+    where None), then `agree` makes the ranks of a run of several keep one pick (each
+    searched with its own `seed`)."""
     from flexflow.search.progress import search_with_progress
     from flexflow.simulator import TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
@@ -174,6 +179,10 @@ def plan_strategy(
             if trials:
                 kept = min(trials, key=lambda c: c.measured_ms)
                 strategy, source = kept.strategy, f"{source}; {_describe_trials(trials, kept)}"
+        if agree is not None:
+            offered_s = full_simulate(TaskGraph(context, strategy)).iteration_s
+            strategy, note = agree(strategy, offered_s)
+            source = f"{source}; {note}" if note else source
     else:
         strategy, source = (
             dp,

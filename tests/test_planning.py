@@ -111,3 +111,24 @@ def test_a_search_keeps_the_fastest_measured_close_candidate(monkeypatch, tmp_pa
     monkeypatch.setattr(planning, "TRIAL_MARGIN", 0.0)  # the fastest alone is close
     assert plan_strategy(graph, machine, budget_s=0.5, measure=measure).trials == ()
     assert len(calls) == 1
+
+
+def test_the_ranks_agreed_strategy_is_the_one_kept_and_exported(tmp_path):
+    from flexflow.strategies import named_strategy
+
+    graph, machine = lenet(8), parse_machine("p100:1")
+    theirs = named_strategy("expert", graph, machine)
+    offers = []
+
+    def agree(strategy, simulated_s):
+        offers.append((strategy, simulated_s))
+        return theirs, "agreed across 2 ranks: rank 1's"
+
+    path = tmp_path / "s.json"
+    plan = plan_strategy(graph, machine, budget_s=0.3, export_path=path, agree=agree)
+    ((offered, offered_s),) = offers
+    assert offered_s > 0 and offered_s * 1e3 <= plan.dp_simulated_ms
+    assert plan.strategy == theirs == load_strategy(path, graph, machine)
+    assert plan.source.endswith("; agreed across 2 ranks: rank 1's")
+    assert plan_strategy(graph, machine, agree=agree).strategy != theirs  # no search: no offer
+    assert len(offers) == 1

@@ -95,6 +95,24 @@ def library_and_tasks():
     return _REGISTERED["tile"]
 
 
+def offer_task():
+    """The flexflow Legate library and the id of the task that gathers every rank's strategy
+    offer (flexflow.runtime.agreement), registered once per process."""
+    if "offer" not in _REGISTERED:
+        library = library_and_tasks()[0]
+        task_id = library.get_new_task_id()
+        info = TaskInfo.from_variants(task_id, "flexflow_offer", [(VariantCode.CPU, _offer)])
+        library.register_task(info)
+        _REGISTERED["offer"] = (library, task_id)
+    return _REGISTERED["offer"]
+
+
+def _offer(context) -> None:
+    from flexflow.runtime.agreement import write_offer
+
+    write_offer(int(context.scalars[0].value()), _array(context.reductions[0]))
+
+
 def _array(physical) -> np.ndarray:
     """A task argument as a numpy array over its memory: through DLPack (0.6 us, against
     2.4 us for the store's array interface and 2.5 us for an inline allocation's; every task

@@ -47,8 +47,28 @@ with Executor(mlp_graph, named_strategy("dp", mlp_graph, machine), seed=0) as ex
     native_steps = len(executor.native_steps)
     cpp_steps = executor.cpp_steps_issued
 
+# every rank's offer reaches every rank (flexflow.runtime.agreement), and a search's pick is
+# one strategy on all ranks, each having searched with its own seed
+from legate.core import get_legate_runtime  # noqa: E402
+
+from flexflow.runtime.agreement import gather_rows  # noqa: E402
+
+rank = get_legate_runtime().node_id
+table = gather_rows([rank, 10.0 * rank + 1])
+searched = load_model("lenet", FFConfig(batch_size=BATCH, search_budget=0.5, seed=0))
+plan = searched.compile(loss_type="sparse_categorical_crossentropy", progress=False)
+searched_losses = [
+    searched.executor.step({"image": images}, labels, loss="sparse_categorical_crossentropy")
+    for _ in range(2)
+]
+searched.executor.close()
+
 report = {
     "rank": int(os.environ.get("LEGATE_GLOBAL_RANK", "0")),
+    "table": table.tolist(),
+    "plan": [[list(c.degrees), list(c.devices)] for c in plan.strategy.configs],
+    "plan_source": plan.source,
+    "searched_losses": searched_losses,
     "nodes": machine.num_nodes,
     "devices": machine.num_devices,
     "losses": losses,

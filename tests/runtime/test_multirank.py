@@ -79,5 +79,13 @@ def test_two_ranks_train_lenet_like_one():
         assert report["native_steps"] == reference["native_steps"]
         # ... in C++ task bodies (flexflow.runtime.native_tasks), on one rank and on two
         assert report["cpp_steps"] == reference["cpp_steps"]
+    # the ranks' offers reach every rank; one search's pick is trained by both
+    assert [r["table"] for r in ranks] == [[[0.0, 1.0], [1.0, 11.0]]] * RANKS
+    assert reference["table"] == [[0.0, 1.0]]
+    first, second = ranks
+    assert first["plan"] == second["plan"]
+    assert "agreed across 2 ranks" in first["plan_source"]
+    assert "agreed" not in reference["plan_source"]  # one rank keeps its own
+    assert first["searched_losses"] == second["searched_losses"]
     if reference["native_steps"]:
         assert reference["cpp_steps"] == reference["native_steps"] * len(reference["mlp_losses"])
