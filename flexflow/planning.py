@@ -36,6 +36,11 @@ TRIAL_MARGIN = 0.25
 the planning simulation's mean error on this project's hosts (11-38%, fidelity-s25)."""
 
 
+MIN_TRIAL_LAUNCHES = 2
+"""Timed launches per candidate at least, after one to warm it up
+(`flexflow.runtime.trials`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A strategy timed after a search (`close_candidates`), and what it measured."""
@@ -230,6 +235,13 @@ def _trial_runs(
     """The close candidates with their measured times; none where only one is close."""
     candidates = close_candidates(context, graph, machine, searched, dp)
     if len(candidates) < 2:
+        return ()
+    # the least the trials take as simulated (a warm-up and MIN_TRIAL_LAUNCHES launches of
+    # `fit`'s steps per launch each): never far past the budget
+    least_s = sum(
+        c.simulated_ms * 1e-3 * context.steps_per_launch(c.strategy.configs) for c in candidates
+    )
+    if least_s * (1 + MIN_TRIAL_LAUNCHES) > 2 * budget_s:
         return ()
     measured = measure(candidates, budget_s)
     return tuple(

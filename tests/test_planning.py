@@ -132,3 +132,24 @@ def test_the_ranks_agreed_strategy_is_the_one_kept_and_exported(tmp_path):
     assert plan.source.endswith("; agreed across 2 ranks: rank 1's")
     assert plan_strategy(graph, machine, agree=agree).strategy != theirs  # no search: no offer
     assert len(offers) == 1
+
+
+def test_no_trials_where_timing_the_candidates_would_far_outlast_the_budget(monkeypatch):
+    import flexflow.planning as planning
+
+    graph, machine = lenet(8), parse_machine("p100:1")
+    monkeypatch.setattr(planning, "TRIAL_MARGIN", 1e9)
+    calls = []
+
+    def measure(candidates, budget_s):
+        calls.append(budget_s)
+        return [1.0] * len(candidates)
+
+    # LeNet's candidates simulate at a few ms per iteration on p100:1 (a step per launch on
+    # GPUs): three launches each take a few hundredths of a second, far past a 0.1 ms budget
+    assert plan_strategy(graph, machine, budget_s=1e-4, measure=measure).trials == ()
+    assert calls == []
+    assert plan_strategy(
+        graph, machine, budget_s=0.3, measure=measure, steps_per_execution=8
+    ).trials
+    assert calls == [0.3]

@@ -6,7 +6,7 @@ starts from the same weights whatever was timed) on one synthetic batch: standar
 inputs, token ids and labels 0, which cost the kernels what real data does. A launch of
 `steps_per_launch` iterations warms it up, then launches are timed one by one, each fenced on
 both sides (Legate runs tasks asynchronously), until the candidate's share of the budget is
-spent, at least MIN_LAUNCHES and at most MAX_LAUNCHES of them; its fastest launch counts
+spent, at least MIN_TRIAL_LAUNCHES and at most MAX_LAUNCHES of them; its fastest launch counts
 (this host's speed drifts; the fastest is the least disturbed).
 """
 
@@ -19,11 +19,11 @@ import numpy as np
 
 from flexflow.graph import OperatorGraph
 from flexflow.optimizers import Optimizer
-from flexflow.planning import Candidate
+from flexflow.planning import MIN_TRIAL_LAUNCHES, Candidate
 from flexflow.runtime.executor import Executor
 from flexflow.runtime.loss import loss_name
 
-MIN_LAUNCHES, MAX_LAUNCHES = 2, 8
+MAX_LAUNCHES = 8
 
 
 def synthetic_batch(graph: OperatorGraph, loss: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -86,7 +86,9 @@ def time_candidates(
             timed_iterations(executor, inputs, target, loss, launch)  # warm-up
             launches: list[float] = []
             spent = 0.0
-            while len(launches) < MIN_LAUNCHES or (spent < share and len(launches) < MAX_LAUNCHES):
+            while len(launches) < MIN_TRIAL_LAUNCHES or (
+                spent < share and len(launches) < MAX_LAUNCHES
+            ):
                 begin, end = timed_iterations(executor, inputs, target, loss, launch)
                 launches.append((end - begin) / launch)
                 spent += end - begin

@@ -332,6 +332,10 @@ class SimContext:
             update_s -= DEVICE_CONSTANTS[device.kind].launch_overhead_s
         return update_s
 
+    def steps_per_launch(self, configs: Sequence[ParallelConfig]) -> int:
+        """The training steps `fit` runs per launch under `configs` (`flexflow.launches`)."""
+        return self._launches(configs).steps_per_launch
+
     def runtime_s(self, configs: Sequence[ParallelConfig]) -> float:
         """The runtime's CPU time per iteration under `serial_launches`: its Legate tasks
         (`flexflow.launches`) times `LEGATE_CPU_TASK_S`, `LEGATE_CPP_TASK_S` for those with C++
