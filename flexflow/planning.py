@@ -180,10 +180,12 @@ def plan_strategy(
         strategy = result.best
         source = f"searched for {budget_s:g} s ({result.proposals:,} proposals)"
         if measure is not None:
-            trials = _trial_runs(context, graph, machine, strategy, dp, budget_s, measure)
+            trials, why_not = _trial_runs(context, graph, machine, strategy, dp, budget_s, measure)
             if trials:
                 kept = min(trials, key=lambda c: c.measured_ms)
                 strategy, source = kept.strategy, f"{source}; {_describe_trials(trials, kept)}"
+            elif why_not:
+                source = f"{source}; {why_not}"
         if agree is not None:
             offered_s = full_simulate(TaskGraph(context, strategy)).iteration_s
             strategy, note = agree(strategy, offered_s)
@@ -231,23 +233,29 @@ def _trial_runs(
     dp: Strategy,
     budget_s: float,
     measure: Measure,
-) -> tuple[Candidate, ...]:
-    """The close candidates with their measured times; none where only one is close."""
+) -> tuple[tuple[Candidate, ...], str]:
+    """The close candidates with their measured times, or none and why (nothing to say
+    where the pick alone is close)."""
     candidates = close_candidates(context, graph, machine, searched, dp)
     if len(candidates) < 2:
-        return ()
+        return (), ""
     # the least the trials take as simulated (a warm-up and MIN_TRIAL_LAUNCHES launches of
     # `fit`'s steps per launch each): never far past the budget
     least_s = sum(
         c.simulated_ms * 1e-3 * context.steps_per_launch(c.strategy.configs) for c in candidates
     )
-    if least_s * (1 + MIN_TRIAL_LAUNCHES) > 2 * budget_s:
-        return ()
+    least_s *= 1 + MIN_TRIAL_LAUNCHES
+    if least_s > 2 * budget_s:
+        return (), (
+            f"{len(candidates)} close candidates not timed: about {least_s:.1f} s simulated, "
+            f"over twice the budget (give --budget {least_s / 2:.0f} or more to time them)"
+        )
     measured = measure(candidates, budget_s)
-    return tuple(
+    trials = tuple(
         Candidate(c.label, c.strategy, c.simulated_ms, seconds * 1e3)
         for c, seconds in zip(candidates, measured, strict=True)
     )
+    return trials, ""
 
 
 def _describe_trials(trials: Sequence[Candidate], kept: Candidate) -> str:
