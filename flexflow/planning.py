@@ -11,9 +11,10 @@ the pick, data parallelism, everything on one device and the expert strategy, th
 that simulate within TRIAL_MARGIN of the fastest, each trained for a few iterations on
 synthetic batches (`flexflow.runtime.trials`), and the fastest measured is kept. Why: on a
 small host the planning simulation is off by 11-38% on average (benchmarks/results/
-fidelity-s25.md), enough to prefer a strategy that runs slower: a search's pick simulated 1.04x
-faster than data parallelism ran LeNet 2x slower (session 24), and ResNet-101's data
-parallelism, simulated 4% faster than one CPU, ran 1.3x slower than it (session 25).
+fidelity-s25.md), enough to prefer a strategy that runs slower: on a 2-core host a search's
+pick simulated 1.04x faster than data parallelism trained LeNet 2x slower, and ResNet-101's
+data parallelism, simulated 4% faster than one CPU, ran 1.3x slower than it (README,
+Training).
 """
 
 from __future__ import annotations
