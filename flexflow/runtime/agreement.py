@@ -91,6 +91,12 @@ def gather_rows(values: Sequence[float]) -> np.ndarray:
         table = runtime.create_store(ty.float64, (runtime.node_count, len(row)))
         runtime.issue_fill(table, -math.inf)
         cpus = get_machine().only(TaskTarget.CPU)
+        if cpus.count(TaskTarget.CPU) < runtime.node_count:
+            raise StrategyError(
+                "the ranks agree on their searched strategy through a task on each rank's CPU "
+                "processors, and some rank has none: run with `legate --cpus 1` or more, or "
+                "give every rank the same --import-strategy FILE."
+            )
         with Scope(machine=cpus):
             task = runtime.create_manual_task(library, task_id, (cpus.count(TaskTarget.CPU),))
             task.add_reduction(table, ty.ReductionOpKind.MAX)
