@@ -55,9 +55,9 @@ class Candidate:
 Measure = Callable[[Sequence[Candidate], float], Sequence[float]]
 """Seconds per training iteration of each candidate, measured within about a budget in
 seconds (`flexflow.runtime.trials.time_candidates`)."""
-Agree = Callable[[Strategy, float], tuple[Strategy, str]]
-"""The strategy every rank of the run keeps, given this rank's pick and its simulated seconds,
-with a note for people (`flexflow.runtime.agreement.agree_on_strategy`)."""
+Agree = Callable[..., tuple[Strategy, str]]
+"""(strategy, simulated seconds, imported=FILE or None) -> the strategy every rank of the run
+keeps, with a note for people (`flexflow.runtime.agreement.agree_on_strategy`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +147,7 @@ def plan_strategy(
     `steps_per_execution`, its iterations per launch, tell what the runtime will cost
     (`planning_context`). After a search, `measure` times the close candidates (no trials
     where None), then `agree` makes the ranks of a run of several keep one pick (each
-    searched with its own `seed`)."""
+    searched with its own `seed`), or checks that they imported the same strategy."""
     from flexflow.search.progress import search_with_progress
     from flexflow.simulator import TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
@@ -168,6 +168,8 @@ def plan_strategy(
     if import_path is not None:
         strategy = load_strategy(import_path, graph, machine)
         source = f"imported from {import_path}"
+        if agree is not None:  # the same file on every rank
+            agree(strategy, dp_s, imported=str(import_path))
     elif budget_s > 0:
         result = search_with_progress(
             console,

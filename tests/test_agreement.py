@@ -71,3 +71,15 @@ def test_one_rank_keeps_its_own_pick_without_a_note(monkeypatch):
     dp = named_strategy("dp", graph, machine)
     monkeypatch.setattr(agreement, "gather_rows", lambda row: np.asarray(row)[None, :])
     assert agreement.agree_on_strategy(graph, machine, dp, 0.002) == (dp, "")
+
+
+def test_an_imported_strategy_must_be_the_same_on_every_rank(monkeypatch):
+    graph, machine = GRAPHS["lenet"], parse_machine("p100:1")
+    dp = named_strategy("dp", graph, machine)
+    other = agreement.encode(named_strategy("expert", graph, machine), 0.002, graph, machine)
+    same = agreement.encode(dp, 0.002, graph, machine)
+    monkeypatch.setattr(agreement, "gather_rows", lambda row: np.stack([row, same]))
+    assert agreement.agree_on_strategy(graph, machine, dp, 0.002, imported="s.json") == (dp, "")
+    monkeypatch.setattr(agreement, "gather_rows", lambda row: np.stack([row, other, same]))
+    with pytest.raises(StrategyError, match=r"s.json holds another strategy on rank\(s\) \[1\]"):
+        agreement.agree_on_strategy(graph, machine, dp, 0.002, imported="s.json")

@@ -154,3 +154,20 @@ def test_no_trials_where_timing_the_candidates_would_far_outlast_the_budget(monk
         graph, machine, budget_s=0.3, measure=measure, steps_per_execution=8
     ).trials
     assert calls == [0.3]
+
+
+def test_every_rank_checks_an_imported_strategy_against_the_others(tmp_path):
+    from flexflow.strategies import named_strategy
+    from flexflow.strategy_file import export_strategy
+
+    graph, machine = lenet(8), parse_machine("p100:1")
+    path = tmp_path / "s.json"
+    export_strategy(path, named_strategy("expert", graph, machine), graph, machine)
+    checked = []
+
+    def agree(strategy, simulated_s, imported=None):
+        checked.append((strategy, imported))
+        return strategy, ""
+
+    plan = plan_strategy(graph, machine, import_path=path, agree=agree)
+    assert checked == [(plan.strategy, str(path))]

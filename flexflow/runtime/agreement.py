@@ -115,9 +115,15 @@ def write_offer(key: int, table: np.ndarray) -> None:
 
 
 def agree_on_strategy(
-    graph: OperatorGraph, machine: Machine, strategy: Strategy, simulated_s: float
+    graph: OperatorGraph,
+    machine: Machine,
+    strategy: Strategy,
+    simulated_s: float,
+    imported: str | None = None,
 ) -> tuple[Strategy, str]:
-    """The strategy every rank keeps (see the module doc) and a note saying whose it is."""
+    """The strategy every rank keeps (see the module doc) and a note saying whose it is.
+    A strategy `imported` from a file must be the same on every rank (a file that differs
+    between nodes is an error, not a choice)."""
     rows = gather_rows(encode(strategy, simulated_s, graph, machine))
     if len(rows) == 1:
         return strategy, ""
@@ -126,6 +132,14 @@ def agree_on_strategy(
             f"the ranks' strategy offers did not all arrive ({len(rows)} ranks); rerun, or "
             "give every rank the same --import-strategy FILE."
         )
+    if imported is not None:
+        differ = [r for r in range(len(rows)) if not np.array_equal(rows[r, 1:], rows[0, 1:])]
+        if differ:
+            raise StrategyError(
+                f"{imported} holds another strategy on rank(s) {differ} than on rank 0: put "
+                "the same file on every node."
+            )
+        return strategy, ""
     winner = choose(rows)
     kept, _ = decode(rows[winner], graph, machine)
     times = ", ".join(f"{1e3 * t:.3f}" for t in rows[:, 0])
