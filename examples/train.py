@@ -248,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         console.print(
             strategy_table(f"strategy for {args.model} on {machine.name}", graph, plan.strategy)
         )
+        if plan.trials:
+            from flexflow.planning import trials_table
+
+            console.print(trials_table(plan.trials))
         console.print(f"strategy: {plan.describe()}")
         write_simulation(args, graph, machine, plan, profile, loss)
         if args.resume and args.checkpoint and Path(args.checkpoint).exists():

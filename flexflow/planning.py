@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.console import Console
+from rich.table import Table
 
 from flexflow.cost import CostModel, Profile
 from flexflow.errors import StrategyError
@@ -262,7 +263,22 @@ def _trial_runs(
 
 
 def _describe_trials(trials: Sequence[Candidate], kept: Candidate) -> str:
-    timed = ", ".join(
-        f"{c.label} {c.measured_ms:.3f} ms (simulated {c.simulated_ms:.3f})" for c in trials
+    """Which candidate was kept; `trials_table` and `Plan.trials` have their times."""
+    return (
+        f"kept {kept.label}, the fastest measured of {len(trials)} close candidates "
+        f"({kept.measured_ms:.3f} ms per iteration)"
     )
-    return f"timed {len(trials)} close candidates per iteration: {timed}; kept {kept.label}"
+
+
+def trials_table(trials: Sequence[Candidate]) -> Table:
+    """The timed candidates, for people: simulated and measured ms per iteration, the kept
+    one (the fastest measured) marked."""
+    kept = min(trials, key=lambda c: c.measured_ms)
+    table = Table(title="close candidates timed after the search")
+    for column in ("candidate", "simulated ms", "measured ms", "kept"):
+        table.add_column(column, justify="left" if column == "candidate" else "right")
+    for c in trials:
+        table.add_row(
+            c.label, f"{c.simulated_ms:.3f}", f"{c.measured_ms:.3f}", "*" if c is kept else ""
+        )
+    return table

@@ -171,3 +171,19 @@ def test_every_rank_checks_an_imported_strategy_against_the_others(tmp_path):
 
     plan = plan_strategy(graph, machine, import_path=path, agree=agree)
     assert checked == [(plan.strategy, str(path))]
+
+
+def test_the_trials_table_marks_the_fastest_measured():
+    from rich.console import Console
+
+    from flexflow.planning import Candidate, trials_table
+    from flexflow.strategies import named_strategy
+
+    graph, machine = lenet(8), parse_machine("p100:1")
+    dp = named_strategy("dp", graph, machine)
+    trials = [Candidate("searched", dp, 1.0, 3.0), Candidate("one device", dp, 1.2, 2.5)]
+    console = Console(width=120, record=True)
+    console.print(trials_table(trials))
+    rows = [line for line in console.export_text().splitlines() if "│" in line]
+    assert any("one device" in line and "2.500" in line and "*" in line for line in rows)
+    assert any("searched" in line and "*" not in line for line in rows)
