@@ -147,7 +147,7 @@ class FusionMemo:
         key = (op, strategy[op])
         found = self._shared.get(key)
         if found is None:
-            _make_room(self._shared, self.LIMIT)
+            make_room(self._shared, self.LIMIT)
             found = self._shared[key] = shared_statistics(
                 self.graph, strategy, regions, op, self.cpu_devices
             )
@@ -184,7 +184,7 @@ class FusionMemo:
             key = (op, position, config, strategy[producer])
             reads = self._reads.get(key)
             if reads is None:
-                _make_room(self._reads, self.LIMIT)
+                make_room(self._reads, self.LIMIT)
                 reads = self._reads[key] = self._reads_tiles(config, regions, op, position)
             if not reads:
                 return False
@@ -213,7 +213,7 @@ class FusionMemo:
         key = (start, stop)
         found = self._kept.get(key)
         if found is None:
-            _make_room(self._kept, self.LIMIT)
+            make_room(self._kept, self.LIMIT)
             found = self._kept[key] = _without_escapes(self.graph, start, stop)
         return found
 
@@ -222,7 +222,7 @@ class FusionMemo:
         key = (start, stop, alone)
         found = self._internal.get(key)
         if found is None:
-            _make_room(self._internal, self.LIMIT)
+            make_room(self._internal, self.LIMIT)
             found = self._internal[key] = _internal(self.graph, range(start, stop), alone)
         return found
 
@@ -238,7 +238,9 @@ def _memo_for(
     return memo
 
 
-def _make_room(memo: dict, limit: int) -> None:
+def make_room(memo: dict, limit: int) -> None:
+    """Empty `memo` once it holds `limit` entries (a search's early entries are rarely asked
+    for again; the memos start afresh rather than grow without end)."""
     if len(memo) >= limit:
         memo.clear()
 

@@ -39,6 +39,7 @@ from flexflow.fusion import (
     fuse,
     fused_task,
     inputs_read_in_step,
+    make_room,
     sole_gradients,
     updates_in_step,
 )
@@ -153,7 +154,7 @@ class LaunchMemo:
             key = (node.id, config)
             tiles = self._regions.get(key)
             if tiles is None:
-                _make_room(self._regions, self.LIMIT)
+                make_room(self._regions, self.LIMIT)
                 tiles = self._regions[key] = config.task_regions(node.sig.output_shape)
             found.append(tiles)
         return found
@@ -164,7 +165,7 @@ class LaunchMemo:
         key = (op, strategy[op])
         found = self._may_exchange.get(key)
         if found is None:
-            _make_room(self._may_exchange, self.LIMIT)
+            make_room(self._may_exchange, self.LIMIT)
             found = self._may_exchange[key] = bool(
                 self.graph.ops[op].op.statistics_dims
                 and self.fusion.shared(strategy, regions, op)
@@ -181,7 +182,7 @@ class LaunchMemo:
             key = (node.id, config)
             found = self._owners.get(key)
             if found is None:
-                _make_room(self._owners, self.LIMIT)
+                make_room(self._owners, self.LIMIT)
                 pieces = op_update_pieces(
                     self.graph, node.id, config, regions[node.id], self._first
                 )
@@ -196,7 +197,7 @@ class LaunchMemo:
         key = tuple(strategy[op] for op in self._input_readers)
         found = self._shards.get(key)
         if found is None:
-            _make_room(self._shards, self.LIMIT)
+            make_room(self._shards, self.LIMIT)
             found = self._shards[key] = input_shards(self.graph, strategy, regions)
         return found
 
@@ -208,11 +209,6 @@ def _memo_for(memo: LaunchMemo | None, graph: OperatorGraph, kinds: Sequence[str
     if memo.graph is not graph or memo.kinds != tuple(kinds):
         raise ValueError("the launch memo was made for another graph or other device kinds")
     return memo
-
-
-def _make_room(memo: dict, limit: int) -> None:
-    if len(memo) >= limit:
-        memo.clear()
 
 
 def _launches_together(strategy: Strategy, ops: Sequence[int], kinds: Sequence[str]) -> bool:
@@ -323,7 +319,7 @@ class LaunchCounter:
         key = tuple(configs)
         found = self._memo.get(key)
         if found is None:
-            _make_room(self._memo, self.MEMO_LIMIT)
+            make_room(self._memo, self.MEMO_LIMIT)
             strategy = Strategy(self._names, key)
             found = self._memo[key] = iteration_tasks(
                 self.graph,
