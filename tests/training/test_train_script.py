@@ -127,3 +127,25 @@ def test_an_mlp_model_file_learns_the_digits_with_its_steps_in_c(tmp_path):
         assert report["steps_per_launch"] == 8
     else:
         assert "CPU kernels: matrix products through numpy's BLAS" in kernels
+
+
+SMALL_RNNLM = [
+    "--model", "rnnlm", "--budget", "1", "--epochs", "1", "--batch-size", "16",
+    "--seq-length", "8", "--hidden-size", "64", "--embed-size", "64", "--vocab-size", "200",
+]  # fmt: skip
+
+
+@pytest.mark.legate
+def test_the_timed_candidates_are_reported_and_no_trials_keeps_the_pick():
+    """The analytic simulation puts this RNNLM's one-device and data-parallel strategies
+    within the trials' margin of the search's pick (flexflow.planning)."""
+    proc, report = run_train(*SMALL_RNNLM)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    trials = report["trials"]
+    assert len(trials) >= 2 and all(t["measured_ms"] > 0 for t in trials)
+    kept = min(trials, key=lambda t: t["measured_ms"])
+    assert f"kept {kept['label']}, the fastest measured of {len(trials)}" in report["strategy"]
+    assert "close candidates timed after the search" in proc.stderr
+    proc, untimed = run_train(*SMALL_RNNLM, "--no-trials")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert untimed["trials"] == [] and "close candidates" not in untimed["strategy"]
