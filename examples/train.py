@@ -56,7 +56,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     parser.add_argument("--checkpoint", metavar="FILE", help="save after every epoch (atomic)")
     parser.add_argument(
-        "--resume", action="store_true", help="continue from --checkpoint when it exists"
+        "--resume",
+        action="store_true",
+        help="continue from --checkpoint when it exists, under the strategy it trained with "
+        "(unless --import-strategy)",
     )
     parser.add_argument(
         "--trace", metavar="FILE", help="write the strategy's simulated iteration (Perfetto)"
@@ -224,9 +227,12 @@ def main(argv: list[str] | None = None) -> int:
                 config.learning_rate, momentum=args.momentum, weight_decay=args.weight_decay
             )
         machine = parse_machine("local")
+        resumed = None
         if args.resume and args.checkpoint and Path(args.checkpoint).exists():
-            from flexflow.checkpoint import checkpoint_optimizer
+            from flexflow.checkpoint import checkpoint_optimizer, checkpoint_strategy
 
+            if args.import_strategy is None:  # continue under the strategy it trained with
+                resumed = checkpoint_strategy(args.checkpoint, graph, machine)
             saved = checkpoint_optimizer(args.checkpoint)
             if saved is not None and saved != optimizer:
                 raise FlexFlowError(
@@ -244,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             console=console,
             record_timeline=bool(args.measured_trace),
             profile=profile,
+            resumed_strategy=resumed,
         )
         console.print(
             strategy_table(f"strategy for {args.model} on {machine.name}", graph, plan.strategy)

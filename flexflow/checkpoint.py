@@ -2,7 +2,8 @@
 
 One numpy .npz: each weight under its name (`<layer>.<weight>`), each optimizer state under
 `<weight>@<state>`, each batch norm's running (mean, variance) under `<op>@running`, and a JSON
-record (format, iteration, optimizer) under `__flexflow__`. Written atomically. Reading checks
+record (format, iteration, optimizer, and the strategy it trained with, in the strategy file's
+form) under `__flexflow__`. Written atomically. Reading checks
 that everything the model needs is there before anything is restored, and says what is missing
 and why in one line.
 """
@@ -19,7 +20,11 @@ import numpy as np
 
 from flexflow.errors import StrategyError
 from flexflow.fileio import atomic_write_bytes
+from flexflow.graph import OperatorGraph
+from flexflow.machine import Machine
 from flexflow.optimizers import Optimizer, optimizer_from_json
+from flexflow.strategy import Strategy
+from flexflow.strategy_file import strategy_from_json
 
 FORMAT = "flexflow-checkpoint/1"
 META_KEY = "__flexflow__"
@@ -30,9 +35,13 @@ def write_checkpoint(
     arrays: Mapping[str, np.ndarray],
     iteration: int,
     optimizer: Optimizer,
+    strategy: Mapping | None = None,
 ) -> Path:
-    """Write the named arrays and the record atomically (a killed save keeps the old file)."""
+    """Write the named arrays and the record atomically (a killed save keeps the old file);
+    `strategy`: the run's, as `flexflow.strategy_file.strategy_to_json` writes it."""
     meta = {"format": FORMAT, "iteration": iteration, "optimizer": optimizer.to_json()}
+    if strategy is not None:
+        meta["strategy"] = dict(strategy)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays, **{META_KEY: np.array(json.dumps(meta))})
     return atomic_write_bytes(path, buffer.getvalue())
@@ -86,11 +95,32 @@ def check_checkpoint(
 def checkpoint_optimizer(path: str | os.PathLike[str]) -> Optimizer | None:
     """The optimizer a checkpoint was saved with (None for one that does not record it); reads
     only the record, not the arrays."""
+    meta = _record(path)
+    return optimizer_from_json(meta["optimizer"]) if "optimizer" in meta else None
+
+
+def checkpoint_strategy(
+    path: str | os.PathLike[str], graph: OperatorGraph, machine: Machine
+) -> Strategy | None:
+    """The strategy a checkpoint's run trained with (None for one that does not record it),
+    checked against `graph` on `machine`: a run resumed under it continues bit for bit."""
+    meta = _record(path)
+    if "strategy" not in meta:
+        return None
+    try:
+        return strategy_from_json(meta["strategy"], graph, machine, f"checkpoint {path}")
+    except StrategyError as exc:
+        raise StrategyError(
+            f"{exc} To resume under another strategy, pass --import-strategy FILE."
+        ) from None
+
+
+def _record(path: str | os.PathLike[str]) -> dict:
+    """A checkpoint's JSON record (empty for a file without one), without its arrays."""
     try:
         with np.load(path, allow_pickle=False) as data:
             if META_KEY not in data.files:
-                return None
-            meta = json.loads(str(data[META_KEY]))
+                return {}
+            return json.loads(str(data[META_KEY]))
     except (OSError, ValueError, EOFError) as exc:
         raise StrategyError(f"cannot read checkpoint {path}: {exc}") from None
-    return optimizer_from_json(meta["optimizer"])

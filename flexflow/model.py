@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from flexflow.machine import Machine
     from flexflow.planning import Plan
     from flexflow.runtime.training import Metrics
+    from flexflow.strategy import Strategy
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,6 +434,7 @@ class FFModel:
         progress: bool = True,
         record_timeline: bool = False,
         profile: Profile | None = None,
+        resumed_strategy: Strategy | None = None,
     ) -> Plan:
         """Choose the strategy (config: search_budget, import/export_strategy, trials: after a
         search, the close candidates timed in throwaway executors on this process, alone; a
@@ -440,7 +442,9 @@ class FFModel:
         `flexflow.runtime.agreement`), place the model on this process's Legate processors and prepare training; returns how
         the strategy was chosen. Starts Legate. The model takes no more layers after this. With
         `record_timeline` every task's measured time is kept (`executor.timeline`); `profile`
-        (measured task times, `flexflow profile`) prices the search's simulations."""
+        (measured task times, `flexflow profile`) prices the search's simulations;
+        `resumed_strategy`, the strategy of a checkpoint the run will load
+        (`flexflow.checkpoint.checkpoint_strategy`), is kept instead of searching."""
         from legate.core import get_legate_runtime
 
         from flexflow.machine import parse_machine
@@ -478,6 +482,7 @@ class FFModel:
             steps_per_execution=self.config.steps_per_execution,
             measure=measure,
             agree=agree,
+            resumed=resumed_strategy,
         )
         executor = Executor(
             graph,

@@ -142,13 +142,16 @@ def plan_strategy(
     steps_per_execution: int = 1,
     measure: Measure | None = None,
     agree: Agree | None = None,
+    resumed: Strategy | None = None,
 ) -> Plan:
     """Choose the strategy for `graph` on `machine` (see the module doc), simulating with the
     measured task times of `profile` where it has them; `loss`, the run's loss, and
     `steps_per_execution`, its iterations per launch, tell what the runtime will cost
     (`planning_context`). After a search, `measure` times the close candidates (no trials
     where None), then `agree` makes the ranks of a run of several keep one pick (each
-    searched with its own `seed`), or checks that they imported the same strategy."""
+    searched with its own `seed`), or checks that they imported the same strategy.
+    `resumed`: the strategy of the checkpoint a run resumes, which it keeps (no search) unless
+    a strategy file is imported, so that it continues bit for bit."""
     from flexflow.search.progress import search_with_progress
     from flexflow.simulator import TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
@@ -171,6 +174,12 @@ def plan_strategy(
         source = f"imported from {import_path}"
         if agree is not None:  # the same file on every rank
             agree(strategy, dp_s, imported=str(import_path))
+    elif resumed is not None:
+        strategy, source = resumed, "the checkpoint's, which the run it resumes trained with"
+        if budget_s > 0:
+            source += " (no search: another strategy would not continue it bit for bit)"
+        if agree is not None:
+            agree(strategy, dp_s, imported="the checkpoint")
     elif budget_s > 0:
         result = search_with_progress(
             console,

@@ -187,3 +187,24 @@ def test_the_trials_table_marks_the_fastest_measured():
     rows = [line for line in console.export_text().splitlines() if "│" in line]
     assert any("one device" in line and "2.500" in line and "*" in line for line in rows)
     assert any("searched" in line and "*" not in line for line in rows)
+
+
+def test_a_resumed_run_keeps_its_checkpoints_strategy_unless_a_file_is_imported(tmp_path):
+    from flexflow.strategies import named_strategy
+    from flexflow.strategy_file import export_strategy
+
+    graph, machine = lenet(8), parse_machine("p100:1")
+    resumed = named_strategy("random", graph, machine, 5)
+    timed = []
+    plan = plan_strategy(
+        graph, machine, budget_s=5.0, resumed=resumed, measure=lambda c, b: timed.append(c)
+    )
+    assert plan.strategy == resumed and timed == []  # neither searched nor timed
+    assert plan.source.startswith("the checkpoint's") and "no search" in plan.source
+    path = tmp_path / "s.json"
+    export_strategy(path, named_strategy("expert", graph, machine), graph, machine)
+    imported = plan_strategy(graph, machine, import_path=path, resumed=resumed)
+    assert imported.strategy == load_strategy(path, graph, machine)
+    checked = []
+    plan_strategy(graph, machine, resumed=resumed, agree=lambda *a, **k: checked.append(k))
+    assert checked == [{"imported": "the checkpoint"}]

@@ -80,7 +80,7 @@ from flexflow.runtime.stores import (
 from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_tasks
 from flexflow.runtime.weights import ParameterStores
 from flexflow.strategy import Strategy
-from flexflow.strategy_file import validate_strategy
+from flexflow.strategy_file import strategy_to_json, validate_strategy
 from flexflow.tiling import update_pieces
 
 
@@ -136,6 +136,8 @@ class Executor:
         keep_freed_memory()
         local = parse_machine("local")
         validate_strategy(strategy, graph, local)
+        self.machine = local
+        """The `local` machine the strategy's devices are numbered on."""
         self.processors = self._processors(local, strategy)
         """Per device id of the `local` machine, the one Legate processor its tasks run on."""
         self.library, self.task_id, self.native_task_id, self.steps_task_id = library_and_tasks()
@@ -441,7 +443,8 @@ class Executor:
         for op, store in self.running.items():
             value = self.batch_statistics.running_value(op, read_store(self.store_of(store)))
             arrays[f"{self.graph.ops[op].name}@running"] = value
-        return write_checkpoint(path, arrays, self.iteration, self.optimizer)
+        strategy = strategy_to_json(self.strategy, self.graph, self.machine)
+        return write_checkpoint(path, arrays, self.iteration, self.optimizer, strategy)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore what `save_checkpoint` wrote, so training resumes bit-identically; refuses a

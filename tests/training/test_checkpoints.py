@@ -96,3 +96,27 @@ def test_a_resumed_run_continues_bit_identically(tmp_path, model):
     for name in a:
         if name != META:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+@pytest.mark.legate
+def test_a_searched_run_resumes_under_the_strategy_it_trained_with(tmp_path):
+    """A search may pick another strategy on the second run (its clock, the trials'); the
+    resumed run keeps the checkpoint's and ends where the uninterrupted run under it ends."""
+    common = ["--model", "lenet", "--image-size", "16", "--batch-size", "64"]
+    checkpoint, strategy = tmp_path / "run.npz", tmp_path / "s.json"
+    proc, first = run_train(
+        *common, "--epochs", "1", "--budget", "1", "--checkpoint", str(checkpoint),
+        "--export-strategy", str(strategy),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    saved = json.loads(str(load(checkpoint)[META]))["strategy"]
+    assert saved["ops"] == json.loads(strategy.read_text())["ops"]
+    proc, rest = run_train(
+        *common, "--epochs", "2", "--budget", "1", "--checkpoint", str(checkpoint), "--resume"
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert rest["strategy"].startswith("the checkpoint's") and "no search" in rest["strategy"]
+    proc, whole = run_train(*common, "--epochs", "2", "--import-strategy", str(strategy))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert rest["epochs"][0]["loss"] == whole["epochs"][1]["loss"]
+    assert rest["test_loss"] == whole["test_loss"]
