@@ -130,12 +130,7 @@ def synthetic(graph, batches: int, seed: int):
         if tensor.spec.dtype.is_float:
             inputs[tensor.name] = rng.standard_normal(shape).astype(np.float32)
         else:
-            tables = [
-                node.op.num_embeddings
-                for node in graph.ops
-                if tensor.id in node.inputs and hasattr(node.op, "num_embeddings")
-            ]
-            vocab = min(tables, default=2)  # ids index every embedding table that reads them
+            vocab = graph.token_vocabulary(tensor.id)
             inputs[tensor.name] = rng.integers(0, vocab, shape).astype(np.int32)
     out = graph.ops[-1].sig.outputs[0].shape
     n = batches * out[0]

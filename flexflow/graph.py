@@ -128,6 +128,16 @@ class OperatorGraph:
         """Ids of the ops reading tensor `tensor_id`, in topological order."""
         return self._consumers[tensor_id]
 
+    def token_vocabulary(self, tensor_id: int) -> int:
+        """How many ids an integer tensor may hold: the rows of the smallest embedding table
+        reading it (each id indexes every such table), 2 where none does."""
+        tables = [
+            self.ops[op].op.num_embeddings
+            for op in self.consumers(tensor_id)
+            if hasattr(self.ops[op].op, "num_embeddings")
+        ]
+        return min(tables, default=2)
+
     @property
     def edges(self) -> Iterator[Edge]:
         for node in self.ops:

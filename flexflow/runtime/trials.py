@@ -2,8 +2,8 @@
 
 `flexflow.planning` says why and which strategies. Each candidate trains in a throwaway
 executor (its own weights, made from the run's seed; the run's executor is made afterwards and
-starts from the same weights whatever was timed) on one synthetic batch: standard normal
-inputs, token ids and labels 0, which cost the kernels what real data does. A launch of
+starts from the same weights whatever was timed) on one synthetic batch (`synthetic_batch`),
+which costs the kernels what real data does. A launch of
 `steps_per_launch` iterations warms it up, then launches are timed one by one, each fenced on
 both sides (Legate runs tasks asynchronously), until the candidate's share of the budget is
 spent, at least MIN_TRIAL_LAUNCHES and at most MAX_LAUNCHES of them; its fastest launch counts
@@ -27,23 +27,25 @@ MAX_LAUNCHES = 8
 
 
 def synthetic_batch(graph: OperatorGraph, loss: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """One batch of inputs and its target for `loss`: normal floats, zero token ids, label 0
-    (or its one-hot distribution, or zeros for mean squared error)."""
+    """One batch of inputs and its target for `loss`, drawn as real data spreads: normal
+    floats, token ids over their vocabulary (a gather of one row would be faster than real
+    text's), labels over the classes (or their one-hot distributions, or normal targets for
+    mean squared error)."""
     rng = np.random.default_rng(0)
     inputs = {
         t.name: rng.standard_normal(t.spec.shape).astype(np.float32)
         if t.spec.dtype.is_float
-        else np.zeros(t.spec.shape, dtype=np.int32)
+        else rng.integers(0, graph.token_vocabulary(t.id), t.spec.shape).astype(np.int32)
         for t in graph.input_tensors
     }
     output = graph.ops[-1].sig.outputs[0].shape
     name = loss_name(loss)
+    labels = rng.integers(0, output[-1], output[:-1])
     if name == "sparse_categorical_crossentropy":
-        return inputs, np.zeros(output[:-1], dtype=np.int64)
-    target = np.zeros(output, dtype=np.float32)
+        return inputs, labels
     if name == "categorical_crossentropy":
-        target[..., 0] = 1.0
-    return inputs, target
+        return inputs, np.eye(output[-1], dtype=np.float32)[labels]
+    return inputs, rng.standard_normal(output).astype(np.float32)
 
 
 def timed_iterations(

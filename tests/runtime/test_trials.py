@@ -30,7 +30,14 @@ def test_timing_leaves_the_next_executor_as_it_would_have_been(report):
 @pytest.mark.legate
 def test_the_synthetic_batch_has_the_models_shapes_and_valid_labels(report):
     assert report["batch"] == {"image": ["float32", [16, 1, 28, 28]]}
-    assert report["target"] == ["int64", [16], 0]
+    assert report["target"][1] == [16] and report["target"][0].startswith("int")
+    low, high = report["labels"]
+    assert 0 <= low < high < 10  # spread over LeNet's ten classes
+    dtype, first, last, distinct = report["ids"]  # RNNLM's token ids, 4 x 5 of 30
+    assert dtype == "int32" and 0 <= first and last < 30 and distinct > 5
+    assert report["word_labels"][0] == [4, 5] and report["word_labels"][1] < 30
+    shape, sums = report["one_hot"]
+    assert shape == [16, 10] and sums == [1.0] * 16
 
 
 @pytest.mark.legate

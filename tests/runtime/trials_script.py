@@ -39,6 +39,10 @@ timed = time_candidates(
 )
 after = losses(dp)
 batch_inputs, batch_target = synthetic_batch(graph, LOSS)
+words = load_model("rnnlm", FFConfig(batch_size=4), seq_length=5, vocab_size=30).graph()
+word_inputs, word_labels = synthetic_batch(words, LOSS)
+(ids,) = word_inputs.values()
+_, one_hot = synthetic_batch(graph, "categorical_crossentropy")
 
 planning.TRIAL_MARGIN = 1e9  # every distinct candidate is close: all of them are timed
 model = load_model("lenet", FFConfig(batch_size=16, search_budget=1.0, seed=3))
@@ -53,7 +57,11 @@ print(
             "before": before,
             "after": after,
             "batch": {k: [str(v.dtype), list(v.shape)] for k, v in batch_inputs.items()},
-            "target": [str(batch_target.dtype), list(batch_target.shape), int(batch_target.max())],
+            "target": [str(batch_target.dtype), list(batch_target.shape)],
+            "labels": [int(batch_target.min()), int(batch_target.max())],
+            "ids": [str(ids.dtype), int(ids.min()), int(ids.max()), len(np.unique(ids))],
+            "word_labels": [list(word_labels.shape), int(word_labels.max())],
+            "one_hot": [list(one_hot.shape), one_hot.sum(axis=1).tolist()],
             "trials": [[c.label, c.simulated_ms, c.measured_ms] for c in plan.trials],
             "kept_is_fastest": plan.strategy == kept.strategy,
             "source": plan.source,
