@@ -121,9 +121,8 @@ class FusionMemo:
     ) -> FusedGroup:
         """The group `fuse` makes from op `start` on. It depends on the configurations
         (`configs`, each op's) and the exchanging flags (`flags`: whether each op is in
-        `fuse`'s `exchanging`) of the ops from
-        `start` to the first op that does not join, and is kept with them: a search's next
-        strategy mostly changes no op of it."""
+        `fuse`'s `exchanging`) of the ops from `start` to the first op that does not join,
+        and is kept with them: a search's next strategy mostly changes no op of it."""
         entries = self._groups.setdefault(start, [])
         for end, seen_configs, seen_flags, group in entries:
             if configs[start:end] == seen_configs and flags[start:end] == seen_flags:

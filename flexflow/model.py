@@ -439,8 +439,8 @@ class FFModel:
         """Choose the strategy (config: search_budget, import/export_strategy, trials: after a
         search, the close candidates timed in throwaway executors on this process, alone; a
         run of several ranks searches with seed + rank on each and keeps one pick,
-        `flexflow.runtime.agreement`), place the model on this process's Legate processors and prepare training; returns how
-        the strategy was chosen. Starts Legate. The model takes no more layers after this. With
+        `flexflow.runtime.agreement`), place the model on this process's Legate processors
+        and prepare training; returns how the strategy was chosen. Starts Legate. The model takes no more layers after this. With
         `record_timeline` every task's measured time is kept (`executor.timeline`); `profile`
         (measured task times, `flexflow profile`) prices the search's simulations;
         `resumed_strategy`, the strategy of a checkpoint the run will load
