@@ -197,6 +197,7 @@ def run_backward(
     grads: dict[int, Any] = {}  # gradients of internal tensors, kept in memory
     owned: set[int] = set()  # ... those in arrays made here, which windows add into
     weight_grads: dict[Slot, Any] = {}  # summed over the group's ops, written once at the end
+    written: dict[Slot, Any] = {}  # the arrays an op may have written a weight gradient into
     internal = task.group.internal
     for position in reversed(range(len(task.steps))):
         step = task.steps[position]
@@ -224,9 +225,16 @@ def run_backward(
         # a gradient this task overwrites may be computed straight into its output argument,
         # unless an earlier op of the task contributed to it already
         into = [
-            accumulators[s][1] if s not in weight_grads and accumulators[s][0] is None else None
-            for s in step.weight_grads
+            _shaped_like(accumulators[s][1], weight)
+            if s not in weight_grads and accumulators[s][0] is None
+            else None
+            for s, weight in zip(step.weight_grads, weights, strict=True)
         ]
+        written.update(
+            (s, target)
+            for s, target in zip(step.weight_grads, into, strict=True)
+            if target is not None
+        )
         if step.exchange:  # batch norm: statistics shared with the launch's other points
             grad_inputs, grad_weights = backend.backward_exchanging(
                 op_now, step.node.sig, inputs[0], weights, outputs[0], grad_outputs[0],
@@ -256,8 +264,21 @@ def run_backward(
         run.record(step.node.id, begin)
     for slot, total in weight_grads.items():
         current, target = accumulators[slot]
-        if total is not target:  # (else written in place by the op)
+        if total is not written.get(slot):  # (else written in place by the op)
             backend.write(target, total if current is None else backend.accumulate(current, total))
+
+
+def _shaped_like(target: Any, weight: Any) -> Any:
+    """A partial-gradient output `target` viewed with its weight's shape where it is that
+    shape under leading axes of 1 (a device's row of a store with a row per device: an op
+    writes its gradient straight into it only when the shapes match); else `target`."""
+    shape = getattr(target, "shape", None)
+    if shape is None or shape == weight.shape:
+        return target
+    extra = len(shape) - len(weight.shape)
+    if extra > 0 and shape[extra:] == weight.shape and all(n == 1 for n in shape[:extra]):
+        return target.reshape(weight.shape)
+    return target
 
 
 def _parts(step) -> tuple:

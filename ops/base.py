@@ -326,6 +326,17 @@ class Op(ABC):
         """
 
 
+def writable_into(array: np.ndarray | None, shape: tuple[int, ...], *operands: np.ndarray):
+    """`array` if a result of `shape` computed from `operands` can be written into it exactly as
+    it would be computed anew (same shape and type, C-contiguous, writable), else None: where
+    an op writes a weight gradient straight into its task's output (`backward_tile_into`)."""
+    if array is None or array.shape != tuple(shape) or not array.flags.c_contiguous:
+        return None
+    if not array.flags.writeable or array.dtype != np.result_type(*operands):
+        return None
+    return array
+
+
 # ---- validation helpers shared by every op -------------------------------------------------------
 
 

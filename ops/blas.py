@@ -176,12 +176,14 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     return out
 
 
-def grouped_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def grouped_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """a @ b for stacks of G matrices, a (G, m, k) and b (G, k, n) -> (G, m, n): one `matmul`
-    per group (a grouped convolution's groups)."""
-    if a.shape[0] == 1:
-        return matmul(a[0], b[0])[None]
-    out = np.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=np.result_type(a, b))
+    per group (a grouped convolution's groups); written into `out` when given (C-contiguous,
+    (G, m, n), the operands' type), else into a new array."""
+    if out is None:
+        if a.shape[0] == 1:
+            return matmul(a[0], b[0])[None]
+        out = np.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=np.result_type(a, b))
     for group, (left, right) in enumerate(zip(a, b, strict=True)):
-        out[group] = matmul(left, right)
+        matmul(left, right, out[group])
     return out

@@ -25,6 +25,7 @@ from .base import (
     expect_inputs,
     expect_positive,
     region_volume,
+    writable_into,
 )
 from .registry import register
 
@@ -126,9 +127,11 @@ class Dense(Op):
         dz2 = dz.reshape(-1, dz.shape[-1])  # (N, out)
         x2 = x.reshape(-1, x.shape[-1])  # (N, in)
         into = list(into) + [None] * (2 - len(into))
-        grads = [np.matmul(dz2.T, x2, out=_writable(into[0], (dz2.shape[1], x2.shape[1]), dz2, x2))]
+        grads = [
+            np.matmul(dz2.T, x2, out=writable_into(into[0], (dz2.shape[1], x2.shape[1]), dz2, x2))
+        ]
         if self.use_bias:
-            grads.append(np.sum(dz2, axis=0, out=_writable(into[1], dz2.shape[1:], dz2)))
+            grads.append(np.sum(dz2, axis=0, out=writable_into(into[1], dz2.shape[1:], dz2)))
         return (dz @ kernel if need_input_grads else None,), tuple(grads)
 
     def backward_tile(
@@ -151,10 +154,10 @@ class Dense(Op):
         x2 = x.reshape(-1, x.shape[-1])  # (N, in)
         n = weights[0].shape[0]
         into = list(weight_grads_into) + [None] * (2 - len(weight_grads_into))
-        dw = _writable(into[0], (n, x2.shape[1]), x2)
+        dw = writable_into(into[0], (n, x2.shape[1]), x2)
         grads = [np.empty((n, x2.shape[1]), np.float32) if dw is None else dw]
         if self.use_bias:
-            db = _writable(into[1], (n,), x2)
+            db = writable_into(into[1], (n,), x2)
             grads.append(np.empty(n, np.float32) if db is None else db)
         dx = native.dense_backward(
             gemm, x2, weights[0], outputs[0].reshape(-1, n), grad_outputs[0].reshape(-1, n),
@@ -162,13 +165,3 @@ class Dense(Op):
             self.activation is ActiMode.AC_MODE_RELU, need_input_grads,
         )  # fmt: skip
         return (None if dx is None else dx.reshape(x.shape),), tuple(grads)
-
-
-def _writable(array: np.ndarray | None, shape: tuple[int, ...], *operands: np.ndarray):
-    """`array` if a result of `shape` computed from `operands` can be written into it exactly as
-    it would be computed anew (same shape and type, C-contiguous, writable), else None."""
-    if array is None or array.shape != tuple(shape) or not array.flags.c_contiguous:
-        return None
-    if not array.flags.writeable or array.dtype != np.result_type(*operands):
-        return None
-    return array

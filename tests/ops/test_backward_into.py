@@ -11,6 +11,7 @@ from flexflow.ops.base import full_region
 from flexflow.ops.conv2d import Conv2D
 from flexflow.ops.dense import Dense
 from flexflow.ops.init import initialize
+from flexflow.ops.layer_norm import LayerNorm
 
 from .opcheck import random_inputs
 
@@ -29,9 +30,17 @@ def _tile(op, shape, dtype=np.float32):
 @pytest.mark.parametrize("need_input_grads", [True, False])
 @pytest.mark.parametrize(
     "op, shape",
-    [(Dense(5, ActiMode.AC_MODE_RELU), (6, 4)), (Dense(3, use_bias=False), (2, 3, 4))],
+    [
+        (Dense(5, ActiMode.AC_MODE_RELU), (6, 4)),
+        (Dense(3, use_bias=False), (2, 3, 4)),
+        (Conv2D(4, 3, 3, 1, 1, 1, 1), (2, 3, 5, 5)),  # im2col, with a bias
+        (Conv2D(64, 3, 3, 1, 1, 1, 1, use_bias=False), (4, 64, 8, 8)),  # a product MKL runs
+        (Conv2D(6, 3, 3, 2, 2, 1, 1, ActiMode.AC_MODE_RELU, groups=3), (2, 6, 7, 7)),
+        (Conv2D(96, 1, 1, 1, 1, 0, 0), (4, 128, 6, 6)),  # pointwise: one product
+        (Conv2D(8, 1, 1, 2, 2, 0, 0, use_bias=False), (2, 5, 6, 6)),  # pointwise, strided
+    ],
 )
-def test_dense_writes_its_weight_gradients_into_the_given_arrays(op, shape, need_input_grads):
+def test_weight_gradients_are_written_into_the_given_arrays(op, shape, need_input_grads):
     sig, region, inputs, weights, outputs, grads = _tile(op, shape)
     (dx,), want = op.backward_tile(sig, region, inputs, weights, outputs, grads)
     into = [np.full(w.shape, np.nan, np.float32) for w in weights]
@@ -50,14 +59,21 @@ def test_dense_writes_its_weight_gradients_into_the_given_arrays(op, shape, need
     "bad",
     [
         lambda w: np.zeros(w.shape, np.float64),  # another type: the result would be cast
-        lambda w: np.zeros((w.shape[1], w.shape[0]), np.float32).T,  # not C-contiguous
+        lambda w: np.zeros(w.shape[::-1], np.float32).T,  # not C-contiguous
         lambda w: np.zeros((w.size + 1,), np.float32),  # another shape
         lambda w: None,  # nothing to write into
     ],
 )
-def test_arrays_that_cannot_take_a_gradient_exactly_are_left_alone(bad):
-    op = Dense(5, ActiMode.AC_MODE_TANH, use_bias=False)
-    sig, region, inputs, weights, outputs, grads = _tile(op, (3, 4))
+@pytest.mark.parametrize(
+    "op, shape",
+    [
+        (Dense(5, ActiMode.AC_MODE_TANH, use_bias=False), (3, 4)),
+        (Conv2D(4, 3, 3, 1, 1, 1, 1, use_bias=False), (2, 3, 5, 5)),
+        (Conv2D(4, 1, 1, 1, 1, 0, 0, use_bias=False), (2, 3, 5, 5)),
+    ],
+)
+def test_arrays_that_cannot_take_a_gradient_exactly_are_left_alone(bad, op, shape):
+    sig, region, inputs, weights, outputs, grads = _tile(op, shape)
     _, want = op.backward_tile(sig, region, inputs, weights, outputs, grads)
     into = [bad(weights[0])]
     before = None if into[0] is None else into[0].copy()
@@ -69,8 +85,8 @@ def test_arrays_that_cannot_take_a_gradient_exactly_are_left_alone(bad):
 
 
 def test_other_ops_compute_their_gradients_anew():
-    op = Conv2D(4, 3, 3, 1, 1, 1, 1)
-    sig, region, inputs, weights, outputs, grads = _tile(op, (2, 3, 5, 5))
+    op = LayerNorm()
+    sig, region, inputs, weights, outputs, grads = _tile(op, (2, 3, 5))
     _, want = op.backward_tile(sig, region, inputs, weights, outputs, grads)
     into = [np.zeros(w.shape, np.float32) for w in weights]
     _, got = op.backward_tile_into(sig, region, inputs, weights, outputs, grads, True, into)
