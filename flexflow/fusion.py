@@ -499,15 +499,19 @@ def sole_gradients(
     whole weight (a replicated weight of one op, or of several ops in one fused task, such as
     an unrolled LSTM's steps: the task sums their contributions in memory and writes once):
     those tasks write their device's partial outright and nothing zeroes it each iteration.
-    Batch norm's weights always accumulate. `regions[op]` are the op's task tiles."""
+    The weights of a batch norm run alone from its stores (`FusedGroup.shared_statistics`)
+    always accumulate; one in a fused task is like any op (ResNet-101's 208 batch-norm
+    weights cost a fill each per iteration, and a read of their partials in every step).
+    `regions[op]` are the op's task tiles."""
     group_of = {op: g for g, group in enumerate(groups) for op in group.ops}
     writers: dict[tuple[int, int], set[tuple[int, int]]] = {}
     shared: set[int] = set()
     for node, config in zip(graph.ops, strategy.configs, strict=True):
+        alone = groups[group_of[node.id]].shared_statistics
         for index, region in enumerate(regions[node.id]):
             for pid, r in zip(node.weights, node.op.weight_regions(node.sig, region), strict=True):
                 full = full_region(graph.parameters[pid].spec.shape)
-                if r != full or node.op.statistics_dims:
+                if r != full or alone:
                     shared.add(pid)
                 task = (group_of[node.id], index)
                 writers.setdefault((pid, config.devices[index]), set()).add(task)
@@ -685,6 +689,8 @@ def updates_in_step(
     each weight it uses whole (`sole`), so every device updates all of it from every device's
     partial gradients, summed in the same order, and the copies stay bit-identical."""
     if not _one_step_group(groups, tasks) or not _on_cpus(tasks[0], strategy, kinds):
+        return False
+    if groups[0].exchanges:  # (its concurrent launches name each parameter's own stores)
         return False
     return all(p.id in sole for p in graph.parameters)
 

@@ -423,3 +423,49 @@ def test_the_last_group_always_runs_forward_loss_and_backward_in_one_task():
                 for index in range(strategy[last.ops[0]].num_tasks):
                     task = fused_task(graph, last, index, [regions[op][index] for op in last.ops])
                     assert task.step_ready, (graph.ops[0].name, machine.name, name, seed)
+
+
+def test_batch_norm_weights_in_a_fused_task_are_written_and_alone_accumulate():
+    from flexflow.fusion import sole_gradients, updates_in_step
+    from flexflow.launches import run_groups
+
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 3, 6, 6), name="x")
+    x = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, use_bias=False, name="conv")
+    x = model.batch_norm(x, name="bn")
+    model.dense(model.flat(x), 2, name="out")
+    graph = model.graph()
+    dp = named_strategy("dp", graph, parse_machine("p100:1"))
+    kinds = ["cpu"] * 4
+    bn = {p.id for p in graph.parameters if p.name.startswith("bn.")}
+    everything = frozenset(p.id for p in graph.parameters)
+
+    def decisions(strategy):
+        regions = [
+            c.task_regions(n.sig.output_shape)
+            for n, c in zip(graph.ops, strategy.configs, strict=True)
+        ]
+        groups = run_groups(graph, strategy, regions, kinds)
+        return groups, sole_gradients(graph, strategy, regions, groups)
+
+    # data parallelism on consecutive CPUs: one group exchanging the statistics in memory,
+    # each device's task writes its whole gamma and beta gradients
+    (group,), sole = decisions(dp)
+    assert group.exchanges and sole == everything
+    # (its concurrent launches name every parameter's stores: no flat copies per device)
+    regions = [
+        c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, dp.configs, strict=True)
+    ]
+    tasks = [
+        tuple(
+            fused_task(graph, group, i, [regions[op][i] for op in group.ops], sole)
+            for i in range(4)
+        )
+    ]
+    assert not updates_in_step(graph, dp, (group,), tasks, sole, kinds)
+    # on devices out of order the batch norm runs alone from its stores: its tasks add into
+    # the partial gradients, which are zeroed each iteration
+    shuffled = dp.replace("bn", ParallelConfig((4, 1, 1, 1), (1, 0, 3, 2)))
+    groups, sole = decisions(shuffled)
+    assert any(g.shared_statistics and g.ops == (1,) for g in groups)
+    assert sole == everything - bn

@@ -287,9 +287,10 @@ def _run_fused(
         return
     if keys or flat is not None:
         inputs = _forward_inputs(executor, task.forward, inputs, keys, flat)
-    if flat is not None and which == Pass.FUSED_STEP:  # the flat row of partial gradients
-        pids = [slot.id for slot in task.backward.overwrites]
-        outputs[1:2] = flat.split(outputs[1], pids)
+    if flat is not None and which == Pass.FUSED_STEP:  # the flat row of partial gradients,
+        pids = [slot.id for slot in task.backward.overwrites]  # after the loss row and states
+        at = 1 + len(task.forward.states)
+        outputs[at : at + 1] = flat.split(outputs[at], pids)
     run_fused_task(
         task, _tiles(executor, group, index), FUSED_PASSES[which],
         (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline_entries,
