@@ -690,8 +690,6 @@ def updates_in_step(
     partial gradients, summed in the same order, and the copies stay bit-identical."""
     if not _one_step_group(groups, tasks) or not _on_cpus(tasks[0], strategy, kinds):
         return False
-    if groups[0].exchanges:  # (its concurrent launches name each parameter's own stores)
-        return False
     return all(p.id in sole for p in graph.parameters)
 
 

@@ -452,7 +452,7 @@ def test_batch_norm_weights_in_a_fused_task_are_written_and_alone_accumulate():
     # each device's task writes its whole gamma and beta gradients
     (group,), sole = decisions(dp)
     assert group.exchanges and sole == everything
-    # (its concurrent launches name every parameter's stores: no flat copies per device)
+    # so each device keeps a flat copy of every weight and updates it in its step
     regions = [
         c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, dp.configs, strict=True)
     ]
@@ -462,7 +462,7 @@ def test_batch_norm_weights_in_a_fused_task_are_written_and_alone_accumulate():
             for i in range(4)
         )
     ]
-    assert not updates_in_step(graph, dp, (group,), tasks, sole, kinds)
+    assert updates_in_step(graph, dp, (group,), tasks, sole, kinds)
     # on devices out of order the batch norm runs alone from its stores: its tasks add into
     # the partial gradients, which are zeroed each iteration
     shuffled = dp.replace("bn", ParallelConfig((4, 1, 1, 1), (1, 0, 3, 2)))

@@ -138,12 +138,29 @@ class ConcurrentLaunch:
 
 
 def _forward_inputs(launch: ConcurrentLaunch, point: int, layout, device: int) -> None:
-    """A fused forward's input slots, less the model inputs read from the staged batch
-    (`Executor.add_forward_inputs`; a model with batch norms has no flat parameters)."""
-    executor = launch.executor
+    """A fused forward's input slots, less the model inputs read from the staged batch; with
+    flat parameters, the device's copy of every weight first instead of its weight slots
+    (`Executor.add_forward_inputs`)."""
+    executor, params = launch.executor, launch.executor.params
+    flat = params.flat is not None
+    if flat:
+        launch.inputs[point].append(params.flat_argument(params.flat_weights, device))
     for slot in layout.inputs:
+        if flat and slot.kind is SlotKind.WEIGHT:
+            continue
         if slot.kind is not SlotKind.TENSOR or executor.feeds.key(slot.id) < 0:
             launch.inputs[point].append(executor.slot_argument(slot, device))
+
+
+def _pending_update(launch: ConcurrentLaunch, point: int, device: int) -> None:
+    """The last arguments of a step that first applies the pending update to its device's
+    copies of the flat buffers (`Executor.add_pending_update`): every device's row of the
+    pending partial gradients and the copy's states read, the copy and its states written."""
+    params = launch.executor.params
+    launch.inputs[point] += [params.flat_argument(params.flat_pending, d) for d in params.devices]
+    rows = [params.flat_argument(s, device) for s in (params.flat_weights, *params.flat_states)]
+    launch.inputs[point] += rows[1:]
+    launch.outputs[point] += rows
 
 
 def issue_forward(executor: Executor, group: int, training: bool, keys: Sequence[int]) -> None:
@@ -173,6 +190,8 @@ def issue_with_loss(
     devices = executor.strategy[executor.groups[group].ops[0]].devices
     launch = ConcurrentLaunch(executor, devices)
     regions = executor.regions(len(executor.graph.ops) - 1)
+    params = executor.params
+    pending = step and executor.pending_update and params.flat is not None
     for point, (info, device) in enumerate(zip(executor.fused_tasks[group], devices, strict=True)):
         region = regions[point]
         inputs, outputs = launch.inputs[point], launch.outputs[point]
@@ -186,19 +205,28 @@ def issue_with_loss(
         if step:  # the running statistics, then this device's partial weight gradients
             outputs += [executor.slot_argument(s, device) for s in info.forward.states]
             layout = info.backward
-            read = [
-                executor.partial_grad_argument(s.id, s.region, device) for s in layout.accumulators
-            ]
-            written = [
-                executor.partial_grad_argument(s.id, s.region, device) for s in layout.overwrites
-            ]
-            inputs += read
-            outputs += read + written
+            if params.flat is not None:  # every partial gradient in the device's flat row
+                outputs.append(params.flat_argument(params.flat_partials, device))
+            else:
+                read = [
+                    executor.partial_grad_argument(s.id, s.region, device)
+                    for s in layout.accumulators
+                ]
+                written = [
+                    executor.partial_grad_argument(s.id, s.region, device)
+                    for s in layout.overwrites
+                ]
+                inputs += read
+                outputs += read + written
             launch.reductions[point] += [
                 executor.slot_argument(s, device) for s in layout.reductions
             ]
+            if pending:
+                _pending_update(launch, point, device)
     which = Pass.FUSED_STEP if step else Pass.FUSED_FORWARD_LOSS
-    scalars = (int(training), executor.iteration, *loss_args, *((0,) if step else ()))
+    # a step's last own scalar: the number of the update it applies first (0: none)
+    update = (executor.iteration if pending else 0,) if step else ()
+    scalars = (int(training), executor.iteration, *loss_args, *update)
     launch.issue(which, group, (*scalars, *executor.feeds.staged_keys()))
 
 

@@ -289,8 +289,8 @@ def _run_fused(
         inputs = _forward_inputs(executor, task.forward, inputs, keys, flat)
     if flat is not None and which == Pass.FUSED_STEP:  # the flat row of partial gradients,
         pids = [slot.id for slot in task.backward.overwrites]  # after the loss row and states
-        at = 1 + len(task.forward.states)
-        outputs[at : at + 1] = flat.split(outputs[at], pids)
+        at = 1 + len(task.forward.states)  # (1-D, or a concurrent launch's (1, size) row)
+        outputs[at : at + 1] = flat.split(outputs[at].reshape(-1), pids)
     run_fused_task(
         task, _tiles(executor, group, index), FUSED_PASSES[which],
         (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline_entries,
@@ -356,7 +356,7 @@ def _forward_inputs(
     weights = {}
     if flat is not None:
         pids = [slot.id for slot in layout.inputs if slot.kind is SlotKind.WEIGHT]
-        weights = dict(zip(pids, flat.split(next(arguments), pids), strict=True))
+        weights = dict(zip(pids, flat.split(next(arguments).reshape(-1), pids), strict=True))
     arrays = []
     for slot in layout.inputs:
         if slot.kind is SlotKind.WEIGHT and flat is not None:
@@ -377,7 +377,8 @@ def _apply_pending_update(executor: Executor, inputs: list, outputs: list, updat
         return
     states = len(executor.optimizer.state_names)
     count = len(executor.params.devices) + states
-    read, written = inputs[-count:], outputs[-(1 + states) :]
+    read = [row.reshape(-1) for row in inputs[-count:]]  # (a concurrent launch's are 2-D)
+    written = [row.reshape(-1) for row in outputs[-(1 + states) :]]
     del inputs[-count:], outputs[-(1 + states) :]
     weight, *state_rows = written
     executor.optimizer.apply_partials(weight, read[: count - states], state_rows, update)

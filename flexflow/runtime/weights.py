@@ -143,6 +143,12 @@ class ParameterStores:
         """`device`'s copy of a flat store (replicated): its row, 1-D."""
         return self._copy_of(store, self.devices.index(device))
 
+    def flat_argument(self, store: Any, device: int) -> tuple[Any, tuple]:
+        """`device`'s copy of a flat store (replicated) as a store and its row, (1, size): what
+        a concurrent launch's point names (flexflow.runtime.concurrent)."""
+        k = self.devices.index(device)
+        return store, ((k, k + 1), (0, store.shape[1]))
+
     def device_rows(self, store: Any) -> Any:
         """A flat `store` (replicated) partitioned into the devices' copies, a row each: the
         point d of a launch over the devices names row d (`flexflow.runtime.step_launches`)."""
