@@ -15,7 +15,15 @@ ffibuilder.set_source(
     '#include "kernels.h"\n',
     sources=[
         str(HERE / name)
-        for name in ("kernels.c", "optimizers.c", "dense.c", "losses.c", "step.c", "lstm.c")
+        for name in (
+            "kernels.c",
+            "optimizers.c",
+            "dense.c",
+            "losses.c",
+            "step.c",
+            "lstm.c",
+            "exchange.c",
+        )
     ],
     include_dirs=[str(HERE)],
     # -ffp-contract=off: float32 bits as numpy computes them (no fused multiply-adds);

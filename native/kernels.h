@@ -51,6 +51,34 @@ void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const f
                         const double *stats, const double *grad_stats, float *dx, float *dgamma,
                         float *dbeta, long n, long c, long hw, double count, double eps, int relu);
 
+/* The all-reduce of a concurrent launch's points (native/exchange.c): each of `points`
+ * threads calls ff_exchange_sum with its index and n doubles, and gets every point's summed in
+ * point order. A point that failed calls ff_exchange_abort: the others' calls then return
+ * FF_EXCHANGE_ABORTED instead of waiting; one left waiting past timeout_s seconds returns
+ * FF_EXCHANGE_TIMEOUT. */
+typedef struct ff_exchange ff_exchange;
+enum { FF_EXCHANGE_ABORTED = -1, FF_EXCHANGE_TIMEOUT = -2, FF_EXCHANGE_NO_MEMORY = -3 };
+ff_exchange *ff_exchange_new(int points);
+void ff_exchange_free(ff_exchange *x);
+void ff_exchange_abort(ff_exchange *x);
+int ff_exchange_sum(ff_exchange *x, int point, const double *partial, double *total,
+                        long n, double timeout_s);
+/* Batch norm's training passes as one call each: forward, the tile's statistics summed over
+ * the points (exchange NULL: the tile's own), written to `stats`, folded into the running
+ * (mean, variance) `running` -> `running_out` with `momentum` as BatchNorm.running_update
+ * does, then the tile normalized; backward, the tile's sums of dz and dz * xhat summed over
+ * the points, then dx and the tile's gamma and beta gradients. 0, or an FF_EXCHANGE_ error. */
+int ff_bn_train_forward_f32(const float *x, float *y, const float *gamma, const float *beta,
+                                const double *running, double *running_out, double *stats,
+                                long n, long c, long hw, double count, double eps, int relu,
+                                double momentum, ff_exchange *exchange, int point,
+                                double timeout_s);
+int ff_bn_train_backward_f32(const float *x, const float *y, const float *dy,
+                                 const float *gamma, const double *stats, float *dx,
+                                 float *dgamma, float *dbeta, long n, long c, long hw,
+                                 double count, double eps, int relu, ff_exchange *exchange,
+                                 int point, double timeout_s);
+
 /* Optimizer updates (native/optimizers.c), in place on contiguous float32 arrays of n elements:
  * the gradient is the sum of `copies` partial gradients (partials[0..copies), n elements each)
  * in that order, then SGD (velocity unused when momentum is 0) or Adam (m1, m2: the moments;

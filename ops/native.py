@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from flexflow._kernels import ffi, lib
+from flexflow.errors import StrategyError
 
 _SUFFIX = {np.dtype(np.float32): ("f32", "float[]"), np.dtype(np.float64): ("f64", "double[]")}
 
@@ -153,6 +154,88 @@ def bn_backward(x, y, dy, gamma, stats, grad_stats, count: float, eps: float, re
     scalars = (float(count), float(eps), int(relu))
     _bn_call(lib.ff_bn_backward_f32, (*inputs, dx, dgamma, dbeta), x, *scalars)
     return dx, dgamma, dbeta
+
+
+EXCHANGE_TIMEOUT_S = 600.0
+"""How long a point waits for the others at an exchange before giving up (a point that failed
+aborts the exchange at once; this only bounds a launch whose points were not all started)."""
+
+
+def exchange_failed(status: int) -> Exception:
+    """The error of an exchange call (native/exchange.c) that returned `status` below 0."""
+    if status == lib.FF_EXCHANGE_NO_MEMORY:
+        return MemoryError("a batch norm's statistics exchange could not allocate its scratch")
+    if status == lib.FF_EXCHANGE_TIMEOUT:
+        return StrategyError(
+            f"a batch-statistics exchange waited {EXCHANGE_TIMEOUT_S:.0f} s for the other points "
+            "of its concurrent launch; some point never started"
+        )
+    return StrategyError(
+        "a batch-statistics exchange was abandoned: another point of the concurrent launch "
+        "failed (its error comes first) or never started"
+    )
+
+
+def _exchanged(status: int) -> None:
+    if status < 0:
+        raise exchange_failed(status)
+
+
+def bn_train_forward(
+    x, gamma, beta, running, running_out, count: float, eps: float, relu: bool,
+    momentum: float, exchange=None, point: int = 0,
+):  # fmt: skip
+    """A training tile normalized in one call: its statistics (summed over the points of
+    `exchange`, a cffi ff_exchange pointer, as point `point`; None: the tile's own), the
+    running (2, C) statistics `running` folded into `running_out` (written), and the output.
+    Returns (y, the (2, C) statistics it normalized with)."""
+    x = _f32(x)
+    y = np.empty_like(x)
+    stats = np.empty((2, x.shape[1]), dtype=np.float64)
+    out = running_out if _c_float64(running_out, stats.shape) else np.empty_like(stats)
+    arrays = (x, y, _f32(gamma), _f32(beta), _f64(running), out, stats)
+    pointers = [_pointer(a, _SUFFIX[a.dtype][1]) for a in arrays]
+    hw = int(np.prod(x.shape[2:], dtype=np.int64))
+    _exchanged(
+        lib.ff_bn_train_forward_f32(
+            *pointers, x.shape[0], x.shape[1], hw, float(count), float(eps), int(relu),
+            float(momentum), ffi.NULL if exchange is None else exchange, point,
+            EXCHANGE_TIMEOUT_S,
+        )
+    )  # fmt: skip
+    if out is not running_out:
+        running_out[...] = out
+    return y, stats
+
+
+def bn_train_backward(
+    x, y, dy, gamma, stats, count: float, eps: float, relu: bool, exchange=None, point: int = 0
+):
+    """A training tile's backward in one call: its sums of dz and dz * xhat summed over the
+    points of `exchange` (as `bn_train_forward`), then (dx, dgamma, dbeta), float32."""
+    x = _f32(x)
+    dx = np.empty_like(x)
+    dgamma, dbeta = (np.empty(x.shape[1], dtype=np.float32) for _ in range(2))
+    arrays = (x, _f32(y), _f32(dy), _f32(gamma), _f64(stats), dx, dgamma, dbeta)
+    pointers = [_pointer(a, _SUFFIX[a.dtype][1]) for a in arrays]
+    hw = int(np.prod(x.shape[2:], dtype=np.int64))
+    _exchanged(
+        lib.ff_bn_train_backward_f32(
+            *pointers, x.shape[0], x.shape[1], hw, float(count), float(eps), int(relu),
+            ffi.NULL if exchange is None else exchange, point, EXCHANGE_TIMEOUT_S,
+        )
+    )  # fmt: skip
+    return dx, dgamma, dbeta
+
+
+def _c_float64(array, shape) -> bool:
+    """Whether `array` can be written by a C kernel as a (shape) float64 array."""
+    return (
+        array.dtype == np.float64
+        and array.shape == shape
+        and array.flags.c_contiguous
+        and array.flags.writeable
+    )
 
 
 # ---- optimizer updates, in place on float32 weights -------------------------------------------

@@ -19,7 +19,6 @@ launches whose points each held a processor while waiting for the other's would 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,49 +26,44 @@ import numpy as np
 from legate.core import Scope, TaskTarget, constant, dimension, get_machine
 from legate.core import types as ty
 
-from flexflow.errors import StrategyError
+from flexflow._kernels import ffi, lib
 from flexflow.fusion import SlotKind
 from flexflow.ops.base import Region, region_shape
+from flexflow.ops.native import EXCHANGE_TIMEOUT_S, exchange_failed
 from flexflow.runtime.tasks import Pass
 
 if TYPE_CHECKING:
     from flexflow.runtime.executor import Executor
 
-EXCHANGE_TIMEOUT_S = 600.0
-"""How long a point waits for the others at an exchange before giving up (a point that failed
-aborts the exchange at once; this only bounds a launch whose points were not all started)."""
-
 
 class StatisticsExchange:
     """The in-memory all-reduce of one executor's concurrent launches: every point hands in its
-    partial sums and gets back their sum, taken in point order (the same bits on every point)."""
+    partial sums and gets back their sum, taken in point order (the same bits on every point).
+    In C (native/exchange.c): a batch norm's training passes call it inside their kernels'
+    call (`pointer`), without the interpreter lock."""
 
     def __init__(self, points: int) -> None:
         self.points = points
-        self._barrier = threading.Barrier(points, timeout=EXCHANGE_TIMEOUT_S)
-        self._partials: list[Any] = [None] * points
+        self.pointer = ffi.gc(lib.ff_exchange_new(points), lib.ff_exchange_free)
+        """The cffi ff_exchange pointer the C kernels take."""
+        if self.pointer == ffi.NULL:
+            raise MemoryError(f"no statistics exchange for {points} points")
 
     def all_sum(self, point: int, partial: np.ndarray) -> np.ndarray:
-        self._partials[point] = partial
-        self._wait()
-        total = self._partials[0].copy()
-        for other in self._partials[1:]:
-            total += other
-        self._wait()  # no point hands in its next partial before every point has read these
+        """The sum over the points of their float64 `partial`s, as point `point`."""
+        partial = np.ascontiguousarray(partial, dtype=np.float64)
+        total = np.empty_like(partial)
+        status = lib.ff_exchange_sum(
+            self.pointer, point, ffi.from_buffer("double[]", partial),
+            ffi.from_buffer("double[]", total), partial.size, EXCHANGE_TIMEOUT_S,
+        )  # fmt: skip
+        if status < 0:
+            raise exchange_failed(status)
         return total
 
     def abort(self) -> None:
         """A point failed: the others stop waiting for it (their exchanges raise)."""
-        self._barrier.abort()
-
-    def _wait(self) -> None:
-        try:
-            self._barrier.wait()
-        except threading.BrokenBarrierError:
-            raise StrategyError(
-                "a batch-statistics exchange was abandoned: another point of the concurrent "
-                "launch failed (its error comes first) or never started"
-            ) from None
+        lib.ff_exchange_abort(self.pointer)
 
 
 Argument = tuple[Any, Region]

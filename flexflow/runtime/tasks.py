@@ -10,7 +10,6 @@ overlap (halos, replicated weights) accumulate into one gradient without seriali
 from __future__ import annotations
 
 import enum
-import functools
 import itertools
 import threading
 import time
@@ -178,11 +177,14 @@ def _run_point(context, executor: Executor, which: Pass, group: int, extra) -> N
 
 class _CpuTiles:
     """The CPU variant's side of a fused task: numpy arrays and the ops' numpy/C tiles;
-    `all_sum` exchanges a batch norm's partial statistics between a concurrent launch's
-    points (`StatisticsExchange.all_sum` of this point)."""
+    `exchange` (a `StatisticsExchange`) sums a batch norm's partial statistics over a
+    concurrent launch's points, this task being point `point`."""
 
-    def __init__(self, all_sum=None) -> None:
-        self.all_sum = all_sum
+    def __init__(self, exchange=None, point: int = 0) -> None:
+        self.exchange, self.point = exchange, point
+
+    def all_sum(self, partial: np.ndarray) -> np.ndarray:
+        return self.exchange.all_sum(self.point, partial)
 
     @staticmethod
     def forward(op, sig, region, inputs, weights):
@@ -202,6 +204,9 @@ class _CpuTiles:
 
     def forward_with_statistics(self, op, sig, x, weights, running, into, training, exchange):
         running, into = running.reshape(2, -1), into.reshape(2, -1)  # (a point's row)
+        if training and x.dtype == np.float32:  # one C call, the exchange in it
+            pointer = self.exchange.pointer if exchange else None
+            return op.train_forward_tile(sig, x, weights, running, into, pointer, self.point)
         if training:
             stats = op.statistics_forward(x)
             if exchange:
@@ -212,6 +217,9 @@ class _CpuTiles:
         return op.forward_tile_with_statistics(sig, x, weights, stats), stats
 
     def backward_exchanging(self, op, sig, x, weights, y, dy, stats):
+        if stats is not None and x.dtype == np.float32:  # one C call, the exchange in it
+            pointer = self.exchange.pointer
+            return op.train_backward_tile(sig, x, weights, y, dy, stats, pointer, self.point)
         if stats is None:
             stats = self.all_sum(op.statistics_forward(x))
         grad_stats = self.all_sum(op.statistics_backward(sig, x, weights, y, dy, stats))
@@ -304,7 +312,7 @@ def _tiles(executor: Executor, group: int, index: int) -> _CpuTiles:
     exchange = executor.exchanges.get(group)
     if exchange is None:
         return _CPU_TILES
-    return _CpuTiles(functools.partial(exchange.all_sum, index))
+    return _CpuTiles(exchange, index)
 
 
 def _run_native_step(
