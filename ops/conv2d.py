@@ -233,6 +233,19 @@ class Conv2D(Window2D):
         (x,) = inputs  # (N_t, C_t, H_t, W_t): the tile's samples, its groups' channels, halos
         return self._tile_op(sig, x, weights).forward([pad_hw_sides(x, rows, cols)], weights)
 
+    def forward_tile_saving(self, sig, region, inputs, weights) -> tuple[Arrays, object]:
+        """`forward_tile`, keeping what its backward in the same task reads again: the im2col
+        columns (a pointwise convolution's input pixels), and the pre-activation where the
+        activation's gradient needs it. The backward's own im2col was a quarter of LeNet's
+        step task; the columns of one tile are a few MB at most."""
+        rows, cols = self._tile_padding(sig, region)
+        (x,) = inputs
+        tile = self._tile_op(sig, x, weights)
+        z, columns = tile._pre_activation(pad_hw_sides(x, rows, cols), weights)
+        activation = ACTIVATIONS[self.activation]
+        y = activation.forward(z)
+        return (y,), (z if activation.grad_needs_input else None, columns)
+
     skips_input_grads = True
 
     def backward_tile(
@@ -255,7 +268,7 @@ class Conv2D(Window2D):
         padded = pad_hw_sides(x, rows, cols)
         tile = self._tile_op(sig, x, weights)
         (dx,), grads = tile.backward(
-            [padded], weights, outputs, grad_outputs, need_input_grads, weight_grads_into
+            [padded], weights, outputs, grad_outputs, need_input_grads, weight_grads_into, saved
         )
         return (None if dx is None else crop_hw_sides(dx, rows, cols),), grads
 
@@ -264,14 +277,20 @@ class Conv2D(Window2D):
         z, _ = self._pre_activation(x, weights)
         return (ACTIVATIONS[self.activation].forward(z),)
 
-    def backward(self, inputs, weights, outputs, grad_outputs, need_input_grads=True, into=()):
-        """`into`: see `backward_tile_into` (the kernel's and the bias's gradients)."""
+    def backward(
+        self, inputs, weights, outputs, grad_outputs, need_input_grads=True, into=(), saved=None
+    ):
+        """`into`: see `backward_tile_into` (the kernel's and the bias's gradients); `saved`:
+        what `forward_tile_saving` kept, or None to compute it again."""
         (x,) = inputs
         (y,) = outputs
         kernel = weights[0]
         into = list(into) + [None] * (2 - len(into))
         activation = ACTIVATIONS[self.activation]
-        if activation.grad_needs_input:
+        if saved is not None:
+            z, cols = saved
+            z = y if z is None else z
+        elif activation.grad_needs_input:
             z, cols = self._pre_activation(x, weights)
         elif self._pointwise:  # the gradient reads y alone: skip recomputing the convolution
             z, cols = y, self._pixels(x)

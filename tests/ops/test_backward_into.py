@@ -93,3 +93,40 @@ def test_other_ops_compute_their_gradients_anew():
     for g, a, w in zip(got, into, want, strict=True):
         assert g is not a and not a.any()
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize(
+    "op, shape, region",
+    [
+        (Conv2D(6, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU), (2, 3, 6, 6), None),
+        (Conv2D(64, 3, 3, 1, 1, 1, 1, use_bias=False), (4, 64, 8, 8), None),  # MKL's products
+        (Conv2D(6, 3, 3, 2, 2, 1, 1, ActiMode.AC_MODE_GELU, groups=3), (2, 6, 7, 7), None),
+        (Conv2D(8, 1, 1, 2, 2, 0, 0, ActiMode.AC_MODE_RELU), (2, 5, 6, 6), None),  # pointwise
+        # a tile of rows 2..5 and output channels 2..6 of a padded convolution: halos, borders
+        (
+            Conv2D(6, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_TANH),
+            (2, 3, 6, 6),
+            ((0, 2), (2, 6), (2, 6), (0, 6)),
+        ),
+    ],
+)
+def test_a_convolution_reuses_its_forward_columns_for_the_same_bits(op, shape, region):
+    sig, full, inputs, weights, _, _ = _tile(op, shape)
+    region = region or full
+    (x,) = inputs
+    tile_inputs = [x[tuple(slice(a, b) for a, b in op.input_regions(sig, region)[0])]]
+    tile_weights = [
+        w[tuple(slice(a, b) for a, b in r)]
+        for w, r in zip(weights, op.weight_regions(sig, region), strict=True)
+    ]
+    outputs = op.forward_tile(sig, region, tile_inputs, tile_weights)
+    saved_outputs, saved = op.forward_tile_saving(sig, region, tile_inputs, tile_weights)
+    np.testing.assert_array_equal(saved_outputs[0], outputs[0])
+    grads = [np.random.default_rng(1).standard_normal(outputs[0].shape).astype(np.float32)]
+    (want_dx,), want = op.backward_tile(sig, region, tile_inputs, tile_weights, outputs, grads)
+    (dx,), got = op.backward_tile_into(
+        sig, region, tile_inputs, tile_weights, saved_outputs, grads, True, (), saved
+    )
+    np.testing.assert_array_equal(dx, want_dx)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
