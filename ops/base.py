@@ -326,6 +326,20 @@ class Op(ABC):
         """
 
 
+class GradientsInto:
+    """For an op whose `backward_tile_into` is its backward kernel: `backward_tile` is that,
+    with no array to write a gradient into. Put it before `Op` among the bases."""
+
+    __slots__ = ()
+
+    def backward_tile(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads=True
+    ):
+        return self.backward_tile_into(
+            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, ()
+        )
+
+
 def writable_into(array: np.ndarray | None, shape: tuple[int, ...], *operands: np.ndarray):
     """`array` if a result of `shape` computed from `operands` can be written into it exactly as
     it would be computed anew (same shape and type, C-contiguous, writable), else None: where

@@ -14,6 +14,7 @@ from .base import (
     Arrays,
     Dim,
     DimKind,
+    GradientsInto,
     Op,
     Region,
     Signature,
@@ -39,7 +40,7 @@ RUNNING_MOMENTUM = 0.1
 
 @register
 @dataclass(frozen=True, slots=True)
-class BatchNorm(Op):
+class BatchNorm(GradientsInto, Op):
     """x (N, C, H, W) or (N, C) -> same shape: relu(gamma * (x - mean) / sqrt(var + eps) + beta).
 
     Statistics are per channel over every other axis (biased variance), as in training. A channel
@@ -160,13 +161,6 @@ class BatchNorm(Op):
         stats = self.statistics_forward(x) if saved is None else saved
         grad_stats = self.statistics_backward(sig, x, weights, y, dy, stats, count)
         return self.backward_tile_with_statistics(sig, x, weights, y, dy, stats, grad_stats, count)
-
-    def backward_tile(
-        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads=True
-    ):
-        return self.backward_tile_into(
-            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, ()
-        )
 
     def train_forward_tile(
         self, sig, x, weights, running, running_out, exchange=None, point: int = 0

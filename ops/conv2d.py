@@ -15,6 +15,7 @@ from .base import (
     Arrays,
     Dim,
     DimKind,
+    GradientsInto,
     Region,
     Signature,
     TensorSpec,
@@ -50,7 +51,7 @@ def _from_channel_major(rows: np.ndarray, samples: int) -> np.ndarray:
 
 @register
 @dataclass(frozen=True, slots=True)
-class Conv2D(Window2D):
+class Conv2D(GradientsInto, Window2D):
     """x (N, C, H, W) -> (N, out_channels, H', W'), kernel (out_channels, C/groups, kh, kw).
 
     An output-channel (parameter) split reads only its kernel rows and the input channels of the
@@ -247,13 +248,6 @@ class Conv2D(Window2D):
         return (y,), (z if activation.grad_needs_input else None, columns)
 
     skips_input_grads = True
-
-    def backward_tile(
-        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads=True
-    ):
-        return self.backward_tile_into(
-            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, ()
-        )
 
     def backward_tile_into(
         self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,

@@ -15,6 +15,7 @@ from .base import (
     Arrays,
     Dim,
     DimKind,
+    GradientsInto,
     Op,
     Region,
     Signature,
@@ -36,7 +37,7 @@ _FLOAT32 = np.dtype(np.float32)
 
 @register
 @dataclass(frozen=True, slots=True)
-class Dense(Op):
+class Dense(GradientsInto, Op):
     """x (..., in) -> (..., out_dim). Leading dims other than the first are attributes (e.g. time)."""
 
     kind = "dense"
@@ -133,13 +134,6 @@ class Dense(Op):
         if self.use_bias:
             grads.append(np.sum(dz2, axis=0, out=writable_into(into[1], dz2.shape[1:], dz2)))
         return (dz @ kernel if need_input_grads else None,), tuple(grads)
-
-    def backward_tile(
-        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads=True
-    ):  # fmt: skip
-        return self.backward_tile_into(
-            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, ()
-        )
 
     def backward_tile_into(
         self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,
