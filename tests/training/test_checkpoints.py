@@ -64,18 +64,34 @@ def build(model):
 """
 
 
+BATCH_NORM_FILE = """
+def build(model):
+    x = model.create_tensor((model.config.batch_size, 1, 8, 8), name="image")
+    x = model.batch_norm(model.conv2d(x, 8, 3, 3, 1, 1, 1, 1, use_bias=False), name="bn1")
+    y = model.batch_norm(model.conv2d(x, 8, 3, 3, 1, 1, 1, 1), relu=False, name="bn2")
+    x = model.pool2d(model.add(x, y), 2, 2, 2, 2, 0, 0)
+    model.softmax(model.dense(model.flat(x), 10))
+"""
+
+
 @pytest.mark.legate
-@pytest.mark.parametrize("model", ["lenet", "mlp"])
+@pytest.mark.parametrize("model", ["lenet", "mlp", "batch_norm"])
 def test_a_resumed_run_continues_bit_identically(tmp_path, model):
     """LeNet's steps run op by op; the MLP's as one C call each (flexflow.runtime.native_step),
     8 per launch in the straight run and 3 in the interrupted one (flexflow.runtime.
     step_launches: the launches group the epochs' batches differently, and the resumed run's
-    first launch starts mid-way through the straight run's)."""
+    first launch starts mid-way through the straight run's); the batch norms' step as one
+    concurrent launch exchanging their statistics, with momentum, the weights' flat copies
+    updated at the start of the next step (the update pending when the checkpoint is
+    written)."""
     split: list[str] = []
     if model == "mlp":
         (tmp_path / "mlp.py").write_text(MLP_FILE)
         common = ["--model", str(tmp_path / "mlp.py"), "--batch-size", "32"]
         split = ["--steps-per-execution", "3"]
+    elif model == "batch_norm":
+        (tmp_path / "bn.py").write_text(BATCH_NORM_FILE)
+        common = ["--model", str(tmp_path / "bn.py"), "--batch-size", "16", "--momentum", "0.9"]
     else:
         common = ["--model", "lenet", "--image-size", "16", "--batch-size", "64"]
     straight, interrupted = tmp_path / "straight.npz", tmp_path / "interrupted.npz"
