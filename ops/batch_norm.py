@@ -165,37 +165,24 @@ class BatchNorm(GradientsInto, Op):
     def train_forward_tile(
         self, sig, x, weights, running, running_out, exchange=None, point: int = 0
     ) -> tuple[Arrays, np.ndarray]:
-        """A training tile in a fused task: its outputs normalized with the batch's statistics
-        (the tile's own, or with `exchange`, a cffi exchange pointer, summed over the points
-        of a concurrent launch as point `point`), the running statistics after it written to
-        `running_out`; and those statistics, which its backward takes. float32 tiles run as
-        one C call without the interpreter lock (native/exchange.c)."""
-        count = self._count(sig)
-        if x.dtype == np.float32:
-            y, stats = native.bn_train_forward(
-                x, *weights, running, running_out, count, self.eps, self.relu, RUNNING_MOMENTUM,
-                exchange, point,
-            )  # fmt: skip
-            return (y,), stats
-        if exchange is not None:
-            raise NotImplementedError("exchanging statistics of a non-float32 batch norm")
-        stats = self.statistics_forward(x)
-        running_out[...] = self.running_update(sig, stats, running)
-        return self.forward_tile_with_statistics(sig, x, weights, stats), stats
+        """A float32 training tile in a fused task, as one C call without the interpreter lock
+        (native/exchange.c): its outputs normalized with the batch's statistics (the tile's
+        own, or with `exchange`, a cffi exchange pointer, summed over the points of a
+        concurrent launch as point `point`), the running statistics after it written to
+        `running_out`; and those statistics, which its backward takes."""
+        y, stats = native.bn_train_forward(
+            x, *weights, running, running_out, self._count(sig), self.eps, self.relu,
+            RUNNING_MOMENTUM, exchange, point,
+        )  # fmt: skip
+        return (y,), stats
 
     def train_backward_tile(self, sig, x, weights, y, dy, stats, exchange=None, point: int = 0):
         """The backward of `train_forward_tile`'s tile from its statistics: (dx,), (its
         partial gamma and beta gradients)."""
-        count = self._count(sig)
-        if x.dtype == np.float32:
-            dx, dgamma, dbeta = native.bn_train_backward(
-                x, y, dy, weights[0], stats, count, self.eps, self.relu, exchange, point
-            )
-            return (dx,), (dgamma, dbeta)
-        if exchange is not None:
-            raise NotImplementedError("exchanging statistics of a non-float32 batch norm")
-        grad_stats = self.statistics_backward(sig, x, weights, y, dy, stats, count)
-        return self.backward_tile_with_statistics(sig, x, weights, y, dy, stats, grad_stats, count)
+        dx, dgamma, dbeta = native.bn_train_backward(
+            x, y, dy, weights[0], stats, self._count(sig), self.eps, self.relu, exchange, point
+        )
+        return (dx,), (dgamma, dbeta)
 
     def running_update(
         self,

@@ -230,9 +230,7 @@ class Conv2D(GradientsInto, Window2D):
 
     def forward_tile(self, sig, region, inputs, weights) -> Arrays:
         """A tile: pad its input slice only at the tensor's borders, then convolve unpadded."""
-        rows, cols = self._tile_padding(sig, region)
-        (x,) = inputs  # (N_t, C_t, H_t, W_t): the tile's samples, its groups' channels, halos
-        return self._tile_op(sig, x, weights).forward([pad_hw_sides(x, rows, cols)], weights)
+        return self.forward_tile_saving(sig, region, inputs, weights)[0]
 
     def forward_tile_saving(self, sig, region, inputs, weights) -> tuple[Arrays, object]:
         """`forward_tile`, keeping what its backward in the same task reads again: the im2col
@@ -240,7 +238,7 @@ class Conv2D(GradientsInto, Window2D):
         activation's gradient needs it. The backward's own im2col was a quarter of LeNet's
         step task; the columns of one tile are a few MB at most."""
         rows, cols = self._tile_padding(sig, region)
-        (x,) = inputs
+        (x,) = inputs  # (N_t, C_t, H_t, W_t): the tile's samples, its groups' channels, halos
         tile = self._tile_op(sig, x, weights)
         z, columns = tile._pre_activation(pad_hw_sides(x, rows, cols), weights)
         activation = ACTIVATIONS[self.activation]

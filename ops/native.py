@@ -10,6 +10,8 @@ import numpy as np
 from flexflow._kernels import ffi, lib
 from flexflow.errors import StrategyError
 
+from .base import writable_into
+
 _SUFFIX = {np.dtype(np.float32): ("f32", "float[]"), np.dtype(np.float64): ("f64", "double[]")}
 
 
@@ -109,12 +111,12 @@ def _f64(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.float64)
 
 
-def _bn_call(kernel, arrays: tuple[np.ndarray, ...], x: np.ndarray, *scalars) -> None:
+def _bn_call(kernel, arrays: tuple[np.ndarray, ...], x: np.ndarray, *scalars):
     """kernel(pointers to `arrays`, then x's (n, c, hw) as the C kernels walk it, then the
-    scalars)."""
+    scalars); what it returns."""
     pointers = (_pointer(a, _SUFFIX[a.dtype][1]) for a in arrays)
     hw = int(np.prod(x.shape[2:], dtype=np.int64))
-    kernel(*pointers, x.shape[0], x.shape[1], hw, *scalars)
+    return kernel(*pointers, x.shape[0], x.shape[1], hw, *scalars)
 
 
 def bn_stats(x: np.ndarray) -> np.ndarray:
@@ -192,17 +194,12 @@ def bn_train_forward(
     x = _f32(x)
     y = np.empty_like(x)
     stats = np.empty((2, x.shape[1]), dtype=np.float64)
-    out = running_out if _c_float64(running_out, stats.shape) else np.empty_like(stats)
+    out = writable_into(running_out, stats.shape, stats)
+    out = np.empty_like(stats) if out is None else out
     arrays = (x, y, _f32(gamma), _f32(beta), _f64(running), out, stats)
-    pointers = [_pointer(a, _SUFFIX[a.dtype][1]) for a in arrays]
-    hw = int(np.prod(x.shape[2:], dtype=np.int64))
-    _exchanged(
-        lib.ff_bn_train_forward_f32(
-            *pointers, x.shape[0], x.shape[1], hw, float(count), float(eps), int(relu),
-            float(momentum), ffi.NULL if exchange is None else exchange, point,
-            EXCHANGE_TIMEOUT_S,
-        )
-    )  # fmt: skip
+    scalars = (float(count), float(eps), int(relu), float(momentum))
+    where = (ffi.NULL if exchange is None else exchange, point, EXCHANGE_TIMEOUT_S)
+    _exchanged(_bn_call(lib.ff_bn_train_forward_f32, arrays, x, *scalars, *where))
     if out is not running_out:
         running_out[...] = out
     return y, stats
@@ -217,25 +214,10 @@ def bn_train_backward(
     dx = np.empty_like(x)
     dgamma, dbeta = (np.empty(x.shape[1], dtype=np.float32) for _ in range(2))
     arrays = (x, _f32(y), _f32(dy), _f32(gamma), _f64(stats), dx, dgamma, dbeta)
-    pointers = [_pointer(a, _SUFFIX[a.dtype][1]) for a in arrays]
-    hw = int(np.prod(x.shape[2:], dtype=np.int64))
-    _exchanged(
-        lib.ff_bn_train_backward_f32(
-            *pointers, x.shape[0], x.shape[1], hw, float(count), float(eps), int(relu),
-            ffi.NULL if exchange is None else exchange, point, EXCHANGE_TIMEOUT_S,
-        )
-    )  # fmt: skip
+    scalars = (float(count), float(eps), int(relu))
+    where = (ffi.NULL if exchange is None else exchange, point, EXCHANGE_TIMEOUT_S)
+    _exchanged(_bn_call(lib.ff_bn_train_backward_f32, arrays, x, *scalars, *where))
     return dx, dgamma, dbeta
-
-
-def _c_float64(array, shape) -> bool:
-    """Whether `array` can be written by a C kernel as a (shape) float64 array."""
-    return (
-        array.dtype == np.float64
-        and array.shape == shape
-        and array.flags.c_contiguous
-        and array.flags.writeable
-    )
 
 
 # ---- optimizer updates, in place on float32 weights -------------------------------------------

@@ -146,17 +146,6 @@ def _forward_inputs(launch: ConcurrentLaunch, point: int, layout, device: int) -
             launch.inputs[point].append(executor.slot_argument(slot, device))
 
 
-def _pending_update(launch: ConcurrentLaunch, point: int, device: int) -> None:
-    """The last arguments of a step that first applies the pending update to its device's
-    copies of the flat buffers (`Executor.add_pending_update`): every device's row of the
-    pending partial gradients and the copy's states read, the copy and its states written."""
-    params = launch.executor.params
-    launch.inputs[point] += [params.flat_argument(params.flat_pending, d) for d in params.devices]
-    rows = [params.flat_argument(s, device) for s in (params.flat_weights, *params.flat_states)]
-    launch.inputs[point] += rows[1:]
-    launch.outputs[point] += rows
-
-
 def issue_forward(executor: Executor, group: int, training: bool, keys: Sequence[int]) -> None:
     """The group's forward pass (no loss) as one concurrent launch."""
     devices = executor.strategy[executor.groups[group].ops[0]].devices
@@ -215,8 +204,10 @@ def issue_with_loss(
             launch.reductions[point] += [
                 executor.slot_argument(s, device) for s in layout.reductions
             ]
-            if pending:
-                _pending_update(launch, point, device)
+            if pending:  # last: the arguments of the update it applies first
+                read, written = params.pending_update_arguments(device, params.flat_argument)
+                inputs += read
+                outputs += written
     which = Pass.FUSED_STEP if step else Pass.FUSED_FORWARD_LOSS
     # a step's last own scalar: the number of the update it applies first (0: none)
     update = (executor.iteration if pending else 0,) if step else ()

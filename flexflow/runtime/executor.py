@@ -526,12 +526,10 @@ class Executor:
         params = self.params
         if params.flat is None:  # a model without weights
             return
-        for other in params.devices:
-            task.add_input(params.flat_view(params.flat_pending, other))
-        views = [params.flat_view(s, device) for s in (params.flat_weights, *params.flat_states)]
-        for view in views[1:]:
+        read, written = params.pending_update_arguments(device, params.flat_view)
+        for view in read:
             task.add_input(view)
-        for view in views:
+        for view in written:
             task.add_output(view)
 
     def add_partial_grads(self, task, layout: TaskLayout, device: int) -> None:

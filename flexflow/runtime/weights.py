@@ -149,6 +149,16 @@ class ParameterStores:
         k = self.devices.index(device)
         return store, ((k, k + 1), (0, store.shape[1]))
 
+    def pending_update_arguments(
+        self, device: int, row: Callable[[Any, int], Any]
+    ) -> tuple[list[Any], list[Any]]:
+        """(read, written): what a step that first applies the pending update to `device`'s
+        copies names, each flat row as `row(store, device)` gives it (`flat_view` for a task,
+        `flat_argument` for a point of a concurrent launch): every device's row of the pending
+        partial gradients and the copy's states read; the copy and its states written."""
+        copies = [row(s, device) for s in (self.flat_weights, *self.flat_states)]
+        return [row(self.flat_pending, d) for d in self.devices] + copies[1:], copies
+
     def device_rows(self, store: Any) -> Any:
         """A flat `store` (replicated) partitioned into the devices' copies, a row each: the
         point d of a launch over the devices names row d (`flexflow.runtime.step_launches`)."""
