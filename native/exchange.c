@@ -20,18 +20,18 @@
 
 #include "kernels.h"
 
-enum { FF_MAX_POINTS = 256, FF_SPINS = 4000 };
+enum { FF_SPINS = 4000 };
 
 struct ff_exchange {
   int points;
   _Atomic int arrived; /* points at the current barrier */
   _Atomic int phase;   /* barriers passed */
   _Atomic int aborted;
-  const double *parts[FF_MAX_POINTS];
+  const double *parts[FF_EXCHANGE_MAX_POINTS];
 };
 
 ff_exchange *ff_exchange_new(int points) {
-  if (points < 1 || points > FF_MAX_POINTS) return NULL;
+  if (points < 1 || points > FF_EXCHANGE_MAX_POINTS) return NULL;
   ff_exchange *x = calloc(1, sizeof(ff_exchange));
   if (x != NULL) x->points = points;
   return x;

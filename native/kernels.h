@@ -58,6 +58,7 @@ void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const f
  * FF_EXCHANGE_TIMEOUT. */
 typedef struct ff_exchange ff_exchange;
 enum { FF_EXCHANGE_ABORTED = -1, FF_EXCHANGE_TIMEOUT = -2, FF_EXCHANGE_NO_MEMORY = -3 };
+enum { FF_EXCHANGE_MAX_POINTS = 256 }; /* ff_exchange_new returns NULL for more points */
 ff_exchange *ff_exchange_new(int points);
 void ff_exchange_free(ff_exchange *x);
 void ff_exchange_abort(ff_exchange *x);

@@ -27,6 +27,7 @@ from legate.core import Scope, TaskTarget, constant, dimension, get_machine
 from legate.core import types as ty
 
 from flexflow._kernels import ffi, lib
+from flexflow.errors import StrategyError
 from flexflow.fusion import SlotKind
 from flexflow.ops.base import Region, region_shape
 from flexflow.ops.native import EXCHANGE_TIMEOUT_S, exchange_failed
@@ -43,11 +44,16 @@ class StatisticsExchange:
     call (`pointer`), without the interpreter lock."""
 
     def __init__(self, points: int) -> None:
+        if not 1 <= points <= lib.FF_EXCHANGE_MAX_POINTS:
+            raise StrategyError(
+                f"a concurrent launch exchanging batch statistics has {points} points; it "
+                f"takes 1 to {lib.FF_EXCHANGE_MAX_POINTS} (split such a group over fewer CPUs)."
+            )
         self.points = points
         self.pointer = ffi.gc(lib.ff_exchange_new(points), lib.ff_exchange_free)
         """The cffi ff_exchange pointer the C kernels take."""
         if self.pointer == ffi.NULL:
-            raise MemoryError(f"no statistics exchange for {points} points")
+            raise MemoryError(f"no memory for a statistics exchange of {points} points")
 
     def all_sum(self, point: int, partial: np.ndarray) -> np.ndarray:
         """The sum over the points of their float64 `partial`s, as point `point`."""

@@ -63,3 +63,9 @@ def test_a_failed_point_releases_the_others():
     assert results[2] == "aborted"
     for error in results[:2]:
         assert isinstance(error, StrategyError) and "another point" in str(error)
+
+
+@pytest.mark.parametrize("points", [0, 257])
+def test_an_exchange_of_no_points_or_too_many_is_refused_by_name(points):
+    with pytest.raises(StrategyError, match=f"has {points} points; it takes 1 to 256"):
+        StatisticsExchange(points)
