@@ -106,24 +106,25 @@ void ff_dense_backward_f32(ff_sgemm_fn gemm, const float *x, const float *w, con
                            const float *dy, float *dz, float *dw, float *db, float *dx, long m,
                            long n, long k, int relu);
 
-/* One LSTM step (native/lstm.c) on C-contiguous float32 tiles: x (n, e), h_prev (n, hh) and
+/* One LSTM step (native/lstm.c) on C-contiguous float32 tiles: x (n, e) with ldx floats
+ * between its rows (e; a time step of an (n, T, e) sequence: T e), h_prev (n, hh) and
  * c_prev (n, hid), both NULL on the first step (a zero state), w_ih (4 hid, e), w_hh (4 hid, hh),
  * bias (4 hid): gate-major rows (i, f, g, o) of the tile's hid hidden units; z is scratch of
  * (n, 4 hid). Forward writes h and c (n, hid) and leaves the activated gates in z. Backward,
  * from the step's output c and the gradients dh and dc (n, hid), recomputing the gates into z
- * unless gates_kept (z then holds the forward's): dz scratch (n, 4 hid), dx (n, e), dh_prev
+ * unless gates_kept (z then holds the forward's): dz scratch (n, 4 hid), dx (n, e) contiguous, dh_prev
  * (n, hh) and dc_prev (n, hid) (both skipped when NULL), dw_ih, dw_hh (zeros without h_prev)
  * and db, written. */
 void ff_lstm_forward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                          const float *c_prev, const float *w_ih, const float *w_hh,
                          const float *bias, float *z, float *h, float *c, long n, long e, long hh,
-                         long hid);
+                         long hid, long ldx);
 void ff_lstm_backward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                           const float *c_prev, const float *w_ih, const float *w_hh,
                           const float *bias, const float *c, const float *dh, const float *dc,
                           float *z, float *dz, float *dx, float *dh_prev, float *dc_prev,
                           float *dw_ih, float *dw_hh, float *db, long n, long e, long hh,
-                          long hid, int gates_kept);
+                          long hid, int gates_kept, long ldx);
 
 /* Sparse categorical cross-entropy (native/losses.c) of a tile of softmax outputs p (rows,
  * classes) against int64 labels (rows): grad (rows, classes) = the loss's gradient with
@@ -133,22 +134,57 @@ void ff_lstm_backward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
 int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, long rows,
                        long classes, long valid, double total, double *loss, long *correct);
 
-/* A fused training step (native/step.c): a chain of ops on float32 tiles, the last a softmax
- * whose output goes into sparse categorical cross-entropy. Forward in order (each op's x is the
- * previous op's y), the loss into the last op's dy and sums (loss, correct), then backward in
- * reverse (an op's dx is the previous op's dy; NULL where nothing reads it). Dense ops: as
- * ff_dense_forward/backward_f32 (x (m, k), w (n, k), b (n) or NULL, y and dy (m, n), dz scratch
- * (m, n) with relu, dw and db written). Softmax: over the last dimension of x and y (m, n).
- * Returns 0, -1 at a label outside [0, n), -2 when the chain does not end in a softmax. */
-enum { FF_STEP_DENSE = 0, FF_STEP_SOFTMAX = 1 };
+/* A fused training step (native/step.c): a program of ops on float32 tiles, in forward order,
+ * the last a softmax whose output goes into sparse categorical cross-entropy. Every op reads
+ * and writes buffers its owner (flexflow.runtime.native_step) allocated and named: forward in
+ * order, the loss into the last op's dy[0] and sums (loss, correct), then backward in reverse.
+ * An op writes each input's gradient into dx[i] (NULL: nothing reads it), or adds it there
+ * when dx_add[i] (an op later in the program wrote it first), computing it in tmp_x[i] first;
+ * a weight's gradient likewise (dw, dw_add, tmp_w: a weight shared by several ops, as an
+ * unrolled layer's steps share theirs). Before its backward an op zeroes `zero` (zero_n
+ * floats): the gradient of a tensor its readers read in parts and add into.
+ * Kinds, with their sizes m, n, k, p:
+ * - DENSE: x[0] (m, k), w[0] (n, k), w[1] bias (n) or NULL, y[0] and dy[0] (m, n), z scratch
+ *   (m, n) with relu; as ff_dense_forward/backward_f32.
+ * - SOFTMAX: over the last dimension of x[0] and y[0] (m, n).
+ * - LSTM: one step, as ff_lstm_forward/backward_f32 with m samples, n hidden units, k inputs
+ *   and p units of h_prev: x[0] with ldx floats between rows (a time step of a sequence: its
+ *   gradient is added into dx[0] at the same stride), x[1] h_prev and x[2] c_prev (NULL on a
+ *   first step), w[0..2] w_ih, w_hh, bias; y[0] h, y[1] c and their gradients dy[0], dy[1];
+ *   z the gates (kept from the forward), dz their gradients; tmp_x[0] (m, k) always.
+ * - EMBEDDING: x[0] int32 ids (m), w[0] the table (k, n), y[0] (m, n); -4 at an id outside
+ *   [0, k). Its gradient adds each row of dy into the id's row, in order, as numpy's add.at.
+ * - STACK: `count` parts (m, n) into y[0] (m, count, n); backward copies (or adds, per
+ *   dparts_add) each part's slice of dy[0] into dparts.
+ * With flat buffers, w[i] and dw[i] are taken at w_at[i] and dw_at[i] (-1: not a flat one).
+ * Returns 0, -1 at a label outside [0, n), -2 when the program does not end in a softmax, -4
+ * at an id outside the embedding's table. */
+enum { FF_STEP_DENSE = 0, FF_STEP_SOFTMAX = 1, FF_STEP_LSTM = 2, FF_STEP_EMBEDDING = 3,
+       FF_STEP_STACK = 4 };
+enum { FF_STEP_SLOTS = 3, FF_STEP_BAD_ID = -4 };
 typedef struct {
   int kind;
   int relu;
-  long m, n, k;
-  const float *x, *w, *b;
-  float *y, *dy, *dx, *dz, *dw, *db;
-  long w_at, b_at; /* with flat buffers: where w and b start in the weights (-1: no bias) */
-  long dw_at, db_at; /* ... and dw and db in the gradients */
+  long m, n, k, p;
+  long ldx;
+  const void *x[3];
+  float *dx[3];
+  int dx_add[3];
+  float *tmp_x[3];
+  const float *w[3];
+  float *dw[3];
+  int dw_add[3];
+  float *tmp_w[3];
+  long w_at[3], dw_at[3];
+  long w_n[3]; /* floats of each weight */
+  float *y[2], *dy[2];
+  float *z, *dz;
+  float *zero;
+  long zero_n;
+  const float *const *parts;
+  float *const *dparts;
+  const int *dparts_add;
+  long count;
 } ff_step_op;
 typedef struct {
   const long long *labels;
@@ -156,8 +192,8 @@ typedef struct {
   double total;
   double *sums;
 } ff_step_loss;
-/* weights and grads: NULL, or flat buffers every dense op's w, b, dw and db are taken from at
- * their *_at offsets (overriding the pointers) */
+/* weights and grads: NULL, or flat buffers every op's w[i] and dw[i] are taken from at their
+ * w_at[i] and dw_at[i] offsets (overriding the pointers) */
 int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
                       const float *weights, float *grads);
 
@@ -200,12 +236,13 @@ typedef struct {
   ff_step_loss *loss;
   ff_step_log *log;
 } ff_step_plan;
-/* One iteration's arrays: the chain's input tile x, the int64 labels of its rows, the first
- * `valid` predictions count toward a loss divided by `total`, (loss, correct) go into sums;
- * the flat weights and this task's flat row of partial gradients. Returns as
+/* One iteration's arrays: the program's input tile x (float32, or an embedding's int32 ids),
+ * the int64 labels of its rows, the first `valid` predictions count toward a loss divided by
+ * `total`, (loss, correct) go into sums; the flat weights and this task's flat row of partial
+ * gradients. Returns as
  * ff_train_step_f32; -3 for an update of an unknown kind. */
 typedef struct {
-  const float *x;
+  const void *x;
   const long long *labels;
   long valid;
   double total;

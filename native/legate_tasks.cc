@@ -20,7 +20,8 @@
  *     the flat weights (the same store as the first input) and the states.
  * A step that cannot run writes NaN and a negative code into its loss row instead (a label out
  * of range: -1, which the issuing thread's checks leave to labels passed as Legate stores; a
- * store not laid out row-major: -2); reading the batch's loss raises an error naming it.
+ * store not laid out row-major: -2; a token id outside its embedding's table: -4); reading the
+ * batch's loss raises an error naming it.
  */
 #include <legate.h>
 #include <legate/comm/coll.h>
@@ -64,6 +65,10 @@ T* address(const legate::Scalar& scalar) {
 /* What the loss row's correct count says when the step did not run (BatchStats reads it). */
 constexpr double LABEL_OUT_OF_RANGE = -1.0;
 constexpr double NOT_CONTIGUOUS = -2.0;
+constexpr double BAD_ID = -4.0;
+
+/* The code a failed step writes for `status` (ff_train_step_f32's result). */
+double failure_code(int status) { return status == FF_STEP_BAD_ID ? BAD_ID : LABEL_OUT_OF_RANGE; }
 
 class NativeStepTask : public legate::LegateTask<NativeStepTask> {
  public:
@@ -100,9 +105,10 @@ class NativeStepTask : public legate::LegateTask<NativeStepTask> {
       const auto h = context.scalar(7).values<float>();
       for (std::size_t i = 0; i < h.size() && i < 7; ++i) update.h[i] = h[i];
     }
-    if (!ok || step_function(plan, &call) != 0) {
+    const int status = ok ? step_function(plan, &call) : 0;
+    if (!ok || status != 0) {
       call.sums[0] = std::numeric_limits<double>::quiet_NaN();
-      call.sums[1] = ok ? LABEL_OUT_OF_RANGE : NOT_CONTIGUOUS;
+      call.sums[1] = ok ? failure_code(status) : NOT_CONTIGUOUS;
     }
   }
 };
@@ -201,7 +207,8 @@ class NativeStepsTask : public legate::LegateTask<NativeStepsTask> {
         if (k > 0) set_hyper(k - 1);  // the update of step k - 1's gradients first
         call.update = update;
         if (k == 0) call.update.kind = FF_UPDATE_NONE;  // none pending: the launch applied it
-        if (step_function(plan, &call) != 0) failure = LABEL_OUT_OF_RANGE;
+        const int status = step_function(plan, &call);
+        if (status != 0) failure = failure_code(status);
       }
       if (failure != 0.0) {
         sums[k][0] = std::numeric_limits<double>::quiet_NaN();

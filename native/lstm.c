@@ -55,9 +55,9 @@ static inline float ff_sigmoidf(float x) { return 0.5f * (1.0f + ff_tanhf(0.5f *
  * in order (i, f, g, o), then the gates' activations in place. */
 static void ff_lstm_gates(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                           const float *w_ih, const float *w_hh, const float *bias, float *z,
-                          long n, long e, long hh, long hid) {
+                          long n, long e, long hh, long hid, long ldx) {
   long width = 4 * hid;
-  gemm(FF_ROW_MAJOR, FF_NO_TRANS, FF_TRANS, (int)n, (int)width, (int)e, 1.0f, x, (int)e, w_ih,
+  gemm(FF_ROW_MAJOR, FF_NO_TRANS, FF_TRANS, (int)n, (int)width, (int)e, 1.0f, x, (int)ldx, w_ih,
        (int)e, 0.0f, z, (int)width);
   if (h_prev)
     gemm(FF_ROW_MAJOR, FF_NO_TRANS, FF_TRANS, (int)n, (int)width, (int)hh, 1.0f, h_prev, (int)hh,
@@ -75,8 +75,8 @@ static void ff_lstm_gates(ff_sgemm_fn gemm, const float *x, const float *h_prev,
 void ff_lstm_forward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                          const float *c_prev, const float *w_ih, const float *w_hh,
                          const float *bias, float *z, float *h, float *c, long n, long e, long hh,
-                         long hid) {
-  ff_lstm_gates(gemm, x, h_prev, w_ih, w_hh, bias, z, n, e, hh, hid);
+                         long hid, long ldx) {
+  ff_lstm_gates(gemm, x, h_prev, w_ih, w_hh, bias, z, n, e, hh, hid, ldx);
   for (long r = 0; r < n; ++r) {
     const float *i = z + r * 4 * hid, *f = i + hid, *g = f + hid, *o = g + hid;
     float *cr = c + r * hid, *hr = h + r * hid;
@@ -95,9 +95,9 @@ void ff_lstm_backward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                           const float *bias, const float *c, const float *dh, const float *dc,
                           float *z, float *dz, float *dx, float *dh_prev, float *dc_prev,
                           float *dw_ih, float *dw_hh, float *db, long n, long e, long hh,
-                          long hid, int gates_kept) {
+                          long hid, int gates_kept, long ldx) {
   long width = 4 * hid;
-  if (!gates_kept) ff_lstm_gates(gemm, x, h_prev, w_ih, w_hh, bias, z, n, e, hh, hid);
+  if (!gates_kept) ff_lstm_gates(gemm, x, h_prev, w_ih, w_hh, bias, z, n, e, hh, hid, ldx);
   for (long r = 0; r < n; ++r) {
     const float *i = z + r * width, *f = i + hid, *g = f + hid, *o = g + hid;
     const float *cr = c + r * hid, *dhr = dh + r * hid, *dcr = dc + r * hid;
@@ -123,7 +123,7 @@ void ff_lstm_backward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
   for (long r = 1; r < n; ++r)
     for (long j = 0; j < width; ++j) db[j] = db[j] + dz[r * width + j];
   gemm(FF_ROW_MAJOR, FF_TRANS, FF_NO_TRANS, (int)width, (int)e, (int)n, 1.0f, dz, (int)width, x,
-       (int)e, 0.0f, dw_ih, (int)e);
+       (int)ldx, 0.0f, dw_ih, (int)e);
   if (h_prev)
     gemm(FF_ROW_MAJOR, FF_TRANS, FF_NO_TRANS, (int)width, (int)hh, (int)n, 1.0f, dz, (int)width,
          h_prev, (int)hh, 0.0f, dw_hh, (int)hh);

@@ -1,13 +1,16 @@
-/* A fused training step of a chain of dense layers ending in a softmax under sparse
- * categorical cross-entropy, run as one C call for the CPU tasks: forward, loss and backward
- * without the interpreter lock, which the other processors' tasks wait for whenever a task
- * body runs Python between its kernels (two processors' step tasks took turns at it; each op's
- * Python cost twice its time in iteration time). Each op computes what flexflow.ops' kernels
- * compute: the dense layers through native/dense.c, the loss through native/losses.c, the
- * softmax's gradient as y * (dy - sum(dy * y)); only the softmax's own exp and sum may round
- * differently from numpy's. */
+/* A fused training step of a program of ops (dense layers, LSTM steps, embeddings, stacks)
+ * ending in a softmax under sparse categorical cross-entropy, run as one C call for the CPU
+ * tasks: forward, loss and backward without the interpreter lock, which the other processors'
+ * tasks wait for whenever a task body runs Python between its kernels (two processors' step
+ * tasks took turns at it; each op's Python cost twice its time in iteration time). Each op
+ * computes what flexflow.ops' kernels compute: the dense layers through native/dense.c, the
+ * LSTM steps through native/lstm.c, the loss through native/losses.c, the softmax's gradient
+ * as y * (dy - sum(dy * y)), a gradient with several readers summed in the op-by-op step's
+ * order (flexflow.fused_run); only the softmax's own exp and sum may round differently from
+ * numpy's. */
 #define _GNU_SOURCE
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -40,41 +43,140 @@ static void ff_softmax_rows_backward(const float *y, const float *dy, float *dx,
   }
 }
 
+/* dest += src, n floats: a gradient an earlier op (in the backward's order) already wrote. */
+static void ff_add_f32(float *dest, const float *src, long n) {
+  for (long i = 0; i < n; ++i) dest[i] = dest[i] + src[i];
+}
+
+/* Where an op's kernel writes gradient i of `dest`: the destination, or its scratch when the
+ * gradient is added into the destination afterwards (ff_finish). */
+static float *ff_out(float *dest, int add, float *tmp) { return dest && add ? tmp : dest; }
+
+static void ff_finish(float *dest, int add, const float *tmp, long n) {
+  if (dest && add) ff_add_f32(dest, tmp, n);
+}
+
+static void ff_finish_weights(const ff_step_op *op) {
+  for (int i = 0; i < FF_STEP_SLOTS; ++i)
+    ff_finish(op->dw[i], op->dw_add[i], op->tmp_w[i], op->w_n[i]);
+}
+
+static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op) {
+  const float *x = (const float *)op->x[0];
+  switch (op->kind) {
+    case FF_STEP_DENSE:
+      ff_dense_forward_f32(gemm, x, op->w[0], op->w[1], op->y[0], op->m, op->n, op->k, op->relu);
+      return 0;
+    case FF_STEP_SOFTMAX:
+      ff_softmax_rows(x, op->y[0], op->m, op->n);
+      return 0;
+    case FF_STEP_LSTM:
+      ff_lstm_forward_f32(gemm, x, (const float *)op->x[1], (const float *)op->x[2], op->w[0],
+                          op->w[1], op->w[2], op->z, op->y[0], op->y[1], op->m, op->k, op->p,
+                          op->n, op->ldx);
+      return 0;
+    case FF_STEP_EMBEDDING: {
+      const int32_t *ids = (const int32_t *)op->x[0];
+      for (long r = 0; r < op->m; ++r) {
+        if (ids[r] < 0 || ids[r] >= op->k) return FF_STEP_BAD_ID;
+        memcpy(op->y[0] + r * op->n, op->w[0] + (long)ids[r] * op->n, sizeof(float) * op->n);
+      }
+      return 0;
+    }
+    case FF_STEP_STACK:
+      for (long r = 0; r < op->m; ++r)
+        for (long t = 0; t < op->count; ++t)
+          memcpy(op->y[0] + (r * op->count + t) * op->n, op->parts[t] + r * op->n,
+                 sizeof(float) * op->n);
+      return 0;
+  }
+  return -2;
+}
+
+static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op) {
+  if (op->zero) memset(op->zero, 0, sizeof(float) * op->zero_n);
+  float *gx[FF_STEP_SLOTS], *gw[FF_STEP_SLOTS];
+  for (int i = 0; i < FF_STEP_SLOTS; ++i) {
+    gx[i] = ff_out(op->dx[i], op->dx_add[i], op->tmp_x[i]);
+    gw[i] = ff_out(op->dw[i], op->dw_add[i], op->tmp_w[i]);
+  }
+  const long m = op->m, n = op->n, k = op->k;
+  switch (op->kind) {
+    case FF_STEP_DENSE:
+      ff_dense_backward_f32(gemm, (const float *)op->x[0], op->w[0], op->y[0], op->dy[0], op->z,
+                            gw[0], gw[1], gx[0], m, n, k, op->relu);
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * k);
+      break;
+    case FF_STEP_SOFTMAX:
+      ff_softmax_rows_backward(op->y[0], op->dy[0], gx[0], m, n);
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * n);
+      break;
+    case FF_STEP_LSTM: {
+      /* the input's gradient always goes to scratch: it may be a time step of a sequence */
+      ff_lstm_backward_f32(gemm, (const float *)op->x[0], (const float *)op->x[1],
+                           (const float *)op->x[2], op->w[0], op->w[1], op->w[2], op->y[1],
+                           op->dy[0], op->dy[1], op->z, op->dz, op->tmp_x[0], gx[1], gx[2], gw[0],
+                           gw[1], gw[2], m, k, op->p, n, 1, op->ldx);
+      if (op->dx[0]) {
+        for (long r = 0; r < m; ++r) {
+          float *row = op->dx[0] + r * op->ldx;
+          const float *add = op->tmp_x[0] + r * k;
+          if (op->dx_add[0] || op->ldx != k)
+            ff_add_f32(row, add, k);
+          else
+            memcpy(row, add, sizeof(float) * k);
+        }
+      }
+      ff_finish(op->dx[1], op->dx_add[1], op->tmp_x[1], m * op->p);
+      ff_finish(op->dx[2], op->dx_add[2], op->tmp_x[2], m * n);
+      break;
+    }
+    case FF_STEP_EMBEDDING: {
+      const int32_t *ids = (const int32_t *)op->x[0];
+      memset(gw[0], 0, sizeof(float) * op->w_n[0]);
+      for (long r = 0; r < m; ++r) ff_add_f32(gw[0] + (long)ids[r] * n, op->dy[0] + r * n, n);
+      break;
+    }
+    case FF_STEP_STACK:
+      for (long t = 0; t < op->count; ++t) {
+        float *part = op->dparts[t];
+        if (!part) continue;
+        for (long r = 0; r < m; ++r) {
+          const float *slice = op->dy[0] + (r * op->count + t) * n;
+          if (op->dparts_add[t])
+            ff_add_f32(part + r * n, slice, n);
+          else
+            memcpy(part + r * n, slice, sizeof(float) * n);
+        }
+      }
+      break;
+  }
+  ff_finish_weights(op);
+}
+
 int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
                       const float *weights, float *grads) {
   if (count < 1 || ops[count - 1].kind != FF_STEP_SOFTMAX) return -2;
   if (weights && grads)
-    for (long i = 0; i < count; ++i) {
-      ff_step_op *op = ops + i;
-      if (op->kind != FF_STEP_DENSE) continue;
-      op->w = weights + op->w_at;
-      op->dw = grads + op->dw_at;
-      op->b = op->b_at >= 0 ? weights + op->b_at : 0;
-      op->db = op->db_at >= 0 ? grads + op->db_at : 0;
-    }
+    for (long i = 0; i < count; ++i)
+      for (int j = 0; j < FF_STEP_SLOTS; ++j) {
+        ff_step_op *op = ops + i;
+        if (op->w_at[j] >= 0) op->w[j] = weights + op->w_at[j];
+        if (op->dw_at[j] >= 0) op->dw[j] = grads + op->dw_at[j];
+      }
   for (long i = 0; i < count; ++i) {
-    const ff_step_op *op = ops + i;
-    if (op->kind == FF_STEP_DENSE)
-      ff_dense_forward_f32(gemm, op->x, op->w, op->b, op->y, op->m, op->n, op->k, op->relu);
-    else
-      ff_softmax_rows(op->x, op->y, op->m, op->n);
+    int status = ff_step_forward(gemm, ops + i);
+    if (status) return status;
   }
   const ff_step_op *last = ops + count - 1;
   double value;
   long correct;
-  int status = ff_sparse_xent_f32(last->y, loss->labels, last->dy, last->m, last->n,
+  int status = ff_sparse_xent_f32(last->y[0], loss->labels, last->dy[0], last->m, last->n,
                                   loss->valid, loss->total, &value, &correct);
   if (status) return status;
   loss->sums[0] = value;
   loss->sums[1] = (double)correct;
-  for (long i = count - 1; i >= 0; --i) {
-    const ff_step_op *op = ops + i;
-    if (op->kind == FF_STEP_DENSE)
-      ff_dense_backward_f32(gemm, op->x, op->w, op->y, op->dy, op->dz, op->dw, op->db, op->dx,
-                            op->m, op->n, op->k, op->relu);
-    else
-      ff_softmax_rows_backward(op->y, op->dy, op->dx, op->m, op->n);
-  }
+  for (long i = count - 1; i >= 0; --i) ff_step_backward(gemm, ops + i);
   return 0;
 }
 
@@ -133,7 +235,7 @@ int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call) {
   if (status != 0) return status;
   ff_step_log *log = plan->log;
   double updated = log ? ff_now() : 0.0;
-  plan->ops[0].x = call->x;
+  plan->ops[0].x[0] = call->x;
   ff_step_loss *loss = plan->loss;
   loss->labels = call->labels;
   loss->valid = call->valid;

@@ -108,7 +108,8 @@ class Embedding(Op):
         divide = outputs if self.aggr is AggrMode.AGGR_MODE_AVG else 0
         return float(outputs * (bag - 1) + divide), float(outputs * bag + divide)
 
-    def _check_ids(self, ids: np.ndarray) -> None:
+    def check_ids(self, ids: np.ndarray) -> None:
+        """Refuse ids outside the table, naming the range found and the fix."""
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
             raise ShapeError(
                 f"embedding ({self.num_embeddings} x {self.embedding_dim}): ids must lie in "
@@ -119,7 +120,7 @@ class Embedding(Op):
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (ids,) = inputs
         (table,) = weights
-        self._check_ids(ids)
+        self.check_ids(ids)
         rows = table[ids]  # ids.shape + (E,)
         if self.aggr is AggrMode.AGGR_MODE_SUM:
             return (rows.sum(axis=1),)  # (N, E)

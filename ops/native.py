@@ -308,7 +308,7 @@ def lstm_forward(gemm: int, x, h_prev, c_prev, w_ih, w_hh, bias) -> tuple[np.nda
     h, c = (np.empty((n, width // 4), dtype=np.float32) for _ in range(2))
     lib.ff_lstm_forward_f32(
         _sgemm(gemm), _floats(x), _floats(h_prev), _floats(c_prev), _floats(w_ih),
-        _floats(w_hh), _floats(bias), _floats(z), _floats(h), _floats(c), n, e, hh, width // 4,
+        _floats(w_hh), _floats(bias), _floats(z), _floats(h), _floats(c), n, e, hh, width // 4, e,
     )  # fmt: skip
     return h, c, z
 
@@ -334,7 +334,7 @@ def lstm_backward(gemm: int, x, h_prev, c_prev, w_ih, w_hh, bias, c, dh, dc, gat
         _sgemm(gemm), _floats(x), _floats(h_prev), _floats(c_prev), _floats(w_ih),
         _floats(w_hh), _floats(bias), _floats(c), _floats(dh), _floats(dc), _floats(z),
         _floats(dz), _floats(dx), _floats(dh_prev), _floats(dc_prev), _floats(dw_ih),
-        _floats(dw_hh), _floats(db), n, e, hh, width // 4, int(kept),
+        _floats(dw_hh), _floats(db), n, e, hh, width // 4, int(kept), e,
     )  # fmt: skip
     return dx, dh_prev, dc_prev, dw_ih, dw_hh, db
 

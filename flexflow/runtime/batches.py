@@ -27,6 +27,8 @@ STEP_FAILURES = {
     -1: "a label outside [0, classes) (labels passed as Legate stores are not checked before "
     "the step runs): pass integer class indices from 0 to the number of classes - 1",
     -2: "a store not laid out row-major, which the C++ step task cannot read: a bug, report it",
+    -4: "a token id outside [0, num_embeddings) of its embedding: remap the ids or enlarge "
+    "num_embeddings",
 }
 """The codes a C++ step task writes as its correct count when it could not run
 (native/legate_tasks.cc)."""

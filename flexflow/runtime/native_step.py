@@ -5,27 +5,21 @@ arrays.
 Why: Legate runs every processor's task bodies in this one Python process. Python between a
 task's kernels holds the lock the other processors' tasks wait for, and runs 2-3x slower there
 than alone: with the MLP's step tasks on two CPUs, each 100 us of Python added to a task added
-0.1-0.2 ms to an iteration. The chains this runs: dense layers (relu or none), after a flat
-or not, ending in a softmax under sparse categorical cross-entropy, float32, with every weight
-gradient written whole by its task and no input gradient leaving it (data parallelism, one
-device); any other step runs op by op (flexflow.fused_run).
+0.1-0.2 ms to an iteration, and an RNN language model's data-parallel step (16 LSTM steps)
+took longer on two CPUs than on one. Which steps run so, and the program of ops they run, is
+flexflow.runtime.step_program's; any other step runs op by op (flexflow.fused_run).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 import numpy as np
 
 from flexflow._kernels import ffi, lib
 from flexflow.errors import ShapeError
-from flexflow.fusion import FusedTask, Slot, SlotKind
+from flexflow.fusion import FusedTask, Slot
 from flexflow.ops import blas
-from flexflow.ops.activations import ActiMode
-from flexflow.ops.dense import Dense
-from flexflow.ops.flat import Flat
-from flexflow.ops.softmax import Softmax
 from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import (
     LOSS_IDS,
@@ -33,100 +27,99 @@ from flexflow.runtime.loss import (
     predictions_per_sample,
     shaped_labels,
 )
+from flexflow.runtime.step_program import ADD, Program, ProgramOp, program
 
 SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
 """The loss a native step computes (a step under another loss runs op by op)."""
-_RELU = {ActiMode.AC_MODE_NONE: 0, ActiMode.AC_MODE_RELU: 1}
 LOG_UPDATE, LOG_STEP = lib.FF_LOG_UPDATE, lib.FF_LOG_STEP
 LOG_CAPACITY = 1 << 16
 """Calls a step's log keeps until they are taken (the executor takes them when its timeline is
 read): 2 MiB per step task."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Layer:
-    """One op of the chain: its kind, relu flag, (m, n, k) and its weights' slots."""
-
-    kind: int
-    relu: int
-    dims: tuple[int, int, int]
-    """Dense: rows, outputs, inputs; softmax: rows, classes, 0."""
-    weights: tuple[Slot, ...]
-    weight_grads: tuple[Slot, ...]
-
-
 def _tile_shape(slot: Slot) -> tuple[int, ...]:
     return tuple(stop - start for start, stop in slot.region)
 
 
-def _layers(task: FusedTask) -> tuple[_Layer, ...] | None:
-    """The chain's layers, or None when the task is not such a chain (see the module doc)."""
-    backward, forward = task.backward, task.forward
-    if backward.reductions or backward.accumulators or not task.step_ready:
-        return None
-    # the arguments `NativeStep.run_flat` expects: the chain's input tile, then weights only
-    if forward.inputs[0] != task.steps[0].inputs[0][1]:
-        return None
-    if any(slot.kind is not SlotKind.WEIGHT for slot in forward.inputs[1:]):
-        return None
-    layers = []
-    for position, step in enumerate(task.steps):
-        op, sig = step.node.op, step.node.sig
-        if any(spec.dtype.value != "float32" for spec in (*sig.inputs, *sig.outputs)):
-            return None
-        if len(step.inputs) != 1 or len(step.outputs) != 1:
-            return None
-        if position > 0 and step.inputs[0][0] != task.steps[position - 1].outputs[0][0]:
-            return None  # each op reads the one before it
-        x_shape, y_shape = _tile_shape(step.inputs[0][1]), _tile_shape(step.outputs[0][2])
-        rows = int(np.prod(y_shape[:-1], dtype=np.int64))
-        last = position == len(task.steps) - 1
-        if position == 0 and isinstance(op, Flat) and not last:
-            continue  # a reshape: the next op reads its input's tile as (rows, features)
-        if isinstance(op, Dense) and op.activation in _RELU and not last:
-            layer = (lib.FF_STEP_DENSE, _RELU[op.activation], (rows, y_shape[-1], x_shape[-1]))
-        elif isinstance(op, Softmax) and last and op.axis % len(y_shape) == len(y_shape) - 1:
-            layer = (lib.FF_STEP_SOFTMAX, 0, (rows, y_shape[-1], 0))
-        else:
-            return None
-        layers.append(_Layer(*layer, step.weights, step.weight_grads))
-    return tuple(layers)
-
-
 class NativeStep:
-    """A step task's C program: its ops' structs and the buffers between them (activations,
-    their gradients), made once and reused every iteration: a processor runs one task at a
-    time, and a program serves one task. `run` names the iteration's arrays and calls it."""
+    """A step task's C program: its ops' structs and the buffers they read and write (every
+    tensor's value and gradient, scratch), made once and reused every iteration: a processor
+    runs one task at a time, and a program serves one task. `run` names the iteration's
+    arrays and calls it."""
 
-    def __init__(
-        self, task: FusedTask, layers: Sequence[_Layer], flat: FlatLayout | None = None
-    ) -> None:
-        self.task, self.layers, self.flat = task, tuple(layers), flat
+    def __init__(self, task: FusedTask, made: Program, flat: FlatLayout | None = None) -> None:
+        self.task, self.program, self.flat = task, made, flat
+        self.input_dtype = made.input_dtype
+        """The element type the program reads its input tile in (`input_array`)."""
         self.prediction_shape = _tile_shape(task.output_slot)
-        self._ops = ffi.new("ff_step_op[]", len(layers))
+        self._ops = ffi.new("ff_step_op[]", len(made.ops))
         self._loss = ffi.new("ff_step_loss *")
         self._kept: np.ndarray | None = None  # the labels the loss struct points at
         self._plan = ffi.new("ff_step_plan *")
         """What the C++ step task's body runs (flexflow.runtime.native_tasks)."""
         self._plan.gemm = ffi.cast("ff_sgemm_fn", blas.sgemm_address() or 0)
-        self._plan.ops, self._plan.count, self._plan.loss = self._ops, len(layers), self._loss
+        self._plan.ops, self._plan.count, self._plan.loss = self._ops, len(made.ops), self._loss
         self._plan.log = ffi.NULL
         self.buffers: list[np.ndarray] = []
-        """The arrays between the ops, which the structs point at."""
-        ops = self._ops
-        for i, layer in enumerate(self.layers):
-            m, n, k = layer.dims
-            ops[i].kind, ops[i].relu, ops[i].m, ops[i].n, ops[i].k = layer.kind, layer.relu, m, n, k
-            ops[i].y, ops[i].dy = self._buffer(m, n), self._buffer(m, n)
-            ops[i].dz = self._buffer(m, n) if layer.relu else ffi.NULL
-            # an op's input gradient is the gradient of the op before's output; none for the first
-            ops[i].dx = ops[i - 1].dy if i else ffi.NULL
-            if i:
-                ops[i].x = ops[i - 1].y
-            if flat is not None and layer.weights:  # where its weights sit in flat buffers
-                starts = [flat.ranges[slot.id][0] for slot in layer.weights] + [-1]
-                ops[i].w_at, ops[i].b_at = starts[0], starts[1]
-                ops[i].dw_at, ops[i].db_at = starts[0], starts[1]
+        """The arrays the structs point at."""
+        self._held: list = []  # the cffi arrays of pointers the structs point at
+        values: dict[int, np.ndarray] = {}  # tensor id -> its value in this task
+        grads: dict[int, np.ndarray] = {}  # ... and its gradient (zeros where nothing reads it)
+        for op in made.ops:
+            for tid, _, slot in op.step.outputs:
+                values[tid] = self._array(_tile_shape(slot))
+                grads[tid] = self._array(_tile_shape(slot))
+        for i, op in enumerate(made.ops):
+            self._wire(self._ops[i], op, values, grads)
+
+    def _wire(self, c, op: ProgramOp, values: dict, grads: dict) -> None:
+        """Fill the struct `c` of `op`: sizes, the buffers it reads and writes, its scratch."""
+        c.kind, c.relu = op.kind, op.relu
+        c.m, c.n, c.k, c.p = op.dims
+        c.ldx = op.ldx
+        step = op.step
+        for j in range(lib.FF_STEP_SLOTS):
+            c.w_at[j] = c.dw_at[j] = -1
+        for j, (tid, _, _) in enumerate(step.outputs):
+            c.y[j], c.dy[j] = _pointer(values[tid]), _pointer(grads[tid])
+        shapes = [_tile_shape(slot) for _, slot in step.inputs]
+        if op.kind == lib.FF_STEP_STACK:
+            parts = ffi.new("const float *[]", [_pointer(values[t]) for t in op.reads])
+            dparts = ffi.new("float *[]", [_pointer(grads[t]) for t in op.reads])
+            adds = ffi.new("int[]", [int(mode == ADD) for mode in op.grads])
+            self._held += [parts, dparts, adds]
+            c.parts, c.dparts, c.dparts_add, c.count = parts, dparts, adds, len(op.reads)
+        else:
+            for j, (tensor, mode) in enumerate(zip(op.reads, op.grads, strict=True)):
+                if tensor == self.program.model_input:
+                    continue  # the call's input tile (`run`)
+                c.x[j] = _pointer(values[tensor], op.offset if j == 0 else 0)
+                if mode is None:
+                    continue
+                c.dx[j] = _pointer(grads[tensor], op.offset if j == 0 else 0)
+                c.dx_add[j] = int(mode == ADD)
+                if mode == ADD or (j == 0 and op.kind == lib.FF_STEP_LSTM):
+                    # computed here first (an LSTM's input: it may be a time step's part)
+                    c.tmp_x[j] = _pointer(self._array(_read_shape(op, shapes[j])))
+        if op.zeroes is not None:
+            c.zero, c.zero_n = _pointer(grads[op.zeroes]), grads[op.zeroes].size
+        m, n = op.dims[0], op.dims[1]
+        if op.kind == lib.FF_STEP_DENSE and op.relu:
+            c.z = _pointer(self._array((m, n)))
+        if op.kind == lib.FF_STEP_LSTM:
+            c.z, c.dz = _pointer(self._array((m, 4 * n))), _pointer(self._array((m, 4 * n)))
+        for j, (slot, add) in enumerate(zip(step.weights, op.weight_adds, strict=True)):
+            shape = _tile_shape(slot)
+            c.w_n[j] = int(np.prod(shape, dtype=np.int64))
+            if add:
+                c.dw_add[j], c.tmp_w[j] = 1, _pointer(self._array(shape))
+            if self.flat is not None:  # where its weights sit in flat buffers
+                c.w_at[j] = c.dw_at[j] = self.flat.ranges[slot.id][0]
+
+    def _array(self, shape: tuple[int, ...]) -> np.ndarray:
+        array = np.zeros(shape, dtype=np.float32)
+        self.buffers.append(array)
+        return array
 
     def record(self, capacity: int = LOG_CAPACITY) -> None:
         """Log when each call of the C++ task body runs (`take_log`), up to `capacity` entries
@@ -162,10 +155,10 @@ class NativeStep:
         shape = self.prediction_shape
         return max(0, min(valid, shape[0])) * predictions_per_sample(shape)
 
-    def _buffer(self, rows: int, columns: int):
-        array = np.zeros((rows, columns), dtype=np.float32)
-        self.buffers.append(array)
-        return ffi.cast("float *", ffi.from_buffer(array))
+    def input_array(self, tile) -> np.ndarray:
+        """The input tile as the program reads it: C-contiguous `input_dtype` (a copy only
+        where it is not already that)."""
+        return np.ascontiguousarray(tile, dtype=self.input_dtype)
 
     def run(
         self,
@@ -182,20 +175,17 @@ class NativeStep:
         slots to the arrays they are written into (all C-contiguous float32); the labels
         `target` of the first `valid` samples count; (loss / total, correct) go into `sums`."""
         ops = self._ops
-        first = np.ascontiguousarray(values[self.task.steps[0].inputs[0][1]], dtype=np.float32)
+        first = self.input_array(values[self.task.forward.inputs[0]])
         arrays = [first]  # alive until the call returns
-        ops[0].x = ffi.from_buffer("float[]", first)
-        for i, layer in enumerate(self.layers):
-            if not layer.weights:
-                continue
-            named = [_checked(values[s]) for s in layer.weights]
-            named += [_checked(grads_into[s], written=True) for s in layer.weight_grads]
-            arrays += named
-            pointers = [ffi.from_buffer("float[]", a) for a in named]
-            ops[i].w, ops[i].dw = pointers[0], pointers[len(named) // 2]
-            ops[i].b, ops[i].db = (pointers[1], pointers[3]) if len(named) == 4 else (ffi.NULL,) * 2
+        ops[0].x[0] = ffi.from_buffer(first)
+        for i, op in enumerate(self.program.ops):
+            step = op.step
+            for j, (weight, grad) in enumerate(zip(step.weights, step.weight_grads, strict=True)):
+                named = _checked(values[weight]), _checked(grads_into[grad], written=True)
+                arrays += named
+                ops[i].w[j], ops[i].dw[j] = (ffi.from_buffer("float[]", a) for a in named)
         labels = self._labels(target, sums, total, valid)
-        self._call(gemm, labels, ffi.NULL, ffi.NULL)
+        self._call(gemm, labels, ffi.NULL, ffi.NULL, first)
 
     def run_flat(
         self,
@@ -211,12 +201,12 @@ class NativeStep:
         """`run` with every parameter in flat buffers (`flexflow.runtime.flat`, built with
         `flat`): the model input's tile `x`, this device's flat weights and the flat row its
         gradients are written into; the C step finds each weight at its offset."""
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        self._ops[0].x = ffi.from_buffer("float[]", x)
+        x = self.input_array(x)
+        self._ops[0].x[0] = ffi.from_buffer(x)
         weights, grads = _checked(weights), _checked(grads, written=True)
         labels = self._labels(target, sums, total, valid)
         self._call(
-            gemm, labels, ffi.from_buffer("float[]", weights), ffi.from_buffer("float[]", grads)
+            gemm, labels, ffi.from_buffer("float[]", weights), ffi.from_buffer("float[]", grads), x
         )
 
     def flat_labels(self, target) -> np.ndarray:
@@ -237,11 +227,14 @@ class NativeStep:
         self._kept = flat_labels  # alive until the call
         return flat_labels
 
-    def _call(self, gemm: int, labels: np.ndarray, weights, grads) -> None:
+    def _call(self, gemm: int, labels: np.ndarray, weights, grads, x: np.ndarray) -> None:
         status = lib.ff_train_step_f32(
-            ffi.cast("ff_sgemm_fn", gemm), self._ops, len(self.layers), self._loss, weights, grads
-        )
+            ffi.cast("ff_sgemm_fn", gemm), self._ops, len(self.program.ops), self._loss, weights,
+            grads,
+        )  # fmt: skip
         self._kept = None
+        if status == lib.FF_STEP_BAD_ID:  # the reference's error names the ids
+            self.program.ops[0].step.node.op.check_ids(x)
         if status:  # a label out of range: the reference's error names them
             checked_labels(self.prediction_shape, labels.reshape(self.prediction_shape[:-1]))
             raise ShapeError(f"native step: the C step failed with status {status}")
@@ -258,8 +251,8 @@ def _checked(array: np.ndarray, written: bool = False) -> np.ndarray:
 
 def runs_as_one_call(task: FusedTask) -> bool:
     """Whether the step task `task` runs as one C call where it runs on a CPU (the module doc),
-    for counting without building the program (flexflow.launches)."""
-    return blas.sgemm_address() is not None and _layers(task) is not None
+    for counting without building its buffers (flexflow.launches)."""
+    return blas.sgemm_address() is not None and program(task) is not None
 
 
 def native_step(task: FusedTask, flat: FlatLayout | None = None) -> NativeStep | None:
@@ -267,5 +260,18 @@ def native_step(task: FusedTask, flat: FlatLayout | None = None) -> NativeStep |
     `flat`, the layout of the flat buffers its parameters live in (`NativeStep.run_flat`)."""
     if blas.sgemm_address() is None:
         return None
-    layers = _layers(task)
-    return None if layers is None else NativeStep(task, layers, flat)
+    made = program(task)
+    return None if made is None else NativeStep(task, made, flat)
+
+
+def _pointer(array: np.ndarray, offset: int = 0):
+    """A float pointer `offset` elements into `array` (one of the program's buffers)."""
+    return ffi.cast("float *", ffi.from_buffer(array)) + offset
+
+
+def _read_shape(op: ProgramOp, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of the gradient an op computes for an input read as `shape`: an LSTM's
+    time step of a sequence is (samples, features)."""
+    if op.kind == lib.FF_STEP_LSTM and len(shape) == 3:
+        return (shape[0], shape[2])
+    return shape

@@ -135,7 +135,7 @@ def issue_steps(
         for program, tile, input_tile in zip(
             launch.programs, launch.tiles, launch.input_tiles, strict=True
         ):
-            held.append(np.ascontiguousarray(feeds.staged_tile(x_key, input_tile), np.float32))
+            held.append(program.input_array(feeds.staged_tile(x_key, input_tile)))
             xs.append(address(held[-1]))
             held.append(program.flat_labels(feeds.staged_tile(labels_key, tile)))
             labels.append(address(held[-1]))

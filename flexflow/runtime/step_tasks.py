@@ -165,12 +165,12 @@ def _native_step_task(
     the input tile and the labels taken from the staged batch here (if staged), into
     `held`."""
     feeds = executor.feeds
-    slot = native.task.forward.inputs[0]  # the chain's input tile
+    slot = native.task.forward.inputs[0]  # the program's input tile
     x_key = feeds.key(slot.id)
     x = 0
     if x_key >= 0:  # else the task reads it from its store
         tile = feeds.staged_tile(x_key, slot.region)
-        held.append(np.ascontiguousarray(tile, dtype=np.float32))
+        held.append(native.input_array(tile))
         x = address(held[-1])
     labels = 0
     if key >= 0:  # else the task reads them from their store

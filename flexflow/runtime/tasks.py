@@ -331,7 +331,7 @@ def _run_native_step(
     if native.flat is not None:
         arguments = iter(inputs)
         weights = next(arguments)
-        slot = task.forward.inputs[0]  # the chain's input tile; the weights follow it
+        slot = task.forward.inputs[0]  # the program's input tile; the weights follow it
         staged = keys.get(slot.id, -1)
         x = executor.staged_tile(staged, slot.region) if staged >= 0 else next(arguments)
         if not staged_target:

@@ -62,7 +62,8 @@ def lstm() -> FFModel:
 
 
 def tagger() -> FFModel:
-    """One class per token of a sequence: per-position softmax, per-token labels."""
+    """One class per token of a sequence: per-position softmax, per-token labels. Under data
+    parallelism and on one device its steps run as one C call each."""
     model = FFModel(FFConfig(batch_size=8))
     tokens = model.create_tensor((8, 4), DataType.DT_INT32, name="x")
     states = model.lstm(model.embedding(tokens, 20, 6), 8, return_sequences=True)

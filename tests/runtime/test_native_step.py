@@ -1,19 +1,24 @@
-"""flexflow.runtime.native_step: which step tasks run as one C call, and that the call
-computes what the op-by-op step (flexflow.fused_run with the CPU tiles) computes: the same
-weight gradients and loss to the softmax's float32 rounding, the same correct count."""
+"""flexflow.runtime.native_step and step_program: which step tasks run as one C call, and that
+the call computes what the op-by-op step (flexflow.fused_run with the CPU tiles) computes: the
+same weight gradients and loss to the softmax's float32 rounding, the same correct count; for
+dense chains and for unrolled RNNs, whose tensors have several readers and whose layers' steps
+share weights."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from flexflow import ActiMode, FFConfig, FFModel
+from flexflow import ActiMode, DataType, FFConfig, FFModel
+from flexflow._kernels import lib
+from flexflow.errors import ShapeError
 from flexflow.fused_run import run_fused_task
 from flexflow.fusion import fuse, fused_task, sole_gradients
 from flexflow.machine import parse_machine
 from flexflow.ops import blas
 from flexflow.runtime.loss import loss_tile
 from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, native_step
+from flexflow.runtime.step_program import ADD, PART, WRITE, program
 from flexflow.runtime.tasks import Pass, _CpuTiles
 from flexflow.strategies import named_strategy
 
@@ -33,11 +38,14 @@ def _classifier(shape, activation=ActiMode.AC_MODE_RELU, use_bias=True, softmax=
 
 
 def _task(graph, machine="local", index=0):
-    strategy = named_strategy("dp", graph, parse_machine(machine))
+    """Data parallelism's step task `index`, its devices taken for CPUs (whose tasks may read
+    a time step of a sequence made in the task)."""
+    devices = parse_machine(machine)
+    strategy = named_strategy("dp", graph, devices)
     regions = [
         c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, strategy.configs, strict=True)
     ]
-    (group,) = fuse(graph, strategy, regions)
+    (group,) = fuse(graph, strategy, regions, frozenset(range(devices.num_devices)))
     sole = sole_gradients(graph, strategy, regions, (group,))
     return fused_task(graph, group, index, [regions[op][index] for op in group.ops], sole)
 
@@ -148,3 +156,121 @@ def test_flat_buffers_give_the_same_step_as_separate_arrays():
     views = flat.split(flat_grads, [s.id for s in task.backward.overwrites])
     for view, slot in zip(views, task.backward.overwrites, strict=True):
         np.testing.assert_array_equal(view, grads[slot])
+
+
+VOCAB, CLASSES = 20, 5
+
+
+def _rnn(kind: str, batch: int = 8, length: int = 3):
+    """An unrolled RNN on token ids: a tagger (a class per token from one layer's states), a
+    language model (two layers, a softmax per token) or a classifier (the last state)."""
+    model = FFModel(FFConfig(batch_size=batch))
+    tokens = model.create_tensor((batch, length), DataType.DT_INT32, name="x")
+    x = model.embedding(tokens, VOCAB, 6)
+    if kind == "tagger":
+        x = model.lstm(x, 8)
+    elif kind == "language_model":
+        x = model.lstm(model.lstm(x, 8), 7)
+    else:
+        x = model.lstm(x, 8, return_sequences=False)
+    model.softmax(model.dense(x, CLASSES))
+    return model.graph()
+
+
+RNNS = ("tagger", "language_model", "classifier")
+
+
+def _rnn_arrays(task, rng):
+    values, grads = _arrays(task, rng)
+    ids = task.forward.inputs[0]
+    values[ids] = rng.integers(0, VOCAB, values[ids].shape).astype(np.int32)
+    return values, grads
+
+
+@pytest.mark.parametrize("kind", RNNS)
+def test_unrolled_rnns_run_as_one_call_summing_gradients_in_the_op_by_op_order(kind):
+    """The program's gradient plan: the sequence read by time steps is zeroed once, by the
+    reader whose backward runs first, and every reader adds its part; a layer's weights are
+    written by its last step and added to by the others; every other tensor is written by
+    its first reader in the backward and added to by the rest."""
+    graph = _rnn(kind)
+    made = program(_task(graph, "p100:1", 1))
+    assert made is not None and made.input_dtype == np.int32
+    kinds = [op.kind for op in made.ops]
+    assert kinds[0] == lib.FF_STEP_EMBEDDING and kinds[-1] == lib.FF_STEP_SOFTMAX
+    assert kinds.count(lib.FF_STEP_LSTM) == {"language_model": 6}.get(kind, 3)
+    embedded = made.ops[0].step.outputs[0][0]
+    assert [op for op in made.ops if op.zeroes is not None] == [made.ops[3]]  # the last step
+    assert made.ops[3].zeroes == embedded
+    first_layer = made.ops[1:4]
+    assert all(op.grads[0] == PART and op.offset == t * 6 for t, op in enumerate(first_layer))
+    assert [op.weight_adds for op in first_layer] == [(True,) * 3] * 2 + [(False,) * 3]
+    seen: set[int] = set()
+    for op in reversed(made.ops):
+        for tensor, mode in zip(op.reads, op.grads, strict=True):
+            if mode in (WRITE, ADD):
+                assert mode == (ADD if tensor in seen else WRITE)
+            seen.add(tensor)
+
+
+@pytest.mark.parametrize("kind", RNNS)
+@pytest.mark.parametrize("index, padding", [(0, 0), (1, 0), (1, 1)])
+def test_the_c_step_of_an_rnn_computes_the_op_by_op_step(kind, index, padding):
+    graph = _rnn(kind)
+    task = _task(graph, "p100:1", index)  # 2 of the 8 samples
+    rng = np.random.default_rng(index)
+    values, grads = _rnn_arrays(task, rng)
+    per_sample = (3,) if kind != "classifier" else ()
+    labels = rng.integers(0, CLASSES, (2, *per_sample))
+    total, valid = 8 * int(np.prod(per_sample, dtype=int)), 2 - padding
+    sums = np.zeros(2)
+    native_step(task).run(blas.sgemm_address(), values, grads, labels, sums, total, valid)
+    want_grads, want_sums = _op_by_op(task, values, labels, total, valid)
+    assert set(grads) == set(want_grads)
+    for slot, got in grads.items():
+        np.testing.assert_allclose(got, want_grads[slot], rtol=1e-5, atol=1e-7)
+    assert sums[0] == pytest.approx(want_sums[0], rel=1e-6)
+    assert sums[1] == want_sums[1]
+
+
+def test_an_id_outside_the_table_is_refused_as_the_reference_refuses_it():
+    task = _task(_rnn("tagger"), "p100:1")
+    rng = np.random.default_rng(0)
+    values, grads = _rnn_arrays(task, rng)
+    values[task.forward.inputs[0]][1, 2] = VOCAB
+    with pytest.raises(ShapeError, match=r"ids must lie in \[0, 20\), got ids in \[\d+, 20\]"):
+        native_step(task).run(
+            blas.sgemm_address(), values, grads, np.zeros((2, 3), int), np.zeros(2), 24, 2
+        )
+
+
+def test_the_flat_buffers_of_an_rnn_give_the_same_step_as_separate_arrays():
+    from flexflow.runtime.flat import FlatLayout
+
+    graph = _rnn("language_model")
+    flat = FlatLayout.of([p.spec.shape for p in graph.parameters])
+    task = _task(graph, "p100:1", 2)
+    rng = np.random.default_rng(7)
+    values, grads = _rnn_arrays(task, rng)
+    weights = {s.id: values[s] for s in task.forward.inputs[1:]}
+    flat_weights = flat.join([weights[p.id] for p in graph.parameters])
+    flat_grads = np.full(flat.size, np.nan, np.float32)
+    x, labels = values[task.forward.inputs[0]], rng.integers(0, CLASSES, (2, 3))
+    sums, flat_sums = np.zeros(2), np.zeros(2)
+    gemm = blas.sgemm_address()
+    native_step(task).run(gemm, values, grads, labels, sums, 24, 2)
+    native_step(task, flat).run_flat(gemm, x, flat_weights, flat_grads, labels, flat_sums, 24, 2)
+    np.testing.assert_array_equal(flat_sums, sums)
+    views = flat.split(flat_grads, [s.id for s in task.backward.overwrites])
+    for view, slot in zip(views, task.backward.overwrites, strict=True):
+        np.testing.assert_array_equal(view, grads[slot])
+
+
+def test_a_step_the_c_program_cannot_run_runs_op_by_op():
+    """An unrolled RNN whose dense layer is a tanh (no C kernel in the program): no program,
+    the step runs op by op."""
+    model = FFModel(FFConfig(batch_size=8))
+    tokens = model.create_tensor((8, 3), DataType.DT_INT32, name="x")
+    states = model.lstm(model.embedding(tokens, VOCAB, 6), 8)
+    model.softmax(model.dense(states, CLASSES, ActiMode.AC_MODE_TANH))
+    assert program(_task(model.graph(), "p100:1")) is None

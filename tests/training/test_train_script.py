@@ -130,7 +130,7 @@ def test_an_mlp_model_file_learns_the_digits_with_its_steps_in_c(tmp_path):
 
 
 SMALL_RNNLM = [
-    "--model", "rnnlm", "--budget", "1", "--epochs", "1", "--batch-size", "16",
+    "--model", "rnnlm", "--budget", "1", "--epochs", "1", "--batch-size", "8",
     "--seq-length", "8", "--hidden-size", "64", "--embed-size", "64", "--vocab-size", "200",
 ]  # fmt: skip
 

@@ -1,0 +1,223 @@
+"""Which step tasks run as one C call (native/step.c), and the program of ops they run.
+
+A step task runs as one call when its whole training step has C kernels: the model input is
+read by the first op (an embedding of int32 token ids, a dense layer, or a dense layer after a
+flat), every other tensor is made and read inside the task (`FusedGroup.internal`), every op
+is a dense layer (relu or none), an LSTM step, an embedding (no aggregation), a stack, or
+the last op, a softmax under sparse categorical cross-entropy, all float32, and every weight
+gradient is written whole by the task (data parallelism, or one device). The chains of dense
+layers of an MLP and whole unrolled RNNs (an RNN language model or text classifier) qualify;
+any other step runs op by op (flexflow.fused_run).
+
+The program also fixes how each gradient is summed, in the op-by-op step's order (the
+backward in reverse op order, an op's inputs in order): a tensor's first reader to run its
+backward writes its gradient, later ones add theirs; a weight shared by several ops (an
+unrolled layer's steps) likewise; a tensor read in parts (a time step of a sequence) starts
+from zeros, each reader adding its part; a tensor nothing reads has a zero gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from flexflow._kernels import lib
+from flexflow.fusion import FusedTask, OpStep, Slot, SlotKind
+from flexflow.ops.activations import ActiMode
+from flexflow.ops.dense import Dense
+from flexflow.ops.embedding import AggrMode, Embedding
+from flexflow.ops.flat import Flat
+from flexflow.ops.lstm import GATES, LSTM
+from flexflow.ops.softmax import Softmax
+from flexflow.ops.stack import Stack
+
+RELU = {ActiMode.AC_MODE_NONE: 0, ActiMode.AC_MODE_RELU: 1}
+
+WRITE, ADD, PART = 0, 1, 2
+"""How an op's backward passes an input's gradient on (`ProgramOp.grads`): written (the
+tensor's first reader in the backward), added to what is there, or added into its part of a
+gradient that starts from zeros (a time step of a sequence)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramOp:
+    """One op of the program as native/kernels.h's ff_step_op describes it."""
+
+    kind: int
+    relu: int
+    dims: tuple[int, int, int, int]
+    """(m, n, k, p): per kind, as native/kernels.h says."""
+    step: OpStep
+    reads: tuple[int, ...]
+    """Per input, the tensor it reads (a flat's reader reads the model input)."""
+    ldx: int = 0
+    """LSTM: floats between the rows of its input."""
+    offset: int = 0
+    """LSTM reading a time step of a sequence: floats into the sequence where it starts."""
+    grads: tuple[int | None, ...] = ()
+    """Per input, WRITE, ADD or PART, or None: no gradient (the model input)."""
+    weight_adds: tuple[bool, ...] = ()
+    """Per weight, whether its gradient is added to an earlier op's (a shared weight)."""
+    zeroes: int | None = None
+    """The tensor whose gradient the op zeroes before its backward (read in parts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    ops: tuple[ProgramOp, ...]
+    model_input: int
+    """The tensor the first op reads from the call's input tile."""
+    input_dtype: np.dtype
+
+
+def _shape(slot: Slot) -> tuple[int, ...]:
+    return tuple(stop - start for start, stop in slot.region)
+
+
+def _rows(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape[:-1], dtype=np.int64))
+
+
+def _float32(step: OpStep, skip_input: bool = False) -> bool:
+    sig = step.node.sig
+    specs = (*sig.outputs, *(sig.inputs[1:] if skip_input else sig.inputs))
+    return all(spec.dtype.value == "float32" for spec in specs)
+
+
+def _lstm_input(step: OpStep, x_shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """(ldx, offset) of an LSTM step's input in its buffer, or None for a read the C step
+    does not take: a time step cut from a sequence made in the task (a window), else the
+    whole (n, E) tile, or an (n, 1, E) one."""
+    window = step.windows[0] if step.windows else None
+    if step.windows and any(w is not None for w in step.windows[1:]):
+        return None  # the state is read whole
+    features = x_shape[-1]
+    if window is None:
+        return features, 0
+    where, producer = window
+    whole = _shape(producer)
+    if len(whole) != 3 or len(where) != 3:
+        return None
+    rows, times, columns = where
+    if (rows.start, rows.stop) != (0, whole[0]) or (columns.start, columns.stop) != (0, whole[2]):
+        return None
+    if times.stop - times.start != 1:
+        return None
+    return whole[1] * whole[2], times.start * whole[2]
+
+
+def _op(step: OpStep, position: int, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
+    """The step as a program op, or None when the C step has no kernel for it."""
+    op = step.node.op
+    y_shape = _shape(step.outputs[0][2])
+    x_shape = _shape(step.inputs[0][1]) if step.inputs else ()
+    if step.windows and not isinstance(op, LSTM):
+        return None
+    if isinstance(op, Embedding):
+        table = _shape(step.weights[0])
+        if op.aggr is not AggrMode.AGGR_MODE_NONE or position != 0 or not _float32(step, True):
+            return None
+        if step.node.sig.inputs[0].dtype.value != "int32" or table != (
+            op.num_embeddings,
+            op.embedding_dim,
+        ):
+            return None
+        dims = (int(np.prod(x_shape, dtype=np.int64)), table[1], table[0], 0)
+        return ProgramOp(lib.FF_STEP_EMBEDDING, 0, dims, step, reads)
+    if not _float32(step):
+        return None
+    if isinstance(op, Dense) and op.activation in RELU and not last:
+        dims = (_rows(y_shape), y_shape[-1], x_shape[-1], 0)
+        return ProgramOp(lib.FF_STEP_DENSE, RELU[op.activation], dims, step, reads)
+    if isinstance(op, Softmax) and last and op.axis % len(y_shape) == len(y_shape) - 1:
+        return ProgramOp(lib.FF_STEP_SOFTMAX, 0, (_rows(y_shape), y_shape[-1], 0, 0), step, reads)
+    if isinstance(op, LSTM) and not last:
+        read = _lstm_input(step, x_shape)
+        w_ih, w_hh = _shape(step.weights[0]), _shape(step.weights[1])
+        if read is None or w_ih[0] != GATES or w_ih[1] != y_shape[1]:
+            return None
+        dims = (y_shape[0], y_shape[1], x_shape[-1], w_hh[2])
+        return ProgramOp(lib.FF_STEP_LSTM, 0, dims, step, reads, *read)
+    if isinstance(op, Stack) and not last:
+        axis = op.axis % len(y_shape)
+        part = y_shape[:axis] + y_shape[axis + 1 :]
+        if any(_shape(slot) != part for _, slot in step.inputs):
+            return None
+        outer = int(np.prod(part[:axis], dtype=np.int64))
+        return ProgramOp(
+            lib.FF_STEP_STACK, 0, (outer, int(np.prod(part[axis:])), 0, 0), step, reads
+        )
+    return None
+
+
+def program(task: FusedTask) -> Program | None:
+    """The step task's program, or None when it does not run as one C call (module doc)."""
+    backward, forward = task.backward, task.forward
+    if backward.reductions or backward.accumulators or not task.step_ready:
+        return None
+    first = task.steps[0]
+    if not first.inputs or forward.inputs[0] != first.inputs[0][1]:
+        return None
+    if any(slot.kind is not SlotKind.WEIGHT for slot in forward.inputs[1:]):
+        return None
+    model_input, internal = first.inputs[0][0], task.group.internal
+    alias: dict[int, int] = {}  # a leading flat's output: its reader reads the model input
+    ops: list[ProgramOp] = []
+    for position, step in enumerate(task.steps):
+        last = position == len(task.steps) - 1
+        if position == 0 and isinstance(step.node.op, Flat) and not last:
+            alias[step.outputs[0][0]] = model_input
+            continue
+        reads = tuple(alias.get(t, t) for t, _ in step.inputs)
+        for i, tensor in enumerate(reads):
+            if tensor == model_input and (ops or i):
+                return None  # the call hands the model input to the first op only
+            if tensor != model_input and tensor not in internal:
+                return None
+        found = _op(step, len(ops), last, reads)
+        if found is None:
+            return None
+        ops.append(found)
+    if not ops or ops[0].reads[:1] != (model_input,):
+        return None
+    planned = _plan_gradients(ops, model_input)
+    if planned is None:
+        return None
+    dtype = np.dtype(np.int32 if ops[0].kind == lib.FF_STEP_EMBEDDING else np.float32)
+    return Program(planned, model_input, dtype)
+
+
+def _plan_gradients(ops: list[ProgramOp], model_input: int) -> tuple[ProgramOp, ...] | None:
+    """`ops` with how each passes its gradients on (module doc), or None where a tensor is
+    read both whole and in parts."""
+    parts = {op.reads[0] for op in ops if op.kind == lib.FF_STEP_LSTM and op.step.windows}
+    if any(
+        t in parts
+        for op in ops
+        for i, t in enumerate(op.reads)
+        if not (i == 0 and op.kind == lib.FF_STEP_LSTM and op.step.windows)
+    ):
+        return None
+    written: set[int] = set()
+    weights: set[Slot] = set()
+    planned: list[ProgramOp] = []
+    for op in reversed(ops):
+        grads: list[int | None] = []
+        zeroes = None
+        for i, tensor in enumerate(op.reads):
+            if tensor == model_input:
+                grads.append(None)
+            elif i == 0 and tensor in parts:
+                if tensor not in written:
+                    zeroes = tensor
+                grads.append(PART)
+            else:
+                grads.append(ADD if tensor in written else WRITE)
+            written.add(tensor)
+        adds = []
+        for slot in op.step.weight_grads:
+            adds.append(slot in weights)
+            weights.add(slot)
+        planned.append(replace(op, grads=tuple(grads), weight_adds=tuple(adds), zeroes=zeroes))
+    return tuple(reversed(planned))
