@@ -134,24 +134,28 @@ def test_a_label_out_of_range_is_refused_as_the_reference_refuses_it():
         )
 
 
-def test_flat_buffers_give_the_same_step_as_separate_arrays():
+@pytest.mark.parametrize("kind", ["dense chain", "language_model"])
+def test_flat_buffers_give_the_same_step_as_separate_arrays(kind):
     """`run_flat` (parameters in one flat buffer, the executor's data-parallel layout) finds
-    every weight and gradient at its offset: the same bits as `run` with separate arrays."""
+    every weight and gradient at its offset, shared ones included: the same bits as `run`
+    with separate arrays."""
     from flexflow.runtime.flat import FlatLayout
 
-    graph = _classifier((8, 6))
+    chain = kind == "dense chain"
+    graph = _classifier((8, 6)) if chain else _rnn(kind)
     flat = FlatLayout.of([p.spec.shape for p in graph.parameters])
     task = _task(graph, "p100:1", 1)
     rng = np.random.default_rng(5)
-    values, grads = _arrays(task, rng)
-    weights = [values[s] for s in task.forward.inputs[1:]]  # the weights, in parameter order
-    assert [s.id for s in task.forward.inputs[1:]] == [p.id for p in graph.parameters]
-    flat_weights, flat_grads = flat.join(weights), np.full(flat.size, np.nan, np.float32)
-    x, labels = values[task.forward.inputs[0]], rng.integers(0, 5, 2)
+    values, grads = (_arrays if chain else _rnn_arrays)(task, rng)
+    weights = {s.id: values[s] for s in task.forward.inputs[1:]}
+    flat_weights = flat.join([weights[p.id] for p in graph.parameters])
+    flat_grads = np.full(flat.size, np.nan, np.float32)
+    x, labels = values[task.forward.inputs[0]], rng.integers(0, 5, (2,) if chain else (2, 3))
+    total = 8 if chain else 24
     sums, flat_sums = np.zeros(2), np.zeros(2)
     gemm = blas.sgemm_address()
-    native_step(task).run(gemm, values, grads, labels, sums, 8, 2)
-    native_step(task, flat).run_flat(gemm, x, flat_weights, flat_grads, labels, flat_sums, 8, 2)
+    native_step(task).run(gemm, values, grads, labels, sums, total, 2)
+    native_step(task, flat).run_flat(gemm, x, flat_weights, flat_grads, labels, flat_sums, total, 2)
     np.testing.assert_array_equal(flat_sums, sums)
     views = flat.split(flat_grads, [s.id for s in task.backward.overwrites])
     for view, slot in zip(views, task.backward.overwrites, strict=True):
@@ -242,28 +246,6 @@ def test_an_id_outside_the_table_is_refused_as_the_reference_refuses_it():
         native_step(task).run(
             blas.sgemm_address(), values, grads, np.zeros((2, 3), int), np.zeros(2), 24, 2
         )
-
-
-def test_the_flat_buffers_of_an_rnn_give_the_same_step_as_separate_arrays():
-    from flexflow.runtime.flat import FlatLayout
-
-    graph = _rnn("language_model")
-    flat = FlatLayout.of([p.spec.shape for p in graph.parameters])
-    task = _task(graph, "p100:1", 2)
-    rng = np.random.default_rng(7)
-    values, grads = _rnn_arrays(task, rng)
-    weights = {s.id: values[s] for s in task.forward.inputs[1:]}
-    flat_weights = flat.join([weights[p.id] for p in graph.parameters])
-    flat_grads = np.full(flat.size, np.nan, np.float32)
-    x, labels = values[task.forward.inputs[0]], rng.integers(0, CLASSES, (2, 3))
-    sums, flat_sums = np.zeros(2), np.zeros(2)
-    gemm = blas.sgemm_address()
-    native_step(task).run(gemm, values, grads, labels, sums, 24, 2)
-    native_step(task, flat).run_flat(gemm, x, flat_weights, flat_grads, labels, flat_sums, 24, 2)
-    np.testing.assert_array_equal(flat_sums, sums)
-    views = flat.split(flat_grads, [s.id for s in task.backward.overwrites])
-    for view, slot in zip(views, task.backward.overwrites, strict=True):
-        np.testing.assert_array_equal(view, grads[slot])
 
 
 def test_a_step_the_c_program_cannot_run_runs_op_by_op():
