@@ -11,9 +11,11 @@ share (their all-reduce sits between forward steps: batch norm under a sample sp
 GPUs, whose variant runs it alone; each CPU task of a batch norm whose tiles hold whole
 samples computes its own statistics in the group, `shared_statistics`), runs the same number
 of tasks on the same devices,
-reads at least one tensor made in the group, and reads every tensor it reads from the group
-once, through exactly the tile its producer's task wrote (or, on CPUs, part of it: an LSTM
-step reads its time step of the embedding's tile, as a view). A group ends before the first op
+reads at least one tensor made in the group or nothing but model inputs (a second input's
+embedding, as NMT's target), and reads every tensor it reads from the group through exactly
+the tile its producer's task wrote (or, on CPUs, once and part of it: an LSTM step reads its
+time step of the embedding's tile, as a view; a tensor read twice, as attention's keys and
+values, is read whole both times, its gradient summed in memory). A group ends before the first op
 that reads a tensor of the group which an op after the group also reads. The tensors a group
 makes and only its ops read are *internal*: inside the fused task their values and gradients
 pass in memory (a gradient summed over the group's readers; zeros for a tensor nothing reads). Internal values are still
@@ -107,7 +109,7 @@ class FusionMemo:
         self._shared: dict[tuple[int, ParallelConfig], bool] = {}
         self._reads: dict[tuple[int, int, ParallelConfig, ParallelConfig], bool] = {}
         """(op, input position, its config, the producer's): whether its tasks read exactly
-        the producer's tiles of that tensor (or, on CPUs, windows of them)."""
+        the producer's tiles of that tensor (or, on CPUs and read once, windows of them)."""
         self._kept: dict[tuple[int, int], int] = {}
         self._internal: dict[tuple[int, int, bool], frozenset[int]] = {}
 
@@ -163,8 +165,8 @@ class FusionMemo:
         """Whether `op` joins the group of ops `start .. op - 1`: neither it nor the group's
         first op has batch statistics its tasks share (unless exchanging them: `flags[op]`,
         none where None), it runs as many tasks on the same devices, reads some tensor of the
-        group, and reads each once, through exactly its producer's tiles (or windows of them,
-        on CPUs)."""
+        group or only model inputs, and reads each through exactly its producer's tiles (or,
+        read once, windows of them, on CPUs)."""
         if any(
             not (flags and flags[member]) and self.shared(strategy, regions, member)
             for member in (op, start)
@@ -173,30 +175,35 @@ class FusionMemo:
         config = strategy[op]
         if config.devices != strategy[start].devices:
             return False
-        node, linked = self.graph.ops[op], False
+        node, linked, inputs_only = self.graph.ops[op], False, True
         for position, tid in enumerate(node.inputs):
             producer = self.graph.tensor(tid).producer
+            inputs_only = inputs_only and producer is None
             if producer is None or not start <= producer < op:
                 continue
-            if node.inputs.count(tid) != 1:
-                return False
+            once = node.inputs.count(tid) == 1  # else read whole each time, no window
             key = (op, position, config, strategy[producer])
             reads = self._reads.get(key)
             if reads is None:
                 make_room(self._reads, self.LIMIT)
-                reads = self._reads[key] = self._reads_tiles(config, regions, op, position)
+                reads = self._reads[key] = self._reads_tiles(config, regions, op, position, once)
             if not reads:
                 return False
             linked = True
-        return linked
+        return linked or inputs_only
 
     def _reads_tiles(
-        self, config: ParallelConfig, regions: Sequence[tuple[Region, ...]], op: int, position: int
+        self,
+        config: ParallelConfig,
+        regions: Sequence[tuple[Region, ...]],
+        op: int,
+        position: int,
+        windows_allowed: bool = True,
     ) -> bool:
         node = self.graph.ops[op]
         tensor = self.graph.tensor(node.inputs[position])
         producer = self.graph.ops[tensor.producer]
-        windows = set(config.devices) <= self.cpu_devices
+        windows = windows_allowed and set(config.devices) <= self.cpu_devices
         for index, region in enumerate(regions[op]):
             read = node.op.input_regions(node.sig, region)[position]
             made = producer.op.output_regions(producer.sig, regions[producer.id][index])

@@ -23,6 +23,7 @@ ffibuilder.set_source(
             "step.c",
             "lstm.c",
             "exchange.c",
+            "attention.c",
         )
     ],
     include_dirs=[str(HERE)],

@@ -126,6 +126,25 @@ void ff_lstm_backward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                           float *dw_ih, float *dw_hh, float *db, long n, long e, long hh,
                           long hid, int gates_kept, long ldx);
 
+/* Multi-head attention (native/attention.c) on float32 tiles, as flexflow.ops.
+ * multihead_attention's reference: query (n, lq, eq), key (n, lk, ek), value (n, lk, ev); w[0..3]
+ * wq (e, eq), wk (e, ek), wv (e, ev), wo (e, e), w[4..7] their biases (e) or all NULL; `heads`
+ * heads of e / heads units. `scratch` holds ff_attention_scratch(dims) floats: the forward
+ * keeps its projections, probabilities and context there for the backward, which also works
+ * there. Forward writes y (n, lq, e); backward, from dy (n, lq, e), writes dquery, dkey,
+ * dvalue (each skipped when NULL) and dw[0..7] (the biases' when not NULL). */
+typedef struct {
+  long n, lq, lk, eq, ek, ev, e, heads;
+} ff_attention_dims;
+long ff_attention_scratch(const ff_attention_dims *dims);
+void ff_attention_forward_f32(ff_sgemm_fn gemm, const ff_attention_dims *dims, const float *query,
+                              const float *key, const float *value, const float *const *w,
+                              float *scratch, float *y);
+void ff_attention_backward_f32(ff_sgemm_fn gemm, const ff_attention_dims *dims,
+                               const float *query, const float *key, const float *value,
+                               const float *const *w, float *scratch, const float *dy,
+                               float *dquery, float *dkey, float *dvalue, float *const *dw);
+
 /* Sparse categorical cross-entropy (native/losses.c) of a tile of softmax outputs p (rows,
  * classes) against int64 labels (rows): grad (rows, classes) = the loss's gradient with
  * respect to p (zero past the first `valid` rows), *loss = -sum of log(max(p[label], 1e-12))
@@ -156,12 +175,14 @@ int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, lon
  *   [0, k). Its gradient adds each row of dy into the id's row, in order, as numpy's add.at.
  * - STACK: `count` parts (m, n) into y[0] (m, count, n); backward copies (or adds, per
  *   dparts_add) each part's slice of dy[0] into dparts.
+ * - ATTENTION: x[0..2] query, key, value, w[0..7] and y[0] as ff_attention_forward_f32 with
+ *   `att`, its scratch in `scratch`.
  * With flat buffers, w[i] and dw[i] are taken at w_at[i] and dw_at[i] (-1: not a flat one).
  * Returns 0, -1 at a label outside [0, n), -2 when the program does not end in a softmax, -4
  * at an id outside the embedding's table. */
 enum { FF_STEP_DENSE = 0, FF_STEP_SOFTMAX = 1, FF_STEP_LSTM = 2, FF_STEP_EMBEDDING = 3,
-       FF_STEP_STACK = 4 };
-enum { FF_STEP_SLOTS = 3, FF_STEP_BAD_ID = -4 };
+       FF_STEP_STACK = 4, FF_STEP_ATTENTION = 5 };
+enum { FF_STEP_SLOTS = 3, FF_STEP_WEIGHTS = 8, FF_STEP_BAD_ID = -4 };
 typedef struct {
   int kind;
   int relu;
@@ -171,12 +192,12 @@ typedef struct {
   float *dx[3];
   int dx_add[3];
   float *tmp_x[3];
-  const float *w[3];
-  float *dw[3];
-  int dw_add[3];
-  float *tmp_w[3];
-  long w_at[3], dw_at[3];
-  long w_n[3]; /* floats of each weight */
+  const float *w[8];
+  float *dw[8];
+  int dw_add[8];
+  float *tmp_w[8];
+  long w_at[8], dw_at[8];
+  long w_n[8]; /* floats of each weight */
   float *y[2], *dy[2];
   float *z, *dz;
   float *zero;
@@ -185,6 +206,8 @@ typedef struct {
   float *const *dparts;
   const int *dparts_add;
   long count;
+  ff_attention_dims att;
+  float *scratch;
 } ff_step_op;
 typedef struct {
   const long long *labels;

@@ -57,7 +57,7 @@ static void ff_finish(float *dest, int add, const float *tmp, long n) {
 }
 
 static void ff_finish_weights(const ff_step_op *op) {
-  for (int i = 0; i < FF_STEP_SLOTS; ++i)
+  for (int i = 0; i < FF_STEP_WEIGHTS; ++i)
     ff_finish(op->dw[i], op->dw_add[i], op->tmp_w[i], op->w_n[i]);
 }
 
@@ -89,17 +89,19 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op) {
           memcpy(op->y[0] + (r * op->count + t) * op->n, op->parts[t] + r * op->n,
                  sizeof(float) * op->n);
       return 0;
+    case FF_STEP_ATTENTION:
+      ff_attention_forward_f32(gemm, &op->att, x, (const float *)op->x[1],
+                               (const float *)op->x[2], op->w, op->scratch, op->y[0]);
+      return 0;
   }
   return -2;
 }
 
 static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op) {
   if (op->zero) memset(op->zero, 0, sizeof(float) * op->zero_n);
-  float *gx[FF_STEP_SLOTS], *gw[FF_STEP_SLOTS];
-  for (int i = 0; i < FF_STEP_SLOTS; ++i) {
-    gx[i] = ff_out(op->dx[i], op->dx_add[i], op->tmp_x[i]);
-    gw[i] = ff_out(op->dw[i], op->dw_add[i], op->tmp_w[i]);
-  }
+  float *gx[FF_STEP_SLOTS], *gw[FF_STEP_WEIGHTS];
+  for (int i = 0; i < FF_STEP_SLOTS; ++i) gx[i] = ff_out(op->dx[i], op->dx_add[i], op->tmp_x[i]);
+  for (int i = 0; i < FF_STEP_WEIGHTS; ++i) gw[i] = ff_out(op->dw[i], op->dw_add[i], op->tmp_w[i]);
   const long m = op->m, n = op->n, k = op->k;
   switch (op->kind) {
     case FF_STEP_DENSE:
@@ -150,6 +152,16 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op) {
         }
       }
       break;
+    case FF_STEP_ATTENTION: {
+      const ff_attention_dims *d = &op->att;
+      ff_attention_backward_f32(gemm, d, (const float *)op->x[0], (const float *)op->x[1],
+                                (const float *)op->x[2], op->w, op->scratch, op->dy[0], gx[0],
+                                gx[1], gx[2], gw);
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], d->n * d->lq * d->eq);
+      ff_finish(op->dx[1], op->dx_add[1], op->tmp_x[1], d->n * d->lk * d->ek);
+      ff_finish(op->dx[2], op->dx_add[2], op->tmp_x[2], d->n * d->lk * d->ev);
+      break;
+    }
   }
   ff_finish_weights(op);
 }
@@ -159,7 +171,7 @@ int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_st
   if (count < 1 || ops[count - 1].kind != FF_STEP_SOFTMAX) return -2;
   if (weights && grads)
     for (long i = 0; i < count; ++i)
-      for (int j = 0; j < FF_STEP_SLOTS; ++j) {
+      for (int j = 0; j < FF_STEP_WEIGHTS; ++j) {
         ff_step_op *op = ops + i;
         if (op->w_at[j] >= 0) op->w[j] = weights + op->w_at[j];
         if (op->dw_at[j] >= 0) op->dw[j] = grads + op->dw_at[j];

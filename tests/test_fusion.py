@@ -86,14 +86,18 @@ def test_a_group_ends_before_reading_a_tensor_that_escapes_it():
     assert all(not group.internal for group in groups)
 
 
-def test_a_tensor_read_twice_or_batch_statistics_break_the_chain():
+def test_a_tensor_read_twice_joins_whole_and_batch_statistics_break_the_chain():
+    """An op reading a tensor of the group twice (attention's keys and values) joins, reading
+    it whole each time; an op reading only model inputs (a second input's embedding) joins
+    too; a batch norm whose statistics its tasks share breaks the chain."""
     model = FFModel(FFConfig(batch_size=4))
     x = model.create_tensor((4, 6), name="x")
     h = model.dense(x, 6, ActiMode.AC_MODE_RELU, name="h")
     model.add(h, h, name="double")  # one op reading h twice
+    model.dense(model.create_tensor((4, 6), name="y"), 6, name="other")  # model inputs only
     graph = model.graph()
     strategy = named_strategy("dp", graph, parse_machine("p100:2"))
-    assert _names(graph, _groups(graph, strategy)[0]) == [["h"], ["double"]]
+    assert _names(graph, _groups(graph, strategy)[0]) == [["h", "double", "other"]]
 
     model = FFModel(FFConfig(batch_size=4))
     x = model.create_tensor((4, 3, 8, 8), name="x")

@@ -12,7 +12,7 @@ flexflow.runtime.step_program's; any other step runs op by op (flexflow.fused_ru
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -49,8 +49,6 @@ class NativeStep:
 
     def __init__(self, task: FusedTask, made: Program, flat: FlatLayout | None = None) -> None:
         self.task, self.program, self.flat = task, made, flat
-        self.input_dtype = made.input_dtype
-        """The element type the program reads its input tile in (`input_array`)."""
         self.prediction_shape = _tile_shape(task.output_slot)
         self._ops = ffi.new("ff_step_op[]", len(made.ops))
         self._loss = ffi.new("ff_step_loss *")
@@ -63,6 +61,7 @@ class NativeStep:
         self.buffers: list[np.ndarray] = []
         """The arrays the structs point at."""
         self._held: list = []  # the cffi arrays of pointers the structs point at
+        self._model_inputs = {slot.id for slot, _ in made.inputs}
         values: dict[int, np.ndarray] = {}  # tensor id -> its value in this task
         grads: dict[int, np.ndarray] = {}  # ... and its gradient (zeros where nothing reads it)
         for op in made.ops:
@@ -78,10 +77,16 @@ class NativeStep:
         c.m, c.n, c.k, c.p = op.dims
         c.ldx = op.ldx
         step = op.step
-        for j in range(lib.FF_STEP_SLOTS):
+        for j in range(lib.FF_STEP_WEIGHTS):
             c.w_at[j] = c.dw_at[j] = -1
         for j, (tid, _, _) in enumerate(step.outputs):
             c.y[j], c.dy[j] = _pointer(values[tid]), _pointer(grads[tid])
+        if op.attention:
+            dims = c.att
+            (dims.n, dims.lq, dims.lk, dims.eq, dims.ek, dims.ev, dims.e, dims.heads) = op.attention
+            c.scratch = _pointer(
+                self._array((int(lib.ff_attention_scratch(ffi.addressof(c, "att"))),))
+            )
         shapes = [_tile_shape(slot) for _, slot in step.inputs]
         if op.kind == lib.FF_STEP_STACK:
             parts = ffi.new("const float *[]", [_pointer(values[t]) for t in op.reads])
@@ -91,7 +96,7 @@ class NativeStep:
             c.parts, c.dparts, c.dparts_add, c.count = parts, dparts, adds, len(op.reads)
         else:
             for j, (tensor, mode) in enumerate(zip(op.reads, op.grads, strict=True)):
-                if tensor == self.program.model_input:
+                if tensor in self._model_inputs:
                     continue  # the call's input tile (`run`)
                 c.x[j] = _pointer(values[tensor], op.offset if j == 0 else 0)
                 if mode is None:
@@ -155,10 +160,10 @@ class NativeStep:
         shape = self.prediction_shape
         return max(0, min(valid, shape[0])) * predictions_per_sample(shape)
 
-    def input_array(self, tile) -> np.ndarray:
-        """The input tile as the program reads it: C-contiguous `input_dtype` (a copy only
-        where it is not already that)."""
-        return np.ascontiguousarray(tile, dtype=self.input_dtype)
+    def input_array(self, tile, which: int = 0) -> np.ndarray:
+        """Model input `which`'s tile as the program reads it: C-contiguous, of its dtype
+        (`Program.dtype`; a copy only where it is not already that)."""
+        return np.ascontiguousarray(tile, dtype=self.program.dtype(which))
 
     def run(
         self,
@@ -171,13 +176,12 @@ class NativeStep:
         valid: int,
     ) -> None:
         """One step through the sgemm at `gemm`: `values` maps the task's forward input slots
-        to arrays (the model input's tile, the weights), `grads_into` its weight gradient
+        to arrays (the model inputs' tiles, the weights), `grads_into` its weight gradient
         slots to the arrays they are written into (all C-contiguous float32); the labels
         `target` of the first `valid` samples count; (loss / total, correct) go into `sums`."""
         ops = self._ops
-        first = self.input_array(values[self.task.forward.inputs[0]])
-        arrays = [first]  # alive until the call returns
-        ops[0].x[0] = ffi.from_buffer(first)
+        tiles = self._name_inputs([values[slot] for slot, _ in self.program.inputs])
+        arrays = list(tiles)  # alive until the call returns
         for i, op in enumerate(self.program.ops):
             step = op.step
             for j, (weight, grad) in enumerate(zip(step.weights, step.weight_grads, strict=True)):
@@ -185,12 +189,12 @@ class NativeStep:
                 arrays += named
                 ops[i].w[j], ops[i].dw[j] = (ffi.from_buffer("float[]", a) for a in named)
         labels = self._labels(target, sums, total, valid)
-        self._call(gemm, labels, ffi.NULL, ffi.NULL, first)
+        self._call(gemm, labels, ffi.NULL, ffi.NULL, tiles)
 
     def run_flat(
         self,
         gemm: int,
-        x: np.ndarray,
+        inputs: Sequence[np.ndarray],
         weights: np.ndarray,
         grads: np.ndarray,
         target,
@@ -199,15 +203,23 @@ class NativeStep:
         valid: int,
     ) -> None:
         """`run` with every parameter in flat buffers (`flexflow.runtime.flat`, built with
-        `flat`): the model input's tile `x`, this device's flat weights and the flat row its
-        gradients are written into; the C step finds each weight at its offset."""
-        x = self.input_array(x)
-        self._ops[0].x[0] = ffi.from_buffer(x)
+        `flat`): the model inputs' tiles in the program's order (`Program.inputs`), this
+        device's flat weights and the flat row its gradients are written into; the C step finds
+        each weight at its offset."""
+        tiles = self._name_inputs(inputs)
         weights, grads = _checked(weights), _checked(grads, written=True)
         labels = self._labels(target, sums, total, valid)
         self._call(
-            gemm, labels, ffi.from_buffer("float[]", weights), ffi.from_buffer("float[]", grads), x
-        )
+            gemm, labels, ffi.from_buffer("float[]", weights), ffi.from_buffer("float[]", grads),
+            tiles,
+        )  # fmt: skip
+
+    def _name_inputs(self, tiles: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Point each reader of a model input at its tile (as `input_array` gives it)."""
+        named = [self.input_array(tile, which) for which, tile in enumerate(tiles)]
+        for (_, op), tile in zip(self.program.inputs, named, strict=True):
+            self._ops[op].x[0] = ffi.from_buffer(tile)
+        return named
 
     def flat_labels(self, target) -> np.ndarray:
         """The labels of the tile's predictions as the C step reads them: int64, in a row
@@ -227,14 +239,16 @@ class NativeStep:
         self._kept = flat_labels  # alive until the call
         return flat_labels
 
-    def _call(self, gemm: int, labels: np.ndarray, weights, grads, x: np.ndarray) -> None:
+    def _call(self, gemm: int, labels: np.ndarray, weights, grads, tiles: list) -> None:
         status = lib.ff_train_step_f32(
             ffi.cast("ff_sgemm_fn", gemm), self._ops, len(self.program.ops), self._loss, weights,
             grads,
         )  # fmt: skip
         self._kept = None
         if status == lib.FF_STEP_BAD_ID:  # the reference's error names the ids
-            self.program.ops[0].step.node.op.check_ids(x)
+            for (_, op), tile in zip(self.program.inputs, tiles, strict=True):
+                if self.program.ops[op].kind == lib.FF_STEP_EMBEDDING:
+                    self.program.ops[op].step.node.op.check_ids(tile)
         if status:  # a label out of range: the reference's error names them
             checked_labels(self.prediction_shape, labels.reshape(self.prediction_shape[:-1]))
             raise ShapeError(f"native step: the C step failed with status {status}")
@@ -249,10 +263,15 @@ def _checked(array: np.ndarray, written: bool = False) -> np.ndarray:
     return array
 
 
-def runs_as_one_call(task: FusedTask) -> bool:
-    """Whether the step task `task` runs as one C call where it runs on a CPU (the module doc),
-    for counting without building its buffers (flexflow.launches)."""
-    return blas.sgemm_address() is not None and program(task) is not None
+def runs_in_cpp_body(task: FusedTask) -> bool:
+    """Whether the step task `task` runs as one C call in a C++ task body where it runs on a
+    CPU with flat parameters (flexflow.runtime.step_tasks.runs_in_cpp), for counting without
+    building its buffers (flexflow.launches): a program whose model input only its first op
+    reads (`Program.one_input`); one of several inputs runs in a Python body."""
+    if blas.sgemm_address() is None:
+        return False
+    made = program(task)
+    return made is not None and made.one_input
 
 
 def native_step(task: FusedTask, flat: FlatLayout | None = None) -> NativeStep | None:

@@ -81,6 +81,8 @@ def plan_step_launch(executor: Executor) -> StepLaunch | str:
     programs = [executor.native_steps.get((0, i)) for i in range(len(executor.fused_tasks[0]))]
     if any(p is None or p.flat is None for p in programs):
         return "not every step task runs as one C call (flexflow.runtime.native_step)"
+    if not programs[0].program.one_input:
+        return "the step tasks read several model inputs, which only a Python body passes"
     if not executor.feeds.staging:
         return "the batches travel as stores (several processes)"
     slot = programs[0].task.forward.inputs[0]

@@ -1,12 +1,13 @@
 """Which step tasks run as one C call (native/step.c), and the program of ops they run.
 
-A step task runs as one call when its whole training step has C kernels: the model input is
-read by the first op (an embedding of int32 token ids, a dense layer, or a dense layer after a
-flat), every other tensor is made and read inside the task (`FusedGroup.internal`), every op
-is a dense layer (relu or none), an LSTM step, an embedding (no aggregation), a stack, or
-the last op, a softmax under sparse categorical cross-entropy, all float32, and every weight
-gradient is written whole by the task (data parallelism, or one device). The chains of dense
-layers of an MLP and whole unrolled RNNs (an RNN language model or text classifier) qualify;
+A step task runs as one call when its whole training step has C kernels: each model input is
+read once, by an embedding of int32 token ids or by the first op (a dense layer, or a dense
+layer after a flat), every other tensor is made and read inside the task
+(`FusedGroup.internal`), every op is a dense layer (relu or none), an LSTM step, an embedding
+(no aggregation), a stack, multi-head attention (no dropout), or the last op, a softmax under
+sparse categorical cross-entropy, all float32, and every weight gradient is written whole by
+the task (data parallelism, or one device). The chains of dense layers of an MLP, whole
+unrolled RNNs (an RNN language model or text classifier) and the encoder-decoder NMT qualify;
 any other step runs op by op (flexflow.fused_run).
 
 The program also fixes how each gradient is summed, in the op-by-op step's order (the
@@ -29,6 +30,7 @@ from flexflow.ops.dense import Dense
 from flexflow.ops.embedding import AggrMode, Embedding
 from flexflow.ops.flat import Flat
 from flexflow.ops.lstm import GATES, LSTM
+from flexflow.ops.multihead_attention import MultiHeadAttention
 from flexflow.ops.softmax import Softmax
 from flexflow.ops.stack import Stack
 
@@ -61,14 +63,26 @@ class ProgramOp:
     """Per weight, whether its gradient is added to an earlier op's (a shared weight)."""
     zeroes: int | None = None
     """The tensor whose gradient the op zeroes before its backward (read in parts)."""
+    attention: tuple[int, ...] = ()
+    """Multi-head attention: ff_attention_dims (n, lq, lk, eq, ek, ev, e, heads)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Program:
     ops: tuple[ProgramOp, ...]
-    model_input: int
-    """The tensor the first op reads from the call's input tile."""
-    input_dtype: np.dtype
+    inputs: tuple[tuple[Slot, int], ...]
+    """Each model input's slot (in the task's layout order) and the op reading it."""
+
+    def dtype(self, which: int) -> np.dtype:
+        """The element type model input `which` is read in: an embedding's int32 ids, else
+        float32."""
+        reader = self.ops[self.inputs[which][1]]
+        return np.dtype(np.int32 if reader.kind == lib.FF_STEP_EMBEDDING else np.float32)
+
+    @property
+    def one_input(self) -> bool:
+        """Whether only the first op reads a model input, as the C++ task body passes it."""
+        return len(self.inputs) == 1 and self.inputs[0][1] == 0
 
 
 def _shape(slot: Slot) -> tuple[int, ...]:
@@ -107,7 +121,7 @@ def _lstm_input(step: OpStep, x_shape: tuple[int, ...]) -> tuple[int, int] | Non
     return whole[1] * whole[2], times.start * whole[2]
 
 
-def _op(step: OpStep, position: int, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
+def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
     """The step as a program op, or None when the C step has no kernel for it."""
     op = step.node.op
     y_shape = _shape(step.outputs[0][2])
@@ -116,7 +130,7 @@ def _op(step: OpStep, position: int, last: bool, reads: tuple[int, ...]) -> Prog
         return None
     if isinstance(op, Embedding):
         table = _shape(step.weights[0])
-        if op.aggr is not AggrMode.AGGR_MODE_NONE or position != 0 or not _float32(step, True):
+        if op.aggr is not AggrMode.AGGR_MODE_NONE or not _float32(step, True):
             return None
         if step.node.sig.inputs[0].dtype.value != "int32" or table != (
             op.num_embeddings,
@@ -139,6 +153,12 @@ def _op(step: OpStep, position: int, last: bool, reads: tuple[int, ...]) -> Prog
             return None
         dims = (y_shape[0], y_shape[1], x_shape[-1], w_hh[2])
         return ProgramOp(lib.FF_STEP_LSTM, 0, dims, step, reads, *read)
+    if isinstance(op, MultiHeadAttention) and not last and op.dropout == 0:
+        (n, lq, eq), (_, lk, ek), (_, _, ev) = (_shape(slot) for _, slot in step.inputs)
+        if y_shape != (n, lq, op.embed_dim):
+            return None
+        dims = (n, lq, lk, eq, ek, ev, op.embed_dim, op.num_heads)
+        return ProgramOp(lib.FF_STEP_ATTENTION, 0, (0, 0, 0, 0), step, reads, attention=dims)
     if isinstance(op, Stack) and not last:
         axis = op.axis % len(y_shape)
         part = y_shape[:axis] + y_shape[axis + 1 :]
@@ -156,39 +176,44 @@ def program(task: FusedTask) -> Program | None:
     backward, forward = task.backward, task.forward
     if backward.reductions or backward.accumulators or not task.step_ready:
         return None
-    first = task.steps[0]
-    if not first.inputs or forward.inputs[0] != first.inputs[0][1]:
+    if any(slot.kind not in (SlotKind.TENSOR, SlotKind.WEIGHT) for slot in forward.inputs):
         return None
-    if any(slot.kind is not SlotKind.WEIGHT for slot in forward.inputs[1:]):
-        return None
-    model_input, internal = first.inputs[0][0], task.group.internal
+    slots = {slot.id: slot for slot in forward.inputs if slot.kind is SlotKind.TENSOR}
+    internal = task.group.internal
     alias: dict[int, int] = {}  # a leading flat's output: its reader reads the model input
+    readers: dict[int, int] = {}  # model input -> the op reading it
     ops: list[ProgramOp] = []
     for position, step in enumerate(task.steps):
         last = position == len(task.steps) - 1
         if position == 0 and isinstance(step.node.op, Flat) and not last:
-            alias[step.outputs[0][0]] = model_input
+            if step.inputs[0][0] not in slots:
+                return None
+            alias[step.outputs[0][0]] = step.inputs[0][0]
             continue
         reads = tuple(alias.get(t, t) for t, _ in step.inputs)
         for i, tensor in enumerate(reads):
-            if tensor == model_input and (ops or i):
-                return None  # the call hands the model input to the first op only
-            if tensor != model_input and tensor not in internal:
+            if tensor in slots:  # read once, as input 0 of the first op or of an embedding
+                first_or_embedding = not ops or isinstance(step.node.op, Embedding)
+                if i or tensor in readers or not first_or_embedding:
+                    return None
+                readers[tensor] = len(ops)
+            elif tensor not in internal:
                 return None
-        found = _op(step, len(ops), last, reads)
+        found = _op(step, last, reads)
         if found is None:
             return None
         ops.append(found)
-    if not ops or ops[0].reads[:1] != (model_input,):
+    if not ops or set(readers) != set(slots):
         return None
-    planned = _plan_gradients(ops, model_input)
+    planned = _plan_gradients(ops, frozenset(slots))
     if planned is None:
         return None
-    dtype = np.dtype(np.int32 if ops[0].kind == lib.FF_STEP_EMBEDDING else np.float32)
-    return Program(planned, model_input, dtype)
+    return Program(planned, tuple((slots[t], readers[t]) for t in slots))
 
 
-def _plan_gradients(ops: list[ProgramOp], model_input: int) -> tuple[ProgramOp, ...] | None:
+def _plan_gradients(
+    ops: list[ProgramOp], model_inputs: frozenset[int]
+) -> tuple[ProgramOp, ...] | None:
     """`ops` with how each passes its gradients on (module doc), or None where a tensor is
     read both whole and in parts."""
     parts = {op.reads[0] for op in ops if op.kind == lib.FF_STEP_LSTM and op.step.windows}
@@ -206,7 +231,7 @@ def _plan_gradients(ops: list[ProgramOp], model_input: int) -> tuple[ProgramOp, 
         grads: list[int | None] = []
         zeroes = None
         for i, tensor in enumerate(op.reads):
-            if tensor == model_input:
+            if tensor in model_inputs:
                 grads.append(None)
             elif i == 0 and tensor in parts:
                 if tensor not in written:

@@ -331,13 +331,16 @@ def _run_native_step(
     if native.flat is not None:
         arguments = iter(inputs)
         weights = next(arguments)
-        slot = task.forward.inputs[0]  # the program's input tile; the weights follow it
-        staged = keys.get(slot.id, -1)
-        x = executor.staged_tile(staged, slot.region) if staged >= 0 else next(arguments)
+        tiles = []  # the model inputs' tiles, in the layout's order
+        for slot, _ in native.program.inputs:
+            staged = keys.get(slot.id, -1)
+            tiles.append(
+                executor.staged_tile(staged, slot.region) if staged >= 0 else next(arguments)
+            )
         if not staged_target:
             target = next(arguments)
         sums, grads = outputs
-        native.run_flat(executor.sgemm, x, weights, grads, target, sums, total, valid)
+        native.run_flat(executor.sgemm, tiles, weights, grads, target, sums, total, valid)
     else:  # every weight and partial gradient its own argument
         inputs = _forward_inputs(executor, task.forward, inputs, keys, None) if keys else inputs
         values = dict(zip(task.forward.inputs, inputs, strict=False))

@@ -71,6 +71,21 @@ def tagger() -> FFModel:
     return model
 
 
+def translator() -> FFModel:
+    """An encoder-decoder (NMT's shape): a source and a target, attention of the decoder's
+    states over the encoder's (keys and values one tensor, read twice), a class per target
+    token. Under data parallelism and on one device the whole step is one task per device and
+    one C call (two model inputs: a Python body calls it)."""
+    model = FFModel(FFConfig(batch_size=8))
+    source = model.create_tensor((8, 3), DataType.DT_INT32, name="source")
+    target = model.create_tensor((8, 3), DataType.DT_INT32, name="target")
+    encoded = model.lstm(model.embedding(source, 20, 6), 8)
+    decoded = model.lstm(model.embedding(target, 20, 6), 8)
+    context = model.multihead_attention(decoded, encoded, encoded, 8, 2)
+    model.softmax(model.dense(context, 5))
+    return model
+
+
 def residual() -> FFModel:
     """Tensors with several readers (flexflow.fusion): h's two readers fuse with it, its
     gradient summed in memory; c1's second reader comes after a batch norm, outside c1's group."""
@@ -247,4 +262,5 @@ if __name__ == "__main__":
     report["classifier"] = run(classifier, "sparse_categorical_crossentropy")
     report["tagger"] = run(tagger, "sparse_categorical_crossentropy")
     report["relu_classifier"] = run(relu_classifier, "sparse_categorical_crossentropy")
+    report["translator"] = run(translator, "sparse_categorical_crossentropy")
     print(json.dumps(report))

@@ -13,7 +13,7 @@ from flexflow import ActiMode, DataType, FFConfig, FFModel
 from flexflow._kernels import lib
 from flexflow.errors import ShapeError
 from flexflow.fused_run import run_fused_task
-from flexflow.fusion import fuse, fused_task, sole_gradients
+from flexflow.fusion import SlotKind, fuse, fused_task, sole_gradients
 from flexflow.machine import parse_machine
 from flexflow.ops import blas
 from flexflow.runtime.loss import loss_tile
@@ -155,7 +155,9 @@ def test_flat_buffers_give_the_same_step_as_separate_arrays(kind):
     sums, flat_sums = np.zeros(2), np.zeros(2)
     gemm = blas.sgemm_address()
     native_step(task).run(gemm, values, grads, labels, sums, total, 2)
-    native_step(task, flat).run_flat(gemm, x, flat_weights, flat_grads, labels, flat_sums, total, 2)
+    native_step(task, flat).run_flat(
+        gemm, [x], flat_weights, flat_grads, labels, flat_sums, total, 2
+    )
     np.testing.assert_array_equal(flat_sums, sums)
     views = flat.split(flat_grads, [s.id for s in task.backward.overwrites])
     for view, slot in zip(views, task.backward.overwrites, strict=True):
@@ -167,11 +169,18 @@ VOCAB, CLASSES = 20, 5
 
 def _rnn(kind: str, batch: int = 8, length: int = 3):
     """An unrolled RNN on token ids: a tagger (a class per token from one layer's states), a
-    language model (two layers, a softmax per token) or a classifier (the last state)."""
+    language model (two layers, a softmax per token), a classifier (the last state), or a
+    translator (NMT: a source and a target, encoder and decoder layers, attention of the
+    decoder's states over the encoder's, with 2 heads; the zoo's has one)."""
     model = FFModel(FFConfig(batch_size=batch))
     tokens = model.create_tensor((batch, length), DataType.DT_INT32, name="x")
     x = model.embedding(tokens, VOCAB, 6)
-    if kind == "tagger":
+    if kind == "translator":
+        target = model.create_tensor((batch, length), DataType.DT_INT32, name="target")
+        encoded = model.lstm(x, 8)
+        decoded = model.lstm(model.lstm(model.embedding(target, VOCAB, 4), 6), 8)
+        x = model.multihead_attention(decoded, encoded, encoded, 8, 2)
+    elif kind == "tagger":
         x = model.lstm(x, 8)
     elif kind == "language_model":
         x = model.lstm(model.lstm(x, 8), 7)
@@ -181,17 +190,18 @@ def _rnn(kind: str, batch: int = 8, length: int = 3):
     return model.graph()
 
 
-RNNS = ("tagger", "language_model", "classifier")
+RNNS = ("tagger", "language_model", "classifier", "translator")
 
 
 def _rnn_arrays(task, rng):
     values, grads = _arrays(task, rng)
-    ids = task.forward.inputs[0]
-    values[ids] = rng.integers(0, VOCAB, values[ids].shape).astype(np.int32)
+    for slot in task.forward.inputs:
+        if slot.kind is SlotKind.TENSOR:  # token ids
+            values[slot] = rng.integers(0, VOCAB, values[slot].shape).astype(np.int32)
     return values, grads
 
 
-@pytest.mark.parametrize("kind", RNNS)
+@pytest.mark.parametrize("kind", RNNS[:3])
 def test_unrolled_rnns_run_as_one_call_summing_gradients_in_the_op_by_op_order(kind):
     """The program's gradient plan: the sequence read by time steps is zeroed once, by the
     reader whose backward runs first, and every reader adds its part; a layer's weights are
@@ -199,7 +209,7 @@ def test_unrolled_rnns_run_as_one_call_summing_gradients_in_the_op_by_op_order(k
     its first reader in the backward and added to by the rest."""
     graph = _rnn(kind)
     made = program(_task(graph, "p100:1", 1))
-    assert made is not None and made.input_dtype == np.int32
+    assert made is not None and made.dtype(0) == np.int32 and made.one_input
     kinds = [op.kind for op in made.ops]
     assert kinds[0] == lib.FF_STEP_EMBEDDING and kinds[-1] == lib.FF_STEP_SOFTMAX
     assert kinds.count(lib.FF_STEP_LSTM) == {"language_model": 6}.get(kind, 3)

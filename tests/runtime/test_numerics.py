@@ -7,7 +7,9 @@ import pytest
 from tests.runtime.scripts import run_legate_script
 
 STRATEGIES = 20
-MODELS = ["mlp", "cnn", "lstm", "residual", "classifier", "tagger", "relu_classifier"]
+MODELS = [
+    "mlp", "cnn", "lstm", "residual", "classifier", "tagger", "relu_classifier", "translator",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["2cpus", "4cpus"])
@@ -66,32 +68,32 @@ def test_batch_norm_runs_inside_fused_tasks_where_it_can(report):
     """On one CPU the batch norms join their fused tasks with their own statistics
     (flexflow.fusion.shared_statistics). Under data parallelism their group runs as
     concurrent launches whose points exchange the statistics (flexflow.runtime.concurrent):
-    the residual model's whole step is one launch; the CNN, whose input feeds two branches,
-    has several groups, so its exchanging group also runs a backward launch of its own. The
-    equality tests above cover them all (test_modes.py a batch norm left alone). Each entry: batch norms with their own statistics, exchanging ones, groups,
-    exchanging groups."""
+    the CNN's (whose input feeds two branches) and the residual model's whole step is one
+    launch; with their first op on one device ("mixed") they have several groups, so the
+    exchanging group also runs a backward launch of its own. The equality tests above cover
+    them all (test_modes.py a batch norm left alone). Each entry: batch norms with their own
+    statistics, exchanging ones, groups, exchanging groups."""
     for model in ("cnn", "residual"):
         assert report[model]["own_statistics"]["single"][:2] == [1, 0]
-    assert report["residual"]["own_statistics"]["dp"] == [0, 1, 1, 1]
-    own, exchanging, groups, exchanging_groups = report["cnn"]["own_statistics"]["dp"]
-    assert (own, exchanging, exchanging_groups) == (0, 1, 1) and groups > 1
-    own, exchanging, groups, exchanging_groups = report["residual"]["own_statistics"]["mixed"]
-    assert (own, exchanging, exchanging_groups) == (0, 1, 1) and groups > 1
+        assert report[model]["own_statistics"]["dp"] == [0, 1, 1, 1]
+        own, exchanging, groups, exchanging_groups = report[model]["own_statistics"]["mixed"]
+        assert (own, exchanging, exchanging_groups) == (0, 1, 1) and groups > 1
 
 
 @pytest.mark.legate
-def test_data_parallel_and_one_device_steps_of_a_relu_classifier_and_a_tagger_run_as_one_c_call(
+def test_data_parallel_and_one_device_steps_of_dense_and_recurrent_models_run_as_one_c_call(
     report,
 ):
     """The models the equality tests above cover with their steps in C (flexflow.runtime
-    .native_step): a relu classifier, and the tagger (an embedding, unrolled LSTM steps
-    reading its time steps, a dense layer on the stacked states): one program per step task;
-    the classifier, whose tanh has no C step, keeps none."""
+    .native_step): a relu classifier, the tagger (an embedding, unrolled LSTM steps reading
+    its time steps, a dense layer on the stacked states) and the translator (two inputs,
+    attention): one program per step task; the classifier, whose tanh has no C step, keeps
+    none."""
     from flexflow.ops import blas
 
     if blas.sgemm_address() is None:
         pytest.skip("MKL is not installed: no native steps")
-    for model in ("relu_classifier", "tagger"):
+    for model in ("relu_classifier", "tagger", "translator"):
         native = report[model]["native_steps"]
         assert native["single"] == 1 and native["dp"] >= 2
     assert set(report["classifier"]["native_steps"].values()) == {0}
