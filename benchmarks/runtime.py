@@ -25,12 +25,16 @@ from their start to their end), Legate's runtime threads' and the Python thread'
     .venv/bin/python benchmarks/runtime.py [--iterations 20] [--rounds 3]
     .venv/bin/python benchmarks/runtime.py --models resnet101   # results/runtime-resnet101.md
     .venv/bin/python benchmarks/runtime.py --models rnnlm       # results/runtime-rnnlm.md
+    .venv/bin/python benchmarks/runtime.py --models nmt         # results/runtime-nmt.md
 
 ResNet-101 (at 32x32, batch 8) is a deep CNN with batch norm, next to the same layers in
 PyTorch; its blocks run --iterations / 5 iterations (about a second each here). `--models
 rnnlm` times the RNN language model of benchmarks/fidelity.py (8 steps, 2 LSTM layers of 64,
 256 words, batch 64, a prediction per word) against torch.nn.LSTM, cuDNN-style fused layers
-where ours unrolls one op per step.
+where ours unrolls one op per step. `--models nmt` times the zoo's NMT at the same sizes
+(source and target of 8 words, 2 encoder and 2 decoder LSTM layers of 64, single-head
+attention of the decoder's states over the encoder's, a prediction per target word) against
+torch.nn.LSTM and torch.nn.MultiheadAttention.
 """
 
 from __future__ import annotations
@@ -59,13 +63,15 @@ BLOCKS = 5
 """Each side times BLOCKS blocks of --iterations iterations and keeps the median block."""
 MODELS = ("lenet", "mlp")
 """The models the issue's goals name; --models adds others."""
-BATCHES = {"lenet": BATCH, "mlp": BATCH, "resnet101": 8, "rnnlm": BATCH}
+BATCHES = {"lenet": BATCH, "mlp": BATCH, "resnet101": 8, "rnnlm": BATCH, "nmt": BATCH}
 """ResNet-101 (at 32x32, batch 8: about a second per iteration here) shows a deep CNN with
 batch norm; it runs --iterations / SLOW_DIVISOR iterations per block."""
 SLOW_DIVISOR = {"resnet101": 5}
 RESNET_IMAGE = 32
 RNNLM = {"seq_length": 8, "vocab_size": 256, "embed_size": 64, "hidden_size": 64}
 """benchmarks/fidelity.py's RNNLM (the zoo's at laptop size)."""
+NMT = RNNLM
+"""The zoo's NMT at the RNNLM's sizes (2 encoder and 2 decoder layers, its default)."""
 
 
 def block_iterations(name: str, iterations: int) -> int:
@@ -82,8 +88,8 @@ def build(name: str):
     if name == "resnet101":
         config = FFConfig(batch_size=BATCHES[name])
         return load_model("resnet101", config, image_size=RESNET_IMAGE)
-    if name == "rnnlm":
-        return load_model("rnnlm", FFConfig(batch_size=BATCH), **RNNLM)
+    if name in ("rnnlm", "nmt"):
+        return load_model(name, FFConfig(batch_size=BATCH), **RNNLM)
     model = FFModel(FFConfig(batch_size=BATCH))
     x = model.create_tensor((BATCH, 784), name="x")
     x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
@@ -98,6 +104,10 @@ def data(name: str):
     if name == "rnnlm":  # word ids, and the next word at every step
         shape, vocab = (batch, RNNLM["seq_length"]), RNNLM["vocab_size"]
         return rng.integers(0, vocab, shape, np.int32), rng.integers(0, vocab, shape)
+    if name == "nmt":  # source and target word ids, and a word for every target position
+        shape, vocab = (batch, NMT["seq_length"]), NMT["vocab_size"]
+        words = tuple(rng.integers(0, vocab, shape, np.int32) for _ in range(2))
+        return words, rng.integers(0, vocab, shape)
     shape = {
         "lenet": (batch, 1, 28, 28),
         "mlp": (batch, 784),
@@ -154,6 +164,30 @@ def torch_rnnlm(nn):
     return RNNLMNet()
 
 
+def torch_nmt(nn):
+    """flexflow.zoo.nmt at `NMT`'s sizes: two embeddings, 2-layer encoder and decoder LSTMs,
+    single-head attention (projections with biases, as ours), the projection per word."""
+
+    class NMTNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            size, embed, vocab = NMT["hidden_size"], NMT["embed_size"], NMT["vocab_size"]
+            self.source, self.target = nn.Embedding(vocab, embed), nn.Embedding(vocab, embed)
+            self.encoder = nn.LSTM(embed, size, num_layers=2, batch_first=True)
+            self.decoder = nn.LSTM(embed, size, num_layers=2, batch_first=True)
+            self.attention = nn.MultiheadAttention(size, 1, batch_first=True)
+            self.projection = nn.Linear(size, vocab)
+
+        def forward(self, words):
+            source, target = words
+            encoded, _ = self.encoder(self.source(source))
+            decoded, _ = self.decoder(self.target(target))
+            context, _ = self.attention(decoded, encoded, encoded, need_weights=False)
+            return self.projection(context).reshape(-1, NMT["vocab_size"])
+
+    return NMTNet()
+
+
 def measure_ours(name: str, iterations: int, per_launch: int) -> dict:
     """Runs inside the Legate subprocess; `per_launch` is the executor's steps_per_execution."""
     import flexflow  # noqa: F401
@@ -164,7 +198,8 @@ def measure_ours(name: str, iterations: int, per_launch: int) -> dict:
     graph = build(name).graph()
     strategy = named_strategy("dp", graph, parse_machine("local"))
     x, y = data(name)
-    inputs = {graph.input_tensors[0].name: x}
+    xs = x if isinstance(x, tuple) else (x,)
+    inputs = {t.name: value for t, value in zip(graph.input_tensors, xs, strict=True)}
     with Executor(
         graph, strategy, learning_rate=0.01, record_timeline=True, steps_per_execution=per_launch
     ) as executor:
@@ -231,12 +266,19 @@ def measure_torch(name: str, iterations: int) -> float:
         net = torch_resnet101(nn)
     elif name == "rnnlm":
         net = torch_rnnlm(nn)
+    elif name == "nmt":
+        net = torch_nmt(nn)
     else:
         net = nn.Sequential(
             nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
         )
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
-    x, y = (torch.from_numpy(a) for a in data(name))
+    x, y = data(name)
+    y = torch.from_numpy(y)
+    if name == "nmt":  # words as int64, one prediction per target word
+        x, y = tuple(torch.from_numpy(a).long() for a in x), y.reshape(-1)
+    else:
+        x = torch.from_numpy(x)
     if name == "rnnlm":  # one prediction per word: (B * T, V) against (B * T,)
         x, y = x.long(), y.reshape(-1)
     loss_fn = nn.CrossEntropyLoss()  # softmax + cross-entropy, as ours
