@@ -250,22 +250,25 @@ typedef struct {
   long written, taken, dropped;
 } ff_step_log;
 /* What stays the same between a step task's iterations (flexflow.runtime.native_step owns it):
- * the sgemm, the chain's ops and buffers, the loss struct the call's values go into, and the
- * log of its calls (NULL when not recording). */
+ * the sgemm, the program's ops and buffers, the loss struct the call's values go into, the
+ * log of its calls (NULL when not recording), and which op reads each model input (as its
+ * x[0]), in the call's order: at most FF_STEP_MAX_INPUTS. */
+enum { FF_STEP_MAX_INPUTS = 8 };
 typedef struct {
   ff_sgemm_fn gemm;
   ff_step_op *ops;
   long count;
   ff_step_loss *loss;
   ff_step_log *log;
+  const long *inputs;
+  long num_inputs;
 } ff_step_plan;
-/* One iteration's arrays: the program's input tile x (float32, or an embedding's int32 ids),
- * the int64 labels of its rows, the first `valid` predictions count toward a loss divided by
- * `total`, (loss, correct) go into sums; the flat weights and this task's flat row of partial
- * gradients. Returns as
- * ff_train_step_f32; -3 for an update of an unknown kind. */
+/* One iteration's arrays: the model inputs' tiles xs (float32, or an embedding's int32 ids),
+ * the int64 labels of the predictions, the first `valid` predictions count toward a loss
+ * divided by `total`, (loss, correct) go into sums; the flat weights and this task's flat row
+ * of partial gradients. Returns as ff_train_step_f32; -3 for an update of an unknown kind. */
 typedef struct {
-  const void *x;
+  const void *xs[8];
   const long long *labels;
   long valid;
   double total;

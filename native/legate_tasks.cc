@@ -10,11 +10,12 @@
  * cffi), whose address the registration hands over, so this library holds no kernel code.
  *
  * Arguments (flexflow.runtime.native_tasks issues them):
- *   scalars: the ff_step_plan's address; the input tile's address (0: an input store); the
+ *   scalars: the ff_step_plan's address; each model input's tile's address (int64[], in the
+ *     plan's order; 0: an input store); the
  *     labels' address (0: an int64 input store); valid predictions; the loss's total (float64);
  *     the update's kind (FF_UPDATE_*); the number of partial gradient rows; the update's
  *     seven hyperparameters (float32[7]).
- *   inputs: this device's flat weights, the input tile unless addressed, the labels unless
+ *   inputs: this device's flat weights, the input tiles not addressed, the labels unless
  *     addressed; with an update, every device's row of partial gradients, then the states.
  *   outputs: the (1, 2) loss row, this task's flat row of partial gradients; with an update,
  *     the flat weights (the same store as the first input) and the states.
@@ -78,8 +79,14 @@ class NativeStepTask : public legate::LegateTask<NativeStepTask> {
     ff_step_call call{};
     std::uint32_t input = 0;
     call.weights = contiguous<float>(context.input(input++).data(), ok);
-    call.x = address<const float>(context.scalar(1));
-    if (call.x == nullptr) call.x = contiguous<const float>(context.input(input++).data(), ok);
+    const auto xs = context.scalar(1).values<std::int64_t>();  // each model input's tile
+    if (static_cast<long>(xs.size()) != plan->num_inputs || xs.size() > FF_STEP_MAX_INPUTS)
+      ok = false;
+    for (std::size_t i = 0; i < xs.size() && i < FF_STEP_MAX_INPUTS; ++i) {
+      call.xs[i] = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(xs[i]));
+      if (call.xs[i] == nullptr)
+        call.xs[i] = contiguous<const float>(context.input(input++).data(), ok);
+    }
     call.labels = address<const long long>(context.scalar(2));
     if (call.labels == nullptr)
       call.labels = contiguous<const long long>(context.input(input++).data(), ok);
@@ -135,7 +142,8 @@ UpdateFunction update_function = nullptr;
  * step k - 2's update, the last reader of that buffer.
  *
  * Scalars: the devices' ff_step_plan addresses (int64[D]); per step and device (k * D + d) the
- * input tile's and the labels' addresses and the valid predictions (int64[K * D] each); per
+ * model inputs' tiles' addresses (int64[K * D * inputs], the plan's inputs in order), the
+ * labels' addresses and the valid predictions (int64[K * D] each); per
  * step the loss's total (float64[K]); the update's kind; per step the hyperparameters of the
  * update of its gradients (float32[K * 7]); per device its scratch (int64[D], 2 n floats).
  * Stores of point d: inputs its weights row and its states' rows, outputs the same rows, then
@@ -157,6 +165,8 @@ class NativeStepsTask : public legate::LegateTask<NativeStepsTask> {
     const auto scratch = context.scalar(7).values<std::int64_t>();
     const std::size_t devices = plans.size(), steps = totals.size();
     const auto* plan = reinterpret_cast<const ff_step_plan*>(plans[point]);
+    const auto inputs = static_cast<std::size_t>(plan->num_inputs);
+    if (inputs > FF_STEP_MAX_INPUTS || xs.size() != steps * devices * inputs) ok = false;
 
     auto weight = context.output(0).data();
     float* weights = contiguous<float>(weight, ok);
@@ -197,7 +207,9 @@ class NativeStepsTask : public legate::LegateTask<NativeStepsTask> {
       if (failure == 0.0) {
         ff_step_call call{};
         const std::size_t at = k * devices + point;
-        call.x = reinterpret_cast<const float*>(xs[at]);
+        for (std::size_t i = 0; i < inputs; ++i)
+          call.xs[i] =
+              reinterpret_cast<const void*>(static_cast<std::uintptr_t>(xs[at * inputs + i]));
         call.labels = reinterpret_cast<const long long*>(labels[at]);
         call.valid = static_cast<long>(valid[at]);
         call.total = totals[k];

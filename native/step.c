@@ -247,7 +247,7 @@ int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call) {
   if (status != 0) return status;
   ff_step_log *log = plan->log;
   double updated = log ? ff_now() : 0.0;
-  plan->ops[0].x[0] = call->x;
+  for (long i = 0; i < plan->num_inputs; ++i) plan->ops[plan->inputs[i]].x[0] = call->xs[i];
   ff_step_loss *loss = plan->loss;
   loss->labels = call->labels;
   loss->valid = call->valid;

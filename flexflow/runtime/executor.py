@@ -346,7 +346,7 @@ class Executor:
             products = "numpy's BLAS (MKL is not installed)"
         steps = len(self.fused_tasks[-1]) if self._step_ready[-1] else 0
         native = f"; {len(self.native_steps)} of {steps} step tasks as one C call" if steps else ""
-        cpp = sum(p.flat is not None and p.program.one_input for p in self.native_steps.values())
+        cpp = sum(p.flat is not None for p in self.native_steps.values())
         cpp = cpp if self.cpp_steps else 0
         if cpp:  # with their labels as int64 (flexflow.runtime.native_tasks)
             native += f", {cpp} in C++ task bodies"

@@ -58,6 +58,8 @@ class NativeStep:
         self._plan.gemm = ffi.cast("ff_sgemm_fn", blas.sgemm_address() or 0)
         self._plan.ops, self._plan.count, self._plan.loss = self._ops, len(made.ops), self._loss
         self._plan.log = ffi.NULL
+        self._readers = ffi.new("long[]", [op for _, op in made.inputs])
+        self._plan.inputs, self._plan.num_inputs = self._readers, len(made.inputs)
         self.buffers: list[np.ndarray] = []
         """The arrays the structs point at."""
         self._held: list = []  # the cffi arrays of pointers the structs point at
@@ -263,15 +265,13 @@ def _checked(array: np.ndarray, written: bool = False) -> np.ndarray:
     return array
 
 
-def runs_in_cpp_body(task: FusedTask) -> bool:
-    """Whether the step task `task` runs as one C call in a C++ task body where it runs on a
-    CPU with flat parameters (flexflow.runtime.step_tasks.runs_in_cpp), for counting without
-    building its buffers (flexflow.launches): a program whose model input only its first op
-    reads (`Program.one_input`); one of several inputs runs in a Python body."""
+def runs_as_one_call(task: FusedTask) -> bool:
+    """Whether the step task `task` runs as one C call where it runs on a CPU (the module doc),
+    for counting without building its buffers (flexflow.launches)."""
     if blas.sgemm_address() is None:
         return False
     made = program(task)
-    return made is not None and made.one_input
+    return made is not None and len(made.inputs) <= lib.FF_STEP_MAX_INPUTS
 
 
 def native_step(task: FusedTask, flat: FlatLayout | None = None) -> NativeStep | None:
@@ -280,7 +280,9 @@ def native_step(task: FusedTask, flat: FlatLayout | None = None) -> NativeStep |
     if blas.sgemm_address() is None:
         return None
     made = program(task)
-    return None if made is None else NativeStep(task, made, flat)
+    if made is None or len(made.inputs) > lib.FF_STEP_MAX_INPUTS:
+        return None
+    return NativeStep(task, made, flat)
 
 
 def _pointer(array: np.ndarray, offset: int = 0):

@@ -91,7 +91,8 @@ class StepScalars:
     whose addresses travel here alive until the task has run."""
 
     plan: int
-    x: int
+    xs: tuple[int, ...]
+    """Each model input's tile's address (0: the task reads it from a store)."""
     labels: int
     valid: int
     total: float
@@ -101,7 +102,9 @@ class StepScalars:
 
     def add_to(self, task) -> None:
         ty, hyperparameters = _types()
-        for value in (self.plan, self.x, self.labels, self.valid):
+        task.add_scalar_arg(self.plan, ty.int64)
+        task.add_scalar_arg(self.xs, ty.array_type(ty.int64, len(self.xs)))
+        for value in (self.labels, self.valid):
             task.add_scalar_arg(value, ty.int64)
         task.add_scalar_arg(self.total, ty.float64)
         task.add_scalar_arg(self.update, ty.int64)

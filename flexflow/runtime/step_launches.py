@@ -60,9 +60,10 @@ class StepLaunch:
     programs: tuple[NativeStep, ...]
     tiles: tuple[Region, ...]
     """Each device's tile of the model's output (its rows of the batch)."""
-    input_id: int
-    """The model input the step tasks read from this process."""
-    input_tiles: tuple[Region, ...]
+    input_ids: tuple[int, ...]
+    """The model inputs the step tasks read from this process, in the programs' order."""
+    input_tiles: tuple[tuple[Region, ...], ...]
+    """Per device, its tile of each of them."""
     scratch: tuple[np.ndarray, ...]
 
     @property
@@ -81,13 +82,11 @@ def plan_step_launch(executor: Executor) -> StepLaunch | str:
     programs = [executor.native_steps.get((0, i)) for i in range(len(executor.fused_tasks[0]))]
     if any(p is None or p.flat is None for p in programs):
         return "not every step task runs as one C call (flexflow.runtime.native_step)"
-    if not programs[0].program.one_input:
-        return "the step tasks read several model inputs, which only a Python body passes"
     if not executor.feeds.staging:
         return "the batches travel as stores (several processes)"
-    slot = programs[0].task.forward.inputs[0]
-    if slot.id not in executor.feeds.staged_inputs:
-        return "the step tasks read the model input from a store"
+    slots = [slot for slot, _ in programs[0].program.inputs]
+    if any(slot.id not in executor.feeds.staged_inputs for slot in slots):
+        return "the step tasks read a model input from a store"
     output_op = len(executor.graph.ops) - 1
     devices = tuple(executor.strategy[output_op].devices)
     cpus = consecutive_cpus(devices, executor.device_kinds)
@@ -101,8 +100,8 @@ def plan_step_launch(executor: Executor) -> StepLaunch | str:
         machine=machine,
         programs=tuple(programs),
         tiles=tuple(executor.regions(output_op)),
-        input_id=slot.id,
-        input_tiles=tuple(p.task.forward.inputs[0].region for p in programs),
+        input_ids=tuple(slot.id for slot in slots),
+        input_tiles=tuple(tuple(slot.region for slot, _ in p.program.inputs) for p in programs),
         scratch=tuple(np.zeros(2 * size, dtype=np.float32) for _ in programs),
     )
 
@@ -131,14 +130,15 @@ def issue_steps(
     for k, (inputs, target, valid) in enumerate(batches):
         _, valid, _ = checked_target(graph, loss, target, valid)
         executor.feed_inputs(inputs)
-        x_key = feeds.key(launch.input_id)
+        x_keys = [feeds.key(tensor) for tensor in launch.input_ids]
         labels_key = feeds.stage(np.ascontiguousarray(np.asarray(target)), launch.devices)
         held: list[np.ndarray] = []
-        for program, tile, input_tile in zip(
+        for program, tile, input_tiles in zip(
             launch.programs, launch.tiles, launch.input_tiles, strict=True
         ):
-            held.append(program.input_array(feeds.staged_tile(x_key, input_tile)))
-            xs.append(address(held[-1]))
+            for which, (x_key, input_tile) in enumerate(zip(x_keys, input_tiles, strict=True)):
+                held.append(program.input_array(feeds.staged_tile(x_key, input_tile), which))
+                xs.append(address(held[-1]))
             held.append(program.flat_labels(feeds.staged_tile(labels_key, tile)))
             labels.append(address(held[-1]))
             valid_rows.append(program.valid_predictions(max(0, valid - tile[0][0])))

@@ -79,11 +79,6 @@ class Program:
         reader = self.ops[self.inputs[which][1]]
         return np.dtype(np.int32 if reader.kind == lib.FF_STEP_EMBEDDING else np.float32)
 
-    @property
-    def one_input(self) -> bool:
-        """Whether only the first op reads a model input, as the C++ task body passes it."""
-        return len(self.inputs) == 1 and self.inputs[0][1] == 0
-
 
 def _shape(slot: Slot) -> tuple[int, ...]:
     return tuple(stop - start for start, stop in slot.region)

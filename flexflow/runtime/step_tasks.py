@@ -141,13 +141,11 @@ def issue_loss(
 
 def runs_in_cpp(executor: Executor, native: NativeStep, loss_id: int, labels_store) -> bool:
     """Whether a step task with C program `native` runs with a C++ body
-    (flexflow.runtime.native_tasks): flat parameters, one model input read by the first op,
-    sparse cross-entropy on labels staged in this process (`labels_store` None) or in an
-    int64 store."""
+    (flexflow.runtime.native_tasks): flat parameters, sparse cross-entropy on labels staged
+    in this process (`labels_store` None) or in an int64 store."""
     return (
         executor.cpp_steps
         and native.flat is not None
-        and native.program.one_input
         and loss_id == SPARSE_CROSSENTROPY
         and (labels_store is None or labels_store.type == ty.int64)
     )
@@ -167,13 +165,14 @@ def _native_step_task(
     the input tile and the labels taken from the staged batch here (if staged), into
     `held`."""
     feeds = executor.feeds
-    slot = native.task.forward.inputs[0]  # the program's input tile
-    x_key = feeds.key(slot.id)
-    x = 0
-    if x_key >= 0:  # else the task reads it from its store
-        tile = feeds.staged_tile(x_key, slot.region)
-        held.append(native.input_array(tile))
-        x = address(held[-1])
+    xs = []  # each model input's tile, in the program's order
+    for which, (slot, _) in enumerate(native.program.inputs):
+        x_key = feeds.key(slot.id)
+        if x_key < 0:  # the task reads it from its store
+            xs.append(0)
+            continue
+        held.append(native.input_array(feeds.staged_tile(x_key, slot.region), which))
+        xs.append(address(held[-1]))
     labels = 0
     if key >= 0:  # else the task reads them from their store
         held.append(native.flat_labels(feeds.staged_tile(key, region)))
@@ -183,7 +182,7 @@ def _native_step_task(
         update, hyper = executor.optimizer.native_update(executor.iteration)
         copies = len(executor.params.devices)
     scalars = StepScalars(
-        native.plan_address, x, labels, native.valid_predictions(rows),
+        native.plan_address, tuple(xs), labels, native.valid_predictions(rows),
         float(total), update, copies, tuple(map(float, hyper)),
     )  # fmt: skip
     task = executor.created_task(device, executor.native_task_id)

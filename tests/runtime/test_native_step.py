@@ -209,7 +209,7 @@ def test_unrolled_rnns_run_as_one_call_summing_gradients_in_the_op_by_op_order(k
     its first reader in the backward and added to by the rest."""
     graph = _rnn(kind)
     made = program(_task(graph, "p100:1", 1))
-    assert made is not None and made.dtype(0) == np.int32 and made.one_input
+    assert made is not None and made.dtype(0) == np.int32 and made.inputs[0][1] == 0
     kinds = [op.kind for op in made.ops]
     assert kinds[0] == lib.FF_STEP_EMBEDDING and kinds[-1] == lib.FF_STEP_SOFTMAX
     assert kinds.count(lib.FF_STEP_LSTM) == {"language_model": 6}.get(kind, 3)
