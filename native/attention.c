@@ -5,7 +5,6 @@
  * (another GEMM, the softmax's sums in order), not the results: a unit test holds them to
  * float32 tolerances. */
 #include <math.h>
-#include <string.h>
 
 #include "kernels.h"
 
@@ -82,18 +81,8 @@ void ff_attention_forward_f32(ff_sgemm_fn gemm, const ff_attention_dims *d, cons
       float *p = s.p + (i * d->heads + h) * lq * lk;
       gemm(FF_ROW_MAJOR, FF_NO_TRANS, FF_TRANS, (int)lq, (int)lk, (int)hd, 1.0f, q, (int)e, k,
            (int)e, 0.0f, p, (int)lk);
-      for (long r = 0; r < lq; ++r) { /* the softmax over the keys of the scaled scores */
-        float *row = p + r * lk;
-        for (long j = 0; j < lk; ++j) row[j] = row[j] / scale;
-        float top = row[0];
-        for (long j = 1; j < lk; ++j) top = row[j] > top ? row[j] : top;
-        float sum = 0.0f;
-        for (long j = 0; j < lk; ++j) {
-          row[j] = expf(row[j] - top);
-          sum = sum + row[j];
-        }
-        for (long j = 0; j < lk; ++j) row[j] = row[j] / sum;
-      }
+      for (long j = 0; j < lq * lk; ++j) p[j] = p[j] / scale;
+      ff_softmax_rows_f32(p, p, lq, lk); /* over the keys of the scaled scores */
       gemm(FF_ROW_MAJOR, FF_NO_TRANS, FF_NO_TRANS, (int)lq, (int)hd, (int)lk, 1.0f, p, (int)lk, v,
            (int)e, 0.0f, s.c + i * lq * e + h * hd, (int)e);
     }
@@ -117,13 +106,8 @@ void ff_attention_backward_f32(ff_sgemm_fn gemm, const ff_attention_dims *d, con
            s.v + at_k, (int)e, 0.0f, s.ds, (int)lk);
       gemm(FF_ROW_MAJOR, FF_TRANS, FF_NO_TRANS, (int)lk, (int)hd, (int)lq, 1.0f, p, (int)lk, dc,
            (int)e, 0.0f, s.dv + at_k, (int)e);
-      for (long r = 0; r < lq; ++r) { /* through the softmax and the scale */
-        const float *pr = p + r * lk;
-        float *g = s.ds + r * lk;
-        float dot = 0.0f;
-        for (long j = 0; j < lk; ++j) dot = dot + g[j] * pr[j];
-        for (long j = 0; j < lk; ++j) g[j] = pr[j] * (g[j] - dot) / scale;
-      }
+      ff_softmax_rows_backward_f32(p, s.ds, s.ds, lq, lk); /* through the softmax ... */
+      for (long j = 0; j < lq * lk; ++j) s.ds[j] = s.ds[j] / scale; /* ... and the scale */
       gemm(FF_ROW_MAJOR, FF_NO_TRANS, FF_NO_TRANS, (int)lq, (int)hd, (int)lk, 1.0f, s.ds, (int)lk,
            s.k + at_k, (int)e, 0.0f, s.dq + at_q, (int)e);
       gemm(FF_ROW_MAJOR, FF_TRANS, FF_NO_TRANS, (int)lk, (int)hd, (int)lq, 1.0f, s.ds, (int)lk,

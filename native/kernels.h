@@ -126,6 +126,12 @@ void ff_lstm_backward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                           float *dw_ih, float *dw_hh, float *db, long n, long e, long hh,
                           long hid, int gates_kept, long ldx);
 
+/* Softmax over each row of x (rows, classes) into y, and its gradient dx = y (dy - sum(dy y))
+ * from y and dy (native/step.c); y may be x and dx may be dy (each row is read whole first). */
+void ff_softmax_rows_f32(const float *x, float *y, long rows, long classes);
+void ff_softmax_rows_backward_f32(const float *y, const float *dy, float *dx, long rows,
+                                  long classes);
+
 /* Multi-head attention (native/attention.c) on float32 tiles, as flexflow.ops.
  * multihead_attention's reference: query (n, lq, eq), key (n, lk, ek), value (n, lk, ev); w[0..3]
  * wq (e, eq), wk (e, ek), wv (e, ev), wo (e, e), w[4..7] their biases (e) or all NULL; `heads`

@@ -18,7 +18,7 @@
 
 #include "kernels.h"
 
-static void ff_softmax_rows(const float *x, float *y, long rows, long classes) {
+void ff_softmax_rows_f32(const float *x, float *y, long rows, long classes) {
   for (long i = 0; i < rows; ++i) {
     const float *in = x + i * classes;
     float *out = y + i * classes;
@@ -33,8 +33,8 @@ static void ff_softmax_rows(const float *x, float *y, long rows, long classes) {
   }
 }
 
-static void ff_softmax_rows_backward(const float *y, const float *dy, float *dx, long rows,
-                                     long classes) {
+void ff_softmax_rows_backward_f32(const float *y, const float *dy, float *dx, long rows,
+                                  long classes) {
   for (long i = 0; i < rows; ++i) {
     const float *p = y + i * classes, *g = dy + i * classes;
     float dot = 0.0f; /* the cross-entropy's dy is zero but at the label: any order is exact */
@@ -68,7 +68,7 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op) {
       ff_dense_forward_f32(gemm, x, op->w[0], op->w[1], op->y[0], op->m, op->n, op->k, op->relu);
       return 0;
     case FF_STEP_SOFTMAX:
-      ff_softmax_rows(x, op->y[0], op->m, op->n);
+      ff_softmax_rows_f32(x, op->y[0], op->m, op->n);
       return 0;
     case FF_STEP_LSTM:
       ff_lstm_forward_f32(gemm, x, (const float *)op->x[1], (const float *)op->x[2], op->w[0],
@@ -110,7 +110,7 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op) {
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * k);
       break;
     case FF_STEP_SOFTMAX:
-      ff_softmax_rows_backward(op->y[0], op->dy[0], gx[0], m, n);
+      ff_softmax_rows_backward_f32(op->y[0], op->dy[0], gx[0], m, n);
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * n);
       break;
     case FF_STEP_LSTM: {
