@@ -27,7 +27,7 @@ from flexflow.runtime.loss import (
     predictions_per_sample,
     shaped_labels,
 )
-from flexflow.runtime.step_program import ADD, Program, ProgramOp, program
+from flexflow.runtime.step_program import ADD, PART, Program, ProgramOp, program
 
 SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
 """The loss a native step computes (a step under another loss runs op by op)."""
@@ -104,7 +104,7 @@ class NativeStep:
                 if mode is None:
                     continue
                 c.dx[j] = _pointer(grads[tensor], op.offset if j == 0 else 0)
-                c.dx_add[j] = int(mode == ADD)
+                c.dx_add[j] = int(mode in (ADD, PART))  # a part adds into zeros
                 if mode == ADD or (j == 0 and op.kind == lib.FF_STEP_LSTM):
                     # computed here first (an LSTM's input: it may be a time step's part)
                     c.tmp_x[j] = _pointer(self._array(_read_shape(op, shapes[j])))
