@@ -75,12 +75,13 @@ def build(model):
 
 
 @pytest.mark.legate
-@pytest.mark.parametrize("model", ["lenet", "mlp", "batch_norm"])
+@pytest.mark.parametrize("model", ["lenet", "mlp", "batch_norm", "nmt"])
 def test_a_resumed_run_continues_bit_identically(tmp_path, model):
     """LeNet's steps run op by op; the MLP's as one C call each (flexflow.runtime.native_step),
     8 per launch in the straight run and 3 in the interrupted one (flexflow.runtime.
     step_launches: the launches group the epochs' batches differently, and the resumed run's
-    first launch starts mid-way through the straight run's); the batch norms' step as one
+    first launch starts mid-way through the straight run's), and so do NMT's (two inputs,
+    LSTM steps sharing their layers' weights, attention); the batch norms' step as one
     concurrent launch exchanging their statistics, with momentum, the weights' flat copies
     updated at the start of the next step (the update pending when the checkpoint is
     written)."""
@@ -88,6 +89,10 @@ def test_a_resumed_run_continues_bit_identically(tmp_path, model):
     if model == "mlp":
         (tmp_path / "mlp.py").write_text(MLP_FILE)
         common = ["--model", str(tmp_path / "mlp.py"), "--batch-size", "32"]
+        split = ["--steps-per-execution", "3"]
+    elif model == "nmt":
+        common = ["--model", "nmt", "--seq-length", "4", "--vocab-size", "32"]
+        common += ["--hidden-size", "16", "--embed-size", "16", "--batch-size", "4"]
         split = ["--steps-per-execution", "3"]
     elif model == "batch_norm":
         (tmp_path / "bn.py").write_text(BATCH_NORM_FILE)
