@@ -3,8 +3,9 @@
 LeNet (28x28x1, batch 64) and an MLP (784-512-512-10, batch 64), SGD on sparse cross-entropy.
 Ours: data parallelism on 2 Legate CPU processors (a subprocess with LEGATE_CONFIG="--cpus 2
 --gpus 0"), as `fit` runs it: FFConfig's steps_per_execution (8) training steps per Legate
-launch where the model allows (flexflow.runtime.step_launches: the MLP; LeNet's steps run Python
-task bodies, one per launch), and such a model also one step per launch, in turn. PyTorch: the
+launch where the model allows (flexflow.runtime.step_launches: steps that run as one C call in
+C++ task bodies, LeNet's and the MLP's among them), and such a model also one step per launch,
+in turn. PyTorch: the
 same layers and batch with torch.set_num_threads(2), in this process.
 Both: WARMUP iterations, then BLOCKS blocks of ITERATIONS timed back to back; the median
 block's mean. The two sides take turns, --rounds times per model (ours, PyTorch, ours, ...),

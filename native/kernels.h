@@ -132,6 +132,17 @@ void ff_softmax_rows_f32(const float *x, float *y, long rows, long classes);
 void ff_softmax_rows_backward_f32(const float *y, const float *dy, float *dx, long rows,
                                   long classes);
 
+/* A convolution or pooling window over a whole NCHW tile (native/step.c): n samples, c
+ * channels of h x w in, o channels of oh x ow out (a pooling: o = c), kh x kw windows at
+ * strides sh, sw, ph and pw rows and columns of zero padding before the input; is_max: 1 max
+ * pooling, 0 average. */
+typedef struct {
+  long n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, is_max;
+} ff_window_dims;
+/* The floats of a convolution's scratch (its im2col columns, kept for the backward, and the
+ * products' rows). */
+long ff_conv_scratch(const ff_window_dims *dims);
+
 /* Multi-head attention (native/attention.c) on float32 tiles, as flexflow.ops.
  * multihead_attention's reference: query (n, lq, eq), key (n, lk, ek), value (n, lk, ev); w[0..3]
  * wq (e, eq), wk (e, ek), wv (e, ev), wo (e, e), w[4..7] their biases (e) or all NULL; `heads`
@@ -183,11 +194,15 @@ int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, lon
  *   dparts_add) each part's slice of dy[0] into dparts.
  * - ATTENTION: x[0..2] query, key, value, w[0..7] and y[0] as ff_attention_forward_f32 with
  *   `att`, its scratch in `scratch`.
+ * - CONV: x[0] (n, c, h, w), w[0] the kernel (o, c, kh, kw), w[1] bias (o) or NULL, y[0]
+ *   (n, o, oh, ow) then relu when `relu`, as `win` says; im2col and one GEMM, as flexflow.ops.
+ *   conv2d's CPU tiles (one group, a whole tile); `scratch` of ff_conv_scratch(win) floats.
+ * - POOL: x[0] (n, c, h, w) into y[0] (n, c, oh, ow), as `win` says.
  * With flat buffers, w[i] and dw[i] are taken at w_at[i] and dw_at[i] (-1: not a flat one).
  * Returns 0, -1 at a label outside [0, n), -2 when the program does not end in a softmax, -4
  * at an id outside the embedding's table. */
 enum { FF_STEP_DENSE = 0, FF_STEP_SOFTMAX = 1, FF_STEP_LSTM = 2, FF_STEP_EMBEDDING = 3,
-       FF_STEP_STACK = 4, FF_STEP_ATTENTION = 5 };
+       FF_STEP_STACK = 4, FF_STEP_ATTENTION = 5, FF_STEP_CONV = 6, FF_STEP_POOL = 7 };
 enum { FF_STEP_SLOTS = 3, FF_STEP_WEIGHTS = 8, FF_STEP_BAD_ID = -4 };
 typedef struct {
   int kind;
@@ -213,6 +228,7 @@ typedef struct {
   const int *dparts_add;
   long count;
   ff_attention_dims att;
+  ff_window_dims win;
   float *scratch;
 } ff_step_op;
 typedef struct {

@@ -61,6 +61,63 @@ static void ff_finish_weights(const ff_step_op *op) {
     ff_finish(op->dw[i], op->dw_add[i], op->tmp_w[i], op->w_n[i]);
 }
 
+enum { FF_ROW_MAJOR = 101, FF_NO_TRANS = 111, FF_TRANS = 112 }; /* mkl_cblas.h */
+
+long ff_conv_scratch(const ff_window_dims *d) {
+  const long rows = d->n * d->oh * d->ow;
+  return rows * d->c * d->kh * d->kw + rows * d->o;
+}
+
+/* The convolution's forward: im2col into the scratch's columns, z rows (n oh ow, o) = columns
+ * kernel^T + bias, y (n, o, oh, ow) = z transposed, then relu. */
+static void ff_conv_forward(ff_sgemm_fn gemm, const ff_step_op *op, const float *x) {
+  const ff_window_dims *d = &op->win;
+  const long pixels = d->oh * d->ow, rows = d->n * pixels, k = d->c * d->kh * d->kw;
+  float *cols = op->scratch, *z = cols + rows * k;
+  ff_im2col_f32(x, cols, d->n, d->c, d->h, d->w, d->oh, d->ow, (int)d->kh, (int)d->kw,
+                (int)d->sh, (int)d->sw, (int)d->ph, (int)d->pw);
+  gemm(FF_ROW_MAJOR, FF_NO_TRANS, FF_TRANS, (int)rows, (int)d->o, (int)k, 1.0f, cols, (int)k,
+       op->w[0], (int)k, 0.0f, z, (int)d->o);
+  for (long i = 0; i < d->n; ++i)
+    for (long c = 0; c < d->o; ++c) {
+      float *out = op->y[0] + (i * d->o + c) * pixels;
+      const float *in = z + i * pixels * d->o + c, bias = op->w[1] ? op->w[1][c] : 0.0f;
+      for (long q = 0; q < pixels; ++q) {
+        float v = op->w[1] ? in[q * d->o] + bias : in[q * d->o];
+        out[q] = op->relu && v < 0.0f ? 0.0f : v;
+      }
+    }
+}
+
+/* Its backward from y and dy: dz through the relu, as rows (n oh ow, o) in the scratch; the
+ * kernel's gradient dz^T columns, the bias's the rows' sums, the input's (when dx) col2im of
+ * dz kernel, computed in the columns' place. */
+static void ff_conv_backward(ff_sgemm_fn gemm, const ff_step_op *op, float *dx, float *dw,
+                             float *db) {
+  const ff_window_dims *d = &op->win;
+  const long pixels = d->oh * d->ow, rows = d->n * pixels, k = d->c * d->kh * d->kw;
+  float *cols = op->scratch, *dz = cols + rows * k;
+  for (long i = 0; i < d->n; ++i)
+    for (long c = 0; c < d->o; ++c) {
+      const float *g = op->dy[0] + (i * d->o + c) * pixels, *y = op->y[0] + (i * d->o + c) * pixels;
+      float *out = dz + i * pixels * d->o + c;
+      for (long q = 0; q < pixels; ++q) out[q * d->o] = op->relu ? (y[q] > 0.0f ? g[q] : 0.0f) : g[q];
+    }
+  gemm(FF_ROW_MAJOR, FF_TRANS, FF_NO_TRANS, (int)d->o, (int)k, (int)rows, 1.0f, dz, (int)d->o,
+       cols, (int)k, 0.0f, dw, (int)k);
+  if (db) {
+    for (long c = 0; c < d->o; ++c) db[c] = 0.0f;
+    for (long r = 0; r < rows; ++r)
+      for (long c = 0; c < d->o; ++c) db[c] = db[c] + dz[r * d->o + c];
+  }
+  if (dx) {
+    gemm(FF_ROW_MAJOR, FF_NO_TRANS, FF_NO_TRANS, (int)rows, (int)k, (int)d->o, 1.0f, dz,
+         (int)d->o, op->w[0], (int)k, 0.0f, cols, (int)k);
+    ff_col2im_f32(cols, dx, d->n, d->c, d->h, d->w, d->oh, d->ow, (int)d->kh, (int)d->kw,
+                  (int)d->sh, (int)d->sw, (int)d->ph, (int)d->pw);
+  }
+}
+
 static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op) {
   const float *x = (const float *)op->x[0];
   switch (op->kind) {
@@ -93,6 +150,16 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op) {
       ff_attention_forward_f32(gemm, &op->att, x, (const float *)op->x[1],
                                (const float *)op->x[2], op->w, op->scratch, op->y[0]);
       return 0;
+    case FF_STEP_CONV:
+      ff_conv_forward(gemm, op, x);
+      return 0;
+    case FF_STEP_POOL: {
+      const ff_window_dims *d = &op->win;
+      ff_pool2d_forward_f32(x, op->y[0], d->n, d->c, d->h, d->w, d->oh, d->ow, (int)d->kh,
+                            (int)d->kw, (int)d->sh, (int)d->sw, (int)d->ph, (int)d->pw,
+                            (int)d->is_max);
+      return 0;
+    }
   }
   return -2;
 }
@@ -160,6 +227,21 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op) {
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], d->n * d->lq * d->eq);
       ff_finish(op->dx[1], op->dx_add[1], op->tmp_x[1], d->n * d->lk * d->ek);
       ff_finish(op->dx[2], op->dx_add[2], op->tmp_x[2], d->n * d->lk * d->ev);
+      break;
+    }
+    case FF_STEP_CONV: {
+      const ff_window_dims *d = &op->win;
+      ff_conv_backward(gemm, op, gx[0], gw[0], gw[1]);
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], d->n * d->c * d->h * d->w);
+      break;
+    }
+    case FF_STEP_POOL: {
+      const ff_window_dims *d = &op->win;
+      if (gx[0])
+        ff_pool2d_backward_f32((const float *)op->x[0], op->dy[0], gx[0], d->n, d->c, d->h, d->w,
+                               d->oh, d->ow, (int)d->kh, (int)d->kw, (int)d->sh, (int)d->sw,
+                               (int)d->ph, (int)d->pw, (int)d->is_max);
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], d->n * d->c * d->h * d->w);
       break;
     }
   }

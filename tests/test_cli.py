@@ -235,11 +235,25 @@ def test_fused_launches_model_the_runtime(capsys):
 
 
 def test_fused_launches_on_cpus_charge_the_runtime_per_legate_task(capsys, tmp_path, monkeypatch):
-    from flexflow.cost import LEGATE_CPU_TASK_S
+    from flexflow.cost import LEGATE_CPP_TASK_S, LEGATE_CPU_TASK_S
+    from flexflow.ops import blas
 
     monkeypatch.setenv("LEGATE_CONFIG", "--cpus 2 --gpus 0")
+    if blas.sgemm_address() is not None:  # its steps one C call each, in C++ bodies, 8 a launch
+        code, out, _ = run(capsys, "simulate", "lenet", "--machine", "local", "--json",
+                           "--fused-launches", "--strategy", "dp")  # fmt: skip
+        assert json.loads(out)["runtime_ms"] == pytest.approx(2 * LEGATE_CPP_TASK_S * 1e3 / 8)
     taskgraph = tmp_path / "tg.json"
-    args = ("lenet", "--machine", "local", "--json", "--fused-launches")
+    # under mean squared error the steps run Python bodies
+    args = (
+        "lenet",
+        "--machine",
+        "local",
+        "--json",
+        "--fused-launches",
+        "--loss",
+        "mean_squared_error",
+    )
     trace, png = tmp_path / "trace.json", tmp_path / "timeline.png"
     code, out, _ = run(capsys, "simulate", *args, "--strategy", "dp", "--taskgraph", str(taskgraph),
                        "--trace", str(trace), "--timeline-png", str(png))  # fmt: skip

@@ -89,6 +89,14 @@ class NativeStep:
             c.scratch = _pointer(
                 self._array((int(lib.ff_attention_scratch(ffi.addressof(c, "att"))),))
             )
+        if op.window:
+            win = c.win
+            (win.n, win.c, win.h, win.w, win.o, win.oh, win.ow, win.kh, win.kw, win.sh, win.sw,
+             win.ph, win.pw, win.is_max) = op.window  # fmt: skip
+            if op.kind == lib.FF_STEP_CONV:
+                c.scratch = _pointer(
+                    self._array((int(lib.ff_conv_scratch(ffi.addressof(c, "win"))),))
+                )
         shapes = [_tile_shape(slot) for _, slot in step.inputs]
         if op.kind == lib.FF_STEP_STACK:
             parts = ffi.new("const float *[]", [_pointer(values[t]) for t in op.reads])

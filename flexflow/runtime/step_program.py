@@ -1,14 +1,14 @@
 """Which step tasks run as one C call (native/step.c), and the program of ops they run.
 
 A step task runs as one call when its whole training step has C kernels: each model input is
-read once, by an embedding of int32 token ids or by the first op (a dense layer, or a dense
-layer after a flat), every other tensor is made and read inside the task
-(`FusedGroup.internal`), every op is a dense layer (relu or none), an LSTM step, an embedding
-(no aggregation), a stack, multi-head attention (no dropout), or the last op, a softmax under
-sparse categorical cross-entropy, all float32, and every weight gradient is written whole by
-the task (data parallelism, or one device). The chains of dense layers of an MLP, whole
-unrolled RNNs (an RNN language model or text classifier) and the encoder-decoder NMT qualify;
-any other step runs op by op (flexflow.fused_run).
+read once, by an embedding of int32 token ids or by the first op, every other tensor is made and read inside the task
+(`FusedGroup.internal`), every op is a dense layer (relu or none), a convolution (one group,
+relu or none) or a pooling over whole images, a flat (read in place), an LSTM step, an
+embedding (no aggregation), a stack, multi-head attention (no dropout), or the last op, a
+softmax under sparse categorical cross-entropy, all float32, and every weight gradient is
+written whole by the task (data parallelism, or one device). The MLP's and LeNet's steps,
+whole unrolled RNNs (an RNN language model or text classifier) and the encoder-decoder NMT
+qualify; any other step runs op by op (flexflow.fused_run).
 
 The program also fixes how each gradient is summed, in the op-by-op step's order (the
 backward in reverse op order, an op's inputs in order): a tensor's first reader to run its
@@ -26,11 +26,13 @@ import numpy as np
 from flexflow._kernels import lib
 from flexflow.fusion import FusedTask, OpStep, Slot, SlotKind
 from flexflow.ops.activations import ActiMode
+from flexflow.ops.conv2d import Conv2D
 from flexflow.ops.dense import Dense
 from flexflow.ops.embedding import AggrMode, Embedding
 from flexflow.ops.flat import Flat
 from flexflow.ops.lstm import GATES, LSTM
 from flexflow.ops.multihead_attention import MultiHeadAttention
+from flexflow.ops.pool2d import Pool2D, PoolType
 from flexflow.ops.softmax import Softmax
 from flexflow.ops.stack import Stack
 
@@ -65,6 +67,9 @@ class ProgramOp:
     """The tensor whose gradient the op zeroes before its backward (read in parts)."""
     attention: tuple[int, ...] = ()
     """Multi-head attention: ff_attention_dims (n, lq, lk, eq, ek, ev, e, heads)."""
+    window: tuple[int, ...] = ()
+    """A convolution or pooling: ff_window_dims (n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph,
+    pw, is_max)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +159,8 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
             return None
         dims = (n, lq, lk, eq, ek, ev, op.embed_dim, op.num_heads)
         return ProgramOp(lib.FF_STEP_ATTENTION, 0, (0, 0, 0, 0), step, reads, attention=dims)
+    if isinstance(op, (Conv2D, Pool2D)) and not last:
+        return _window_op(step, op, reads, x_shape, y_shape)
     if isinstance(op, Stack) and not last:
         axis = op.axis % len(y_shape)
         part = y_shape[:axis] + y_shape[axis + 1 :]
@@ -166,6 +173,25 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
     return None
 
 
+def _window_op(step: OpStep, op, reads, x_shape, y_shape) -> ProgramOp | None:
+    """A convolution (one group, relu or none) or a pooling (no activation) over whole
+    images: the tile holds every row and column, so its padding is the op's."""
+    if len(x_shape) != 4 or x_shape[2:] != step.node.sig.inputs[0].shape[2:]:
+        return None
+    n, c, h, w = x_shape
+    o, oh, ow = y_shape[1:]
+    dims = (n, c, h, w, o, oh, ow, *op._kernel, *op._stride, *op._padding)
+    if isinstance(op, Conv2D):
+        if op.groups != 1 or op.activation not in RELU or _shape(step.weights[0])[1] != c:
+            return None
+        return ProgramOp(lib.FF_STEP_CONV, RELU[op.activation], (0,) * 4, step, reads,
+                         window=(*dims, 0))  # fmt: skip
+    if op.activation is not ActiMode.AC_MODE_NONE:
+        return None
+    is_max = int(op.pool_type is PoolType.POOL_MAX)
+    return ProgramOp(lib.FF_STEP_POOL, 0, (0,) * 4, step, reads, window=(*dims, is_max))
+
+
 def program(task: FusedTask) -> Program | None:
     """The step task's program, or None when it does not run as one C call (module doc)."""
     backward, forward = task.backward, task.forward
@@ -175,15 +201,16 @@ def program(task: FusedTask) -> Program | None:
         return None
     slots = {slot.id: slot for slot in forward.inputs if slot.kind is SlotKind.TENSOR}
     internal = task.group.internal
-    alias: dict[int, int] = {}  # a leading flat's output: its reader reads the model input
+    alias: dict[int, int] = {}  # a flat's output: its readers read its input's buffer
     readers: dict[int, int] = {}  # model input -> the op reading it
     ops: list[ProgramOp] = []
     for position, step in enumerate(task.steps):
         last = position == len(task.steps) - 1
-        if position == 0 and isinstance(step.node.op, Flat) and not last:
-            if step.inputs[0][0] not in slots:
+        if isinstance(step.node.op, Flat) and not last and not step.windows:
+            source = alias.get(step.inputs[0][0], step.inputs[0][0])
+            if source not in slots and source not in internal:
                 return None
-            alias[step.outputs[0][0]] = step.inputs[0][0]
+            alias[step.outputs[0][0]] = source  # the same buffer, read as rows
             continue
         reads = tuple(alias.get(t, t) for t, _ in step.inputs)
         for i, tensor in enumerate(reads):

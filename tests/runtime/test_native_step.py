@@ -16,6 +16,7 @@ from flexflow.fused_run import run_fused_task
 from flexflow.fusion import SlotKind, fuse, fused_task, sole_gradients
 from flexflow.machine import parse_machine
 from flexflow.ops import blas
+from flexflow.ops.pool2d import PoolType
 from flexflow.runtime.loss import loss_tile
 from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, native_step
 from flexflow.runtime.step_program import ADD, PART, WRITE, program
@@ -266,3 +267,39 @@ def test_a_step_the_c_program_cannot_run_runs_op_by_op():
     states = model.lstm(model.embedding(tokens, VOCAB, 6), 8)
     model.softmax(model.dense(states, CLASSES, ActiMode.AC_MODE_TANH))
     assert program(_task(model.graph(), "p100:1")) is None
+
+
+def _cnn(padded: bool):
+    """LeNet's shape (convolutions, max pooling, a flat, dense layers), or with padding,
+    strides, a relu convolution without bias and average pooling."""
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 2, 12, 12), name="image")
+    if padded:
+        x = model.conv2d(x, 3, 3, 3, 2, 2, 1, 1, ActiMode.AC_MODE_RELU, use_bias=False)
+        x = model.pool2d(x, 3, 3, 1, 1, 1, 1, PoolType.POOL_AVG)
+    else:
+        x = model.pool2d(model.conv2d(x, 4, 5, 5, 1, 1, 0, 0), 2, 2, 2, 2, 0, 0)
+        x = model.pool2d(model.conv2d(x, 5, 3, 3, 1, 1, 0, 0), 2, 2, 2, 2, 0, 0)
+    x = model.dense(model.flat(x), 7, ActiMode.AC_MODE_RELU)
+    model.softmax(model.dense(x, CLASSES))
+    return model.graph()
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_c_step_of_a_cnn_computes_the_op_by_op_step(padded, index):
+    task = _task(_cnn(padded), "p100:1", index)  # 2 of the 8 images
+    made = program(task)
+    assert made is not None
+    kinds = [op.kind for op in made.ops]
+    assert lib.FF_STEP_CONV in kinds and lib.FF_STEP_POOL in kinds  # the flat reads in place
+    rng = np.random.default_rng(index)
+    values, grads = _arrays(task, rng)
+    labels = rng.integers(0, CLASSES, 2)
+    sums = np.zeros(2)
+    native_step(task).run(blas.sgemm_address(), values, grads, labels, sums, 8, 2)
+    want_grads, want_sums = _op_by_op(task, values, labels, 8, 2)
+    for slot, got in grads.items():
+        np.testing.assert_allclose(got, want_grads[slot], rtol=1e-5, atol=1e-6)
+    assert sums[0] == pytest.approx(want_sums[0], rel=1e-6)
+    assert sums[1] == want_sums[1]

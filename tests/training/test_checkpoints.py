@@ -77,8 +77,8 @@ def build(model):
 @pytest.mark.legate
 @pytest.mark.parametrize("model", ["lenet", "mlp", "batch_norm", "nmt"])
 def test_a_resumed_run_continues_bit_identically(tmp_path, model):
-    """LeNet's steps run op by op; the MLP's as one C call each (flexflow.runtime.native_step),
-    8 per launch in the straight run and 3 in the interrupted one (flexflow.runtime.
+    """LeNet's and the MLP's steps run as one C call each (flexflow.runtime.native_step), the
+    MLP's 8 per launch in the straight run and 3 in the interrupted one (flexflow.runtime.
     step_launches: the launches group the epochs' batches differently, and the resumed run's
     first launch starts mid-way through the straight run's), and so do NMT's (two inputs,
     LSTM steps sharing their layers' weights, attention); the batch norms' step as one
