@@ -198,11 +198,16 @@ int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, lon
  *   (n, o, oh, ow) then relu when `relu`, as `win` says; im2col and one GEMM, as flexflow.ops.
  *   conv2d's CPU tiles (one group, a whole tile); `scratch` of ff_conv_scratch(win) floats.
  * - POOL: x[0] (n, c, h, w) into y[0] (n, c, oh, ow), as `win` says.
+ * - DROPOUT: x[0] into y[0], m elements, as flexflow.ops.dropout in training: element i is
+ *   kept, times 1 / (1 - rate), iff splitmix64 at counter base + i + 1 of the stream keyed by
+ *   (seed * 1000003 + iteration) mod 2^63 gives a uniform >= rate (base: the tile's first
+ *   element's index in the whole tensor); the backward applies the same mask to dy.
  * With flat buffers, w[i] and dw[i] are taken at w_at[i] and dw_at[i] (-1: not a flat one).
  * Returns 0, -1 at a label outside [0, n), -2 when the program does not end in a softmax, -4
  * at an id outside the embedding's table. */
 enum { FF_STEP_DENSE = 0, FF_STEP_SOFTMAX = 1, FF_STEP_LSTM = 2, FF_STEP_EMBEDDING = 3,
-       FF_STEP_STACK = 4, FF_STEP_ATTENTION = 5, FF_STEP_CONV = 6, FF_STEP_POOL = 7 };
+       FF_STEP_STACK = 4, FF_STEP_ATTENTION = 5, FF_STEP_CONV = 6, FF_STEP_POOL = 7,
+       FF_STEP_DROPOUT = 8 };
 enum { FF_STEP_SLOTS = 3, FF_STEP_WEIGHTS = 8, FF_STEP_BAD_ID = -4 };
 typedef struct {
   int kind;
@@ -230,6 +235,9 @@ typedef struct {
   ff_attention_dims att;
   ff_window_dims win;
   float *scratch;
+  double rate;
+  unsigned long long seed;
+  long base;
 } ff_step_op;
 typedef struct {
   const long long *labels;
@@ -238,9 +246,10 @@ typedef struct {
   double *sums;
 } ff_step_loss;
 /* weights and grads: NULL, or flat buffers every op's w[i] and dw[i] are taken from at their
- * w_at[i] and dw_at[i] offsets (overriding the pointers) */
+ * w_at[i] and dw_at[i] offsets (overriding the pointers); iteration: the training step's
+ * number, which dropout's masks are drawn for */
 int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
-                      const float *weights, float *grads);
+                      const float *weights, float *grads, long iteration);
 
 /* A step task of a native step with flat parameters, whole (native/step.c): the pending
  * optimizer update of this device's replica of the flat weights, then the step. The C++
@@ -288,7 +297,8 @@ typedef struct {
 /* One iteration's arrays: the model inputs' tiles xs (float32, or an embedding's int32 ids),
  * the int64 labels of the predictions, the first `valid` predictions count toward a loss
  * divided by `total`, (loss, correct) go into sums; the flat weights and this task's flat row
- * of partial gradients. Returns as ff_train_step_f32; -3 for an update of an unknown kind. */
+ * of partial gradients; the step's number (dropout's masks). Returns as ff_train_step_f32; -3
+ * for an update of an unknown kind. */
 typedef struct {
   const void *xs[8];
   const long long *labels;
@@ -298,6 +308,7 @@ typedef struct {
   float *weights;
   float *grads;
   ff_update update;
+  long iteration;
 } ff_step_call;
 void ff_apply_update_f32(const ff_update *update);
 int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call);

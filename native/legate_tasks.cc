@@ -14,7 +14,7 @@
  *     plan's order; 0: an input store); the
  *     labels' address (0: an int64 input store); valid predictions; the loss's total (float64);
  *     the update's kind (FF_UPDATE_*); the number of partial gradient rows; the update's
- *     seven hyperparameters (float32[7]).
+ *     seven hyperparameters (float32[7]); the step's number (dropout's masks).
  *   inputs: this device's flat weights, the input tiles not addressed, the labels unless
  *     addressed; with an update, every device's row of partial gradients, then the states.
  *   outputs: the (1, 2) loss row, this task's flat row of partial gradients; with an update,
@@ -112,6 +112,7 @@ class NativeStepTask : public legate::LegateTask<NativeStepTask> {
       const auto h = context.scalar(7).values<float>();
       for (std::size_t i = 0; i < h.size() && i < 7; ++i) update.h[i] = h[i];
     }
+    call.iteration = static_cast<long>(context.scalar(8).value<std::int64_t>());
     const int status = ok ? step_function(plan, &call) : 0;
     if (!ok || status != 0) {
       call.sums[0] = std::numeric_limits<double>::quiet_NaN();
@@ -145,7 +146,8 @@ UpdateFunction update_function = nullptr;
  * model inputs' tiles' addresses (int64[K * D * inputs], the plan's inputs in order), the
  * labels' addresses and the valid predictions (int64[K * D] each); per
  * step the loss's total (float64[K]); the update's kind; per step the hyperparameters of the
- * update of its gradients (float32[K * 7]); per device its scratch (int64[D], 2 n floats).
+ * update of its gradients (float32[K * 7]); per device its scratch (int64[D], 2 n floats); the
+ * first step's number (step k is that plus k: dropout's masks).
  * Stores of point d: inputs its weights row and its states' rows, outputs the same rows, then
  * its (1, K, 2) loss rows, one per step. A step that fails (or every step after a failure on any
  * device) writes NaN and its code into its loss row, and no update follows it.
@@ -163,6 +165,7 @@ class NativeStepsTask : public legate::LegateTask<NativeStepsTask> {
     const auto kind = static_cast<int>(context.scalar(5).value<std::int64_t>());
     const auto hyper = context.scalar(6).values<float>();
     const auto scratch = context.scalar(7).values<std::int64_t>();
+    const auto first_iteration = static_cast<long>(context.scalar(8).value<std::int64_t>());
     const std::size_t devices = plans.size(), steps = totals.size();
     const auto* plan = reinterpret_cast<const ff_step_plan*>(plans[point]);
     const auto inputs = static_cast<std::size_t>(plan->num_inputs);
@@ -216,6 +219,7 @@ class NativeStepsTask : public legate::LegateTask<NativeStepsTask> {
         call.sums = sums[k];
         call.weights = weights;
         call.grads = buffers[k % 2];
+        call.iteration = first_iteration + static_cast<long>(k);
         if (k > 0) set_hyper(k - 1);  // the update of step k - 1's gradients first
         call.update = update;
         if (k == 0) call.update.kind = FF_UPDATE_NONE;  // none pending: the launch applied it

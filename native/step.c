@@ -118,7 +118,29 @@ static void ff_conv_backward(ff_sgemm_fn gemm, const ff_step_op *op, float *dx, 
   }
 }
 
-static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op) {
+/* splitmix64's finalizer (flexflow.ops.dropout._mix64). */
+static uint64_t ff_mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+/* out[i] = in[i] times element i's dropout scale (flexflow.ops.dropout.dropout_mask / (1 - rate),
+ * in float64 as numpy computes it, then rounded to float32). */
+static void ff_dropout_apply(const ff_step_op *op, long iteration, const float *in, float *out) {
+  const uint64_t mask63 = (UINT64_C(1) << 63) - 1;
+  const uint64_t stream = (op->seed * UINT64_C(1000003) + (uint64_t)iteration) & mask63;
+  const uint64_t key = ff_mix64(stream);
+  const double scale = 1.0 / (1.0 - op->rate);
+  for (long i = 0; i < op->m; ++i) {
+    const uint64_t counter = (uint64_t)(op->base + i) + 1;
+    const uint64_t bits = ff_mix64(key + counter * UINT64_C(0x9E3779B97F4A7C15));
+    const double uniform = (double)(bits >> 11) * 0x1.0p-53;
+    out[i] = (float)((double)in[i] * (uniform >= op->rate ? scale : 0.0));
+  }
+}
+
+static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op, long iteration) {
   const float *x = (const float *)op->x[0];
   switch (op->kind) {
     case FF_STEP_DENSE:
@@ -160,11 +182,14 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op) {
                             (int)d->is_max);
       return 0;
     }
+    case FF_STEP_DROPOUT:
+      ff_dropout_apply(op, iteration, x, op->y[0]);
+      return 0;
   }
   return -2;
 }
 
-static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op) {
+static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iteration) {
   if (op->zero) memset(op->zero, 0, sizeof(float) * op->zero_n);
   float *gx[FF_STEP_SLOTS], *gw[FF_STEP_WEIGHTS];
   for (int i = 0; i < FF_STEP_SLOTS; ++i) gx[i] = ff_out(op->dx[i], op->dx_add[i], op->tmp_x[i]);
@@ -244,12 +269,16 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op) {
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], d->n * d->c * d->h * d->w);
       break;
     }
+    case FF_STEP_DROPOUT:
+      if (gx[0]) ff_dropout_apply(op, iteration, op->dy[0], gx[0]);
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m);
+      break;
   }
   ff_finish_weights(op);
 }
 
 int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
-                      const float *weights, float *grads) {
+                      const float *weights, float *grads, long iteration) {
   if (count < 1 || ops[count - 1].kind != FF_STEP_SOFTMAX) return -2;
   if (weights && grads)
     for (long i = 0; i < count; ++i)
@@ -259,7 +288,7 @@ int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_st
         if (op->dw_at[j] >= 0) op->dw[j] = grads + op->dw_at[j];
       }
   for (long i = 0; i < count; ++i) {
-    int status = ff_step_forward(gemm, ops + i);
+    int status = ff_step_forward(gemm, ops + i, iteration);
     if (status) return status;
   }
   const ff_step_op *last = ops + count - 1;
@@ -270,7 +299,7 @@ int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_st
   if (status) return status;
   loss->sums[0] = value;
   loss->sums[1] = (double)correct;
-  for (long i = count - 1; i >= 0; --i) ff_step_backward(gemm, ops + i);
+  for (long i = count - 1; i >= 0; --i) ff_step_backward(gemm, ops + i, iteration);
   return 0;
 }
 
@@ -335,7 +364,8 @@ int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call) {
   loss->valid = call->valid;
   loss->total = call->total;
   loss->sums = call->sums;
-  status = ff_train_step_f32(plan->gemm, plan->ops, plan->count, loss, call->weights, call->grads);
+  status = ff_train_step_f32(plan->gemm, plan->ops, plan->count, loss, call->weights, call->grads,
+                             call->iteration);
   if (log) ff_log_entry(log, updated, ff_now(), FF_LOG_STEP);
   return status;
 }

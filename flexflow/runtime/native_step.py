@@ -89,6 +89,8 @@ class NativeStep:
             c.scratch = _pointer(
                 self._array((int(lib.ff_attention_scratch(ffi.addressof(c, "att"))),))
             )
+        if op.kind == lib.FF_STEP_DROPOUT:
+            c.rate, c.seed, c.base = op.dropout
         if op.window:
             win = c.win
             (win.n, win.c, win.h, win.w, win.o, win.oh, win.ow, win.kh, win.kw, win.sh, win.sw,
@@ -184,11 +186,13 @@ class NativeStep:
         sums: np.ndarray,
         total: int,
         valid: int,
+        iteration: int = 0,
     ) -> None:
         """One step through the sgemm at `gemm`: `values` maps the task's forward input slots
         to arrays (the model inputs' tiles, the weights), `grads_into` its weight gradient
         slots to the arrays they are written into (all C-contiguous float32); the labels
-        `target` of the first `valid` samples count; (loss / total, correct) go into `sums`."""
+        `target` of the first `valid` samples count; (loss / total, correct) go into `sums`;
+        `iteration`: the training step's number, which dropout's masks are drawn for."""
         ops = self._ops
         tiles = self._name_inputs([values[slot] for slot, _ in self.program.inputs])
         arrays = list(tiles)  # alive until the call returns
@@ -199,7 +203,7 @@ class NativeStep:
                 arrays += named
                 ops[i].w[j], ops[i].dw[j] = (ffi.from_buffer("float[]", a) for a in named)
         labels = self._labels(target, sums, total, valid)
-        self._call(gemm, labels, ffi.NULL, ffi.NULL, tiles)
+        self._call(gemm, labels, ffi.NULL, ffi.NULL, tiles, iteration)
 
     def run_flat(
         self,
@@ -211,6 +215,7 @@ class NativeStep:
         sums: np.ndarray,
         total: int,
         valid: int,
+        iteration: int = 0,
     ) -> None:
         """`run` with every parameter in flat buffers (`flexflow.runtime.flat`, built with
         `flat`): the model inputs' tiles in the program's order (`Program.inputs`), this
@@ -221,7 +226,7 @@ class NativeStep:
         labels = self._labels(target, sums, total, valid)
         self._call(
             gemm, labels, ffi.from_buffer("float[]", weights), ffi.from_buffer("float[]", grads),
-            tiles,
+            tiles, iteration,
         )  # fmt: skip
 
     def _name_inputs(self, tiles: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -249,10 +254,12 @@ class NativeStep:
         self._kept = flat_labels  # alive until the call
         return flat_labels
 
-    def _call(self, gemm: int, labels: np.ndarray, weights, grads, tiles: list) -> None:
+    def _call(
+        self, gemm: int, labels: np.ndarray, weights, grads, tiles: list, iteration: int
+    ) -> None:
         status = lib.ff_train_step_f32(
             ffi.cast("ff_sgemm_fn", gemm), self._ops, len(self.program.ops), self._loss, weights,
-            grads,
+            grads, iteration,
         )  # fmt: skip
         self._kept = None
         if status == lib.FF_STEP_BAD_ID:  # the reference's error names the ids

@@ -99,6 +99,8 @@ class StepScalars:
     update: int
     copies: int
     hyper: tuple[float, ...]
+    iteration: int
+    """The step's number, which dropout's masks are drawn for."""
 
     def add_to(self, task) -> None:
         ty, hyperparameters = _types()
@@ -110,6 +112,7 @@ class StepScalars:
         task.add_scalar_arg(self.update, ty.int64)
         task.add_scalar_arg(self.copies, ty.int64)
         task.add_scalar_arg(self.hyper + (0.0,) * (7 - len(self.hyper)), hyperparameters)
+        task.add_scalar_arg(self.iteration, ty.int64)
 
 
 def address(array: np.ndarray) -> int:

@@ -3,8 +3,8 @@
 A step task runs as one call when its whole training step has C kernels: each model input is
 read once, by an embedding of int32 token ids or by the first op, every other tensor is made and read inside the task
 (`FusedGroup.internal`), every op is a dense layer (relu or none), a convolution (one group,
-relu or none) or a pooling over whole images, a flat (read in place), an LSTM step, an
-embedding (no aggregation), a stack, multi-head attention (no dropout), or the last op, a
+relu or none) or a pooling over whole images, a flat (read in place), a dropout over whole
+samples, an LSTM step, an embedding (no aggregation), a stack, multi-head attention (no dropout), or the last op, a
 softmax under sparse categorical cross-entropy, all float32, and every weight gradient is
 written whole by the task (data parallelism, or one device). The MLP's and LeNet's steps,
 whole unrolled RNNs (an RNN language model or text classifier) and the encoder-decoder NMT
@@ -28,6 +28,7 @@ from flexflow.fusion import FusedTask, OpStep, Slot, SlotKind
 from flexflow.ops.activations import ActiMode
 from flexflow.ops.conv2d import Conv2D
 from flexflow.ops.dense import Dense
+from flexflow.ops.dropout import Dropout
 from flexflow.ops.embedding import AggrMode, Embedding
 from flexflow.ops.flat import Flat
 from flexflow.ops.lstm import GATES, LSTM
@@ -70,6 +71,9 @@ class ProgramOp:
     window: tuple[int, ...] = ()
     """A convolution or pooling: ff_window_dims (n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph,
     pw, is_max)."""
+    dropout: tuple[float, int, int] = (0.0, 0, 0)
+    """Dropout: its rate, its seed mod 2**63 and its tile's first element's index in the
+    whole tensor."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +163,8 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
             return None
         dims = (n, lq, lk, eq, ek, ev, op.embed_dim, op.num_heads)
         return ProgramOp(lib.FF_STEP_ATTENTION, 0, (0, 0, 0, 0), step, reads, attention=dims)
+    if isinstance(op, Dropout) and not last:
+        return _dropout_op(step, op, reads, y_shape)
     if isinstance(op, (Conv2D, Pool2D)) and not last:
         return _window_op(step, op, reads, x_shape, y_shape)
     if isinstance(op, Stack) and not last:
@@ -190,6 +196,18 @@ def _window_op(step: OpStep, op, reads, x_shape, y_shape) -> ProgramOp | None:
         return None
     is_max = int(op.pool_type is PoolType.POOL_MAX)
     return ProgramOp(lib.FF_STEP_POOL, 0, (0,) * 4, step, reads, window=(*dims, is_max))
+
+
+def _dropout_op(step: OpStep, op: Dropout, reads, y_shape) -> ProgramOp | None:
+    """Dropout over a tile of whole samples: its elements follow on from its first one's index
+    in the whole tensor, which draws its mask (flexflow.ops.dropout.dropout_mask)."""
+    whole = step.node.sig.outputs[0].shape
+    if y_shape[1:] != whole[1:]:
+        return None
+    elements = int(np.prod(y_shape, dtype=np.int64))
+    base = step.region[0][0] * int(np.prod(whole[1:], dtype=np.int64))
+    return ProgramOp(lib.FF_STEP_DROPOUT, 0, (elements, 0, 0, 0), step, reads,
+                     dropout=(op.rate, op.seed % 2**63, base))  # fmt: skip
 
 
 def program(task: FusedTask) -> Program | None:

@@ -183,7 +183,7 @@ def _native_step_task(
         copies = len(executor.params.devices)
     scalars = StepScalars(
         native.plan_address, tuple(xs), labels, native.valid_predictions(rows),
-        float(total), update, copies, tuple(map(float, hyper)),
+        float(total), update, copies, tuple(map(float, hyper)), executor.iteration,
     )  # fmt: skip
     task = executor.created_task(device, executor.native_task_id)
     scalars.add_to(task)

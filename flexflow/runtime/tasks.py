@@ -291,7 +291,7 @@ def _run_fused(
     flat = executor.params.flat if which != Pass.FUSED_BACKWARD else None
     native = executor.native_steps.get((group, index)) if which == Pass.FUSED_STEP else None
     if native is not None and extra[2] == SPARSE_CROSSENTROPY:
-        _run_native_step(executor, native, inputs, outputs, extra[2:6], keys)
+        _run_native_step(executor, native, inputs, outputs, extra[2:6], keys, extra[1])
         return
     if keys or flat is not None:
         inputs = _forward_inputs(executor, task.forward, inputs, keys, flat)
@@ -316,7 +316,7 @@ def _tiles(executor: Executor, group: int, index: int) -> _CpuTiles:
 
 
 def _run_native_step(
-    executor: Executor, native: NativeStep, inputs, outputs, loss_args, keys
+    executor: Executor, native: NativeStep, inputs, outputs, loss_args, keys, iteration: int
 ) -> None:
     """A step task as one C call (flexflow.runtime.native_step), from its arguments as
     `_forward_inputs` receives them: with flat parameters (`NativeStep.flat`), this device's
@@ -340,14 +340,16 @@ def _run_native_step(
         if not staged_target:
             target = next(arguments)
         sums, grads = outputs
-        native.run_flat(executor.sgemm, tiles, weights, grads, target, sums, total, valid)
+        native.run_flat(
+            executor.sgemm, tiles, weights, grads, target, sums, total, valid, iteration
+        )
     else:  # every weight and partial gradient its own argument
         inputs = _forward_inputs(executor, task.forward, inputs, keys, None) if keys else inputs
         values = dict(zip(task.forward.inputs, inputs, strict=False))
         if not staged_target:
             target = inputs[len(task.forward.inputs)]
         grads_into = dict(zip(task.backward.overwrites, outputs[1:], strict=True))
-        native.run(executor.sgemm, values, grads_into, target, outputs[0], total, valid)
+        native.run(executor.sgemm, values, grads_into, target, outputs[0], total, valid, iteration)
     if executor.timeline_entries is not None:  # the whole step as one entry of its last op
         end = time.perf_counter()
         op = task.group.ops[-1]

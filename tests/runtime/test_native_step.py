@@ -270,17 +270,19 @@ def test_a_step_the_c_program_cannot_run_runs_op_by_op():
 
 
 def _cnn(padded: bool):
-    """LeNet's shape (convolutions, max pooling, a flat, dense layers), or with padding,
-    strides, a relu convolution without bias and average pooling."""
+    """LeNet's shape (convolutions, max pooling, a flat, dense layers), or AlexNet's: with
+    padding, strides, a relu convolution without bias, average pooling and dropouts."""
     model = FFModel(FFConfig(batch_size=8))
     x = model.create_tensor((8, 2, 12, 12), name="image")
     if padded:
         x = model.conv2d(x, 3, 3, 3, 2, 2, 1, 1, ActiMode.AC_MODE_RELU, use_bias=False)
-        x = model.pool2d(x, 3, 3, 1, 1, 1, 1, PoolType.POOL_AVG)
+        x = model.dropout(model.pool2d(x, 3, 3, 1, 1, 1, 1, PoolType.POOL_AVG), 0.3, seed=5)
     else:
         x = model.pool2d(model.conv2d(x, 4, 5, 5, 1, 1, 0, 0), 2, 2, 2, 2, 0, 0)
         x = model.pool2d(model.conv2d(x, 5, 3, 3, 1, 1, 0, 0), 2, 2, 2, 2, 0, 0)
     x = model.dense(model.flat(x), 7, ActiMode.AC_MODE_RELU)
+    if padded:
+        x = model.dropout(x, 0.5)
     model.softmax(model.dense(x, CLASSES))
     return model.graph()
 
@@ -293,13 +295,18 @@ def test_the_c_step_of_a_cnn_computes_the_op_by_op_step(padded, index):
     assert made is not None
     kinds = [op.kind for op in made.ops]
     assert lib.FF_STEP_CONV in kinds and lib.FF_STEP_POOL in kinds  # the flat reads in place
+    assert (lib.FF_STEP_DROPOUT in kinds) == padded
     rng = np.random.default_rng(index)
     values, grads = _arrays(task, rng)
     labels = rng.integers(0, CLASSES, 2)
     sums = np.zeros(2)
-    native_step(task).run(blas.sgemm_address(), values, grads, labels, sums, 8, 2)
-    want_grads, want_sums = _op_by_op(task, values, labels, 8, 2)
+    program_step = native_step(task)
+    program_step.run(blas.sgemm_address(), values, grads, labels, sums, 8, 2, iteration=1)
+    want_grads, want_sums = _op_by_op(task, values, labels, 8, 2)  # iteration 1
     for slot, got in grads.items():
         np.testing.assert_allclose(got, want_grads[slot], rtol=1e-5, atol=1e-6)
     assert sums[0] == pytest.approx(want_sums[0], rel=1e-6)
     assert sums[1] == want_sums[1]
+    if padded:  # another iteration draws other dropout masks
+        program_step.run(blas.sgemm_address(), values, grads, labels, sums, 8, 2, iteration=2)
+        assert sums[0] != pytest.approx(want_sums[0], rel=1e-6)

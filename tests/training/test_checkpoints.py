@@ -74,8 +74,17 @@ def build(model):
 """
 
 
+DROPOUT_FILE = """
+def build(model):
+    x = model.create_tensor((model.config.batch_size, 1, 8, 8), name="image")
+    x = model.pool2d(model.conv2d(x, 4, 3, 3, 1, 1, 1, 1), 2, 2, 2, 2, 0, 0)
+    x = model.dropout(model.dense(model.flat(x), 16, ActiMode.AC_MODE_RELU), 0.5)
+    model.softmax(model.dense(x, 10))
+"""
+
+
 @pytest.mark.legate
-@pytest.mark.parametrize("model", ["lenet", "mlp", "batch_norm", "nmt"])
+@pytest.mark.parametrize("model", ["lenet", "mlp", "batch_norm", "nmt", "dropout"])
 def test_a_resumed_run_continues_bit_identically(tmp_path, model):
     """LeNet's and the MLP's steps run as one C call each (flexflow.runtime.native_step), the
     MLP's 8 per launch in the straight run and 3 in the interrupted one (flexflow.runtime.
@@ -89,6 +98,10 @@ def test_a_resumed_run_continues_bit_identically(tmp_path, model):
     if model == "mlp":
         (tmp_path / "mlp.py").write_text(MLP_FILE)
         common = ["--model", str(tmp_path / "mlp.py"), "--batch-size", "32"]
+        split = ["--steps-per-execution", "3"]
+    elif model == "dropout":  # its masks drawn per step number, 8 or 3 steps a launch
+        (tmp_path / "dropout.py").write_text("from flexflow import ActiMode\n" + DROPOUT_FILE)
+        common = ["--model", str(tmp_path / "dropout.py"), "--batch-size", "32"]
         split = ["--steps-per-execution", "3"]
     elif model == "nmt":
         common = ["--model", "nmt", "--seq-length", "4", "--vocab-size", "32"]
