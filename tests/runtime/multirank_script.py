@@ -1,6 +1,6 @@
-"""Run by test_multirank.py on every Legate rank: a few training steps of LeNet and of an MLP
-(whose steps run as one C call each, flexflow.runtime.native_step), data parallel over the
-`local` machine's devices, printing one JSON line per rank."""
+"""Run by test_multirank.py on every Legate rank: a few training steps of LeNet, an MLP and a
+small NMT (whose steps run as one C call each, flexflow.runtime.native_step), data parallel
+over the `local` machine's devices, printing one JSON line per rank."""
 
 from __future__ import annotations
 
@@ -47,6 +47,23 @@ with Executor(mlp_graph, named_strategy("dp", mlp_graph, machine), seed=0) as ex
     native_steps = len(executor.native_steps)
     cpp_steps = executor.cpp_steps_issued
 
+# NMT: two inputs of int32 token ids, its steps one C call each, the ids reaching them as
+# stores across ranks
+nmt = load_model(
+    "nmt", FFConfig(batch_size=BATCH), seq_length=3, vocab_size=20, embed_size=6, hidden_size=8,
+    num_layers=1,
+).graph()  # fmt: skip
+source, target = (rng.integers(0, 20, (BATCH, 3)).astype(np.int32) for _ in range(2))
+words = rng.integers(0, 20, (BATCH, 3))
+with Executor(nmt, named_strategy("dp", nmt, machine), seed=0) as executor:
+    nmt_losses = [
+        executor.step(
+            {"source": source, "target": target}, words, "sparse_categorical_crossentropy"
+        )
+        for _ in range(STEPS)
+    ]
+    nmt_native_steps = len(executor.native_steps)
+
 # every rank's offer reaches every rank (flexflow.runtime.agreement), and a search's pick is
 # one strategy on all ranks, each having searched with its own seed
 from legate.core import get_legate_runtime  # noqa: E402
@@ -75,6 +92,8 @@ report = {
     "mlp_losses": mlp_losses,
     "native_steps": native_steps,
     "cpp_steps": cpp_steps,
+    "nmt_losses": nmt_losses,
+    "nmt_native_steps": nmt_native_steps,
 }
 print(json.dumps(report), flush=True)
 sys.exit(0)

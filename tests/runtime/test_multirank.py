@@ -69,6 +69,7 @@ def test_two_ranks_train_lenet_like_one():
     from flexflow.ops import blas
 
     assert reference["native_steps"] == (2 if blas.sgemm_address() is not None else 0)
+    assert reference["nmt_native_steps"] == reference["native_steps"]
     for report in ranks:
         assert (report["nodes"], report["devices"]) == (RANKS, 2)  # `local` sees both ranks
         for got, want in zip(report["losses"], reference["losses"], strict=True):
@@ -79,6 +80,10 @@ def test_two_ranks_train_lenet_like_one():
         assert report["native_steps"] == reference["native_steps"]
         # ... in C++ task bodies (flexflow.runtime.native_tasks), on one rank and on two
         assert report["cpp_steps"] == reference["cpp_steps"]
+        # NMT's two inputs of int32 ids reach its C steps as stores across ranks
+        for got, want in zip(report["nmt_losses"], reference["nmt_losses"], strict=True):
+            assert math.isclose(got, want, rel_tol=1e-5), (report, reference["nmt_losses"])
+        assert report["nmt_native_steps"] == reference["nmt_native_steps"]
     # the ranks' offers reach every rank; one search's pick is trained by both
     assert [r["table"] for r in ranks] == [[[0.0, 1.0], [1.0, 11.0]]] * RANKS
     assert reference["table"] == [[0.0, 1.0]]
