@@ -86,6 +86,18 @@ def translator() -> FFModel:
     return model
 
 
+def self_attention() -> FFModel:
+    """A transformer's core: attention of a sequence over itself (one tensor read three
+    times, which joins its fused group read whole each time), a residual add, a class per
+    token."""
+    model = FFModel(FFConfig(batch_size=8))
+    tokens = model.create_tensor((8, 3), DataType.DT_INT32, name="x")
+    x = model.embedding(tokens, 20, 8)
+    x = model.add(model.multihead_attention(x, x, x, 8, 2), x)
+    model.softmax(model.dense(x, 5))
+    return model
+
+
 def residual() -> FFModel:
     """Tensors with several readers (flexflow.fusion): h's two readers fuse with it, its
     gradient summed in memory; c1's second reader comes after a batch norm, outside c1's group."""
@@ -263,4 +275,5 @@ if __name__ == "__main__":
     report["tagger"] = run(tagger, "sparse_categorical_crossentropy")
     report["relu_classifier"] = run(relu_classifier, "sparse_categorical_crossentropy")
     report["translator"] = run(translator, "sparse_categorical_crossentropy")
+    report["self_attention"] = run(self_attention, "sparse_categorical_crossentropy")
     print(json.dumps(report))

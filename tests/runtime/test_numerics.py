@@ -9,6 +9,7 @@ from tests.runtime.scripts import run_legate_script
 STRATEGIES = 20
 MODELS = [
     "mlp", "cnn", "lstm", "residual", "classifier", "tagger", "relu_classifier", "translator",
+    "self_attention",
 ]  # fmt: skip
 
 
