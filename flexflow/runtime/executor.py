@@ -70,6 +70,7 @@ from flexflow.runtime.native_step import (
     native_step,
 )
 from flexflow.runtime.step_launches import StepLaunch, issue_steps, plan_step_launch
+from flexflow.runtime.step_program import why_not
 from flexflow.runtime.step_tasks import checked_target, issue_loss
 from flexflow.runtime.stores import (
     LEGATE_TYPES,
@@ -256,6 +257,8 @@ class Executor:
         self.native_steps: dict[tuple[int, int], NativeStep] = {}
         """(group, task index) -> the C program of a step task that runs as one call
         (flexflow.runtime.native_step): the last group's tasks on CPUs, when they can."""
+        self.native_step_note: str | None = None
+        """Why a CPU step task does not run as one C call (the first such task's reason)."""
         if self._step_ready[-1]:
             devices = strategy[self.groups[-1].ops[0]].devices
             for task, device in zip(self.fused_tasks[-1], devices, strict=True):
@@ -266,6 +269,8 @@ class Executor:
                     self.native_steps[(len(self.groups) - 1, task.index)] = program
                     if record_timeline:
                         program.record()
+                elif self.native_step_note is None:
+                    self.native_step_note = why_not(task)
         self.step_launch = plan_step_launch(self) if steps_per_execution > 1 else None
         """How `train_batches` runs several steps per launch (`flexflow.runtime.step_launches`),
         or why it cannot (a str); None with `steps_per_execution` 1."""
@@ -346,6 +351,8 @@ class Executor:
             products = "numpy's BLAS (MKL is not installed)"
         steps = len(self.fused_tasks[-1]) if self._step_ready[-1] else 0
         native = f"; {len(self.native_steps)} of {steps} step tasks as one C call" if steps else ""
+        if steps and self.native_step_note and products != "numpy's BLAS (MKL is not installed)":
+            native += f" (why not: {self.native_step_note})"
         cpp = sum(p.flat is not None for p in self.native_steps.values())
         cpp = cpp if self.cpp_steps else 0
         if cpp:  # with their labels as int64 (flexflow.runtime.native_tasks)

@@ -212,11 +212,25 @@ def _dropout_op(step: OpStep, op: Dropout, reads, y_shape) -> ProgramOp | None:
 
 def program(task: FusedTask) -> Program | None:
     """The step task's program, or None when it does not run as one C call (module doc)."""
+    made = _program(task)
+    return made if isinstance(made, Program) else None
+
+
+def why_not(task: FusedTask) -> str | None:
+    """Why the step task does not run as one C call, for a run's log; None when it does."""
+    made = _program(task)
+    return None if isinstance(made, Program) else made
+
+
+def _program(task: FusedTask) -> Program | str:
+    """The program, or the reason there is none."""
     backward, forward = task.backward, task.forward
-    if backward.reductions or backward.accumulators or not task.step_ready:
-        return None
+    if backward.reductions or backward.accumulators:
+        return "its weight gradients are summed with other tasks' (not data parallelism)"
+    if not task.step_ready:
+        return "its backward reads outputs the step task does not keep"
     if any(slot.kind not in (SlotKind.TENSOR, SlotKind.WEIGHT) for slot in forward.inputs):
-        return None
+        return "it reads running statistics (a batch norm)"
     slots = {slot.id: slot for slot in forward.inputs if slot.kind is SlotKind.TENSOR}
     internal = task.group.internal
     alias: dict[int, int] = {}  # a flat's output: its readers read its input's buffer
@@ -224,30 +238,33 @@ def program(task: FusedTask) -> Program | None:
     ops: list[ProgramOp] = []
     for position, step in enumerate(task.steps):
         last = position == len(task.steps) - 1
-        if isinstance(step.node.op, Flat) and not last and not step.windows:
+        node = step.node
+        if isinstance(node.op, Flat) and not last and not step.windows:
             source = alias.get(step.inputs[0][0], step.inputs[0][0])
             if source not in slots and source not in internal:
-                return None
+                return f"{node.kind} '{node.name}' reads a tensor made outside the task"
             alias[step.outputs[0][0]] = source  # the same buffer, read as rows
             continue
         reads = tuple(alias.get(t, t) for t, _ in step.inputs)
         for i, tensor in enumerate(reads):
             if tensor in slots:  # read once, as input 0 of the first op or of an embedding
-                first_or_embedding = not ops or isinstance(step.node.op, Embedding)
+                first_or_embedding = not ops or isinstance(node.op, Embedding)
                 if i or tensor in readers or not first_or_embedding:
-                    return None
+                    return (
+                        f"{node.kind} '{node.name}' reads a model input the C step cannot pass it"
+                    )
                 readers[tensor] = len(ops)
             elif tensor not in internal:
-                return None
+                return f"{node.kind} '{node.name}' reads a tensor made outside the task"
         found = _op(step, last, reads)
         if found is None:
-            return None
+            return f"the C step has no kernel for {node.kind} '{node.name}' as configured"
         ops.append(found)
     if not ops or set(readers) != set(slots):
-        return None
+        return "its model inputs are not read as the C step reads them"
     planned = _plan_gradients(ops, frozenset(slots))
     if planned is None:
-        return None
+        return "a tensor is read both whole and by time steps"
     return Program(planned, tuple((slots[t], readers[t]) for t in slots))
 
 

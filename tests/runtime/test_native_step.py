@@ -19,7 +19,7 @@ from flexflow.ops import blas
 from flexflow.ops.pool2d import PoolType
 from flexflow.runtime.loss import loss_tile
 from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, native_step
-from flexflow.runtime.step_program import ADD, PART, WRITE, program
+from flexflow.runtime.step_program import ADD, PART, WRITE, program, why_not
 from flexflow.runtime.tasks import Pass, _CpuTiles
 from flexflow.strategies import named_strategy
 
@@ -257,6 +257,26 @@ def test_an_id_outside_the_table_is_refused_as_the_reference_refuses_it():
         native_step(task).run(
             blas.sgemm_address(), values, grads, np.zeros((2, 3), int), np.zeros(2), 24, 2
         )
+
+
+def test_a_run_is_told_why_a_step_is_not_one_c_call():
+    """`why_not` names the first op the C step has no kernel for, or the layout it cannot take;
+    the run's log prints it (Executor.describe_kernels)."""
+    tanh = program_reason(_classifier((8, 6), ActiMode.AC_MODE_TANH))
+    assert tanh == "the C step has no kernel for dense 'dense_1' as configured"
+    assert program_reason(_classifier((8, 6))) is None
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 2, 6, 6), name="image")
+    x = model.relu(model.conv2d(x, 3, 3, 3, 1, 1, 1, 1), name="act")  # an op of its own
+    model.softmax(model.dense(model.flat(x), CLASSES))
+    graph = model.graph()
+    assert program_reason(graph, "p100:1") == (
+        f"the C step has no kernel for {graph.ops[1].kind} 'act' as configured"
+    )
+
+
+def program_reason(graph, machine="local"):
+    return why_not(_task(graph, machine))
 
 
 def test_a_step_the_c_program_cannot_run_runs_op_by_op():
