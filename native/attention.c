@@ -8,8 +8,6 @@
 
 #include "kernels.h"
 
-enum { FF_ROW_MAJOR = 101, FF_NO_TRANS = 111, FF_TRANS = 112 }; /* mkl_cblas.h */
-
 /* The scratch's parts: q, k, v, the probabilities and the context, which the forward keeps for
  * the backward, then the backward's dc, dq, dk, dv and one head's score gradients. */
 typedef struct {

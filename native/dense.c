@@ -5,8 +5,6 @@
  * operation by operation: y = max(x W^T + b, 0), dz = dy * (y > 0), db = dz summed row by row. */
 #include "kernels.h"
 
-enum { FF_ROW_MAJOR = 101, FF_NO_TRANS = 111, FF_TRANS = 112 }; /* mkl_cblas.h */
-
 void ff_dense_forward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *b,
                           float *y, long m, long n, long k, int relu) {
   gemm(FF_ROW_MAJOR, FF_NO_TRANS, FF_TRANS, (int)m, (int)n, (int)k, 1.0f, x, (int)k, w, (int)k,

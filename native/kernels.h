@@ -97,6 +97,7 @@ void ff_adam_update_f32(float *weight, const float *const *partials, long copies
  * relu when relu is 1). Backward from y and dy: dz = dy through the relu (dz is scratch of
  * m * n, unused without relu), db (n) = dz summed over rows (skipped when db is NULL),
  * dw (n, k) = dz^T x, dx (m, k) = dz w (skipped when dx is NULL). */
+enum { FF_ROW_MAJOR = 101, FF_NO_TRANS = 111, FF_TRANS = 112 }; /* mkl_cblas.h's values */
 typedef void (*ff_sgemm_fn)(int layout, int trans_a, int trans_b, int m, int n, int k,
                             float alpha, const float *a, int lda, const float *b, int ldb,
                             float beta, float *c, int ldc);
@@ -112,9 +113,9 @@ void ff_dense_backward_f32(ff_sgemm_fn gemm, const float *x, const float *w, con
  * bias (4 hid): gate-major rows (i, f, g, o) of the tile's hid hidden units; z is scratch of
  * (n, 4 hid). Forward writes h and c (n, hid) and leaves the activated gates in z. Backward,
  * from the step's output c and the gradients dh and dc (n, hid), recomputing the gates into z
- * unless gates_kept (z then holds the forward's): dz scratch (n, 4 hid), dx (n, e) contiguous, dh_prev
- * (n, hh) and dc_prev (n, hid) (both skipped when NULL), dw_ih, dw_hh (zeros without h_prev)
- * and db, written. */
+ * unless gates_kept (z then holds the forward's): dz scratch (n, 4 hid), dx (n, e) contiguous,
+ * dh_prev (n, hh) and dc_prev (n, hid) (both skipped when NULL), dw_ih, dw_hh (zeros without
+ * h_prev) and db, written. */
 void ff_lstm_forward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                          const float *c_prev, const float *w_ih, const float *w_hh,
                          const float *bias, float *z, float *h, float *c, long n, long e, long hh,
@@ -184,8 +185,8 @@ int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, lon
  *   (m, n) with relu; as ff_dense_forward/backward_f32.
  * - SOFTMAX: over the last dimension of x[0] and y[0] (m, n).
  * - LSTM: one step, as ff_lstm_forward/backward_f32 with m samples, n hidden units, k inputs
- *   and p units of h_prev: x[0] with ldx floats between rows (a time step of a sequence: its
- *   gradient is added into dx[0] at the same stride), x[1] h_prev and x[2] c_prev (NULL on a
+ *   and p units of h_prev: x[0] with ldx floats between rows (a time step of a sequence),
+ *   its gradient going into dx[0] at the same stride, x[1] h_prev and x[2] c_prev (NULL on a
  *   first step), w[0..2] w_ih, w_hh, bias; y[0] h, y[1] c and their gradients dy[0], dy[1];
  *   z the gates (kept from the forward), dz their gradients; tmp_x[0] (m, k) always.
  * - EMBEDDING: x[0] int32 ids (m), w[0] the table (k, n), y[0] (m, n); -4 at an id outside

@@ -17,8 +17,6 @@
 
 #include "kernels.h"
 
-enum { FF_ROW_MAJOR = 101, FF_NO_TRANS = 111, FF_TRANS = 112 }; /* mkl_cblas.h */
-
 /* exp(x) for x <= 0 (Cephes' expf: Cody-Waite reduction by ln 2 and a degree-5 polynomial,
  * about 1 ulp), rounding n to the nearest integer by adding 1.5 * 2^23 (exact in float32
  * arithmetic: this file is built without -ffast-math). */

@@ -1,10 +1,12 @@
-/* A fused training step of a program of ops (dense layers, LSTM steps, embeddings, stacks)
- * ending in a softmax under sparse categorical cross-entropy, run as one C call for the CPU
+/* A fused training step of a program of ops (dense layers, convolutions, poolings, dropouts,
+ * LSTM steps, embeddings, stacks, attention) ending in a softmax under sparse categorical
+ * cross-entropy, as flexflow.runtime.step_program describes it, run as one C call for the CPU
  * tasks: forward, loss and backward without the interpreter lock, which the other processors'
  * tasks wait for whenever a task body runs Python between its kernels (two processors' step
  * tasks took turns at it; each op's Python cost twice its time in iteration time). Each op
  * computes what flexflow.ops' kernels compute: the dense layers through native/dense.c, the
- * LSTM steps through native/lstm.c, the loss through native/losses.c, the softmax's gradient
+ * LSTM steps through native/lstm.c, attention through native/attention.c, convolutions and
+ * poolings through native/kernels.c, the loss through native/losses.c, the softmax's gradient
  * as y * (dy - sum(dy * y)), a gradient with several readers summed in the op-by-op step's
  * order (flexflow.fused_run); only the softmax's own exp and sum may round differently from
  * numpy's. */
@@ -61,8 +63,6 @@ static void ff_finish_weights(const ff_step_op *op) {
     ff_finish(op->dw[i], op->dw_add[i], op->tmp_w[i], op->w_n[i]);
 }
 
-enum { FF_ROW_MAJOR = 101, FF_NO_TRANS = 111, FF_TRANS = 112 }; /* mkl_cblas.h */
-
 long ff_conv_scratch(const ff_window_dims *d) {
   const long rows = d->n * d->oh * d->ow;
   return rows * d->c * d->kh * d->kw + rows * d->o;
@@ -81,9 +81,10 @@ static void ff_conv_forward(ff_sgemm_fn gemm, const ff_step_op *op, const float 
   for (long i = 0; i < d->n; ++i)
     for (long c = 0; c < d->o; ++c) {
       float *out = op->y[0] + (i * d->o + c) * pixels;
-      const float *in = z + i * pixels * d->o + c, bias = op->w[1] ? op->w[1][c] : 0.0f;
+      const float *in = z + i * pixels * d->o + c;
       for (long q = 0; q < pixels; ++q) {
-        float v = op->w[1] ? in[q * d->o] + bias : in[q * d->o];
+        float v = in[q * d->o];
+        if (op->w[1]) v = v + op->w[1][c];
         out[q] = op->relu && v < 0.0f ? 0.0f : v;
       }
     }
@@ -99,9 +100,11 @@ static void ff_conv_backward(ff_sgemm_fn gemm, const ff_step_op *op, float *dx, 
   float *cols = op->scratch, *dz = cols + rows * k;
   for (long i = 0; i < d->n; ++i)
     for (long c = 0; c < d->o; ++c) {
-      const float *g = op->dy[0] + (i * d->o + c) * pixels, *y = op->y[0] + (i * d->o + c) * pixels;
+      const long at = (i * d->o + c) * pixels;
+      const float *g = op->dy[0] + at, *y = op->y[0] + at;
       float *out = dz + i * pixels * d->o + c;
-      for (long q = 0; q < pixels; ++q) out[q * d->o] = op->relu ? (y[q] > 0.0f ? g[q] : 0.0f) : g[q];
+      for (long q = 0; q < pixels; ++q)
+        out[q * d->o] = op->relu && !(y[q] > 0.0f) ? 0.0f : g[q];
     }
   gemm(FF_ROW_MAJOR, FF_TRANS, FF_NO_TRANS, (int)d->o, (int)k, (int)rows, 1.0f, dz, (int)d->o,
        cols, (int)k, 0.0f, dw, (int)k);
@@ -125,8 +128,8 @@ static uint64_t ff_mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-/* out[i] = in[i] times element i's dropout scale (flexflow.ops.dropout.dropout_mask / (1 - rate),
- * in float64 as numpy computes it, then rounded to float32). */
+/* out[i] = in[i] times element i's dropout scale (flexflow.ops.dropout.dropout_mask /
+ * (1 - rate), in float64 as numpy computes it, then rounded to float32). */
 static void ff_dropout_apply(const ff_step_op *op, long iteration, const float *in, float *out) {
   const uint64_t mask63 = (UINT64_C(1) << 63) - 1;
   const uint64_t stream = (op->seed * UINT64_C(1000003) + (uint64_t)iteration) & mask63;
@@ -215,7 +218,7 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
         for (long r = 0; r < m; ++r) {
           float *row = op->dx[0] + r * op->ldx;
           const float *add = op->tmp_x[0] + r * k;
-          if (op->dx_add[0] || op->ldx != k)
+          if (op->dx_add[0])
             ff_add_f32(row, add, k);
           else
             memcpy(row, add, sizeof(float) * k);

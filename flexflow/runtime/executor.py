@@ -270,7 +270,8 @@ class Executor:
                     if record_timeline:
                         program.record()
                 elif self.native_step_note is None:
-                    self.native_step_note = why_not(task)
+                    missing = self.sgemm is None
+                    self.native_step_note = "MKL is not installed" if missing else why_not(task)
         self.step_launch = plan_step_launch(self) if steps_per_execution > 1 else None
         """How `train_batches` runs several steps per launch (`flexflow.runtime.step_launches`),
         or why it cannot (a str); None with `steps_per_execution` 1."""
@@ -351,7 +352,7 @@ class Executor:
             products = "numpy's BLAS (MKL is not installed)"
         steps = len(self.fused_tasks[-1]) if self._step_ready[-1] else 0
         native = f"; {len(self.native_steps)} of {steps} step tasks as one C call" if steps else ""
-        if steps and self.native_step_note and products != "numpy's BLAS (MKL is not installed)":
+        if steps and self.native_step_note:
             native += f" (why not: {self.native_step_note})"
         cpp = sum(p.flat is not None for p in self.native_steps.values())
         cpp = cpp if self.cpp_steps else 0

@@ -20,6 +20,7 @@ from flexflow._kernels import ffi, lib
 from flexflow.errors import ShapeError
 from flexflow.fusion import FusedTask, Slot
 from flexflow.ops import blas
+from flexflow.ops.base import region_shape
 from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import (
     LOSS_IDS,
@@ -37,10 +38,6 @@ LOG_CAPACITY = 1 << 16
 read): 2 MiB per step task."""
 
 
-def _tile_shape(slot: Slot) -> tuple[int, ...]:
-    return tuple(stop - start for start, stop in slot.region)
-
-
 class NativeStep:
     """A step task's C program: its ops' structs and the buffers they read and write (every
     tensor's value and gradient, scratch), made once and reused every iteration: a processor
@@ -49,7 +46,8 @@ class NativeStep:
 
     def __init__(self, task: FusedTask, made: Program, flat: FlatLayout | None = None) -> None:
         self.task, self.program, self.flat = task, made, flat
-        self.prediction_shape = _tile_shape(task.output_slot)
+        self._dtypes = tuple(made.dtype(which) for which in range(len(made.inputs)))
+        self.prediction_shape = region_shape(task.output_slot.region)
         self._ops = ffi.new("ff_step_op[]", len(made.ops))
         self._loss = ffi.new("ff_step_loss *")
         self._kept: np.ndarray | None = None  # the labels the loss struct points at
@@ -68,8 +66,8 @@ class NativeStep:
         grads: dict[int, np.ndarray] = {}  # ... and its gradient (zeros where nothing reads it)
         for op in made.ops:
             for tid, _, slot in op.step.outputs:
-                values[tid] = self._array(_tile_shape(slot))
-                grads[tid] = self._array(_tile_shape(slot))
+                values[tid] = self._array(region_shape(slot.region))
+                grads[tid] = self._array(region_shape(slot.region))
         for i, op in enumerate(made.ops):
             self._wire(self._ops[i], op, values, grads)
 
@@ -99,7 +97,7 @@ class NativeStep:
                 c.scratch = _pointer(
                     self._array((int(lib.ff_conv_scratch(ffi.addressof(c, "win"))),))
                 )
-        shapes = [_tile_shape(slot) for _, slot in step.inputs]
+        shapes = [region_shape(slot.region) for _, slot in step.inputs]
         if op.kind == lib.FF_STEP_STACK:
             parts = ffi.new("const float *[]", [_pointer(values[t]) for t in op.reads])
             dparts = ffi.new("float *[]", [_pointer(grads[t]) for t in op.reads])
@@ -126,7 +124,7 @@ class NativeStep:
         if op.kind == lib.FF_STEP_LSTM:
             c.z, c.dz = _pointer(self._array((m, 4 * n))), _pointer(self._array((m, 4 * n)))
         for j, (slot, add) in enumerate(zip(step.weights, op.weight_adds, strict=True)):
-            shape = _tile_shape(slot)
+            shape = region_shape(slot.region)
             c.w_n[j] = int(np.prod(shape, dtype=np.int64))
             if add:
                 c.dw_add[j], c.tmp_w[j] = 1, _pointer(self._array(shape))
@@ -175,7 +173,7 @@ class NativeStep:
     def input_array(self, tile, which: int = 0) -> np.ndarray:
         """Model input `which`'s tile as the program reads it: C-contiguous, of its dtype
         (`Program.dtype`; a copy only where it is not already that)."""
-        return np.ascontiguousarray(tile, dtype=self.program.dtype(which))
+        return np.ascontiguousarray(tile, dtype=self._dtypes[which])
 
     def run(
         self,
@@ -283,10 +281,7 @@ def _checked(array: np.ndarray, written: bool = False) -> np.ndarray:
 def runs_as_one_call(task: FusedTask) -> bool:
     """Whether the step task `task` runs as one C call where it runs on a CPU (the module doc),
     for counting without building its buffers (flexflow.launches)."""
-    if blas.sgemm_address() is None:
-        return False
-    made = program(task)
-    return made is not None and len(made.inputs) <= lib.FF_STEP_MAX_INPUTS
+    return blas.sgemm_address() is not None and program(task) is not None
 
 
 def native_step(task: FusedTask, flat: FlatLayout | None = None) -> NativeStep | None:
@@ -295,9 +290,7 @@ def native_step(task: FusedTask, flat: FlatLayout | None = None) -> NativeStep |
     if blas.sgemm_address() is None:
         return None
     made = program(task)
-    if made is None or len(made.inputs) > lib.FF_STEP_MAX_INPUTS:
-        return None
-    return NativeStep(task, made, flat)
+    return None if made is None else NativeStep(task, made, flat)
 
 
 def _pointer(array: np.ndarray, offset: int = 0):

@@ -1,14 +1,15 @@
 """Which step tasks run as one C call (native/step.c), and the program of ops they run.
 
-A step task runs as one call when its whole training step has C kernels: each model input is
-read once, by an embedding of int32 token ids or by the first op, every other tensor is made and read inside the task
-(`FusedGroup.internal`), every op is a dense layer (relu or none), a convolution (one group,
-relu or none) or a pooling over whole images, a flat (read in place), a dropout over whole
-samples, an LSTM step, an embedding (no aggregation), a stack, multi-head attention (no dropout), or the last op, a
-softmax under sparse categorical cross-entropy, all float32, and every weight gradient is
-written whole by the task (data parallelism, or one device). The MLP's and LeNet's steps,
-whole unrolled RNNs (an RNN language model or text classifier) and the encoder-decoder NMT
-qualify; any other step runs op by op (flexflow.fused_run).
+A step task runs as one call when its whole training step has C kernels: each model input
+(at most FF_STEP_MAX_INPUTS) is read once, by an embedding of int32 token ids or by the first
+op, every other tensor is made and read inside the task (`FusedGroup.internal`), every op is a
+dense layer (relu or none), a convolution (one group, relu or none) or a pooling over whole
+images, a flat (read in place), a dropout over whole samples, an LSTM step, an embedding (no
+aggregation), a stack, multi-head attention (no dropout), or the last op, a softmax under
+sparse categorical cross-entropy, all float32, and every weight gradient is written whole by
+the task (data parallelism, or one device). The MLP's and LeNet's steps, AlexNet's, whole
+unrolled RNNs (an RNN language model or text classifier) and the encoder-decoder NMT qualify;
+any other step runs op by op (flexflow.fused_run).
 
 The program also fixes how each gradient is summed, in the op-by-op step's order (the
 backward in reverse op order, an op's inputs in order): a tensor's first reader to run its
@@ -26,6 +27,7 @@ import numpy as np
 from flexflow._kernels import lib
 from flexflow.fusion import FusedTask, OpStep, Slot, SlotKind
 from flexflow.ops.activations import ActiMode
+from flexflow.ops.base import region_shape
 from flexflow.ops.conv2d import Conv2D
 from flexflow.ops.dense import Dense
 from flexflow.ops.dropout import Dropout
@@ -90,7 +92,7 @@ class Program:
 
 
 def _shape(slot: Slot) -> tuple[int, ...]:
-    return tuple(stop - start for start, stop in slot.region)
+    return region_shape(slot.region)
 
 
 def _rows(shape: tuple[int, ...]) -> int:
@@ -262,6 +264,8 @@ def _program(task: FusedTask) -> Program | str:
         ops.append(found)
     if not ops or set(readers) != set(slots):
         return "its model inputs are not read as the C step reads them"
+    if len(slots) > lib.FF_STEP_MAX_INPUTS:
+        return f"it reads {len(slots)} model inputs, more than {lib.FF_STEP_MAX_INPUTS}"
     planned = _plan_gradients(ops, frozenset(slots))
     if planned is None:
         return "a tensor is read both whole and by time steps"
