@@ -64,7 +64,14 @@ BLOCKS = 5
 """Each side times BLOCKS blocks of --iterations iterations and keeps the median block."""
 MODELS = ("lenet", "mlp")
 """The models the issue's goals name; --models adds others."""
-BATCHES = {"lenet": BATCH, "mlp": BATCH, "resnet101": 8, "rnnlm": BATCH, "nmt": BATCH}
+BATCHES = {
+    "lenet": BATCH,
+    "mlp": BATCH,
+    "resnet101": 8,
+    "rnnlm": BATCH,
+    "nmt": BATCH,
+    "transformer": BATCH,
+}
 """ResNet-101 (at 32x32, batch 8: about a second per iteration here) shows a deep CNN with
 batch norm; it runs --iterations / SLOW_DIVISOR iterations per block."""
 SLOW_DIVISOR = {"resnet101": 5}
@@ -73,6 +80,17 @@ RNNLM = {"seq_length": 8, "vocab_size": 256, "embed_size": 64, "hidden_size": 64
 """benchmarks/fidelity.py's RNNLM (the zoo's at laptop size)."""
 NMT = RNNLM
 """The zoo's NMT at the RNNLM's sizes (2 encoder and 2 decoder layers, its default)."""
+TRANSFORMER = {
+    "seq_length": 16,
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "num_layers": 2,
+    "num_heads": 4,
+    "ff_size": 256,
+    "num_classes": 10,
+    "dropout": 0.1,
+}
+"""The zoo's BERT-like encoder at laptop size."""
 
 
 def block_iterations(name: str, iterations: int) -> int:
@@ -91,6 +109,8 @@ def build(name: str):
         return load_model("resnet101", config, image_size=RESNET_IMAGE)
     if name in ("rnnlm", "nmt"):
         return load_model(name, FFConfig(batch_size=BATCH), **RNNLM)
+    if name == "transformer":
+        return load_model(name, FFConfig(batch_size=BATCH), **TRANSFORMER)
     model = FFModel(FFConfig(batch_size=BATCH))
     x = model.create_tensor((BATCH, 784), name="x")
     x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
@@ -109,6 +129,11 @@ def data(name: str):
         shape, vocab = (batch, NMT["seq_length"]), NMT["vocab_size"]
         words = tuple(rng.integers(0, vocab, shape, np.int32) for _ in range(2))
         return words, rng.integers(0, vocab, shape)
+    if name == "transformer":  # token and position ids, a class per sequence
+        shape = (batch, TRANSFORMER["seq_length"])
+        tokens = rng.integers(0, TRANSFORMER["vocab_size"], shape, np.int32)
+        positions = np.broadcast_to(np.arange(shape[1], dtype=np.int32), shape).copy()
+        return (tokens, positions), rng.integers(0, TRANSFORMER["num_classes"], batch)
     shape = {
         "lenet": (batch, 1, 28, 28),
         "mlp": (batch, 784),
@@ -187,6 +212,47 @@ def torch_nmt(nn):
             return self.projection(context).reshape(-1, NMT["vocab_size"])
 
     return NMTNet()
+
+
+def torch_transformer(nn):
+    """flexflow.zoo.transformer at `TRANSFORMER`'s sizes: token and position embeddings,
+    post-norm encoder layers as the zoo's (dropout after attention and after the feed-forward,
+    none on attention probabilities), the first token pooled through tanh."""
+    sizes = TRANSFORMER
+    hidden, rate = sizes["hidden_size"], sizes["dropout"]
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = nn.MultiheadAttention(hidden, sizes["num_heads"], batch_first=True)
+            self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+            self.ff = nn.Sequential(
+                nn.Linear(hidden, sizes["ff_size"]), nn.GELU(), nn.Linear(sizes["ff_size"], hidden)
+            )
+            self.drop1, self.drop2 = nn.Dropout(rate), nn.Dropout(rate)
+
+        def forward(self, x):
+            attended, _ = self.attention(x, x, x, need_weights=False)
+            x = self.norm1(x + self.drop1(attended))
+            return self.norm2(x + self.drop2(self.ff(x)))
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = nn.Embedding(sizes["vocab_size"], hidden)
+            self.positions = nn.Embedding(max(512, sizes["seq_length"]), hidden)
+            self.norm, self.drop = nn.LayerNorm(hidden), nn.Dropout(rate)
+            self.layers = nn.Sequential(*(Layer() for _ in range(sizes["num_layers"])))
+            self.pooler = nn.Linear(hidden, hidden)
+            self.classifier = nn.Linear(hidden, sizes["num_classes"])
+
+        def forward(self, words):
+            tokens, positions = words
+            x = self.drop(self.norm(self.tokens(tokens) + self.positions(positions)))
+            x = self.layers(x)
+            return self.classifier(self.pooler(x[:, 0]).tanh())
+
+    return Encoder()
 
 
 def measure_ours(name: str, iterations: int, per_launch: int) -> dict:
@@ -269,6 +335,8 @@ def measure_torch(name: str, iterations: int) -> float:
         net = torch_rnnlm(nn)
     elif name == "nmt":
         net = torch_nmt(nn)
+    elif name == "transformer":
+        net = torch_transformer(nn)
     else:
         net = nn.Sequential(
             nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
@@ -278,6 +346,8 @@ def measure_torch(name: str, iterations: int) -> float:
     y = torch.from_numpy(y)
     if name == "nmt":  # words as int64, one prediction per target word
         x, y = tuple(torch.from_numpy(a).long() for a in x), y.reshape(-1)
+    elif name == "transformer":
+        x = tuple(torch.from_numpy(a).long() for a in x)
     else:
         x = torch.from_numpy(x)
     if name == "rnnlm":  # one prediction per word: (B * T, V) against (B * T,)

@@ -142,17 +142,33 @@ class MultiHeadAttention(Op):
         n, heads, length, head_dim = x.shape
         return x.transpose(0, 2, 1, 3).reshape(n, length, heads * head_dim)  # (N, L, embed)
 
+    @staticmethod
+    def _project(x: np.ndarray, w: np.ndarray, b=None) -> np.ndarray:
+        """x (N, L, E) times w.T, plus b: one matrix product over all N * L rows (numpy's
+        (N, L, E) @ (E, F) runs N small products)."""
+        n, length, features = x.shape
+        y = x.reshape(n * length, features) @ w.T
+        if b is not None:
+            y += b
+        return y.reshape(n, length, w.shape[0])
+
+    @staticmethod
+    def _weight_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """sum over samples and positions of dy[n, l]^T x[n, l]: one matrix product (numpy's
+        einsum of it loops in C without BLAS, 3.6x this op's forward time)."""
+        return dy.reshape(-1, dy.shape[-1]).T @ x.reshape(-1, x.shape[-1])
+
     def _biases(self, weights: Sequence[np.ndarray]) -> tuple:
-        return tuple(weights[4:8]) if self.bias else (0.0, 0.0, 0.0, 0.0)
+        return tuple(weights[4:8]) if self.bias else (None, None, None, None)
 
     def _attend(self, inputs, weights) -> tuple[np.ndarray, ...]:
         """Per-head queries, keys, values, the attention probabilities and the merged context."""
         query, key, value = inputs
         wq, wk, wv = weights[:3]
         bq, bk, bv, _ = self._biases(weights)
-        q = self._split_heads(query @ wq.T + bq)  # (N, h, Lq, d)
-        k = self._split_heads(key @ wk.T + bk)  # (N, h, Lk, d)
-        v = self._split_heads(value @ wv.T + bv)  # (N, h, Lk, d)
+        q = self._split_heads(self._project(query, wq, bq))  # (N, h, Lq, d)
+        k = self._split_heads(self._project(key, wk, bk))  # (N, h, Lk, d)
+        v = self._split_heads(self._project(value, wv, bv))  # (N, h, Lk, d)
         scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(self.head_dim)  # (N, h, Lq, Lk)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs = scores / scores.sum(axis=-1, keepdims=True)
@@ -161,15 +177,15 @@ class MultiHeadAttention(Op):
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         *_, context = self._attend(inputs, weights)
-        return (context @ weights[3].T + self._biases(weights)[3],)
+        return (self._project(context, weights[3], self._biases(weights)[3]),)
 
     def backward(self, inputs, weights, outputs, grad_outputs):
         query, key, value = inputs
         wq, wk, wv, wo = weights[:4]
         q, k, v, probs, context = self._attend(inputs, weights)
         (dy,) = grad_outputs  # (N, Lq, embed)
-        d_wo = np.einsum("nld,nle->de", dy, context)
-        d_context = self._split_heads(dy @ wo)  # (N, h, Lq, d)
+        d_wo = self._weight_grad(dy, context)
+        d_context = self._split_heads(self._project(dy, wo.T))  # (N, h, Lq, d)
         d_probs = d_context @ v.transpose(0, 1, 3, 2)  # (N, h, Lq, Lk)
         d_v = probs.transpose(0, 1, 3, 2) @ d_context  # (N, h, Lk, d)
         d_scores = probs * (d_probs - (d_probs * probs).sum(axis=-1, keepdims=True))
@@ -177,11 +193,12 @@ class MultiHeadAttention(Op):
         d_q = self._merge_heads(d_scores @ k)  # (N, Lq, embed)
         d_k = self._merge_heads(d_scores.transpose(0, 1, 3, 2) @ q)  # (N, Lk, embed)
         d_v = self._merge_heads(d_v)  # (N, Lk, embed)
-        grad_inputs = (d_q @ wq, d_k @ wk, d_v @ wv)
+        project = self._project
+        grad_inputs = (project(d_q, wq.T), project(d_k, wk.T), project(d_v, wv.T))
         grad_weights = [
-            np.einsum("nld,nle->de", d_q, query),
-            np.einsum("nld,nle->de", d_k, key),
-            np.einsum("nld,nle->de", d_v, value),
+            self._weight_grad(d_q, query),
+            self._weight_grad(d_k, key),
+            self._weight_grad(d_v, value),
             d_wo,
         ]
         if self.bias:
