@@ -24,6 +24,8 @@ ffibuilder.set_source(
             "lstm.c",
             "exchange.c",
             "attention.c",
+            "activations.c",
+            "layer_norm.c",
         )
     ],
     include_dirs=[str(HERE)],

@@ -2,28 +2,31 @@
  * the caller passes (MKL's, ops/blas.py) and the bias and activation in the same call, so a
  * whole layer runs without the interpreter lock (with numpy, two processors' tasks took turns
  * at it between the products). The element-wise steps are flexflow.ops.dense's numpy reference
- * operation by operation: y = max(x W^T + b, 0), dz = dy * (y > 0), db = dz summed row by row. */
+ * operation by operation: y = act(x W^T + b), dz = dy through the activation (native/
+ * activations.c), db = dz summed row by row. */
+#include <string.h>
+
 #include "kernels.h"
 
 void ff_dense_forward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *b,
-                          float *y, long m, long n, long k, int relu) {
+                          float *y, float *pre, long m, long n, long k, int act) {
   gemm(FF_ROW_MAJOR, FF_NO_TRANS, FF_TRANS, (int)m, (int)n, (int)k, 1.0f, x, (int)k, w, (int)k,
        0.0f, y, (int)n);
-  for (long i = 0; i < m; ++i) {
-    float *row = y + i * n;
-    if (b)
+  if (b)
+    for (long i = 0; i < m; ++i) {
+      float *row = y + i * n;
       for (long j = 0; j < n; ++j) row[j] = row[j] + b[j];
-    if (relu)
-      for (long j = 0; j < n; ++j) row[j] = (row[j] >= 0.0f || row[j] != row[j]) ? row[j] : 0.0f;
-  }
+    }
+  if (pre) memcpy(pre, y, sizeof(float) * m * n);
+  ff_activate_f32(act, y, y, m * n);
 }
 
 void ff_dense_backward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *y,
-                           const float *dy, float *dz, float *dw, float *db, float *dx, long m,
-                           long n, long k, int relu) {
+                           const float *pre, const float *dy, float *dz, float *dw, float *db,
+                           float *dx, long m, long n, long k, int act) {
   const float *g = dy;
-  if (relu) {
-    for (long i = 0; i < m * n; ++i) dz[i] = dy[i] * (float)(y[i] > 0.0f);
+  if (act != FF_ACT_NONE) {
+    ff_activation_grad_f32(act, pre, y, dy, dz, m * n);
     g = dz;
   }
   if (db) {

@@ -92,20 +92,40 @@ void ff_adam_update_f32(float *weight, const float *const *partials, long copies
                         float *m1, float *m2, float lr, float beta1, float beta2, float epsilon,
                         float weight_decay, float correction1, float correction2);
 
+/* Activations (native/activations.c) of flexflow.ops.activations on count float32 values:
+ * y = act(z) (y may be z); dz = dy through the activation, from the pre-activation `pre`
+ * (GELU's gradient reads it; NULL for the others) and y (dz may be dy or pre). */
+enum { FF_ACT_NONE = 0, FF_ACT_RELU = 1, FF_ACT_GELU = 2, FF_ACT_TANH = 3, FF_ACT_SIGMOID = 4,
+       FF_ACT_ELU = 5 };
+void ff_activate_f32(int act, const float *z, float *y, long count);
+void ff_activation_grad_f32(int act, const float *pre, const float *y, const float *dy, float *dz,
+                            long count);
+
 /* Dense layers (native/dense.c) on C-contiguous float32 tiles: x (m, k), w (n, k), y and dy
- * (m, n). `gemm` is a CBLAS sgemm (ops/blas.py hands MKL's). Forward: y = x w^T (+ b) (then
- * relu when relu is 1). Backward from y and dy: dz = dy through the relu (dz is scratch of
- * m * n, unused without relu), db (n) = dz summed over rows (skipped when db is NULL),
- * dw (n, k) = dz^T x, dx (m, k) = dz w (skipped when dx is NULL). */
+ * (m, n). `gemm` is a CBLAS sgemm (ops/blas.py hands MKL's). Forward: y = act(x w^T (+ b)),
+ * the pre-activation also into `pre` (m, n) unless NULL. Backward from y (and `pre` for GELU)
+ * and dy: dz = dy through the activation (dz: scratch of m * n, unused without an activation;
+ * it may be `pre`), db (n) = dz summed over rows (skipped when db is NULL), dw (n, k) = dz^T x,
+ * dx (m, k) = dz w (skipped when dx is NULL). */
 enum { FF_ROW_MAJOR = 101, FF_NO_TRANS = 111, FF_TRANS = 112 }; /* mkl_cblas.h's values */
 typedef void (*ff_sgemm_fn)(int layout, int trans_a, int trans_b, int m, int n, int k,
                             float alpha, const float *a, int lda, const float *b, int ldb,
                             float beta, float *c, int ldc);
 void ff_dense_forward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *b,
-                          float *y, long m, long n, long k, int relu);
+                          float *y, float *pre, long m, long n, long k, int act);
 void ff_dense_backward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *y,
-                           const float *dy, float *dz, float *dw, float *db, float *dx, long m,
-                           long n, long k, int relu);
+                           const float *pre, const float *dy, float *dz, float *dw, float *db,
+                           float *dx, long m, long n, long k, int act);
+
+/* Layer normalization (native/layer_norm.c) of `rows` rows of `width` float32 values, as
+ * flexflow.ops.layer_norm: y = x_hat gamma + beta (x_hat alone when gamma is NULL), x_hat and
+ * rstd (1 / std per row) kept for the backward, which writes dx (skipped when NULL) and, when
+ * dgamma is not NULL, dgamma and dbeta (width), summing in `sums` (2 width doubles). */
+void ff_layer_norm_forward_f32(const float *x, const float *gamma, const float *beta, float *y,
+                               float *x_hat, float *rstd, long rows, long width, double eps);
+void ff_layer_norm_backward_f32(const float *x_hat, const float *rstd, const float *gamma,
+                                const float *dy, float *dx, float *dgamma, float *dbeta,
+                                double *sums, long rows, long width);
 
 /* One LSTM step (native/lstm.c) on C-contiguous float32 tiles: x (n, e) with ldx floats
  * between its rows (e; a time step of an (n, T, e) sequence: T e), h_prev (n, hh) and
@@ -181,8 +201,9 @@ int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, lon
  * unrolled layer's steps share theirs). Before its backward an op zeroes `zero` (zero_n
  * floats): the gradient of a tensor its readers read in parts and add into.
  * Kinds, with their sizes m, n, k, p:
- * - DENSE: x[0] (m, k), w[0] (n, k), w[1] bias (n) or NULL, y[0] and dy[0] (m, n), z scratch
- *   (m, n) with relu; as ff_dense_forward/backward_f32.
+ * - DENSE: x[0] (m, k), w[0] (n, k), w[1] bias (n) or NULL, y[0] and dy[0] (m, n), `act`
+ *   (FF_ACT_*), z (m, n) with an activation: the pre-activation, then its gradient; as
+ *   ff_dense_forward/backward_f32.
  * - SOFTMAX: over the last dimension of x[0] and y[0] (m, n).
  * - LSTM: one step, as ff_lstm_forward/backward_f32 with m samples, n hidden units, k inputs
  *   and p units of h_prev: x[0] with ldx floats between rows (a time step of a sequence),
@@ -196,23 +217,31 @@ int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, lon
  * - ATTENTION: x[0..2] query, key, value, w[0..7] and y[0] as ff_attention_forward_f32 with
  *   `att`, its scratch in `scratch`.
  * - CONV: x[0] (n, c, h, w), w[0] the kernel (o, c, kh, kw), w[1] bias (o) or NULL, y[0]
- *   (n, o, oh, ow) then relu when `relu`, as `win` says; im2col and one GEMM, as flexflow.ops.
+ *   (n, o, oh, ow) then relu when `act` is FF_ACT_RELU, as `win` says; im2col and one GEMM, as flexflow.ops.
  *   conv2d's CPU tiles (one group, a whole tile); `scratch` of ff_conv_scratch(win) floats.
  * - POOL: x[0] (n, c, h, w) into y[0] (n, c, oh, ow), as `win` says.
  * - DROPOUT: x[0] into y[0], m elements, as flexflow.ops.dropout in training: element i is
  *   kept, times 1 / (1 - rate), iff splitmix64 at counter base + i + 1 of the stream keyed by
  *   (seed * 1000003 + iteration) mod 2^63 gives a uniform >= rate (base: the tile's first
  *   element's index in the whole tensor); the backward applies the same mask to dy.
+ * - BINARY: x[0] and x[1] into y[0], m elements, added (p = FF_BINARY_ADD), subtracted or
+ *   multiplied, as flexflow.ops.element_binary.
+ * - LAYER_NORM: m rows of n values of x[0] into y[0] as ff_layer_norm_forward_f32 with `eps`,
+ *   w[0] gamma and w[1] beta (n) or both NULL; z (m, n) keeps x_hat, `scratch` (2 n doubles'
+ *   room, the backward's sums, then m floats) rstd.
+ * - SPLIT: x[0] (m, k + p, n) into y[0] (m, k, n) and y[1] (m, p, n); the backward joins dy[0]
+ *   and dy[1] (zeros where nothing read the part).
  * With flat buffers, w[i] and dw[i] are taken at w_at[i] and dw_at[i] (-1: not a flat one).
  * Returns 0, -1 at a label outside [0, n), -2 when the program does not end in a softmax, -4
  * at an id outside the embedding's table. */
 enum { FF_STEP_DENSE = 0, FF_STEP_SOFTMAX = 1, FF_STEP_LSTM = 2, FF_STEP_EMBEDDING = 3,
        FF_STEP_STACK = 4, FF_STEP_ATTENTION = 5, FF_STEP_CONV = 6, FF_STEP_POOL = 7,
-       FF_STEP_DROPOUT = 8 };
+       FF_STEP_DROPOUT = 8, FF_STEP_BINARY = 9, FF_STEP_LAYER_NORM = 10, FF_STEP_SPLIT = 11 };
+enum { FF_BINARY_ADD = 0, FF_BINARY_SUBTRACT = 1, FF_BINARY_MULTIPLY = 2 };
 enum { FF_STEP_SLOTS = 3, FF_STEP_WEIGHTS = 8, FF_STEP_BAD_ID = -4 };
 typedef struct {
   int kind;
-  int relu;
+  int act;
   long m, n, k, p;
   long ldx;
   const void *x[3];
@@ -237,6 +266,7 @@ typedef struct {
   ff_window_dims win;
   float *scratch;
   double rate;
+  double eps;
   unsigned long long seed;
   long base;
 } ff_step_op;

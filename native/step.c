@@ -1,10 +1,12 @@
 /* A fused training step of a program of ops (dense layers, convolutions, poolings, dropouts,
- * LSTM steps, embeddings, stacks, attention) ending in a softmax under sparse categorical
+ * LSTM steps, embeddings, stacks, attention, element-wise binary ops, layer norms, splits)
+ * ending in a softmax under sparse categorical
  * cross-entropy, as flexflow.runtime.step_program describes it, run as one C call for the CPU
  * tasks: forward, loss and backward without the interpreter lock, which the other processors'
  * tasks wait for whenever a task body runs Python between its kernels (two processors' step
  * tasks took turns at it; each op's Python cost twice its time in iteration time). Each op
- * computes what flexflow.ops' kernels compute: the dense layers through native/dense.c, the
+ * computes what flexflow.ops' kernels compute: the dense layers through native/dense.c and
+ * native/activations.c, layer norms through native/layer_norm.c, the
  * LSTM steps through native/lstm.c, attention through native/attention.c, convolutions and
  * poolings through native/kernels.c, the loss through native/losses.c, the softmax's gradient
  * as y * (dy - sum(dy * y)), a gradient with several readers summed in the op-by-op step's
@@ -85,7 +87,7 @@ static void ff_conv_forward(ff_sgemm_fn gemm, const ff_step_op *op, const float 
       for (long q = 0; q < pixels; ++q) {
         float v = in[q * d->o];
         if (op->w[1]) v = v + op->w[1][c];
-        out[q] = op->relu && v < 0.0f ? 0.0f : v;
+        out[q] = op->act == FF_ACT_RELU && v < 0.0f ? 0.0f : v;
       }
     }
 }
@@ -104,7 +106,7 @@ static void ff_conv_backward(ff_sgemm_fn gemm, const ff_step_op *op, float *dx, 
       const float *g = op->dy[0] + at, *y = op->y[0] + at;
       float *out = dz + i * pixels * d->o + c;
       for (long q = 0; q < pixels; ++q)
-        out[q * d->o] = op->relu && !(y[q] > 0.0f) ? 0.0f : g[q];
+        out[q * d->o] = op->act == FF_ACT_RELU && !(y[q] > 0.0f) ? 0.0f : g[q];
     }
   gemm(FF_ROW_MAJOR, FF_TRANS, FF_NO_TRANS, (int)d->o, (int)k, (int)rows, 1.0f, dz, (int)d->o,
        cols, (int)k, 0.0f, dw, (int)k);
@@ -143,11 +145,47 @@ static void ff_dropout_apply(const ff_step_op *op, long iteration, const float *
   }
 }
 
+/* y[0] = x[0] (op) x[1], element by element (flexflow.ops.element_binary's rules). */
+static void ff_binary_forward(const ff_step_op *op, const float *a, const float *b) {
+  float *y = op->y[0];
+  if (op->p == FF_BINARY_ADD)
+    for (long i = 0; i < op->m; ++i) y[i] = a[i] + b[i];
+  else if (op->p == FF_BINARY_SUBTRACT)
+    for (long i = 0; i < op->m; ++i) y[i] = a[i] - b[i];
+  else
+    for (long i = 0; i < op->m; ++i) y[i] = a[i] * b[i];
+}
+
+/* Its gradients into da and db (each skipped when NULL): dy, dy (add); dy, -dy (subtract);
+ * dy b, dy a (multiply). */
+static void ff_binary_backward(const ff_step_op *op, float *da, float *db) {
+  const float *dy = op->dy[0], *a = (const float *)op->x[0], *b = (const float *)op->x[1];
+  const long m = op->m;
+  if (da) {
+    if (op->p == FF_BINARY_MULTIPLY)
+      for (long i = 0; i < m; ++i) da[i] = dy[i] * b[i];
+    else
+      memcpy(da, dy, sizeof(float) * m);
+  }
+  if (db) {
+    if (op->p == FF_BINARY_MULTIPLY)
+      for (long i = 0; i < m; ++i) db[i] = dy[i] * a[i];
+    else if (op->p == FF_BINARY_SUBTRACT)
+      for (long i = 0; i < m; ++i) db[i] = -dy[i];
+    else
+      memcpy(db, dy, sizeof(float) * m);
+  }
+}
+
+/* A layer norm's rstd per row, after the backward's sums in its scratch. */
+static float *ff_rstd(const ff_step_op *op) { return op->scratch + 4 * op->n; }
+
 static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op, long iteration) {
   const float *x = (const float *)op->x[0];
   switch (op->kind) {
     case FF_STEP_DENSE:
-      ff_dense_forward_f32(gemm, x, op->w[0], op->w[1], op->y[0], op->m, op->n, op->k, op->relu);
+      ff_dense_forward_f32(gemm, x, op->w[0], op->w[1], op->y[0],
+                           op->act == FF_ACT_GELU ? op->z : NULL, op->m, op->n, op->k, op->act);
       return 0;
     case FF_STEP_SOFTMAX:
       ff_softmax_rows_f32(x, op->y[0], op->m, op->n);
@@ -188,6 +226,21 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op, long iteratio
     case FF_STEP_DROPOUT:
       ff_dropout_apply(op, iteration, x, op->y[0]);
       return 0;
+    case FF_STEP_BINARY:
+      ff_binary_forward(op, x, (const float *)op->x[1]);
+      return 0;
+    case FF_STEP_LAYER_NORM:
+      ff_layer_norm_forward_f32(x, op->w[0], op->w[1], op->y[0], op->z, ff_rstd(op), op->m,
+                                op->n, op->eps);
+      return 0;
+    case FF_STEP_SPLIT: {
+      const long k = op->k * op->n, p = op->p * op->n;
+      for (long r = 0; r < op->m; ++r) {
+        memcpy(op->y[0] + r * k, x + r * (k + p), sizeof(float) * k);
+        memcpy(op->y[1] + r * p, x + r * (k + p) + k, sizeof(float) * p);
+      }
+      return 0;
+    }
   }
   return -2;
 }
@@ -200,8 +253,8 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
   const long m = op->m, n = op->n, k = op->k;
   switch (op->kind) {
     case FF_STEP_DENSE:
-      ff_dense_backward_f32(gemm, (const float *)op->x[0], op->w[0], op->y[0], op->dy[0], op->z,
-                            gw[0], gw[1], gx[0], m, n, k, op->relu);
+      ff_dense_backward_f32(gemm, (const float *)op->x[0], op->w[0], op->y[0], op->z, op->dy[0],
+                            op->z, gw[0], gw[1], gx[0], m, n, k, op->act);
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * k);
       break;
     case FF_STEP_SOFTMAX:
@@ -276,6 +329,27 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
       if (gx[0]) ff_dropout_apply(op, iteration, op->dy[0], gx[0]);
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m);
       break;
+    case FF_STEP_BINARY:
+      ff_binary_backward(op, gx[0], gx[1]);
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m);
+      ff_finish(op->dx[1], op->dx_add[1], op->tmp_x[1], m);
+      break;
+    case FF_STEP_LAYER_NORM:
+      ff_layer_norm_backward_f32(op->z, ff_rstd(op), op->w[0], op->dy[0], gx[0],
+                                 op->w[0] ? gw[0] : NULL, gw[1], (double *)op->scratch, m, n);
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * n);
+      break;
+    case FF_STEP_SPLIT: {
+      const long part0 = k * n, part1 = op->p * n;
+      if (gx[0])
+        for (long r = 0; r < m; ++r) {
+          memcpy(gx[0] + r * (part0 + part1), op->dy[0] + r * part0, sizeof(float) * part0);
+          memcpy(gx[0] + r * (part0 + part1) + part0, op->dy[1] + r * part1,
+                 sizeof(float) * part1);
+        }
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * (part0 + part1));
+      break;
+    }
   }
   ff_finish_weights(op);
 }

@@ -30,8 +30,6 @@ from .base import (
 )
 from .registry import register
 
-_HOST_ACTIVATIONS = (ActiMode.AC_MODE_NONE, ActiMode.AC_MODE_RELU)
-"""The activations the C dense kernels apply (native/dense.c); others run in numpy."""
 _FLOAT32 = np.dtype(np.float32)
 
 
@@ -98,22 +96,29 @@ class Dense(GradientsInto, Op):
 
     def _host_gemm(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> int | None:
         """The sgemm for the C kernels (ops/native.py `dense_forward`) when they take this tile:
-        float32, relu or no activation, and MKL present (ops/blas.py); else None: numpy."""
-        if self.activation not in _HOST_ACTIVATIONS or x.dtype != _FLOAT32:
+        float32 and MKL present (ops/blas.py); else None: numpy."""
+        if x.dtype != _FLOAT32:
             return None
         if weights[0].dtype != _FLOAT32 or (self.use_bias and weights[1].dtype != _FLOAT32):
             return None
         return blas.sgemm_address()
 
     def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        return self.forward_tile_saving(sig, region, inputs, weights)[0]
+
+    def forward_tile_saving(self, sig, region, inputs, weights) -> tuple[Arrays, object]:
+        """`forward_tile`, keeping the pre-activation where the activation's gradient reads it
+        (GELU's), which the backward would otherwise compute again: a whole matrix product."""
         gemm = self._host_gemm(inputs[0], weights)
         if gemm is None:
-            return self.forward(inputs, weights)
+            return self.forward(inputs, weights), None
         (x,) = inputs
         bias = weights[1] if self.use_bias else None
-        relu = self.activation is ActiMode.AC_MODE_RELU
-        y = native.dense_forward(gemm, x.reshape(-1, x.shape[-1]), weights[0], bias, relu)
-        return (y.reshape(x.shape[:-1] + y.shape[-1:]),)  # (..., out)
+        keep = ACTIVATIONS[self.activation].grad_needs_input
+        act = native.ACTIVATION_CODES[self.activation]
+        made = native.dense_forward(gemm, x.reshape(-1, x.shape[-1]), weights[0], bias, act, keep)
+        y, pre = made if keep else (made, None)
+        return (y.reshape(x.shape[:-1] + y.shape[-1:]),), pre  # (..., out)
 
     skips_input_grads = True
 
@@ -153,9 +158,12 @@ class Dense(GradientsInto, Op):
         if self.use_bias:
             db = writable_into(into[1], (n,), x2)
             grads.append(np.empty(n, np.float32) if db is None else db)
+        pre = None
+        if ACTIVATIONS[self.activation].grad_needs_input:  # GELU's: kept by the forward
+            pre = saved if saved is not None else self._pre_activation(x2, weights)
         dx = native.dense_backward(
-            gemm, x2, weights[0], outputs[0].reshape(-1, n), grad_outputs[0].reshape(-1, n),
+            gemm, x2, weights[0], outputs[0].reshape(-1, n), pre, grad_outputs[0].reshape(-1, n),
             grads[0], grads[1] if self.use_bias else None,
-            self.activation is ActiMode.AC_MODE_RELU, need_input_grads,
+            native.ACTIVATION_CODES[self.activation], need_input_grads,
         )  # fmt: skip
         return (None if dx is None else dx.reshape(x.shape),), tuple(grads)

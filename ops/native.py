@@ -10,7 +10,19 @@ import numpy as np
 from flexflow._kernels import ffi, lib
 from flexflow.errors import StrategyError
 
+from .activations import ActiMode
 from .base import writable_into
+
+ACTIVATION_CODES: dict[ActiMode, int] = {
+    ActiMode.AC_MODE_NONE: lib.FF_ACT_NONE,
+    ActiMode.AC_MODE_RELU: lib.FF_ACT_RELU,
+    ActiMode.AC_MODE_GELU: lib.FF_ACT_GELU,
+    ActiMode.AC_MODE_TANH: lib.FF_ACT_TANH,
+    ActiMode.AC_MODE_SIGMOID: lib.FF_ACT_SIGMOID,
+    ActiMode.AC_MODE_ELU: lib.FF_ACT_ELU,
+}
+"""Each activation's code in the C kernels (native/activations.c), which compute
+flexflow.ops.activations' formulas in float32."""
 
 _SUFFIX = {np.dtype(np.float32): ("f32", "float[]"), np.dtype(np.float64): ("f64", "double[]")}
 
@@ -270,28 +282,31 @@ def _floats(array: np.ndarray | None):
     return ffi.NULL if array is None else _pointer(array, _F32_POINTER)
 
 
-def dense_forward(gemm: int, x, w, b, relu: bool) -> np.ndarray:
-    """y (m, n) = x (m, k) w^T (+ b) (relu), float32, through the sgemm at address `gemm`."""
+def dense_forward(gemm: int, x, w, b, act: int, keep_pre: bool = False):
+    """y (m, n) = act(x (m, k) w^T (+ b)), float32, through the sgemm at address `gemm`;
+    `act` a FF_ACT_* code (`ACTIVATION_CODES`). With `keep_pre`, (y, the pre-activation)."""
     x, w = _f32(x), _f32(w)
     y = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    pre = np.empty_like(y) if keep_pre else None
     lib.ff_dense_forward_f32(
         _sgemm(gemm), _floats(x), _floats(w), _floats(None if b is None else _f32(b)),
-        _floats(y), x.shape[0], w.shape[0], x.shape[1], int(relu),
+        _floats(y), _floats(pre), x.shape[0], w.shape[0], x.shape[1], act,
     )  # fmt: skip
-    return y
+    return (y, pre) if keep_pre else y
 
 
-def dense_backward(gemm: int, x, w, y, dy, dw, db, relu: bool, need_dx: bool):
-    """The gradients of `dense_forward` from its output y and dy: dw (n, k) and db (n, or None
-    without a bias) are written (C-contiguous float32 arrays); returns dx (m, k), or None
-    without `need_dx`."""
+def dense_backward(gemm: int, x, w, y, pre, dy, dw, db, act: int, need_dx: bool):
+    """The gradients of `dense_forward` from its output y (and its pre-activation `pre`, which
+    GELU's gradient reads; None for the others) and dy: dw (n, k) and db (n, or None without a
+    bias) are written (C-contiguous float32 arrays); returns dx (m, k), or None without
+    `need_dx`."""
     x, w, y, dy = _f32(x), _f32(w), _f32(y), _f32(dy)
     (m, k), n = x.shape, w.shape[0]
-    dz = np.empty((m, n), dtype=np.float32) if relu else None
+    dz = np.empty((m, n), dtype=np.float32) if act != lib.FF_ACT_NONE else None
     dx = np.empty((m, k), dtype=np.float32) if need_dx else None
     lib.ff_dense_backward_f32(
-        _sgemm(gemm), _floats(x), _floats(w), _floats(y), _floats(dy), _floats(dz),
-        _floats(dw), _floats(db), _floats(dx), m, n, k, int(relu),
+        _sgemm(gemm), _floats(x), _floats(w), _floats(y), _floats(None if pre is None else _f32(pre)),
+        _floats(dy), _floats(dz), _floats(dw), _floats(db), _floats(dx), m, n, k, act,
     )  # fmt: skip
     return dx
 

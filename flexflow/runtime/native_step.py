@@ -73,7 +73,7 @@ class NativeStep:
 
     def _wire(self, c, op: ProgramOp, values: dict, grads: dict) -> None:
         """Fill the struct `c` of `op`: sizes, the buffers it reads and writes, its scratch."""
-        c.kind, c.relu = op.kind, op.relu
+        c.kind, c.act, c.eps = op.kind, op.act, op.eps
         c.m, c.n, c.k, c.p = op.dims
         c.ldx = op.ldx
         step = op.step
@@ -119,8 +119,10 @@ class NativeStep:
         if op.zeroes is not None:
             c.zero, c.zero_n = _pointer(grads[op.zeroes]), grads[op.zeroes].size
         m, n = op.dims[0], op.dims[1]
-        if op.kind == lib.FF_STEP_DENSE and op.relu:
-            c.z = _pointer(self._array((m, n)))
+        if op.kind == lib.FF_STEP_DENSE and op.act != lib.FF_ACT_NONE:
+            c.z = _pointer(self._array((m, n)))  # the pre-activation, then its gradient
+        if op.kind == lib.FF_STEP_LAYER_NORM:  # x_hat; the sums' 2 n doubles, then rstd
+            c.z, c.scratch = _pointer(self._array((m, n))), _pointer(self._array((4 * n + m,)))
         if op.kind == lib.FF_STEP_LSTM:
             c.z, c.dz = _pointer(self._array((m, 4 * n))), _pointer(self._array((m, 4 * n)))
         for j, (slot, add) in enumerate(zip(step.weights, op.weight_adds, strict=True)):

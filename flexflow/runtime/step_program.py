@@ -4,12 +4,13 @@ A step task runs as one call when its whole training step has C kernels: each mo
 (at most FF_STEP_MAX_INPUTS) is read once, by an embedding of int32 token ids or by the first
 op, every other tensor is made and read inside the task (`FusedGroup.internal`), every op is a
 dense layer (relu or none), a convolution (one group, relu or none) or a pooling over whole
-images, a flat (read in place), a dropout over whole samples, an LSTM step, an embedding (no
-aggregation), a stack, multi-head attention (no dropout), or the last op, a softmax under
-sparse categorical cross-entropy, all float32, and every weight gradient is written whole by
-the task (data parallelism, or one device). The MLP's and LeNet's steps, AlexNet's, whole
-unrolled RNNs (an RNN language model or text classifier) and the encoder-decoder NMT qualify;
-any other step runs op by op (flexflow.fused_run).
+images, a flat or a reshape (read in place), a dropout over whole samples, an LSTM step, an
+embedding (no aggregation), a stack, multi-head attention (no dropout), an element-wise add,
+subtract or multiply, a layer norm, a split in two, or the last op, a softmax under sparse
+categorical cross-entropy, all float32, and every weight gradient is written whole by the task
+(data parallelism, or one device). The MLP's and LeNet's steps, AlexNet's, whole unrolled RNNs
+(an RNN language model or text classifier), the encoder-decoder NMT and the transformer
+encoder qualify; any other step runs op by op (flexflow.fused_run).
 
 The program also fixes how each gradient is summed, in the op-by-op step's order (the
 backward in reverse op order, an op's inputs in order): a tensor's first reader to run its
@@ -31,15 +32,26 @@ from flexflow.ops.base import region_shape
 from flexflow.ops.conv2d import Conv2D
 from flexflow.ops.dense import Dense
 from flexflow.ops.dropout import Dropout
+from flexflow.ops.element_binary import BinaryOp, ElementBinary
 from flexflow.ops.embedding import AggrMode, Embedding
 from flexflow.ops.flat import Flat
+from flexflow.ops.layer_norm import LayerNorm
 from flexflow.ops.lstm import GATES, LSTM
 from flexflow.ops.multihead_attention import MultiHeadAttention
+from flexflow.ops.native import ACTIVATION_CODES
 from flexflow.ops.pool2d import Pool2D, PoolType
+from flexflow.ops.reshape import Reshape
 from flexflow.ops.softmax import Softmax
+from flexflow.ops.split import Split
 from flexflow.ops.stack import Stack
 
-RELU = {ActiMode.AC_MODE_NONE: 0, ActiMode.AC_MODE_RELU: 1}
+CONV_ACTIVATIONS = (ActiMode.AC_MODE_NONE, ActiMode.AC_MODE_RELU)
+"""The activations the C step's convolution applies (a dense layer takes every one)."""
+BINARY_CODES = {
+    BinaryOp.ADD: lib.FF_BINARY_ADD,
+    BinaryOp.SUBTRACT: lib.FF_BINARY_SUBTRACT,
+    BinaryOp.MULTIPLY: lib.FF_BINARY_MULTIPLY,
+}
 
 WRITE, ADD, PART = 0, 1, 2
 """How an op's backward passes an input's gradient on (`ProgramOp.grads`): written (the
@@ -52,7 +64,8 @@ class ProgramOp:
     """One op of the program as native/kernels.h's ff_step_op describes it."""
 
     kind: int
-    relu: int
+    act: int
+    """The FF_ACT_* code of a dense layer's or a convolution's activation."""
     dims: tuple[int, int, int, int]
     """(m, n, k, p): per kind, as native/kernels.h says."""
     step: OpStep
@@ -76,6 +89,8 @@ class ProgramOp:
     dropout: tuple[float, int, int] = (0.0, 0, 0)
     """Dropout: its rate, its seed mod 2**63 and its tile's first element's index in the
     whole tensor."""
+    eps: float = 0.0
+    """Layer norm: its epsilon."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +162,9 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
         return ProgramOp(lib.FF_STEP_EMBEDDING, 0, dims, step, reads)
     if not _float32(step):
         return None
-    if isinstance(op, Dense) and op.activation in RELU and not last:
+    if isinstance(op, Dense) and not last:
         dims = (_rows(y_shape), y_shape[-1], x_shape[-1], 0)
-        return ProgramOp(lib.FF_STEP_DENSE, RELU[op.activation], dims, step, reads)
+        return ProgramOp(lib.FF_STEP_DENSE, ACTIVATION_CODES[op.activation], dims, step, reads)
     if isinstance(op, Softmax) and last and op.axis % len(y_shape) == len(y_shape) - 1:
         return ProgramOp(lib.FF_STEP_SOFTMAX, 0, (_rows(y_shape), y_shape[-1], 0, 0), step, reads)
     if isinstance(op, LSTM) and not last:
@@ -169,6 +184,19 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
         return _dropout_op(step, op, reads, y_shape)
     if isinstance(op, (Conv2D, Pool2D)) and not last:
         return _window_op(step, op, reads, x_shape, y_shape)
+    if isinstance(op, ElementBinary) and not last:
+        elements = int(np.prod(y_shape, dtype=np.int64))
+        return ProgramOp(lib.FF_STEP_BINARY, 0, (elements, 0, 0, BINARY_CODES[op.op_type]), step,
+                         reads)  # fmt: skip
+    if isinstance(op, LayerNorm) and not last:
+        width = int(np.prod(y_shape[len(y_shape) - len(op.axes) :], dtype=np.int64))
+        rows = int(np.prod(y_shape, dtype=np.int64)) // width
+        return ProgramOp(lib.FF_STEP_LAYER_NORM, 0, (rows, width, 0, 0), step, reads, eps=op.eps)
+    if isinstance(op, Split) and not last and len(op.sizes) == 2:
+        axis = op.axis % len(x_shape)
+        outer = int(np.prod(x_shape[:axis], dtype=np.int64))
+        inner = int(np.prod(x_shape[axis + 1 :], dtype=np.int64))
+        return ProgramOp(lib.FF_STEP_SPLIT, 0, (outer, inner, *op.sizes), step, reads)
     if isinstance(op, Stack) and not last:
         axis = op.axis % len(y_shape)
         part = y_shape[:axis] + y_shape[axis + 1 :]
@@ -190,9 +218,11 @@ def _window_op(step: OpStep, op, reads, x_shape, y_shape) -> ProgramOp | None:
     o, oh, ow = y_shape[1:]
     dims = (n, c, h, w, o, oh, ow, *op._kernel, *op._stride, *op._padding)
     if isinstance(op, Conv2D):
-        if op.groups != 1 or op.activation not in RELU or _shape(step.weights[0])[1] != c:
+        if op.groups != 1 or op.activation not in CONV_ACTIVATIONS:
             return None
-        return ProgramOp(lib.FF_STEP_CONV, RELU[op.activation], (0,) * 4, step, reads,
+        if _shape(step.weights[0])[1] != c:
+            return None
+        return ProgramOp(lib.FF_STEP_CONV, ACTIVATION_CODES[op.activation], (0,) * 4, step, reads,
                          window=(*dims, 0))  # fmt: skip
     if op.activation is not ActiMode.AC_MODE_NONE:
         return None
@@ -241,7 +271,7 @@ def _program(task: FusedTask) -> Program | str:
     for position, step in enumerate(task.steps):
         last = position == len(task.steps) - 1
         node = step.node
-        if isinstance(node.op, Flat) and not last and not step.windows:
+        if _reads_in_place(step) and not last:
             source = alias.get(step.inputs[0][0], step.inputs[0][0])
             if source not in slots and source not in internal:
                 return f"{node.kind} '{node.name}' reads a tensor made outside the task"
@@ -270,6 +300,17 @@ def _program(task: FusedTask) -> Program | str:
     if planned is None:
         return "a tensor is read both whole and by time steps"
     return Program(planned, tuple((slots[t], readers[t]) for t in slots))
+
+
+def _reads_in_place(step: OpStep) -> bool:
+    """A flat, or a reshape of whole samples: its output is its input's buffer, read as
+    another shape."""
+    if step.windows or not isinstance(step.node.op, (Flat, Reshape)):
+        return False
+    sig = step.node.sig
+    tiles = (_shape(step.inputs[0][1]), _shape(step.outputs[0][2]))
+    whole = (sig.inputs[0].shape, sig.outputs[0].shape)
+    return all(tile[1:] == shape[1:] for tile, shape in zip(tiles, whole, strict=True))
 
 
 def _plan_gradients(

@@ -98,6 +98,19 @@ def self_attention() -> FFModel:
     return model
 
 
+def encoder() -> FFModel:
+    """The zoo's transformer encoder at toy size (token and position embeddings added, layer
+    norms, self-attention, a GELU feed-forward layer, residual adds, the first token split off
+    and reshaped, a tanh pooler), without dropout, which the numpy reference here does not
+    draw per step. Under data parallelism and on one device each step is one C call."""
+    from flexflow.zoo import load_model
+
+    sizes = dict(seq_length=4, vocab_size=20, hidden_size=8, num_layers=1, num_heads=2)
+    return load_model(
+        "transformer", FFConfig(batch_size=8), **sizes, ff_size=16, num_classes=5, dropout=0.0
+    )
+
+
 def residual() -> FFModel:
     """Tensors with several readers (flexflow.fusion): h's two readers fuse with it, its
     gradient summed in memory; c1's second reader comes after a batch norm, outside c1's group."""
@@ -276,4 +289,5 @@ if __name__ == "__main__":
     report["relu_classifier"] = run(relu_classifier, "sparse_categorical_crossentropy")
     report["translator"] = run(translator, "sparse_categorical_crossentropy")
     report["self_attention"] = run(self_attention, "sparse_categorical_crossentropy")
+    report["encoder"] = run(encoder, "sparse_categorical_crossentropy")
     print(json.dumps(report))

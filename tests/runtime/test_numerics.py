@@ -9,7 +9,7 @@ from tests.runtime.scripts import run_legate_script
 STRATEGIES = 20
 MODELS = [
     "mlp", "cnn", "lstm", "residual", "classifier", "tagger", "relu_classifier", "translator",
-    "self_attention",
+    "self_attention", "encoder",
 ]  # fmt: skip
 
 
@@ -86,15 +86,23 @@ def test_data_parallel_and_one_device_steps_of_dense_and_recurrent_models_run_as
     report,
 ):
     """The models the equality tests above cover with their steps in C (flexflow.runtime
-    .native_step): a relu classifier, the tagger (an embedding, unrolled LSTM steps reading
-    its time steps, a dense layer on the stacked states) and the translator (two inputs,
-    attention): one program per step task; the classifier, whose tanh has no C step, keeps
-    none."""
+    .native_step): the relu and tanh classifiers, the tagger (an embedding, unrolled LSTM
+    steps reading its time steps, a dense layer on the stacked states), the translator (two
+    inputs, attention), self-attention with a residual add and the transformer encoder (layer
+    norms, GELU, a split): one program per step task; the CNN, whose batch norm reads running
+    statistics, keeps none."""
     from flexflow.ops import blas
 
     if blas.sgemm_address() is None:
         pytest.skip("MKL is not installed: no native steps")
-    for model in ("relu_classifier", "tagger", "translator"):
+    for model in (
+        "relu_classifier",
+        "classifier",
+        "tagger",
+        "translator",
+        "self_attention",
+        "encoder",
+    ):
         native = report[model]["native_steps"]
-        assert native["single"] == 1 and native["dp"] >= 2
-    assert set(report["classifier"]["native_steps"].values()) == {0}
+        assert native["single"] == 1 and native["dp"] >= 2, model
+    assert set(report["cnn"]["native_steps"].values()) == {0}

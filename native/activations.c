@@ -1,0 +1,76 @@
+/* Activations on float32 tiles for the C kernels (native/dense.c, native/step.c): the formulas
+ * of flexflow.ops.activations operation by operation in float32, so a layer's activation
+ * matches numpy's to an ulp or two of tanh, exp and expm1 (compiled without fused
+ * multiply-adds). */
+#include <math.h>
+
+#include "kernels.h"
+
+#define FF_GELU_C 0.7978845608028654f /* sqrt(2 / pi) */
+#define FF_GELU_A 0.044715f
+
+/* tanh(C x (1 + A x^2)): GELU's inner term, as flexflow.ops.activations._gelu_tanh. */
+static float ff_gelu_tanh(float x) {
+  float t = x * x;
+  t = t * FF_GELU_A;
+  t = t + 1.0f;
+  t = t * x;
+  t = t * FF_GELU_C;
+  return tanhf(t);
+}
+
+void ff_activate_f32(int act, const float *z, float *y, long count) {
+  switch (act) {
+    case FF_ACT_RELU:
+      for (long i = 0; i < count; ++i) y[i] = (z[i] >= 0.0f || z[i] != z[i]) ? z[i] : 0.0f;
+      return;
+    case FF_ACT_GELU:
+      for (long i = 0; i < count; ++i) y[i] = ((ff_gelu_tanh(z[i]) + 1.0f) * z[i]) * 0.5f;
+      return;
+    case FF_ACT_TANH:
+      for (long i = 0; i < count; ++i) y[i] = tanhf(z[i]);
+      return;
+    case FF_ACT_SIGMOID:
+      for (long i = 0; i < count; ++i) y[i] = 0.5f * (1.0f + tanhf(0.5f * z[i]));
+      return;
+    case FF_ACT_ELU:
+      for (long i = 0; i < count; ++i) y[i] = z[i] > 0.0f ? z[i] : expm1f(fminf(z[i], 0.0f));
+      return;
+    default:
+      if (y != z)
+        for (long i = 0; i < count; ++i) y[i] = z[i];
+  }
+}
+
+void ff_activation_grad_f32(int act, const float *pre, const float *y, const float *dy, float *dz,
+                            long count) {
+  switch (act) {
+    case FF_ACT_RELU:
+      for (long i = 0; i < count; ++i) dz[i] = dy[i] * (float)(y[i] > 0.0f);
+      return;
+    case FF_ACT_GELU:
+      for (long i = 0; i < count; ++i) {
+        const float x = pre[i], t = ff_gelu_tanh(x);
+        float slope = x * x;
+        slope = slope * (3.0f * FF_GELU_A);
+        slope = slope + 1.0f;
+        slope = slope * x;
+        slope = slope * (0.5f * FF_GELU_C);
+        slope = slope * (1.0f - t * t);
+        dz[i] = (((t + 1.0f) * 0.5f) + slope) * dy[i];
+      }
+      return;
+    case FF_ACT_TANH:
+      for (long i = 0; i < count; ++i) dz[i] = dy[i] * (1.0f - y[i] * y[i]);
+      return;
+    case FF_ACT_SIGMOID:
+      for (long i = 0; i < count; ++i) dz[i] = dy[i] * y[i] * (1.0f - y[i]);
+      return;
+    case FF_ACT_ELU:
+      for (long i = 0; i < count; ++i) dz[i] = dy[i] * (y[i] > 0.0f ? 1.0f : y[i] + 1.0f);
+      return;
+    default:
+      if (dz != dy)
+        for (long i = 0; i < count; ++i) dz[i] = dy[i];
+  }
+}
