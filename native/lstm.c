@@ -4,50 +4,15 @@
  * its time in Python between small calls, which two processors' tasks took turns at.
  *
  * The formulas are flexflow.ops.lstm's numpy reference (gates i, f, g, o; sigmoid as
- * 0.5 (1 + tanh(x / 2))), but tanh comes from ff_tanhf below, not numpy's: the two agree to a
- * few float32 ulps, not bit for bit. glibc's tanhf is scalar and made this kernel slower than
- * numpy's vectorized tanh; ff_tanhf uses only arithmetic and bit operations, which GCC
- * vectorizes. */
-#include <stdint.h>
+ * 0.5 (1 + tanh(x / 2))), but tanh comes from native/fastmath.h, not numpy's: the two agree to
+ * an ulp or two, not bit for bit. glibc's tanhf is scalar and made this kernel slower than
+ * numpy's vectorized tanh. */
 #include <string.h>
 
-/* Comparisons may be turned into selects (no code here reads floating-point exception flags):
- * what lets GCC vectorize the clamps and signs below; no value changes. */
-#pragma GCC optimize("no-trapping-math")
-
+#include "fastmath.h"
 #include "kernels.h"
 
-/* exp(x) for x <= 0 (Cephes' expf: Cody-Waite reduction by ln 2 and a degree-5 polynomial,
- * about 1 ulp), rounding n to the nearest integer by adding 1.5 * 2^23 (exact in float32
- * arithmetic: this file is built without -ffast-math). */
-static inline float ff_exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float shifter = 12582912.0f; /* 1.5 * 2^23 */
-  float n = (x * 1.44269504088896341f + shifter) - shifter;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23; /* 2^n, n in [-126, 0] */
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return y * scale;
-}
-
-/* tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2 |x|); within a few ulps of numpy's. */
-static inline float ff_tanhf(float x) {
-  float a = x < 0.0f ? -x : x;
-  float e = ff_exp_nonpositive(-2.0f * a);
-  float t = (1.0f - e) / (1.0f + e);
-  return x < 0.0f ? -t : t;
-}
-
-static inline float ff_sigmoidf(float x) { return 0.5f * (1.0f + ff_tanhf(0.5f * x)); }
+static inline float ff_sigmoidf(float x) { return 0.5f * (1.0f + ff_tanh(0.5f * x)); }
 
 /* z (n, 4 hid) = x w_ih^T + h_prev w_hh^T (when h_prev) + bias, each row's four gates' units
  * in order (i, f, g, o), then the gates' activations in place. */
@@ -65,7 +30,7 @@ static void ff_lstm_gates(ff_sgemm_fn gemm, const float *x, const float *h_prev,
     for (long j = 0; j < width; ++j) row[j] = row[j] + bias[j];
     for (long j = 0; j < hid; ++j) row[j] = ff_sigmoidf(row[j]);                   /* i */
     for (long j = hid; j < 2 * hid; ++j) row[j] = ff_sigmoidf(row[j]);             /* f */
-    for (long j = 2 * hid; j < 3 * hid; ++j) row[j] = ff_tanhf(row[j]);            /* g */
+    for (long j = 2 * hid; j < 3 * hid; ++j) row[j] = ff_tanh(row[j]);            /* g */
     for (long j = 3 * hid; j < 4 * hid; ++j) row[j] = ff_sigmoidf(row[j]);         /* o */
   }
 }
@@ -84,7 +49,7 @@ void ff_lstm_forward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
     } else {
       for (long j = 0; j < hid; ++j) cr[j] = i[j] * g[j];
     }
-    for (long j = 0; j < hid; ++j) hr[j] = o[j] * ff_tanhf(cr[j]);
+    for (long j = 0; j < hid; ++j) hr[j] = o[j] * ff_tanh(cr[j]);
   }
 }
 
@@ -101,7 +66,7 @@ void ff_lstm_backward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
     const float *cr = c + r * hid, *dhr = dh + r * hid, *dcr = dc + r * hid;
     float *di = dz + r * width, *df = di + hid, *dg = df + hid, *dout = dg + hid;
     for (long j = 0; j < hid; ++j) { /* df holds dc's total until the last loop */
-      float tanh_c = ff_tanhf(cr[j]);
+      float tanh_c = ff_tanh(cr[j]);
       float total = dcr[j] + dhr[j] * o[j] * (1.0f - tanh_c * tanh_c);
       df[j] = total;
       di[j] = total * g[j] * i[j] * (1.0f - i[j]);
