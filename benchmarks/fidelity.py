@@ -59,6 +59,8 @@ PAPER_BAND = 0.3
 MODELS = ("lenet", "mlp", "rnnlm")
 RNNLM_SIZES = {"seq_length": 8, "vocab_size": 256, "embed_size": 64, "hidden_size": 64}
 """RNNLM shrunk to a laptop (its zoo size is 40 steps of 1024-wide LSTMs over 10,000 words)."""
+CHOICES = (*MODELS, "transformer")
+"""--models may also take the zoo's transformer at benchmarks/runtime.py's laptop size."""
 
 
 def build(name: str):
@@ -70,8 +72,12 @@ def build(name: str):
         return load_model("lenet", config)
     if name == "rnnlm":
         return load_model("rnnlm", config, **RNNLM_SIZES)
+    if name == "transformer":
+        from runtime import TRANSFORMER  # the runtime benchmark's sizes
+
+        return load_model("transformer", config, **TRANSFORMER)
     if name != "mlp":
-        raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+        raise SystemExit(f"unknown model {name!r}; choose from {', '.join(CHOICES)}")
     model = FFModel(config)
     x = model.create_tensor((BATCH, 784), name="x")
     x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
@@ -338,7 +344,7 @@ def main() -> None:
                                 args.steps_per_execution)))  # fmt: skip
         return
     models = [m for m in args.models.split(",") if m]
-    unknown = sorted(set(models) - set(MODELS))
+    unknown = sorted(set(models) - set(CHOICES))
     if (
         unknown
         or not models
@@ -347,7 +353,7 @@ def main() -> None:
         or args.budget < 0
         or args.steps_per_execution < 1
     ):
-        parser.error(f"--models from {', '.join(MODELS)}; --iterations, --rounds and "
+        parser.error(f"--models from {', '.join(CHOICES)}; --iterations, --rounds and "
                      "--steps-per-execution >= 1; --budget >= 0")  # fmt: skip
     rows = [row for name in models for row in run_worker(name, args)]
     command = (f".venv/bin/python benchmarks/fidelity.py --models {','.join(models)} "

@@ -191,6 +191,17 @@ void ff_attention_backward_f32(ff_sgemm_fn gemm, const ff_attention_dims *dims,
 int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, long rows,
                        long classes, long valid, double total, double *loss, long *correct);
 
+/* Inverted dropout of `count` float32 values (native/step.c), as flexflow.ops.dropout draws
+ * it: value i is kept, times 1 / (1 - rate) in float64 then rounded, iff splitmix64 at counter
+ * base + i + 1 of the stream keyed by `stream` (the op's seed as flexflow.task_modes mixes in
+ * the step) gives a uniform >= rate; base: the first value's index in the whole tensor. */
+void ff_dropout_f32(unsigned long long stream, double rate, long base, const float *in,
+                    float *out, long count);
+/* An embedding's table gradient (table_rows, width), zeroed, then each row of dy (rows,
+ * width) added into its id's row, in order, as numpy's add.at (ids in [0, table_rows)). */
+void ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, long rows,
+                               long width, long table_rows);
+
 /* A fused training step (native/step.c): a program of ops on float32 tiles, in forward order,
  * the last a softmax whose output goes into sparse categorical cross-entropy. Every op reads
  * and writes buffers its owner (flexflow.runtime.native_step) allocated and named: forward in

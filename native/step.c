@@ -130,19 +130,30 @@ static uint64_t ff_mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-/* out[i] = in[i] times element i's dropout scale (flexflow.ops.dropout.dropout_mask /
- * (1 - rate), in float64 as numpy computes it, then rounded to float32). */
+void ff_dropout_f32(unsigned long long stream, double rate, long base, const float *in,
+                    float *out, long count) {
+  const uint64_t key = ff_mix64(stream);
+  const double scale = 1.0 / (1.0 - rate);
+  for (long i = 0; i < count; ++i) {
+    const uint64_t counter = (uint64_t)(base + i) + 1;
+    const uint64_t bits = ff_mix64(key + counter * UINT64_C(0x9E3779B97F4A7C15));
+    const double uniform = (double)(bits >> 11) * 0x1.0p-53;
+    out[i] = (float)((double)in[i] * (uniform >= rate ? scale : 0.0));
+  }
+}
+
+/* out = in through the op's dropout at the step `iteration` (flexflow.task_modes.op_for_task
+ * keys the stream so). */
 static void ff_dropout_apply(const ff_step_op *op, long iteration, const float *in, float *out) {
   const uint64_t mask63 = (UINT64_C(1) << 63) - 1;
   const uint64_t stream = (op->seed * UINT64_C(1000003) + (uint64_t)iteration) & mask63;
-  const uint64_t key = ff_mix64(stream);
-  const double scale = 1.0 / (1.0 - op->rate);
-  for (long i = 0; i < op->m; ++i) {
-    const uint64_t counter = (uint64_t)(op->base + i) + 1;
-    const uint64_t bits = ff_mix64(key + counter * UINT64_C(0x9E3779B97F4A7C15));
-    const double uniform = (double)(bits >> 11) * 0x1.0p-53;
-    out[i] = (float)((double)in[i] * (uniform >= op->rate ? scale : 0.0));
-  }
+  ff_dropout_f32(stream, op->rate, op->base, in, out, op->m);
+}
+
+void ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, long rows,
+                               long width, long table_rows) {
+  memset(grad, 0, sizeof(float) * table_rows * width);
+  for (long r = 0; r < rows; ++r) ff_add_f32(grad + (long)ids[r] * width, dy + r * width, width);
 }
 
 /* y[0] = x[0] (op) x[1], element by element (flexflow.ops.element_binary's rules). */
@@ -281,12 +292,9 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
       ff_finish(op->dx[2], op->dx_add[2], op->tmp_x[2], m * n);
       break;
     }
-    case FF_STEP_EMBEDDING: {
-      const int32_t *ids = (const int32_t *)op->x[0];
-      memset(gw[0], 0, sizeof(float) * op->w_n[0]);
-      for (long r = 0; r < m; ++r) ff_add_f32(gw[0] + (long)ids[r] * n, op->dy[0] + r * n, n);
+    case FF_STEP_EMBEDDING:
+      ff_embedding_backward_f32((const int *)op->x[0], op->dy[0], gw[0], m, n, op->k);
       break;
-    }
     case FF_STEP_STACK:
       for (long t = 0; t < op->count; ++t) {
         float *part = op->dparts[t];

@@ -10,6 +10,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
+from . import blas, native
 from .base import (
     Arrays,
     Dim,
@@ -174,6 +175,48 @@ class MultiHeadAttention(Op):
         probs = scores / scores.sum(axis=-1, keepdims=True)
         context = self._merge_heads(probs @ v)  # (N, Lq, embed)
         return q, k, v, probs, context
+
+    # ---- CPU tiles: the C kernels (native/attention.c), which the C training step runs too ----
+    skips_input_grads = True
+
+    def _host_gemm(self, inputs, weights) -> int | None:
+        """The sgemm for the C kernels when they take this tile: float32, no dropout, and MKL
+        present (ops/blas.py); else None: numpy."""
+        if self.dropout or any(a.dtype != np.float32 for a in (*inputs, *weights)):
+            return None
+        return blas.sgemm_address()
+
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        return self.forward_tile_saving(sig, region, inputs, weights)[0]
+
+    def forward_tile_saving(self, sig, region, inputs, weights) -> tuple[Arrays, object]:
+        """`forward_tile`, keeping the projections, probabilities and context its backward in
+        the same task reads (numpy's backward computed the forward again: 3x its time)."""
+        gemm = self._host_gemm(inputs, weights)
+        if gemm is None:
+            return self.forward(inputs, weights), None
+        y, scratch = native.attention_forward(gemm, inputs, weights, self.num_heads)
+        return (y,), scratch
+
+    def backward_tile(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads=True
+    ):
+        return self.backward_tile_into(
+            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, ()
+        )
+
+    def backward_tile_into(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,
+        weight_grads_into, saved=None,
+    ):  # fmt: skip
+        gemm = self._host_gemm(inputs, weights)
+        if gemm is None:
+            return self.backward(inputs, weights, outputs, grad_outputs)
+        if saved is None:
+            saved = native.attention_forward(gemm, inputs, weights, self.num_heads)[1]
+        return native.attention_backward(
+            gemm, inputs, weights, self.num_heads, saved, grad_outputs[0], need_input_grads
+        )
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         *_, context = self._attend(inputs, weights)

@@ -373,3 +373,74 @@ def sparse_xent(probabilities: np.ndarray, labels: np.ndarray, total: int, valid
         p.shape[1], valid_rows, float(total), loss, correct,
     )  # fmt: skip
     return None if status else (loss[0], grad, int(correct[0]))
+
+
+# ---- dropout and embedding gradients on float32 tiles ------------------------------------------
+def dropout(stream: int, rate: float, base: int, x: np.ndarray) -> np.ndarray:
+    """x through flexflow.ops.dropout's mask for the stream keyed by `stream` (the op's seed),
+    x's values following on from index `base` of the whole tensor (a tile of whole samples):
+    float32, rounded from the float64 products as numpy's path rounds them when stored."""
+    x = _f32(x)
+    y = np.empty_like(x)
+    lib.ff_dropout_f32(stream, rate, base, _floats(x), _floats(y), x.size)
+    return y
+
+
+def embedding_backward(ids: np.ndarray, dy: np.ndarray, table_rows: int) -> np.ndarray:
+    """The table's gradient (table_rows, E): each row of dy (ids.size, E) added into its id's
+    row in order, as numpy's add.at (ids: int32, in range)."""
+    ids = np.ascontiguousarray(ids, dtype=np.int32)
+    dy = _f32(dy.reshape(ids.size, -1))
+    grad = np.empty((table_rows, dy.shape[1]), dtype=np.float32)
+    lib.ff_embedding_backward_f32(
+        ffi.from_buffer("int[]", ids), _floats(dy), _floats(grad), ids.size, dy.shape[1], table_rows
+    )
+    return grad
+
+
+# ---- multi-head attention on float32 tiles ------------------------------------------------------
+def _attention_dims(query, key, value, embed_dim: int, heads: int):
+    dims = ffi.new("ff_attention_dims *")
+    (dims.n, dims.lq, dims.eq), (_, dims.lk, dims.ek) = query.shape, key.shape
+    dims.ev, dims.e, dims.heads = value.shape[2], embed_dim, heads
+    return dims
+
+
+def _weight_pointers(arrays: Sequence[np.ndarray | None], ctype: str):
+    """The 8 weight (or gradient) pointers native/attention.c takes, NULL for absent biases."""
+    listed = [_floats(a) for a in arrays] + [ffi.NULL] * (8 - len(arrays))
+    return ffi.new(f"{ctype}[8]", listed)
+
+
+def attention_forward(gemm: int, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray],
+                      heads: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """y (N, Lq, E) of multi-head attention (native/attention.c) over float32 query, key and
+    value tiles with weights wq, wk, wv, wo (and their biases), and the scratch its backward
+    reads (projections, probabilities, context)."""
+    query, key, value = (_f32(a) for a in inputs)
+    weights = [_f32(w) for w in weights]
+    dims = _attention_dims(query, key, value, weights[3].shape[0], heads)
+    scratch = np.empty(int(lib.ff_attention_scratch(dims)), dtype=np.float32)
+    y = np.empty((dims.n, dims.lq, dims.e), dtype=np.float32)
+    lib.ff_attention_forward_f32(
+        _sgemm(gemm), dims, _floats(query), _floats(key), _floats(value),
+        _weight_pointers(weights, "const float *"), _floats(scratch), _floats(y),
+    )  # fmt: skip
+    return y, scratch
+
+
+def attention_backward(gemm: int, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray],
+                       heads: int, scratch: np.ndarray, dy: np.ndarray, need_input_grads: bool):  # fmt: skip
+    """The gradients of `attention_forward` from its scratch and dy: ((dquery, dkey, dvalue)
+    or Nones without `need_input_grads`, the weights' gradients in their order)."""
+    query, key, value = (_f32(a) for a in inputs)
+    weights = [_f32(w) for w in weights]
+    dims = _attention_dims(query, key, value, weights[3].shape[0], heads)
+    grads = [np.empty_like(w) for w in weights]
+    dx = [np.empty_like(a) if need_input_grads else None for a in (query, key, value)]
+    lib.ff_attention_backward_f32(
+        _sgemm(gemm), dims, _floats(query), _floats(key), _floats(value),
+        _weight_pointers(weights, "const float *"), _floats(scratch), _floats(_f32(dy)),
+        *(_floats(d) for d in dx), _weight_pointers(grads, "float *"),
+    )  # fmt: skip
+    return tuple(dx), tuple(grads)

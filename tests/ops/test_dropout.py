@@ -127,3 +127,23 @@ def test_rate_out_of_range(rate):
 def test_region_outside_shape():
     with pytest.raises(ValueError, match=r"region \(\(0, 5\), \(0, 3\)\) is not inside shape"):
         dropout_mask(0, 0.5, (4, 3), ((0, 5), (0, 3)))
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**63 - 5, -3])
+@pytest.mark.parametrize("samples", [(0, 4), (1, 3)])
+def test_whole_sample_tiles_through_c_give_numpys_bits_in_the_input_type(seed, samples):
+    """A float32 tile of whole samples goes through the C kernel: the bits numpy's path gives
+    (mask / (1 - rate) in float64, the product rounded to float32); a tile splitting samples'
+    other dims takes numpy's path, which rounds the same way."""
+    op = Dropout(0.3, seed)
+    shape = (4, 3, 5)
+    sig = op.infer("drop", [TensorSpec(shape)])
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    for region in (((*samples,), (0, 3), (0, 5)), ((*samples,), (1, 3), (0, 5))):
+        tile = x[region_slices(region)]
+        (got,) = op.forward_tile(sig, region, [tile], [])
+        scale = dropout_mask(seed, 0.3, shape, region) / 0.7
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, (tile * scale).astype(np.float32))
+        (dx,), _ = op.backward_tile(sig, region, [tile], [], [got], [tile])
+        np.testing.assert_array_equal(dx, got)
