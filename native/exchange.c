@@ -127,8 +127,8 @@ int ff_bn_train_backward_f32(const float *x, const float *y, const float *dy,
   ff_bn_stats_backward_f32(x, y, dy, stats, mine, n, c, hw, count, eps, relu);
   int status = batch_sums(exchange, point, mine, grad_stats, c, timeout_s);
   if (status == 0)
-    ff_bn_backward_f32(x, y, dy, gamma, stats, grad_stats, dx, dgamma, dbeta, n, c, hw, count,
-                       eps, relu);
+    ff_bn_backward_f32(x, y, dy, gamma, stats, grad_stats, mine, dx, dgamma, dbeta, n, c, hw,
+                       count, eps, relu);
   free(mine);
   return status;
 }

@@ -235,9 +235,9 @@ void ff_bn_stats_backward_f32(const float *x, const float *y, const float *dy,
 }
 
 void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const float *gamma,
-                        const double *stats, const double *grad_stats, float *dx, float *dgamma,
-                        float *dbeta, long n, long c, long hw, double count, double eps,
-                        int relu) {
+                        const double *stats, const double *grad_stats, const double *tile_sums,
+                        float *dx, float *dgamma, float *dbeta, long n, long c, long hw,
+                        double count, double eps, int relu) {
   for (long ch = 0; ch < c; ++ch) {
     double mean, inv_std, s[FF_LANES] = {0.0}, sx[FF_LANES] = {0.0};
     ff_bn_channel(stats, c, ch, count, eps, &mean, &inv_std);
@@ -253,9 +253,10 @@ void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const f
         const float dxhat = dz * g; /* float32, as the reference's dz * gamma */
         dx[at + k] = (float)((count * dxhat - sum_dxhat - xhat * sum_dxhat_xhat) * scale);
       }
-      ff_bn_dz_sums(x, y, dy, at, hw, mean, inv_std, relu, s, sx); /* the tile's partials */
+      if (!tile_sums) /* the tile's partials: a second pass, which the given sums spare */
+        ff_bn_dz_sums(x, y, dy, at, hw, mean, inv_std, relu, s, sx);
     }
-    dgamma[ch] = (float)ff_lanes_total(sx);
-    dbeta[ch] = (float)ff_lanes_total(s);
+    dgamma[ch] = (float)(tile_sums ? tile_sums[c + ch] : ff_lanes_total(sx));
+    dbeta[ch] = (float)(tile_sums ? tile_sums[ch] : ff_lanes_total(s));
   }
 }

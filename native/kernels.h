@@ -39,7 +39,9 @@ void ff_col2im_f64(const double *cols, double *dx, long n, long c, long h, long 
  * statistics, every formula as flexflow.ops.batch_norm's numpy reference computes it. stats,
  * sums and grad_stats are (2, c) row-major: per channel, the sums over the whole batch of x
  * and x^2 (stats) or of dz and dz * xhat (grad_stats), `count` elements per channel; dz is dy
- * through the relu (dy where y > 0) when relu is 1. */
+ * through the relu (dy where y > 0) when relu is 1. ff_bn_backward_f32's dgamma and dbeta are
+ * the tile's own sums of dz * xhat and dz: `tile_sums`, this tile's ff_bn_stats_backward_f32
+ * (which grad_stats may be), or NULL to compute them (another pass over the tile). */
 void ff_bn_stats_f32(const float *x, double *sums, long n, long c, long hw);
 void ff_bn_forward_f32(const float *x, float *y, const double *stats, const float *gamma,
                        const float *beta, long n, long c, long hw, double count, double eps,
@@ -48,8 +50,9 @@ void ff_bn_stats_backward_f32(const float *x, const float *y, const float *dy,
                               const double *stats, double *sums, long n, long c, long hw,
                               double count, double eps, int relu);
 void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const float *gamma,
-                        const double *stats, const double *grad_stats, float *dx, float *dgamma,
-                        float *dbeta, long n, long c, long hw, double count, double eps, int relu);
+                        const double *stats, const double *grad_stats, const double *tile_sums,
+                        float *dx, float *dgamma, float *dbeta, long n, long c, long hw,
+                        double count, double eps, int relu);
 
 /* The all-reduce of a concurrent launch's points (native/exchange.c): each of `points`
  * threads calls ff_exchange_sum with its index and n doubles, and gets every point's summed in

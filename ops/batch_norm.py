@@ -160,7 +160,9 @@ class BatchNorm(GradientsInto, Op):
         count = _tile_count(x)
         stats = self.statistics_forward(x) if saved is None else saved
         grad_stats = self.statistics_backward(sig, x, weights, y, dy, stats, count)
-        return self.backward_tile_with_statistics(sig, x, weights, y, dy, stats, grad_stats, count)
+        return self.backward_tile_with_statistics(
+            sig, x, weights, y, dy, stats, grad_stats, count, tile_sums=grad_stats
+        )
 
     def train_forward_tile(
         self, sig, x, weights, running, running_out, exchange=None, point: int = 0
@@ -252,12 +254,16 @@ class BatchNorm(GradientsInto, Op):
         xhat, _ = self._normalize_with(sig, x.astype(np.float64), stats, count)
         return np.stack([dz.sum(axis=axes), (dz * xhat).sum(axis=axes)])
 
-    def backward_tile_with_statistics(self, sig, x, weights, y, dy, stats, grad_stats, count=None):
-        """This tile's dx, and its partial gamma and beta gradients (summed over the tiles)."""
+    def backward_tile_with_statistics(
+        self, sig, x, weights, y, dy, stats, grad_stats, count=None, tile_sums=None
+    ):
+        """This tile's dx, and its partial gamma and beta gradients (summed over the tiles):
+        `tile_sums`, its own `statistics_backward` where known (`grad_stats` where the tile
+        holds the batch), spares the C kernel a pass over the tile."""
         count = count or self._count(sig)
         if x.dtype == np.float32:
             dx, dgamma, dbeta = native.bn_backward(
-                x, y, dy, weights[0], stats, grad_stats, count, self.eps, self.relu
+                x, y, dy, weights[0], stats, grad_stats, count, self.eps, self.relu, tile_sums
             )
             return (dx,), (dgamma, dbeta)
         return self.numpy_backward_tile_with_statistics(

@@ -124,9 +124,11 @@ def _f64(array: np.ndarray) -> np.ndarray:
 
 
 def _bn_call(kernel, arrays: tuple[np.ndarray, ...], x: np.ndarray, *scalars):
-    """kernel(pointers to `arrays`, then x's (n, c, hw) as the C kernels walk it, then the
-    scalars); what it returns."""
-    pointers = (_pointer(a, _SUFFIX[a.dtype][1]) for a in arrays)
+    """kernel(pointers to `arrays` (an entry already a pointer, e.g. NULL, as it is), then x's
+    (n, c, hw) as the C kernels walk it, then the scalars); what it returns."""
+    pointers = (
+        _pointer(a, _SUFFIX[a.dtype][1]) if isinstance(a, np.ndarray) else a for a in arrays
+    )
     hw = int(np.prod(x.shape[2:], dtype=np.int64))
     return kernel(*pointers, x.shape[0], x.shape[1], hw, *scalars)
 
@@ -158,13 +160,17 @@ def bn_stats_backward(x, y, dy, stats, count: float, eps: float, relu: bool) -> 
     return sums
 
 
-def bn_backward(x, y, dy, gamma, stats, grad_stats, count: float, eps: float, relu: bool):
+def bn_backward(
+    x, y, dy, gamma, stats, grad_stats, count: float, eps: float, relu: bool, tile_sums=None
+):
     """(dx, dgamma, dbeta) of the tile, float32: the gamma and beta gradients are its partial
-    sums over its own samples."""
+    sums over its own samples, `tile_sums` (its `bn_stats_backward`, which `grad_stats` is
+    where the tile holds the batch) or, when None, summed here."""
     x = _f32(x)
     dx = np.empty_like(x)
     dgamma, dbeta = (np.empty(x.shape[1], dtype=np.float32) for _ in range(2))
-    inputs = (x, _f32(y), _f32(dy), _f32(gamma), _f64(stats), _f64(grad_stats))
+    sums = ffi.NULL if tile_sums is None else _f64(tile_sums)
+    inputs = (x, _f32(y), _f32(dy), _f32(gamma), _f64(stats), _f64(grad_stats), sums)
     scalars = (float(count), float(eps), int(relu))
     _bn_call(lib.ff_bn_backward_f32, (*inputs, dx, dgamma, dbeta), x, *scalars)
     return dx, dgamma, dbeta
