@@ -1,5 +1,5 @@
 /* A fused training step of a program of ops (dense layers, convolutions, poolings, dropouts,
- * LSTM steps, embeddings, stacks, attention, element-wise binary ops, layer norms, splits)
+ * LSTM steps, embeddings, stacks, attention, element-wise ops, layer norms, splits)
  * ending in a softmax under sparse categorical
  * cross-entropy, as flexflow.runtime.step_program describes it, run as one C call for the CPU
  * tasks: forward, loss and backward without the interpreter lock, which the other processors'
@@ -244,6 +244,9 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op, long iteratio
       ff_layer_norm_forward_f32(x, op->w[0], op->w[1], op->y[0], op->z, ff_rstd(op), op->m,
                                 op->n, op->eps);
       return 0;
+    case FF_STEP_UNARY:
+      ff_activate_f32(op->act, x, op->y[0], op->m);
+      return 0;
     case FF_STEP_SPLIT: {
       const long k = op->k * op->n, p = op->p * op->n;
       for (long r = 0; r < op->m; ++r) {
@@ -346,6 +349,11 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
       ff_layer_norm_backward_f32(op->z, ff_rstd(op), op->w[0], op->dy[0], gx[0],
                                  op->w[0] ? gw[0] : NULL, gw[1], (double *)op->scratch, m, n);
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * n);
+      break;
+    case FF_STEP_UNARY:
+      if (gx[0])
+        ff_activation_grad_f32(op->act, (const float *)op->x[0], op->y[0], op->dy[0], gx[0], m);
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m);
       break;
     case FF_STEP_SPLIT: {
       const long part0 = k * n, part1 = op->p * n;

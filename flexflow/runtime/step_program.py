@@ -5,8 +5,8 @@ A step task runs as one call when its whole training step has C kernels: each mo
 op, every other tensor is made and read inside the task (`FusedGroup.internal`), every op is a
 dense layer (relu or none), a convolution (one group, relu or none) or a pooling over whole
 images, a flat or a reshape (read in place), a dropout over whole samples, an LSTM step, an
-embedding (no aggregation), a stack, multi-head attention (no dropout), an element-wise add,
-subtract or multiply, a layer norm, a split in two, or the last op, a softmax under sparse
+embedding (no aggregation), a stack, multi-head attention (no dropout), an activation of its
+own, an element-wise add, subtract or multiply, a layer norm, a split in two, or the last op, a softmax under sparse
 categorical cross-entropy, all float32, and every weight gradient is written whole by the task
 (data parallelism, or one device). The MLP's and LeNet's steps, AlexNet's, whole unrolled RNNs
 (an RNN language model or text classifier), the encoder-decoder NMT and the transformer
@@ -33,6 +33,7 @@ from flexflow.ops.conv2d import Conv2D
 from flexflow.ops.dense import Dense
 from flexflow.ops.dropout import Dropout
 from flexflow.ops.element_binary import BinaryOp, ElementBinary
+from flexflow.ops.element_unary import ElementUnary
 from flexflow.ops.embedding import AggrMode, Embedding
 from flexflow.ops.flat import Flat
 from flexflow.ops.layer_norm import LayerNorm
@@ -184,6 +185,10 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
         return _dropout_op(step, op, reads, y_shape)
     if isinstance(op, (Conv2D, Pool2D)) and not last:
         return _window_op(step, op, reads, x_shape, y_shape)
+    if isinstance(op, ElementUnary) and not last:
+        elements = int(np.prod(y_shape, dtype=np.int64))
+        code = ACTIVATION_CODES[op.activation]
+        return ProgramOp(lib.FF_STEP_UNARY, code, (elements, 0, 0, 0), step, reads)
     if isinstance(op, ElementBinary) and not last:
         elements = int(np.prod(y_shape, dtype=np.int64))
         return ProgramOp(lib.FF_STEP_BINARY, 0, (elements, 0, 0, BINARY_CODES[op.op_type]), step,
