@@ -20,6 +20,31 @@ static inline float ff_gelu_tanh(float x) {
   return ff_tanh(t);
 }
 
+/* GELU's gradient at x, from its inner tanh t, times dy (flexflow.ops.activations._gelu_grad):
+ * 0.5 (1 + t) + 0.5 x (1 - t^2) C (1 + 3 A x^2). */
+static inline float ff_gelu_grad(float x, float t, float dy) {
+  float slope = x * x;
+  slope = slope * (3.0f * FF_GELU_A);
+  slope = slope + 1.0f;
+  slope = slope * x;
+  slope = slope * (0.5f * FF_GELU_C);
+  slope = slope * (1.0f - t * t);
+  return (((t + 1.0f) * 0.5f) + slope) * dy;
+}
+
+void ff_gelu_kept_f32(const float *z, float *y, float *t, long count) {
+  for (long i = 0; i < count; ++i) {
+    const float x = z[i], inner = ff_gelu_tanh(x);
+    t[i] = inner;
+    y[i] = ((inner + 1.0f) * x) * 0.5f;
+  }
+}
+
+void ff_gelu_grad_kept_f32(const float *pre, const float *t, const float *dy, float *dz,
+                           long count) {
+  for (long i = 0; i < count; ++i) dz[i] = ff_gelu_grad(pre[i], t[i], dy[i]);
+}
+
 void ff_activate_f32(int act, const float *z, float *y, long count) {
   switch (act) {
     case FF_ACT_RELU:
@@ -50,16 +75,7 @@ void ff_activation_grad_f32(int act, const float *pre, const float *y, const flo
       for (long i = 0; i < count; ++i) dz[i] = dy[i] * (float)(y[i] > 0.0f);
       return;
     case FF_ACT_GELU:
-      for (long i = 0; i < count; ++i) {
-        const float x = pre[i], t = ff_gelu_tanh(x);
-        float slope = x * x;
-        slope = slope * (3.0f * FF_GELU_A);
-        slope = slope + 1.0f;
-        slope = slope * x;
-        slope = slope * (0.5f * FF_GELU_C);
-        slope = slope * (1.0f - t * t);
-        dz[i] = (((t + 1.0f) * 0.5f) + slope) * dy[i];
-      }
+      for (long i = 0; i < count; ++i) dz[i] = ff_gelu_grad(pre[i], ff_gelu_tanh(pre[i]), dy[i]);
       return;
     case FF_ACT_TANH:
       for (long i = 0; i < count; ++i) dz[i] = dy[i] * (1.0f - y[i] * y[i]);

@@ -9,7 +9,7 @@
 #include "kernels.h"
 
 void ff_dense_forward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *b,
-                          float *y, float *pre, long m, long n, long k, int act) {
+                          float *y, float *pre, float *kept, long m, long n, long k, int act) {
   gemm(FF_ROW_MAJOR, FF_NO_TRANS, FF_TRANS, (int)m, (int)n, (int)k, 1.0f, x, (int)k, w, (int)k,
        0.0f, y, (int)n);
   if (b)
@@ -18,14 +18,20 @@ void ff_dense_forward_f32(ff_sgemm_fn gemm, const float *x, const float *w, cons
       for (long j = 0; j < n; ++j) row[j] = row[j] + b[j];
     }
   if (pre) memcpy(pre, y, sizeof(float) * m * n);
-  ff_activate_f32(act, y, y, m * n);
+  if (act == FF_ACT_GELU && kept)
+    ff_gelu_kept_f32(y, y, kept, m * n);
+  else
+    ff_activate_f32(act, y, y, m * n);
 }
 
 void ff_dense_backward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *y,
-                           const float *pre, const float *dy, float *dz, float *dw, float *db,
-                           float *dx, long m, long n, long k, int act) {
+                           const float *pre, const float *kept, const float *dy, float *dz,
+                           float *dw, float *db, float *dx, long m, long n, long k, int act) {
   const float *g = dy;
-  if (act != FF_ACT_NONE) {
+  if (act == FF_ACT_GELU && kept) {
+    ff_gelu_grad_kept_f32(pre, kept, dy, dz, m * n);
+    g = dz;
+  } else if (act != FF_ACT_NONE) {
     ff_activation_grad_f32(act, pre, y, dy, dz, m * n);
     g = dz;
   }

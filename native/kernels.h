@@ -103,22 +103,28 @@ enum { FF_ACT_NONE = 0, FF_ACT_RELU = 1, FF_ACT_GELU = 2, FF_ACT_TANH = 3, FF_AC
 void ff_activate_f32(int act, const float *z, float *y, long count);
 void ff_activation_grad_f32(int act, const float *pre, const float *y, const float *dy, float *dz,
                             long count);
+/* GELU keeping its inner tanh t (count floats; y may be z), and its gradient from the
+ * pre-activation and t (dz may be pre): the backward without another tanh. */
+void ff_gelu_kept_f32(const float *z, float *y, float *t, long count);
+void ff_gelu_grad_kept_f32(const float *pre, const float *t, const float *dy, float *dz,
+                           long count);
 
 /* Dense layers (native/dense.c) on C-contiguous float32 tiles: x (m, k), w (n, k), y and dy
  * (m, n). `gemm` is a CBLAS sgemm (ops/blas.py hands MKL's). Forward: y = act(x w^T (+ b)),
- * the pre-activation also into `pre` (m, n) unless NULL. Backward from y (and `pre` for GELU)
- * and dy: dz = dy through the activation (dz: scratch of m * n, unused without an activation;
- * it may be `pre`), db (n) = dz summed over rows (skipped when db is NULL), dw (n, k) = dz^T x,
+ * the pre-activation also into `pre` (m, n) unless NULL, and GELU's inner tanh into `kept`
+ * (m, n) unless NULL. Backward from y (and `pre` for GELU, with its `kept` tanh or NULL) and
+ * dy: dz = dy through the activation (dz: scratch of m * n, unused without an activation; it
+ * may be `pre`), db (n) = dz summed over rows (skipped when db is NULL), dw (n, k) = dz^T x,
  * dx (m, k) = dz w (skipped when dx is NULL). */
 enum { FF_ROW_MAJOR = 101, FF_NO_TRANS = 111, FF_TRANS = 112 }; /* mkl_cblas.h's values */
 typedef void (*ff_sgemm_fn)(int layout, int trans_a, int trans_b, int m, int n, int k,
                             float alpha, const float *a, int lda, const float *b, int ldb,
                             float beta, float *c, int ldc);
 void ff_dense_forward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *b,
-                          float *y, float *pre, long m, long n, long k, int act);
+                          float *y, float *pre, float *kept, long m, long n, long k, int act);
 void ff_dense_backward_f32(ff_sgemm_fn gemm, const float *x, const float *w, const float *y,
-                           const float *pre, const float *dy, float *dz, float *dw, float *db,
-                           float *dx, long m, long n, long k, int act);
+                           const float *pre, const float *kept, const float *dy, float *dz,
+                           float *dw, float *db, float *dx, long m, long n, long k, int act);
 
 /* Layer normalization (native/layer_norm.c) of `rows` rows of `width` float32 values, as
  * flexflow.ops.layer_norm: y = x_hat gamma + beta (x_hat alone when gamma is NULL), x_hat and
@@ -216,8 +222,8 @@ void ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, lon
  * floats): the gradient of a tensor its readers read in parts and add into.
  * Kinds, with their sizes m, n, k, p:
  * - DENSE: x[0] (m, k), w[0] (n, k), w[1] bias (n) or NULL, y[0] and dy[0] (m, n), `act`
- *   (FF_ACT_*), z (m, n) with an activation: the pre-activation, then its gradient; as
- *   ff_dense_forward/backward_f32.
+ *   (FF_ACT_*), z (m, n) with an activation: the pre-activation, then its gradient, and for
+ *   GELU dz (m, n): its kept tanh; as ff_dense_forward/backward_f32.
  * - SOFTMAX: over the last dimension of x[0] and y[0] (m, n).
  * - LSTM: one step, as ff_lstm_forward/backward_f32 with m samples, n hidden units, k inputs
  *   and p units of h_prev: x[0] with ldx floats between rows (a time step of a sequence),

@@ -196,7 +196,8 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op, long iteratio
   switch (op->kind) {
     case FF_STEP_DENSE:
       ff_dense_forward_f32(gemm, x, op->w[0], op->w[1], op->y[0],
-                           op->act == FF_ACT_GELU ? op->z : NULL, op->m, op->n, op->k, op->act);
+                           op->act == FF_ACT_GELU ? op->z : NULL,
+                           op->act == FF_ACT_GELU ? op->dz : NULL, op->m, op->n, op->k, op->act);
       return 0;
     case FF_STEP_SOFTMAX:
       ff_softmax_rows_f32(x, op->y[0], op->m, op->n);
@@ -267,8 +268,9 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
   const long m = op->m, n = op->n, k = op->k;
   switch (op->kind) {
     case FF_STEP_DENSE:
-      ff_dense_backward_f32(gemm, (const float *)op->x[0], op->w[0], op->y[0], op->z, op->dy[0],
-                            op->z, gw[0], gw[1], gx[0], m, n, k, op->act);
+      ff_dense_backward_f32(gemm, (const float *)op->x[0], op->w[0], op->y[0], op->z,
+                            op->act == FF_ACT_GELU ? op->dz : NULL, op->dy[0], op->z, gw[0],
+                            gw[1], gx[0], m, n, k, op->act);
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * k);
       break;
     case FF_STEP_SOFTMAX:

@@ -108,7 +108,8 @@ class Dense(GradientsInto, Op):
 
     def forward_tile_saving(self, sig, region, inputs, weights) -> tuple[Arrays, object]:
         """`forward_tile`, keeping the pre-activation where the activation's gradient reads it
-        (GELU's), which the backward would otherwise compute again: a whole matrix product."""
+        (GELU's, with its inner tanh), which the backward would otherwise compute again: a
+        whole matrix product, and a tanh per value."""
         gemm = self._host_gemm(inputs[0], weights)
         if gemm is None:
             return self.forward(inputs, weights), None
@@ -117,8 +118,8 @@ class Dense(GradientsInto, Op):
         keep = ACTIVATIONS[self.activation].grad_needs_input
         act = native.ACTIVATION_CODES[self.activation]
         made = native.dense_forward(gemm, x.reshape(-1, x.shape[-1]), weights[0], bias, act, keep)
-        y, pre = made if keep else (made, None)
-        return (y.reshape(x.shape[:-1] + y.shape[-1:]),), pre  # (..., out)
+        y, kept = made if keep else (made, None)  # kept: (pre-activation, GELU's tanh)
+        return (y.reshape(x.shape[:-1] + y.shape[-1:]),), kept  # (..., out)
 
     skips_input_grads = True
 
@@ -158,12 +159,12 @@ class Dense(GradientsInto, Op):
         if self.use_bias:
             db = writable_into(into[1], (n,), x2)
             grads.append(np.empty(n, np.float32) if db is None else db)
-        pre = None
+        pre = kept = None
         if ACTIVATIONS[self.activation].grad_needs_input:  # GELU's: kept by the forward
-            pre = saved if saved is not None else self._pre_activation(x2, weights)
+            pre, kept = saved if saved is not None else (self._pre_activation(x2, weights), None)
         dx = native.dense_backward(
             gemm, x2, weights[0], outputs[0].reshape(-1, n), pre, grad_outputs[0].reshape(-1, n),
             grads[0], grads[1] if self.use_bias else None,
-            native.ACTIVATION_CODES[self.activation], need_input_grads,
+            native.ACTIVATION_CODES[self.activation], need_input_grads, kept,
         )  # fmt: skip
         return (None if dx is None else dx.reshape(x.shape),), tuple(grads)

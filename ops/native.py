@@ -290,28 +290,31 @@ def _floats(array: np.ndarray | None):
 
 def dense_forward(gemm: int, x, w, b, act: int, keep_pre: bool = False):
     """y (m, n) = act(x (m, k) w^T (+ b)), float32, through the sgemm at address `gemm`;
-    `act` a FF_ACT_* code (`ACTIVATION_CODES`). With `keep_pre`, (y, the pre-activation)."""
+    `act` a FF_ACT_* code (`ACTIVATION_CODES`). With `keep_pre`, (y, (the pre-activation,
+    GELU's inner tanh or None)): what `dense_backward` reads instead of computing it again."""
     x, w = _f32(x), _f32(w)
     y = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
     pre = np.empty_like(y) if keep_pre else None
+    kept = np.empty_like(y) if keep_pre and act == lib.FF_ACT_GELU else None
     lib.ff_dense_forward_f32(
         _sgemm(gemm), _floats(x), _floats(w), _floats(None if b is None else _f32(b)),
-        _floats(y), _floats(pre), x.shape[0], w.shape[0], x.shape[1], act,
+        _floats(y), _floats(pre), _floats(kept), x.shape[0], w.shape[0], x.shape[1], act,
     )  # fmt: skip
-    return (y, pre) if keep_pre else y
+    return (y, (pre, kept)) if keep_pre else y
 
 
-def dense_backward(gemm: int, x, w, y, pre, dy, dw, db, act: int, need_dx: bool):
+def dense_backward(gemm: int, x, w, y, pre, dy, dw, db, act: int, need_dx: bool, kept=None):
     """The gradients of `dense_forward` from its output y (and its pre-activation `pre`, which
-    GELU's gradient reads; None for the others) and dy: dw (n, k) and db (n, or None without a
-    bias) are written (C-contiguous float32 arrays); returns dx (m, k), or None without
-    `need_dx`."""
+    GELU's gradient reads, with its `kept` inner tanh where the forward kept it; None for the
+    others) and dy: dw (n, k) and db (n, or None without a bias) are written (C-contiguous
+    float32 arrays); returns dx (m, k), or None without `need_dx`."""
     x, w, y, dy = _f32(x), _f32(w), _f32(y), _f32(dy)
     (m, k), n = x.shape, w.shape[0]
     dz = np.empty((m, n), dtype=np.float32) if act != lib.FF_ACT_NONE else None
     dx = np.empty((m, k), dtype=np.float32) if need_dx else None
+    pre, kept = (None if a is None else _f32(a) for a in (pre, kept))
     lib.ff_dense_backward_f32(
-        _sgemm(gemm), _floats(x), _floats(w), _floats(y), _floats(None if pre is None else _f32(pre)),
+        _sgemm(gemm), _floats(x), _floats(w), _floats(y), _floats(pre), _floats(kept),
         _floats(dy), _floats(dz), _floats(dw), _floats(db), _floats(dx), m, n, k, act,
     )  # fmt: skip
     return dx

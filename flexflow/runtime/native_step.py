@@ -121,6 +121,8 @@ class NativeStep:
         m, n = op.dims[0], op.dims[1]
         if op.kind == lib.FF_STEP_DENSE and op.act != lib.FF_ACT_NONE:
             c.z = _pointer(self._array((m, n)))  # the pre-activation, then its gradient
+            if op.act == lib.FF_ACT_GELU:
+                c.dz = _pointer(self._array((m, n)))  # its inner tanh
         if op.kind == lib.FF_STEP_LAYER_NORM:  # x_hat; the sums' 2 n doubles, then rstd
             c.z, c.scratch = _pointer(self._array((m, n))), _pointer(self._array((4 * n + m,)))
         if op.kind == lib.FF_STEP_LSTM:

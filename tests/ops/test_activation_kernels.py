@@ -59,3 +59,18 @@ def test_every_activation_and_its_gradient_match_numpy(mode):
     # GELU's slope: 1 - tanh^2 near 0, times x^2
     bound = 2e-6 * np.abs(reference.grad(x, want, dy)) + 2.4e-7 * (1 + x * x) * np.abs(dy)
     assert np.all(np.abs(dz - reference.grad(x, want, dy)) <= bound)
+
+
+def test_gelu_keeping_its_tanh_gives_the_same_bits():
+    """A dense layer's GELU keeps its inner tanh for the backward (ff_gelu_kept_f32): the same
+    values and gradients as computing it again."""
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(5_000) * 4).astype(np.float32)
+    dy = rng.standard_normal(x.size).astype(np.float32)
+    y, t, dz, want_dz = (np.empty_like(x) for _ in range(4))
+    lib.ff_gelu_kept_f32(_floats(x), _floats(y), _floats(t), x.size)
+    np.testing.assert_array_equal(y, _activate(ActiMode.AC_MODE_GELU, x))
+    lib.ff_gelu_grad_kept_f32(_floats(x), _floats(t), _floats(dy), _floats(dz), x.size)
+    code = ACTIVATION_CODES[ActiMode.AC_MODE_GELU]
+    lib.ff_activation_grad_f32(code, _floats(x), _floats(y), _floats(dy), _floats(want_dz), x.size)
+    np.testing.assert_array_equal(dz, want_dz)
