@@ -234,6 +234,7 @@ void ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, lon
  *   [0, k). Its gradient adds each row of dy into the id's row, in order, as numpy's add.at.
  * - STACK: `count` parts (m, n) into y[0] (m, count, n); backward copies (or adds, per
  *   dparts_add) each part's slice of dy[0] into dparts.
+ * - CONCAT: as STACK, part t (m, part_n[t]) into each row of y[0] after the parts before it.
  * - ATTENTION: x[0..2] query, key, value, w[0..7] and y[0] as ff_attention_forward_f32 with
  *   `att`, its scratch in `scratch`.
  * - CONV: x[0] (n, c, h, w), w[0] the kernel (o, c, kh, kw), w[1] bias (o) or NULL, y[0]
@@ -258,7 +259,7 @@ void ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, lon
 enum { FF_STEP_DENSE = 0, FF_STEP_SOFTMAX = 1, FF_STEP_LSTM = 2, FF_STEP_EMBEDDING = 3,
        FF_STEP_STACK = 4, FF_STEP_ATTENTION = 5, FF_STEP_CONV = 6, FF_STEP_POOL = 7,
        FF_STEP_DROPOUT = 8, FF_STEP_BINARY = 9, FF_STEP_LAYER_NORM = 10, FF_STEP_SPLIT = 11,
-       FF_STEP_UNARY = 12 };
+       FF_STEP_UNARY = 12, FF_STEP_CONCAT = 13 };
 enum { FF_BINARY_ADD = 0, FF_BINARY_SUBTRACT = 1, FF_BINARY_MULTIPLY = 2 };
 enum { FF_STEP_SLOTS = 3, FF_STEP_WEIGHTS = 8, FF_STEP_BAD_ID = -4 };
 typedef struct {
@@ -284,6 +285,7 @@ typedef struct {
   float *const *dparts;
   const int *dparts_add;
   long count;
+  const long *part_n;
   ff_attention_dims att;
   ff_window_dims win;
   float *scratch;

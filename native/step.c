@@ -1,5 +1,6 @@
 /* A fused training step of a program of ops (dense layers, convolutions, poolings, dropouts,
- * LSTM steps, embeddings, stacks, attention, element-wise ops, layer norms, splits)
+ * LSTM steps, embeddings, stacks, concatenations, attention, element-wise ops, layer norms,
+ * splits)
  * ending in a softmax under sparse categorical
  * cross-entropy, as flexflow.runtime.step_program describes it, run as one C call for the CPU
  * tasks: forward, loss and backward without the interpreter lock, which the other processors'
@@ -156,6 +157,41 @@ void ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, lon
   for (long r = 0; r < rows; ++r) ff_add_f32(grad + (long)ids[r] * width, dy + r * width, width);
 }
 
+/* Floats of part t in each of a join's m rows: n for a stack, part_n[t] for a concat. */
+static long ff_part_floats(const ff_step_op *op, long t) { return op->part_n ? op->part_n[t] : op->n; }
+
+/* A stack or concat: each row of y[0] is the parts' rows one after another. */
+static void ff_join_forward(const ff_step_op *op) {
+  long total = 0;
+  for (long t = 0; t < op->count; ++t) total += ff_part_floats(op, t);
+  for (long r = 0; r < op->m; ++r) {
+    float *row = op->y[0] + r * total;
+    for (long t = 0; t < op->count; ++t) {
+      const long floats = ff_part_floats(op, t);
+      memcpy(row, op->parts[t] + r * floats, sizeof(float) * floats);
+      row += floats;
+    }
+  }
+}
+
+/* Its backward: each part's slice of dy[0] copied (or added, per dparts_add) into dparts. */
+static void ff_join_backward(const ff_step_op *op) {
+  long total = 0;
+  for (long t = 0; t < op->count; ++t) total += ff_part_floats(op, t);
+  for (long r = 0; r < op->m; ++r) {
+    const float *row = op->dy[0] + r * total;
+    for (long t = 0; t < op->count; ++t) {
+      const long floats = ff_part_floats(op, t);
+      float *part = op->dparts[t];
+      if (part && op->dparts_add[t])
+        ff_add_f32(part + r * floats, row, floats);
+      else if (part)
+        memcpy(part + r * floats, row, sizeof(float) * floats);
+      row += floats;
+    }
+  }
+}
+
 /* y[0] = x[0] (op) x[1], element by element (flexflow.ops.element_binary's rules). */
 static void ff_binary_forward(const ff_step_op *op, const float *a, const float *b) {
   float *y = op->y[0];
@@ -216,10 +252,8 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op, long iteratio
       return 0;
     }
     case FF_STEP_STACK:
-      for (long r = 0; r < op->m; ++r)
-        for (long t = 0; t < op->count; ++t)
-          memcpy(op->y[0] + (r * op->count + t) * op->n, op->parts[t] + r * op->n,
-                 sizeof(float) * op->n);
+    case FF_STEP_CONCAT:
+      ff_join_forward(op);
       return 0;
     case FF_STEP_ATTENTION:
       ff_attention_forward_f32(gemm, &op->att, x, (const float *)op->x[1],
@@ -301,17 +335,8 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
       ff_embedding_backward_f32((const int *)op->x[0], op->dy[0], gw[0], m, n, op->k);
       break;
     case FF_STEP_STACK:
-      for (long t = 0; t < op->count; ++t) {
-        float *part = op->dparts[t];
-        if (!part) continue;
-        for (long r = 0; r < m; ++r) {
-          const float *slice = op->dy[0] + (r * op->count + t) * n;
-          if (op->dparts_add[t])
-            ff_add_f32(part + r * n, slice, n);
-          else
-            memcpy(part + r * n, slice, sizeof(float) * n);
-        }
-      }
+    case FF_STEP_CONCAT:
+      ff_join_backward(op);
       break;
     case FF_STEP_ATTENTION: {
       const ff_attention_dims *d = &op->att;

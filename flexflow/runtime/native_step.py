@@ -98,12 +98,15 @@ class NativeStep:
                     self._array((int(lib.ff_conv_scratch(ffi.addressof(c, "win"))),))
                 )
         shapes = [region_shape(slot.region) for _, slot in step.inputs]
-        if op.kind == lib.FF_STEP_STACK:
+        if op.kind in (lib.FF_STEP_STACK, lib.FF_STEP_CONCAT):
             parts = ffi.new("const float *[]", [_pointer(values[t]) for t in op.reads])
             dparts = ffi.new("float *[]", [_pointer(grads[t]) for t in op.reads])
             adds = ffi.new("int[]", [int(mode == ADD) for mode in op.grads])
             self._held += [parts, dparts, adds]
             c.parts, c.dparts, c.dparts_add, c.count = parts, dparts, adds, len(op.reads)
+            if op.part_floats:
+                c.part_n = lengths = ffi.new("long[]", op.part_floats)
+                self._held.append(lengths)
         else:
             for j, (tensor, mode) in enumerate(zip(op.reads, op.grads, strict=True)):
                 if tensor in self._model_inputs:

@@ -5,8 +5,8 @@ A step task runs as one call when its whole training step has C kernels: each mo
 op, every other tensor is made and read inside the task (`FusedGroup.internal`), every op is a
 dense layer (relu or none), a convolution (one group, relu or none) or a pooling over whole
 images, a flat or a reshape (read in place), a dropout over whole samples, an LSTM step, an
-embedding (no aggregation), a stack, multi-head attention (no dropout), an activation of its
-own, an element-wise add, subtract or multiply, a layer norm, a split in two, or the last op, a softmax under sparse
+embedding (no aggregation), a stack or concatenation, multi-head attention (no dropout), an
+activation of its own, an element-wise add, subtract or multiply, a layer norm, a split in two, or the last op, a softmax under sparse
 categorical cross-entropy, all float32, and every weight gradient is written whole by the task
 (data parallelism, or one device). The MLP's and LeNet's steps, AlexNet's, whole unrolled RNNs
 (an RNN language model or text classifier), the encoder-decoder NMT and the transformer
@@ -29,6 +29,7 @@ from flexflow._kernels import lib
 from flexflow.fusion import FusedTask, OpStep, Slot, SlotKind
 from flexflow.ops.activations import ActiMode
 from flexflow.ops.base import region_shape
+from flexflow.ops.concat import Concat
 from flexflow.ops.conv2d import Conv2D
 from flexflow.ops.dense import Dense
 from flexflow.ops.dropout import Dropout
@@ -92,6 +93,8 @@ class ProgramOp:
     whole tensor."""
     eps: float = 0.0
     """Layer norm: its epsilon."""
+    part_floats: tuple[int, ...] = ()
+    """Concat: the floats each input adds to a row of the output."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +205,14 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
         outer = int(np.prod(x_shape[:axis], dtype=np.int64))
         inner = int(np.prod(x_shape[axis + 1 :], dtype=np.int64))
         return ProgramOp(lib.FF_STEP_SPLIT, 0, (outer, inner, *op.sizes), step, reads)
+    if isinstance(op, Concat) and not last:
+        axis = op.axis % len(y_shape)
+        shapes = [_shape(slot) for _, slot in step.inputs]
+        if any(s[:axis] + s[axis + 1 :] != y_shape[:axis] + y_shape[axis + 1 :] for s in shapes):
+            return None
+        outer = int(np.prod(y_shape[:axis], dtype=np.int64))
+        floats = tuple(int(np.prod(s[axis:], dtype=np.int64)) for s in shapes)
+        return ProgramOp(lib.FF_STEP_CONCAT, 0, (outer, 0, 0, 0), step, reads, part_floats=floats)
     if isinstance(op, Stack) and not last:
         axis = op.axis % len(y_shape)
         part = y_shape[:axis] + y_shape[axis + 1 :]

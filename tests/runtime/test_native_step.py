@@ -267,11 +267,11 @@ def test_a_run_is_told_why_a_step_is_not_one_c_call():
     model = FFModel(FFConfig(batch_size=8))
     x = model.create_tensor((8, 2, 6, 6), name="image")
     x = model.conv2d(x, 3, 3, 3, 1, 1, 1, 1)
-    x = model.concat([x, x], axis=1, name="join")
+    x = model.mean(x, [2], name="average")
     model.softmax(model.dense(model.flat(x), CLASSES))
     graph = model.graph()
     assert program_reason(graph, "p100:1") == (
-        f"the C step has no kernel for {graph.ops[1].kind} 'join' as configured"
+        f"the C step has no kernel for {graph.ops[1].kind} 'average' as configured"
     )
 
 
@@ -280,12 +280,12 @@ def program_reason(graph, machine="local"):
 
 
 def test_a_step_the_c_program_cannot_run_runs_op_by_op():
-    """An unrolled RNN whose states are concatenated with themselves (no C kernel in the
-    program): no program, the step runs op by op."""
+    """An unrolled RNN whose states are transposed (no C kernel in the program): no program,
+    the step runs op by op."""
     model = FFModel(FFConfig(batch_size=8))
     tokens = model.create_tensor((8, 3), DataType.DT_INT32, name="x")
     states = model.lstm(model.embedding(tokens, VOCAB, 6), 8)
-    states = model.concat([states, states], axis=2)
+    states = model.transpose(model.transpose(states, (0, 2, 1)), (0, 2, 1))
     model.softmax(model.dense(states, CLASSES))
     assert program(_task(model.graph(), "p100:1")) is None
 
@@ -353,7 +353,7 @@ def _encoder(kind: str):
     GELU feed-forward layers, dropouts, residual adds, the first token split off and reshaped,
     a tanh pooler), or a model of the other element-wise ops: sigmoid and GELU ops of their
     own, a subtract, a multiply, a layer norm over two axes without gamma and beta, a split
-    whose both parts are read."""
+    whose both parts are read, a concatenation reading one of them twice."""
     from flexflow.zoo import load_model
 
     if kind == "transformer":
@@ -367,7 +367,8 @@ def _encoder(kind: str):
     gated = model.multiply(model.sigmoid(model.dense(x, 6)), model.gelu(x))
     x = model.layer_norm(model.subtract(gated, x), (-2, -1), elementwise_affine=False)
     first, rest = model.split(x, [1, 3], 1)
-    x = model.add(model.reshape(first, (8, 6)), model.dense(model.reshape(rest, (8, 18)), 6))
+    rest = model.concat([rest, first, rest], axis=1)  # (8, 7, 6): a part read twice
+    x = model.add(model.reshape(first, (8, 6)), model.dense(model.reshape(rest, (8, 42)), 6))
     model.softmax(model.dense(x, CLASSES))
     return model.graph()
 
@@ -382,6 +383,7 @@ def test_the_c_step_of_a_transformer_computes_the_op_by_op_step(kind, index, pad
     for name in ("BINARY", "LAYER_NORM", "SPLIT", "EMBEDDING"):
         assert getattr(lib, f"FF_STEP_{name}") in kinds
     assert (lib.FF_STEP_UNARY in kinds) == (kind == "element_wise")  # sigmoid, GELU ops
+    assert (lib.FF_STEP_CONCAT in kinds) == (kind == "element_wise")
     if kind == "transformer":
         assert lib.FF_STEP_ATTENTION in kinds and lib.FF_STEP_DROPOUT in kinds
         assert len(made.inputs) == 2  # token and position ids
