@@ -9,6 +9,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
+from . import native
 from .base import (
     Arrays,
     Dim,
@@ -86,6 +87,58 @@ class LayerNorm(Op):
     def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
         elements = region_volume(self.input_regions(sig, region)[0])
         return float(FORWARD_FLOPS * elements), float(BACKWARD_FLOPS * elements)
+
+    # ---- CPU tiles: the C kernels (native/layer_norm.c), which the C training step runs too ----
+    skips_input_grads = True
+
+    def _host(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> bool:
+        """Whether the C kernels take this tile: float32 throughout."""
+        return x.dtype == np.float32 and all(w.dtype == np.float32 for w in weights)
+
+    def _c_forward(self, x: np.ndarray, weights: Sequence[np.ndarray]):
+        width = int(np.prod(x.shape[x.ndim - len(self.axes) :], dtype=np.int64))
+        gamma, beta = weights if self.elementwise_affine else (None, None)
+        y, saved = native.layer_norm_forward(x, gamma, beta, width, self.eps)
+        return y.reshape(x.shape), saved
+
+    def forward_tile(self, sig, region, inputs, weights) -> Arrays:
+        return self.forward_tile_saving(sig, region, inputs, weights)[0]
+
+    def forward_tile_saving(self, sig, region, inputs, weights) -> tuple[Arrays, object]:
+        """`forward_tile`, keeping x_hat and each row's 1 / std for its backward in the same
+        task (numpy's backward normalized again)."""
+        (x,) = inputs
+        if not self._host(x, weights):
+            return self.forward(inputs, weights), None
+        y, saved = self._c_forward(x, weights)
+        return (y,), saved
+
+    def backward_tile(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads=True
+    ):
+        return self.backward_tile_into(
+            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, ()
+        )
+
+    def backward_tile_into(
+        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,
+        weight_grads_into, saved=None,
+    ):  # fmt: skip
+        (x,) = inputs
+        if not self._host(x, weights):
+            return self.backward(inputs, weights, outputs, grad_outputs)
+        if saved is None:
+            saved = self._c_forward(x, weights)[1]
+        gamma = weights[0] if self.elementwise_affine else None
+        dx, dgamma, dbeta = native.layer_norm_backward(
+            saved, gamma, grad_outputs[0], need_input_grads
+        )
+        grads = (
+            (dgamma.reshape(weights[0].shape), dbeta.reshape(weights[1].shape))
+            if (self.elementwise_affine)
+            else ()
+        )
+        return (None if dx is None else dx.reshape(x.shape),), grads
 
     # ---- reference kernels --------------------------------------------------------------------
     def _normalize(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -453,3 +453,38 @@ def attention_backward(gemm: int, inputs: Sequence[np.ndarray], weights: Sequenc
         *(_floats(d) for d in dx), _weight_pointers(grads, "float *"),
     )  # fmt: skip
     return tuple(dx), tuple(grads)
+
+
+# ---- layer norm on float32 tiles -----------------------------------------------------------------
+def layer_norm_forward(x: np.ndarray, gamma, beta, width: int, eps: float):
+    """y of layer norm over the last `width` values of each row of x (native/layer_norm.c),
+    float32, and what its backward reads: (x_hat, rstd per row)."""
+    x = _f32(x)
+    rows = x.size // width
+    y, x_hat = np.empty_like(x), np.empty_like(x)
+    rstd = np.empty(rows, dtype=np.float32)
+    gamma = None if gamma is None else _f32(gamma)
+    beta = None if beta is None else _f32(beta)
+    lib.ff_layer_norm_forward_f32(
+        _floats(x), _floats(gamma), _floats(beta), _floats(y), _floats(x_hat), _floats(rstd),
+        rows, width, eps,
+    )  # fmt: skip
+    return y, (x_hat, rstd)
+
+
+def layer_norm_backward(saved, gamma, dy: np.ndarray, need_dx: bool):
+    """(dx or None, dgamma, dbeta (None without gamma)) from `layer_norm_forward`'s saved
+    (x_hat, rstd) and dy."""
+    x_hat, rstd = saved
+    dy = _f32(dy)
+    rows, width = rstd.size, x_hat.size // rstd.size
+    dx = np.empty_like(dy) if need_dx else None
+    affine = gamma is not None
+    dgamma, dbeta = (np.empty(width, np.float32) if affine else None for _ in range(2))
+    sums = np.empty(2 * width, dtype=np.float64)
+    lib.ff_layer_norm_backward_f32(
+        _floats(x_hat), _floats(rstd), _floats(None if gamma is None else _f32(gamma)),
+        _floats(dy), _floats(dx), _floats(dgamma), _floats(dbeta),
+        ffi.from_buffer("double[]", sums), rows, width,
+    )  # fmt: skip
+    return dx, dgamma, dbeta

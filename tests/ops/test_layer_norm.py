@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flexflow.errors import ShapeError
 from flexflow.ops import DimKind, DType, TensorSpec
@@ -97,3 +99,42 @@ def test_forward_matches_naive_loop():
 def test_shape_errors(op, inputs, match):
     with pytest.raises(ShapeError, match=r"layer_norm 'ln': " + match):
         op.infer("ln", inputs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, 6),
+    length=st.integers(1, 4),
+    width=st.integers(1, 9),
+    two_axes=st.booleans(),
+    affine=st.booleans(),
+    saving=st.booleans(),
+    need_input_grads=st.booleans(),
+)
+def test_float32_tiles_through_c_compute_the_reference(
+    rows, length, width, two_axes, affine, saving, need_input_grads
+):
+    """native/layer_norm.c (the C step's kernels) on float32 tiles, with or without the
+    forward's kept x_hat and 1 / std: the reference's values to float32 rounding."""
+    op = LayerNorm((-2, -1) if two_axes else (-1,), affine)
+    shape = (rows, length, width)
+    sig = op.infer("norm", [TensorSpec(shape)])
+    rng = np.random.default_rng(rows * 100 + length * 10 + width)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    weights = [rng.standard_normal(w.shape).astype(np.float32) for w in sig.weights]
+    region = full_region(shape)
+    (y,), saved = op.forward_tile_saving(sig, region, [x], weights)
+    (want,) = op.forward([x], weights)
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    (dx,), grads = op.backward_tile_into(
+        sig, region, [x], weights, [y], [dy], need_input_grads, (), saved if saving else None
+    )
+    (want_dx,), want_grads = op.backward([x], weights, [want], [dy])
+    for got, expected in zip(grads, want_grads, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    if need_input_grads:
+        np.testing.assert_allclose(dx, want_dx, rtol=1e-4, atol=1e-5)
+    else:
+        assert dx is None
