@@ -253,13 +253,14 @@ void ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, lon
  * - SPLIT: x[0] (m, k + p, n) into y[0] (m, k, n) and y[1] (m, p, n); the backward joins dy[0]
  *   and dy[1] (zeros where nothing read the part).
  * - UNARY: y[0] = act(x[0]), m elements, as ff_activate_f32 (GELU's gradient reads x[0]).
+ * - MEAN: x[0] (m, k, n) averaged over k into y[0] (m, n) (summed in double).
  * With flat buffers, w[i] and dw[i] are taken at w_at[i] and dw_at[i] (-1: not a flat one).
  * Returns 0, -1 at a label outside [0, n), -2 when the program does not end in a softmax, -4
  * at an id outside the embedding's table. */
 enum { FF_STEP_DENSE = 0, FF_STEP_SOFTMAX = 1, FF_STEP_LSTM = 2, FF_STEP_EMBEDDING = 3,
        FF_STEP_STACK = 4, FF_STEP_ATTENTION = 5, FF_STEP_CONV = 6, FF_STEP_POOL = 7,
        FF_STEP_DROPOUT = 8, FF_STEP_BINARY = 9, FF_STEP_LAYER_NORM = 10, FF_STEP_SPLIT = 11,
-       FF_STEP_UNARY = 12, FF_STEP_CONCAT = 13 };
+       FF_STEP_UNARY = 12, FF_STEP_CONCAT = 13, FF_STEP_MEAN = 14 };
 enum { FF_BINARY_ADD = 0, FF_BINARY_SUBTRACT = 1, FF_BINARY_MULTIPLY = 2 };
 enum { FF_STEP_SLOTS = 3, FF_STEP_WEIGHTS = 8, FF_STEP_BAD_ID = -4 };
 typedef struct {

@@ -1,6 +1,6 @@
 /* A fused training step of a program of ops (dense layers, convolutions, poolings, dropouts,
  * LSTM steps, embeddings, stacks, concatenations, attention, element-wise ops, layer norms,
- * splits)
+ * splits, means)
  * ending in a softmax under sparse categorical
  * cross-entropy, as flexflow.runtime.step_program describes it, run as one C call for the CPU
  * tasks: forward, loss and backward without the interpreter lock, which the other processors'
@@ -282,6 +282,14 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op, long iteratio
     case FF_STEP_UNARY:
       ff_activate_f32(op->act, x, op->y[0], op->m);
       return 0;
+    case FF_STEP_MEAN:
+      for (long o = 0; o < op->m; ++o)
+        for (long i = 0; i < op->n; ++i) {
+          double sum = 0.0;
+          for (long r = 0; r < op->k; ++r) sum += x[(o * op->k + r) * op->n + i];
+          op->y[0][o * op->n + i] = (float)(sum / (double)op->k);
+        }
+      return 0;
     case FF_STEP_SPLIT: {
       const long k = op->k * op->n, p = op->p * op->n;
       for (long r = 0; r < op->m; ++r) {
@@ -376,6 +384,13 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
       ff_layer_norm_backward_f32(op->z, ff_rstd(op), op->w[0], op->dy[0], gx[0],
                                  op->w[0] ? gw[0] : NULL, gw[1], (double *)op->scratch, m, n);
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * n);
+      break;
+    case FF_STEP_MEAN:
+      if (gx[0]) /* dy / count, broadcast over the reduced values, as the reference */
+        for (long o = 0; o < m; ++o)
+          for (long r = 0; r < k; ++r)
+            for (long i = 0; i < n; ++i) gx[0][(o * k + r) * n + i] = op->dy[0][o * n + i] / (float)k;
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * k * n);
       break;
     case FF_STEP_UNARY:
       if (gx[0])

@@ -36,7 +36,7 @@ class Mean(Op):
     dims: tuple[int, ...]
     keepdims: bool = False
 
-    def _reduced(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+    def reduced_axes(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """`dims` normalized to non-negative axes of an input of `shape` (validated by `infer`)."""
         return tuple(sorted(d % len(shape) for d in self.dims))
 
@@ -77,7 +77,7 @@ class Mean(Op):
 
     def input_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
         shape = sig.inputs[0].shape
-        reduced = self._reduced(shape)
+        reduced = self.reduced_axes(shape)
         out_ranges = iter(region)
         in_region = []
         for axis, size in enumerate(shape):
@@ -98,11 +98,11 @@ class Mean(Op):
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs
-        return (x.mean(axis=self._reduced(x.shape), keepdims=self.keepdims),)
+        return (x.mean(axis=self.reduced_axes(x.shape), keepdims=self.keepdims),)
 
     def backward(self, inputs, weights, outputs, grad_outputs):
         (x,) = inputs
-        reduced = self._reduced(x.shape)
+        reduced = self.reduced_axes(x.shape)
         count = math.prod(x.shape[a] for a in reduced)
         dy = grad_outputs[0]
         if not self.keepdims:

@@ -6,7 +6,8 @@ op, every other tensor is made and read inside the task (`FusedGroup.internal`),
 dense layer (relu or none), a convolution (one group, relu or none) or a pooling over whole
 images, a flat or a reshape (read in place), a dropout over whole samples, an LSTM step, an
 embedding (no aggregation), a stack or concatenation, multi-head attention (no dropout), an
-activation of its own, an element-wise add, subtract or multiply, a layer norm, a split in two, or the last op, a softmax under sparse
+activation of its own, an element-wise add, subtract or multiply, a layer norm, a split in two, a mean over
+adjacent axes, or the last op, a softmax under sparse
 categorical cross-entropy, all float32, and every weight gradient is written whole by the task
 (data parallelism, or one device). The MLP's and LeNet's steps, AlexNet's, whole unrolled RNNs
 (an RNN language model or text classifier), the encoder-decoder NMT and the transformer
@@ -39,6 +40,7 @@ from flexflow.ops.embedding import AggrMode, Embedding
 from flexflow.ops.flat import Flat
 from flexflow.ops.layer_norm import LayerNorm
 from flexflow.ops.lstm import GATES, LSTM
+from flexflow.ops.mean import Mean
 from flexflow.ops.multihead_attention import MultiHeadAttention
 from flexflow.ops.native import ACTIVATION_CODES
 from flexflow.ops.pool2d import Pool2D, PoolType
@@ -205,6 +207,14 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
         outer = int(np.prod(x_shape[:axis], dtype=np.int64))
         inner = int(np.prod(x_shape[axis + 1 :], dtype=np.int64))
         return ProgramOp(lib.FF_STEP_SPLIT, 0, (outer, inner, *op.sizes), step, reads)
+    if isinstance(op, Mean) and not last:
+        reduced = op.reduced_axes(x_shape)
+        if reduced != tuple(range(reduced[0], reduced[-1] + 1)):
+            return None  # averaged over axes that are not adjacent
+        outer = int(np.prod(x_shape[: reduced[0]], dtype=np.int64))
+        count = int(np.prod(x_shape[reduced[0] : reduced[-1] + 1], dtype=np.int64))
+        inner = int(np.prod(x_shape[reduced[-1] + 1 :], dtype=np.int64))
+        return ProgramOp(lib.FF_STEP_MEAN, 0, (outer, inner, count, 0), step, reads)
     if isinstance(op, Concat) and not last:
         axis = op.axis % len(y_shape)
         shapes = [_shape(slot) for _, slot in step.inputs]

@@ -267,11 +267,11 @@ def test_a_run_is_told_why_a_step_is_not_one_c_call():
     model = FFModel(FFConfig(batch_size=8))
     x = model.create_tensor((8, 2, 6, 6), name="image")
     x = model.conv2d(x, 3, 3, 3, 1, 1, 1, 1)
-    x = model.mean(x, [2], name="average")
+    x = model.transpose(x, (0, 1, 3, 2), name="swap")
     model.softmax(model.dense(model.flat(x), CLASSES))
     graph = model.graph()
     assert program_reason(graph, "p100:1") == (
-        f"the C step has no kernel for {graph.ops[1].kind} 'average' as configured"
+        f"the C step has no kernel for {graph.ops[1].kind} 'swap' as configured"
     )
 
 
@@ -353,7 +353,7 @@ def _encoder(kind: str):
     GELU feed-forward layers, dropouts, residual adds, the first token split off and reshaped,
     a tanh pooler), or a model of the other element-wise ops: sigmoid and GELU ops of their
     own, a subtract, a multiply, a layer norm over two axes without gamma and beta, a split
-    whose both parts are read, a concatenation reading one of them twice."""
+    whose both parts are read, a concatenation reading one of them twice, a mean."""
     from flexflow.zoo import load_model
 
     if kind == "transformer":
@@ -369,6 +369,7 @@ def _encoder(kind: str):
     first, rest = model.split(x, [1, 3], 1)
     rest = model.concat([rest, first, rest], axis=1)  # (8, 7, 6): a part read twice
     x = model.add(model.reshape(first, (8, 6)), model.dense(model.reshape(rest, (8, 42)), 6))
+    x = model.add(x, model.mean(rest, [1]))  # (8, 6)
     model.softmax(model.dense(x, CLASSES))
     return model.graph()
 
@@ -384,6 +385,7 @@ def test_the_c_step_of_a_transformer_computes_the_op_by_op_step(kind, index, pad
         assert getattr(lib, f"FF_STEP_{name}") in kinds
     assert (lib.FF_STEP_UNARY in kinds) == (kind == "element_wise")  # sigmoid, GELU ops
     assert (lib.FF_STEP_CONCAT in kinds) == (kind == "element_wise")
+    assert (lib.FF_STEP_MEAN in kinds) == (kind == "element_wise")
     if kind == "transformer":
         assert lib.FF_STEP_ATTENTION in kinds and lib.FF_STEP_DROPOUT in kinds
         assert len(made.inputs) == 2  # token and position ids
