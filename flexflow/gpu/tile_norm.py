@@ -173,7 +173,7 @@ def softmax_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_o
 # ---- mean ---------------------------------------------------------------------------------------
 def mean_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
     (x,) = inputs
-    reduced = op._reduced(x.shape)
+    reduced = op.reduced_axes(x.shape)
     count = math.prod(x.shape[a] for a in reduced)
     out_shape = tuple(
         1 if a in reduced else s for a, s in enumerate(x.shape) if op.keepdims or a not in reduced
@@ -184,7 +184,7 @@ def mean_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
 
 def mean_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
     (x,), (dy,) = inputs, grad_outputs
-    reduced = op._reduced(x.shape)
+    reduced = op.reduced_axes(x.shape)
     count = math.prod(x.shape[a] for a in reduced)
     kept = [a for a in range(x.ndim) if a not in reduced]
     dy_kept = dy.reshape([x.shape[a] for a in kept])  # keepdims' size-1 dims dropped
