@@ -207,9 +207,10 @@ int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, lon
 void ff_dropout_f32(unsigned long long stream, double rate, long base, const float *in,
                     float *out, long count);
 /* An embedding's table gradient (table_rows, width), zeroed, then each row of dy (rows,
- * width) added into its id's row, in order, as numpy's add.at (ids in [0, table_rows)). */
-void ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, long rows,
-                               long width, long table_rows);
+ * width) added into its id's row, in order, as numpy's add.at; FF_STEP_BAD_ID (nothing
+ * written) at an id outside [0, table_rows), else 0. */
+int ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, long rows,
+                              long width, long table_rows);
 
 /* A fused training step (native/step.c): a program of ops on float32 tiles, in forward order,
  * the last a softmax whose output goes into sparse categorical cross-entropy. Every op reads

@@ -151,10 +151,13 @@ static void ff_dropout_apply(const ff_step_op *op, long iteration, const float *
   ff_dropout_f32(stream, op->rate, op->base, in, out, op->m);
 }
 
-void ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, long rows,
-                               long width, long table_rows) {
+int ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, long rows,
+                              long width, long table_rows) {
+  for (long r = 0; r < rows; ++r)
+    if (ids[r] < 0 || ids[r] >= table_rows) return FF_STEP_BAD_ID;
   memset(grad, 0, sizeof(float) * table_rows * width);
   for (long r = 0; r < rows; ++r) ff_add_f32(grad + (long)ids[r] * width, dy + r * width, width);
+  return 0;
 }
 
 /* Floats of part t in each of a join's m rows: n for a stack, part_n[t] for a concat. */
@@ -340,7 +343,8 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
       break;
     }
     case FF_STEP_EMBEDDING:
-      ff_embedding_backward_f32((const int *)op->x[0], op->dy[0], gw[0], m, n, op->k);
+      /* the forward refused any id outside the table */
+      (void)ff_embedding_backward_f32((const int *)op->x[0], op->dy[0], gw[0], m, n, op->k);
       break;
     case FF_STEP_STACK:
     case FF_STEP_CONCAT:

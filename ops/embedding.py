@@ -138,7 +138,10 @@ class Embedding(Op):
             scale = 1.0 / bag if self.aggr is AggrMode.AGGR_MODE_AVG else 1.0
             dy = np.broadcast_to(dy[:, None, :] * scale, ids.shape + dy.shape[-1:])  # (N, K, E)
         if table.dtype == np.float32 and ids.dtype == np.int32:  # numpy's add.at, 30x slower
-            return (None,), (native.embedding_backward(ids, dy, table.shape[0]),)
+            grad = native.embedding_backward(ids, dy, table.shape[0])
+            if grad is None:
+                self.check_ids(ids)  # names the ids out of range
+            return (None,), (grad,)
         grad_table = np.zeros_like(table)
         np.add.at(grad_table, ids.reshape(-1), dy.reshape(-1, dy.shape[-1]))  # repeated ids add up
         return (None,), (grad_table,)

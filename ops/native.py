@@ -395,16 +395,16 @@ def dropout(stream: int, rate: float, base: int, x: np.ndarray) -> np.ndarray:
     return y
 
 
-def embedding_backward(ids: np.ndarray, dy: np.ndarray, table_rows: int) -> np.ndarray:
+def embedding_backward(ids: np.ndarray, dy: np.ndarray, table_rows: int) -> np.ndarray | None:
     """The table's gradient (table_rows, E): each row of dy (ids.size, E) added into its id's
-    row in order, as numpy's add.at (ids: int32, in range)."""
+    row in order, as numpy's add.at (ids: int32); None when an id lies outside the table."""
     ids = np.ascontiguousarray(ids, dtype=np.int32)
     dy = _f32(dy.reshape(ids.size, -1))
     grad = np.empty((table_rows, dy.shape[1]), dtype=np.float32)
-    lib.ff_embedding_backward_f32(
+    status = lib.ff_embedding_backward_f32(
         ffi.from_buffer("int[]", ids), _floats(dy), _floats(grad), ids.size, dy.shape[1], table_rows
     )
-    return grad
+    return None if status else grad
 
 
 # ---- multi-head attention on float32 tiles ------------------------------------------------------

@@ -153,3 +153,16 @@ def test_out_of_range_ids(ids):
 def test_shape_errors(op, inputs, match):
     with pytest.raises(ShapeError, match=match):
         op.infer("emb", inputs)
+
+
+@pytest.mark.parametrize("bad", [-1, 7])
+def test_a_gradient_of_ids_outside_the_table_is_refused(bad):
+    """The C gradient checks its ids before it writes: a bad id (which the forward refuses
+    first in a step) gets the forward's error, not a write outside the table."""
+    op = Embedding(7, 3)
+    ids = np.array([[1, bad]], dtype=np.int32)
+    table = np.zeros((7, 3), np.float32)
+    with pytest.raises(ShapeError, match=r"ids must lie in \[0, 7\)"):
+        op.backward(
+            [ids], [table], [np.zeros((1, 2, 3), np.float32)], [np.ones((1, 2, 3), np.float32)]
+        )
