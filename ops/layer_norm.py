@@ -14,6 +14,7 @@ from .base import (
     Arrays,
     Dim,
     DimKind,
+    GradientsInto,
     Op,
     Region,
     Signature,
@@ -36,7 +37,7 @@ BACKWARD_FLOPS = 10
 
 @register
 @dataclass(frozen=True, slots=True)
-class LayerNorm(Op):
+class LayerNorm(GradientsInto, Op):
     """x (N, ...) -> (x - mean) / sqrt(var + eps) * gamma + beta over the last k axes (`axes`)."""
 
     kind = "layer_norm"
@@ -112,13 +113,6 @@ class LayerNorm(Op):
             return self.forward(inputs, weights), None
         y, saved = self._c_forward(x, weights)
         return (y,), saved
-
-    def backward_tile(
-        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads=True
-    ):
-        return self.backward_tile_into(
-            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, ()
-        )
 
     def backward_tile_into(
         self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,

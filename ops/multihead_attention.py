@@ -15,6 +15,7 @@ from .base import (
     Arrays,
     Dim,
     DimKind,
+    GradientsInto,
     Op,
     Region,
     Signature,
@@ -34,7 +35,7 @@ SOFTMAX_FLOPS = 5
 
 @register
 @dataclass(frozen=True, slots=True)
-class MultiHeadAttention(Op):
+class MultiHeadAttention(GradientsInto, Op):
     """query (N, Lq, Eq), key (N, Lk, Ek), value (N, Lk, Ev) -> (N, Lq, embed_dim).
 
     Each query position attends to every key, so a tile of query positions reads all keys and
@@ -197,13 +198,6 @@ class MultiHeadAttention(Op):
             return self.forward(inputs, weights), None
         y, scratch = native.attention_forward(gemm, inputs, weights, self.num_heads)
         return (y,), scratch
-
-    def backward_tile(
-        self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads=True
-    ):
-        return self.backward_tile_into(
-            sig, region, inputs, weights, outputs, grad_outputs, need_input_grads, ()
-        )
 
     def backward_tile_into(
         self, sig, region, inputs, weights, outputs, grad_outputs, need_input_grads,

@@ -6,10 +6,10 @@ op, every other tensor is made and read inside the task (`FusedGroup.internal`),
 dense layer (relu or none), a convolution (one group, relu or none) or a pooling over whole
 images, a flat or a reshape (read in place), a dropout over whole samples, an LSTM step, an
 embedding (no aggregation), a stack or concatenation, multi-head attention (no dropout), an
-activation of its own, an element-wise add, subtract or multiply, a layer norm, a split in two, a mean over
-adjacent axes, or the last op, a softmax under sparse
-categorical cross-entropy, all float32, and every weight gradient is written whole by the task
-(data parallelism, or one device). The MLP's and LeNet's steps, AlexNet's, whole unrolled RNNs
+activation of its own, an element-wise add, subtract or multiply, a layer norm, a split in
+two, a mean over adjacent axes, or the last op, a softmax under sparse categorical
+cross-entropy, all float32, and every weight gradient is written whole by the task (data
+parallelism, or one device). The MLP's and LeNet's steps, AlexNet's, whole unrolled RNNs
 (an RNN language model or text classifier), the encoder-decoder NMT and the transformer
 encoder qualify; any other step runs op by op (flexflow.fused_run).
 
@@ -190,39 +190,8 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
         return _dropout_op(step, op, reads, y_shape)
     if isinstance(op, (Conv2D, Pool2D)) and not last:
         return _window_op(step, op, reads, x_shape, y_shape)
-    if isinstance(op, ElementUnary) and not last:
-        elements = int(np.prod(y_shape, dtype=np.int64))
-        code = ACTIVATION_CODES[op.activation]
-        return ProgramOp(lib.FF_STEP_UNARY, code, (elements, 0, 0, 0), step, reads)
-    if isinstance(op, ElementBinary) and not last:
-        elements = int(np.prod(y_shape, dtype=np.int64))
-        return ProgramOp(lib.FF_STEP_BINARY, 0, (elements, 0, 0, BINARY_CODES[op.op_type]), step,
-                         reads)  # fmt: skip
-    if isinstance(op, LayerNorm) and not last:
-        width = int(np.prod(y_shape[len(y_shape) - len(op.axes) :], dtype=np.int64))
-        rows = int(np.prod(y_shape, dtype=np.int64)) // width
-        return ProgramOp(lib.FF_STEP_LAYER_NORM, 0, (rows, width, 0, 0), step, reads, eps=op.eps)
-    if isinstance(op, Split) and not last and len(op.sizes) == 2:
-        axis = op.axis % len(x_shape)
-        outer = int(np.prod(x_shape[:axis], dtype=np.int64))
-        inner = int(np.prod(x_shape[axis + 1 :], dtype=np.int64))
-        return ProgramOp(lib.FF_STEP_SPLIT, 0, (outer, inner, *op.sizes), step, reads)
-    if isinstance(op, Mean) and not last:
-        reduced = op.reduced_axes(x_shape)
-        if reduced != tuple(range(reduced[0], reduced[-1] + 1)):
-            return None  # averaged over axes that are not adjacent
-        outer = int(np.prod(x_shape[: reduced[0]], dtype=np.int64))
-        count = int(np.prod(x_shape[reduced[0] : reduced[-1] + 1], dtype=np.int64))
-        inner = int(np.prod(x_shape[reduced[-1] + 1 :], dtype=np.int64))
-        return ProgramOp(lib.FF_STEP_MEAN, 0, (outer, inner, count, 0), step, reads)
-    if isinstance(op, Concat) and not last:
-        axis = op.axis % len(y_shape)
-        shapes = [_shape(slot) for _, slot in step.inputs]
-        if any(s[:axis] + s[axis + 1 :] != y_shape[:axis] + y_shape[axis + 1 :] for s in shapes):
-            return None
-        outer = int(np.prod(y_shape[:axis], dtype=np.int64))
-        floats = tuple(int(np.prod(s[axis:], dtype=np.int64)) for s in shapes)
-        return ProgramOp(lib.FF_STEP_CONCAT, 0, (outer, 0, 0, 0), step, reads, part_floats=floats)
+    if isinstance(op, (ElementUnary, ElementBinary, LayerNorm, Split, Mean, Concat)) and not last:
+        return _elementwise_op(step, op, reads, x_shape, y_shape)
     if isinstance(op, Stack) and not last:
         axis = op.axis % len(y_shape)
         part = y_shape[:axis] + y_shape[axis + 1 :]
@@ -232,6 +201,45 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
         return ProgramOp(
             lib.FF_STEP_STACK, 0, (outer, int(np.prod(part[axis:])), 0, 0), step, reads
         )
+    return None
+
+
+def _elementwise_op(step: OpStep, op, reads, x_shape, y_shape) -> ProgramOp | None:
+    """An activation of its own, an element-wise binary op, a layer norm, a split in two, a mean
+    over adjacent axes or a concatenation, on any tile (each reads its inputs' tiles whole)."""
+    if isinstance(op, ElementUnary):
+        elements = int(np.prod(y_shape, dtype=np.int64))
+        code = ACTIVATION_CODES[op.activation]
+        return ProgramOp(lib.FF_STEP_UNARY, code, (elements, 0, 0, 0), step, reads)
+    if isinstance(op, ElementBinary):
+        elements = int(np.prod(y_shape, dtype=np.int64))
+        return ProgramOp(lib.FF_STEP_BINARY, 0, (elements, 0, 0, BINARY_CODES[op.op_type]), step,
+                         reads)  # fmt: skip
+    if isinstance(op, LayerNorm):
+        width = int(np.prod(y_shape[len(y_shape) - len(op.axes) :], dtype=np.int64))
+        rows = int(np.prod(y_shape, dtype=np.int64)) // width
+        return ProgramOp(lib.FF_STEP_LAYER_NORM, 0, (rows, width, 0, 0), step, reads, eps=op.eps)
+    if isinstance(op, Split) and len(op.sizes) == 2:
+        axis = op.axis % len(x_shape)
+        outer = int(np.prod(x_shape[:axis], dtype=np.int64))
+        inner = int(np.prod(x_shape[axis + 1 :], dtype=np.int64))
+        return ProgramOp(lib.FF_STEP_SPLIT, 0, (outer, inner, *op.sizes), step, reads)
+    if isinstance(op, Mean):
+        reduced = op.reduced_axes(x_shape)
+        if reduced != tuple(range(reduced[0], reduced[-1] + 1)):
+            return None  # averaged over axes that are not adjacent
+        outer = int(np.prod(x_shape[: reduced[0]], dtype=np.int64))
+        count = int(np.prod(x_shape[reduced[0] : reduced[-1] + 1], dtype=np.int64))
+        inner = int(np.prod(x_shape[reduced[-1] + 1 :], dtype=np.int64))
+        return ProgramOp(lib.FF_STEP_MEAN, 0, (outer, inner, count, 0), step, reads)
+    if isinstance(op, Concat):
+        axis = op.axis % len(y_shape)
+        shapes = [_shape(slot) for _, slot in step.inputs]
+        if any(s[:axis] + s[axis + 1 :] != y_shape[:axis] + y_shape[axis + 1 :] for s in shapes):
+            return None
+        outer = int(np.prod(y_shape[:axis], dtype=np.int64))
+        floats = tuple(int(np.prod(s[axis:], dtype=np.int64)) for s in shapes)
+        return ProgramOp(lib.FF_STEP_CONCAT, 0, (outer, 0, 0, 0), step, reads, part_floats=floats)
     return None
 
 
