@@ -1,14 +1,13 @@
 /* A fused training step of a program of ops (dense layers, convolutions, poolings, dropouts,
  * LSTM steps, embeddings, stacks, concatenations, attention, element-wise ops, layer norms,
- * splits, means)
- * ending in a softmax under sparse categorical
- * cross-entropy, as flexflow.runtime.step_program describes it, run as one C call for the CPU
+ * splits, means) ending in a softmax under sparse categorical cross-entropy, as
+ * flexflow.runtime.step_program describes it, run as one C call for the CPU
  * tasks: forward, loss and backward without the interpreter lock, which the other processors'
  * tasks wait for whenever a task body runs Python between its kernels (two processors' step
  * tasks took turns at it; each op's Python cost twice its time in iteration time). Each op
  * computes what flexflow.ops' kernels compute: the dense layers through native/dense.c and
- * native/activations.c, layer norms through native/layer_norm.c, the
- * LSTM steps through native/lstm.c, attention through native/attention.c, convolutions and
+ * native/activations.c, layer norms through native/layer_norm.c, the LSTM steps through
+ * native/lstm.c, attention through native/attention.c, convolutions and
  * poolings through native/kernels.c, the loss through native/losses.c, the softmax's gradient
  * as y * (dy - sum(dy * y)), a gradient with several readers summed in the op-by-op step's
  * order (flexflow.fused_run); only the softmax's own exp and sum may round differently from
@@ -160,39 +159,33 @@ int ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, long
   return 0;
 }
 
-/* Floats of part t in each of a join's m rows: n for a stack, part_n[t] for a concat. */
-static long ff_part_floats(const ff_step_op *op, long t) { return op->part_n ? op->part_n[t] : op->n; }
-
-/* A stack or concat: each row of y[0] is the parts' rows one after another. */
-static void ff_join_forward(const ff_step_op *op) {
-  long total = 0;
-  for (long t = 0; t < op->count; ++t) total += ff_part_floats(op, t);
-  for (long r = 0; r < op->m; ++r) {
-    float *row = op->y[0] + r * total;
-    for (long t = 0; t < op->count; ++t) {
-      const long floats = ff_part_floats(op, t);
-      memcpy(row, op->parts[t] + r * floats, sizeof(float) * floats);
-      row += floats;
+/* Joins `count` parts of m rows into `out`, each of its rows the parts' rows one after another
+ * (part t has floats[t] floats a row, or n when floats is NULL): a stack's or concat's
+ * forward, a split's backward. */
+static void ff_join(const float *const *parts, const long *floats, long n, long count, long m,
+                    float *out) {
+  for (long r = 0; r < m; ++r)
+    for (long t = 0; t < count; ++t) {
+      const long width = floats ? floats[t] : n;
+      memcpy(out, parts[t] + r * width, sizeof(float) * width);
+      out += width;
     }
-  }
 }
 
-/* Its backward: each part's slice of dy[0] copied (or added, per dparts_add) into dparts. */
-static void ff_join_backward(const ff_step_op *op) {
-  long total = 0;
-  for (long t = 0; t < op->count; ++t) total += ff_part_floats(op, t);
-  for (long r = 0; r < op->m; ++r) {
-    const float *row = op->dy[0] + r * total;
-    for (long t = 0; t < op->count; ++t) {
-      const long floats = ff_part_floats(op, t);
-      float *part = op->dparts[t];
-      if (part && op->dparts_add[t])
-        ff_add_f32(part + r * floats, row, floats);
+/* The reverse: each row of `in` cut into the parts, copied, or added where adds[t] (adds may be
+ * NULL); a NULL part is skipped. A stack's or concat's backward, a split's forward. */
+static void ff_cut(const float *in, float *const *parts, const int *adds, const long *floats,
+                   long n, long count, long m) {
+  for (long r = 0; r < m; ++r)
+    for (long t = 0; t < count; ++t) {
+      const long width = floats ? floats[t] : n;
+      float *part = parts[t];
+      if (part && adds && adds[t])
+        ff_add_f32(part + r * width, in, width);
       else if (part)
-        memcpy(part + r * floats, row, sizeof(float) * floats);
-      row += floats;
+        memcpy(part + r * width, in, sizeof(float) * width);
+      in += width;
     }
-  }
 }
 
 /* y[0] = x[0] (op) x[1], element by element (flexflow.ops.element_binary's rules). */
@@ -256,7 +249,7 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op, long iteratio
     }
     case FF_STEP_STACK:
     case FF_STEP_CONCAT:
-      ff_join_forward(op);
+      ff_join(op->parts, op->part_n, op->n, op->count, op->m, op->y[0]);
       return 0;
     case FF_STEP_ATTENTION:
       ff_attention_forward_f32(gemm, &op->att, x, (const float *)op->x[1],
@@ -294,11 +287,8 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op, long iteratio
         }
       return 0;
     case FF_STEP_SPLIT: {
-      const long k = op->k * op->n, p = op->p * op->n;
-      for (long r = 0; r < op->m; ++r) {
-        memcpy(op->y[0] + r * k, x + r * (k + p), sizeof(float) * k);
-        memcpy(op->y[1] + r * p, x + r * (k + p) + k, sizeof(float) * p);
-      }
+      const long floats[2] = {op->k * op->n, op->p * op->n};
+      ff_cut(x, op->y, NULL, floats, 0, 2, op->m);
       return 0;
     }
   }
@@ -348,7 +338,7 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
       break;
     case FF_STEP_STACK:
     case FF_STEP_CONCAT:
-      ff_join_backward(op);
+      ff_cut(op->dy[0], op->dparts, op->dparts_add, op->part_n, n, op->count, m);
       break;
     case FF_STEP_ATTENTION: {
       const ff_attention_dims *d = &op->att;
@@ -402,14 +392,10 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m);
       break;
     case FF_STEP_SPLIT: {
-      const long part0 = k * n, part1 = op->p * n;
-      if (gx[0])
-        for (long r = 0; r < m; ++r) {
-          memcpy(gx[0] + r * (part0 + part1), op->dy[0] + r * part0, sizeof(float) * part0);
-          memcpy(gx[0] + r * (part0 + part1) + part0, op->dy[1] + r * part1,
-                 sizeof(float) * part1);
-        }
-      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * (part0 + part1));
+      const long floats[2] = {k * n, op->p * n};
+      const float *const parts[2] = {op->dy[0], op->dy[1]};
+      if (gx[0]) ff_join(parts, floats, 0, 2, m, gx[0]);
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * (floats[0] + floats[1]));
       break;
     }
   }

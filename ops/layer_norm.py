@@ -127,11 +127,7 @@ class LayerNorm(GradientsInto, Op):
         dx, dgamma, dbeta = native.layer_norm_backward(
             saved, gamma, grad_outputs[0], need_input_grads
         )
-        grads = (
-            (dgamma.reshape(weights[0].shape), dbeta.reshape(weights[1].shape))
-            if (self.elementwise_affine)
-            else ()
-        )
+        grads = () if gamma is None else (dgamma.reshape(gamma.shape), dbeta.reshape(gamma.shape))
         return (None if dx is None else dx.reshape(x.shape),), grads
 
     # ---- reference kernels --------------------------------------------------------------------
