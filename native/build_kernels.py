@@ -17,6 +17,7 @@ ffibuilder.set_source(
         str(HERE / name)
         for name in (
             "kernels.c",
+            "conv.c",
             "optimizers.c",
             "dense.c",
             "losses.c",

@@ -67,7 +67,12 @@ static void ff_finish_weights(const ff_step_op *op) {
 
 long ff_conv_scratch(const ff_window_dims *d) {
   const long rows = d->n * d->oh * d->ow;
+  if (ff_conv_direct(d)) return rows * d->o + ff_conv_direct_scratch(d); /* dz, the kernels' */
   return rows * d->c * d->kh * d->kw + rows * d->o;
+}
+
+static void ff_relu_in_place(float *y, long n) {
+  for (long i = 0; i < n; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
 }
 
 /* The convolution's forward: im2col into the scratch's columns, z rows (n oh ow, o) = columns
@@ -75,6 +80,11 @@ long ff_conv_scratch(const ff_window_dims *d) {
 static void ff_conv_forward(ff_sgemm_fn gemm, const ff_step_op *op, const float *x) {
   const ff_window_dims *d = &op->win;
   const long pixels = d->oh * d->ow, rows = d->n * pixels, k = d->c * d->kh * d->kw;
+  if (ff_conv_direct(d)) { /* as flexflow.ops.conv2d's tiles: native/conv.c */
+    ff_conv_direct_forward_f32(x, op->w[0], op->w[1], op->y[0], d, op->scratch + rows * d->o);
+    if (op->act == FF_ACT_RELU) ff_relu_in_place(op->y[0], rows * d->o);
+    return;
+  }
   float *cols = op->scratch, *z = cols + rows * k;
   ff_im2col_f32(x, cols, d->n, d->c, d->h, d->w, d->oh, d->ow, (int)d->kh, (int)d->kw,
                 (int)d->sh, (int)d->sw, (int)d->ph, (int)d->pw);
@@ -92,6 +102,29 @@ static void ff_conv_forward(ff_sgemm_fn gemm, const ff_step_op *op, const float 
     }
 }
 
+/* The direct kernels' backward (native/conv.c): dz (n, o, oh, ow) through the relu in the
+ * scratch, the bias's gradient its sums per output channel. */
+static void ff_conv_direct_backward(const ff_step_op *op, float *dx, float *dw, float *db) {
+  const ff_window_dims *d = &op->win;
+  const long pixels = d->oh * d->ow, count = d->n * d->o * pixels;
+  float *dz = op->scratch, *scratch = dz + count;
+  const float *g = op->dy[0], *y = op->y[0];
+  for (long i = 0; i < count; ++i)
+    dz[i] = op->act == FF_ACT_RELU && !(y[i] > 0.0f) ? 0.0f : g[i];
+  ff_conv_direct_kernel_grad_f32((const float *)op->x[0], dz, dw, d, scratch);
+  if (db) {
+    for (long c = 0; c < d->o; ++c) db[c] = 0.0f;
+    for (long i = 0; i < d->n; ++i)
+      for (long c = 0; c < d->o; ++c) {
+        const float *row = dz + (i * d->o + c) * pixels;
+        float sum = 0.0f;
+        for (long q = 0; q < pixels; ++q) sum = sum + row[q];
+        db[c] = db[c] + sum;
+      }
+  }
+  if (dx) ff_conv_direct_input_grad_f32(dz, op->w[0], dx, d, scratch);
+}
+
 /* Its backward from y and dy: dz through the relu, as rows (n oh ow, o) in the scratch; the
  * kernel's gradient dz^T columns, the bias's the rows' sums, the input's (when dx) col2im of
  * dz kernel, computed in the columns' place. */
@@ -99,6 +132,10 @@ static void ff_conv_backward(ff_sgemm_fn gemm, const ff_step_op *op, float *dx, 
                              float *db) {
   const ff_window_dims *d = &op->win;
   const long pixels = d->oh * d->ow, rows = d->n * pixels, k = d->c * d->kh * d->kw;
+  if (ff_conv_direct(d)) {
+    ff_conv_direct_backward(op, dx, dw, db);
+    return;
+  }
   float *cols = op->scratch, *dz = cols + rows * k;
   for (long i = 0; i < d->n; ++i)
     for (long c = 0; c < d->o; ++c) {

@@ -184,13 +184,27 @@ class Conv2D(GradientsInto, Window2D):
             x = x[:, :, :: self.stride_h, :: self.stride_w]
         return _to_channel_major(x)
 
+    def _direct(self, x: np.ndarray) -> native.ConvWindow | None:
+        """native/conv.c's direct kernels for this convolution of x, where they run it: float32,
+        stride 1, one group, small products (`native.ConvWindow.takes`); None for im2col."""
+        if x.dtype != np.float32 or self._pointwise:
+            return None
+        out_hw = self._out_hw(x)
+        args = (x.shape, self.out_channels, out_hw, self._kernel)
+        if not native.ConvWindow.takes(*args, self._stride, self._padding, self.groups):
+            return None
+        return native.ConvWindow(*args, self._padding)
+
     def _pre_activation(
         self, x: np.ndarray, weights: Sequence[np.ndarray]
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """z = conv(x) + b (N, O, H', W'), and the im2col columns (pointwise: the input pixels)
-        it was computed from."""
+        it was computed from (None from the direct kernels, whose backward reads x)."""
         if self._pointwise:
             return self._pointwise_pre_activation(x, weights)
+        direct = self._direct(x)
+        if direct is not None:
+            return direct.forward(x, weights[0], weights[1] if self.use_bias else None), None
         return self._im2col_pre_activation(x, weights)
 
     def _pointwise_pre_activation(
@@ -287,10 +301,15 @@ class Conv2D(GradientsInto, Window2D):
         elif self._pointwise:  # the gradient reads y alone: skip recomputing the convolution
             z, cols = y, self._pixels(x)
         else:
-            z, cols = y, self._columns(x)
+            z, cols = y, None
         dz = activation.grad(z, y, grad_outputs[0])  # (N, O, H', W')
         if self._pointwise:
             return self._pointwise_backward(x, kernel, dz, cols, need_input_grads, into)
+        direct = self._direct(x)
+        if direct is not None:
+            return self._direct_backward(direct, x, kernel, dz, need_input_grads, into)
+        if cols is None:
+            cols = self._columns(x)
         dz_rows = dz.transpose(0, 2, 3, 1).reshape(-1, self.out_channels)  # (N*H'*W', O)
         dz_g = self._by_group(dz_rows)  # (G, N*H'*W', O/G)
         by_group = self._by_group(cols)
@@ -314,6 +333,17 @@ class Conv2D(GradientsInto, Window2D):
             ones = np.ones(dz_rows.shape[0], dz_rows.dtype)
             out = writable_into(into[1], (self.out_channels,), dz_rows)
             grads.append(np.matmul(ones, dz_rows, out=out))
+        return (dx,), tuple(grads)
+
+    def _direct_backward(self, direct, x, kernel, dz, need_input_grads, into):
+        """`backward` through the direct kernels from dz (N, O, H', W')."""
+        grad_kernel = writable_into(into[0], kernel.shape, dz, x)
+        grads = [direct.kernel_grad(x, dz, grad_kernel)]
+        if self.use_bias:  # the sum over samples and pixels of each output channel
+            out = writable_into(into[1], (self.out_channels,), dz)
+            rows = np.ascontiguousarray(dz, dtype=np.float32).reshape(dz.shape[0], dz.shape[1], -1)
+            grads.append(np.sum(rows.sum(axis=2), axis=0, out=out))
+        dx = direct.input_grad(dz, kernel) if need_input_grads else None
         return (dx,), tuple(grads)
 
     def _pointwise_backward(self, x, kernel, dz, pixels, need_input_grads, into):

@@ -114,6 +114,69 @@ def col2im(
     return dx
 
 
+# ---- direct convolutions of float32 tiles (native/conv.c) --------------------------------------
+class ConvWindow:
+    """A convolution of (N, C, H, W) float32 tiles by an (O, C, kh, kw) kernel at stride 1, one
+    group, as native/conv.c's direct kernels take it (`ff_window_dims`)."""
+
+    __slots__ = ("dims", "scratch_floats")
+
+    def __init__(self, x_shape, out_channels: int, out_hw, kernel, padding) -> None:
+        n, c, h, w = x_shape
+        self.dims = ffi.new(
+            "ff_window_dims *",
+            dict(n=n, c=c, h=h, w=w, o=out_channels, oh=out_hw[0], ow=out_hw[1], kh=kernel[0],
+                 kw=kernel[1], sh=1, sw=1, ph=padding[0], pw=padding[1], is_max=0),
+        )  # fmt: skip
+        self.scratch_floats = int(lib.ff_conv_direct_scratch(self.dims))
+
+    @staticmethod
+    def takes(x_shape, out_channels: int, out_hw, kernel, stride, padding, groups: int) -> bool:
+        """Whether the direct kernels run this convolution (native ff_conv_direct's rule)."""
+        if groups != 1 or stride != (1, 1):
+            return False
+        n, c, h, w = x_shape
+        dims = ffi.new(
+            "ff_window_dims *",
+            dict(n=n, c=c, h=h, w=w, o=out_channels, oh=out_hw[0], ow=out_hw[1], kh=kernel[0],
+                 kw=kernel[1], sh=1, sw=1, ph=padding[0], pw=padding[1], is_max=0),
+        )  # fmt: skip
+        return bool(lib.ff_conv_direct(dims))
+
+    def _scratch(self) -> np.ndarray:
+        return np.empty(self.scratch_floats, dtype=np.float32)
+
+    def forward(self, x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        """z (N, O, H', W') = the convolution of x by the kernel, plus the bias."""
+        d = self.dims
+        z = np.empty((d.n, d.o, d.oh, d.ow), dtype=np.float32)
+        lib.ff_conv_direct_forward_f32(
+            _floats(_f32(x)), _floats(_f32(kernel)), _floats(None if bias is None else _f32(bias)),
+            _floats(z), d, _floats(self._scratch()),
+        )  # fmt: skip
+        return z
+
+    def input_grad(self, dz: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+        """dx (N, C, H, W) from dz (N, O, H', W')."""
+        d = self.dims
+        dx = np.empty((d.n, d.c, d.h, d.w), dtype=np.float32)
+        lib.ff_conv_direct_input_grad_f32(
+            _floats(_f32(dz)), _floats(_f32(kernel)), _floats(dx), d, _floats(self._scratch())
+        )
+        return dx
+
+    def kernel_grad(self, x: np.ndarray, dz: np.ndarray, out: np.ndarray | None = None):
+        """The kernel's gradient (O, C, kh, kw) from x and dz, written into `out` (C-contiguous
+        float32) when given."""
+        d = self.dims
+        if out is None:
+            out = np.empty((d.o, d.c, d.kh, d.kw), dtype=np.float32)
+        lib.ff_conv_direct_kernel_grad_f32(
+            _floats(_f32(x)), _floats(_f32(dz)), _floats(out), d, _floats(self._scratch())
+        )
+        return out
+
+
 # ---- batch norm on float32 NCHW (or NC) tiles, float64 statistics ------------------------------
 def _f32(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.float32)
