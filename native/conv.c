@@ -167,19 +167,24 @@ FF_KERNEL_GRAD(kernel_grad_avx512, FF_AVX512, 8)
 FF_KERNEL_GRAD(kernel_grad_avx2, FF_AVX2, 1)
 FF_KERNEL_GRAD(kernel_grad_base, , 1)
 
-static int isa(void) {
+int ff_conv_direct_isas(void) {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return 2;
-  if (__builtin_cpu_supports("avx2")) return 1;
-  return 0;
+  return 1 | (__builtin_cpu_supports("avx2") ? 2 : 0) | (__builtin_cpu_supports("avx512f") ? 4 : 0);
 }
 
-static void correlate(const float *in, const ff_plane *p, const float *wt, long op,
+/* The instruction set a call runs: `isa` (FF_ISA_*) if this CPU has it, else its best. */
+static int pick(int isa) {
+  const int have = ff_conv_direct_isas();
+  if (isa >= 0 && (have >> isa & 1)) return isa;
+  return have & 4 ? FF_ISA_AVX512 : have & 2 ? FF_ISA_AVX2 : FF_ISA_BASE;
+}
+
+static void correlate(int isa, const float *in, const ff_plane *p, const float *wt, long op,
                       const float *bias, float *out, long n, long co, long oh, long ow, long kh,
                       long kw, float *xp) {
-  switch (isa()) {
-    case 2: correlate_avx512(in, p, wt, op, bias, out, n, co, oh, ow, kh, kw, xp); break;
-    case 1: correlate_avx2(in, p, wt, op, bias, out, n, co, oh, ow, kh, kw, xp); break;
+  switch (pick(isa)) {
+    case FF_ISA_AVX512: correlate_avx512(in, p, wt, op, bias, out, n, co, oh, ow, kh, kw, xp); break;
+    case FF_ISA_AVX2: correlate_avx2(in, p, wt, op, bias, out, n, co, oh, ow, kh, kw, xp); break;
     default: correlate_base(in, p, wt, op, bias, out, n, co, oh, ow, kh, kw, xp);
   }
 }
@@ -209,17 +214,17 @@ long ff_conv_direct_scratch(const ff_window_dims *d) {
 }
 
 void ff_conv_direct_forward_f32(const float *x, const float *w, const float *bias, float *z,
-                                const ff_window_dims *d, float *scratch) {
+                                const ff_window_dims *d, float *scratch, int isa) {
   const long cells = d->c * d->kh * d->kw, op = padded_outputs(d->o);
   float *wt = scratch, *xp = scratch + cells * op;
   for (long q = 0; q < cells; ++q)
     for (long o = 0; o < op; ++o) wt[q * op + o] = o < d->o ? w[o * cells + q] : 0.0f;
   const ff_plane p = plane(d->c, d->h, d->w, d->ph, d->pw, d->oh, d->ow, d->kh, d->kw);
-  correlate(x, &p, wt, op, bias, z, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp);
+  correlate(isa, x, &p, wt, op, bias, z, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp);
 }
 
 void ff_conv_direct_input_grad_f32(const float *dz, const float *w, float *dx,
-                                   const ff_window_dims *d, float *scratch) {
+                                   const ff_window_dims *d, float *scratch, int isa) {
   const long kk = d->kh * d->kw, cells = d->o * kk, op = padded_outputs(d->c);
   float *wt = scratch, *xp = scratch + cells * op;
   /* row (o, i, j) of the flipped kernel: w[o, c, kh-1-i, kw-1-j] for each input channel c */
@@ -229,17 +234,17 @@ void ff_conv_direct_input_grad_f32(const float *dz, const float *w, float *dx,
         wt[(o * kk + t) * op + c] = c < d->c ? w[(o * d->c + c) * kk + (kk - 1 - t)] : 0.0f;
   const ff_plane p =
       plane(d->o, d->oh, d->ow, d->kh - 1 - d->ph, d->kw - 1 - d->pw, d->h, d->w, d->kh, d->kw);
-  correlate(dz, &p, wt, op, NULL, dx, d->n, d->c, d->h, d->w, d->kh, d->kw, xp);
+  correlate(isa, dz, &p, wt, op, NULL, dx, d->n, d->c, d->h, d->w, d->kh, d->kw, xp);
 }
 
 void ff_conv_direct_kernel_grad_f32(const float *x, const float *dz, float *dw,
-                                    const ff_window_dims *d, float *scratch) {
+                                    const ff_window_dims *d, float *scratch, int isa) {
   const long cells = d->c * d->kh * d->kw;
   float *lanes = scratch, *xp = scratch + d->o * cells * FF_LANES;
   const ff_plane p = plane(d->c, d->h, d->w, d->ph, d->pw, d->oh, d->ow, d->kh, d->kw);
-  switch (isa()) {
-    case 2: kernel_grad_avx512(x, &p, dz, lanes, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp); break;
-    case 1: kernel_grad_avx2(x, &p, dz, lanes, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp); break;
+  switch (pick(isa)) {
+    case FF_ISA_AVX512: kernel_grad_avx512(x, &p, dz, lanes, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp); break;
+    case FF_ISA_AVX2: kernel_grad_avx2(x, &p, dz, lanes, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp); break;
     default: kernel_grad_base(x, &p, dz, lanes, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp);
   }
   for (long k = 0; k < d->o * cells; ++k) { /* the lanes' fixed tree: l + l+8, +4, +2, +1 */

@@ -175,21 +175,27 @@ long ff_conv_scratch(const ff_window_dims *dims);
 
 /* Direct convolutions (native/conv.c) of float32 tiles as `dims` says, at stride 1, one group:
  * ff_conv_direct says whether a convolution takes them (small products, where im2col + GEMM
- * spends its time on the columns: benchmarks/kernels.py measures the limits). The forward
- * writes z (n, o, oh, ow) = conv(x) + bias (bias may be NULL); the input's gradient dx
- * (n, c, h, w) from dz (n, o, oh, ow); the kernel's gradient dw (o, c, kh, kw), written. Each
- * takes `scratch` of ff_conv_direct_scratch(dims) floats. */
+ * spends its time on the columns; benchmarks/conv.py measured the limits). The forward writes
+ * z (n, o, oh, ow) = conv(x) + bias (bias may be NULL); the input's gradient dx (n, c, h, w)
+ * from dz (n, o, oh, ow); the kernel's gradient dw (o, c, kh, kw), written. Each takes
+ * `scratch` of ff_conv_direct_scratch(dims) floats and runs the instruction set `isa` (FF_ISA_*;
+ * -1, or one this CPU lacks: its best), every one of which computes the same bits;
+ * ff_conv_direct_isas is the mask (1 << FF_ISA_*) of those this CPU has. */
 #define FF_CONV_DIRECT_MAX_CELLS 576
 #define FF_CONV_DIRECT_MAX_OUT 256
 #define FF_CONV_DIRECT_MIN_WIDTH 12
+#define FF_ISA_BASE 0
+#define FF_ISA_AVX2 1
+#define FF_ISA_AVX512 2
 int ff_conv_direct(const ff_window_dims *dims);
+int ff_conv_direct_isas(void);
 long ff_conv_direct_scratch(const ff_window_dims *dims);
 void ff_conv_direct_forward_f32(const float *x, const float *w, const float *bias, float *z,
-                                const ff_window_dims *dims, float *scratch);
+                                const ff_window_dims *dims, float *scratch, int isa);
 void ff_conv_direct_input_grad_f32(const float *dz, const float *w, float *dx,
-                                   const ff_window_dims *dims, float *scratch);
+                                   const ff_window_dims *dims, float *scratch, int isa);
 void ff_conv_direct_kernel_grad_f32(const float *x, const float *dz, float *dw,
-                                    const ff_window_dims *dims, float *scratch);
+                                    const ff_window_dims *dims, float *scratch, int isa);
 
 /* Multi-head attention (native/attention.c) on float32 tiles, as flexflow.ops.
  * multihead_attention's reference: query (n, lq, eq), key (n, lk, ek), value (n, lk, ev); w[0..3]

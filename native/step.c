@@ -81,7 +81,8 @@ static void ff_conv_forward(ff_sgemm_fn gemm, const ff_step_op *op, const float 
   const ff_window_dims *d = &op->win;
   const long pixels = d->oh * d->ow, rows = d->n * pixels, k = d->c * d->kh * d->kw;
   if (ff_conv_direct(d)) { /* as flexflow.ops.conv2d's tiles: native/conv.c */
-    ff_conv_direct_forward_f32(x, op->w[0], op->w[1], op->y[0], d, op->scratch + rows * d->o);
+    ff_conv_direct_forward_f32(x, op->w[0], op->w[1], op->y[0], d, op->scratch + rows * d->o,
+                               -1);
     if (op->act == FF_ACT_RELU) ff_relu_in_place(op->y[0], rows * d->o);
     return;
   }
@@ -111,7 +112,7 @@ static void ff_conv_direct_backward(const ff_step_op *op, float *dx, float *dw, 
   const float *g = op->dy[0], *y = op->y[0];
   for (long i = 0; i < count; ++i)
     dz[i] = op->act == FF_ACT_RELU && !(y[i] > 0.0f) ? 0.0f : g[i];
-  ff_conv_direct_kernel_grad_f32((const float *)op->x[0], dz, dw, d, scratch);
+  ff_conv_direct_kernel_grad_f32((const float *)op->x[0], dz, dw, d, scratch, -1);
   if (db) {
     for (long c = 0; c < d->o; ++c) db[c] = 0.0f;
     for (long i = 0; i < d->n; ++i)
@@ -122,7 +123,7 @@ static void ff_conv_direct_backward(const ff_step_op *op, float *dx, float *dw, 
         db[c] = db[c] + sum;
       }
   }
-  if (dx) ff_conv_direct_input_grad_f32(dz, op->w[0], dx, d, scratch);
+  if (dx) ff_conv_direct_input_grad_f32(dz, op->w[0], dx, d, scratch, -1);
 }
 
 /* Its backward from y and dy: dz through the relu, as rows (n oh ow, o) in the scratch; the

@@ -310,6 +310,10 @@ class Conv2D(GradientsInto, Window2D):
             return self._direct_backward(direct, x, kernel, dz, need_input_grads, into)
         if cols is None:
             cols = self._columns(x)
+        return self._im2col_backward(x, kernel, dz, cols, need_input_grads, into)
+
+    def _im2col_backward(self, x, kernel, dz, cols, need_input_grads, into):
+        """`backward` through im2col columns from dz (N, O, H', W'); `into` of length 2."""
         dz_rows = dz.transpose(0, 2, 3, 1).reshape(-1, self.out_channels)  # (N*H'*W', O)
         dz_g = self._by_group(dz_rows)  # (G, N*H'*W', O/G)
         by_group = self._by_group(cols)

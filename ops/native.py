@@ -119,9 +119,9 @@ class ConvWindow:
     """A convolution of (N, C, H, W) float32 tiles by an (O, C, kh, kw) kernel at stride 1, one
     group, as native/conv.c's direct kernels take it (`ff_window_dims`)."""
 
-    __slots__ = ("dims", "scratch_floats")
+    __slots__ = ("dims", "scratch_floats", "isa")
 
-    def __init__(self, x_shape, out_channels: int, out_hw, kernel, padding) -> None:
+    def __init__(self, x_shape, out_channels: int, out_hw, kernel, padding, isa: int = -1) -> None:
         n, c, h, w = x_shape
         self.dims = ffi.new(
             "ff_window_dims *",
@@ -129,6 +129,15 @@ class ConvWindow:
                  kw=kernel[1], sh=1, sw=1, ph=padding[0], pw=padding[1], is_max=0),
         )  # fmt: skip
         self.scratch_floats = int(lib.ff_conv_direct_scratch(self.dims))
+        self.isa = isa
+        """The instruction set the kernels run (lib.FF_ISA_*; -1: this CPU's best): each gives
+        the same bits, which tests check on every one this CPU has (`isas`)."""
+
+    @staticmethod
+    def isas() -> list[int]:
+        """The instruction sets (lib.FF_ISA_*) this CPU runs the direct kernels with."""
+        mask = lib.ff_conv_direct_isas()
+        return [isa for isa in range(3) if mask >> isa & 1]
 
     @staticmethod
     def takes(x_shape, out_channels: int, out_hw, kernel, stride, padding, groups: int) -> bool:
@@ -152,7 +161,7 @@ class ConvWindow:
         z = np.empty((d.n, d.o, d.oh, d.ow), dtype=np.float32)
         lib.ff_conv_direct_forward_f32(
             _floats(_f32(x)), _floats(_f32(kernel)), _floats(None if bias is None else _f32(bias)),
-            _floats(z), d, _floats(self._scratch()),
+            _floats(z), d, _floats(self._scratch()), self.isa,
         )  # fmt: skip
         return z
 
@@ -161,8 +170,9 @@ class ConvWindow:
         d = self.dims
         dx = np.empty((d.n, d.c, d.h, d.w), dtype=np.float32)
         lib.ff_conv_direct_input_grad_f32(
-            _floats(_f32(dz)), _floats(_f32(kernel)), _floats(dx), d, _floats(self._scratch())
-        )
+            _floats(_f32(dz)), _floats(_f32(kernel)), _floats(dx), d, _floats(self._scratch()),
+            self.isa,
+        )  # fmt: skip
         return dx
 
     def kernel_grad(self, x: np.ndarray, dz: np.ndarray, out: np.ndarray | None = None):
@@ -172,8 +182,9 @@ class ConvWindow:
         if out is None:
             out = np.empty((d.o, d.c, d.kh, d.kw), dtype=np.float32)
         lib.ff_conv_direct_kernel_grad_f32(
-            _floats(_f32(x)), _floats(_f32(dz)), _floats(out), d, _floats(self._scratch())
-        )
+            _floats(_f32(x)), _floats(_f32(dz)), _floats(out), d, _floats(self._scratch()),
+            self.isa,
+        )  # fmt: skip
         return out
 
 
