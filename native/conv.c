@@ -195,9 +195,11 @@ static long padded_outputs(long co) { return round_up(co, 8); }
 
 int ff_conv_direct(const ff_window_dims *d) {
   if (d->sh != 1 || d->sw != 1 || d->ph >= d->kh || d->pw >= d->kw) return 0;
-  /* im2col + GEMM wins where the products are wide: measured by benchmarks/kernels.py */
-  return d->c * d->kh * d->kw <= FF_CONV_DIRECT_MAX_CELLS && d->o <= FF_CONV_DIRECT_MAX_OUT &&
-         d->ow >= FF_CONV_DIRECT_MIN_WIDTH;
+  /* im2col + GEMM wins where the products are long or the rows narrow (a vector's lanes past
+   * the row's end compute nothing): benchmarks/conv.py's table */
+  const long cells = d->c * d->kh * d->kw;
+  if (d->o > FF_CONV_DIRECT_MAX_OUT || cells > 2 * FF_CONV_DIRECT_MAX_CELLS) return 0;
+  return d->ow >= (cells > FF_CONV_DIRECT_MAX_CELLS ? 16 : FF_CONV_DIRECT_MIN_WIDTH);
 }
 
 long ff_conv_direct_scratch(const ff_window_dims *d) {

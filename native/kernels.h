@@ -175,7 +175,9 @@ long ff_conv_scratch(const ff_window_dims *dims);
 
 /* Direct convolutions (native/conv.c) of float32 tiles as `dims` says, at stride 1, one group:
  * ff_conv_direct says whether a convolution takes them (small products, where im2col + GEMM
- * spends its time on the columns; benchmarks/conv.py measured the limits). The forward writes
+ * spends its time on the columns: up to FF_CONV_DIRECT_MAX_CELLS products per output on rows
+ * FF_CONV_DIRECT_MIN_WIDTH wide, twice as many on rows 16 wide; benchmarks/conv.py measured
+ * the limits). The forward writes
  * z (n, o, oh, ow) = conv(x) + bias (bias may be NULL); the input's gradient dx (n, c, h, w)
  * from dz (n, o, oh, ow); the kernel's gradient dw (o, c, kh, kw), written. Each takes
  * `scratch` of ff_conv_direct_scratch(dims) floats and runs the instruction set `isa` (FF_ISA_*;

@@ -99,8 +99,12 @@ def test_the_rule_keeps_strided_grouped_narrow_and_wide_convolutions_on_im2col()
     assert not ConvWindow.takes(**base, stride=(1, 1), padding=(1, 1), groups=2)
     narrow = dict(base, x_shape=(8, 16, 8, 8), out_hw=(8, 8))
     assert not ConvWindow.takes(**narrow, stride=(1, 1), padding=(1, 1), groups=1)
-    wide = dict(base, x_shape=(8, 128, 28, 28))  # 1,152 products per output
+    wide = dict(base, x_shape=(8, 256, 28, 28))  # 2,304 products per output
     assert not ConvWindow.takes(**wide, stride=(1, 1), padding=(1, 1), groups=1)
+    long_rows = dict(base, x_shape=(8, 128, 16, 16), out_hw=(16, 16))  # 1,152, 16 wide
+    assert ConvWindow.takes(**long_rows, stride=(1, 1), padding=(1, 1), groups=1)
+    long_narrow = dict(base, x_shape=(8, 128, 12, 12), out_hw=(12, 12))
+    assert not ConvWindow.takes(**long_narrow, stride=(1, 1), padding=(1, 1), groups=1)
 
 
 @pytest.mark.parametrize("activation", [ActiMode.AC_MODE_NONE, ActiMode.AC_MODE_RELU])
