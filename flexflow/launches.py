@@ -45,7 +45,7 @@ from flexflow.fusion import (
 )
 from flexflow.graph import OperatorGraph
 from flexflow.ops.base import Region
-from flexflow.runtime.native_step import runs_as_one_call
+from flexflow.runtime.native_step import runs_in_cpp_body
 from flexflow.strategy import ParallelConfig, Strategy
 from flexflow.tiling import Piece, first_users, input_shards, op_update_pieces
 
@@ -279,7 +279,7 @@ def iteration_tasks(
     )
     cpp, per_launch = 0, 1
     if in_step and sparse_labels:  # flat parameters: flexflow.runtime.step_tasks.runs_in_cpp
-        cpp = sum(runs_as_one_call(task) for task in last_tasks)
+        cpp = sum(runs_in_cpp_body(task) for task in last_tasks)
         # as flexflow.runtime.step_launches.plan_step_launch decides
         if (
             steps_per_execution > 1

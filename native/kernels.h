@@ -281,15 +281,22 @@ int ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, long
  *   and dy[1] (zeros where nothing read the part).
  * - UNARY: y[0] = act(x[0]), m elements, as ff_activate_f32 (GELU's gradient reads x[0]).
  * - MEAN: x[0] (m, k, n) averaged over k into y[0] (m, n) (summed in double).
+ * - BATCH_NORM: x[0] (m, n, k) (samples, channels, pixels) into y[0] in training, then relu
+ *   when `act` is FF_ACT_RELU, as ff_bn_train_forward/backward_f32 with w[0] gamma, w[1] beta,
+ *   `batch_count` elements per channel in the batch, `eps`, `momentum`: the batch's sums through
+ *   `exchange` as point `point` (NULL: the tile's own), waiting at most timeout_s; the running
+ *   statistics (2, n) read from `running`, written to `running_out`; `stats` (2 n doubles)
+ *   keeps the batch's sums for the backward.
  * With flat buffers, w[i] and dw[i] are taken at w_at[i] and dw_at[i] (-1: not a flat one).
  * Returns 0, -1 at a label outside [0, n), -2 when the program does not end in a softmax, -4
- * at an id outside the embedding's table. */
+ * at an id outside the embedding's table, FF_STEP_EXCHANGE + e when a batch norm's exchange
+ * failed with e (FF_EXCHANGE_*). */
 enum { FF_STEP_DENSE = 0, FF_STEP_SOFTMAX = 1, FF_STEP_LSTM = 2, FF_STEP_EMBEDDING = 3,
        FF_STEP_STACK = 4, FF_STEP_ATTENTION = 5, FF_STEP_CONV = 6, FF_STEP_POOL = 7,
        FF_STEP_DROPOUT = 8, FF_STEP_BINARY = 9, FF_STEP_LAYER_NORM = 10, FF_STEP_SPLIT = 11,
-       FF_STEP_UNARY = 12, FF_STEP_CONCAT = 13, FF_STEP_MEAN = 14 };
+       FF_STEP_UNARY = 12, FF_STEP_CONCAT = 13, FF_STEP_MEAN = 14, FF_STEP_BATCH_NORM = 15 };
 enum { FF_BINARY_ADD = 0, FF_BINARY_SUBTRACT = 1, FF_BINARY_MULTIPLY = 2 };
-enum { FF_STEP_SLOTS = 3, FF_STEP_WEIGHTS = 8, FF_STEP_BAD_ID = -4 };
+enum { FF_STEP_SLOTS = 3, FF_STEP_WEIGHTS = 8, FF_STEP_BAD_ID = -4, FF_STEP_EXCHANGE = -16 };
 typedef struct {
   int kind;
   int act;
@@ -321,6 +328,11 @@ typedef struct {
   double eps;
   unsigned long long seed;
   long base;
+  const double *running;
+  double *running_out, *stats;
+  double batch_count, momentum, timeout_s;
+  ff_exchange *exchange;
+  int point;
 } ff_step_op;
 typedef struct {
   const long long *labels;

@@ -329,11 +329,18 @@ static int ff_step_forward(ff_sgemm_fn gemm, const ff_step_op *op, long iteratio
       ff_cut(x, op->y, NULL, floats, 0, 2, op->m);
       return 0;
     }
+    case FF_STEP_BATCH_NORM: {
+      const int status = ff_bn_train_forward_f32(
+          x, op->y[0], op->w[0], op->w[1], op->running, op->running_out, op->stats, op->m, op->n,
+          op->k, op->batch_count, op->eps, op->act == FF_ACT_RELU, op->momentum, op->exchange,
+          op->point, op->timeout_s);
+      return status ? FF_STEP_EXCHANGE + status : 0;
+    }
   }
   return -2;
 }
 
-static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iteration) {
+static int ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iteration) {
   if (op->zero) memset(op->zero, 0, sizeof(float) * op->zero_n);
   float *gx[FF_STEP_SLOTS], *gw[FF_STEP_WEIGHTS];
   for (int i = 0; i < FF_STEP_SLOTS; ++i) gx[i] = ff_out(op->dx[i], op->dx_add[i], op->tmp_x[i]);
@@ -436,8 +443,18 @@ static void ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterat
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * (floats[0] + floats[1]));
       break;
     }
+    case FF_STEP_BATCH_NORM: {
+      const int status = ff_bn_train_backward_f32(
+          (const float *)op->x[0], op->y[0], op->dy[0], op->w[0], op->stats, gx[0], gw[0], gw[1],
+          m, n, k, op->batch_count, op->eps, op->act == FF_ACT_RELU, op->exchange, op->point,
+          op->timeout_s);
+      if (status) return FF_STEP_EXCHANGE + status;
+      ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * n * k);
+      break;
+    }
   }
   ff_finish_weights(op);
+  return 0;
 }
 
 int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
@@ -462,7 +479,10 @@ int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_st
   if (status) return status;
   loss->sums[0] = value;
   loss->sums[1] = (double)correct;
-  for (long i = count - 1; i >= 0; --i) ff_step_backward(gemm, ops + i, iteration);
+  for (long i = count - 1; i >= 0; --i) {
+    status = ff_step_backward(gemm, ops + i, iteration);
+    if (status) return status;
+  }
   return 0;
 }
 

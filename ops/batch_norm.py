@@ -134,7 +134,8 @@ class BatchNorm(GradientsInto, Op):
     # Each tile contributes per-channel partial sums; the sums of all tiles sharing its channels
     # (added by the runtime's reduction) give the batch statistics the tile normalizes with.
 
-    def _count(self, sig: Signature) -> int:
+    def batch_count(self, sig: Signature) -> int:
+        """Elements per channel in the whole batch, which the statistics span."""
         shape = sig.inputs[0].shape
         return shape[0] * int(np.prod(shape[2:], dtype=np.int64))  # elements per channel, M
 
@@ -173,7 +174,7 @@ class BatchNorm(GradientsInto, Op):
         concurrent launch as point `point`), the running statistics after it written to
         `running_out`; and those statistics, which its backward takes."""
         y, stats = native.bn_train_forward(
-            x, *weights, running, running_out, self._count(sig), self.eps, self.relu,
+            x, *weights, running, running_out, self.batch_count(sig), self.eps, self.relu,
             RUNNING_MOMENTUM, exchange, point,
         )  # fmt: skip
         return (y,), stats
@@ -182,7 +183,7 @@ class BatchNorm(GradientsInto, Op):
         """The backward of `train_forward_tile`'s tile from its statistics: (dx,), (its
         partial gamma and beta gradients)."""
         dx, dgamma, dbeta = native.bn_train_backward(
-            x, y, dy, weights[0], stats, self._count(sig), self.eps, self.relu, exchange, point
+            x, y, dy, weights[0], stats, self.batch_count(sig), self.eps, self.relu, exchange, point
         )
         return (dx,), (dgamma, dbeta)
 
@@ -195,7 +196,7 @@ class BatchNorm(GradientsInto, Op):
     ) -> np.ndarray:
         """(2, C) running mean and variance after a training batch whose per-channel sums are
         `stats` (PyTorch's rule: the unbiased batch variance, momentum 0.1)."""
-        count = self._count(sig)
+        count = self.batch_count(sig)
         mean = stats[0] / count
         var = np.maximum(stats[1] / count - mean * mean, 0.0) * (count / max(count - 1, 1))
         return (1.0 - momentum) * running + momentum * np.stack([mean, var])
@@ -203,7 +204,7 @@ class BatchNorm(GradientsInto, Op):
     def statistics_from_running(self, sig: Signature, running: np.ndarray) -> np.ndarray:
         """The (2, C) sums a batch with the running mean and variance would have: what an
         evaluation normalizes with instead of the batch's own statistics."""
-        count = self._count(sig)
+        count = self.batch_count(sig)
         mean, var = running
         return np.stack([mean * count, (var + mean * mean) * count])
 
@@ -221,7 +222,7 @@ class BatchNorm(GradientsInto, Op):
         return np.stack([x.sum(axis=axes), (x * x).sum(axis=axes)])
 
     def _normalize_with(self, sig, x, stats, count=None):
-        count = count or self._count(sig)
+        count = count or self.batch_count(sig)
         mean = stats[0] / count
         var = np.maximum(stats[1] / count - mean * mean, 0.0)
         inv_std = self._per_channel(1.0 / np.sqrt(var + self.eps), x.ndim)
@@ -231,7 +232,7 @@ class BatchNorm(GradientsInto, Op):
         """The tile normalized with per-channel `stats` (sums of x and x^2) over `count`
         elements per channel (default: the batch's)."""
         if x.dtype == np.float32:
-            count = count or self._count(sig)
+            count = count or self.batch_count(sig)
             return (native.bn_forward(x, stats, *weights, count, self.eps, self.relu),)
         return self.numpy_forward_tile_with_statistics(sig, x, weights, stats, count)
 
@@ -244,7 +245,7 @@ class BatchNorm(GradientsInto, Op):
     def statistics_backward(self, sig, x, weights, y, dy, stats, count=None) -> np.ndarray:
         """(2, C_t): this tile's per-channel sums of dz and dz * xhat (dz: dy through the relu)."""
         if x.dtype == np.float32:
-            count = count or self._count(sig)
+            count = count or self.batch_count(sig)
             return native.bn_stats_backward(x, y, dy, stats, count, self.eps, self.relu)
         return self.numpy_statistics_backward(sig, x, weights, y, dy, stats, count)
 
@@ -260,7 +261,7 @@ class BatchNorm(GradientsInto, Op):
         """This tile's dx, and its partial gamma and beta gradients (summed over the tiles):
         `tile_sums`, its own `statistics_backward` where known (`grad_stats` where the tile
         holds the batch), spares the C kernel a pass over the tile."""
-        count = count or self._count(sig)
+        count = count or self.batch_count(sig)
         if x.dtype == np.float32:
             dx, dgamma, dbeta = native.bn_backward(
                 x, y, dy, weights[0], stats, grad_stats, count, self.eps, self.relu, tile_sums
@@ -274,7 +275,7 @@ class BatchNorm(GradientsInto, Op):
         self, sig, x, weights, y, dy, stats, grad_stats, count=None
     ):
         axes = (0,) + tuple(range(2, x.ndim))
-        count = count or self._count(sig)
+        count = count or self.batch_count(sig)
         dz = dy * (y > 0) if self.relu else dy
         xhat, inv_std = self._normalize_with(sig, x.astype(np.float64), stats, count)
         gamma = self._per_channel(weights[0], x.ndim)

@@ -24,11 +24,6 @@ def _ncs(x: DeviceArray) -> tuple[int, int, int]:
     return x.shape[0], x.shape[1], math.prod(x.shape[2:])
 
 
-def _whole_count(sig) -> int:
-    shape = sig.inputs[0].shape
-    return shape[0] * math.prod(shape[2:])  # elements per channel in the whole batch, M
-
-
 def statistics_forward(gpu: Gpu, op, x: DeviceArray) -> DeviceArray:
     """(2, C_t) float64: this tile's per-channel sum and sum of squares."""
     require_contiguous("batch_norm statistics_forward", x)
@@ -57,7 +52,7 @@ def _normalize(gpu: Gpu, op, x, weights, stats, count: int) -> DeviceArray:
 
 
 def forward_tile_with_statistics(gpu: Gpu, op, sig, x, weights, stats) -> Arrays:
-    return (_normalize(gpu, op, x, weights, stats, _whole_count(sig)),)
+    return (_normalize(gpu, op, x, weights, stats, op.batch_count(sig)),)
 
 
 def _backward_sums(gpu: Gpu, op, x, y, dy, stats, count: int) -> DeviceArray:
@@ -76,7 +71,7 @@ def _backward_sums(gpu: Gpu, op, x, y, dy, stats, count: int) -> DeviceArray:
 
 def statistics_backward(gpu: Gpu, op, sig, x, weights, y, dy, stats) -> DeviceArray:
     """(2, C_t) float64: this tile's per-channel sums of dz and dz * x_hat."""
-    return _backward_sums(gpu, op, x, y, dy, stats, _whole_count(sig))
+    return _backward_sums(gpu, op, x, y, dy, stats, op.batch_count(sig))
 
 
 def _backward(gpu: Gpu, op, x, weights, y, dy, stats, grad_stats, count: int):
@@ -97,7 +92,7 @@ def _backward(gpu: Gpu, op, x, weights, y, dy, stats, grad_stats, count: int):
 
 def backward_tile_with_statistics(gpu: Gpu, op, sig, x, weights, y, dy, stats, grad_stats):
     """This tile's dx and its partial gamma and beta gradients (summed over the tiles)."""
-    return _backward(gpu, op, x, weights, y, dy, stats, grad_stats, _whole_count(sig))
+    return _backward(gpu, op, x, weights, y, dy, stats, grad_stats, op.batch_count(sig))
 
 
 def batch_norm_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:

@@ -264,7 +264,8 @@ class Executor:
             for task, device in zip(self.fused_tasks[-1], devices, strict=True):
                 if kinds[device] != "cpu":  # the GPU variant runs its own kernels
                     continue
-                program = native_step(task, self.params.flat)
+                exchange = self.exchanges.get(len(self.groups) - 1)
+                program = native_step(task, self.params.flat, exchange)
                 if program is not None:
                     self.native_steps[(len(self.groups) - 1, task.index)] = program
                     if record_timeline:

@@ -13,6 +13,7 @@ flexflow.runtime.step_program's; any other step runs op by op (flexflow.fused_ru
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from flexflow.errors import ShapeError
 from flexflow.fusion import FusedTask, Slot
 from flexflow.ops import blas
 from flexflow.ops.base import region_shape
+from flexflow.ops.native import EXCHANGE_TIMEOUT_S, exchange_failed
 from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import (
     LOSS_IDS,
@@ -29,6 +31,9 @@ from flexflow.runtime.loss import (
     shaped_labels,
 )
 from flexflow.runtime.step_program import ADD, PART, Program, ProgramOp, program
+
+if TYPE_CHECKING:  # concurrent imports this module through flexflow.runtime.tasks
+    from flexflow.runtime.concurrent import StatisticsExchange
 
 SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
 """The loss a native step computes (a step under another loss runs op by op)."""
@@ -44,8 +49,22 @@ class NativeStep:
     runs one task at a time, and a program serves one task. `run` names the iteration's
     arrays and calls it."""
 
-    def __init__(self, task: FusedTask, made: Program, flat: FlatLayout | None = None) -> None:
+    def __init__(
+        self,
+        task: FusedTask,
+        made: Program,
+        flat: FlatLayout | None = None,
+        exchange: StatisticsExchange | None = None,
+    ) -> None:
         self.task, self.program, self.flat = task, made, flat
+        self._exchange = exchange  # alive while the structs point at it
+        self.norms = tuple(
+            (i, op.step.running)
+            for i, op in enumerate(made.ops)
+            if op.kind == lib.FF_STEP_BATCH_NORM
+        )
+        """(op position, its running statistics' slot) of each batch norm: the running
+        statistics each call reads and writes (`run`'s `running`)."""
         self._dtypes = tuple(made.dtype(which) for which in range(len(made.inputs)))
         self.prediction_shape = region_shape(task.output_slot.region)
         self._ops = ffi.new("ff_step_op[]", len(made.ops))
@@ -70,6 +89,8 @@ class NativeStep:
                 grads[tid] = self._array(region_shape(slot.region))
         for i, op in enumerate(made.ops):
             self._wire(self._ops[i], op, values, grads)
+            if op.kind == lib.FF_STEP_BATCH_NORM:
+                self._wire_batch_norm(self._ops[i], op, exchange)
 
     def _wire(self, c, op: ProgramOp, values: dict, grads: dict) -> None:
         """Fill the struct `c` of `op`: sizes, the buffers it reads and writes, its scratch."""
@@ -138,6 +159,18 @@ class NativeStep:
             if self.flat is not None:  # where its weights sit in flat buffers
                 c.w_at[j] = c.dw_at[j] = self.flat.ranges[slot.id][0]
 
+    def _wire_batch_norm(self, c, op: ProgramOp, exchange: StatisticsExchange | None) -> None:
+        """A batch norm's scalars, the batch's sums its backward reads, and the exchange its
+        tile's statistics go through (as point `task.index`) where its launch has one."""
+        c.batch_count, c.momentum, c.timeout_s = op.count, op.momentum, EXCHANGE_TIMEOUT_S
+        stats = np.zeros(2 * op.dims[1], dtype=np.float64)
+        self.buffers.append(stats)
+        c.stats = ffi.cast("double *", ffi.from_buffer(stats))
+        if op.step.exchange:
+            if exchange is None:
+                raise AssertionError(f"{op.step.node.name}: its tiles exchange, but no exchange")
+            c.exchange, c.point = ffi.cast("ff_exchange *", exchange.pointer), self.task.index
+
     def _array(self, shape: tuple[int, ...]) -> np.ndarray:
         array = np.zeros(shape, dtype=np.float32)
         self.buffers.append(array)
@@ -192,15 +225,18 @@ class NativeStep:
         total: int,
         valid: int,
         iteration: int = 0,
+        running: Sequence[tuple[np.ndarray, np.ndarray]] = (),
     ) -> None:
         """One step through the sgemm at `gemm`: `values` maps the task's forward input slots
         to arrays (the model inputs' tiles, the weights), `grads_into` its weight gradient
         slots to the arrays they are written into (all C-contiguous float32); the labels
         `target` of the first `valid` samples count; (loss / total, correct) go into `sums`;
-        `iteration`: the training step's number, which dropout's masks are drawn for."""
+        `iteration`: the training step's number, which dropout's masks are drawn for;
+        `running`: per batch norm (`norms`), the (2, C) float64 running statistics it reads
+        and the array it writes them into."""
         ops = self._ops
         tiles = self._name_inputs([values[slot] for slot, _ in self.program.inputs])
-        arrays = list(tiles)  # alive until the call returns
+        arrays = list(tiles) + self._name_running(running)  # alive until the call returns
         for i, op in enumerate(self.program.ops):
             step = op.step
             for j, (weight, grad) in enumerate(zip(step.weights, step.weight_grads, strict=True)):
@@ -208,7 +244,7 @@ class NativeStep:
                 arrays += named
                 ops[i].w[j], ops[i].dw[j] = (ffi.from_buffer("float[]", a) for a in named)
         labels = self._labels(target, sums, total, valid)
-        self._call(gemm, labels, ffi.NULL, ffi.NULL, tiles, iteration)
+        self._call(gemm, labels, ffi.NULL, ffi.NULL, arrays, iteration)
 
     def run_flat(
         self,
@@ -221,6 +257,7 @@ class NativeStep:
         total: int,
         valid: int,
         iteration: int = 0,
+        running: Sequence[tuple[np.ndarray, np.ndarray]] = (),
     ) -> None:
         """`run` with every parameter in flat buffers (`flexflow.runtime.flat`, built with
         `flat`): the model inputs' tiles in the program's order (`Program.inputs`), this
@@ -228,11 +265,24 @@ class NativeStep:
         each weight at its offset."""
         tiles = self._name_inputs(inputs)
         weights, grads = _checked(weights), _checked(grads, written=True)
+        arrays = tiles + self._name_running(running)
         labels = self._labels(target, sums, total, valid)
         self._call(
             gemm, labels, ffi.from_buffer("float[]", weights), ffi.from_buffer("float[]", grads),
-            tiles, iteration,
+            arrays, iteration,
         )  # fmt: skip
+
+    def _name_running(self, running: Sequence[tuple[np.ndarray, np.ndarray]]) -> list:
+        """Point each batch norm at its running statistics and where it writes them."""
+        if len(running) != len(self.norms):
+            raise ValueError(f"native step: {len(self.norms)} batch norms, {len(running)} given")
+        arrays = []
+        for (position, _), (now, into) in zip(self.norms, running, strict=True):
+            now, into = _checked(now, dtype=np.float64), _checked(into, True, np.float64)
+            self._ops[position].running = ffi.cast("double *", ffi.from_buffer(now))
+            self._ops[position].running_out = ffi.cast("double *", ffi.from_buffer(into))
+            arrays += [now, into]
+        return arrays
 
     def _name_inputs(self, tiles: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Point each reader of a model input at its tile (as `input_array` gives it)."""
@@ -260,14 +310,19 @@ class NativeStep:
         return flat_labels
 
     def _call(
-        self, gemm: int, labels: np.ndarray, weights, grads, tiles: list, iteration: int
+        self, gemm: int, labels: np.ndarray, weights, grads, arrays: list, iteration: int
     ) -> None:
+        """The step; `arrays`: the model inputs' tiles first, then what else the structs
+        point at for this call (kept alive until it returns)."""
         status = lib.ff_train_step_f32(
             ffi.cast("ff_sgemm_fn", gemm), self._ops, len(self.program.ops), self._loss, weights,
             grads, iteration,
         )  # fmt: skip
         self._kept = None
+        if lib.FF_STEP_EXCHANGE + lib.FF_EXCHANGE_NO_MEMORY <= status <= lib.FF_STEP_EXCHANGE - 1:
+            raise exchange_failed(status - lib.FF_STEP_EXCHANGE)
         if status == lib.FF_STEP_BAD_ID:  # the reference's error names the ids
+            tiles = arrays[: len(self.program.inputs)]
             for (_, op), tile in zip(self.program.inputs, tiles, strict=True):
                 if self.program.ops[op].kind == lib.FF_STEP_EMBEDDING:
                     self.program.ops[op].step.node.op.check_ids(tile)
@@ -276,28 +331,35 @@ class NativeStep:
             raise ShapeError(f"native step: the C step failed with status {status}")
 
 
-def _checked(array: np.ndarray, written: bool = False) -> np.ndarray:
+def _checked(array: np.ndarray, written: bool = False, dtype=np.float32) -> np.ndarray:
     """`array` as the C step reads (or writes) it; a layout it cannot take is a bug upstream."""
-    if array.dtype != np.float32 or not array.flags.c_contiguous:
-        raise ValueError(f"native step: expected C-contiguous float32, got {array.dtype}")
+    if array.dtype != dtype or not array.flags.c_contiguous:
+        raise ValueError(f"native step: expected C-contiguous {np.dtype(dtype)}, got {array.dtype}")
     if written and not array.flags.writeable:
         raise ValueError("native step: a gradient output is read-only")
     return array
 
 
-def runs_as_one_call(task: FusedTask) -> bool:
-    """Whether the step task `task` runs as one C call where it runs on a CPU (the module doc),
-    for counting without building its buffers (flexflow.launches)."""
-    return blas.sgemm_address() is not None and program(task) is not None
+def runs_in_cpp_body(task: FusedTask) -> bool:
+    """Whether the step task `task` runs as one C call where it runs on a CPU (the module doc)
+    that a C++ task body can make (no batch norm: the bodies take no running statistics), for
+    counting without building its buffers (flexflow.launches)."""
+    if blas.sgemm_address() is None:
+        return False
+    made = program(task)
+    return made is not None and all(op.kind != lib.FF_STEP_BATCH_NORM for op in made.ops)
 
 
-def native_step(task: FusedTask, flat: FlatLayout | None = None) -> NativeStep | None:
+def native_step(
+    task: FusedTask, flat: FlatLayout | None = None, exchange: StatisticsExchange | None = None
+) -> NativeStep | None:
     """The C program of a step task that can run as one (the module doc), else None; with
-    `flat`, the layout of the flat buffers its parameters live in (`NativeStep.run_flat`)."""
+    `flat`, the layout of the flat buffers its parameters live in (`NativeStep.run_flat`);
+    `exchange`: its concurrent launch's, where its batch norms exchange statistics."""
     if blas.sgemm_address() is None:
         return None
     made = program(task)
-    return None if made is None else NativeStep(task, made, flat)
+    return None if made is None else NativeStep(task, made, flat, exchange)
 
 
 def _pointer(array: np.ndarray, offset: int = 0):

@@ -30,6 +30,7 @@ from flexflow._kernels import lib
 from flexflow.fusion import FusedTask, OpStep, Slot, SlotKind
 from flexflow.ops.activations import ActiMode
 from flexflow.ops.base import region_shape
+from flexflow.ops.batch_norm import RUNNING_MOMENTUM, BatchNorm
 from flexflow.ops.concat import Concat
 from flexflow.ops.conv2d import Conv2D
 from flexflow.ops.dense import Dense
@@ -97,6 +98,10 @@ class ProgramOp:
     """Layer norm: its epsilon."""
     part_floats: tuple[int, ...] = ()
     """Concat: the floats each input adds to a row of the output."""
+    count: float = 0.0
+    """Batch norm: the elements per channel of the whole batch its statistics span."""
+    momentum: float = 0.0
+    """Batch norm: its running statistics' momentum."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +197,8 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
         return _window_op(step, op, reads, x_shape, y_shape)
     if isinstance(op, (ElementUnary, ElementBinary, LayerNorm, Split, Mean, Concat)) and not last:
         return _elementwise_op(step, op, reads, x_shape, y_shape)
+    if isinstance(op, BatchNorm) and not last:
+        return _batch_norm_op(step, op, reads, x_shape)
     if isinstance(op, Stack) and not last:
         axis = op.axis % len(y_shape)
         part = y_shape[:axis] + y_shape[axis + 1 :]
@@ -264,6 +271,20 @@ def _window_op(step: OpStep, op, reads, x_shape, y_shape) -> ProgramOp | None:
     return ProgramOp(lib.FF_STEP_POOL, 0, (0,) * 4, step, reads, window=(*dims, is_max))
 
 
+def _batch_norm_op(step: OpStep, op: BatchNorm, reads, x_shape) -> ProgramOp | None:
+    """A batch norm in training on its tile's own statistics, or on the batch's where the
+    tile's samples exchange theirs with the other points of a concurrent launch."""
+    if step.running is None:
+        return None  # its tasks share statistics through stores: it runs alone
+    if x_shape[0] != step.node.sig.inputs[0].shape[0] and not step.exchange:
+        return None
+    hw = int(np.prod(x_shape[2:], dtype=np.int64))
+    act = lib.FF_ACT_RELU if op.relu else lib.FF_ACT_NONE
+    return ProgramOp(lib.FF_STEP_BATCH_NORM, act, (x_shape[0], x_shape[1], hw, 0), step, reads,
+                     eps=op.eps, count=float(op.batch_count(step.node.sig)),
+                     momentum=RUNNING_MOMENTUM)  # fmt: skip
+
+
 def _dropout_op(step: OpStep, op: Dropout, reads, y_shape) -> ProgramOp | None:
     """Dropout over a tile of whole samples: its elements follow on from its first one's index
     in the whole tensor, which draws its mask (flexflow.ops.dropout.dropout_mask)."""
@@ -295,8 +316,9 @@ def _program(task: FusedTask) -> Program | str:
         return "its weight gradients are summed with other tasks' (not data parallelism)"
     if not task.step_ready:
         return "its backward reads outputs the step task does not keep"
-    if any(slot.kind not in (SlotKind.TENSOR, SlotKind.WEIGHT) for slot in forward.inputs):
-        return "it reads running statistics (a batch norm)"
+    kinds = (SlotKind.TENSOR, SlotKind.WEIGHT, SlotKind.RUNNING)
+    if any(slot.kind not in kinds for slot in forward.inputs):
+        return "it reads a store the C step does not take"
     slots = {slot.id: slot for slot in forward.inputs if slot.kind is SlotKind.TENSOR}
     internal = task.group.internal
     alias: dict[int, int] = {}  # a flat's output: its readers read its input's buffer

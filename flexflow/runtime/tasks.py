@@ -320,10 +320,13 @@ def _run_native_step(
 ) -> None:
     """A step task as one C call (flexflow.runtime.native_step), from its arguments as
     `_forward_inputs` receives them: with flat parameters (`NativeStep.flat`), this device's
-    flat weights, the model input's tile unless staged (`keys`), the target unless staged;
-    the loss row, the flat row of partial gradients (each written whole)."""
+    flat weights, the model input's tile unless staged (`keys`), its batch norms' running
+    statistics, the target unless staged; the loss row, the running statistics after the
+    step, the flat row of partial gradients (each written whole)."""
     task = native.task
     _, total, valid, key = loss_args
+    states = len(task.forward.states)
+    written = outputs[1 : 1 + states]  # the running statistics' outputs, in the layout's order
     begin = time.perf_counter()
     staged_target = key >= 0
     if staged_target:
@@ -337,25 +340,45 @@ def _run_native_step(
             tiles.append(
                 executor.staged_tile(staged, slot.region) if staged >= 0 else next(arguments)
             )
+        read = [next(arguments) for _ in range(states)]
         if not staged_target:
             target = next(arguments)
-        sums, grads = outputs
+        running = _running(native, task.forward.states, read, written)
+        sums, grads = outputs[0], outputs[1 + states]
         native.run_flat(
-            executor.sgemm, tiles, weights, grads, target, sums, total, valid, iteration
+            executor.sgemm, tiles, weights, grads, target, sums, total, valid, iteration, running
         )
     else:  # every weight and partial gradient its own argument
         inputs = _forward_inputs(executor, task.forward, inputs, keys, None) if keys else inputs
         values = dict(zip(task.forward.inputs, inputs, strict=False))
         if not staged_target:
             target = inputs[len(task.forward.inputs)]
-        grads_into = dict(zip(task.backward.overwrites, outputs[1:], strict=True))
-        native.run(executor.sgemm, values, grads_into, target, outputs[0], total, valid, iteration)
+        read = [values[slot] for slot in task.forward.states]
+        running = _running(native, task.forward.states, read, written)
+        grads_into = dict(zip(task.backward.overwrites, outputs[1 + states :], strict=True))
+        native.run(
+            executor.sgemm, values, grads_into, target, outputs[0], total, valid, iteration,
+            running,
+        )  # fmt: skip
     if executor.timeline_entries is not None:  # the whole step as one entry of its last op
         end = time.perf_counter()
         op = task.group.ops[-1]
         executor.timeline_entries.append(
             (op, task.index, Pass.FUSED_STEP, begin, end, threading.get_native_id())
         )
+
+
+def _running(native: NativeStep, states, read: list, written: list) -> list:
+    """Per batch norm of the program (`NativeStep.norms`), its running statistics and where
+    they go, as (2, C) rows (a concurrent launch's point has a (1, 2, C) row)."""
+    by_slot = {slot: (now, into) for slot, now, into in zip(states, read, written, strict=True)}
+    rows = []
+    for _, slot in native.norms:
+        now, into = by_slot[slot]
+        if not into.flags.c_contiguous:  # a reshaped copy would take the statistics
+            raise ValueError("native step: a running statistics output is not contiguous")
+        rows.append((now.reshape(2, -1), into.reshape(2, -1)))
+    return rows
 
 
 def _forward_inputs(

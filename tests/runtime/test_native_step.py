@@ -403,3 +403,143 @@ def test_the_c_step_of_a_transformer_computes_the_op_by_op_step(kind, index, pad
         np.testing.assert_allclose(got, want_grads[slot], rtol=2e-5, atol=1e-6)
     assert sums[0] == pytest.approx(want_sums[0], rel=1e-6)
     assert sums[1] == want_sums[1]
+
+
+def _residual(relu_first: bool = True):
+    """A small ResNet block: convolutions (the direct kernels' and im2col's), batch norms with
+    and without relu, a residual add, average pooling."""
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 2, 12, 12), name="image")
+    x = model.batch_norm(model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, use_bias=False), relu=relu_first)
+    y = model.batch_norm(model.conv2d(x, 4, 3, 3, 1, 1, 1, 1), relu=False)
+    y = model.batch_norm(model.conv2d(y, 4, 3, 3, 2, 2, 1, 1), relu=True)  # im2col: stride 2
+    x = model.relu(model.add(model.pool2d(x, 2, 2, 2, 2, 0, 0, PoolType.POOL_AVG), y))
+    model.softmax(model.dense(model.flat(x), CLASSES))
+    return model.graph()
+
+
+def _points(graph, machine: str):
+    """Data parallelism's step tasks on every device, its batch norms exchanging statistics in
+    one concurrent launch (flexflow.launches.run_groups)."""
+    devices = parse_machine(machine)
+    strategy = named_strategy("dp", graph, devices)
+    regions = [
+        c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, strategy.configs, strict=True)
+    ]
+    cpus = frozenset(range(devices.num_devices))
+    norms = frozenset(i for i, node in enumerate(graph.ops) if node.kind == "batch_norm")
+    (group,) = fuse(graph, strategy, regions, cpus, norms if devices.num_devices > 1 else cpus)
+    sole = sole_gradients(graph, strategy, regions, (group,))
+    tiles = range(strategy[0].num_tasks)
+    return [fused_task(graph, group, i, [regions[op][i] for op in group.ops], sole) for i in tiles]
+
+
+def _concurrently(work, points: int) -> list:
+    """work(point) on `points` threads at once (the points of a concurrent launch)."""
+    import threading
+
+    results, failures = [None] * points, []
+
+    def run(point):
+        try:
+            results[point] = work(point)
+        except BaseException as exc:  # noqa: BLE001 (re-raised below)
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in range(points)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return results
+
+
+@pytest.mark.parametrize(
+    "machine, relu_first", [("p100:1", True), ("p100:1", False), ("one", True)]
+)
+def test_the_c_step_of_a_batch_norm_network_computes_the_op_by_op_step(machine, relu_first):
+    """Each point's C step, its batch norms summing their statistics with the others' through
+    the exchange, computes the op-by-op step's gradients, loss and running statistics; and on
+    one device (no exchange) likewise."""
+    from flexflow.runtime.concurrent import StatisticsExchange
+
+    graph = _residual(relu_first)
+    tasks = _points_one(graph) if machine == "one" else _points(graph, machine)
+    points = len(tasks)
+    made = program(tasks[0])
+    assert made is not None, why_not(tasks[0])
+    kinds = [op.kind for op in made.ops]
+    assert kinds.count(lib.FF_STEP_BATCH_NORM) == 3 and lib.FF_STEP_BINARY in kinds
+    rng = np.random.default_rng(7)
+    arrays = []
+    for task in tasks:
+        values, grads = _arrays(task, rng)
+        for slot in task.forward.states:  # running (mean, variance): a variance above 0
+            values[slot] = np.abs(values[slot]).astype(np.float64)
+        labels = rng.integers(0, CLASSES, task.tiles[-1][0][1] - task.tiles[-1][0][0])
+        arrays.append((values, grads, labels))
+    samples = 8 // points
+
+    def c_step(point):
+        task, (values, grads, labels) = tasks[point], arrays[point]
+        step = native_step(task, None, exchange)
+        running = [
+            (values[slot].reshape(2, -1), np.full((2, values[slot].size // 2), np.nan))
+            for _, slot in step.norms
+        ]
+        sums = np.zeros(2)
+        step.run(blas.sgemm_address(), values, grads, labels, sums, 8, samples, 1, running)
+        return grads, sums, [into for _, into in running]
+
+    def op_by_op(point):
+        task, (values, _, labels) = tasks[point], arrays[point]
+        tiles = _CpuTiles(reference_exchange, point)
+        grads = {s: np.full_like(a, np.nan) for s, a in arrays[point][1].items()}
+        states = {s: np.full_like(values[s], np.nan) for s in task.forward.states}
+        sums = np.zeros(2)
+
+        def loss_into(op, index, loss_args, prediction, stored, grad, row):
+            value, gradient, correct = loss_tile(loss_args[0], prediction, stored, 8, samples)
+            row[...] = (value, correct)
+            return np.asarray(gradient, dtype=np.float32)
+
+        inputs = [values[s] for s in task.forward.inputs] + [labels]
+        outputs = [sums, *states.values(), *(grads[s] for s in task.backward.overwrites)]
+        run_fused_task(
+            task, tiles, "step", (inputs, outputs, []), (1, 1, SPARSE_CROSSENTROPY, 8, samples, -1),
+            None, (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda a: a, loss_into,
+        )  # fmt: skip
+        return grads, sums, [states[slot].reshape(2, -1) for slot in task.forward.states]
+
+    exchange = StatisticsExchange(points) if points > 1 else None
+    reference_exchange = StatisticsExchange(points) if points > 1 else None
+    got = _concurrently(c_step, points)
+    want = _concurrently(op_by_op, points)
+    for (grads, sums, running), (want_grads, want_sums, want_running) in zip(
+        got, want, strict=True
+    ):
+        assert set(grads) == set(want_grads)
+        for slot, value in grads.items():
+            np.testing.assert_allclose(value, want_grads[slot], rtol=2e-5, atol=2e-6)
+        assert sums[0] == pytest.approx(want_sums[0], rel=1e-6)
+        assert sums[1] == want_sums[1]
+        for value, expected in zip(running, want_running, strict=True):
+            np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-7)
+
+
+def _points_one(graph):
+    """The one-device strategy's step task: every batch norm on its tile's own statistics."""
+    from flexflow.strategy import ParallelConfig, Strategy
+
+    strategy = Strategy(
+        tuple(n.name for n in graph.ops),
+        tuple(ParallelConfig((1,) * len(n.sig.output_shape), (0,)) for n in graph.ops),
+    )
+    regions = [
+        c.task_regions(n.sig.output_shape) for n, c in zip(graph.ops, strategy.configs, strict=True)
+    ]
+    (group,) = fuse(graph, strategy, regions, frozenset({0}))
+    sole = sole_gradients(graph, strategy, regions, (group,))
+    return [fused_task(graph, group, 0, [regions[op][0] for op in group.ops], sole)]
