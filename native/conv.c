@@ -51,12 +51,13 @@ static void pad_sample(const ff_plane *p, const float *x, float *xp) {
 
 /* out (n, co, oh, ow) = the correlation of `in` (n, p.c, p.h, p.w, padded as p says) with
  * wt ((c, i, j) rows of `op` floats: co output channels, zeros after) + bias (or none);
- * scratch: p.c * p.hp * p.wp floats. OB output channels by NV vectors per register block. */
+ * scratch: p.c * p.hp * p.wp floats. OB output channels by two vectors of a row (32 columns)
+ * per register block. */
 #define FF_CORRELATE(NAME, TARGET, OB)                                                        \
   TARGET static void NAME(const float *in, const ff_plane *p, const float *wt, long op,       \
                           const float *bias, float *out, long n, long co, long oh, long ow,   \
                           long kh, long kw, float *xp) {                                      \
-    const long owp = round_up(ow, FF_LANES);                                                     \
+    const long owp = round_up(ow, FF_LANES);                                                  \
     for (long s = 0; s < n; ++s) {                                                            \
       pad_sample(p, in + s * p->c * p->h * p->w, xp);                                         \
       for (long ob = 0; ob < co; ob += OB)                                                    \
@@ -103,7 +104,7 @@ static void pad_sample(const ff_plane *p, const float *x, float *xp) {
  * round_up(ow, 16) floats. OB output channels by 3 kernel columns per register block (a
  * block's dz vector serves 3 cells, its input vectors OB), where a whole block fits. */
 #define FF_KERNEL_GRAD(NAME, TARGET, OB)                                                      \
-  TARGET static void NAME(const float *x, const ff_plane *p, const float *dz, float *lanes,    \
+  TARGET static void NAME(const float *x, const ff_plane *p, const float *dz, float *lanes,   \
                           long n, long co, long oh, long ow, long kh, long kw, float *xp) {   \
     const long owp = round_up(ow, FF_LANES), cells = p->c * kh * kw, plane = oh * owp;        \
     float *dzp = xp + p->c * p->hp * p->wp;                                                   \
@@ -131,7 +132,7 @@ static void pad_sample(const ff_plane *p, const float *x, float *xp) {
               for (long r = 0; r < oh; ++r)                                                   \
                 for (long col = 0; col < owp; col += FF_LANES) {                              \
                   const float *row = rows + r * p->wp + col + j;                              \
-                  const ff_v16 x0 = *(const ff_v16u *)row, x1 = *(const ff_v16u *)(row + 1); \
+                  const ff_v16 x0 = *(const ff_v16u *)row, x1 = *(const ff_v16u *)(row + 1);  \
                   const ff_v16 x2 = *(const ff_v16u *)(row + 2);                              \
                   _Pragma("GCC unroll 16") for (int o = 0; o < OB; ++o) {                     \
                     const ff_v16 d = *(const ff_v16u *)(g + o * plane + r * owp + col);       \
@@ -179,15 +180,14 @@ static int pick(int isa) {
   return have & 4 ? FF_ISA_AVX512 : have & 2 ? FF_ISA_AVX2 : FF_ISA_BASE;
 }
 
-static void correlate(int isa, const float *in, const ff_plane *p, const float *wt, long op,
-                      const float *bias, float *out, long n, long co, long oh, long ow, long kh,
-                      long kw, float *xp) {
-  switch (pick(isa)) {
-    case FF_ISA_AVX512: correlate_avx512(in, p, wt, op, bias, out, n, co, oh, ow, kh, kw, xp); break;
-    case FF_ISA_AVX2: correlate_avx2(in, p, wt, op, bias, out, n, co, oh, ow, kh, kw, xp); break;
-    default: correlate_base(in, p, wt, op, bias, out, n, co, oh, ow, kh, kw, xp);
-  }
-}
+typedef void correlate_fn(const float *, const ff_plane *, const float *, long, const float *,
+                          float *, long, long, long, long, long, long, float *);
+typedef void kernel_grad_fn(const float *, const ff_plane *, const float *, float *, long, long,
+                            long, long, long, long, float *);
+/* by FF_ISA_* */
+static correlate_fn *const correlate[] = {correlate_base, correlate_avx2, correlate_avx512};
+static kernel_grad_fn *const kernel_grad[] = {kernel_grad_base, kernel_grad_avx2,
+                                              kernel_grad_avx512};
 
 /* The output channels a correlation's transposed weights are padded to (every path's block
  * divides it). */
@@ -222,7 +222,7 @@ void ff_conv_direct_forward_f32(const float *x, const float *w, const float *bia
   for (long q = 0; q < cells; ++q)
     for (long o = 0; o < op; ++o) wt[q * op + o] = o < d->o ? w[o * cells + q] : 0.0f;
   const ff_plane p = plane(d->c, d->h, d->w, d->ph, d->pw, d->oh, d->ow, d->kh, d->kw);
-  correlate(isa, x, &p, wt, op, bias, z, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp);
+  correlate[pick(isa)](x, &p, wt, op, bias, z, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp);
 }
 
 void ff_conv_direct_input_grad_f32(const float *dz, const float *w, float *dx,
@@ -236,7 +236,7 @@ void ff_conv_direct_input_grad_f32(const float *dz, const float *w, float *dx,
         wt[(o * kk + t) * op + c] = c < d->c ? w[(o * d->c + c) * kk + (kk - 1 - t)] : 0.0f;
   const ff_plane p =
       plane(d->o, d->oh, d->ow, d->kh - 1 - d->ph, d->kw - 1 - d->pw, d->h, d->w, d->kh, d->kw);
-  correlate(isa, dz, &p, wt, op, NULL, dx, d->n, d->c, d->h, d->w, d->kh, d->kw, xp);
+  correlate[pick(isa)](dz, &p, wt, op, NULL, dx, d->n, d->c, d->h, d->w, d->kh, d->kw, xp);
 }
 
 void ff_conv_direct_kernel_grad_f32(const float *x, const float *dz, float *dw,
@@ -244,11 +244,7 @@ void ff_conv_direct_kernel_grad_f32(const float *x, const float *dz, float *dw,
   const long cells = d->c * d->kh * d->kw;
   float *lanes = scratch, *xp = scratch + d->o * cells * FF_LANES;
   const ff_plane p = plane(d->c, d->h, d->w, d->ph, d->pw, d->oh, d->ow, d->kh, d->kw);
-  switch (pick(isa)) {
-    case FF_ISA_AVX512: kernel_grad_avx512(x, &p, dz, lanes, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp); break;
-    case FF_ISA_AVX2: kernel_grad_avx2(x, &p, dz, lanes, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp); break;
-    default: kernel_grad_base(x, &p, dz, lanes, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp);
-  }
+  kernel_grad[pick(isa)](x, &p, dz, lanes, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp);
   for (long k = 0; k < d->o * cells; ++k) { /* the lanes' fixed tree: l + l+8, +4, +2, +1 */
     const float *a = lanes + k * FF_LANES;
     float s[8];

@@ -265,8 +265,9 @@ int ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, long
  * - ATTENTION: x[0..2] query, key, value, w[0..7] and y[0] as ff_attention_forward_f32 with
  *   `att`, its scratch in `scratch`.
  * - CONV: x[0] (n, c, h, w), w[0] the kernel (o, c, kh, kw), w[1] bias (o) or NULL, y[0]
- *   (n, o, oh, ow) then relu when `act` is FF_ACT_RELU, as `win` says; im2col and one GEMM, as flexflow.ops.
- *   conv2d's CPU tiles (one group, a whole tile); `scratch` of ff_conv_scratch(win) floats.
+ *   (n, o, oh, ow) then relu when `act` is FF_ACT_RELU, as `win` says; the direct kernels
+ *   (ff_conv_direct) or im2col and one GEMM, as flexflow.ops.conv2d's CPU tiles (one group, a
+ *   whole tile); `scratch` of ff_conv_scratch(win) floats.
  * - POOL: x[0] (n, c, h, w) into y[0] (n, c, oh, ow), as `win` says.
  * - DROPOUT: x[0] into y[0], m elements, as flexflow.ops.dropout in training: element i is
  *   kept, times 1 / (1 - rate), iff splitmix64 at counter base + i + 1 of the stream keyed by
@@ -282,11 +283,11 @@ int ff_embedding_backward_f32(const int *ids, const float *dy, float *grad, long
  * - UNARY: y[0] = act(x[0]), m elements, as ff_activate_f32 (GELU's gradient reads x[0]).
  * - MEAN: x[0] (m, k, n) averaged over k into y[0] (m, n) (summed in double).
  * - BATCH_NORM: x[0] (m, n, k) (samples, channels, pixels) into y[0] in training, then relu
- *   when `act` is FF_ACT_RELU, as ff_bn_train_forward/backward_f32 with w[0] gamma, w[1] beta,
- *   `batch_count` elements per channel in the batch, `eps`, `momentum`: the batch's sums through
- *   `exchange` as point `point` (NULL: the tile's own), waiting at most timeout_s; the running
- *   statistics (2, n) read from `running`, written to `running_out`; `stats` (2 n doubles)
- *   keeps the batch's sums for the backward.
+ *   when `act` is FF_ACT_RELU, as ff_bn_train_forward/backward_f32 with w[0] gamma, w[1]
+ *   beta, `batch_count` elements per channel in the batch, `eps`, `momentum`: the batch's
+ *   sums through `exchange` as point `point` (NULL: the tile's own), waiting at most
+ *   timeout_s; the running statistics (2, n) read from `running`, written to `running_out`;
+ *   `stats` (2 n doubles) keeps the batch's sums for the backward.
  * With flat buffers, w[i] and dw[i] are taken at w_at[i] and dw_at[i] (-1: not a flat one).
  * Returns 0, -1 at a label outside [0, n), -2 when the program does not end in a softmax, -4
  * at an id outside the embedding's table, FF_STEP_EXCHANGE + e when a batch norm's exchange

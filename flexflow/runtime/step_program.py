@@ -6,12 +6,15 @@ op, every other tensor is made and read inside the task (`FusedGroup.internal`),
 dense layer (relu or none), a convolution (one group, relu or none) or a pooling over whole
 images, a flat or a reshape (read in place), a dropout over whole samples, an LSTM step, an
 embedding (no aggregation), a stack or concatenation, multi-head attention (no dropout), an
-activation of its own, an element-wise add, subtract or multiply, a layer norm, a split in
-two, a mean over adjacent axes, or the last op, a softmax under sparse categorical
+activation of its own, an element-wise add, subtract or multiply, a layer norm, a batch norm
+in training (on its tile's statistics, or the batch's through the exchange of the step's
+concurrent launch), a split in two, a mean over adjacent axes, or the last op, a softmax
+under sparse categorical
 cross-entropy, all float32, and every weight gradient is written whole by the task (data
-parallelism, or one device). The MLP's and LeNet's steps, AlexNet's, whole unrolled RNNs
-(an RNN language model or text classifier), the encoder-decoder NMT and the transformer
-encoder qualify; any other step runs op by op (flexflow.fused_run).
+parallelism, or one device). The MLP's and LeNet's steps, AlexNet's, ResNets' and
+Inception-v3's, whole unrolled RNNs (an RNN language model or text classifier), the
+encoder-decoder NMT and the transformer encoder qualify; any other step runs op by op
+(flexflow.fused_run).
 
 The program also fixes how each gradient is summed, in the op-by-op step's order (the
 backward in reverse op order, an op's inputs in order): a tensor's first reader to run its
