@@ -27,9 +27,13 @@ from their start to their end), Legate's runtime threads' and the Python thread'
     .venv/bin/python benchmarks/runtime.py --models resnet101   # results/runtime-resnet101.md
     .venv/bin/python benchmarks/runtime.py --models rnnlm       # results/runtime-rnnlm.md
     .venv/bin/python benchmarks/runtime.py --models nmt         # results/runtime-nmt.md
+    .venv/bin/python benchmarks/runtime.py --models resnet20    # results/runtime-resnet20.md
 
-ResNet-101 (at 32x32, batch 8) is a deep CNN with batch norm, next to the same layers in
-PyTorch; its blocks run --iterations / 5 iterations (about a second each here). `--models
+`--models resnet20` times the CIFAR ResNet-20 of He et al. (32x32x3, batch 64: a 3x3
+convolution of 16 channels, three stages of three basic blocks of 16, 32 and 64 channels, the
+first block of the second and third stages striding 2 with a 1x1 projection shortcut, batch
+norms, global average pooling), a laptop-sized CNN with batch norm. ResNet-101 (at 32x32,
+batch 8) is a deep CNN with batch norm, next to the same layers in PyTorch; its blocks run --iterations / 5 iterations (about a second each here). `--models
 rnnlm` times the RNN language model of benchmarks/fidelity.py (8 steps, 2 LSTM layers of 64,
 256 words, batch 64, a prediction per word) against torch.nn.LSTM, cuDNN-style fused layers
 where ours unrolls one op per step. `--models nmt` times the zoo's NMT at the same sizes
@@ -71,6 +75,7 @@ BATCHES = {
     "rnnlm": BATCH,
     "nmt": BATCH,
     "transformer": BATCH,
+    "resnet20": BATCH,
 }
 """ResNet-101 (at 32x32, batch 8: about a second per iteration here) shows a deep CNN with
 batch norm; it runs --iterations / SLOW_DIVISOR iterations per block."""
@@ -111,12 +116,65 @@ def build(name: str):
         return load_model(name, FFConfig(batch_size=BATCH), **RNNLM)
     if name == "transformer":
         return load_model(name, FFConfig(batch_size=BATCH), **TRANSFORMER)
+    if name == "resnet20":
+        return resnet20(FFModel(FFConfig(batch_size=BATCH)))
     model = FFModel(FFConfig(batch_size=BATCH))
     x = model.create_tensor((BATCH, 784), name="x")
     x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
     x = model.dense(x, 512, ActiMode.AC_MODE_RELU)
     model.softmax(model.dense(x, 10))
     return model
+
+
+RESNET20_STAGES = (16, 32, 64)
+"""ResNet-20's stage widths; three basic blocks each."""
+
+
+def resnet20(model):
+    """He et al.'s CIFAR ResNet-20 (projection shortcuts where a stage strides), at BATCH."""
+    from flexflow import PoolType
+
+    def conv_bn(x, width, kernel, stride, relu):
+        pad = kernel // 2
+        x = model.conv2d(x, width, kernel, kernel, stride, stride, pad, pad, use_bias=False)
+        return model.batch_norm(x, relu=relu)
+
+    x = conv_bn(model.create_tensor((BATCH, 3, 32, 32), name="image"), 16, 3, 1, True)
+    for stage, width in enumerate(RESNET20_STAGES):
+        for block in range(3):
+            stride = 2 if stage and not block else 1
+            y = conv_bn(conv_bn(x, width, 3, stride, True), width, 3, 1, False)
+            shortcut = conv_bn(x, width, 1, stride, False) if stride > 1 else x
+            x = model.relu(model.add(shortcut, y))
+    x = model.pool2d(x, 8, 8, 1, 1, 0, 0, PoolType.POOL_AVG)
+    model.softmax(model.dense(model.flat(x), 10))
+    return model
+
+
+def torch_resnet20(nn):
+    """`resnet20`'s layers in PyTorch."""
+
+    def conv_bn(cin, cout, kernel, stride, relu):
+        layers = [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False)]
+        return nn.Sequential(*layers, nn.BatchNorm2d(cout), *([nn.ReLU()] if relu else []))
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.body = nn.Sequential(
+                conv_bn(cin, cout, 3, stride, True), conv_bn(cout, cout, 3, 1, False)
+            )
+            self.shortcut = conv_bn(cin, cout, 1, stride, False) if stride > 1 else nn.Identity()
+
+        def forward(self, x):
+            return nn.functional.relu(self.shortcut(x) + self.body(x))
+
+    layers, cin = [conv_bn(3, 16, 3, 1, True)], 16
+    for stage, width in enumerate(RESNET20_STAGES):
+        for block in range(3):
+            layers.append(Block(cin, width, 2 if stage and not block else 1))
+            cin = width
+    return nn.Sequential(*layers, nn.AvgPool2d(8), nn.Flatten(), nn.Linear(64, 10))
 
 
 def data(name: str):
@@ -138,6 +196,7 @@ def data(name: str):
         "lenet": (batch, 1, 28, 28),
         "mlp": (batch, 784),
         "resnet101": (batch, 3, RESNET_IMAGE, RESNET_IMAGE),
+        "resnet20": (batch, 3, 32, 32),
     }[name]
     return rng.standard_normal(shape).astype(np.float32), rng.integers(0, 10, batch)
 
@@ -331,6 +390,8 @@ def measure_torch(name: str, iterations: int) -> float:
         )
     elif name == "resnet101":
         net = torch_resnet101(nn)
+    elif name == "resnet20":
+        net = torch_resnet20(nn)
     elif name == "rnnlm":
         net = torch_rnnlm(nn)
     elif name == "nmt":

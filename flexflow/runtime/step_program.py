@@ -161,6 +161,9 @@ def _op(step: OpStep, last: bool, reads: tuple[int, ...]) -> ProgramOp | None:
     op = step.node.op
     y_shape = _shape(step.outputs[0][2])
     x_shape = _shape(step.inputs[0][1]) if step.inputs else ()
+    if step.windows and isinstance(op, (Conv2D, Pool2D)) and not last:
+        x_shape = _strided_whole(step, x_shape)  # reads its producer's images whole
+        return None if x_shape is None else _window_op(step, op, reads, x_shape, y_shape)
     if step.windows and not isinstance(op, LSTM):
         return None
     if isinstance(op, Embedding):
@@ -251,6 +254,23 @@ def _elementwise_op(step: OpStep, op, reads, x_shape, y_shape) -> ProgramOp | No
         floats = tuple(int(np.prod(s[axis:], dtype=np.int64)) for s in shapes)
         return ProgramOp(lib.FF_STEP_CONCAT, 0, (outer, 0, 0, 0), step, reads, part_floats=floats)
     return None
+
+
+def _strided_whole(step: OpStep, x_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The producer's tile a strided convolution or pooling reads all but the last rows or
+    columns of (a 1x1 convolution at stride 2 of an even image skips them), or None for another
+    window: read whole, the op computes the same output, and its input's gradient is zero in
+    those rows."""
+    if any(w is not None for w in step.windows[1:]):
+        return None
+    where, producer = step.windows[0]
+    whole = _shape(producer)
+    if len(whole) != 4 or len(where) != 4:
+        return None
+    starts = tuple(part.start for part in where)
+    if starts != (0,) * 4 or x_shape[:2] != whole[:2]:
+        return None
+    return whole
 
 
 def _window_op(step: OpStep, op, reads, x_shape, y_shape) -> ProgramOp | None:

@@ -407,13 +407,16 @@ def test_the_c_step_of_a_transformer_computes_the_op_by_op_step(kind, index, pad
 
 def _residual(relu_first: bool = True):
     """A small ResNet block: convolutions (the direct kernels' and im2col's), batch norms with
-    and without relu, a residual add, average pooling."""
+    and without relu, a 1x1 projection at stride 2 (which reads all but its input's last row
+    and column), a residual add, average pooling."""
     model = FFModel(FFConfig(batch_size=8))
     x = model.create_tensor((8, 2, 12, 12), name="image")
     x = model.batch_norm(model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, use_bias=False), relu=relu_first)
     y = model.batch_norm(model.conv2d(x, 4, 3, 3, 1, 1, 1, 1), relu=False)
     y = model.batch_norm(model.conv2d(y, 4, 3, 3, 2, 2, 1, 1), relu=True)  # im2col: stride 2
-    x = model.relu(model.add(model.pool2d(x, 2, 2, 2, 2, 0, 0, PoolType.POOL_AVG), y))
+    shortcut = model.batch_norm(model.conv2d(x, 4, 1, 1, 2, 2, 0, 0), relu=False)
+    x = model.relu(model.add(shortcut, y))
+    x = model.pool2d(x, 2, 2, 2, 2, 0, 0, PoolType.POOL_AVG)
     model.softmax(model.dense(model.flat(x), CLASSES))
     return model.graph()
 
@@ -471,7 +474,8 @@ def test_the_c_step_of_a_batch_norm_network_computes_the_op_by_op_step(machine, 
     made = program(tasks[0])
     assert made is not None, why_not(tasks[0])
     kinds = [op.kind for op in made.ops]
-    assert kinds.count(lib.FF_STEP_BATCH_NORM) == 3 and lib.FF_STEP_BINARY in kinds
+    assert kinds.count(lib.FF_STEP_BATCH_NORM) == 4 and kinds.count(lib.FF_STEP_CONV) == 4
+    assert any(op.step.windows for op in made.ops)  # the projection, read whole
     rng = np.random.default_rng(7)
     arrays = []
     for task in tasks:
