@@ -154,23 +154,56 @@ static void ff_bn_channel(const double *stats, long c, long ch, double count, do
   *inv_std = 1.0 / sqrt(var + eps);
 }
 
-void ff_bn_stats_f32(const float *x, double *sums, long n, long c, long hw) {
+/* The per-channel sums below run over FF_LANES interleaved partial sums, added up at the end:
+ * one running double sum is a chain of dependent additions (4 cycles each), which made the
+ * backward 5-7 ns a value, 10x the forward. */
+#define FF_LANES 8
+typedef double ff_lanes __attribute__((vector_size(FF_LANES * sizeof(double))));
+typedef float ff_floats __attribute__((vector_size(FF_LANES * sizeof(float)), aligned(4)));
+typedef int ff_ints __attribute__((vector_size(FF_LANES * sizeof(int))));
+
+static inline double ff_lanes_total(ff_lanes lanes) {
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+         ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
+/* FF_LANES floats at p as doubles. */
+static inline ff_lanes ff_load_lanes(const float *p) {
+  return __builtin_convertvector(*(const ff_floats *)p, ff_lanes);
+}
+
+/* The batch norm kernels are built for AVX-512, AVX2 and the x86-64 baseline, picked at load
+ * time: the same operations in the same order on each (no fused multiply-adds), so the same
+ * bits, in wider vectors (4 doubles a lane group). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FF_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define FF_CLONES
+#endif
+
+FF_CLONES void ff_bn_stats_f32(const float *x, double *sums, long n, long c, long hw) {
   for (long ch = 0; ch < c; ++ch) {
-    double s = 0.0, ss = 0.0;
+    ff_lanes s = {0.0}, ss = {0.0};
     for (long i = 0; i < n; ++i) {
       const float *p = x + (i * c + ch) * hw;
-      for (long k = 0; k < hw; ++k) {
-        double v = (double)p[k];
+      long k = 0;
+      for (; k + FF_LANES <= hw; k += FF_LANES) {
+        const ff_lanes v = ff_load_lanes(p + k);
         s += v;
         ss += v * v;
       }
+      for (; k < hw; ++k) {
+        const double v = (double)p[k];
+        s[0] += v;
+        ss[0] += v * v;
+      }
     }
-    sums[ch] = s;
-    sums[c + ch] = ss;
+    sums[ch] = ff_lanes_total(s);
+    sums[c + ch] = ff_lanes_total(ss);
   }
 }
 
-void ff_bn_forward_f32(const float *x, float *y, const double *stats, const float *gamma,
+FF_CLONES void ff_bn_forward_f32(const float *x, float *y, const double *stats, const float *gamma,
                        const float *beta, long n, long c, long hw, double count, double eps,
                        int relu) {
   for (long ch = 0; ch < c; ++ch) {
@@ -188,11 +221,6 @@ void ff_bn_forward_f32(const float *x, float *y, const double *stats, const floa
   }
 }
 
-/* The per-channel sums below run over FF_LANES interleaved partial sums, added up at the end:
- * one running double sum is a chain of dependent additions (4 cycles each), which made the
- * backward 5-7 ns a value, 10x the forward. */
-#define FF_LANES 4
-
 /* dy through the relu (from y), or dy: dy times (y > 0), as the numpy reference computes it;
  * a multiply, not a branch on the relu's output, which mispredicted half the time and made
  * the backward 5x slower. */
@@ -200,46 +228,47 @@ static inline double ff_bn_dz(const float *y, const float *dy, long at, int relu
   return (double)dy[at] * (double)((y[at] > 0.0f) | !relu);
 }
 
-/* Adds one row's (hw values at `at`) dz and dz * xhat into the FF_LANES partial sums. */
+/* Adds one row's (hw values at `at`) dz and dz * xhat into the FF_LANES partial sums (the
+ * values after the last whole group into lane 0), each lane as ff_bn_dz computes it. */
 static inline void ff_bn_dz_sums(const float *x, const float *y, const float *dy, long at, long hw,
-                                 double mean, double inv_std, int relu, double *s, double *sx) {
+                                 double mean, double inv_std, int relu, ff_lanes *s,
+                                 ff_lanes *sx) {
   long k = 0;
-  for (; k + FF_LANES <= hw; k += FF_LANES)
-    for (int l = 0; l < FF_LANES; ++l) {
-      const double dz = ff_bn_dz(y, dy, at + k + l, relu);
-      s[l] += dz;
-      sx[l] += dz * (((double)x[at + k + l] - mean) * inv_std);
-    }
+  for (; k + FF_LANES <= hw; k += FF_LANES) {
+    const ff_ints kept = -(*(const ff_floats *)(y + at + k) > 0.0f) | !relu; /* 1 or 0 */
+    const ff_lanes dz = ff_load_lanes(dy + at + k) * __builtin_convertvector(kept, ff_lanes);
+    *s += dz;
+    *sx += dz * ((ff_load_lanes(x + at + k) - mean) * inv_std);
+  }
   for (; k < hw; ++k) {
     const double dz = ff_bn_dz(y, dy, at + k, relu);
-    s[0] += dz;
-    sx[0] += dz * (((double)x[at + k] - mean) * inv_std);
+    (*s)[0] += dz;
+    (*sx)[0] += dz * (((double)x[at + k] - mean) * inv_std);
   }
 }
 
-static inline double ff_lanes_total(const double *lanes) {
-  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-}
-
-void ff_bn_stats_backward_f32(const float *x, const float *y, const float *dy,
+FF_CLONES void ff_bn_stats_backward_f32(const float *x, const float *y, const float *dy,
                               const double *stats, double *sums, long n, long c, long hw,
                               double count, double eps, int relu) {
   for (long ch = 0; ch < c; ++ch) {
-    double mean, inv_std, s[FF_LANES] = {0.0}, sx[FF_LANES] = {0.0};
+    double mean, inv_std;
+    ff_lanes s = {0.0}, sx = {0.0};
     ff_bn_channel(stats, c, ch, count, eps, &mean, &inv_std);
     for (long i = 0; i < n; ++i)
-      ff_bn_dz_sums(x, y, dy, (i * c + ch) * hw, hw, mean, inv_std, relu, s, sx);
+      ff_bn_dz_sums(x, y, dy, (i * c + ch) * hw, hw, mean, inv_std, relu, &s, &sx);
     sums[ch] = ff_lanes_total(s);
     sums[c + ch] = ff_lanes_total(sx);
   }
 }
 
-void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const float *gamma,
-                        const double *stats, const double *grad_stats, const double *tile_sums,
-                        float *dx, float *dgamma, float *dbeta, long n, long c, long hw,
-                        double count, double eps, int relu) {
+FF_CLONES void ff_bn_backward_f32(const float *x, const float *y, const float *dy,
+                                  const float *gamma, const double *stats,
+                                  const double *grad_stats, const double *tile_sums, float *dx,
+                                  float *dgamma, float *dbeta, long n, long c, long hw,
+                                  double count, double eps, int relu) {
   for (long ch = 0; ch < c; ++ch) {
-    double mean, inv_std, s[FF_LANES] = {0.0}, sx[FF_LANES] = {0.0};
+    double mean, inv_std;
+    ff_lanes s = {0.0}, sx = {0.0};
     ff_bn_channel(stats, c, ch, count, eps, &mean, &inv_std);
     const float g = gamma[ch];
     const double sum_dxhat = (double)g * grad_stats[ch];
@@ -254,7 +283,7 @@ void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const f
         dx[at + k] = (float)((count * dxhat - sum_dxhat - xhat * sum_dxhat_xhat) * scale);
       }
       if (!tile_sums) /* the tile's partials: a second pass, which the given sums spare */
-        ff_bn_dz_sums(x, y, dy, at, hw, mean, inv_std, relu, s, sx);
+        ff_bn_dz_sums(x, y, dy, at, hw, mean, inv_std, relu, &s, &sx);
     }
     dgamma[ch] = (float)(tile_sums ? tile_sums[c + ch] : ff_lanes_total(sx));
     dbeta[ch] = (float)(tile_sums ? tile_sums[ch] : ff_lanes_total(s));
