@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "clones.h"
 #include "kernels.h"
 
 /* One implementation per element type. The first maximal cell wins ties, as in the numpy
@@ -13,6 +14,7 @@
   int i1 = top + kh > h ? (int)(h - top) : kh, j1 = left + kw > w ? (int)(w - left) : kw;
 
 #define FF_POOL2D(SUFFIX, T)                                                                   \
+  FF_CLONES                                                                                    \
   void ff_pool2d_forward_##SUFFIX(const T *x, T *y, long n, long c, long h, long w, long oh,   \
                                   long ow, int kh, int kw, int sh, int sw, int pad_top,        \
                                   int pad_left, int is_max) {                                  \
@@ -41,6 +43,7 @@
     }                                                                                          \
   }                                                                                            \
                                                                                                \
+  FF_CLONES                                                                                    \
   void ff_pool2d_backward_##SUFFIX(const T *x, const T *dy, T *dx, long n, long c, long h,     \
                                    long w, long oh, long ow, int kh, int kw, int sh, int sw,   \
                                    int pad_top, int pad_left, int is_max) {                    \
@@ -172,16 +175,8 @@ static inline ff_lanes ff_load_lanes(const float *p) {
   return __builtin_convertvector(*(const ff_floats *)p, ff_lanes);
 }
 
-/* The batch norm kernels are built for AVX-512, AVX2 and the x86-64 baseline, picked at load
- * time: the same operations in the same order on each (no fused multiply-adds), so the same
- * bits, in wider vectors (4 doubles a lane group). */
-#if defined(__x86_64__) && defined(__GNUC__)
-#define FF_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define FF_CLONES
-#endif
-
-FF_CLONES void ff_bn_stats_f32(const float *x, double *sums, long n, long c, long hw) {
+FF_CLONES
+void ff_bn_stats_f32(const float *x, double *sums, long n, long c, long hw) {
   for (long ch = 0; ch < c; ++ch) {
     ff_lanes s = {0.0}, ss = {0.0};
     for (long i = 0; i < n; ++i) {
@@ -203,7 +198,8 @@ FF_CLONES void ff_bn_stats_f32(const float *x, double *sums, long n, long c, lon
   }
 }
 
-FF_CLONES void ff_bn_forward_f32(const float *x, float *y, const double *stats, const float *gamma,
+FF_CLONES
+void ff_bn_forward_f32(const float *x, float *y, const double *stats, const float *gamma,
                        const float *beta, long n, long c, long hw, double count, double eps,
                        int relu) {
   for (long ch = 0; ch < c; ++ch) {
@@ -247,7 +243,8 @@ static inline void ff_bn_dz_sums(const float *x, const float *y, const float *dy
   }
 }
 
-FF_CLONES void ff_bn_stats_backward_f32(const float *x, const float *y, const float *dy,
+FF_CLONES
+void ff_bn_stats_backward_f32(const float *x, const float *y, const float *dy,
                               const double *stats, double *sums, long n, long c, long hw,
                               double count, double eps, int relu) {
   for (long ch = 0; ch < c; ++ch) {
@@ -261,11 +258,11 @@ FF_CLONES void ff_bn_stats_backward_f32(const float *x, const float *y, const fl
   }
 }
 
-FF_CLONES void ff_bn_backward_f32(const float *x, const float *y, const float *dy,
-                                  const float *gamma, const double *stats,
-                                  const double *grad_stats, const double *tile_sums, float *dx,
-                                  float *dgamma, float *dbeta, long n, long c, long hw,
-                                  double count, double eps, int relu) {
+FF_CLONES
+void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const float *gamma,
+                        const double *stats, const double *grad_stats, const double *tile_sums,
+                        float *dx, float *dgamma, float *dbeta, long n, long c, long hw,
+                        double count, double eps, int relu) {
   for (long ch = 0; ch < c; ++ch) {
     double mean, inv_std;
     ff_lanes s = {0.0}, sx = {0.0};

@@ -4,8 +4,10 @@
  * rounding differs from numpy's float32 pairwise sums by less than theirs from the exact. */
 #include <math.h>
 
+#include "clones.h"
 #include "kernels.h"
 
+FF_CLONES
 void ff_layer_norm_forward_f32(const float *x, const float *gamma, const float *beta, float *y,
                                float *x_hat, float *rstd, long rows, long width, double eps) {
   for (long r = 0; r < rows; ++r) {
@@ -29,6 +31,7 @@ void ff_layer_norm_forward_f32(const float *x, const float *gamma, const float *
   }
 }
 
+FF_CLONES
 void ff_layer_norm_backward_f32(const float *x_hat, const float *rstd, const float *gamma,
                                 const float *dy, float *dx, float *dgamma, float *dbeta,
                                 double *sums, long rows, long width) {

@@ -5,6 +5,7 @@
  * bit-identical (built with -ffp-contract=off: no fused multiply-adds). */
 #include <math.h>
 
+#include "clones.h"
 #include "kernels.h"
 
 #define FF_BLOCK 1024 /* elements per block: the summed gradient stays in L1 */
@@ -20,6 +21,7 @@ static void ff_sum_partials(const float *const *partials, long copies, long base
   }
 }
 
+FF_CLONES
 void ff_sgd_update_f32(float *weight, const float *const *partials, long copies, long n,
                        float *velocity, float lr, float momentum, float weight_decay,
                        int nesterov) {
@@ -43,6 +45,7 @@ void ff_sgd_update_f32(float *weight, const float *const *partials, long copies,
   }
 }
 
+FF_CLONES
 void ff_adam_update_f32(float *weight, const float *const *partials, long copies, long n,
                         float *m1, float *m2, float lr, float beta1, float beta2, float epsilon,
                         float weight_decay, float correction1, float correction2) {
