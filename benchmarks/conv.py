@@ -5,11 +5,10 @@ processor is one core), taking turns: the forward (z = conv(x)), the input's gra
 kernel's gradient. The im2col backward reuses the forward's columns, as a step task does; each
 figure is the median of ROUNDS rounds of the best of a few calls. The shapes span small images
 with few channels (a small ResNet on 28x28 digits, LeNet's first convolution) to ResNet-101's
-narrow maps with many channels; the rule that picks the direct kernels (`ff_conv_direct`:
-stride 1, one group, at most FF_CONV_DIRECT_MAX_OUT output channels, at most
-FF_CONV_DIRECT_MAX_CELLS products per output on rows FF_CONV_DIRECT_MIN_WIDTH wide or more,
-twice as many on rows 16 wide or more)
-is read off this table. Results: benchmarks/results/conv.{md,csv}.
+narrow maps with many channels; the rule that picks the direct kernels (`ff_conv_direct`)
+is read off this table: stride 1, one group, at most FF_CONV_DIRECT_MAX_OUT output
+channels, at most FF_CONV_DIRECT_MAX_CELLS products per output where 3/4 of a padded row's
+values are outputs, twice as many where 17/20 are. Results: benchmarks/results/conv.{md,csv}.
 
     .venv/bin/python benchmarks/conv.py [--rounds 5]
 """
@@ -44,6 +43,10 @@ SHAPES = (
     ("128ch, 12x12", 16, 128, 12, 128, 3, 1),
     ("256ch, 16x16", 8, 256, 16, 256, 3, 1),
     ("LeNet conv2, 12x12", 32, 20, 12, 50, 5, 0),
+    ("32ch, 8x8", 32, 32, 8, 32, 3, 1),
+    ("64ch, 8x8", 32, 64, 8, 64, 3, 1),
+    ("256ch, 8x8", 8, 256, 8, 256, 3, 1),
+    ("128ch, 4x4", 8, 128, 4, 128, 3, 1),
     ("ResNet-101 64ch, 8x8", 8, 64, 8, 64, 3, 1),
     ("ResNet-101 256ch, 4x4", 8, 256, 4, 256, 3, 1),
 )
@@ -113,8 +116,8 @@ def main() -> None:
         "",
         f"`.venv/bin/python benchmarks/conv.py --rounds {args.rounds}` (direct kernels on "
         f"{isa}; rule: stride 1, one group, at most {lib.FF_CONV_DIRECT_MAX_OUT} output "
-        f"channels, at most {lib.FF_CONV_DIRECT_MAX_CELLS} products per output on rows at "
-        f"least {lib.FF_CONV_DIRECT_MIN_WIDTH} wide, twice as many on rows at least 16 wide). "
+        f"channels, at most {lib.FF_CONV_DIRECT_MAX_CELLS} products per output where 3/4 of a "
+        "padded row's values are outputs, twice as many where 17/20 are). "
         "Float32, stride 1, no bias; the im2col "
         "backward reuses the forward's columns; each figure the median over the rounds of "
         'the best of 3 calls, the paths taking turns; "im2col / direct" the ratio of the '

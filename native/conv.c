@@ -25,24 +25,33 @@ typedef float ff_v16u __attribute__((vector_size(FF_LANES * sizeof(float)), alig
 
 static long round_up(long n, long m) { return (n + m - 1) / m * m; }
 
-/* The padded input plane of one sample a correlation reads: rows and columns enough for every
- * output vector's kernel cells (whole vectors past the last column read zeros). */
+/* The padded input planes of one sample a correlation reads, each row `wp` floats (the output
+ * row and the kernel's width less one: the padding columns after a row are the next row's
+ * padding before it) and `hp` rows, then FF_SLACK zeros: the output's rows are computed as one
+ * flat span of oh * wp values, vector by vector, whose wp - ow values after each row are
+ * computed and dropped (a 16-wide vector is never half empty at the end of a narrow row). */
 typedef struct {
   long c, h, w, top, left; /* the input: channels, rows, columns, zero rows/columns before */
   long hp, wp;             /* the padded plane */
 } ff_plane;
 
+#define FF_SLACK (2 * FF_LANES) /* floats past the last plane a last vector may read */
+
 static ff_plane plane(long c, long h, long w, long top, long left, long oh, long ow, long kh,
                       long kw) {
   ff_plane p = {c, h, w, top, left, 0, 0};
-  const long rows = oh + kh - 1, cols = round_up(ow, FF_LANES) + kw - 1;
+  const long rows = oh + kh - 1, cols = ow + kw - 1;
   p.hp = rows > top + h ? rows : top + h;
   p.wp = cols > left + w ? cols : left + w;
   return p;
 }
 
-static void pad_sample(const ff_plane *p, const float *x, float *xp) {
-  memset(xp, 0, sizeof(float) * (size_t)(p->c * p->hp * p->wp));
+static long plane_floats(const ff_plane *p, long kw) {
+  return p->c * p->hp * p->wp + FF_SLACK + kw;
+}
+
+static void pad_sample(const ff_plane *p, const float *x, float *xp, long kw) {
+  memset(xp, 0, sizeof(float) * (size_t)plane_floats(p, kw));
   for (long c = 0; c < p->c; ++c)
     for (long r = 0; r < p->h; ++r)
       memcpy(xp + (c * p->hp + p->top + r) * p->wp + p->left, x + (c * p->h + r) * p->w,
@@ -51,30 +60,29 @@ static void pad_sample(const ff_plane *p, const float *x, float *xp) {
 
 /* out (n, co, oh, ow) = the correlation of `in` (n, p.c, p.h, p.w, padded as p says) with
  * wt ((c, i, j) rows of `op` floats: co output channels, zeros after) + bias (or none);
- * scratch: p.c * p.hp * p.wp floats. OB output channels by two vectors of a row (32 columns)
- * per register block. */
+ * scratch: plane_floats floats. OB output channels by two vectors of the flat span per
+ * register block. */
 #define FF_CORRELATE(NAME, TARGET, OB)                                                        \
   TARGET static void NAME(const float *in, const ff_plane *p, const float *wt, long op,       \
                           const float *bias, float *out, long n, long co, long oh, long ow,   \
                           long kh, long kw, float *xp) {                                      \
-    const long owp = round_up(ow, FF_LANES);                                                  \
+    const long wp = p->wp, span = oh * wp, planes = p->hp * wp;                               \
     for (long s = 0; s < n; ++s) {                                                            \
-      pad_sample(p, in + s * p->c * p->h * p->w, xp);                                         \
+      pad_sample(p, in + s * p->c * p->h * p->w, xp, kw);                                     \
       for (long ob = 0; ob < co; ob += OB)                                                    \
-        for (long r = 0; r < oh; ++r)                                                         \
-          for (long col = 0; col < owp; col += 2 * FF_LANES) {                                \
-            ff_v16 acc[OB][2];                                                                \
-            _Pragma("GCC unroll 16") for (int o = 0; o < OB; ++o) acc[o][0] = acc[o][1] =     \
-                (ff_v16){0};                                                                  \
-            const int two = col + FF_LANES < owp;                                             \
-            const float *w = wt + ob;                                                         \
-            for (long ci = 0; ci < p->c * kh; ++ci) /* (channel, kernel row) */               \
-              for (long j = 0; j < kw; ++j, w += op) {                                        \
+        for (long at = 0; at < span; at += 2 * FF_LANES) {                                    \
+          ff_v16 acc[OB][2];                                                                  \
+          _Pragma("GCC unroll 16") for (int o = 0; o < OB; ++o) acc[o][0] = acc[o][1] =       \
+              (ff_v16){0};                                                                    \
+          const int two = at + FF_LANES < span;                                               \
+          const float *w = wt + ob;                                                           \
+          for (long ci = 0; ci < p->c * kh; ++ci) /* (channel, kernel row) */                 \
+            for (long j = 0; j < kw; ++j, w += op) {                                          \
               const long c = ci / kh, i = ci - c * kh;                                        \
-              const float *row = xp + (c * p->hp + r + i) * p->wp + col + j;                  \
-              const ff_v16 x0 = *(const ff_v16u *)row;                                        \
+              const float *from = xp + c * planes + i * wp + at + j;                          \
+              const ff_v16 x0 = *(const ff_v16u *)from;                                       \
               if (two) {                                                                      \
-                const ff_v16 x1 = *(const ff_v16u *)(row + FF_LANES);                         \
+                const ff_v16 x1 = *(const ff_v16u *)(from + FF_LANES);                        \
                 _Pragma("GCC unroll 16") for (int o = 0; o < OB; ++o) {                       \
                   acc[o][0] = acc[o][0] + w[o] * x0;                                          \
                   acc[o][1] = acc[o][1] + w[o] * x1;                                          \
@@ -84,77 +92,93 @@ static void pad_sample(const ff_plane *p, const float *x, float *xp) {
                     acc[o][0] + w[o] * x0;                                                    \
               }                                                                               \
             }                                                                                 \
-            for (int o = 0; o < OB && ob + o < co; ++o)                                       \
-              for (int v = 0; v < 1 + two; ++v) {                                             \
-                const long at = col + v * FF_LANES;                                           \
-                const long count = ow - at < FF_LANES ? ow - at : FF_LANES;                   \
-                float lanes[FF_LANES];                                                        \
-                memcpy(lanes, &acc[o][v], sizeof lanes);                                      \
-                float *dst = out + ((s * co + ob + o) * oh + r) * ow + at;                    \
-                const float b = bias ? bias[ob + o] : 0.0f;                                   \
-                for (long l = 0; l < count; ++l) dst[l] = bias ? lanes[l] + b : lanes[l];     \
-              }                                                                               \
+          for (int o = 0; o < OB && ob + o < co; ++o) {                                       \
+            float lanes[2 * FF_LANES];                                                        \
+            memcpy(lanes, acc[o], sizeof lanes);                                              \
+            float *dst = out + (s * co + ob + o) * oh * ow;                                   \
+            const float b = bias ? bias[ob + o] : 0.0f;                                       \
+            long r = at / wp, col = at - r * wp;                                              \
+            for (long l = 0; l < (1 + two) * FF_LANES && at + l < span; ++l) {                \
+              if (col < ow) dst[r * ow + col] = bias ? lanes[l] + b : lanes[l];               \
+              if (++col == wp) col = 0, ++r;                                                  \
+            }                                                                                 \
           }                                                                                   \
+        }                                                                                     \
     }                                                                                         \
   }
 
-/* dw (co, p.c, kh, kw), written: each cell the sum over samples, rows and columns of dz
- * (n, co, oh, ow) times the padded input it multiplied, lane by lane (`lanes`: co * cells * 16
- * floats, summed over the lanes by the caller). scratch: p.c * p.hp * p.wp + co * oh *
- * round_up(ow, 16) floats. OB output channels by 3 kernel columns per register block (a
- * block's dz vector serves 3 cells, its input vectors OB), where a whole block fits. */
+/* The sum of a lane group, in a fixed tree: l + l+8, then +4, +2, +1. */
+static inline float lanes_total(ff_v16 v) {
+  float a[FF_LANES], t[8];
+  memcpy(a, &v, sizeof a);
+  for (int l = 0; l < 8; ++l) t[l] = a[l] + a[l + 8];
+  for (int l = 0; l < 4; ++l) t[l] = t[l] + t[l + 4];
+  for (int l = 0; l < 2; ++l) t[l] = t[l] + t[l + 2];
+  return t[0] + t[1];
+}
+
+/* dw (co, p.c, kh, kw), written: each cell the sum over samples and the flat span of dz
+ * (n, co, oh, ow), laid out as the span with zeros after each row, times the padded input it
+ * multiplied: each of 16 lanes over the samples, then the span's vectors, then `lanes_total`.
+ * scratch (xp): n * (plane_floats + co * round_up(oh * wp, 16)) floats: every sample's planes
+ * first, so a register block sums over the whole batch without leaving its registers. OB
+ * output channels by 3 kernel columns per register block (a block's dz vector serves 3 cells,
+ * its input vectors OB), where a whole block fits. */
 #define FF_KERNEL_GRAD(NAME, TARGET, OB)                                                      \
-  TARGET static void NAME(const float *x, const ff_plane *p, const float *dz, float *lanes,   \
+  TARGET static void NAME(const float *x, const ff_plane *p, const float *dz, float *dw,      \
                           long n, long co, long oh, long ow, long kh, long kw, float *xp) {   \
-    const long owp = round_up(ow, FF_LANES), cells = p->c * kh * kw, plane = oh * owp;        \
-    float *dzp = xp + p->c * p->hp * p->wp;                                                   \
-    memset(lanes, 0, sizeof(float) * (size_t)(co * cells * FF_LANES));                        \
+    const long wp = p->wp, planes = p->hp * wp, pf = plane_floats(p, kw);                     \
+    const long span = round_up(oh * wp, FF_LANES);                                            \
+    float *dzp = xp + n * pf;                                                                 \
+    memset(dzp, 0, sizeof(float) * (size_t)(n * co * span));                                  \
     for (long s = 0; s < n; ++s) {                                                            \
-      pad_sample(p, x + s * p->c * p->h * p->w, xp);                                          \
-      memset(dzp, 0, sizeof(float) * (size_t)(co * plane));                                   \
+      pad_sample(p, x + s * p->c * p->h * p->w, xp + s * pf, kw);                             \
       for (long o = 0; o < co; ++o)                                                           \
         for (long r = 0; r < oh; ++r)                                                         \
-          memcpy(dzp + o * plane + r * owp, dz + ((s * co + o) * oh + r) * ow,                \
+          memcpy(dzp + (s * co + o) * span + r * wp, dz + ((s * co + o) * oh + r) * ow,       \
                  sizeof(float) * (size_t)ow);                                                 \
-      for (long ob = 0; ob < co; ob += OB) {                                                  \
-        const int block = co - ob < OB ? (int)(co - ob) : OB;                                 \
-        for (long ci = 0; ci < p->c * kh; ++ci) {                                             \
-          const long c = ci / kh, i = ci - c * kh;                                            \
-          const float *rows = xp + (c * p->hp + i) * p->wp, *g = dzp + ob * plane;            \
-          float *at = lanes + ((ob * p->c + c) * kh + i) * kw * FF_LANES;                     \
-          const long stride = cells * FF_LANES; /* from one output channel's lanes to the next */ \
-          long j = 0;                                                                         \
-          if (block == OB)                                                                    \
-            for (; j + 3 <= kw; j += 3) {                                                     \
-              ff_v16 acc[OB][3];                                                              \
-              for (int o = 0; o < OB; ++o) memcpy(acc[o], at + o * stride + j * FF_LANES,     \
-                                                  sizeof acc[o]);                             \
-              for (long r = 0; r < oh; ++r)                                                   \
-                for (long col = 0; col < owp; col += FF_LANES) {                              \
-                  const float *row = rows + r * p->wp + col + j;                              \
-                  const ff_v16 x0 = *(const ff_v16u *)row, x1 = *(const ff_v16u *)(row + 1);  \
-                  const ff_v16 x2 = *(const ff_v16u *)(row + 2);                              \
-                  _Pragma("GCC unroll 16") for (int o = 0; o < OB; ++o) {                     \
-                    const ff_v16 d = *(const ff_v16u *)(g + o * plane + r * owp + col);       \
-                    acc[o][0] = acc[o][0] + d * x0;                                           \
-                    acc[o][1] = acc[o][1] + d * x1;                                           \
-                    acc[o][2] = acc[o][2] + d * x2;                                           \
-                  }                                                                           \
+    }                                                                                         \
+    for (long ob = 0; ob < co; ob += OB) {                                                    \
+      const int block = co - ob < OB ? (int)(co - ob) : OB;                                   \
+      for (long ci = 0; ci < p->c * kh; ++ci) {                                               \
+        const long c = ci / kh, i = ci - c * kh;                                              \
+        float *out = dw + (ob * p->c + c) * kh * kw + i * kw; /* o's cells: o * p->c * kh * kw */ \
+        const long next = p->c * kh * kw;                                                     \
+        long j = 0;                                                                           \
+        if (block == OB)                                                                      \
+          for (; j + 3 <= kw; j += 3) {                                                       \
+            ff_v16 acc[OB][3];                                                                \
+            _Pragma("GCC unroll 16") for (int o = 0; o < OB; ++o) acc[o][0] = acc[o][1] =     \
+                acc[o][2] = (ff_v16){0};                                                      \
+            for (long s = 0; s < n; ++s) {                                                    \
+              const float *from = xp + s * pf + c * planes + i * wp + j;                      \
+              const float *g = dzp + (s * co + ob) * span;                                    \
+              for (long q = 0; q < span; q += FF_LANES) {                                     \
+                const ff_v16 x0 = *(const ff_v16u *)(from + q);                               \
+                const ff_v16 x1 = *(const ff_v16u *)(from + q + 1);                           \
+                const ff_v16 x2 = *(const ff_v16u *)(from + q + 2);                           \
+                _Pragma("GCC unroll 16") for (int o = 0; o < OB; ++o) {                       \
+                  const ff_v16 d = *(const ff_v16u *)(g + o * span + q);                      \
+                  acc[o][0] = acc[o][0] + d * x0;                                             \
+                  acc[o][1] = acc[o][1] + d * x1;                                             \
+                  acc[o][2] = acc[o][2] + d * x2;                                             \
                 }                                                                             \
-              for (int o = 0; o < OB; ++o) memcpy(at + o * stride + j * FF_LANES, acc[o],     \
-                                                  sizeof acc[o]);                             \
+              }                                                                               \
             }                                                                                 \
-          for (; j < kw; ++j) /* the columns left, one at a time */                           \
-            for (int o = 0; o < block; ++o) {                                                 \
-              ff_v16 acc;                                                                     \
-              memcpy(&acc, at + o * stride + j * FF_LANES, sizeof acc);                       \
-              for (long r = 0; r < oh; ++r)                                                   \
-                for (long col = 0; col < owp; col += FF_LANES)                                \
-                  acc = acc + *(const ff_v16u *)(g + o * plane + r * owp + col) *             \
-                                  *(const ff_v16u *)(rows + r * p->wp + col + j);             \
-              memcpy(at + o * stride + j * FF_LANES, &acc, sizeof acc);                       \
+            for (int o = 0; o < OB; ++o)                                                      \
+              for (int t = 0; t < 3; ++t) out[o * next + j + t] = lanes_total(acc[o][t]);     \
+          }                                                                                   \
+        for (; j < kw; ++j) /* the columns left, one at a time */                             \
+          for (int o = 0; o < block; ++o) {                                                   \
+            ff_v16 acc = {0};                                                                 \
+            for (long s = 0; s < n; ++s) {                                                    \
+              const float *from = xp + s * pf + c * planes + i * wp + j;                      \
+              const float *g = dzp + (s * co + ob + o) * span;                                \
+              for (long q = 0; q < span; q += FF_LANES)                                       \
+                acc = acc + *(const ff_v16u *)(g + q) * *(const ff_v16u *)(from + q);         \
             }                                                                                 \
-        }                                                                                     \
+            out[o * next + j] = lanes_total(acc);                                             \
+          }                                                                                   \
       }                                                                                       \
     }                                                                                         \
   }
@@ -195,11 +219,12 @@ static long padded_outputs(long co) { return round_up(co, 8); }
 
 int ff_conv_direct(const ff_window_dims *d) {
   if (d->sh != 1 || d->sw != 1 || d->ph >= d->kh || d->pw >= d->kw) return 0;
-  /* im2col + GEMM wins where the products are long or the rows narrow (a vector's lanes past
-   * the row's end compute nothing): benchmarks/conv.py's table */
-  const long cells = d->c * d->kh * d->kw;
+  /* im2col + GEMM wins where the products are long or the rows narrow (the kw - 1 values
+   * computed after each output row are dropped): benchmarks/conv.py's table */
+  const long cells = d->c * d->kh * d->kw, row = d->ow + d->kw - 1;
   if (d->o > FF_CONV_DIRECT_MAX_OUT || cells > 2 * FF_CONV_DIRECT_MAX_CELLS) return 0;
-  return d->ow >= (cells > FF_CONV_DIRECT_MAX_CELLS ? 16 : FF_CONV_DIRECT_MIN_WIDTH);
+  if (cells > FF_CONV_DIRECT_MAX_CELLS) return 20 * d->ow >= 17 * row;
+  return 4 * d->ow >= 3 * row;
 }
 
 long ff_conv_direct_scratch(const ff_window_dims *d) {
@@ -208,8 +233,8 @@ long ff_conv_direct_scratch(const ff_window_dims *d) {
       plane(d->o, d->oh, d->ow, d->kh - 1 - d->ph, d->kw - 1 - d->pw, d->h, d->w, d->kh, d->kw);
   const long cells = d->c * d->kh * d->kw;
   const long weights = cells * padded_outputs(d->o) + d->o * d->kh * d->kw * padded_outputs(d->c);
-  const long forward = f.c * f.hp * f.wp, input = b.c * b.hp * b.wp;
-  const long kernel = forward + d->o * d->oh * round_up(d->ow, FF_LANES) + d->o * cells * FF_LANES;
+  const long forward = plane_floats(&f, d->kw), input = plane_floats(&b, d->kw);
+  const long kernel = d->n * (forward + d->o * round_up(d->oh * f.wp, FF_LANES));
   long most = forward > input ? forward : input;
   if (kernel > most) most = kernel;
   return weights + most;
@@ -241,16 +266,6 @@ void ff_conv_direct_input_grad_f32(const float *dz, const float *w, float *dx,
 
 void ff_conv_direct_kernel_grad_f32(const float *x, const float *dz, float *dw,
                                     const ff_window_dims *d, float *scratch, int isa) {
-  const long cells = d->c * d->kh * d->kw;
-  float *lanes = scratch, *xp = scratch + d->o * cells * FF_LANES;
   const ff_plane p = plane(d->c, d->h, d->w, d->ph, d->pw, d->oh, d->ow, d->kh, d->kw);
-  kernel_grad[pick(isa)](x, &p, dz, lanes, d->n, d->o, d->oh, d->ow, d->kh, d->kw, xp);
-  for (long k = 0; k < d->o * cells; ++k) { /* the lanes' fixed tree: l + l+8, +4, +2, +1 */
-    const float *a = lanes + k * FF_LANES;
-    float s[8];
-    for (int l = 0; l < 8; ++l) s[l] = a[l] + a[l + 8];
-    for (int l = 0; l < 4; ++l) s[l] = s[l] + s[l + 4];
-    for (int l = 0; l < 2; ++l) s[l] = s[l] + s[l + 2];
-    dw[k] = s[0] + s[1];
-  }
+  kernel_grad[pick(isa)](x, &p, dz, dw, d->n, d->o, d->oh, d->ow, d->kh, d->kw, scratch);
 }

@@ -174,18 +174,17 @@ typedef struct {
 long ff_conv_scratch(const ff_window_dims *dims);
 
 /* Direct convolutions (native/conv.c) of float32 tiles as `dims` says, at stride 1, one group:
- * ff_conv_direct says whether a convolution takes them (small products, where im2col + GEMM
- * spends its time on the columns: up to FF_CONV_DIRECT_MAX_CELLS products per output on rows
- * FF_CONV_DIRECT_MIN_WIDTH wide, twice as many on rows 16 wide; benchmarks/conv.py measured
- * the limits). The forward writes
- * z (n, o, oh, ow) = conv(x) + bias (bias may be NULL); the input's gradient dx (n, c, h, w)
- * from dz (n, o, oh, ow); the kernel's gradient dw (o, c, kh, kw), written. Each takes
- * `scratch` of ff_conv_direct_scratch(dims) floats and runs the instruction set `isa` (FF_ISA_*;
- * -1, or one this CPU lacks: its best), every one of which computes the same bits;
- * ff_conv_direct_isas is the mask (1 << FF_ISA_*) of those this CPU has. */
-#define FF_CONV_DIRECT_MAX_CELLS 576
+ * ff_conv_direct says whether a convolution takes them (where im2col + GEMM spends its time on
+ * the columns): at most FF_CONV_DIRECT_MAX_OUT output channels and FF_CONV_DIRECT_MAX_CELLS
+ * products per output where 3/4 of the values it computes along a padded row are outputs
+ * (ow of ow + kw - 1), twice the products where 17/20 are (benchmarks/conv.py measured the
+ * limits). The forward writes z (n, o, oh, ow) = conv(x) + bias (bias may be NULL); the input's
+ * gradient dx (n, c, h, w) from dz (n, o, oh, ow); the kernel's gradient dw (o, c, kh, kw),
+ * written. Each takes `scratch` of ff_conv_direct_scratch(dims) floats and runs the instruction
+ * set `isa` (FF_ISA_*; -1, or one this CPU lacks: its best), every one of which computes the
+ * same bits; ff_conv_direct_isas is the mask (1 << FF_ISA_*) of those this CPU has. */
+#define FF_CONV_DIRECT_MAX_CELLS 1152
 #define FF_CONV_DIRECT_MAX_OUT 256
-#define FF_CONV_DIRECT_MIN_WIDTH 12
 #define FF_ISA_BASE 0
 #define FF_ISA_AVX2 1
 #define FF_ISA_AVX512 2

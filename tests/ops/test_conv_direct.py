@@ -93,18 +93,22 @@ def test_every_instruction_set_and_every_split_of_the_batch_give_the_same_bits(s
 
 
 def test_the_rule_keeps_strided_grouped_narrow_and_wide_convolutions_on_im2col():
-    base = dict(x_shape=(8, 16, 28, 28), out_channels=16, out_hw=(28, 28), kernel=(3, 3))
-    assert ConvWindow.takes(**base, stride=(1, 1), padding=(1, 1), groups=1)
-    assert not ConvWindow.takes(**base, stride=(2, 2), padding=(1, 1), groups=1)
-    assert not ConvWindow.takes(**base, stride=(1, 1), padding=(1, 1), groups=2)
-    narrow = dict(base, x_shape=(8, 16, 8, 8), out_hw=(8, 8))
-    assert not ConvWindow.takes(**narrow, stride=(1, 1), padding=(1, 1), groups=1)
-    wide = dict(base, x_shape=(8, 256, 28, 28))  # 2,304 products per output
-    assert not ConvWindow.takes(**wide, stride=(1, 1), padding=(1, 1), groups=1)
-    long_rows = dict(base, x_shape=(8, 128, 16, 16), out_hw=(16, 16))  # 1,152, 16 wide
-    assert ConvWindow.takes(**long_rows, stride=(1, 1), padding=(1, 1), groups=1)
-    long_narrow = dict(base, x_shape=(8, 128, 12, 12), out_hw=(12, 12))
-    assert not ConvWindow.takes(**long_narrow, stride=(1, 1), padding=(1, 1), groups=1)
+    def takes(channels, image, out=16, kernel=3, stride=(1, 1), groups=1):
+        pad = kernel // 2
+        hw = (image, image)
+        shape = (8, channels, *hw)
+        return ConvWindow.takes(shape, out, hw, (kernel, kernel), stride, (pad, pad), groups)
+
+    assert takes(16, 28)
+    assert not takes(16, 28, stride=(2, 2))
+    assert not takes(16, 28, groups=2)
+    assert takes(64, 8)  # 576 products, 8 of 10 values a row kept
+    assert not takes(64, 4)  # 4 of 6
+    assert not takes(16, 8, kernel=5)  # 8 of 12
+    assert takes(128, 12)  # 1,152 products, 12 of 14
+    assert takes(256, 16) and not takes(256, 8)  # 2,304 products: 16 of 18 kept, 8 of 10 not
+    assert not takes(512, 16)  # 4,608 products
+    assert not takes(16, 28, out=512)
 
 
 @pytest.mark.parametrize("activation", [ActiMode.AC_MODE_NONE, ActiMode.AC_MODE_RELU])
