@@ -219,6 +219,7 @@ static long padded_outputs(long co) { return round_up(co, 8); }
 
 int ff_conv_direct(const ff_window_dims *d) {
   if (d->sh != 1 || d->sw != 1 || d->ph >= d->kh || d->pw >= d->kw) return 0;
+  if (d->kh * d->kw == 1) return 0; /* a pointwise convolution is one GEMM without columns */
   /* im2col + GEMM wins where the products are long or the rows narrow (the kw - 1 values
    * computed after each output row are dropped): benchmarks/conv.py's table */
   const long cells = d->c * d->kh * d->kw, row = d->ow + d->kw - 1;

@@ -109,6 +109,7 @@ def test_the_rule_keeps_strided_grouped_narrow_and_wide_convolutions_on_im2col()
     assert takes(256, 16) and not takes(256, 8)  # 2,304 products: 16 of 18 kept, 8 of 10 not
     assert not takes(512, 16)  # 4,608 products
     assert not takes(16, 28, out=512)
+    assert not takes(256, 8, kernel=1)  # pointwise: a GEMM needs no columns
 
 
 @pytest.mark.parametrize("activation", [ActiMode.AC_MODE_NONE, ActiMode.AC_MODE_RELU])
