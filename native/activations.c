@@ -4,6 +4,7 @@
  * C step. */
 #include <math.h>
 
+#include "clones.h"
 #include "fastmath.h"
 #include "kernels.h"
 
@@ -32,6 +33,7 @@ static inline float ff_gelu_grad(float x, float t, float dy) {
   return (((t + 1.0f) * 0.5f) + slope) * dy;
 }
 
+FF_CLONES
 void ff_gelu_kept_f32(const float *z, float *y, float *t, long count) {
   for (long i = 0; i < count; ++i) {
     const float x = z[i], inner = ff_gelu_tanh(x);
@@ -40,11 +42,13 @@ void ff_gelu_kept_f32(const float *z, float *y, float *t, long count) {
   }
 }
 
+FF_CLONES
 void ff_gelu_grad_kept_f32(const float *pre, const float *t, const float *dy, float *dz,
                            long count) {
   for (long i = 0; i < count; ++i) dz[i] = ff_gelu_grad(pre[i], t[i], dy[i]);
 }
 
+FF_CLONES
 void ff_activate_f32(int act, const float *z, float *y, long count) {
   switch (act) {
     case FF_ACT_RELU:
@@ -68,6 +72,7 @@ void ff_activate_f32(int act, const float *z, float *y, long count) {
   }
 }
 
+FF_CLONES
 void ff_activation_grad_f32(int act, const float *pre, const float *y, const float *dy, float *dz,
                             long count) {
   switch (act) {

@@ -123,3 +123,30 @@ def test_updates_pools_and_layer_norm_give_the_baseline_bits(baseline):
     ours, theirs = _both(baseline, run)
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_activations_give_the_baseline_bits(baseline):
+    """Our float32 tanh and exp (native/fastmath.h) inside every activation and its gradient,
+    on values across their branches (the polynomial below 0.625, the exponential above, +-10)."""
+    rng = np.random.default_rng(2)
+    z = np.concatenate([rng.standard_normal(5000) * 4, [0.0, -0.0, 0.625, -0.625, 12.0, -30.0]])
+    z = z.astype(np.float32)
+    dy = rng.standard_normal(z.size).astype(np.float32)
+    codes = [lib.FF_ACT_RELU, lib.FF_ACT_GELU, lib.FF_ACT_TANH, lib.FF_ACT_SIGMOID, lib.FF_ACT_ELU]
+
+    def run(module, f):
+        lib_, out = module.lib, []
+        for act in codes:
+            y, dz = np.empty_like(z), np.empty_like(z)
+            lib_.ff_activate_f32(act, f(module, z), f(module, y), z.size)
+            lib_.ff_activation_grad_f32(act, f(module, z), f(module, y), f(module, dy),
+                                        f(module, dz), z.size)  # fmt: skip
+            out += [y, dz]
+        y, t, dz = np.empty_like(z), np.empty_like(z), np.empty_like(z)
+        lib_.ff_gelu_kept_f32(f(module, z), f(module, y), f(module, t), z.size)
+        lib_.ff_gelu_grad_kept_f32(f(module, z), f(module, t), f(module, dy), f(module, dz), z.size)
+        return out + [y, t, dz]
+
+    ours, theirs = _both(baseline, run)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(a, b)
