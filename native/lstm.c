@@ -9,6 +9,7 @@
  * numpy's vectorized tanh. */
 #include <string.h>
 
+#include "clones.h"
 #include "fastmath.h"
 #include "kernels.h"
 
@@ -35,6 +36,7 @@ static void ff_lstm_gates(ff_sgemm_fn gemm, const float *x, const float *h_prev,
   }
 }
 
+FF_CLONES
 void ff_lstm_forward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                          const float *c_prev, const float *w_ih, const float *w_hh,
                          const float *bias, float *z, float *h, float *c, long n, long e, long hh,
@@ -53,6 +55,7 @@ void ff_lstm_forward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
   }
 }
 
+FF_CLONES
 void ff_lstm_backward_f32(ff_sgemm_fn gemm, const float *x, const float *h_prev,
                           const float *c_prev, const float *w_ih, const float *w_hh,
                           const float *bias, const float *c, const float *dh, const float *dc,

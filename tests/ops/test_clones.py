@@ -150,3 +150,41 @@ def test_activations_give_the_baseline_bits(baseline):
     ours, theirs = _both(baseline, run)
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_lstm_steps_give_the_baseline_bits(baseline):
+    """An LSTM step and its backward (native/lstm.c) through MKL's sgemm, which both builds
+    call: the gates' element-wise work is what differs between the builds."""
+    from flexflow.ops import blas
+
+    if blas.sgemm_address() is None:
+        pytest.skip("MKL is not installed")
+    rng = np.random.default_rng(3)
+    n, e, hid = 5, 7, 6
+    x, h0, c0 = (rng.standard_normal(s).astype(np.float32) for s in ((n, e), (n, hid), (n, hid)))
+    w_ih = rng.standard_normal((4 * hid, e)).astype(np.float32)
+    w_hh = rng.standard_normal((4 * hid, hid)).astype(np.float32)
+    bias = rng.standard_normal(4 * hid).astype(np.float32)
+    dh, dc = rng.standard_normal((n, hid)).astype(np.float32), np.zeros((n, hid), np.float32)
+
+    def run(module, f):
+        lib_, ffi_ = module.lib, module.ffi
+        gemm = ffi_.cast("ff_sgemm_fn", blas.sgemm_address())
+        z, h, c = np.empty((n, 4 * hid), np.float32), np.empty((n, hid), np.float32), None
+        c = np.empty((n, hid), np.float32)
+        args = (f(module, x), f(module, h0), f(module, c0), f(module, w_ih), f(module, w_hh),
+                f(module, bias))  # fmt: skip
+        lib_.ff_lstm_forward_f32(gemm, *args, f(module, z), f(module, h), f(module, c), n, e,
+                                 hid, hid, e)  # fmt: skip
+        dz, dx = np.empty_like(z), np.empty_like(x)
+        dh0, dc0 = np.empty_like(h0), np.empty_like(c0)
+        grads = [np.empty_like(w_ih), np.empty_like(w_hh), np.empty_like(bias)]
+        lib_.ff_lstm_backward_f32(gemm, *args, f(module, c), f(module, dh), f(module, dc),
+                                  f(module, z), f(module, dz), f(module, dx), f(module, dh0),
+                                  f(module, dc0), *(f(module, g) for g in grads), n, e, hid, hid,
+                                  1, e)  # fmt: skip
+        return [z, h, c, dz, dx, dh0, dc0, *grads]
+
+    ours, theirs = _both(baseline, run)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(a, b)
