@@ -115,6 +115,16 @@ def col2im(
 
 
 # ---- direct convolutions of float32 tiles (native/conv.c) --------------------------------------
+def _conv_dims(x_shape, out_channels: int, out_hw, kernel, stride, padding):
+    """A convolution's ff_window_dims (native/kernels.h)."""
+    n, c, h, w = x_shape
+    return ffi.new(
+        "ff_window_dims *",
+        dict(n=n, c=c, h=h, w=w, o=out_channels, oh=out_hw[0], ow=out_hw[1], kh=kernel[0],
+             kw=kernel[1], sh=stride[0], sw=stride[1], ph=padding[0], pw=padding[1], is_max=0),
+    )  # fmt: skip
+
+
 class ConvWindow:
     """A convolution of (N, C, H, W) float32 tiles by an (O, C, kh, kw) kernel at stride 1, one
     group, as native/conv.c's direct kernels take it (`ff_window_dims`)."""
@@ -122,12 +132,7 @@ class ConvWindow:
     __slots__ = ("dims", "scratch_floats", "isa")
 
     def __init__(self, x_shape, out_channels: int, out_hw, kernel, padding, isa: int = -1) -> None:
-        n, c, h, w = x_shape
-        self.dims = ffi.new(
-            "ff_window_dims *",
-            dict(n=n, c=c, h=h, w=w, o=out_channels, oh=out_hw[0], ow=out_hw[1], kh=kernel[0],
-                 kw=kernel[1], sh=1, sw=1, ph=padding[0], pw=padding[1], is_max=0),
-        )  # fmt: skip
+        self.dims = _conv_dims(x_shape, out_channels, out_hw, kernel, (1, 1), padding)
         self.scratch_floats = int(lib.ff_conv_direct_scratch(self.dims))
         self.isa = isa
         """The instruction set the kernels run (lib.FF_ISA_*; -1: this CPU's best): each gives
@@ -142,14 +147,9 @@ class ConvWindow:
     @staticmethod
     def takes(x_shape, out_channels: int, out_hw, kernel, stride, padding, groups: int) -> bool:
         """Whether the direct kernels run this convolution (native ff_conv_direct's rule)."""
-        if groups != 1 or stride != (1, 1):
+        if groups != 1:
             return False
-        n, c, h, w = x_shape
-        dims = ffi.new(
-            "ff_window_dims *",
-            dict(n=n, c=c, h=h, w=w, o=out_channels, oh=out_hw[0], ow=out_hw[1], kh=kernel[0],
-                 kw=kernel[1], sh=1, sw=1, ph=padding[0], pw=padding[1], is_max=0),
-        )  # fmt: skip
+        dims = _conv_dims(x_shape, out_channels, out_hw, kernel, stride, padding)
         return bool(lib.ff_conv_direct(dims))
 
     def _scratch(self) -> np.ndarray:
