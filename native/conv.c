@@ -168,7 +168,22 @@ static inline float lanes_total(ff_v16 v) {
             for (int o = 0; o < OB; ++o)                                                      \
               for (int t = 0; t < 3; ++t) out[o * next + j + t] = lanes_total(acc[o][t]);     \
           }                                                                                   \
-        for (; j < kw; ++j) /* the columns left, one at a time */                             \
+        if (block == OB)                                                                      \
+          for (; j < kw; ++j) { /* the columns left, one at a time */                         \
+            ff_v16 acc[OB];                                                                   \
+            _Pragma("GCC unroll 16") for (int o = 0; o < OB; ++o) acc[o] = (ff_v16){0};       \
+            for (long s = 0; s < n; ++s) {                                                    \
+              const float *from = xp + s * pf + c * planes + i * wp + j;                      \
+              const float *g = dzp + (s * co + ob) * span;                                    \
+              for (long q = 0; q < span; q += FF_LANES) {                                     \
+                const ff_v16 x0 = *(const ff_v16u *)(from + q);                               \
+                _Pragma("GCC unroll 16") for (int o = 0; o < OB; ++o) acc[o] =                \
+                    acc[o] + *(const ff_v16u *)(g + o * span + q) * x0;                       \
+              }                                                                               \
+            }                                                                                 \
+            for (int o = 0; o < OB; ++o) out[o * next + j] = lanes_total(acc[o]);             \
+          }                                                                                   \
+        for (; j < kw; ++j) /* a partial block's columns */                                   \
           for (int o = 0; o < block; ++o) {                                                   \
             ff_v16 acc = {0};                                                                 \
             for (long s = 0; s < n; ++s) {                                                    \
