@@ -63,6 +63,26 @@ def test_the_direct_kernels_compute_the_convolution_and_its_gradients(shape):
     _close(window.kernel_grad(x, dz), dw_ref, n * out_hw[0] * out_hw[1])
 
 
+@pytest.mark.parametrize("kh, kw, ph, pw", [(1, 7, 0, 3), (7, 1, 3, 0), (1, 3, 0, 1), (2, 5, 0, 2)])
+def test_rectangular_kernels_and_paddings(kh, kw, ph, pw):
+    """Inception-v3's 1x7 and 7x1 convolutions (padding 0 and 3) and other rectangles."""
+    rng = np.random.default_rng(kh * 10 + kw)
+    n, c, h, w, o = 2, 5, 9, 17, 6
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    kernel = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
+    bias = rng.standard_normal(o).astype(np.float32)
+    out_hw = (h + 2 * ph - kh + 1, w + 2 * pw - kw + 1)
+    dz = rng.standard_normal((n, o, *out_hw)).astype(np.float32)
+    x64, k64, dz64 = x.astype(np.float64), kernel.astype(np.float64), dz.astype(np.float64)
+    z = naive_conv2d(x64, k64, bias.astype(np.float64), (1, 1), (ph, pw), 1)
+    conv = Conv2D(o, kh, kw, 1, 1, ph, pw, ActiMode.AC_MODE_NONE, 1, False)
+    (dx,), (dw,) = conv.backward([x64], [k64], [z], [dz64])
+    window = ConvWindow(x.shape, o, out_hw, (kh, kw), (ph, pw))
+    _close(window.forward(x, kernel, bias), z, c * kh * kw)
+    _close(window.input_grad(dz, kernel), dx, o * kh * kw)
+    _close(window.kernel_grad(x, dz), dw, n * out_hw[0] * out_hw[1])
+
+
 @pytest.mark.parametrize("shape", [(3, 16, 28, 28, 16, 3, 1), (2, 5, 9, 37, 11, 5, 2)])
 def test_every_instruction_set_and_every_split_of_the_batch_give_the_same_bits(shape):
     n, c, h, w, o, k, p = shape

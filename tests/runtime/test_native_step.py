@@ -459,23 +459,45 @@ def _concurrently(work, points: int) -> list:
     return results
 
 
+def _inception():
+    """Inception-v3's shapes: a stem, then a 1x3 and a 3x1 convolution of its output (paddings
+    0,1 and 1,0), batch norms, a concatenation, average pooling with padding."""
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 3, 12, 12), name="image")
+    x = model.batch_norm(model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, use_bias=False))  # the stem
+    wide = model.batch_norm(model.conv2d(x, 4, 1, 3, 1, 1, 0, 1, use_bias=False))
+    tall = model.batch_norm(model.conv2d(x, 3, 3, 1, 1, 1, 1, 0, use_bias=False))
+    x = model.pool2d(model.concat([wide, tall], 1), 3, 3, 1, 1, 1, 1, PoolType.POOL_AVG)
+    model.softmax(model.dense(model.flat(x), CLASSES))
+    return model.graph()
+
+
 @pytest.mark.parametrize(
-    "machine, relu_first", [("p100:1", True), ("p100:1", False), ("one", True)]
+    "model, machine, relu_first",
+    [
+        ("residual", "p100:1", True),
+        ("residual", "p100:1", False),
+        ("residual", "one", True),
+        ("inception", "p100:1", True),
+    ],
 )
-def test_the_c_step_of_a_batch_norm_network_computes_the_op_by_op_step(machine, relu_first):
+def test_the_c_step_of_a_batch_norm_network_computes_the_op_by_op_step(model, machine, relu_first):
     """Each point's C step, its batch norms summing their statistics with the others' through
     the exchange, computes the op-by-op step's gradients, loss and running statistics; and on
     one device (no exchange) likewise."""
     from flexflow.runtime.concurrent import StatisticsExchange
 
-    graph = _residual(relu_first)
+    graph = _residual(relu_first) if model == "residual" else _inception()
     tasks = _points_one(graph) if machine == "one" else _points(graph, machine)
     points = len(tasks)
     made = program(tasks[0])
     assert made is not None, why_not(tasks[0])
     kinds = [op.kind for op in made.ops]
-    assert kinds.count(lib.FF_STEP_BATCH_NORM) == 4 and kinds.count(lib.FF_STEP_CONV) == 4
-    assert any(op.step.windows for op in made.ops)  # the projection, read whole
+    if model == "residual":
+        assert kinds.count(lib.FF_STEP_BATCH_NORM) == 4 and kinds.count(lib.FF_STEP_CONV) == 4
+        assert any(op.step.windows for op in made.ops)  # the projection, read whole
+    else:
+        assert kinds.count(lib.FF_STEP_BATCH_NORM) == 3 and lib.FF_STEP_CONCAT in kinds
     rng = np.random.default_rng(7)
     arrays = []
     for task in tasks:
