@@ -6,11 +6,12 @@
  * columns (c*kh*kw floats per output pixel) and runs the GEMM at a narrow width: a 16 -> 16
  * 3x3 convolution of 32 28x28 images took 5.6 ms forward on one core here (im2col 2.9 ms, the
  * GEMM 2.3 ms) against PyTorch's 0.9 ms. The loops below keep a block of output channels by
- * 16-float vectors of an output row in registers and read each input row once per kernel cell.
+ * 16-float vectors of a sample's output rows (one flat span of padded rows) in registers and
+ * read each input vector once per kernel cell and block.
  *
  * Every output sums its terms in one fixed order (channel, kernel row, kernel column; for the
- * kernel's gradient each of 16 lanes over sample, row and column block, then a fixed tree over
- * the lanes), with separate multiplies and adds (built with -ffp-contract=off): the same bits
+ * kernel's gradient each of 16 lanes over the samples and the span's vectors, then a fixed tree
+ * over the lanes), with separate multiplies and adds (built with -ffp-contract=off): the same bits
  * whichever instruction set the CPU has (AVX-512, AVX2 or the x86-64 baseline, picked at run
  * time) and however the output is blocked, so every tiling of a batch computes each sample's
  * values alike. */
@@ -198,8 +199,15 @@ static inline float lanes_total(ff_v16 v) {
     }                                                                                         \
   }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FF_X86 1
 #define FF_AVX512 __attribute__((target("avx512f")))
 #define FF_AVX2 __attribute__((target("avx2")))
+#else /* elsewhere the three paths are the same portable code; only the baseline runs */
+#define FF_X86 0
+#define FF_AVX512
+#define FF_AVX2
+#endif
 FF_CORRELATE(correlate_avx512, FF_AVX512, 8)
 FF_CORRELATE(correlate_avx2, FF_AVX2, 2)
 FF_CORRELATE(correlate_base, , 1)
@@ -208,8 +216,12 @@ FF_KERNEL_GRAD(kernel_grad_avx2, FF_AVX2, 1)
 FF_KERNEL_GRAD(kernel_grad_base, , 1)
 
 int ff_conv_direct_isas(void) {
+#if FF_X86
   __builtin_cpu_init();
   return 1 | (__builtin_cpu_supports("avx2") ? 2 : 0) | (__builtin_cpu_supports("avx512f") ? 4 : 0);
+#else
+  return 1;
+#endif
 }
 
 /* The instruction set a call runs: `isa` (FF_ISA_*) if this CPU has it, else its best. */
