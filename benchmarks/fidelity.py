@@ -59,8 +59,9 @@ PAPER_BAND = 0.3
 MODELS = ("lenet", "mlp", "rnnlm")
 RNNLM_SIZES = {"seq_length": 8, "vocab_size": 256, "embed_size": 64, "hidden_size": 64}
 """RNNLM shrunk to a laptop (its zoo size is 40 steps of 1024-wide LSTMs over 10,000 words)."""
-CHOICES = (*MODELS, "transformer")
-"""--models may also take the zoo's transformer at benchmarks/runtime.py's laptop size."""
+CHOICES = (*MODELS, "transformer", "resnet20")
+"""--models may also take the zoo's transformer at benchmarks/runtime.py's laptop size, and
+benchmarks/runtime.py's CIFAR ResNet-20 (a CNN with batch norm)."""
 
 
 def build(name: str):
@@ -76,6 +77,10 @@ def build(name: str):
         from runtime import TRANSFORMER  # the runtime benchmark's sizes
 
         return load_model("transformer", config, **TRANSFORMER)
+    if name == "resnet20":
+        from runtime import resnet20
+
+        return resnet20(FFModel(config))
     if name != "mlp":
         raise SystemExit(f"unknown model {name!r}; choose from {', '.join(CHOICES)}")
     model = FFModel(config)
