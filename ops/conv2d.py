@@ -186,14 +186,13 @@ class Conv2D(GradientsInto, Window2D):
 
     def _direct(self, x: np.ndarray) -> native.ConvWindow | None:
         """native/conv.c's direct kernels for this convolution of x, where they run it: float32,
-        stride 1, one group, small products (`native.ConvWindow.takes`); None for im2col."""
+        stride 1, one group, small products (`native.ConvWindow.of`); None for im2col."""
         if x.dtype != np.float32 or self._pointwise:
             return None
-        out_hw = self._out_hw(x)
-        args = (x.shape, self.out_channels, out_hw, self._kernel)
-        if not native.ConvWindow.takes(*args, self._stride, self._padding, self.groups):
-            return None
-        return native.ConvWindow(*args, self._padding)
+        return native.ConvWindow.of(
+            x.shape, self.out_channels, self._out_hw(x), self._kernel, self._stride,
+            self._padding, self.groups,
+        )  # fmt: skip
 
     def _pre_activation(
         self, x: np.ndarray, weights: Sequence[np.ndarray]

@@ -131,8 +131,10 @@ class ConvWindow:
 
     __slots__ = ("dims", "scratch_floats", "isa")
 
-    def __init__(self, x_shape, out_channels: int, out_hw, kernel, padding, isa: int = -1) -> None:
-        self.dims = _conv_dims(x_shape, out_channels, out_hw, kernel, (1, 1), padding)
+    def __init__(
+        self, x_shape, out_channels: int, out_hw, kernel, padding, isa: int = -1, stride=(1, 1)
+    ) -> None:
+        self.dims = _conv_dims(x_shape, out_channels, out_hw, kernel, stride, padding)
         self.scratch_floats = int(lib.ff_conv_direct_scratch(self.dims))
         self.isa = isa
         """The instruction set the kernels run (lib.FF_ISA_*; -1: this CPU's best): each gives
@@ -144,13 +146,22 @@ class ConvWindow:
         mask = lib.ff_conv_direct_isas()
         return [isa for isa in range(3) if mask >> isa & 1]
 
+    @classmethod
+    def of(
+        cls, x_shape, out_channels: int, out_hw, kernel, stride, padding, groups: int
+    ) -> ConvWindow | None:
+        """The direct kernels' window of this convolution, or None where native
+        ff_conv_direct's rule leaves it to im2col + GEMM."""
+        if groups != 1:
+            return None
+        window = cls(x_shape, out_channels, out_hw, kernel, padding, stride=stride)
+        return window if lib.ff_conv_direct(window.dims) else None
+
     @staticmethod
     def takes(x_shape, out_channels: int, out_hw, kernel, stride, padding, groups: int) -> bool:
-        """Whether the direct kernels run this convolution (native ff_conv_direct's rule)."""
-        if groups != 1:
-            return False
-        dims = _conv_dims(x_shape, out_channels, out_hw, kernel, stride, padding)
-        return bool(lib.ff_conv_direct(dims))
+        """Whether the direct kernels run this convolution (`of`)."""
+        args = (x_shape, out_channels, out_hw, kernel, stride, padding, groups)
+        return ConvWindow.of(*args) is not None
 
     def _scratch(self) -> np.ndarray:
         return np.empty(self.scratch_floats, dtype=np.float32)

@@ -355,7 +355,7 @@ class Executor:
         native = f"; {len(self.native_steps)} of {steps} step tasks as one C call" if steps else ""
         if steps and self.native_step_note:
             native += f" (why not: {self.native_step_note})"
-        cpp = sum(p.flat is not None and not p.norms for p in self.native_steps.values())
+        cpp = sum(p.in_cpp_body for p in self.native_steps.values())
         cpp = cpp if self.cpp_steps else 0
         if cpp:  # with their labels as int64 (flexflow.runtime.native_tasks)
             native += f", {cpp} in C++ task bodies"

@@ -159,6 +159,12 @@ class NativeStep:
             if self.flat is not None:  # where its weights sit in flat buffers
                 c.w_at[j] = c.dw_at[j] = self.flat.ranges[slot.id][0]
 
+    @property
+    def in_cpp_body(self) -> bool:
+        """Whether a C++ task body (flexflow.runtime.native_tasks) can run this step: flat
+        parameters, and no batch norm (the bodies take no running statistics)."""
+        return self.flat is not None and not self.norms
+
     def _wire_batch_norm(self, c, op: ProgramOp, exchange: StatisticsExchange | None) -> None:
         """A batch norm's scalars, the batch's sums its backward reads, and the exchange its
         tile's statistics go through (as point `task.index`) where its launch has one."""

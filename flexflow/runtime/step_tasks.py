@@ -141,13 +141,11 @@ def issue_loss(
 
 def runs_in_cpp(executor: Executor, native: NativeStep, loss_id: int, labels_store) -> bool:
     """Whether a step task with C program `native` runs with a C++ body
-    (flexflow.runtime.native_tasks): flat parameters, no batch norms, sparse cross-entropy on
-    labels staged
-    in this process (`labels_store` None) or in an int64 store."""
+    (flexflow.runtime.native_tasks): one its body can run (`NativeStep.in_cpp_body`), sparse
+    cross-entropy on labels staged in this process (`labels_store` None) or in an int64 store."""
     return (
         executor.cpp_steps
-        and native.flat is not None
-        and not native.norms  # the C++ body takes no running statistics
+        and native.in_cpp_body
         and loss_id == SPARSE_CROSSENTROPY
         and (labels_store is None or labels_store.type == ty.int64)
     )
