@@ -163,7 +163,7 @@ class NativeStep:
     def in_cpp_body(self) -> bool:
         """Whether a C++ task body (flexflow.runtime.native_tasks) can run this step: flat
         parameters, and no batch norm (the bodies take no running statistics)."""
-        return self.flat is not None and not self.norms
+        return self.flat is not None and not self.program.reads_running
 
     def _wire_batch_norm(self, c, op: ProgramOp, exchange: StatisticsExchange | None) -> None:
         """A batch norm's scalars, the batch's sums its backward reads, and the exchange its
@@ -353,7 +353,7 @@ def runs_in_cpp_body(task: FusedTask) -> bool:
     if blas.sgemm_address() is None:
         return False
     made = program(task)
-    return made is not None and all(op.kind != lib.FF_STEP_BATCH_NORM for op in made.ops)
+    return made is not None and not made.reads_running
 
 
 def native_step(

@@ -82,7 +82,7 @@ def plan_step_launch(executor: Executor) -> StepLaunch | str:
     programs = [executor.native_steps.get((0, i)) for i in range(len(executor.fused_tasks[0]))]
     if any(p is None or p.flat is None for p in programs):
         return "not every step task runs as one C call (flexflow.runtime.native_step)"
-    if any(p.norms for p in programs):
+    if any(p.program.reads_running for p in programs):
         return "its batch norms' running statistics are stores the C++ task bodies do not take"
     if not executor.feeds.staging:
         return "the batches travel as stores (several processes)"

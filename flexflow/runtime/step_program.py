@@ -113,6 +113,12 @@ class Program:
     inputs: tuple[tuple[Slot, int], ...]
     """Each model input's slot (in the task's layout order) and the op reading it."""
 
+    @property
+    def reads_running(self) -> bool:
+        """Whether it has a batch norm, which reads and writes running statistics (stores the
+        C++ task bodies do not take)."""
+        return any(op.kind == lib.FF_STEP_BATCH_NORM for op in self.ops)
+
     def dtype(self, which: int) -> np.dtype:
         """The element type model input `which` is read in: an embedding's int32 ids, else
         float32."""
