@@ -291,6 +291,19 @@ FUSED_PARTS = ("forward", "forward+loss", "step", "backward")
 training step) the group's backward in the same task; or the backward alone."""
 
 
+def summed_parts(arrays: Sequence[Any], counts: Sequence[int], add: Callable) -> list:
+    """`arrays` with each slot's `counts[k]` consecutive arrays (a gradient's parts,
+    `flexflow.gradient_parts`) summed into one, in order; the arrays after them as they are."""
+    merged, at = [], 0
+    for count in counts:
+        total = arrays[at]
+        for part in arrays[at + 1 : at + count]:
+            total = add(total, part)
+        merged.append(total)
+        at += count
+    return merged + list(arrays[at:])
+
+
 def run_fused_task(
     task: FusedTask,
     backend: TileBackend,
@@ -301,6 +314,7 @@ def run_fused_task(
     pass_ids: tuple[Any, Any, Any],
     read_back: Callable[[Any], Any],
     loss_into: Callable[..., None],
+    read_counts: Sequence[int] = (),
 ) -> None:
     """Run `parts` of a fused task from its (inputs, outputs, reductions) arguments, in the
     executor's order: the layout's inputs, the target unless staged, the read partial weight
@@ -313,8 +327,11 @@ def run_fused_task(
     id, total, valid rows, key]); `pass_ids` name the forward, loss and backward in the
     timeline; `loss_into(op, index, loss_args, prediction, stored_target, grad, sums)`
     computes the loss of the output tile, writes its gradient into `grad` unless None, and
-    returns that gradient."""
+    returns that gradient. A backward's `read_counts` (`Executor.read_counts`) say how many
+    arguments each of its input slots arrived as: the parts of a gradient, summed here."""
     inputs, outputs, reductions = (list(a) for a in arguments)
+    if read_counts:
+        inputs = summed_parts(inputs, read_counts, backend.accumulate)
     mode = tuple(extra[:2])
     forward_id, loss_id, backward_id = pass_ids
     if parts == "backward":

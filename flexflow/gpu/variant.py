@@ -54,6 +54,7 @@ def run_tile_gpu(context: Any, executor: Executor, which: int, op: int, index: i
 def _run(
     gpu: Gpu, context: Any, executor: Executor, which: int, op: int, index: int, extra
 ) -> None:
+    from flexflow.fused_run import summed_parts
     from flexflow.runtime.tasks import FUSED_PASSES, Pass
 
     which = Pass(which)
@@ -103,6 +104,9 @@ def _run(
     # the forward and backward passes of an op with batch statistics (batch norm), which never
     # joins a fused group; every other op runs in `_run_fused`
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
+    if which in (Pass.BACKWARD, Pass.STATISTICS_BACKWARD):  # its gradients' parts, summed
+        add = _GpuTiles(gpu).accumulate
+        arrays = summed_parts(arrays, executor.alone_read_counts(op, index), add)
     if which == Pass.STATISTICS_FORWARD:
         stats = tiles.statistics_forward(gpu, node.op, arrays[0])
         _write(gpu, context.reductions[0], stats, add=True)
@@ -234,4 +238,5 @@ def _run_fused(
         executor.fused_tasks[group][index], _GpuTiles(gpu), FUSED_PASSES[Pass(which)],
         (inputs, context.outputs, context.reductions), tuple(extra), executor.timeline_entries,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), read_back, loss_into,
+        executor.read_counts(group, index) if which == Pass.FUSED_BACKWARD else (),
     )  # fmt: skip

@@ -106,7 +106,7 @@ class BatchStatistics:
         stats = self.sums[op]
         channels = ((0, 2), region[1])  # the task's channels of the statistics
         device = config.devices[index]
-        tensors, grads = executor.tensors, executor.grads
+        tensors = executor.tensors
         tile = executor.tile  # views kept between iterations: ~15 us each to make
         with Scope(machine=executor.processors[device]):
             task = executor.new_task(device, which, op, index)
@@ -126,17 +126,22 @@ class BatchStatistics:
                 return
             for tid, r in zip(node.outputs, out_regions, strict=True):
                 task.add_input(tile(tensors[tid], r))
-            for tid, r in zip(node.outputs, out_regions, strict=True):
-                task.add_input(tile(grads[tid], r))
+            for tid in node.outputs:  # (one argument per part of its gradient, summed)
+                for argument in executor.grad_arguments(op, index, tid):
+                    task.add_input(tile(*argument))
             task.add_input(tile(stats[0], channels))
             if which is Pass.STATISTICS_BACKWARD:
                 task.add_reduction(tile(stats[1], channels), ty.ReductionOpKind.ADD)
                 task.execute()
                 return
             task.add_input(tile(stats[1], channels))
+            key = (executor.group_of(op), index)
             for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
                 if spec.dtype.is_float:
-                    task.add_reduction(tile(grads[tid], r), ty.ReductionOpKind.ADD)
+                    slot = Slot(SlotKind.GRAD, tid, r)
+                    task.add_reduction(
+                        tile(*executor.reduction_argument(slot, key)), ty.ReductionOpKind.ADD
+                    )
             weight_slots = tuple(
                 Slot(SlotKind.WEIGHT_GRAD, pid, r)
                 for pid, r in zip(node.weights, w_regions, strict=True)

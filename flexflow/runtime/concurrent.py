@@ -208,7 +208,7 @@ def issue_with_loss(
                 inputs += read
                 outputs += read + written
             launch.reductions[point] += [
-                executor.slot_argument(s, device) for s in layout.reductions
+                executor.reduction_argument(s, (group, info.index)) for s in layout.reductions
             ]
             if pending:  # last: the arguments of the update it applies first
                 read, written = params.pending_update_arguments(device, params.flat_argument)
@@ -232,9 +232,10 @@ def issue_backward(executor: Executor, group: int, training: bool) -> None:
         written = [
             executor.partial_grad_argument(s.id, s.region, device) for s in layout.overwrites
         ]
-        launch.inputs[point] += [executor.slot_argument(s, device) for s in layout.inputs]
+        launch.inputs[point] += executor.backward_inputs(group, info.index, device)
         launch.inputs[point] += read
         launch.outputs[point] += [executor.slot_argument(s, device) for s in layout.outputs]
         launch.outputs[point] += read + written
-        launch.reductions[point] += [executor.slot_argument(s, device) for s in layout.reductions]
+        key = (group, info.index)
+        launch.reductions[point] += [executor.reduction_argument(s, key) for s in layout.reductions]
     launch.issue(Pass.FUSED_BACKWARD, group, (int(training), executor.iteration))

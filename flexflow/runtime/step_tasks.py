@@ -131,8 +131,7 @@ def issue_loss(
                 for slot in info.forward.states:
                     task.add_output(executor.slot_store(slot, device))
                 executor.add_partial_grads(task, info.backward, device)
-                for slot in info.backward.reductions:
-                    task.add_reduction(executor.slot_store(slot, device), ty.ReductionOpKind.ADD)
+                executor.add_reductions(task, info.backward, (fused, index))
                 if pending:
                     executor.add_pending_update(task, device)
             task.execute()

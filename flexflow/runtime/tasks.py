@@ -19,7 +19,7 @@ import numpy as np
 from legate.core import ResourceConfig, VariantCode, get_legate_runtime
 from legate.core._lib.task.task_info import TaskInfo
 
-from flexflow.fused_run import run_fused_task
+from flexflow.fused_run import run_fused_task, summed_parts
 from flexflow.fusion import SlotKind
 from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import loss_tile
@@ -303,6 +303,7 @@ def _run_fused(
         task, _tiles(executor, group, index), FUSED_PASSES[which],
         (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline_entries,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda array: array, loss_into,
+        executor.read_counts(group, index) if which == Pass.FUSED_BACKWARD else (),
     )  # fmt: skip
 
 
@@ -487,6 +488,8 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
     # joins a fused group (flexflow.fusion); every other op runs in `_run_fused`
     arrays = [_array(a) for a in context.inputs]
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
+    if which in (Pass.BACKWARD, Pass.STATISTICS_BACKWARD):  # its gradients' parts, summed
+        arrays = summed_parts(arrays, executor.alone_read_counts(op, index), _CPU_TILES.accumulate)
     if which == Pass.STATISTICS_FORWARD:
         _array(context.reductions[0])[...] += node.op.statistics_forward(arrays[0])
         return
