@@ -327,7 +327,7 @@ def run_fused_task(
     id, total, valid rows, key]); `pass_ids` name the forward, loss and backward in the
     timeline; `loss_into(op, index, loss_args, prediction, stored_target, grad, sums)`
     computes the loss of the output tile, writes its gradient into `grad` unless None, and
-    returns that gradient. A backward's `read_counts` (`Executor.read_counts`) say how many
+    returns that gradient. A backward's `read_counts` (`GradientStores.read_counts`) say how many
     arguments each of its input slots arrived as: the parts of a gradient, summed here."""
     inputs, outputs, reductions = (list(a) for a in arguments)
     if read_counts:

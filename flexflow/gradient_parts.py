@@ -9,9 +9,11 @@ whole input on every device, a height or width split reads halos its neighbours 
 under those strategies each op's backward tasks ran one device at a time.
 
 So a tensor's gradient may be kept in several parts, stores of the tensor's shape: each
-writer (a task's device and region) adds into the first part in which no writer on another
-device overlaps its region, and the producer's backward tasks read every part their tiles
-overlap and sum them, part by part (the same order every time). Writers that must share a
+writer (a task's reduction argument: its device and region) adds into the first part in which
+no writer on another device overlaps its region, nor another argument of the same task (Legate
+lost one of two overlapping reductions of one task into one store), and the producer's
+backward tasks read every part their tiles overlap and sum them, part by part (the same order
+every time). Writers that must share a
 store (a concurrent launch's points, which name one tiling of it) are placed together. Where
 the writers on different devices never overlap (data parallelism) there is one part, the
 gradient store itself, and nothing changes. Tasks on one device run one at a time anyway, so

@@ -106,7 +106,7 @@ def _run(
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
     if which in (Pass.BACKWARD, Pass.STATISTICS_BACKWARD):  # its gradients' parts, summed
         add = _GpuTiles(gpu).accumulate
-        arrays = summed_parts(arrays, executor.alone_read_counts(op, index), add)
+        arrays = summed_parts(arrays, executor.gradients.alone_read_counts(op, index), add)
     if which == Pass.STATISTICS_FORWARD:
         stats = tiles.statistics_forward(gpu, node.op, arrays[0])
         _write(gpu, context.reductions[0], stats, add=True)
@@ -238,5 +238,5 @@ def _run_fused(
         executor.fused_tasks[group][index], _GpuTiles(gpu), FUSED_PASSES[Pass(which)],
         (inputs, context.outputs, context.reductions), tuple(extra), executor.timeline_entries,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), read_back, loss_into,
-        executor.read_counts(group, index) if which == Pass.FUSED_BACKWARD else (),
+        executor.gradients.read_counts(group, index) if which == Pass.FUSED_BACKWARD else (),
     )  # fmt: skip

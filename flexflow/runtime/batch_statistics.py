@@ -127,7 +127,7 @@ class BatchStatistics:
             for tid, r in zip(node.outputs, out_regions, strict=True):
                 task.add_input(tile(tensors[tid], r))
             for tid in node.outputs:  # (one argument per part of its gradient, summed)
-                for argument in executor.grad_arguments(op, index, tid):
+                for argument in executor.gradients.alone_arguments(op, index, tid):
                     task.add_input(tile(*argument))
             task.add_input(tile(stats[0], channels))
             if which is Pass.STATISTICS_BACKWARD:
@@ -135,12 +135,13 @@ class BatchStatistics:
                 task.execute()
                 return
             task.add_input(tile(stats[1], channels))
-            key = (executor.group_of(op), index)
+            key = (executor.gradients.group_of(op), index)
             for tid, spec, r in zip(node.inputs, node.sig.inputs, in_regions, strict=True):
                 if spec.dtype.is_float:
                     slot = Slot(SlotKind.GRAD, tid, r)
                     task.add_reduction(
-                        tile(*executor.reduction_argument(slot, key)), ty.ReductionOpKind.ADD
+                        tile(*executor.gradients.reduction_argument(slot, key)),
+                        ty.ReductionOpKind.ADD,
                     )
             weight_slots = tuple(
                 Slot(SlotKind.WEIGHT_GRAD, pid, r)

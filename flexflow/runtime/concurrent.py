@@ -208,7 +208,8 @@ def issue_with_loss(
                 inputs += read
                 outputs += read + written
             launch.reductions[point] += [
-                executor.reduction_argument(s, (group, info.index)) for s in layout.reductions
+                executor.gradients.reduction_argument(s, (group, info.index))
+                for s in layout.reductions
             ]
             if pending:  # last: the arguments of the update it applies first
                 read, written = params.pending_update_arguments(device, params.flat_argument)
@@ -237,5 +238,7 @@ def issue_backward(executor: Executor, group: int, training: bool) -> None:
         launch.outputs[point] += [executor.slot_argument(s, device) for s in layout.outputs]
         launch.outputs[point] += read + written
         key = (group, info.index)
-        launch.reductions[point] += [executor.reduction_argument(s, key) for s in layout.reductions]
+        launch.reductions[point] += [
+            executor.gradients.reduction_argument(s, key) for s in layout.reductions
+        ]
     launch.issue(Pass.FUSED_BACKWARD, group, (int(training), executor.iteration))

@@ -10,7 +10,7 @@ device and iteration; intermediate tensors' gradients never leave the task.
 Gradients of tensors read across fused groups are added into their stores with ADD reductions
 (which also sum halos); where tasks on different devices would add into overlapping regions
 (which Legate runs one after the other), into several parts that the reading tasks sum
-(`flexflow.gradient_parts`). Weight gradients are not: each device writes its own partial gradient
+(`flexflow.runtime.gradients`). Weight gradients are not: each device writes its own partial gradient
 (`flexflow.runtime.weights`), and the update sums them: one task per device over the weight
 rows it owns (`flexflow.tiling`), or, where the whole model is one training-step task per
 device reading its weights whole (data parallelism), inside each device's next step, on that
@@ -54,7 +54,7 @@ from flexflow.fusion import (
     sole_gradients,
     updates_in_step,
 )
-from flexflow.gradient_parts import TaskKey, Writer, plan_parts
+from flexflow.gradient_parts import TaskKey
 from flexflow.graph import OperatorGraph
 from flexflow.launches import consecutive_cpus, iteration_tasks, run_groups
 from flexflow.machine import parse_machine
@@ -65,6 +65,7 @@ from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.batches import BatchStats, UnreadBatches
 from flexflow.runtime.concurrent import StatisticsExchange, issue_backward, issue_forward
 from flexflow.runtime.feeding import Feeds
+from flexflow.runtime.gradients import GradientStores
 from flexflow.runtime.loss import loss_name
 from flexflow.runtime.native_step import (
     LOG_STEP,
@@ -86,30 +87,6 @@ from flexflow.runtime.weights import ParameterStores
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import strategy_to_json, validate_strategy
 from flexflow.tiling import update_pieces
-
-
-def _gradient_writers(
-    groups: Sequence, fused_tasks: Sequence[Sequence[FusedTask]], strategy: Strategy
-) -> dict[int, list[tuple[Writer, ...]]]:
-    """Per tensor, the reduction arguments adding into its gradient (`TaskLayout.reductions`),
-    as units that name one store together: a concurrent launch's points' arguments in one
-    position, or one task's argument."""
-    units: dict[int, list[tuple[Writer, ...]]] = {}
-    for g, (group, tasks) in enumerate(zip(groups, fused_tasks, strict=True)):
-        devices = strategy[group.ops[0]].devices
-        columns = [
-            [((g, task.index), device, slot.region) for slot in task.backward.reductions]
-            for task, device in zip(tasks, devices, strict=True)
-        ]
-        tensors = [slot.id for slot in tasks[0].backward.reductions]
-        if group.exchanges:  # one launch: each argument one store for every point
-            for tensor, column in zip(tensors, zip(*columns, strict=True), strict=True):
-                units.setdefault(tensor, []).append(tuple(column))
-            continue
-        for task, writers in zip(tasks, columns, strict=True):
-            for slot, writer in zip(task.backward.reductions, writers, strict=True):
-                units.setdefault(slot.id, []).append((writer,))
-    return units
 
 
 def _contributors(graph: OperatorGraph, strategy: Strategy) -> dict[int, tuple[int, ...]]:
@@ -221,13 +198,6 @@ class Executor:
         )
         """Gradients that backward tasks add into, zeroed each iteration; internal ones stay in
         their fused task, the loss writes the output's, and model inputs get none."""
-        self._alone_counts: dict[tuple[int, int], tuple[int, ...]] = {}  # alone_read_counts
-        self._group_of = {op: g for g, group in enumerate(self.groups) for op in group.ops}
-        self.gradient_parts = plan_parts(_gradient_writers(self.groups, self.fused_tasks, strategy))
-        """Gradients kept in several parts, so tasks on several devices add into them at once."""
-        self.grad_reads = self._grad_reads()
-        """(group, task index) -> per input slot of its backward, the gradient parts it reads
-        and sums; only tasks reading a gradient of several parts."""
         self.contributors = _contributors(graph, strategy)
         """Per parameter, the devices whose backward tasks compute parts of its gradient."""
         self.updates_in_step = updates_in_step(
@@ -266,19 +236,12 @@ class Executor:
         self._tiles: dict[tuple[int, Region], tuple] = {}  # see `_tile`
         self._launch_token = None  # see `launch_token`
         self.tensors = {t.id: self._tensor_store(t.spec) for t in graph.tensors}
-        self.grads = {
-            t.id: self.runtime.create_store(ty.float32, t.spec.shape)
-            for t in graph.tensors
-            if t.spec.dtype.is_float
-        }
-        self._parts = {
-            tid: (self.grads[tid],)
-            + tuple(
-                self.runtime.create_store(ty.float32, self.grads[tid].shape) for _ in range(n - 1)
-            )
-            for tid, n in self.gradient_parts.counts.items()
-        }
-        """Per tensor in `gradient_parts`, its parts' stores: the gradient store, then the others."""
+        self.gradients = GradientStores(
+            self.runtime, graph, self.groups, self.fused_tasks, strategy
+        )
+        """Tensors' gradients, some in several parts (`flexflow.runtime.gradients`)."""
+        self.grads = self.gradients.stores
+        """Tensor -> its gradient store."""
         self.params = ParameterStores(
             self.runtime,
             graph,
@@ -634,98 +597,19 @@ class Executor:
             store = (self.tensors if slot.kind is SlotKind.TENSOR else self.grads)[slot.id]
         return store, slot.region
 
-    def reduction_argument(self, slot: Slot, task: TaskKey) -> tuple[Any, Region]:
-        """The store and region task `task` adds its gradient `slot` into: its part of the
-        gradient (`flexflow.gradient_parts`)."""
-        part = self.gradient_parts.part_of(slot.id, task, slot.region)
-        return (self._parts[slot.id][part] if part else self.grads[slot.id]), slot.region
-
     def add_reductions(self, task, layout: TaskLayout, key: TaskKey) -> None:
-        """The gradients a fused task on `key` adds into (`TaskLayout.reductions`), each into
-        its part."""
+        """The gradients fused task `key` adds into (`TaskLayout.reductions`), each into its
+        part (`GradientStores.reduction_argument`)."""
         for slot in layout.reductions:
-            store = self.tile(*self.reduction_argument(slot, key))
+            store = self.tile(*self.gradients.reduction_argument(slot, key))
             task.add_reduction(store, ty.ReductionOpKind.ADD)
 
     def backward_inputs(self, group: int, index: int, device: int) -> list[tuple[Any, Region]]:
-        """The store arguments of a fused backward's input slots: a gradient kept in several
-        parts is one argument per part it reads (`grad_reads`), which the body sums."""
-        layout = self.fused_tasks[group][index].backward
-        reads = self.grad_reads.get((group, index))
-        if reads is None:
-            return [self.slot_argument(slot, device) for slot in layout.inputs]
-        arguments = []
-        for slot, parts in zip(layout.inputs, reads, strict=True):
-            if len(parts) == 1:
-                arguments.append(self.slot_argument(slot, device))
-            else:
-                arguments += [(self._parts[slot.id][part], slot.region) for part in parts]
-        return arguments
-
-    def group_of(self, op: int) -> int:
-        """The fused group op `op` runs in."""
-        return self._group_of[op]
-
-    def grad_arguments(self, op: int, index: int, tensor: int) -> list[tuple[Any, Region]]:
-        """The arguments task `index` of op `op`, run alone (`flexflow.runtime.batch_statistics`),
-        reads its output `tensor`'s gradient as: one per part of it (`backward_inputs`)."""
-        group = self.group_of(op)
-        layout = self.fused_tasks[group][index].backward
-        at = next(
-            k for k, s in enumerate(layout.inputs) if s.kind is SlotKind.GRAD and s.id == tensor
+        """The store arguments of a fused backward's input slots on `device`, a gradient kept
+        in parts as one per part (`GradientStores.backward_arguments`)."""
+        return self.gradients.backward_arguments(
+            group, index, lambda slot: self.slot_argument(slot, device)
         )
-        reads = self.grad_reads.get((group, index))
-        slot = layout.inputs[at]
-        parts = (0,) if reads is None else reads[at]
-        return [
-            (self._parts[tensor][part] if part else self.grads[tensor], slot.region)
-            for part in parts
-        ]
-
-    def alone_read_counts(self, op: int, index: int) -> tuple[int, ...]:
-        """`read_counts` of a backward task of op `op` run alone (its inputs, weights,
-        outputs, then its outputs' gradients: `grad_arguments`); empty where each is one."""
-        found = self._alone_counts.get((op, index))
-        if found is None:
-            node = self.graph.ops[op]
-            parts = tuple(len(self.grad_arguments(op, index, t)) for t in node.outputs)
-            ones = (1,) * (len(node.inputs) + len(node.weights) + len(node.outputs))
-            found = ones + parts if any(n > 1 for n in parts) else ()
-            self._alone_counts[(op, index)] = found
-        return found
-
-    def read_counts(self, group: int, index: int) -> tuple[int, ...]:
-        """Per input slot of a fused backward, how many arguments it arrived as (the parts of
-        its gradient, `backward_inputs`); empty where each is one."""
-        reads = self.grad_reads.get((group, index))
-        return () if reads is None else tuple(map(len, reads))
-
-    def _grad_reads(self) -> dict[tuple[int, int], tuple[tuple[int, ...], ...]]:
-        """`grad_reads`: a concurrent launch's points read the same parts (their arguments are
-        tilings of the same stores), the union of what each reads."""
-        parts = self.gradient_parts
-        if not parts.counts:
-            return {}
-        reads = {}
-        for g, (group, tasks) in enumerate(zip(self.groups, self.fused_tasks, strict=True)):
-            per_task = [
-                [
-                    parts.parts_read(slot.id, (slot.region,))
-                    if slot.kind is SlotKind.GRAD
-                    else (0,)
-                    for slot in task.backward.inputs
-                ]
-                for task in tasks
-            ]
-            if group.exchanges:  # every point the union, in part order
-                union = [
-                    tuple(sorted(set().union(*column))) for column in zip(*per_task, strict=True)
-                ]
-                per_task = [union for _ in tasks]
-            for task, found in zip(tasks, per_task, strict=True):
-                if any(len(p) > 1 for p in found):
-                    reads[(g, task.index)] = tuple(found)
-        return reads
 
     def tiling(self, store, shape: tuple[int, ...]):
         """`store` partitioned into tiles of `shape`, kept (`flexflow.runtime.concurrent`)."""
@@ -862,9 +746,7 @@ class Executor:
     ) -> BatchStats:
         """Issue one training iteration (forward, loss, backward, update) without waiting;
         samples past `valid` (padding) add nothing to the loss or the gradients."""
-        for tid in self._reduced_grads:
-            for store in self._parts.get(tid, (self.grads[tid],)):
-                self.runtime.issue_fill(store, 0.0)
+        self.gradients.fill_zeros(self._reduced_grads)
         for pid, store in self.params.partials.items():
             if pid not in self._sole:
                 self.runtime.issue_fill(store, 0.0)

@@ -303,7 +303,7 @@ def _run_fused(
         task, _tiles(executor, group, index), FUSED_PASSES[which],
         (inputs, outputs, list(map(_array, context.reductions))), extra, executor.timeline_entries,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda array: array, loss_into,
-        executor.read_counts(group, index) if which == Pass.FUSED_BACKWARD else (),
+        executor.gradients.read_counts(group, index) if which == Pass.FUSED_BACKWARD else (),
     )  # fmt: skip
 
 
@@ -489,7 +489,9 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
     arrays = [_array(a) for a in context.inputs]
     n_in, n_w, n_out = len(node.inputs), len(node.weights), len(node.sig.outputs)
     if which in (Pass.BACKWARD, Pass.STATISTICS_BACKWARD):  # its gradients' parts, summed
-        arrays = summed_parts(arrays, executor.alone_read_counts(op, index), _CPU_TILES.accumulate)
+        arrays = summed_parts(
+            arrays, executor.gradients.alone_read_counts(op, index), _CPU_TILES.accumulate
+        )
     if which == Pass.STATISTICS_FORWARD:
         _array(context.reductions[0])[...] += node.op.statistics_forward(arrays[0])
         return

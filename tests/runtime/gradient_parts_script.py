@@ -31,7 +31,7 @@ def one_device(graph) -> Strategy:
 def train(graph, strategy, inputs, target, steps: int, timeline: bool = False):
     with Executor(graph, strategy, seed=0, learning_rate=0.05, record_timeline=timeline) as ex:
         losses = [ex.step(inputs, target, LOSS) for _ in range(steps)]
-        counts = {graph.tensor(t).name: n for t, n in ex.gradient_parts.counts.items()}
+        counts = {graph.tensor(t).name: n for t, n in ex.gradients.plan.counts.items()}
         return losses, ex.get_weights(), counts, ex.timeline
 
 
