@@ -29,6 +29,12 @@ def device_array(physical: Any) -> DeviceArray:
     return DeviceArray.from_cuda_array(physical.data().get_inline_allocation())
 
 
+def _summed_rows(gpu: Gpu, rows: DeviceArray) -> DeviceArray:
+    """A batch norm's statistics from its tasks' rows (flexflow.runtime.batch_statistics),
+    summed in row order on the host (a few channels' float64 sums)."""
+    return gpu.to_device(gpu.to_host(rows).sum(axis=0))
+
+
 def _write(gpu: Gpu, physical: Any, value: DeviceArray, add: bool = False) -> None:
     """store[...] = value (outputs) or store[...] += value (reductions), through its strides."""
     target = device_array(physical)
@@ -95,10 +101,11 @@ def _run(
     node = executor.graph.ops[op]
     if which == Pass.RUNNING_STATISTICS:  # batch norm's running statistics: (2, C), on the host
         host = [gpu.to_host(a) for a in arrays]
-        if extra[0]:  # training: fold this batch's statistics into the running ones
-            value = node.op.running_update(node.sig, host[0], host[1])
-        else:  # evaluation: normalize with the running statistics
-            value = node.op.statistics_from_running(node.sig, host[0])
+        if extra[0]:  # training: fold this batch's statistics (the tasks' rows) into them
+            value = node.op.running_update(node.sig, host[0].sum(axis=0), host[1])
+        else:  # evaluation: the statistics' first row from the running ones, the others 0
+            value = np.zeros(device_array(context.outputs[0]).shape)
+            value[0] = node.op.statistics_from_running(node.sig, host[0])
         _write(gpu, context.outputs[0], gpu.to_device(value))
         return
     # the forward and backward passes of an op with batch statistics (batch norm), which never
@@ -107,15 +114,15 @@ def _run(
     if which in (Pass.BACKWARD, Pass.STATISTICS_BACKWARD):  # its gradients' parts, summed
         add = _GpuTiles(gpu).accumulate
         arrays = summed_parts(arrays, executor.gradients.alone_read_counts(op, index), add)
-    if which == Pass.STATISTICS_FORWARD:
+    if which == Pass.STATISTICS_FORWARD:  # this task's row of the statistics
         stats = tiles.statistics_forward(gpu, node.op, arrays[0])
-        _write(gpu, context.reductions[0], stats, add=True)
+        _write(gpu, context.outputs[0], stats)
         return
     inputs, weights = arrays[:n_in], arrays[n_in : n_in + n_w]
     rest = arrays[n_in + n_w :]
-    if which == Pass.FORWARD:
+    if which == Pass.FORWARD:  # (the statistics: every task's row of this tile's channels)
         outputs = tiles.forward_tile_with_statistics(
-            gpu, node.op, node.sig, inputs[0], weights, rest[0]
+            gpu, node.op, node.sig, inputs[0], weights, _summed_rows(gpu, rest[0])
         )
         for target, value in zip(context.outputs, outputs, strict=True):
             _write(gpu, target, value)
@@ -126,14 +133,15 @@ def _run(
             f"{node.op.kind}: pass {which.name} has no GPU variant; add it to "
             "flexflow.gpu.variant.run_tile_gpu next to the CPU task body's."
         )
-    if which == Pass.STATISTICS_BACKWARD:
+    summed = [_summed_rows(gpu, rows) for rows in stats[:2]]  # (forward, backward)
+    if which == Pass.STATISTICS_BACKWARD:  # this task's row of the backward's statistics
         partial = tiles.statistics_backward(
-            gpu, node.op, node.sig, inputs[0], weights, outputs[0], grad_outputs[0], stats[0]
+            gpu, node.op, node.sig, inputs[0], weights, outputs[0], grad_outputs[0], summed[0]
         )
-        _write(gpu, context.reductions[0], partial, add=True)
+        _write(gpu, context.outputs[0], partial)
         return
     grad_inputs, grad_weights = tiles.backward_tile_with_statistics(
-        gpu, node.op, node.sig, inputs[0], weights, outputs[0], grad_outputs[0], stats[0], stats[1]
+        gpu, node.op, node.sig, inputs[0], weights, outputs[0], grad_outputs[0], *summed
     )
     reductions = iter(context.reductions)
     for grad, spec in zip(grad_inputs, node.sig.inputs, strict=True):

@@ -1,10 +1,12 @@
 """Ops with batch statistics (batch norm) on Legate: their tasks, around the statistics' sums.
 
-Such an op never joins a fused group (`flexflow.fusion`). Its tiles first add their
-per-channel partial sums into a statistics store with ADD reductions (forward: sums of x and
-x^2; backward: sums of dz and dz*xhat), then every tile normalizes with the whole batch's
-statistics, so any sample split computes what one device would (paper §5's all-reduce of the
-statistics). Training folds each batch's statistics into running (mean, variance) stores;
+Such an op never joins a fused group (`flexflow.fusion`). Its tiles first write their
+per-channel partial sums (forward: sums of x and x^2; backward: sums of dz and dz*xhat), each
+into its own row of a statistics store, then every tile sums the rows of its channels, in row
+order, and normalizes with the whole batch's statistics, so any sample split computes what
+one device would (paper §5's all-reduce of the statistics). Rows, not an ADD reduction into
+one store: Legate runs reductions into one region one task after another, even on several
+processors (`flexflow.gradient_parts`). Training folds each batch's statistics into running (mean, variance) stores;
 evaluation normalizes with those.
 """
 
@@ -34,17 +36,21 @@ class BatchStatistics:
         runtime: Any,
         graph: OperatorGraph,
         store_of: Callable,
+        tasks: Mapping[int, int],
         rows: Mapping[int, int] | None = None,
     ) -> None:
+        """`tasks`: each op's task count (its statistics' rows); `rows`: the ops whose running
+        statistics have a copy per point of a concurrent launch, and how many."""
         self.runtime, self.rows = runtime, dict(rows or {})
         channels = {
             node.id: node.sig.inputs[0].shape[1] for node in graph.ops if node.op.statistics_dims
         }
         self.sums = {
-            op: tuple(runtime.create_store(ty.float64, (2, c)) for _ in range(2))
+            op: tuple(runtime.create_store(ty.float64, (tasks[op], 2, c)) for _ in range(2))
             for op, c in channels.items()
         }
-        """Per op, its forward (x, x^2) and backward (dz, dz*xhat) sums per channel, float64."""
+        """Per op, its forward (x, x^2) and backward (dz, dz*xhat) sums per channel, float64,
+        a row per task (zero where the task's channels are not), summed by their readers."""
         self.running = {
             op: store_of(self.stored_running(op, np.stack([np.zeros(c), np.ones(c)])))
             for op, c in channels.items()
@@ -104,7 +110,9 @@ class BatchStatistics:
         w_regions = node.op.weight_regions(node.sig, region)
         out_regions = node.op.output_regions(node.sig, region)
         stats = self.sums[op]
-        channels = ((0, 2), region[1])  # the task's channels of the statistics
+        rows = stats[0].shape[0]
+        channels = ((0, rows), (0, 2), region[1])  # every task's row of the task's channels
+        own = ((index, index + 1), (0, 2), region[1])  # the row this task writes
         device = config.devices[index]
         tensors = executor.tensors
         tile = executor.tile  # views kept between iterations: ~15 us each to make
@@ -113,7 +121,7 @@ class BatchStatistics:
             for tid, r in zip(node.inputs, in_regions, strict=True):
                 task.add_input(tile(tensors[tid], r))
             if which is Pass.STATISTICS_FORWARD:
-                task.add_reduction(tile(stats[0], channels), ty.ReductionOpKind.ADD)
+                task.add_output(tile(stats[0], own))
                 task.execute()
                 return
             for pid, r in zip(node.weights, w_regions, strict=True):
@@ -131,7 +139,7 @@ class BatchStatistics:
                     task.add_input(tile(*argument))
             task.add_input(tile(stats[0], channels))
             if which is Pass.STATISTICS_BACKWARD:
-                task.add_reduction(tile(stats[1], channels), ty.ReductionOpKind.ADD)
+                task.add_output(tile(stats[1], own))
                 task.execute()
                 return
             task.add_input(tile(stats[1], channels))

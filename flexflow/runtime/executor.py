@@ -253,7 +253,8 @@ class Executor:
         )
         """Weights, optimizer states and per-device partial gradients (`flexflow.runtime.weights`)."""
         rows = {op: self.exchanges[g].points for g in self.exchanges for op in self.groups[g].ops}
-        self.batch_statistics = BatchStatistics(self.runtime, graph, self.store_of, rows)
+        tasks = {node.id: strategy[node.id].num_tasks for node in graph.ops}
+        self.batch_statistics = BatchStatistics(self.runtime, graph, self.store_of, tasks, rows)
         """Ops with batch statistics (batch norm): their statistics stores and tasks."""
         self.running = self.batch_statistics.running
         """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""

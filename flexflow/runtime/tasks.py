@@ -478,11 +478,13 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
     node = executor.graph.ops[op]
     if which == Pass.RUNNING_STATISTICS:  # batch norm's running mean and variance
         arrays = [_array(a) for a in context.inputs]
-        if extra[0]:  # training: fold this batch's statistics into the running ones
-            value = node.op.running_update(node.sig, arrays[0], arrays[1])
-        else:  # evaluation: normalize with the running statistics
-            value = node.op.statistics_from_running(node.sig, arrays[0])
-        _array(context.outputs[0])[...] = value
+        if extra[0]:  # training: fold this batch's statistics (the tasks' rows) into them
+            value = node.op.running_update(node.sig, arrays[0].sum(axis=0), arrays[1])
+            _array(context.outputs[0])[...] = value
+        else:  # evaluation: the statistics' first row from the running ones, the others 0
+            rows = _array(context.outputs[0])
+            rows[...] = 0.0
+            rows[0] = node.op.statistics_from_running(node.sig, arrays[0])
         return
     # the forward and backward passes of an op with batch statistics (batch norm), which never
     # joins a fused group (flexflow.fusion); every other op runs in `_run_fused`
@@ -492,25 +494,27 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         arrays = summed_parts(
             arrays, executor.gradients.alone_read_counts(op, index), _CPU_TILES.accumulate
         )
-    if which == Pass.STATISTICS_FORWARD:
-        _array(context.reductions[0])[...] += node.op.statistics_forward(arrays[0])
+    if which == Pass.STATISTICS_FORWARD:  # this task's row of the statistics
+        _array(context.outputs[0])[0] = node.op.statistics_forward(arrays[0])
         return
     inputs, weights = arrays[:n_in], arrays[n_in : n_in + n_w]
     rest = arrays[n_in + n_w :]
-    if which == Pass.FORWARD:
-        outputs = node.op.forward_tile_with_statistics(node.sig, inputs[0], weights, rest[0])
+    if which == Pass.FORWARD:  # (the statistics: every task's row of this tile's channels)
+        stats = rest[0].sum(axis=0)
+        outputs = node.op.forward_tile_with_statistics(node.sig, inputs[0], weights, stats)
         for target, value in zip(context.outputs, outputs, strict=True):
             _array(target)[...] = value
         return
     outputs, grad_outputs, stats = rest[:n_out], rest[n_out : 2 * n_out], rest[2 * n_out :]
-    if which == Pass.STATISTICS_BACKWARD:
+    summed = [rows.sum(axis=0) for rows in stats[:2]]  # the statistics' rows (forward, backward)
+    if which == Pass.STATISTICS_BACKWARD:  # this task's row of the backward's statistics
         partial = node.op.statistics_backward(
-            node.sig, inputs[0], weights, outputs[0], grad_outputs[0], stats[0]
+            node.sig, inputs[0], weights, outputs[0], grad_outputs[0], summed[0]
         )
-        _array(context.reductions[0])[...] += partial
+        _array(context.outputs[0])[0] = partial
         return
     grad_inputs, grad_weights = node.op.backward_tile_with_statistics(
-        node.sig, inputs[0], weights, outputs[0], grad_outputs[0], stats[0], stats[1]
+        node.sig, inputs[0], weights, outputs[0], grad_outputs[0], summed[0], summed[1]
     )
     reductions = iter(context.reductions)
     for grad, spec in zip(grad_inputs, node.sig.inputs, strict=True):

@@ -90,6 +90,18 @@ class Node:
     id: int = 0  # op 0 of the graph below
 
 
+class OnePartGradients:
+    """Every gradient one store (flexflow.runtime.gradients.GradientStores's answers then)."""
+
+    @staticmethod
+    def read_counts(group, index):
+        return ()
+
+    @staticmethod
+    def alone_read_counts(op, index):
+        return ()
+
+
 @dataclass
 class Executor:
     node: Node
@@ -99,6 +111,7 @@ class Executor:
     contributors: dict = field(default_factory=dict)
     staged: dict = field(default_factory=dict)
     timeline_entries: list | None = None
+    gradients: object = field(default_factory=lambda: OnePartGradients())
 
     @property
     def fused_tasks(self):
@@ -206,23 +219,29 @@ def test_forward_and_backward_through_strided_allocations(host):  # noqa: F811
 
 
 def test_batch_norm_statistics_passes(host):  # noqa: F811
+    """Each statistics task writes its row (flexflow.runtime.batch_statistics); the forward
+    and backward tasks sum every task's row."""
     op = BatchNorm(relu=True)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
     sig = op.infer("bn", [TensorSpec(x.shape)])
-    executor = Executor(Node(op, sig, (0,), (0, 1)), ((0, 4), (0, 3), (0, 2), (0, 2)))
-    stats = Physical(strided(host, np.zeros((2, 3))))
-    variant._run(
-        host,
-        Context((Physical(strided(host, x)),), (), (stats,)),
-        executor,
-        Pass.STATISTICS_FORWARD,
-        0,
-        0,
-        (),
-    )
+    region = ((0, 4), (0, 3), (0, 2), (0, 2))
+    executor = Executor(Node(op, sig, (0,), (0, 1)), region)
+    row = Physical(strided(host, np.full((1, 2, 3), 5.0)))  # overwritten
+    context = Context((Physical(strided(host, x)),), (row,))
+    variant._run(host, context, executor, Pass.STATISTICS_FORWARD, 0, 0, ())
     want = op.statistics_forward(x.astype(np.float64))
-    assert check.compare("stats", "sums", host_of(host, stats.array), want).ok
+    assert check.compare("stats", "sums", host_of(host, row.array)[0], want).ok
+
+    # the forward reads two tasks' rows (the other's a zero row) and normalizes with their sum
+    rows = np.stack([want / 4, want * 3 / 4])
+    weights = [np.ones(3, np.float32), np.zeros(3, np.float32)]
+    (y_ref,) = op.forward_tile_with_statistics(sig, x, weights, want)
+    out = Physical(strided(host, np.zeros(y_ref.shape, np.float32)))
+    args = (Physical(strided(host, x)), *(Physical(strided(host, w)) for w in weights))
+    context = Context((*args, Physical(strided(host, rows))), (out,))
+    variant._run(host, context, executor, Pass.FORWARD, 0, 0, ())
+    assert check.compare("bn", "y", host_of(host, out.array), y_ref).ok
 
 
 def test_update_loss_and_feed_passes(host):  # noqa: F811
