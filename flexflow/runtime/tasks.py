@@ -3,8 +3,10 @@
 All op tiles share one registered task; its scalars say which executor, op, tile and pass.
 Legate runs the task body in this process, so a registry maps the executor id to the executor
 (whose graph and strategy say what the tile is). Inputs arrive as the store slices named by the
-op's input and weight regions; gradients leave through ADD reductions, so tiles whose regions
-overlap (halos, replicated weights) accumulate into one gradient without serializing.
+op's input and weight regions; gradients of tensors leave through ADD reductions into their
+parts (`flexflow.runtime.gradients`: tasks on different devices whose regions overlap, halos or
+whole inputs, add into different parts, which Legate runs at once), which the producer's
+backward tasks sum.
 """
 
 from __future__ import annotations
