@@ -217,6 +217,29 @@ def test_forward_and_backward_through_strided_allocations(host):  # noqa: F811
         got = host_of(host, physical.array).reshape(want.shape)
         assert check.compare("bwd", "grad", got, want + 1).ok
 
+    # the output's gradient kept in two parts (flexflow.runtime.gradients): two arguments, summed
+    (dy,) = data.grad_outputs
+    parts = [Physical(strided(host, _f32(dy * share))) for share in (0.25, 0.75)]
+    executor.gradients = SplitGradients((1, 1, 1, 1, 2))  # x, kernel, bias, y, then dy's parts
+    reductions = [Physical(strided(host, np.ones(gx_ref.shape, np.float32)))]
+    targets = [Physical(strided(host, np.zeros((1,) + g.shape, np.float32))) for g in gw_ref]
+    inputs = ins + [Physical(strided(host, _f32(y_ref))), *parts] + currents
+    context = Context(tuple(inputs), tuple(targets), tuple(reductions))
+    variant._run(host, context, executor, Pass.FUSED_BACKWARD, 0, 0, (1, 0))
+    for physical, want in zip(reductions + targets, (gx_ref, *gw_ref), strict=True):
+        got = host_of(host, physical.array).reshape(want.shape)
+        assert check.compare("bwd parts", "grad", got, want + 1).ok
+
+
+@dataclass
+class SplitGradients(OnePartGradients):
+    """A fused backward whose input slots arrive as `counts` arguments each."""
+
+    counts: tuple[int, ...]
+
+    def read_counts(self, group, index):
+        return self.counts
+
 
 def test_batch_norm_statistics_passes(host):  # noqa: F811
     """Each statistics task writes its row (flexflow.runtime.batch_statistics); the forward
