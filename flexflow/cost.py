@@ -43,15 +43,49 @@ GPU_EFFICIENCY: dict[str, float] = {
     "conv2d": 0.6,
     "embedding": 0.3,
 }
-# CPU kernels (numpy/BLAS or our C) on one core reach a smaller fraction of the core's FMA peak.
+# CPU kernels (numpy/BLAS or our C) on one core: fitted by `benchmarks/cost_fit.py` to the task
+# times measured on this project's 2-core host (AVX-512; seven laptop-size zoo models, every
+# distinct tile of every configuration on 2 CPUs; benchmarks/results/cost_fit.md): the fraction of
+# the core's estimated 80 GFLOP/s a kind's arithmetic reaches and of its estimated 10 GB/s its
+# bytes move at. A memory efficiency above 1 is a kind whose tiles mostly stay in cache. The fit
+# took data parallelism's simulated iteration from 0.93-1.97x of what the measured profile
+# simulates to 0.84-1.37x (typically 49% off to 15%). Batch norm and softmax fit a roofline
+# poorly (typically 3x off either way): a measured profile (`--profile`) prices them better.
 CPU_EFFICIENCY: dict[str, float] = {
-    "dense": 0.5,
+    "dense": 0.89,
     "batch_matmul": 0.4,
-    "lstm": 0.4,
-    "multihead_attention": 0.3,
-    "conv2d": 0.3,
-    "embedding": 0.1,
+    "lstm": 0.45,
+    "multihead_attention": 0.45,
+    "conv2d": 0.56,
+    "embedding": 0.02,
+    "batch_norm": 0.063,
+    "layer_norm": 0.05,
+    "pool2d": 0.02,
+    "element_binary": 0.04,
+    "element_unary": 0.032,
+    "dropout": 0.0022,
+    "softmax": 0.0056,
 }
+CPU_MEMORY_EFFICIENCY: dict[str, float] = {
+    "dense": 0.4,
+    "lstm": 0.18,
+    "multihead_attention": 0.11,
+    "conv2d": 0.56,
+    "embedding": 0.89,
+    "batch_norm": 0.5,
+    "layer_norm": 0.4,
+    "pool2d": 0.35,
+    "element_binary": 5.0,
+    "element_unary": 2.2,
+    "dropout": 0.22,
+    "softmax": 0.14,
+    "concat": 3.2,
+    "split": 4.0,
+    "stack": 2.0,
+}
+CPU_UPDATE_MEMORY_EFFICIENCY = 1.7
+"""An optimizer update's bytes move at 17 GB/s on that host (the fitted models' median; 12-29
+GB/s: small models' weights stay in cache); also the memory efficiency of kinds not fitted."""
 DEFAULT_EFFICIENCY = {"gpu": 0.3, "cpu": 0.15}
 
 
@@ -61,13 +95,26 @@ class DeviceConstants:
     default_efficiency: float
     memory_efficiency: float
     launch_overhead_s: float
+    kind_memory_efficiency: dict[str, float] = field(default_factory=dict)
+    """Per op kind, its fraction of the memory bandwidth where it differs from
+    `memory_efficiency` (which also prices optimizer updates); above 1 where a kind's tiles
+    mostly stay in cache."""
+
+    def memory_efficiency_of(self, kind: str) -> float:
+        return self.kind_memory_efficiency.get(kind, self.memory_efficiency)
 
 
 DEVICE_CONSTANTS: dict[str, DeviceConstants] = {
     # A CUDA kernel launch plus Legion's per-task overhead is ~10 us on a GPU.
     "gpu": DeviceConstants(GPU_EFFICIENCY, DEFAULT_EFFICIENCY["gpu"], 0.8, 10e-6),
     # A Legate Python task costs ~175 us on this project's CPUs (shared/notes: 200 launches).
-    "cpu": DeviceConstants(CPU_EFFICIENCY, DEFAULT_EFFICIENCY["cpu"], 0.6, 175e-6),
+    "cpu": DeviceConstants(
+        CPU_EFFICIENCY,
+        DEFAULT_EFFICIENCY["cpu"],
+        CPU_UPDATE_MEMORY_EFFICIENCY,
+        175e-6,
+        CPU_MEMORY_EFFICIENCY,
+    ),
 }
 
 
@@ -199,7 +246,9 @@ class CostModel:
         constants = DEVICE_CONSTANTS[device.kind]
         efficiency = constants.efficiency.get(node.kind, constants.default_efficiency)
         flops_per_s = device.peak_flops * efficiency
-        bytes_per_s = device.memory_bandwidth_bytes_per_s * constants.memory_efficiency
+        bytes_per_s = device.memory_bandwidth_bytes_per_s * constants.memory_efficiency_of(
+            node.kind
+        )
         cost = node.op.tile_cost(node.sig, region)
         forward = max(
             cost.forward_flops / flops_per_s,

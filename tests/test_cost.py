@@ -43,6 +43,22 @@ def test_an_element_wise_op_is_memory_bound():
     )
 
 
+def test_a_cpu_kind_moves_its_bytes_at_its_own_fitted_rate():
+    """CPU kinds have their own memory efficiency (benchmarks/cost_fit.py); updates and kinds
+    without one take the device kind's."""
+    model = FFModel()
+    x = model.create_tensor((64, 4096), name="x")
+    model.concat([x, x], axis=1, name="both")
+    both, core = model.graph().op("both"), parse_machine("local").device(0)
+    cpu = DEVICE_CONSTANTS["cpu"]
+    time = CostModel().task_time(both, full_region(both.sig.output_shape), core)
+    rate = core.memory_bandwidth_bytes_per_s * cpu.kind_memory_efficiency["concat"]
+    moved = 2 * 2 * 64 * 4096 * 4  # (no arithmetic: reads both inputs, writes them)
+    assert time.forward_s == pytest.approx(cpu.launch_overhead_s + moved / rate)
+    assert cpu.memory_efficiency_of("concat") != cpu.memory_efficiency
+    assert cpu.memory_efficiency_of("no such kind") == cpu.memory_efficiency
+
+
 def test_splitting_shrinks_the_task_and_slower_devices_take_longer():
     g = graph()
     fc = g.op("fc")
