@@ -1,6 +1,7 @@
 """Run by test_multirank.py on every Legate rank: a few training steps of LeNet, an MLP and a
 small NMT (whose steps run as one C call each, flexflow.runtime.native_step), data parallel
-over the `local` machine's devices, printing one JSON line per rank."""
+over the `local` machine's devices, and of a small CNN split by channel and by sample, printing
+one JSON line per rank."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from flexflow.config import FFConfig
 from flexflow.machine import parse_machine
 from flexflow.runtime import Executor
 from flexflow.strategies import named_strategy
+from flexflow.strategy import ParallelConfig, Strategy
 from flexflow.zoo import load_model
 
 BATCH, STEPS = 8, 3
@@ -64,6 +66,29 @@ with Executor(nmt, named_strategy("dp", nmt, machine), seed=0) as executor:
     ]
     nmt_native_steps = len(executor.native_steps)
 
+# a strategy other than data parallelism: a convolution split by output channel over both
+# devices adds its input's gradient into two parts (flexflow.runtime.gradients), and a batch
+# norm split by sample outside a concurrent launch writes its statistics a row per device
+# (flexflow.runtime.batch_statistics), across ranks
+split = FFModel(FFConfig(batch_size=BATCH))
+x = split.create_tensor((BATCH, 3, 8, 8), name="x")
+y = split.conv2d(x, 4, 3, 3, 1, 1, 1, 1, name="first")
+y = split.batch_norm(split.conv2d(y, 6, 3, 3, 1, 1, 1, 1, name="by_channel"), name="bn")
+split.softmax(split.dense(split.flat(y), 4, name="head"))
+split_graph = split.graph()
+single = [ParallelConfig.single(len(n.sig.output_shape), 0) for n in split_graph.ops]
+at = {n.name: i for i, n in enumerate(split_graph.ops)}
+single[at["by_channel"]] = ParallelConfig((1, 2, 1, 1), (0, 1))
+single[at["bn"]] = ParallelConfig((2, 1, 1, 1), (0, 1))
+split_strategy = Strategy(tuple(n.name for n in split_graph.ops), tuple(single))
+pictures = rng.standard_normal((BATCH, 3, 8, 8)).astype(np.float32)
+with Executor(split_graph, split_strategy, seed=0, learning_rate=0.05) as executor:
+    split_losses = [
+        executor.step({"x": pictures}, classes, "sparse_categorical_crossentropy")
+        for _ in range(STEPS)
+    ]
+    split_parts = len(executor.gradients.plan.counts)
+
 # every rank's offer reaches every rank (flexflow.runtime.agreement), and a search's pick is
 # one strategy on all ranks, each having searched with its own seed
 from legate.core import get_legate_runtime  # noqa: E402
@@ -94,6 +119,8 @@ report = {
     "cpp_steps": cpp_steps,
     "nmt_losses": nmt_losses,
     "nmt_native_steps": nmt_native_steps,
+    "split_losses": split_losses,
+    "split_parts": split_parts,
 }
 print(json.dumps(report), flush=True)
 sys.exit(0)

@@ -84,6 +84,10 @@ def test_two_ranks_train_lenet_like_one():
         for got, want in zip(report["nmt_losses"], reference["nmt_losses"], strict=True):
             assert math.isclose(got, want, rel_tol=1e-5), (report, reference["nmt_losses"])
         assert report["nmt_native_steps"] == reference["nmt_native_steps"]
+        # a channel split's gradient in parts, a batch norm's statistics in rows, across ranks
+        for got, want in zip(report["split_losses"], reference["split_losses"], strict=True):
+            assert math.isclose(got, want, rel_tol=1e-5), (report, reference["split_losses"])
+        assert report["split_parts"] == reference["split_parts"] == 1
     # the ranks' offers reach every rank; one search's pick is trained by both
     assert [r["table"] for r in ranks] == [[[0.0, 1.0], [1.0, 11.0]]] * RANKS
     assert reference["table"] == [[0.0, 1.0]]
