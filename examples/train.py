@@ -269,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"epoch {metrics.epoch + 1}: {metrics.describe()}")
             if model.executor.timeline is not None and metrics.epoch + 1 < config.epochs:
                 model.executor.timeline.clear()  # the trace keeps the last epoch
+                model.executor.step_ops_timeline.clear()
 
         history = model.fit(
             *train, epochs=config.epochs, checkpoint=args.checkpoint, on_epoch=on_epoch
@@ -277,7 +278,9 @@ def main(argv: list[str] | None = None) -> int:
             from flexflow.runtime.trace import write_measured_trace
 
             title = f"{args.model} on {machine.name}: measured, last epoch"
-            write_measured_trace(args.measured_trace, graph, model.executor.timeline, title)
+            timeline = model.executor.timeline  # (first: it takes the steps' ops too)
+            inside = model.executor.step_ops_timeline
+            write_measured_trace(args.measured_trace, graph, timeline, title, inside)
         result = model.eval(*test)
         per_launch = model.executor.steps_per_launch
         model.executor.close()

@@ -365,16 +365,23 @@ typedef struct {
   float h[7];
 } ff_update;
 /* When a step task's calls ran, for a run that records a timeline: a ring of `capacity`
- * entries (begin s, end s, Linux thread id, FF_LOG_UPDATE or FF_LOG_STEP), times on
+ * entries (begin s, end s, Linux thread id, what), times on
  * CLOCK_MONOTONIC (Python's time.perf_counter). One writer (the processor running the task) and
  * one reader (the Python thread): `written` and `taken` count entries since the start; the
  * writer drops an entry (counting it) when the ring is full. */
-enum { FF_LOG_UPDATE = 0, FF_LOG_STEP = 1 };
+enum { FF_LOG_UPDATE = 0, FF_LOG_STEP = 1, FF_LOG_OPS = 2 };
+/* what: FF_LOG_UPDATE, FF_LOG_STEP (a whole step), or inside a step FF_LOG_OPS + 2 i (op i's
+ * forward), FF_LOG_OPS + 2 i + 1 (its backward), FF_LOG_OPS + 2 count (the loss). */
 typedef struct {
   double *entries;
   long capacity;
   long written, taken, dropped;
 } ff_step_log;
+/* ff_train_step_f32, logging each op's forward and backward and the loss into `log` (NULL:
+ * none), as ff_step_log says. */
+int ff_train_step_logged_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count,
+                             const ff_step_loss *loss, const float *weights, float *grads,
+                             long iteration, ff_step_log *log);
 /* What stays the same between a step task's iterations (flexflow.runtime.native_step owns it):
  * the sgemm, the program's ops and buffers, the loss struct the call's values go into, the
  * log of its calls (NULL when not recording), and which op reads each model input (as its

@@ -457,44 +457,6 @@ static int ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterati
   return 0;
 }
 
-int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
-                      const float *weights, float *grads, long iteration) {
-  if (count < 1 || ops[count - 1].kind != FF_STEP_SOFTMAX) return -2;
-  if (weights && grads)
-    for (long i = 0; i < count; ++i)
-      for (int j = 0; j < FF_STEP_WEIGHTS; ++j) {
-        ff_step_op *op = ops + i;
-        if (op->w_at[j] >= 0) op->w[j] = weights + op->w_at[j];
-        if (op->dw_at[j] >= 0) op->dw[j] = grads + op->dw_at[j];
-      }
-  for (long i = 0; i < count; ++i) {
-    int status = ff_step_forward(gemm, ops + i, iteration);
-    if (status) return status;
-  }
-  const ff_step_op *last = ops + count - 1;
-  double value;
-  long correct;
-  int status = ff_sparse_xent_f32(last->y[0], loss->labels, last->dy[0], last->m, last->n,
-                                  loss->valid, loss->total, &value, &correct);
-  if (status) return status;
-  loss->sums[0] = value;
-  loss->sums[1] = (double)correct;
-  for (long i = count - 1; i >= 0; --i) {
-    status = ff_step_backward(gemm, ops + i, iteration);
-    if (status) return status;
-  }
-  return 0;
-}
-
-void ff_apply_update_f32(const ff_update *u) {
-  if (u->kind == FF_UPDATE_SGD)
-    ff_sgd_update_f32(u->weight, u->partials, u->copies, u->n, u->state0, u->h[0], u->h[1],
-                      u->h[2], u->h[3] != 0.0f);
-  else if (u->kind == FF_UPDATE_ADAM)
-    ff_adam_update_f32(u->weight, u->partials, u->copies, u->n, u->state0, u->state1, u->h[0],
-                       u->h[1], u->h[2], u->h[3], u->h[4], u->h[5], u->h[6]);
-}
-
 static double ff_now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -513,6 +475,66 @@ static void ff_log_entry(ff_step_log *log, double begin, double end, int what) {
   entry[2] = (double)syscall(SYS_gettid);
   entry[3] = what;
   __atomic_store_n(&log->written, written + 1, __ATOMIC_RELEASE);
+}
+
+int ff_train_step_logged_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count,
+                             const ff_step_loss *loss, const float *weights, float *grads,
+                             long iteration, ff_step_log *log) {
+  if (count < 1 || ops[count - 1].kind != FF_STEP_SOFTMAX) return -2;
+  if (weights && grads)
+    for (long i = 0; i < count; ++i)
+      for (int j = 0; j < FF_STEP_WEIGHTS; ++j) {
+        ff_step_op *op = ops + i;
+        if (op->w_at[j] >= 0) op->w[j] = weights + op->w_at[j];
+        if (op->dw_at[j] >= 0) op->dw[j] = grads + op->dw_at[j];
+      }
+  double begin = log ? ff_now() : 0.0;
+  for (long i = 0; i < count; ++i) {
+    int status = ff_step_forward(gemm, ops + i, iteration);
+    if (status) return status;
+    if (log) {
+      const double end = ff_now();
+      ff_log_entry(log, begin, end, FF_LOG_OPS + 2 * (int)i);
+      begin = end;
+    }
+  }
+  const ff_step_op *last = ops + count - 1;
+  double value;
+  long correct;
+  int status = ff_sparse_xent_f32(last->y[0], loss->labels, last->dy[0], last->m, last->n,
+                                  loss->valid, loss->total, &value, &correct);
+  if (status) return status;
+  loss->sums[0] = value;
+  loss->sums[1] = (double)correct;
+  if (log) {
+    const double end = ff_now();
+    ff_log_entry(log, begin, end, FF_LOG_OPS + 2 * (int)count);
+    begin = end;
+  }
+  for (long i = count - 1; i >= 0; --i) {
+    status = ff_step_backward(gemm, ops + i, iteration);
+    if (status) return status;
+    if (log) {
+      const double end = ff_now();
+      ff_log_entry(log, begin, end, FF_LOG_OPS + 2 * (int)i + 1);
+      begin = end;
+    }
+  }
+  return 0;
+}
+
+int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
+                      const float *weights, float *grads, long iteration) {
+  return ff_train_step_logged_f32(gemm, ops, count, loss, weights, grads, iteration, NULL);
+}
+
+void ff_apply_update_f32(const ff_update *u) {
+  if (u->kind == FF_UPDATE_SGD)
+    ff_sgd_update_f32(u->weight, u->partials, u->copies, u->n, u->state0, u->h[0], u->h[1],
+                      u->h[2], u->h[3] != 0.0f);
+  else if (u->kind == FF_UPDATE_ADAM)
+    ff_adam_update_f32(u->weight, u->partials, u->copies, u->n, u->state0, u->state1, u->h[0],
+                       u->h[1], u->h[2], u->h[3], u->h[4], u->h[5], u->h[6]);
 }
 
 long ff_step_log_take(ff_step_log *log, double *out) {
@@ -547,8 +569,8 @@ int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call) {
   loss->valid = call->valid;
   loss->total = call->total;
   loss->sums = call->sums;
-  status = ff_train_step_f32(plan->gemm, plan->ops, plan->count, loss, call->weights, call->grads,
-                             call->iteration);
+  status = ff_train_step_logged_f32(plan->gemm, plan->ops, plan->count, loss, call->weights,
+                                    call->grads, call->iteration, log);
   if (log) ff_log_entry(log, updated, ff_now(), FF_LOG_STEP);
   return status;
 }

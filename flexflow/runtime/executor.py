@@ -68,6 +68,7 @@ from flexflow.runtime.feeding import Feeds
 from flexflow.runtime.gradients import GradientStores
 from flexflow.runtime.loss import loss_name
 from flexflow.runtime.native_step import (
+    LOG_OPS,
     LOG_STEP,
     LOG_UPDATE,
     NativeStep,
@@ -132,6 +133,8 @@ class Executor:
         self.unread = UnreadBatches()
         """Batches issued since the last one known finished (`flexflow.runtime.batches`)."""
         self.timeline_entries: list[tuple] | None = [] if record_timeline else None
+        self.step_ops_entries: list[tuple] | None = [] if record_timeline else None
+        """What `timeline` takes from the C steps' logs about their ops (`step_ops_timeline`)."""
         """What Python task bodies append to `timeline` as they run (C++ bodies log theirs in C,
         taken when `timeline` is read)."""
         self.runtime = get_legate_runtime()
@@ -297,13 +300,26 @@ class Executor:
         if self.timeline_entries is None:
             return None
         passes = {LOG_UPDATE: Pass.UPDATE, LOG_STEP: Pass.FUSED_STEP}
+        inside = {"forward": Pass.FORWARD, "backward": Pass.BACKWARD, "loss": Pass.LOSS}
         for (group, index), program in self.native_steps.items():
             last = self.groups[group].ops[-1]
             for begin, end, thread, what in program.take_log():
+                if what >= LOG_OPS:  # an op's pass inside a step: `step_ops_timeline`
+                    op, part = program.op_pass(what)
+                    entry = (op, index, inside[part], begin, end, int(thread))
+                    self.step_ops_entries.append(entry)
+                    continue
                 op = -1 if what == LOG_UPDATE else last
                 entry = (op, index, passes[int(what)], begin, end, int(thread))
                 self.timeline_entries.append(entry)
         return self.timeline_entries
+
+    @property
+    def step_ops_timeline(self) -> list[tuple] | None:
+        """Inside the steps run as one C call (the FUSED_STEP entries of `timeline`), each op's
+        forward and backward and the loss (the last op's LOSS), as `timeline`'s entries; None
+        unless the executor records a timeline. Read `timeline` first: it takes them."""
+        return self.step_ops_entries
 
     def _apply_pending(self) -> None:
         """Apply the update the next step would have applied (before the weights are read,

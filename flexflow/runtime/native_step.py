@@ -37,8 +37,10 @@ if TYPE_CHECKING:  # concurrent imports this module through flexflow.runtime.tas
 
 SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
 """The loss a native step computes (a step under another loss runs op by op)."""
-LOG_UPDATE, LOG_STEP = lib.FF_LOG_UPDATE, lib.FF_LOG_STEP
-LOG_CAPACITY = 1 << 16
+LOG_UPDATE, LOG_STEP, LOG_OPS = lib.FF_LOG_UPDATE, lib.FF_LOG_STEP, lib.FF_LOG_OPS
+LOG_CAPACITY = 1 << 18
+"""Log entries a recording step keeps until they are taken: each step logs 2 per op and 1 for
+the loss and for itself (8 MiB per step task)."""
 """Calls a step's log keeps until they are taken (the executor takes them when its timeline is
 read): 2 MiB per step task."""
 
@@ -193,12 +195,22 @@ class NativeStep:
         self._taken = np.zeros((capacity, 4), dtype=np.float64)
 
     def take_log(self) -> np.ndarray:
-        """(entries, 4): begin s, end s, thread id, LOG_UPDATE or LOG_STEP of every call logged
-        since the last take (none unless `record` was called)."""
+        """(entries, 4): begin s, end s, thread id, what (LOG_UPDATE, LOG_STEP, or an op's pass
+        inside a step: `op_pass`) of every call logged since the last take (none unless
+        `record` was called)."""
         if self._plan.log == ffi.NULL:
             return np.zeros((0, 4))
         count = lib.ff_step_log_take(self._log, ffi.cast("double *", ffi.from_buffer(self._taken)))
         return self._taken[:count].copy()
+
+    def op_pass(self, what: int) -> tuple[int, str]:
+        """The graph op and pass ("forward", "backward" or "loss", the loss as the last op's) of
+        a log entry inside a step (what >= LOG_OPS)."""
+        position, backward = divmod(int(what) - LOG_OPS, 2)
+        ops = self.program.ops
+        if position == len(ops):
+            return ops[-1].step.node.id, "loss"
+        return ops[position].step.node.id, "backward" if backward else "forward"
 
     @property
     def dropped(self) -> int:
@@ -320,9 +332,9 @@ class NativeStep:
     ) -> None:
         """The step; `arrays`: the model inputs' tiles first, then what else the structs
         point at for this call (kept alive until it returns)."""
-        status = lib.ff_train_step_f32(
+        status = lib.ff_train_step_logged_f32(
             ffi.cast("ff_sgemm_fn", gemm), self._ops, len(self.program.ops), self._loss, weights,
-            grads, iteration,
+            grads, iteration, self._plan.log,
         )  # fmt: skip
         self._kept = None
         if lib.FF_STEP_EXCHANGE + lib.FF_EXCHANGE_NO_MEMORY <= status <= lib.FF_STEP_EXCHANGE - 1:

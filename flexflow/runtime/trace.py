@@ -3,13 +3,15 @@
 Each task body times itself (`Executor(record_timeline=True)`); here every task becomes a slice
 on the track of the processor (thread) that ran it, named like the simulator's tasks (op and
 pass), so the simulated and the measured iteration can be opened side by side in
-ui.perfetto.dev.
+ui.perfetto.dev. A step run as one C call is a slice with each op's forward and backward and
+the loss nested in it (`Executor.step_ops_timeline`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +30,14 @@ def _task_name(graph: OperatorGraph, op: int, index: int, which: Pass) -> str:
     return f"{graph.ops[op].name}[{index}] {which.name.lower()}"
 
 
-def measured_trace(graph: OperatorGraph, timeline: list[tuple], title: str = "") -> dict[str, Any]:
+def measured_trace(
+    graph: OperatorGraph,
+    timeline: list[tuple],
+    title: str = "",
+    inside: Sequence[tuple] = (),
+) -> dict[str, Any]:
     """Trace Event Format: one track per processor thread, times in microseconds from the first
-    recorded task."""
+    recorded task; `inside`: the ops' passes inside C steps (nested in their steps' slices)."""
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": title or "measured"}}
     ]
@@ -48,22 +55,29 @@ def measured_trace(graph: OperatorGraph, timeline: list[tuple], title: str = "")
                 "args": {"name": f"processor thread {track}"},
             }
         )
-    for op, index, which, start, end, thread in timeline:
-        events.append(
-            {
-                "ph": "X",
-                "pid": 0,
-                "tid": tracks[thread],
-                "name": _task_name(graph, op, index, which),
-                "cat": which.name.lower(),
-                "ts": (start - origin) * 1e6,
-                "dur": (end - start) * 1e6,
-            }
-        )
+    for entries, category in ((timeline, ""), (inside, " in C step")):
+        for op, index, which, start, end, thread in entries:
+            if thread not in tracks:  # (an op inside a step whose own entry was cleared)
+                continue
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": tracks[thread],
+                    "name": _task_name(graph, op, index, which),
+                    "cat": which.name.lower() + category,
+                    "ts": (start - origin) * 1e6,
+                    "dur": (end - start) * 1e6,
+                }
+            )
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
 def write_measured_trace(
-    path: str | os.PathLike[str], graph: OperatorGraph, timeline: list[tuple], title: str = ""
+    path: str | os.PathLike[str],
+    graph: OperatorGraph,
+    timeline: list[tuple],
+    title: str = "",
+    inside: Sequence[tuple] = (),
 ) -> Path:
-    return atomic_write_text(path, json.dumps(measured_trace(graph, timeline, title)))
+    return atomic_write_text(path, json.dumps(measured_trace(graph, timeline, title, inside)))

@@ -54,8 +54,22 @@ def train(graph, shape, strategy, optimizer, cpp: bool, labels=None, timeline=Fa
         kinds = [kind for kind, _ in parse_machine("local").kind_ordinals()]
         predicted = iteration_tasks(graph, strategy, kinds, sparse_labels=True).cpp_steps
         entries = executor.timeline or []
+        inside = executor.step_ops_timeline or []  # (taken with `timeline`)
         # (op -1: an update applied inside a step; the last one runs in update tasks)
         passes = [(e[0], int(e[2])) for e in entries if e[3] <= e[4]]
+        steps = [e for e in entries if int(e[2]) == int(Pass.FUSED_STEP)]
+        # each op's pass inside a step lies within that step's entry, on its thread
+        nested = all(
+            any(s[5] == e[5] and s[3] <= e[3] <= e[4] <= s[4] for s in steps) for e in inside
+        )
+        first = steps[0] if steps else (0, 0, 0, 0.0, -1.0, 0)
+        order = [
+            (e[0], int(e[2]))
+            for e in sorted(inside, key=lambda e: e[3])
+            if e[5] == first[5] and first[3] <= e[3] <= first[4]
+        ]
+        programs = list(executor.native_steps.values())
+        ops = [op.step.node.id for op in programs[0].program.ops] if programs else []
         return {
             "losses": losses,
             "weights": weights,
@@ -64,7 +78,19 @@ def train(graph, shape, strategy, optimizer, cpp: bool, labels=None, timeline=Fa
             "steps_timed": sum(p == int(Pass.FUSED_STEP) for _, p in passes),
             "updates_timed": passes.count((-1, int(Pass.UPDATE))),
             "threads": len({e[5] for e in entries}),
+            "inside": len(inside),
+            "inside_nested": nested,
+            "first_step_order": order,
+            "first_step_in_order": order == in_order(ops),
+            "ops": len(ops),
         }
+
+
+def in_order(ops: list[int]) -> list[tuple[int, int]]:
+    """A step's (op, pass) inside its C call, `ops` the program's ops: forwards in order, the
+    loss (the last op's), backwards in reverse."""
+    order = [(op, int(Pass.FORWARD)) for op in ops] + [(ops[-1], int(Pass.LOSS))] if ops else []
+    return order + [(op, int(Pass.BACKWARD)) for op in reversed(ops)]
 
 
 def one_device(graph) -> Strategy:

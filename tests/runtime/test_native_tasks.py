@@ -67,3 +67,8 @@ def test_a_timeline_times_the_cpp_steps_and_their_updates(report, case):
     assert run["steps_timed"] == STEPS * devices
     assert run["updates_timed"] == (STEPS - 1) * devices  # the first step has none pending
     assert run["threads"] == devices
+    # inside each step (native/step.c's log): every op's forward and backward and the loss,
+    # nested in the step's entry, forwards in the graph's order, then the loss, then backwards
+    assert run["inside"] == STEPS * devices * (2 * run["ops"] + 1)
+    assert run["inside_nested"]
+    assert run["first_step_in_order"], run["first_step_order"]

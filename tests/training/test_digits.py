@@ -29,6 +29,9 @@ def test_lenet_learns_the_digits_in_two_epochs(tmp_path):
 
     if blas.sgemm_address() is not None:  # each device's step one C call (native_step)
         steps = sum(e["name"].startswith("step up to softmax[") for e in events)
+        # ... with its ops' passes nested in it (native/step.c's log)
+        inside = [e for e in events if e["cat"] == "backward in C step"]
+        assert sum(e["name"].startswith("conv2[") for e in inside) == 2 * batches
     else:  # op by op: each with a forward of conv1's tiles
         steps = sum(e["name"].startswith("conv1[") and "forward" in e["name"] for e in events)
     assert steps == 2 * batches
