@@ -27,10 +27,11 @@ from flexflow.machine import Device
 from flexflow.ops.base import Region, region_shape
 
 PROFILE_FORMAT = "flexflow-profile"
-PROFILE_VERSION = 3
-"""3: updates timed as data-parallel steps run them (the devices' partial gradients summed and
-applied in one C pass); 2: each tile timed with its configuration's tasks running at once, and
-update rates (1: tiles timed alone)."""
+PROFILE_VERSION = 4
+"""4: an op reading only model inputs timed without the input gradient the runtime never
+computes; 3: updates timed as data-parallel steps run them (the devices' partial gradients
+summed and applied in one C pass); 2: each tile timed with its configuration's tasks running at
+once, and update rates (1: tiles timed alone)."""
 
 # Fraction of peak FLOP/s a kernel of each kind reaches. GPU figures are typical of cuDNN/cuBLAS
 # on large tiles in FP32 (dense GEMMs reach 70-80% of peak; convolutions 50-70%); element-wise
@@ -200,8 +201,9 @@ class Profile:
                 raise StaleProfileError(
                     f"profile file {path} cannot be used: an older flexflow measured it "
                     f"(profile version {version}; this one writes {PROFILE_VERSION}, which times "
-                    "each tile beside its configuration's other tasks and updates as the "
-                    "runtime applies them); re-measure it (remove "
+                    "each tile as the runtime runs it, beside its configuration's other tasks "
+                    "and without input gradients nothing reads, and updates as the runtime "
+                    "applies them); re-measure it (remove "
                     "the file and rerun, or `flexflow profile MODEL --out FILE`)."
                 )
             if data.get("format") != PROFILE_FORMAT or version != PROFILE_VERSION:

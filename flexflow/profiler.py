@@ -96,13 +96,21 @@ def _median_s(runs: Sequence[Callable[[], object]], repeats: int) -> float:
 
 
 def measure_tile(
-    node: OpNode, region: Region, repeats: int = 3, seed: int = 0, concurrent: int = 1
+    node: OpNode,
+    region: Region,
+    repeats: int = 3,
+    seed: int = 0,
+    concurrent: int = 1,
+    input_grads: bool = True,
 ) -> TaskTime:
     """The median time of the op's forward and backward kernels on one tile while `concurrent`
     copies of them (each on its own arrays) run at the same moments in other threads, plus one
     task's overhead each. An op's tasks run on that many processors at once and share the host
     (the interpreter lock that numpy's small calls hold, memory bandwidth, caches): the RNNLM's
-    LSTM tiles took 1.5x as long two at a time as alone on this project's 2-core host."""
+    LSTM tiles took 1.5x as long two at a time as alone on this project's 2-core host.
+    `input_grads` False: the backward computes no input gradient, as the runtime's does not for
+    an op reading only model inputs (LeNet's first convolution's backward took 1.64 ms with its
+    input gradient, 0.33 ms without it in the runtime's step)."""
     op, sig = node.op, node.sig
     forwards, backwards = [], []
     for _ in range(concurrent):
@@ -110,11 +118,12 @@ def measure_tile(
         inputs, weights = _inputs(node, region, rng), _weights(node, region, rng)
         outputs = op.forward_tile(sig, region, inputs, weights)  # also warms both kernels up
         grads = [np.ones_like(o) for o in outputs]
-        op.backward_tile(sig, region, inputs, weights, outputs, grads)
-        forwards.append(functools.partial(op.forward_tile, sig, region, inputs, weights))
-        backwards.append(
-            functools.partial(op.backward_tile, sig, region, inputs, weights, outputs, grads)
+        backward = functools.partial(
+            op.backward_tile_into, sig, region, inputs, weights, outputs, grads, input_grads, ()
         )
+        backward()
+        forwards.append(functools.partial(op.forward_tile, sig, region, inputs, weights))
+        backwards.append(backward)
     forward, backward = _median_s(forwards, repeats), _median_s(backwards, repeats)
     return TaskTime(TASK_OVERHEAD_S + forward, TASK_OVERHEAD_S + backward)
 
@@ -141,7 +150,9 @@ def profile_graph(
     keep_freed_memory()  # as the Executor does: kernels timed without page faults
     with threadpool_limits(1, user_api="blas"):  # as in a Legate CPU task: one core each
         for done, node in enumerate(graph.ops):
-            _profile_op(node, machine, models, repeats, times, most)
+            # no input gradient where every input is a model input (nothing reads it)
+            input_grads = any(graph.tensor(t).producer is not None for t in node.inputs)
+            _profile_op(node, machine, models, repeats, times, most, input_grads)
             if on_op is not None:
                 on_op(done + 1, len(graph.ops))
         elements = sum(int(np.prod(p.spec.shape)) for p in graph.parameters)
@@ -165,7 +176,13 @@ def measure_update(elements: int, repeats: int = 3, concurrent: int = 1) -> floa
 
 
 def _profile_op(
-    node: OpNode, machine: Machine, models: set[str], repeats: int, times: dict, most: int
+    node: OpNode,
+    machine: Machine,
+    models: set[str],
+    repeats: int,
+    times: dict,
+    most: int,
+    input_grads: bool = True,
 ):
     """Each distinct tile of the op's configurations, timed with as many copies running at once
     as the configuration has tasks (at most `most`: the processors of a node and this host's
@@ -179,5 +196,7 @@ def _profile_op(
         for model in models:
             key = cost_key(node, shape, model)
             if key not in times:
-                measured = measured or measure_tile(node, region, repeats, concurrent=concurrent)
+                measured = measured or measure_tile(
+                    node, region, repeats, concurrent=concurrent, input_grads=input_grads
+                )
                 times[key] = measured

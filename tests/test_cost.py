@@ -121,7 +121,7 @@ def test_a_measured_update_rate_prices_the_updates(tmp_path):
         "{",
         '{"format": "other"}',
         '{"format": "flexflow-profile", "version": 1}',
-        '{"format": "flexflow-profile", "version": 3, "entries": [], '
+        '{"format": "flexflow-profile", "version": 4, "entries": [], '
         '"updates": [{"device": "CPU core", "bytes_per_s": 0}]}',
     ],
 )

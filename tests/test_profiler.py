@@ -104,8 +104,11 @@ def test_a_tile_is_timed_with_its_configurations_tasks_running_at_once(monkeypat
     assert second[1] < first[2]  # the two copies ran at the same time
     seen = {}
 
-    def measure(n, region, repeats, concurrent):
+    grads = {}
+
+    def measure(n, region, repeats, concurrent, input_grads):
         seen[n.id, region_shape(region)] = concurrent
+        grads[n.id] = input_grads
         return profiler.TaskTime(1.0, 1.0)
 
     monkeypatch.setattr(profiler, "measure_tile", measure)
@@ -114,6 +117,8 @@ def test_a_tile_is_timed_with_its_configurations_tasks_running_at_once(monkeypat
         shape = region_shape(config.task_regions(node.sig.output_shape)[0])
         assert seen[node.id, shape] == min(config.num_tasks, 2)
     assert set(seen.values()) == {1, 2}
+    # the first op reads only the model input, whose gradient the runtime never computes
+    assert grads == {op.id: op.id != 0 for op in graph.ops}
 
 
 def test_a_failing_copy_stops_the_others_and_its_error_is_raised():
