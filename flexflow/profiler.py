@@ -2,8 +2,9 @@
 
 The paper measures each distinct (op, tile shape, device) once and caches it (assumption A1);
 this does the same for the CPU devices of a machine (the `local` one), running each op's
-forward and backward tile kernels (the same functions the Legate tasks run) on random data of
-the tile's input and weight regions, with as many copies running at once as the tile's
+forward and backward tile kernels (the same functions the Legate tasks run; no input gradient
+for an op reading only model inputs, as in the runtime) on random data of the tile's input and
+weight regions, with as many copies running at once as the tile's
 configuration has tasks (they share the host as the op's tasks do), and adding the measured
 cost of one Legate Python task (`TASK_OVERHEAD_S`); it also measures the rate of an optimizer
 update over the model's weights, every processor updating at once. The result is a
