@@ -340,11 +340,6 @@ typedef struct {
   double total;
   double *sums;
 } ff_step_loss;
-/* weights and grads: NULL, or flat buffers every op's w[i] and dw[i] are taken from at their
- * w_at[i] and dw_at[i] offsets (overriding the pointers); iteration: the training step's
- * number, which dropout's masks are drawn for */
-int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
-                      const float *weights, float *grads, long iteration);
 
 /* A step task of a native step with flat parameters, whole (native/step.c): the pending
  * optimizer update of this device's replica of the flat weights, then the step. The C++
@@ -377,11 +372,12 @@ typedef struct {
   long capacity;
   long written, taken, dropped;
 } ff_step_log;
-/* ff_train_step_f32, logging each op's forward and backward and the loss into `log` (NULL:
- * none), as ff_step_log says. */
-int ff_train_step_logged_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count,
-                             const ff_step_loss *loss, const float *weights, float *grads,
-                             long iteration, ff_step_log *log);
+/* weights and grads: NULL, or flat buffers every op's w[i] and dw[i] are taken from at their
+ * w_at[i] and dw_at[i] offsets (overriding the pointers); iteration: the training step's
+ * number, which dropout's masks are drawn for; log: NULL, or where each op's forward and
+ * backward and the loss are logged, as ff_step_log says */
+int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
+                      const float *weights, float *grads, long iteration, ff_step_log *log);
 /* What stays the same between a step task's iterations (flexflow.runtime.native_step owns it):
  * the sgemm, the program's ops and buffers, the loss struct the call's values go into, the
  * log of its calls (NULL when not recording), and which op reads each model input (as its

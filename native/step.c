@@ -477,9 +477,15 @@ static void ff_log_entry(ff_step_log *log, double begin, double end, int what) {
   __atomic_store_n(&log->written, written + 1, __ATOMIC_RELEASE);
 }
 
-int ff_train_step_logged_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count,
-                             const ff_step_loss *loss, const float *weights, float *grads,
-                             long iteration, ff_step_log *log) {
+/* Log a part of a step that began at `begin` as `what`; when it ended (the next part's begin). */
+static double ff_log_part(ff_step_log *log, double begin, int what) {
+  const double end = ff_now();
+  ff_log_entry(log, begin, end, what);
+  return end;
+}
+
+int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
+                      const float *weights, float *grads, long iteration, ff_step_log *log) {
   if (count < 1 || ops[count - 1].kind != FF_STEP_SOFTMAX) return -2;
   if (weights && grads)
     for (long i = 0; i < count; ++i)
@@ -492,11 +498,7 @@ int ff_train_step_logged_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count,
   for (long i = 0; i < count; ++i) {
     int status = ff_step_forward(gemm, ops + i, iteration);
     if (status) return status;
-    if (log) {
-      const double end = ff_now();
-      ff_log_entry(log, begin, end, FF_LOG_OPS + 2 * (int)i);
-      begin = end;
-    }
+    if (log) begin = ff_log_part(log, begin, FF_LOG_OPS + 2 * (int)i);
   }
   const ff_step_op *last = ops + count - 1;
   double value;
@@ -506,26 +508,13 @@ int ff_train_step_logged_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count,
   if (status) return status;
   loss->sums[0] = value;
   loss->sums[1] = (double)correct;
-  if (log) {
-    const double end = ff_now();
-    ff_log_entry(log, begin, end, FF_LOG_OPS + 2 * (int)count);
-    begin = end;
-  }
+  if (log) begin = ff_log_part(log, begin, FF_LOG_OPS + 2 * (int)count);
   for (long i = count - 1; i >= 0; --i) {
     status = ff_step_backward(gemm, ops + i, iteration);
     if (status) return status;
-    if (log) {
-      const double end = ff_now();
-      ff_log_entry(log, begin, end, FF_LOG_OPS + 2 * (int)i + 1);
-      begin = end;
-    }
+    if (log) begin = ff_log_part(log, begin, FF_LOG_OPS + 2 * (int)i + 1);
   }
   return 0;
-}
-
-int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
-                      const float *weights, float *grads, long iteration) {
-  return ff_train_step_logged_f32(gemm, ops, count, loss, weights, grads, iteration, NULL);
 }
 
 void ff_apply_update_f32(const ff_update *u) {
@@ -569,8 +558,8 @@ int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call) {
   loss->valid = call->valid;
   loss->total = call->total;
   loss->sums = call->sums;
-  status = ff_train_step_logged_f32(plan->gemm, plan->ops, plan->count, loss, call->weights,
-                                    call->grads, call->iteration, log);
+  status = ff_train_step_f32(plan->gemm, plan->ops, plan->count, loss, call->weights, call->grads,
+                             call->iteration, log);
   if (log) ff_log_entry(log, updated, ff_now(), FF_LOG_STEP);
   return status;
 }

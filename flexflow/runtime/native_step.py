@@ -40,7 +40,7 @@ SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
 LOG_UPDATE, LOG_STEP, LOG_OPS = lib.FF_LOG_UPDATE, lib.FF_LOG_STEP, lib.FF_LOG_OPS
 LOG_CAPACITY = 1 << 18
 """Log entries a recording step keeps until they are taken: each step logs 2 per op and 1 for
-the loss and for itself (8 MiB per step task)."""
+the loss and for itself (8 MiB per step task, and as much for the copy `take_log` reads)."""
 """Calls a step's log keeps until they are taken (the executor takes them when its timeline is
 read): 2 MiB per step task."""
 
@@ -332,7 +332,7 @@ class NativeStep:
     ) -> None:
         """The step; `arrays`: the model inputs' tiles first, then what else the structs
         point at for this call (kept alive until it returns)."""
-        status = lib.ff_train_step_logged_f32(
+        status = lib.ff_train_step_f32(
             ffi.cast("ff_sgemm_fn", gemm), self._ops, len(self.program.ops), self._loss, weights,
             grads, iteration, self._plan.log,
         )  # fmt: skip
