@@ -278,9 +278,10 @@ def main(argv: list[str] | None = None) -> int:
             from flexflow.runtime.trace import write_measured_trace
 
             title = f"{args.model} on {machine.name}: measured, last epoch"
-            timeline = model.executor.timeline  # (first: it takes the steps' ops too)
-            inside = model.executor.step_ops_timeline
-            write_measured_trace(args.measured_trace, graph, timeline, title, inside)
+            executor = model.executor
+            write_measured_trace(
+                args.measured_trace, graph, executor.timeline, title, executor.step_ops_timeline
+            )
         result = model.eval(*test)
         per_launch = model.executor.steps_per_launch
         model.executor.close()

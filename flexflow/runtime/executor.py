@@ -134,7 +134,7 @@ class Executor:
         """Batches issued since the last one known finished (`flexflow.runtime.batches`)."""
         self.timeline_entries: list[tuple] | None = [] if record_timeline else None
         self.step_ops_entries: list[tuple] | None = [] if record_timeline else None
-        """What `timeline` takes from the C steps' logs about their ops (`step_ops_timeline`)."""
+        """What the C steps' logs say about their ops (`step_ops_timeline`)."""
         """What Python task bodies append to `timeline` as they run (C++ bodies log theirs in C,
         taken when `timeline` is read)."""
         self.runtime = get_legate_runtime()
@@ -297,29 +297,35 @@ class Executor:
         executor records a timeline. A step task run as one C call (flexflow.runtime.native_step)
         counts as one FUSED_STEP entry of its last op, after an UPDATE entry (op -1) for the
         pending update it applied first."""
-        if self.timeline_entries is None:
-            return None
-        passes = {LOG_UPDATE: Pass.UPDATE, LOG_STEP: Pass.FUSED_STEP}
-        inside = {"forward": Pass.FORWARD, "backward": Pass.BACKWARD, "loss": Pass.LOSS}
-        for (group, index), program in self.native_steps.items():
-            last = self.groups[group].ops[-1]
-            for begin, end, thread, what in program.take_log():
-                if what >= LOG_OPS:  # an op's pass inside a step: `step_ops_timeline`
-                    op, part = program.op_pass(what)
-                    entry = (op, index, inside[part], begin, end, int(thread))
-                    self.step_ops_entries.append(entry)
-                    continue
-                op = -1 if what == LOG_UPDATE else last
-                entry = (op, index, passes[int(what)], begin, end, int(thread))
-                self.timeline_entries.append(entry)
+        self._take_step_logs()
         return self.timeline_entries
 
     @property
     def step_ops_timeline(self) -> list[tuple] | None:
         """Inside the steps run as one C call (the FUSED_STEP entries of `timeline`), each op's
         forward and backward and the loss (the last op's LOSS), as `timeline`'s entries; None
-        unless the executor records a timeline. Read `timeline` first: it takes them."""
+        unless the executor records a timeline."""
+        self._take_step_logs()
         return self.step_ops_entries
+
+    def _take_step_logs(self) -> None:
+        """Move what the C steps logged since the last take (`NativeStep.take_log`) into
+        `timeline` (their updates and the steps) and `step_ops_timeline` (their ops' passes)."""
+        if self.timeline_entries is None:
+            return
+        passes = {LOG_UPDATE: Pass.UPDATE, LOG_STEP: Pass.FUSED_STEP}
+        inside = {"forward": Pass.FORWARD, "backward": Pass.BACKWARD, "loss": Pass.LOSS}
+        for (group, index), program in self.native_steps.items():
+            last = self.groups[group].ops[-1]
+            for begin, end, thread, what in program.take_log():
+                if what >= LOG_OPS:  # an op's pass inside a step
+                    op, part = program.op_pass(what)
+                    entry = (op, index, inside[part], begin, end, int(thread))
+                    self.step_ops_entries.append(entry)
+                else:
+                    op = -1 if what == LOG_UPDATE else last
+                    entry = (op, index, passes[int(what)], begin, end, int(thread))
+                    self.timeline_entries.append(entry)
 
     def _apply_pending(self) -> None:
         """Apply the update the next step would have applied (before the weights are read,

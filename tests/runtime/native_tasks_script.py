@@ -54,7 +54,7 @@ def train(graph, shape, strategy, optimizer, cpp: bool, labels=None, timeline=Fa
         kinds = [kind for kind, _ in parse_machine("local").kind_ordinals()]
         predicted = iteration_tasks(graph, strategy, kinds, sparse_labels=True).cpp_steps
         entries = executor.timeline or []
-        inside = executor.step_ops_timeline or []  # (taken with `timeline`)
+        inside = executor.step_ops_timeline or []
         # (op -1: an update applied inside a step; the last one runs in update tasks)
         passes = [(e[0], int(e[2])) for e in entries if e[3] <= e[4]]
         steps = [e for e in entries if int(e[2]) == int(Pass.FUSED_STEP)]
