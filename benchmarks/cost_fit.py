@@ -112,20 +112,17 @@ def fit(passes, peak: float, bandwidth: float, efficiency: float) -> tuple[float
 
 
 def dp_iteration_ms(graph, machine, profile, constants) -> float:
-    """Data parallelism's iteration as examples/train.py plans it, under CPU `constants`."""
-    from flexflow import cost
+    """Data parallelism's iteration as examples/train.py plans it, the analytic model taking
+    CPU `constants`."""
+    from flexflow.cost import DEVICE_CONSTANTS, CostModel
     from flexflow.planning import planning_context
     from flexflow.simulator import TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
 
-    saved = cost.DEVICE_CONSTANTS["cpu"]
-    cost.DEVICE_CONSTANTS["cpu"] = constants
-    try:
-        context = planning_context(graph, machine, profile, "sparse_categorical_crossentropy")
-        dp = named_strategy("dp", graph, machine)
-        return full_simulate(TaskGraph(context, dp)).iteration_s * 1e3
-    finally:
-        cost.DEVICE_CONSTANTS["cpu"] = saved
+    cost = CostModel(profile, {**DEVICE_CONSTANTS, "cpu": constants})
+    context = planning_context(graph, machine, loss="sparse_categorical_crossentropy", cost=cost)
+    dp = named_strategy("dp", graph, machine)
+    return full_simulate(TaskGraph(context, dp)).iteration_s * 1e3
 
 
 def main() -> None:

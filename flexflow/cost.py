@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ GPU_EFFICIENCY: dict[str, float] = {
 # poorly (typically 3x off either way): a measured profile (`--profile`) prices them better.
 CPU_EFFICIENCY: dict[str, float] = {
     "dense": 0.89,
-    "batch_matmul": 0.4,
+    "batch_matmul": 0.4,  # (not fitted: no zoo model has one; the earlier estimate)
     "lstm": 0.45,
     "multihead_attention": 0.45,
     "conv2d": 0.56,
@@ -231,8 +232,15 @@ class Profile:
 class CostModel:
     """Task and transfer times; caches every task time it computes (one instance per search)."""
 
-    def __init__(self, profile: Profile | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile | None = None,
+        constants: Mapping[str, DeviceConstants] = DEVICE_CONSTANTS,
+    ) -> None:
+        """`constants`: per device kind, the analytic roofline's (`benchmarks/cost_fit.py`
+        compares fitted ones with these)."""
         self.profile = profile or Profile()
+        self.constants = constants
         self._cache: dict[CostKey, TaskTime] = {}
 
     def task_time(self, node: OpNode, region: Region, device: Device) -> TaskTime:
@@ -243,9 +251,8 @@ class CostModel:
             self._cache[key] = cached
         return cached
 
-    @staticmethod
-    def _analytic(node: OpNode, region: Region, device: Device) -> TaskTime:
-        constants = DEVICE_CONSTANTS[device.kind]
+    def _analytic(self, node: OpNode, region: Region, device: Device) -> TaskTime:
+        constants = self.constants[device.kind]
         efficiency = constants.efficiency.get(node.kind, constants.default_efficiency)
         flops_per_s = device.peak_flops * efficiency
         bytes_per_s = device.memory_bandwidth_bytes_per_s * constants.memory_efficiency_of(
@@ -267,7 +274,7 @@ class CostModel:
         """SGD update of `num_elements` weights: reads weight and gradient, writes the weight,
         at the rate the profile measured for the device's model, else at the device's memory
         bandwidth times its memory efficiency."""
-        constants = DEVICE_CONSTANTS[device.kind]
+        constants = self.constants[device.kind]
         bandwidth = self.profile.update_bytes_per_s.get(device.model)
         if bandwidth is None:
             bandwidth = device.memory_bandwidth_bytes_per_s * constants.memory_efficiency

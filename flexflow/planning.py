@@ -109,18 +109,19 @@ def planning_context(
     profile: Profile | None = None,
     loss: str | None = None,
     steps_per_execution: int = 1,
+    cost: CostModel | None = None,
 ):
     """The simulation a training run's strategy is planned with: this project's runtime, which
     fuses ops (`flexflow.fusion`) and costs the host CPU time per Legate task
-    (`flexflow.launches`), priced by `profile` where it has the task; `loss` tells which step
-    tasks run in C++ bodies, and `steps_per_execution` how many iterations `fit` issues per
-    launch of them."""
+    (`flexflow.launches`), priced by `cost` (default: the analytic model, or `profile` where it
+    has the task); `loss` tells which step tasks run in C++ bodies, and `steps_per_execution`
+    how many iterations `fit` issues per launch of them."""
     from flexflow.simulator import SimContext
 
     return SimContext(
         graph,
         machine,
-        CostModel(profile),
+        cost or CostModel(profile),
         fused_launches=True,
         sparse_labels=sparse(loss),
         steps_per_execution=steps_per_execution,
