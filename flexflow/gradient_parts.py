@@ -80,11 +80,6 @@ class GradientParts:
     covered: dict[int, tuple[tuple[Region, ...], ...]]
     """Tensor -> per part, the regions its writers add into."""
 
-    @property
-    def stores(self) -> int:
-        """The part stores kept besides the gradient stores themselves."""
-        return sum(count - 1 for count in self.counts.values())
-
     def part_of(self, tensor: int, task: TaskKey, region: Region) -> int:
         """The part a task's argument adding into `region` of `tensor`'s gradient names (0 for
         one-part tensors)."""

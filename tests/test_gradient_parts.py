@@ -26,7 +26,6 @@ def test_overlapping_writers_on_two_devices_get_two_parts():
     assert parts.counts == {5: 2}
     assert parts.part_of(5, (3, 0), WHOLE) == 0 and parts.part_of(5, (3, 1), WHOLE) == 1
     assert parts.parts_read(5, [WHOLE]) == (0, 1)
-    assert parts.stores == 1
 
 
 def test_one_device_shares_a_part():
