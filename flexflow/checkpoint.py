@@ -13,8 +13,11 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Mapping, Sequence
+import zipfile
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -28,6 +31,7 @@ from flexflow.strategy_file import strategy_from_json
 
 FORMAT = "flexflow-checkpoint/1"
 META_KEY = "__flexflow__"
+T = TypeVar("T")
 
 
 def write_checkpoint(
@@ -49,12 +53,9 @@ def write_checkpoint(
 
 def read_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict]:
     """The arrays of a checkpoint and its record (empty for a file without one)."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            values = {name: data[name] for name in data.files}
-        meta = json.loads(str(values.pop(META_KEY))) if META_KEY in values else {}
-    except (OSError, ValueError, EOFError) as exc:
-        raise StrategyError(f"cannot read checkpoint {path}: {exc}") from None
+    with _archive(path) as data:
+        values = _read(path, lambda: {name: data[name] for name in data.files})
+    meta = _read(path, lambda: json.loads(str(values.pop(META_KEY)))) if META_KEY in values else {}
     return values, meta
 
 
@@ -117,10 +118,38 @@ def checkpoint_strategy(
 
 def _record(path: str | os.PathLike[str]) -> dict:
     """A checkpoint's JSON record (empty for a file without one), without its arrays."""
+    with _archive(path) as data:
+        if META_KEY not in data.files:
+            return {}
+        return _read(path, lambda: json.loads(str(data[META_KEY])))
+
+
+_DAMAGED = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
+"""How reading a truncated, corrupted or foreign file fails (a bad CRC is a BadZipFile)."""
+
+
+def _archive(path: str | os.PathLike[str]):
+    """The checkpoint's .npz archive, open (its arrays are read on access: `_read`)."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if META_KEY not in data.files:
-                return {}
-            return json.loads(str(data[META_KEY]))
-    except (OSError, ValueError, EOFError) as exc:
-        raise StrategyError(f"cannot read checkpoint {path}: {exc}") from None
+        with open(path, "rb") as file:
+            magic = file.read(4)
+    except OSError as exc:
+        raise StrategyError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
+    if magic != b"PK\x03\x04":  # every .npz is a zip archive
+        raise StrategyError(
+            f"cannot read checkpoint {path}: not a checkpoint (an .npz archive; this file "
+            f"starts with {magic!r}). Point --checkpoint at a file that fit() saved."
+        )
+    return _read(path, lambda: np.load(path, allow_pickle=False))
+
+
+def _read(path: str | os.PathLike[str], read: Callable[[], T]) -> T:
+    """`read()`, a damaged file's failure said in one line: which file, what broke, what to do."""
+    try:
+        return read()
+    except _DAMAGED as exc:
+        raise StrategyError(
+            f"cannot read checkpoint {path}: {exc}. The file is damaged or truncated (checkpoints "
+            "are written atomically, so it was changed after it was saved); resume from another "
+            "checkpoint or start over without --resume."
+        ) from None

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from flexflow import FFConfig
-from flexflow.checkpoint import checkpoint_optimizer, checkpoint_strategy, write_checkpoint
+from flexflow.checkpoint import (
+    checkpoint_optimizer,
+    checkpoint_strategy,
+    read_checkpoint,
+    write_checkpoint,
+)
 from flexflow.errors import StrategyError
 from flexflow.machine import parse_machine
 from flexflow.optimizers import SGDOptimizer
@@ -44,5 +51,56 @@ def test_a_checkpoints_strategy_that_does_not_fit_this_machine_says_how_to_go_on
 def test_an_unreadable_checkpoint_is_an_error(tmp_path):
     path = tmp_path / "c.npz"
     path.write_bytes(b"not a zip")
-    with pytest.raises(StrategyError, match="cannot read checkpoint"):
+    with pytest.raises(StrategyError, match="cannot read checkpoint .*not a checkpoint"):
         checkpoint_strategy(path, GRAPH, parse_machine("p100:1"))
+    with pytest.raises(StrategyError, match="not a checkpoint"):
+        read_checkpoint(path)
+
+
+def _saved(tmp_path) -> bytes:
+    machine = parse_machine("p100:1")
+    strategy = strategy_to_json(named_strategy("dp", GRAPH, machine), GRAPH, machine)
+    arrays = {"w": np.arange(4096, dtype=np.float32), "w@m": np.ones(4096, np.float32)}
+    write_checkpoint(tmp_path / "good.npz", arrays, 3, SGDOptimizer(0.1, 0.9), strategy)
+    return (tmp_path / "good.npz").read_bytes()
+
+
+def _reads_or_says_so(path) -> None:
+    """Every reader of a checkpoint either reads it or raises StrategyError naming it."""
+    for read in (
+        read_checkpoint,
+        checkpoint_optimizer,
+        lambda p: checkpoint_strategy(p, GRAPH, parse_machine("p100:1")),
+    ):
+        try:
+            read(path)
+        except StrategyError as exc:
+            assert f"cannot read checkpoint {path}" in str(exc)
+
+
+def test_a_truncated_or_corrupted_checkpoint_is_an_error_naming_it(tmp_path):
+    data = _saved(tmp_path)
+    path = tmp_path / "c.npz"
+    path.write_bytes(data[: len(data) // 2])  # a copy cut short
+    with pytest.raises(StrategyError, match="damaged or truncated"):
+        read_checkpoint(path)
+    flipped = bytearray(data)
+    flipped[len(data) // 3] ^= 0xFF  # inside the first array: its CRC no longer matches
+    path.write_bytes(bytes(flipped))
+    with pytest.raises(StrategyError, match="damaged or truncated"):
+        read_checkpoint(path)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(cut=st.floats(0, 1), at=st.floats(0, 1), bits=st.integers(1, 255))
+def test_any_damage_to_a_checkpoint_reads_or_is_a_clear_error(tmp_path, cut, at, bits):
+    data = _saved(tmp_path)
+    path = tmp_path / "c.npz"
+    path.write_bytes(data[: int(cut * len(data))])
+    _reads_or_says_so(path)
+    damaged = bytearray(data)
+    damaged[min(int(at * len(data)), len(data) - 1)] ^= bits
+    path.write_bytes(bytes(damaged))
+    _reads_or_says_so(path)
