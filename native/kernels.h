@@ -378,6 +378,14 @@ typedef struct {
  * backward and the loss are logged, as ff_step_log says */
 int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
                       const float *weights, float *grads, long iteration, ff_step_log *log);
+/* The forward pass outside training (an evaluation batch) and the loss's sums, as
+ * flexflow.fused_run's forward and loss compute them there: dropouts pass their input on, batch
+ * norms normalize with their running statistics (`running`, read only; `stats` their scratch),
+ * every other op as in training; weights: NULL, or the flat buffer w[i] are taken from. Writes
+ * the ops' outputs, the loss's gradient (dy[0] of the last op) and loss->sums; returns as
+ * ff_train_step_f32. */
+int ff_eval_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
+                     const float *weights);
 /* What stays the same between a step task's iterations (flexflow.runtime.native_step owns it):
  * the sgemm, the program's ops and buffers, the loss struct the call's values go into, the
  * log of its calls (NULL when not recording), and which op reads each model input (as its

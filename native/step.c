@@ -484,22 +484,41 @@ static double ff_log_part(ff_step_log *log, double begin, int what) {
   return end;
 }
 
-int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
-                      const float *weights, float *grads, long iteration, ff_step_log *log) {
-  if (count < 1 || ops[count - 1].kind != FF_STEP_SOFTMAX) return -2;
-  if (weights && grads)
-    for (long i = 0; i < count; ++i)
-      for (int j = 0; j < FF_STEP_WEIGHTS; ++j) {
-        ff_step_op *op = ops + i;
-        if (op->w_at[j] >= 0) op->w[j] = weights + op->w_at[j];
-        if (op->dw_at[j] >= 0) op->dw[j] = grads + op->dw_at[j];
-      }
-  double begin = log ? ff_now() : 0.0;
-  for (long i = 0; i < count; ++i) {
-    int status = ff_step_forward(gemm, ops + i, iteration);
-    if (status) return status;
-    if (log) begin = ff_log_part(log, begin, FF_LOG_OPS + 2 * (int)i);
+/* Point every op's weights (with `weights`) and weight gradients (with `grads`) at their
+ * offsets in the flat buffers. */
+static void ff_place_flat(ff_step_op *ops, long count, const float *weights, float *grads) {
+  for (long i = 0; i < count; ++i)
+    for (int j = 0; j < FF_STEP_WEIGHTS; ++j) {
+      ff_step_op *op = ops + i;
+      if (weights && op->w_at[j] >= 0) op->w[j] = weights + op->w_at[j];
+      if (grads && op->dw_at[j] >= 0) op->dw[j] = grads + op->dw_at[j];
+    }
+}
+
+/* An op's forward outside training: a dropout passes its input on, a batch norm normalizes
+ * with the sums a batch of its running mean and variance would have (flexflow.ops.batch_norm's
+ * statistics_from_running, then forward_tile_with_statistics); any other op as in training. */
+static int ff_eval_forward(ff_sgemm_fn gemm, const ff_step_op *op) {
+  const float *x = (const float *)op->x[0];
+  if (op->kind == FF_STEP_DROPOUT) {
+    memcpy(op->y[0], x, sizeof(float) * op->m);
+    return 0;
   }
+  if (op->kind != FF_STEP_BATCH_NORM) return ff_step_forward(gemm, op, 0);
+  const long c = op->n;
+  const double count = op->batch_count;
+  for (long ch = 0; ch < c; ++ch) {
+    const double mean = op->running[ch], var = op->running[c + ch];
+    op->stats[ch] = mean * count;
+    op->stats[c + ch] = (var + mean * mean) * count;
+  }
+  ff_bn_forward_f32(x, op->y[0], op->stats, op->w[0], op->w[1], op->m, c, op->k, count, op->eps,
+                    op->act == FF_ACT_RELU);
+  return 0;
+}
+
+/* The loss of the last op's output into loss->sums, its gradient into the op's dy[0]. */
+static int ff_step_loss_sums(const ff_step_op *ops, long count, const ff_step_loss *loss) {
   const ff_step_op *last = ops + count - 1;
   double value;
   long correct;
@@ -508,6 +527,32 @@ int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_st
   if (status) return status;
   loss->sums[0] = value;
   loss->sums[1] = (double)correct;
+  return 0;
+}
+
+int ff_eval_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
+                     const float *weights) {
+  if (count < 1 || ops[count - 1].kind != FF_STEP_SOFTMAX) return -2;
+  ff_place_flat(ops, count, weights, NULL);
+  for (long i = 0; i < count; ++i) {
+    int status = ff_eval_forward(gemm, ops + i);
+    if (status) return status;
+  }
+  return ff_step_loss_sums(ops, count, loss);
+}
+
+int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_step_loss *loss,
+                      const float *weights, float *grads, long iteration, ff_step_log *log) {
+  if (count < 1 || ops[count - 1].kind != FF_STEP_SOFTMAX) return -2;
+  if (weights && grads) ff_place_flat(ops, count, weights, grads);
+  double begin = log ? ff_now() : 0.0;
+  for (long i = 0; i < count; ++i) {
+    int status = ff_step_forward(gemm, ops + i, iteration);
+    if (status) return status;
+    if (log) begin = ff_log_part(log, begin, FF_LOG_OPS + 2 * (int)i);
+  }
+  int status = ff_step_loss_sums(ops, count, loss);
+  if (status) return status;
   if (log) begin = ff_log_part(log, begin, FF_LOG_OPS + 2 * (int)count);
   for (long i = count - 1; i >= 0; --i) {
     status = ff_step_backward(gemm, ops + i, iteration);

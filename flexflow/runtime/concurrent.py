@@ -31,6 +31,7 @@ from flexflow.errors import StrategyError
 from flexflow.fusion import SlotKind
 from flexflow.ops.base import Region, region_shape
 from flexflow.ops.native import EXCHANGE_TIMEOUT_S, exchange_failed
+from flexflow.runtime.native_step import evaluated_outputs
 from flexflow.runtime.tasks import Pass
 
 if TYPE_CHECKING:
@@ -187,8 +188,10 @@ def issue_with_loss(
         _forward_inputs(launch, point, info.forward, device)
         if target is not None:
             inputs.append((target[0], region[: target[1]]))
-        if not step:  # the activations and the loss gradient go to their stores
-            outputs += [executor.slot_argument(s, device) for s in info.forward.outputs]
+        if not step:  # the activations (`evaluated_outputs`) and the loss gradient go to
+            # their stores
+            written = evaluated_outputs(executor, group, info.index, loss_args[0], training)
+            outputs += [executor.slot_argument(s, device) for s in written]
             outputs.append((executor.grads[output], region))
         outputs.append((sums, ((point, point + 1), (0, 2))))
         if step:  # the running statistics, then this device's partial weight gradients

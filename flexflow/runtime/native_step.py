@@ -34,6 +34,7 @@ from flexflow.runtime.step_program import ADD, PART, Program, ProgramOp, program
 
 if TYPE_CHECKING:  # concurrent imports this module through flexflow.runtime.tasks
     from flexflow.runtime.concurrent import StatisticsExchange
+    from flexflow.runtime.executor import Executor
 
 SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
 """The loss a native step computes (a step under another loss runs op by op)."""
@@ -83,8 +84,9 @@ class NativeStep:
         """The arrays the structs point at."""
         self._held: list = []  # the cffi arrays of pointers the structs point at
         self._model_inputs = {slot.id for slot, _ in made.inputs}
-        values: dict[int, np.ndarray] = {}  # tensor id -> its value in this task
-        grads: dict[int, np.ndarray] = {}  # ... and its gradient (zeros where nothing reads it)
+        self._values: dict[int, np.ndarray] = {}  # tensor id -> its value in this task
+        self._grads: dict[int, np.ndarray] = {}  # ... its gradient (zeros where nothing reads it)
+        values, grads = self._values, self._grads
         for op in made.ops:
             for tid, _, slot in op.step.outputs:
                 values[tid] = self._array(region_shape(slot.region))
@@ -264,6 +266,47 @@ class NativeStep:
         labels = self._labels(target, sums, total, valid)
         self._call(gemm, labels, ffi.NULL, ffi.NULL, arrays, iteration)
 
+    def evaluate(
+        self,
+        gemm: int,
+        values: Mapping[Slot, np.ndarray],
+        target,
+        sums: np.ndarray,
+        total: int,
+        valid: int,
+        running: Sequence[np.ndarray] = (),
+        flat_weights: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The forward pass outside training and the loss, as one C call (native/step.c
+        `ff_eval_step_f32`: dropouts pass their input on, batch norms normalize with their
+        running statistics): `values` maps the task's forward input slots to arrays (the model
+        inputs' tiles and, unless `flat_weights` holds every weight, the weights); `running`:
+        per batch norm (`norms`) its (2, C) float64 running statistics, only read; (loss /
+        total, correct) go into `sums`. Returns the output tile's value and the loss's gradient
+        (buffers of this program, overwritten by its next call)."""
+        tiles = self._name_inputs([values[slot] for slot, _ in self.program.inputs])
+        arrays = list(tiles)  # alive until the call returns
+        for (position, _), now in zip(self.norms, running, strict=True):
+            arrays.append(_checked(now, dtype=np.float64))
+            self._ops[position].running = ffi.cast("double *", ffi.from_buffer(arrays[-1]))
+        weights = ffi.NULL
+        if flat_weights is not None:
+            arrays.append(_checked(flat_weights))
+            weights = ffi.from_buffer("float[]", arrays[-1])
+        else:
+            for i, op in enumerate(self.program.ops):
+                for j, slot in enumerate(op.step.weights):
+                    arrays.append(_checked(values[slot]))
+                    self._ops[i].w[j] = ffi.from_buffer("float[]", arrays[-1])
+        labels = self._labels(target, sums, total, valid)
+        status = lib.ff_eval_step_f32(
+            ffi.cast("ff_sgemm_fn", gemm), self._ops, len(self.program.ops), self._loss, weights
+        )
+        self._kept = None
+        self._check(status, arrays, labels)
+        output = self.task.output_slot.id
+        return self._values[output], self._grads[output]
+
     def run_flat(
         self,
         gemm: int,
@@ -337,6 +380,11 @@ class NativeStep:
             grads, iteration, self._plan.log,
         )  # fmt: skip
         self._kept = None
+        self._check(status, arrays, labels)
+
+    def _check(self, status: int, arrays: list, labels: np.ndarray) -> None:
+        """Raise the error a C step's nonzero `status` stands for, as the op-by-op step would
+        have raised it; `arrays`: the call's, the model inputs' tiles first."""
         if lib.FF_STEP_EXCHANGE + lib.FF_EXCHANGE_NO_MEMORY <= status <= lib.FF_STEP_EXCHANGE - 1:
             raise exchange_failed(status - lib.FF_STEP_EXCHANGE)
         if status == lib.FF_STEP_BAD_ID:  # the reference's error names the ids
@@ -347,6 +395,29 @@ class NativeStep:
         if status:  # a label out of range: the reference's error names them
             checked_labels(self.prediction_shape, labels.reshape(self.prediction_shape[:-1]))
             raise ShapeError(f"native step: the C step failed with status {status}")
+
+
+def evaluation_program(
+    executor: Executor, group: int, index: int, loss_id: int, training: bool
+) -> NativeStep | None:
+    """The C program task `index` of the last group `group` runs a forward pass and loss
+    outside training as (`NativeStep.evaluate`): its step's,
+    under sparse cross-entropy; None: it runs them op by op."""
+    if training or loss_id != SPARSE_CROSSENTROPY:
+        return None
+    return executor.native_steps.get((group, index))
+
+
+def evaluated_outputs(
+    executor: Executor, group: int, index: int, loss_id: int, training: bool
+) -> tuple:
+    """The forward outputs a forward+loss task of the last group writes to their stores: every
+    one, or, as one C call (`evaluation_program`), the model output's tile alone (nothing
+    reads the others outside training; each is a store argument less for Legate)."""
+    task = executor.fused_tasks[group][index]
+    if evaluation_program(executor, group, index, loss_id, training) is None:
+        return task.forward.outputs
+    return (task.output_slot,)
 
 
 def _checked(array: np.ndarray, written: bool = False, dtype=np.float32) -> np.ndarray:

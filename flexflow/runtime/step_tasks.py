@@ -22,7 +22,7 @@ from flexflow.runtime.loss import (
     loss_name,
     predictions_per_sample,
 )
-from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, NativeStep
+from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, NativeStep, evaluated_outputs
 from flexflow.runtime.native_tasks import StepScalars, address
 from flexflow.runtime.stores import slice_store
 from flexflow.runtime.tasks import Pass
@@ -118,8 +118,9 @@ def issue_loss(
                 )
                 info = executor.fused_tasks[fused][index]
                 executor.add_forward_inputs(task, info.forward, device)
-                if not step:  # a step keeps its activations in memory
-                    for slot in info.forward.outputs:
+                if not step:  # a step keeps its activations in memory, an evaluation in C all
+                    # but the output (`evaluated_outputs`)
+                    for slot in evaluated_outputs(executor, fused, index, loss_id, training):
                         task.add_output(executor.slot_store(slot, device))
             if not staged:
                 task.add_input(slice_store(target_store, region[:target_rank]))

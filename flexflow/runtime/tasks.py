@@ -25,7 +25,7 @@ from flexflow.fused_run import run_fused_task, summed_parts
 from flexflow.fusion import SlotKind
 from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import loss_tile
-from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, NativeStep
+from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, NativeStep, evaluation_program
 from flexflow.runtime.native_tasks import register_step_task, register_steps_task
 
 if TYPE_CHECKING:
@@ -295,6 +295,11 @@ def _run_fused(
     if native is not None and extra[2] == SPARSE_CROSSENTROPY:
         _run_native_step(executor, native, inputs, outputs, extra[2:6], keys, extra[1])
         return
+    if which == Pass.FUSED_FORWARD_LOSS:  # an evaluation batch may run as one C call
+        native = evaluation_program(executor, group, index, extra[2], bool(extra[0]))
+        if native is not None:
+            _run_native_eval(executor, native, inputs, outputs, extra[2:6], keys)
+            return
     if keys or flat is not None:
         inputs = _forward_inputs(executor, task.forward, inputs, keys, flat)
     if flat is not None and which == Pass.FUSED_STEP:  # the flat row of partial gradients,
@@ -368,6 +373,41 @@ def _run_native_step(
         op = task.group.ops[-1]
         executor.timeline_entries.append(
             (op, task.index, Pass.FUSED_STEP, begin, end, threading.get_native_id())
+        )
+
+
+def _run_native_eval(
+    executor: Executor, native: NativeStep, inputs, outputs, loss_args, keys
+) -> None:
+    """An evaluation batch's forward and loss as one C call (`NativeStep.evaluate`), from the
+    arguments of a forward+loss task (`flexflow.fused_run.run_fused_task`): the layout's inputs
+    (with flat parameters this device's flat weights first), the target unless staged; the
+    model output's tile (`flexflow.runtime.step_tasks.evaluated_outputs`: outside training
+    nothing reads the activations before it), the loss gradient, the loss row."""
+    task = native.task
+    _, total, valid, key = loss_args
+    begin = time.perf_counter()
+    flat = executor.params.flat
+    flat_weights = inputs[0].reshape(-1) if flat is not None else None
+    arrays = _forward_inputs(executor, task.forward, inputs, keys, flat)
+    n_in = len(task.forward.inputs)
+    values = dict(zip(task.forward.inputs, arrays[:n_in], strict=True))
+    if key >= 0:
+        target = executor.staged_tile(key, executor.regions(task.group.ops[-1])[task.index])
+    else:
+        target = arrays[n_in]
+    running = [values[slot].reshape(2, -1) for _, slot in native.norms]
+    output, grad, sums = outputs  # the output's tile alone (`evaluated_outputs`)
+    prediction, gradient = native.evaluate(
+        executor.sgemm, values, target, sums, total, valid, running, flat_weights
+    )
+    output[...] = prediction.reshape(output.shape)
+    grad[...] = gradient.reshape(grad.shape)
+    if executor.timeline_entries is not None:  # the whole pass as one entry of its last op
+        end = time.perf_counter()
+        op = task.group.ops[-1]
+        executor.timeline_entries.append(
+            (op, task.index, Pass.FUSED_FORWARD_LOSS, begin, end, threading.get_native_id())
         )
 
 

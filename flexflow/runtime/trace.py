@@ -27,6 +27,8 @@ def _task_name(graph: OperatorGraph, op: int, index: int, which: Pass) -> str:
         return f"feed {graph.tensors[op].name}[{index}]" if op >= 0 else "store fill"
     if which is Pass.FUSED_STEP:  # a step run as one C call (flexflow.runtime.native_step)
         return f"step up to {graph.ops[op].name}[{index}] (one C call)"
+    if which is Pass.FUSED_FORWARD_LOSS:  # an evaluation batch run so (NativeStep.evaluate)
+        return f"evaluation up to {graph.ops[op].name}[{index}] (one C call)"
     return f"{graph.ops[op].name}[{index}] {which.name.lower()}"
 
 

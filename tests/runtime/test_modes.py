@@ -44,3 +44,24 @@ def test_dropout_masks_per_iteration_and_passes_through_in_evaluation():
     dp = report["losses"]["dp"]
     for name, losses in report["losses"].items():
         assert losses == pytest.approx(dp, rel=1e-5), name  # same masks under any tiling
+
+
+@pytest.mark.legate
+def test_an_evaluation_as_one_c_call_gives_the_op_by_op_loss_and_correct_count():
+    """Data parallelism and one device evaluate in one C call per device; with the devices out
+    of order the ops run one by one: the same loss and correct count (of a whole batch and of
+    a padded one), the running statistics untouched, training going on as before."""
+    report = run_legate_script("evaluation_script.py")
+    want = report["alone"]
+    assert not want["one_c_call"]
+    for name in ("dp", "single", "alone"):
+        run = report[name]
+        assert run["one_c_call"] is (name != "alone"), name
+        assert run["running_kept"], name
+        assert run["losses"] == pytest.approx(want["losses"], rel=1e-5), name
+        assert run["after"] == pytest.approx(want["after"], rel=1e-5), name
+        for (loss, correct), (want_loss, want_correct) in zip(
+            run["eval"], want["eval"], strict=True
+        ):
+            assert loss == pytest.approx(want_loss, rel=1e-5), name
+            assert correct == want_correct, name

@@ -569,3 +569,84 @@ def _points_one(graph):
     (group,) = fuse(graph, strategy, regions, frozenset({0}))
     sole = sole_gradients(graph, strategy, regions, (group,))
     return [fused_task(graph, group, 0, [regions[op][0] for op in group.ops], sole)]
+
+
+def _evaluated_op_by_op(task, values, labels, total, valid):
+    """An evaluation batch's forward and loss as the CPU task body runs them without the C
+    program: (the output tile, the loss gradient, the loss row)."""
+
+    def loss_into(op, index, loss_args, prediction, stored, grad, row):
+        value, gradient, correct = loss_tile(loss_args[0], prediction, stored, total, valid)
+        row[...] = (value, correct)
+        grad[...] = gradient
+        return grad
+
+    outputs = {
+        slot: np.full(
+            tuple(b - a for a, b in slot.region),
+            np.nan,
+            np.float64 if slot.kind is SlotKind.RUNNING else np.float32,
+        )
+        for slot in task.forward.outputs
+    }
+    grad = np.full_like(outputs[task.output_slot], np.nan)
+    sums = np.zeros(2)
+    inputs = [values[s] for s in task.forward.inputs] + [labels]
+    run_fused_task(
+        task, _CpuTiles(), "forward+loss", (inputs, [*outputs.values(), grad, sums], []),
+        (0, 1, SPARSE_CROSSENTROPY, total, valid, -1), None,
+        (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda a: a, loss_into,
+    )  # fmt: skip
+    return outputs[task.output_slot], grad, sums
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["classifier", "cnn", "residual", "inception", "language_model", "translator", "transformer"],
+)
+@pytest.mark.parametrize("index, padding", [(0, 0), (1, 1)])
+def test_the_c_evaluation_computes_the_op_by_op_forward_and_loss(model, index, padding):
+    """Outside training (`NativeStep.evaluate`): dropouts pass their input on and batch norms
+    normalize with their running statistics, as the op-by-op forward does; the output, the
+    loss and the correct count are the op-by-op ones, and the call writes no running
+    statistics."""
+    graph = {
+        "classifier": lambda: _classifier((8, 3, 6)),
+        "cnn": lambda: _cnn(padded=True),  # dropouts
+        "residual": _residual,
+        "inception": _inception,
+        "language_model": lambda: _rnn("language_model"),
+        "translator": lambda: _rnn("translator"),
+        "transformer": lambda: _encoder("transformer"),  # dropouts, attention, layer norms
+    }[model]()
+    if model in ("residual", "inception"):  # batch norms exchanging statistics in training
+        from flexflow.runtime.concurrent import StatisticsExchange
+
+        task = _points(graph, "p100:1")[index]
+        step = native_step(task, None, StatisticsExchange(4))
+    else:
+        task = _task(graph, "p100:1", index)  # 2 of the 8 samples
+        step = native_step(task)
+    assert step is not None, why_not(task)
+    rng = np.random.default_rng(index)
+    tokens = not graph.input_tensors[0].spec.dtype.is_float
+    values, _ = (_rnn_arrays if tokens else _arrays)(task, rng)
+    for _, slot in step.norms:  # running (mean, variance): a variance above 0
+        values[slot] = np.abs(values[slot]).astype(np.float64)
+    if model in ("residual", "inception"):
+        assert step.norms
+    prediction_shape = tuple(b - a for a, b in task.output_slot.region)
+    labels = rng.integers(0, CLASSES, prediction_shape[:-1])
+    per_sample = int(np.prod(prediction_shape[1:-1], dtype=int))
+    total, valid = 8 * per_sample, 2 - padding
+    running = [values[slot].reshape(2, -1) for _, slot in step.norms]
+    before = [r.copy() for r in running]
+    sums = np.zeros(2)
+    got, grad = step.evaluate(blas.sgemm_address(), values, labels, sums, total, valid, running)
+    want, want_grad, want_sums = _evaluated_op_by_op(task, values, labels, total, valid)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-6)
+    assert sums[0] == pytest.approx(want_sums[0], rel=1e-6)
+    assert sums[1] == want_sums[1]
+    for now, then in zip(running, before, strict=True):
+        np.testing.assert_array_equal(now, then)
