@@ -67,6 +67,8 @@ def _run(
     if which in FUSED_PASSES:
         _run_fused(gpu, context, executor, which, op, index, extra)
         return
+    if which == Pass.FLAT_UPDATE:  # flat copies of the weights live on CPUs only
+        raise AssertionError("a flat update task on a GPU (flexflow.fusion.updates_in_step)")
     if which == Pass.FEED:  # one shard of a model input, copied in on the device that reads it
         if extra:  # the batch staged in this process: host to device
             shard = executor.staged_tile(extra[0], executor.input_shard(op, index))

@@ -50,6 +50,9 @@ class Pass(enum.IntEnum):
     """The last group's forward, then the loss on its output tile (the LOSS pass's scalars)."""
     FUSED_STEP = 11
     """FUSED_FORWARD_LOSS, then the group's backward in the same task (training)."""
+    FLAT_UPDATE = 12
+    """The pending update alone, on one device's copy of the flat buffers (the first part of
+    a step that applies it; `Executor._apply_pending`)."""
 
 
 FUSED_PASSES = {
@@ -147,7 +150,8 @@ def _op_tile(context) -> None:
     _run_tile(context, executor, which, op, index, extra)
     if executor.timeline_entries is not None:  # measured here, inside the running task
         end = time.perf_counter()
-        executor.timeline_entries.append((op, index, which, begin, end, threading.get_native_id()))
+        timed = Pass.UPDATE if which == Pass.FLAT_UPDATE else which  # an update like any other
+        executor.timeline_entries.append((op, index, timed, begin, end, threading.get_native_id()))
 
 
 def _op_tile_gpu(context) -> None:
@@ -496,6 +500,10 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
         else:
             shard = _array(context.inputs[0])
         _array(context.outputs[0])[...] = shard
+        return
+    if which == Pass.FLAT_UPDATE:  # every argument one flat row (Executor._apply_pending)
+        inputs, outputs = list(map(_array, context.inputs)), list(map(_array, context.outputs))
+        _apply_pending_update(executor, inputs, outputs, extra[0])
         return
     if which == Pass.UPDATE:  # the weight tiles of one device, and their optimizer states
         # each piece's weight and states are inputs and outputs (read-write): updated in place
