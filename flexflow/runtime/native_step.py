@@ -400,9 +400,9 @@ class NativeStep:
 def evaluation_program(
     executor: Executor, group: int, index: int, loss_id: int, training: bool
 ) -> NativeStep | None:
-    """The C program task `index` of the last group `group` runs a forward pass and loss
-    outside training as (`NativeStep.evaluate`): its step's,
-    under sparse cross-entropy; None: it runs them op by op."""
+    """The C program that task `index` of the last group `group` runs an evaluation batch's
+    forward pass and loss as (`NativeStep.evaluate`): its training step's, outside training
+    under sparse cross-entropy; None: they run op by op."""
     if training or loss_id != SPARSE_CROSSENTROPY:
         return None
     return executor.native_steps.get((group, index))
