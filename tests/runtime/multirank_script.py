@@ -1,5 +1,6 @@
 """Run by test_multirank.py on every Legate rank: a few training steps of LeNet, an MLP and a
-small NMT (whose steps run as one C call each, flexflow.runtime.native_step), data parallel
+small NMT (whose steps run as one C call each, flexflow.runtime.native_step; LeNet and NMT
+then evaluate a batch, also as one C call per device), data parallel
 over the `local` machine's devices, and of a small CNN split by channel and by sample, printing
 one JSON line per rank."""
 
@@ -34,6 +35,10 @@ with Executor(graph, strategy, seed=0, learning_rate=0.05) as executor:
         executor.step({"image": images}, labels, loss="sparse_categorical_crossentropy")
         for _ in range(STEPS)
     ]
+    # an evaluation batch, padded, as one C call per device (NativeStep.evaluate)
+    evaluated = executor.eval_batch(
+        {"image": images}, labels, "sparse_categorical_crossentropy", BATCH - 3
+    ).read()
 
 mlp = FFModel(FFConfig(batch_size=BATCH))
 features = mlp.create_tensor((BATCH, 12), name="features")
@@ -65,6 +70,9 @@ with Executor(nmt, named_strategy("dp", nmt, machine), seed=0) as executor:
         for _ in range(STEPS)
     ]
     nmt_native_steps = len(executor.native_steps)
+    nmt_evaluated = executor.eval_batch(
+        {"source": source, "target": target}, words, "sparse_categorical_crossentropy"
+    ).read()
 
 # a strategy other than data parallelism: a convolution split by output channel over both
 # devices adds its input's gradient into two parts (flexflow.runtime.gradients), and a batch
@@ -114,6 +122,8 @@ report = {
     "nodes": machine.num_nodes,
     "devices": machine.num_devices,
     "losses": losses,
+    "evaluated": evaluated,
+    "nmt_evaluated": nmt_evaluated,
     "mlp_losses": mlp_losses,
     "native_steps": native_steps,
     "cpp_steps": cpp_steps,

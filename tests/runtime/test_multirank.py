@@ -84,6 +84,11 @@ def test_two_ranks_train_lenet_like_one():
         for got, want in zip(report["nmt_losses"], reference["nmt_losses"], strict=True):
             assert math.isclose(got, want, rel_tol=1e-5), (report, reference["nmt_losses"])
         assert report["nmt_native_steps"] == reference["nmt_native_steps"]
+        # evaluation batches as one C call per device, their inputs as stores across ranks
+        for name in ("evaluated", "nmt_evaluated"):
+            (loss, correct), (want_loss, want_correct) = report[name], reference[name]
+            assert math.isclose(loss, want_loss, rel_tol=1e-5), (name, report[name])
+            assert correct == want_correct, (name, report[name], reference[name])
         # a channel split's gradient in parts, a batch norm's statistics in rows, across ranks
         for got, want in zip(report["split_losses"], reference["split_losses"], strict=True):
             assert math.isclose(got, want, rel_tol=1e-5), (report, reference["split_losses"])
