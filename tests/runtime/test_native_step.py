@@ -604,7 +604,7 @@ def _evaluated_op_by_op(task, values, labels, total, valid):
     "model",
     ["classifier", "cnn", "residual", "inception", "language_model", "translator", "transformer"],
 )
-@pytest.mark.parametrize("index, padding", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("index, padding", [(0, 0), (1, 1), (1, 2)])  # 2: all padding
 def test_the_c_evaluation_computes_the_op_by_op_forward_and_loss(model, index, padding):
     """Outside training (`NativeStep.evaluate`): dropouts pass their input on and batch norms
     normalize with their running statistics, as the op-by-op forward does; the output, the
