@@ -20,7 +20,8 @@ Where our time goes, from the task bodies' own timers (`Executor(record_timeline
 each op's tile inside a task, fused or not); "overhead" is the rest of the iteration's wall time, i.e.
 Legate's dependence analysis, mapping, copies and the tasks waiting on each other or on the GIL.
 And from /proc, the CPU each kind of thread used per iteration: the processors' (our tasks,
-from their start to their end), Legate's runtime threads' and the Python thread's.
+from their start to their end), Legate's runtime threads' and the Python thread's. Also timed:
+an evaluation batch on each side (the forward pass and the loss; ours as `eval` runs it).
 
     .venv/bin/pip install torch==2.13.0     # not a dependency of flexflow
     .venv/bin/python benchmarks/runtime.py [--iterations 20] [--rounds 3]
@@ -342,6 +343,7 @@ def measure_ours(name: str, iterations: int, per_launch: int) -> dict:
             blocks.append((end - begin, max(busy.values())))
         cpu = _cpu_by_role(cpu_before, thread_cpu_s(), {e[5] for e in executor.timeline})
         wall, kernel = sorted(blocks)[BLOCKS // 2]  # the median block: this host is noisy
+        evaluation = _evaluation_s(executor, inputs, y, iterations)
         tasks = (executor.tasks_issued - tasks_before) / (BLOCKS * iterations)
         native = len(executor.native_steps)
         cpp = executor.cpp_steps_issued / executor.iteration  # C++ task bodies per iteration
@@ -349,6 +351,7 @@ def measure_ours(name: str, iterations: int, per_launch: int) -> dict:
     wall, kernel = wall / iterations, kernel / iterations
     return {
         "iteration_s": wall,
+        "evaluation_s": evaluation,
         "kernel_s": kernel,
         "overhead_s": wall - kernel,
         "tasks_per_iteration": tasks,
@@ -357,6 +360,22 @@ def measure_ours(name: str, iterations: int, per_launch: int) -> dict:
         "steps_per_launch": launched,
         **{f"cpu_{role}_s": seconds / (BLOCKS * iterations) for role, seconds in cpu.items()},
     }
+
+
+def _evaluation_s(executor, inputs: dict, y, iterations: int) -> float:
+    """Seconds per evaluation batch (`eval_batch`: the forward pass and the loss, as `eval`
+    runs them): BLOCKS blocks of `iterations` batches issued back to back, fenced on both
+    sides, after one that applies the last training step's pending update; the median."""
+    executor.eval_batch(inputs, y, LOSS).read()
+    blocks = []
+    for _ in range(BLOCKS):
+        executor.runtime.issue_execution_fence(block=True)
+        begin = time.perf_counter()
+        for stats in [executor.eval_batch(inputs, y, LOSS) for _ in range(iterations)]:
+            stats.read()
+        executor.runtime.issue_execution_fence(block=True)
+        blocks.append((time.perf_counter() - begin) / iterations)
+    return sorted(blocks)[BLOCKS // 2]
 
 
 def _cpu_by_role(before: dict, after: dict, task_threads: set[int]) -> dict[str, float]:
@@ -371,7 +390,9 @@ def _cpu_by_role(before: dict, after: dict, task_threads: set[int]) -> dict[str,
     return used
 
 
-def measure_torch(name: str, iterations: int) -> float:
+def measure_torch(name: str, iterations: int) -> tuple[float, float]:
+    """Seconds per training iteration and per evaluation batch (`net.eval()`, no gradients:
+    the forward pass and the loss), each the median of BLOCKS blocks."""
     import torch
     from torch import nn
 
@@ -422,15 +443,24 @@ def measure_torch(name: str, iterations: int) -> float:
         optimizer.step()
         return loss.item()
 
-    for _ in range(WARMUP):
-        step()
-    blocks = []
-    for _ in range(BLOCKS):
-        begin = time.perf_counter()
-        for _ in range(iterations):
-            step()
-        blocks.append((time.perf_counter() - begin) / iterations)
-    return sorted(blocks)[BLOCKS // 2]
+    def evaluate() -> float:
+        with torch.no_grad():
+            return loss_fn(net(x), y).item()
+
+    def timed(work) -> float:
+        for _ in range(WARMUP):
+            work()
+        blocks = []
+        for _ in range(BLOCKS):
+            begin = time.perf_counter()
+            for _ in range(iterations):
+                work()
+            blocks.append((time.perf_counter() - begin) / iterations)
+        return sorted(blocks)[BLOCKS // 2]
+
+    training = timed(step)
+    net.eval()  # batch norms on their running statistics, dropouts off
+    return training, timed(evaluate)
 
 
 def run_ours(name: str, iterations: int, per_launch: int, env: dict) -> dict:
@@ -519,12 +549,14 @@ def main() -> None:
             turns.append((ours, theirs, single, one_step))
         middle = args.rounds // 2
         ours = sorted((t[0] for t in turns), key=lambda o: o["iteration_s"])[middle]
-        theirs = sorted(t[1] for t in turns)[middle]
+        theirs = sorted(t[1][0] for t in turns)[middle]
+        ours_eval = sorted(t[0]["evaluation_s"] for t in turns)[middle]
+        theirs_eval = sorted(t[1][1] for t in turns)[middle]
         single = sorted(t[2] for t in turns)[middle]
         one_step = (
             ours["iteration_s"] if turns[0][3] is None else sorted(t[3] for t in turns)[middle]
         )
-        ratios = [o["iteration_s"] / t for o, t, *_ in turns]
+        ratios = [o["iteration_s"] / t[0] for o, t, *_ in turns]
         row = {
             "model": name,
             "batch": BATCHES[name],
@@ -534,6 +566,9 @@ def main() -> None:
             "ratio": ours["iteration_s"] / theirs,
             "round_ratio_min": min(ratios),
             "round_ratio_max": max(ratios),
+            "ours_eval_ms": ours_eval * 1e3,
+            "torch_eval_ms": theirs_eval * 1e3,
+            "eval_ratio": ours_eval / theirs_eval,
             "kernel_ms": ours["kernel_s"] * 1e3,
             "overhead_ms": ours["overhead_s"] * 1e3,
             "overhead_over_kernel": ours["overhead_s"] / ours["kernel_s"],
@@ -550,7 +585,9 @@ def main() -> None:
         print(
             f"{name:<6} ours {row['ours_ms']:8.2f} ms  torch {row['torch_ms']:7.2f} ms  "
             f"ratio {row['ratio']:5.2f}x (rounds {row['round_ratio_min']:.2f}-"
-            f"{row['round_ratio_max']:.2f}x)  (kernel {row['kernel_ms']:.2f} ms, overhead "
+            f"{row['round_ratio_max']:.2f}x)  evaluation {row['ours_eval_ms']:.2f} ms, torch "
+            f"{row['torch_eval_ms']:.2f} ms ({row['eval_ratio']:.2f}x)  (kernel "
+            f"{row['kernel_ms']:.2f} ms, overhead "
             f"{row['overhead_ms']:.2f} ms = {row['overhead_over_kernel']:.0%} of kernel, "
             f"{row['tasks_per_iteration']:.2f} tasks, {row['steps_per_launch']} steps per "
             f"launch, one per launch {row['one_step_per_launch_ms']:.2f} ms; on one CPU "
@@ -573,19 +610,23 @@ def main() -> None:
         "overhead <= 20% of kernel time. CPU per iteration (from /proc, the median round's, "
         "all blocks): the threads that ran our tasks (both processors together), Legate's "
         "other threads (its utility processor: dependence analysis, mapping) and the Python "
-        "thread issuing the tasks.",
+        "thread issuing the tasks. Evaluation: ms per batch of the forward pass and the loss "
+        "(ours `eval_batch`, after training, batches issued back to back; PyTorch `net.eval()` "
+        "under `torch.no_grad()`), each side's median round.",
         "",
         "| model | batch | iterations per block | ours ms | PyTorch ms | ratio | rounds "
+        "| evaluation: ours / PyTorch ms | evaluation ratio "
         "| kernel ms | overhead ms | overhead/kernel | tasks | steps per launch "
         "| ours, 1 step per launch ms | ours on 1 CPU ms "
         "| CPU ms: task threads / Legate runtime / Python |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['batch']} | {r['iterations_per_block']} "
             f"| {r['ours_ms']:.2f} | {r['torch_ms']:.2f} | "
             f"{r['ratio']:.2f}x | {r['round_ratio_min']:.2f}-{r['round_ratio_max']:.2f}x "
+            f"| {r['ours_eval_ms']:.2f} / {r['torch_eval_ms']:.2f} | {r['eval_ratio']:.2f}x "
             f"| {r['kernel_ms']:.2f} | {r['overhead_ms']:.2f} | "
             f"{r['overhead_over_kernel']:.0%} | {r['tasks_per_iteration']:.2f} "
             f"| {r['steps_per_launch']} | {r['one_step_per_launch_ms']:.2f} "

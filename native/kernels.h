@@ -418,6 +418,9 @@ typedef struct {
 } ff_step_call;
 void ff_apply_update_f32(const ff_update *update);
 int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call);
+/* An evaluation batch as ff_eval_step_f32 (no update, no gradients: the call's grads,
+ * update and iteration are not read), the model inputs and loss values as for a step. */
+int ff_native_eval_f32(const ff_step_plan *plan, const ff_step_call *call);
 /* The update alone (logged as FF_LOG_UPDATE); 0, or -3 for an update of an unknown kind. */
 int ff_native_update_f32(const ff_step_plan *plan, const ff_update *update);
 /* Entries the log holds that the reader has not taken, copied into out (room for `capacity`

@@ -252,6 +252,63 @@ class NativeStepsTask : public legate::LegateTask<NativeStepsTask> {
   }
 };
 
+/* Set once per process by flexflow_register_native_evals. */
+StepFunction eval_function = nullptr;
+
+/* Several evaluation batches of a data-parallel model in one launch, one point per device
+ * (flexflow.runtime.step_launches.issue_evaluations): each batch's forward pass and loss as
+ * ff_native_eval_f32 (native/step.c), nothing exchanged between the points.
+ *
+ * Why: as for NativeStepsTask, every launch costs Legate and Legion work; an evaluation batch
+ * is a third of a step's kernels, so one launch per batch cost the runtime benchmark's MLP
+ * more than the batch itself.
+ *
+ * Scalars: the devices' ff_step_plan addresses (int64[D]); per batch and device (k * D + d)
+ * the model inputs' tiles' addresses (int64[K * D * inputs]), the labels' addresses and the
+ * valid predictions (int64[K * D] each); per batch the loss's total (float64[K]).
+ * Stores of point d: input its weights row; output its (1, K, 2) loss rows, one per batch. A
+ * batch that fails writes NaN and its code into its loss row (as NativeStepTask's). */
+class NativeEvalsTask : public legate::LegateTask<NativeEvalsTask> {
+ public:
+  static void cpu_variant(legate::TaskContext context) {
+    bool ok = true;
+    const auto point = static_cast<std::size_t>(context.get_task_index()[0]);
+    const auto plans = context.scalar(0).values<std::int64_t>();
+    const auto xs = context.scalar(1).values<std::int64_t>();
+    const auto labels = context.scalar(2).values<std::int64_t>();
+    const auto valid = context.scalar(3).values<std::int64_t>();
+    const auto totals = context.scalar(4).values<double>();
+    const std::size_t devices = plans.size(), batches = totals.size();
+    const auto* plan = reinterpret_cast<const ff_step_plan*>(plans[point]);
+    const auto inputs = static_cast<std::size_t>(plan->num_inputs);
+    if (inputs > FF_STEP_MAX_INPUTS || xs.size() != batches * devices * inputs) ok = false;
+    float* weights = contiguous<float>(context.input(0).data(), ok);
+    auto rows = context.output(0).data();
+    double* sums = contiguous<double>(rows, ok);
+    if (static_cast<std::size_t>(rows.domain().get_volume()) != 2 * batches) return;
+    for (std::size_t k = 0; k < batches; ++k) {
+      int status = 0;
+      if (ok) {
+        ff_step_call call{};
+        const std::size_t at = k * devices + point;
+        for (std::size_t i = 0; i < inputs; ++i)
+          call.xs[i] =
+              reinterpret_cast<const void*>(static_cast<std::uintptr_t>(xs[at * inputs + i]));
+        call.labels = reinterpret_cast<const long long*>(labels[at]);
+        call.valid = static_cast<long>(valid[at]);
+        call.total = totals[k];
+        call.sums = sums + 2 * k;
+        call.weights = weights;
+        status = eval_function(plan, &call);
+      }
+      if (!ok || status != 0) {
+        sums[2 * k] = std::numeric_limits<double>::quiet_NaN();
+        sums[2 * k + 1] = ok ? failure_code(status) : NOT_CONTIGUOUS;
+      }
+    }
+  }
+};
+
 }  // namespace
 
 /* Registers the step task under `task_id` of the Legate library named `library` (which the
@@ -276,5 +333,18 @@ extern "C" int flexflow_register_native_steps(const char* library, std::int64_t 
   update_function = reinterpret_cast<UpdateFunction>(update);
   auto found = legate::Runtime::get_runtime()->find_library(library);
   NativeStepsTask::register_variants(found, legate::LocalTaskID{task_id});
+  return 0;
+}
+
+
+/* Registers the task of several evaluation batches per launch (NativeEvalsTask) under
+ * `task_id` of the library named `library`, its body calling `run` (ff_native_eval_f32's
+ * address) for each batch. 0 on success. */
+extern "C" int flexflow_register_native_evals(const char* library, std::int64_t task_id,
+                                              void* run) {
+  if (run == nullptr) return 1;
+  eval_function = reinterpret_cast<StepFunction>(run);
+  auto found = legate::Runtime::get_runtime()->find_library(library);
+  NativeEvalsTask::register_variants(found, legate::LocalTaskID{task_id});
   return 0;
 }

@@ -592,19 +592,29 @@ int ff_native_update_f32(const ff_step_plan *plan, const ff_update *update) {
   return 0;
 }
 
-int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call) {
-  int status = ff_native_update_f32(plan, &call->update);
-  if (status != 0) return status;
-  ff_step_log *log = plan->log;
-  double updated = log ? ff_now() : 0.0;
+/* The model inputs' tiles and the loss's values of one call into the plan's structs. */
+static void ff_plan_call(const ff_step_plan *plan, const ff_step_call *call) {
   for (long i = 0; i < plan->num_inputs; ++i) plan->ops[plan->inputs[i]].x[0] = call->xs[i];
   ff_step_loss *loss = plan->loss;
   loss->labels = call->labels;
   loss->valid = call->valid;
   loss->total = call->total;
   loss->sums = call->sums;
-  status = ff_train_step_f32(plan->gemm, plan->ops, plan->count, loss, call->weights, call->grads,
-                             call->iteration, log);
+}
+
+int ff_native_eval_f32(const ff_step_plan *plan, const ff_step_call *call) {
+  ff_plan_call(plan, call);
+  return ff_eval_step_f32(plan->gemm, plan->ops, plan->count, plan->loss, call->weights);
+}
+
+int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call) {
+  int status = ff_native_update_f32(plan, &call->update);
+  if (status != 0) return status;
+  ff_step_log *log = plan->log;
+  double updated = log ? ff_now() : 0.0;
+  ff_plan_call(plan, call);
+  status = ff_train_step_f32(plan->gemm, plan->ops, plan->count, plan->loss, call->weights,
+                             call->grads, call->iteration, log);
   if (log) ff_log_entry(log, updated, ff_now(), FF_LOG_STEP);
   return status;
 }

@@ -74,7 +74,12 @@ from flexflow.runtime.native_step import (
     NativeStep,
     native_step,
 )
-from flexflow.runtime.step_launches import StepLaunch, issue_steps, plan_step_launch
+from flexflow.runtime.step_launches import (
+    StepLaunch,
+    issue_evaluations,
+    issue_steps,
+    plan_step_launch,
+)
 from flexflow.runtime.step_program import why_not
 from flexflow.runtime.step_tasks import checked_target, issue_loss
 from flexflow.runtime.stores import (
@@ -148,7 +153,9 @@ class Executor:
         """The `local` machine the strategy's devices are numbered on."""
         self.processors = self._processors(local, strategy)
         """Per device id of the `local` machine, the one Legate processor its tasks run on."""
-        self.library, self.task_id, self.native_task_id, self.steps_task_id = library_and_tasks()
+        tasks = library_and_tasks()
+        self.library, self.task_id, self.native_task_id, self.steps_task_id = tasks[:4]
+        self.evals_task_id = tasks[4]
         self.id = next(EXECUTOR_IDS)
         EXECUTORS[self.id] = self
         self.store_of = functools.partial(
@@ -730,6 +737,30 @@ class Executor:
         for start in range(0, len(batches), self.steps_per_launch):
             chunk = batches[start : start + self.steps_per_launch]
             results.extend(issue_steps(self, launch, chunk, loss))
+        return results
+
+    def eval_batches(
+        self,
+        batches: Sequence[tuple[Mapping[str, np.ndarray], Any, int | None]],
+        loss: str = "mean_squared_error",
+    ) -> list[BatchStats]:
+        """Issue the forward pass and the loss of each (inputs, target, valid) without waiting,
+        `steps_per_launch` batches in each Legate launch where training steps launch so
+        (`flexflow.runtime.step_launches.issue_evaluations`: sparse categorical cross-entropy
+        on numpy labels), else one each as `eval_batch`; their results, in order."""
+        if (
+            self.steps_per_launch == 1
+            or loss_name(loss) != "sparse_categorical_crossentropy"
+            or any(hasattr(target, "__legate_data_interface__") for _, target, _ in batches)
+        ):
+            return [
+                self.eval_batch(inputs, target, loss, valid) for inputs, target, valid in batches
+            ]
+        self._apply_pending()
+        results: list[BatchStats] = []
+        for start in range(0, len(batches), self.steps_per_launch):
+            chunk = batches[start : start + self.steps_per_launch]
+            results.extend(issue_evaluations(self, self.step_launch, chunk, loss))
         return results
 
     def feed_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:

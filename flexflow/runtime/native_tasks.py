@@ -85,6 +85,19 @@ def register_steps_task(library, library_name: str) -> int:
     return int(task_id)
 
 
+def register_evals_task(library, library_name: str) -> int:
+    """Register the C++ task of several evaluation batches per launch (flexflow.runtime.
+    step_launches.issue_evaluations) in the Legate `library`; its task id."""
+    task_id = library.get_new_task_id()
+    register = _shared_library().flexflow_register_native_evals
+    register.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_void_p]
+    register.restype = ctypes.c_int
+    run = int(ffi.cast("uintptr_t", ffi.addressof(lib, "ff_native_eval_f32")))
+    if register(library_name.encode(), int(task_id), run) != 0:
+        raise RuntimeSetupError("flexflow: registering the C++ task of evaluations failed.")
+    return int(task_id)
+
+
 @dataclass(frozen=True, slots=True)
 class StepScalars:
     """One launch's scalars, in native/legate_tasks.cc's order. The caller keeps the arrays

@@ -117,33 +117,89 @@ def _add_array(task, values: Sequence, element: str) -> None:
     task.add_scalar_arg(tuple(values), _array_type(element, len(values)))
 
 
+def _staged_batch(
+    executor: Executor, launch: StepLaunch, batch: Batch, loss: str, held: list[np.ndarray]
+) -> tuple[list[int], list[int], list[int], int]:
+    """Stage one batch's model inputs and labels in this process for a launch: per device, the
+    addresses of its input tiles (in the programs' order) and of its labels, and its valid
+    predictions; and the batch's valid samples. The arrays addressed go into `held`."""
+    graph, feeds = executor.graph, executor.feeds
+    inputs, target, valid = batch
+    _, valid, _ = checked_target(graph, loss, target, valid)
+    executor.feed_inputs(inputs)
+    x_keys = [feeds.key(tensor) for tensor in launch.input_ids]
+    labels_key = feeds.stage(np.ascontiguousarray(np.asarray(target)), launch.devices)
+    xs, labels, valid_rows = [], [], []
+    for program, tile, input_tiles in zip(
+        launch.programs, launch.tiles, launch.input_tiles, strict=True
+    ):
+        for which, (x_key, input_tile) in enumerate(zip(x_keys, input_tiles, strict=True)):
+            held.append(program.input_array(feeds.staged_tile(x_key, input_tile), which))
+            xs.append(address(held[-1]))
+        held.append(program.flat_labels(feeds.staged_tile(labels_key, tile)))
+        labels.append(address(held[-1]))
+        valid_rows.append(program.valid_predictions(max(0, valid - tile[0][0])))
+    return xs, labels, valid_rows, valid
+
+
+def issue_evaluations(
+    executor: Executor, launch: StepLaunch, batches: Sequence[Batch], loss: str
+) -> list[BatchStats]:
+    """Issue `batches` as one launch of len(batches) evaluation batches (sparse categorical
+    cross-entropy; no update may be pending): on each device its programs' forward pass and
+    loss (`NativeStep.evaluate`'s C call) per batch, in a C++ body (native/legate_tasks.cc,
+    NativeEvalsTask). Their results, each holding the arrays its batch's tasks read."""
+    shape = executor.graph.ops[-1].sig.outputs[0].shape
+    predictions = predictions_per_sample(shape)
+    xs, labels, valid_rows, totals, results = [], [], [], [], []
+    sums = LaunchRows(executor.runtime.create_store(ty.float64, (launch.devices, len(batches), 2)))
+    began = executor.tasks_issued
+    for k, batch in enumerate(batches):
+        held: list[np.ndarray] = []
+        batch_xs, batch_labels, batch_rows, valid = _staged_batch(
+            executor, launch, batch, loss, held
+        )
+        xs += batch_xs
+        labels += batch_labels
+        valid_rows += batch_rows
+        totals.append(float(valid * predictions))
+        results.append(BatchStats(sums, valid, valid * predictions, step=k, held=held))
+    weights = executor.params.device_rows(executor.params.flat_weights)
+    with Scope(machine=launch.machine):
+        task = executor.runtime.create_manual_task(
+            executor.library, executor.evals_task_id, (launch.devices,)
+        )
+        _add_array(task, [p.plan_address for p in launch.programs], "int64")
+        for values in (xs, labels, valid_rows):
+            _add_array(task, values, "int64")
+        _add_array(task, totals, "float64")
+        task.add_input(weights)
+        task.add_output(sums.store.partition_by_tiling((1, len(batches), 2)))
+        task.execute()
+    executor.tasks_issued += 1
+    executor.unread.add(results[-1], began, executor.tasks_issued)
+    return results
+
+
 def issue_steps(
     executor: Executor, launch: StepLaunch, batches: Sequence[Batch], loss: str
 ) -> list[BatchStats]:
     """Issue `batches` as one launch of len(batches) steps (no update may be pending); their
     results, each holding the arrays its steps read from this process."""
-    graph, feeds = executor.graph, executor.feeds
-    shape = graph.ops[-1].sig.outputs[0].shape
+    shape = executor.graph.ops[-1].sig.outputs[0].shape
     predictions = predictions_per_sample(shape)
     xs, labels, valid_rows, totals, results, hyper = [], [], [], [], [], []
     sums = LaunchRows(executor.runtime.create_store(ty.float64, (launch.devices, len(batches), 2)))
     kind = 0
     began = executor.tasks_issued
-    for k, (inputs, target, valid) in enumerate(batches):
-        _, valid, _ = checked_target(graph, loss, target, valid)
-        executor.feed_inputs(inputs)
-        x_keys = [feeds.key(tensor) for tensor in launch.input_ids]
-        labels_key = feeds.stage(np.ascontiguousarray(np.asarray(target)), launch.devices)
+    for k, batch in enumerate(batches):
         held: list[np.ndarray] = []
-        for program, tile, input_tiles in zip(
-            launch.programs, launch.tiles, launch.input_tiles, strict=True
-        ):
-            for which, (x_key, input_tile) in enumerate(zip(x_keys, input_tiles, strict=True)):
-                held.append(program.input_array(feeds.staged_tile(x_key, input_tile), which))
-                xs.append(address(held[-1]))
-            held.append(program.flat_labels(feeds.staged_tile(labels_key, tile)))
-            labels.append(address(held[-1]))
-            valid_rows.append(program.valid_predictions(max(0, valid - tile[0][0])))
+        batch_xs, batch_labels, batch_rows, valid = _staged_batch(
+            executor, launch, batch, loss, held
+        )
+        xs += batch_xs
+        labels += batch_labels
+        valid_rows += batch_rows
         totals.append(float(valid * predictions))
         results.append(BatchStats(sums, valid, valid * predictions, step=k, held=held))
         kind, values = executor.optimizer.native_update(executor.iteration + k + 1)

@@ -26,7 +26,11 @@ from flexflow.fusion import SlotKind
 from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import loss_tile
 from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, NativeStep, evaluation_program
-from flexflow.runtime.native_tasks import register_step_task, register_steps_task
+from flexflow.runtime.native_tasks import (
+    register_evals_task,
+    register_step_task,
+    register_steps_task,
+)
 
 if TYPE_CHECKING:
     from flexflow.runtime.executor import Executor
@@ -81,13 +85,13 @@ _REGISTERED: dict[str, tuple] = {}
 
 
 def library_and_tasks():
-    """The flexflow Legate library, the id of the op-tile task and the ids of the C++ step task
-    and of the C++ task of several steps (flexflow.runtime.native_tasks), registered once per
-    process."""
+    """The flexflow Legate library, the id of the op-tile task and the ids of the C++ step task,
+    of the C++ task of several steps and of the C++ task of several evaluation batches
+    (flexflow.runtime.native_tasks), registered once per process."""
     if "tile" not in _REGISTERED:
         runtime = get_legate_runtime()
         library, _ = runtime.find_or_create_library(
-            LIBRARY_NAME, config=ResourceConfig(max_tasks=4, max_dyn_tasks=4)
+            LIBRARY_NAME, config=ResourceConfig(max_tasks=8, max_dyn_tasks=8)
         )
         task_id = library.get_new_task_id()
         variants = [(VariantCode.CPU, _op_tile), (VariantCode.GPU, _op_tile_gpu)]
@@ -95,7 +99,8 @@ def library_and_tasks():
         library.register_task(info)
         step = register_step_task(library, LIBRARY_NAME)
         steps = register_steps_task(library, LIBRARY_NAME)
-        _REGISTERED["tile"] = (library, task_id, step, steps)
+        evals = register_evals_task(library, LIBRARY_NAME)
+        _REGISTERED["tile"] = (library, task_id, step, steps, evals)
     return _REGISTERED["tile"]
 
 

@@ -203,7 +203,8 @@ class Trainer:
         """The loss and metrics over every sample of `data` (no update)."""
 
         def issue(batches):
-            for batch in batches:
-                yield [self.executor.eval_batch(batch.inputs, batch.target, self.loss, batch.valid)]
+            for group in _groups(batches, self.executor.steps_per_launch):
+                chunk = [(batch.inputs, batch.target, batch.valid) for batch in group]
+                yield self.executor.eval_batches(chunk, self.loss)
 
         return self._run(data.epoch(0), len(data), "evaluate", issue, -1)

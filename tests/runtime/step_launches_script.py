@@ -127,7 +127,8 @@ def offset() -> dict:
 def grouping_property(seed: int, examples: int) -> dict:
     """Hypothesis (seeded by the test): for any steps per launch, number of batches, padding of
     the last batch and optimizer, data parallelism on 2 CPUs trains to the same losses and
-    weights as one step per launch."""
+    weights as one step per launch, then evaluates the batches (as many per launch) to the
+    same losses and correct counts as one per launch."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as with_seed
     from hypothesis import strategies as st
@@ -140,8 +141,12 @@ def grouping_property(seed: int, examples: int) -> dict:
     def run(data, optimizer, per_launch):
         with Executor(graph, dp, optimizer=optimizer, steps_per_execution=per_launch) as executor:
             losses = [s.read() for s in executor.train_batches(data, LOSS)]
+            tasks = executor.tasks_issued
             weights = {k: v.tolist() for k, v in executor.get_weights().items()}
-            return losses, weights, executor.tasks_issued
+            # then the same batches evaluated (per_launch in each launch, as `eval` runs them)
+            began = executor.tasks_issued
+            evaluated = [s.read() for s in executor.eval_batches(data, LOSS)]
+            return losses, weights, tasks, evaluated, executor.tasks_issued - began
 
     @with_seed(seed)
     @settings(
@@ -166,6 +171,8 @@ def grouping_property(seed: int, examples: int) -> dict:
         assert many[0] == one[0], f"losses differ: {many[0]} against {one[0]}"
         assert many[1] == one[1], "weights differ"
         assert many[2] == -(-count // per_launch), f"{many[2]} launches for {count} steps"
+        assert many[3] == one[3], f"evaluations differ: {many[3]} against {one[3]}"
+        assert many[4] == -(-count // per_launch), f"{many[4]} launches for {count} evaluations"
         checked.append((per_launch, count, short, adam))
 
     try:

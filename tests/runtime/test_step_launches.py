@@ -87,8 +87,9 @@ def test_a_launch_on_processors_other_than_the_first_runs_on_them():
 def test_any_grouping_of_steps_into_launches_trains_the_same():
     """Hypothesis, in the Legate process: steps per launch 2-6, 1-9 batches, the last padded
     by 0-15 of 16 samples (a device's whole tile padding included), SGD with momentum or Adam:
-    the same losses and weights as one step per launch. Seeded here: the same examples on every
-    run under the `ci` profile, new ones elsewhere."""
+    the same losses and weights as one step per launch, and evaluating the batches as many per
+    launch the same losses and correct counts as one per launch. Seeded here: the same examples
+    on every run under the `ci` profile, new ones elsewhere."""
     seed = 0 if settings.default.derandomize else random.randrange(2**32)
     report = run_legate_script("step_launches_script.py", "property", str(seed), "12")
     assert report["ok"], f"seed {seed}: {report.get('error')} (checked {report['checked']})"
