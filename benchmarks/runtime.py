@@ -343,8 +343,8 @@ def measure_ours(name: str, iterations: int, per_launch: int) -> dict:
             blocks.append((end - begin, max(busy.values())))
         cpu = _cpu_by_role(cpu_before, thread_cpu_s(), {e[5] for e in executor.timeline})
         wall, kernel = sorted(blocks)[BLOCKS // 2]  # the median block: this host is noisy
-        evaluation = _evaluation_s(executor, inputs, y, iterations)
         tasks = (executor.tasks_issued - tasks_before) / (BLOCKS * iterations)
+        evaluation = _evaluation_s(executor, inputs, y, iterations)
         native = len(executor.native_steps)
         cpp = executor.cpp_steps_issued / executor.iteration  # C++ task bodies per iteration
         launched = executor.steps_per_launch
@@ -363,15 +363,16 @@ def measure_ours(name: str, iterations: int, per_launch: int) -> dict:
 
 
 def _evaluation_s(executor, inputs: dict, y, iterations: int) -> float:
-    """Seconds per evaluation batch (`eval_batch`: the forward pass and the loss, as `eval`
-    runs them): BLOCKS blocks of `iterations` batches issued back to back, fenced on both
-    sides, after one that applies the last training step's pending update; the median."""
+    """Seconds per evaluation batch (the forward pass and the loss, issued as `eval` issues
+    them: `eval_batches`, several per launch where training steps launch so): BLOCKS blocks
+    of `iterations` batches, fenced on both sides, after one batch that applies the last
+    training step's pending update; the median."""
     executor.eval_batch(inputs, y, LOSS).read()
     blocks = []
     for _ in range(BLOCKS):
         executor.runtime.issue_execution_fence(block=True)
         begin = time.perf_counter()
-        for stats in [executor.eval_batch(inputs, y, LOSS) for _ in range(iterations)]:
+        for stats in executor.eval_batches([(inputs, y, None)] * iterations, LOSS):
             stats.read()
         executor.runtime.issue_execution_fence(block=True)
         blocks.append((time.perf_counter() - begin) / iterations)
@@ -611,7 +612,7 @@ def main() -> None:
         "all blocks): the threads that ran our tasks (both processors together), Legate's "
         "other threads (its utility processor: dependence analysis, mapping) and the Python "
         "thread issuing the tasks. Evaluation: ms per batch of the forward pass and the loss "
-        "(ours `eval_batch`, after training, batches issued back to back; PyTorch `net.eval()` "
+        "(ours `eval_batches` after training, as `eval` issues them; PyTorch `net.eval()` "
         "under `torch.no_grad()`), each side's median round.",
         "",
         "| model | batch | iterations per block | ours ms | PyTorch ms | ratio | rounds "
