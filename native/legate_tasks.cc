@@ -71,6 +71,50 @@ constexpr double BAD_ID = -4.0;
 /* The code a failed step writes for `status` (ff_train_step_f32's result). */
 double failure_code(int status) { return status == FF_STEP_BAD_ID ? BAD_ID : LABEL_OUT_OF_RANGE; }
 
+/* The scalars a launch of several batches begins with (NativeStepsTask, NativeEvalsTask): the
+ * devices' plans (int64[D]); per batch and device (k * D + d) the model inputs' tiles'
+ * addresses (int64[K * D * inputs]), the labels' addresses and the valid predictions
+ * (int64[K * D] each); per batch the loss's total (float64[K]). */
+struct LaunchBatches {
+  explicit LaunchBatches(const legate::TaskContext& context)
+      : point(static_cast<std::size_t>(context.get_task_index()[0])),
+        plans(context.scalar(0).values<std::int64_t>()),
+        xs(context.scalar(1).values<std::int64_t>()),
+        labels(context.scalar(2).values<std::int64_t>()),
+        valid(context.scalar(3).values<std::int64_t>()),
+        totals(context.scalar(4).values<double>()),
+        devices(plans.size()),
+        batches(totals.size()),
+        plan(reinterpret_cast<const ff_step_plan*>(plans[point])),
+        inputs(static_cast<std::size_t>(plan->num_inputs)) {}
+
+  /* Whether the scalars hold what the plan reads. */
+  bool consistent() const {
+    return inputs <= FF_STEP_MAX_INPUTS && xs.size() == batches * devices * inputs;
+  }
+
+  /* Batch k's call on this point, its loss row `sums`: the model inputs, labels, valid
+   * predictions and the loss's total (the rest zero). */
+  ff_step_call call(std::size_t k, double* sums) const {
+    ff_step_call made{};
+    const std::size_t at = k * devices + point;
+    for (std::size_t i = 0; i < inputs; ++i)
+      made.xs[i] = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(xs[at * inputs + i]));
+    made.labels = reinterpret_cast<const long long*>(labels[at]);
+    made.valid = static_cast<long>(valid[at]);
+    made.total = totals[k];
+    made.sums = sums;
+    return made;
+  }
+
+  std::size_t point;
+  legate::Span<const std::int64_t> plans, xs, labels, valid;
+  legate::Span<const double> totals;
+  std::size_t devices, batches;
+  const ff_step_plan* plan;
+  std::size_t inputs;
+};
+
 class NativeStepTask : public legate::LegateTask<NativeStepTask> {
  public:
   static void cpu_variant(legate::TaskContext context) {
@@ -155,21 +199,14 @@ UpdateFunction update_function = nullptr;
 class NativeStepsTask : public legate::LegateTask<NativeStepsTask> {
  public:
   static void cpu_variant(legate::TaskContext context) {
-    bool ok = true;
-    const auto point = static_cast<std::size_t>(context.get_task_index()[0]);
-    const auto plans = context.scalar(0).values<std::int64_t>();
-    const auto xs = context.scalar(1).values<std::int64_t>();
-    const auto labels = context.scalar(2).values<std::int64_t>();
-    const auto valid = context.scalar(3).values<std::int64_t>();
-    const auto totals = context.scalar(4).values<double>();
+    const LaunchBatches launch(context);
+    bool ok = launch.consistent();
     const auto kind = static_cast<int>(context.scalar(5).value<std::int64_t>());
     const auto hyper = context.scalar(6).values<float>();
     const auto scratch = context.scalar(7).values<std::int64_t>();
     const auto first_iteration = static_cast<long>(context.scalar(8).value<std::int64_t>());
-    const std::size_t devices = plans.size(), steps = totals.size();
-    const auto* plan = reinterpret_cast<const ff_step_plan*>(plans[point]);
-    const auto inputs = static_cast<std::size_t>(plan->num_inputs);
-    if (inputs > FF_STEP_MAX_INPUTS || xs.size() != steps * devices * inputs) ok = false;
+    const std::size_t point = launch.point, devices = launch.devices, steps = launch.batches;
+    const auto* plan = launch.plan;
 
     auto weight = context.output(0).data();
     float* weights = contiguous<float>(weight, ok);
@@ -208,15 +245,7 @@ class NativeStepsTask : public legate::LegateTask<NativeStepsTask> {
 
     for (std::size_t k = 0; k < steps; ++k) {
       if (failure == 0.0) {
-        ff_step_call call{};
-        const std::size_t at = k * devices + point;
-        for (std::size_t i = 0; i < inputs; ++i)
-          call.xs[i] =
-              reinterpret_cast<const void*>(static_cast<std::uintptr_t>(xs[at * inputs + i]));
-        call.labels = reinterpret_cast<const long long*>(labels[at]);
-        call.valid = static_cast<long>(valid[at]);
-        call.total = totals[k];
-        call.sums = sums[k];
+        ff_step_call call = launch.call(k, sums[k]);
         call.weights = weights;
         call.grads = buffers[k % 2];
         call.iteration = first_iteration + static_cast<long>(k);
@@ -271,17 +300,9 @@ StepFunction eval_function = nullptr;
 class NativeEvalsTask : public legate::LegateTask<NativeEvalsTask> {
  public:
   static void cpu_variant(legate::TaskContext context) {
-    bool ok = true;
-    const auto point = static_cast<std::size_t>(context.get_task_index()[0]);
-    const auto plans = context.scalar(0).values<std::int64_t>();
-    const auto xs = context.scalar(1).values<std::int64_t>();
-    const auto labels = context.scalar(2).values<std::int64_t>();
-    const auto valid = context.scalar(3).values<std::int64_t>();
-    const auto totals = context.scalar(4).values<double>();
-    const std::size_t devices = plans.size(), batches = totals.size();
-    const auto* plan = reinterpret_cast<const ff_step_plan*>(plans[point]);
-    const auto inputs = static_cast<std::size_t>(plan->num_inputs);
-    if (inputs > FF_STEP_MAX_INPUTS || xs.size() != batches * devices * inputs) ok = false;
+    const LaunchBatches launch(context);
+    bool ok = launch.consistent();
+    const std::size_t batches = launch.batches;
     float* weights = contiguous<float>(context.input(0).data(), ok);
     auto rows = context.output(0).data();
     double* sums = contiguous<double>(rows, ok);
@@ -289,17 +310,9 @@ class NativeEvalsTask : public legate::LegateTask<NativeEvalsTask> {
     for (std::size_t k = 0; k < batches; ++k) {
       int status = 0;
       if (ok) {
-        ff_step_call call{};
-        const std::size_t at = k * devices + point;
-        for (std::size_t i = 0; i < inputs; ++i)
-          call.xs[i] =
-              reinterpret_cast<const void*>(static_cast<std::uintptr_t>(xs[at * inputs + i]));
-        call.labels = reinterpret_cast<const long long*>(labels[at]);
-        call.valid = static_cast<long>(valid[at]);
-        call.total = totals[k];
-        call.sums = sums + 2 * k;
+        ff_step_call call = launch.call(k, sums + 2 * k);
         call.weights = weights;
-        status = eval_function(plan, &call);
+        status = eval_function(launch.plan, &call);
       }
       if (!ok || status != 0) {
         sums[2 * k] = std::numeric_limits<double>::quiet_NaN();

@@ -117,68 +117,75 @@ def _add_array(task, values: Sequence, element: str) -> None:
     task.add_scalar_arg(tuple(values), _array_type(element, len(values)))
 
 
-def _staged_batch(
-    executor: Executor, launch: StepLaunch, batch: Batch, loss: str, held: list[np.ndarray]
-) -> tuple[list[int], list[int], list[int], int]:
-    """Stage one batch's model inputs and labels in this process for a launch: per device, the
-    addresses of its input tiles (in the programs' order) and of its labels, and its valid
-    predictions; and the batch's valid samples. The arrays addressed go into `held`."""
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    """A launch's batches staged in this process: per batch and device (k * D + d) the
+    addresses of its model input tiles (the programs' order) and of its labels and its valid
+    predictions; per batch the loss's total and its results (holding the arrays addressed)."""
+
+    xs: list[int]
+    labels: list[int]
+    valid_rows: list[int]
+    totals: list[float]
+    results: list[BatchStats]
+
+
+def _staged_batches(
+    executor: Executor, launch: StepLaunch, batches: Sequence[Batch], loss: str, sums: LaunchRows
+) -> _Staged:
+    """Stage `batches` for one launch whose loss rows are `sums`."""
     graph, feeds = executor.graph, executor.feeds
-    inputs, target, valid = batch
-    _, valid, _ = checked_target(graph, loss, target, valid)
-    executor.feed_inputs(inputs)
-    x_keys = [feeds.key(tensor) for tensor in launch.input_ids]
-    labels_key = feeds.stage(np.ascontiguousarray(np.asarray(target)), launch.devices)
-    xs, labels, valid_rows = [], [], []
-    for program, tile, input_tiles in zip(
-        launch.programs, launch.tiles, launch.input_tiles, strict=True
-    ):
-        for which, (x_key, input_tile) in enumerate(zip(x_keys, input_tiles, strict=True)):
-            held.append(program.input_array(feeds.staged_tile(x_key, input_tile), which))
-            xs.append(address(held[-1]))
-        held.append(program.flat_labels(feeds.staged_tile(labels_key, tile)))
-        labels.append(address(held[-1]))
-        valid_rows.append(program.valid_predictions(max(0, valid - tile[0][0])))
-    return xs, labels, valid_rows, valid
+    predictions = predictions_per_sample(graph.ops[-1].sig.outputs[0].shape)
+    staged = _Staged([], [], [], [], [])
+    for k, (inputs, target, valid) in enumerate(batches):
+        _, valid, _ = checked_target(graph, loss, target, valid)
+        executor.feed_inputs(inputs)
+        x_keys = [feeds.key(tensor) for tensor in launch.input_ids]
+        labels_key = feeds.stage(np.ascontiguousarray(np.asarray(target)), launch.devices)
+        held: list[np.ndarray] = []
+        for program, tile, input_tiles in zip(
+            launch.programs, launch.tiles, launch.input_tiles, strict=True
+        ):
+            for which, (x_key, input_tile) in enumerate(zip(x_keys, input_tiles, strict=True)):
+                held.append(program.input_array(feeds.staged_tile(x_key, input_tile), which))
+                staged.xs.append(address(held[-1]))
+            held.append(program.flat_labels(feeds.staged_tile(labels_key, tile)))
+            staged.labels.append(address(held[-1]))
+            staged.valid_rows.append(program.valid_predictions(max(0, valid - tile[0][0])))
+        staged.totals.append(float(valid * predictions))
+        staged.results.append(BatchStats(sums, valid, valid * predictions, step=k, held=held))
+    return staged
+
+
+def _add_batches(task, launch: StepLaunch, staged: _Staged) -> None:
+    """The scalars both C++ tasks of several batches begin with (native/legate_tasks.cc)."""
+    _add_array(task, [p.plan_address for p in launch.programs], "int64")
+    for values in (staged.xs, staged.labels, staged.valid_rows):
+        _add_array(task, values, "int64")
+    _add_array(task, staged.totals, "float64")
 
 
 def issue_evaluations(
     executor: Executor, launch: StepLaunch, batches: Sequence[Batch], loss: str
 ) -> list[BatchStats]:
     """Issue `batches` as one launch of len(batches) evaluation batches (sparse categorical
-    cross-entropy; no update may be pending): on each device its programs' forward pass and
+    cross-entropy; no update may be pending): on each device its program's forward pass and
     loss (`NativeStep.evaluate`'s C call) per batch, in a C++ body (native/legate_tasks.cc,
     NativeEvalsTask). Their results, each holding the arrays its batch's tasks read."""
-    shape = executor.graph.ops[-1].sig.outputs[0].shape
-    predictions = predictions_per_sample(shape)
-    xs, labels, valid_rows, totals, results = [], [], [], [], []
     sums = LaunchRows(executor.runtime.create_store(ty.float64, (launch.devices, len(batches), 2)))
     began = executor.tasks_issued
-    for k, batch in enumerate(batches):
-        held: list[np.ndarray] = []
-        batch_xs, batch_labels, batch_rows, valid = _staged_batch(
-            executor, launch, batch, loss, held
-        )
-        xs += batch_xs
-        labels += batch_labels
-        valid_rows += batch_rows
-        totals.append(float(valid * predictions))
-        results.append(BatchStats(sums, valid, valid * predictions, step=k, held=held))
-    weights = executor.params.device_rows(executor.params.flat_weights)
+    staged = _staged_batches(executor, launch, batches, loss, sums)
     with Scope(machine=launch.machine):
         task = executor.runtime.create_manual_task(
             executor.library, executor.evals_task_id, (launch.devices,)
         )
-        _add_array(task, [p.plan_address for p in launch.programs], "int64")
-        for values in (xs, labels, valid_rows):
-            _add_array(task, values, "int64")
-        _add_array(task, totals, "float64")
-        task.add_input(weights)
+        _add_batches(task, launch, staged)
+        task.add_input(executor.params.device_rows(executor.params.flat_weights))
         task.add_output(sums.store.partition_by_tiling((1, len(batches), 2)))
         task.execute()
     executor.tasks_issued += 1
-    executor.unread.add(results[-1], began, executor.tasks_issued)
-    return results
+    executor.unread.add(staged.results[-1], began, executor.tasks_issued)
+    return staged.results
 
 
 def issue_steps(
@@ -186,22 +193,11 @@ def issue_steps(
 ) -> list[BatchStats]:
     """Issue `batches` as one launch of len(batches) steps (no update may be pending); their
     results, each holding the arrays its steps read from this process."""
-    shape = executor.graph.ops[-1].sig.outputs[0].shape
-    predictions = predictions_per_sample(shape)
-    xs, labels, valid_rows, totals, results, hyper = [], [], [], [], [], []
     sums = LaunchRows(executor.runtime.create_store(ty.float64, (launch.devices, len(batches), 2)))
-    kind = 0
     began = executor.tasks_issued
-    for k, batch in enumerate(batches):
-        held: list[np.ndarray] = []
-        batch_xs, batch_labels, batch_rows, valid = _staged_batch(
-            executor, launch, batch, loss, held
-        )
-        xs += batch_xs
-        labels += batch_labels
-        valid_rows += batch_rows
-        totals.append(float(valid * predictions))
-        results.append(BatchStats(sums, valid, valid * predictions, step=k, held=held))
+    staged = _staged_batches(executor, launch, batches, loss, sums)
+    kind, hyper = 0, []
+    for k in range(len(batches)):
         kind, values = executor.optimizer.native_update(executor.iteration + k + 1)
         hyper.extend(values + (0.0,) * (HYPERPARAMETERS - len(values)))
     params = executor.params
@@ -210,10 +206,7 @@ def issue_steps(
         task = executor.runtime.create_manual_task(
             executor.library, executor.steps_task_id, (launch.devices,)
         )
-        _add_array(task, [p.plan_address for p in launch.programs], "int64")
-        for values in (xs, labels, valid_rows):
-            _add_array(task, values, "int64")
-        _add_array(task, totals, "float64")
+        _add_batches(task, launch, staged)
         task.add_scalar_arg(int(kind), ty.int64)
         _add_array(task, [float(h) for h in hyper], "float32")
         _add_array(task, [address(s) for s in launch.scratch], "int64")
@@ -230,5 +223,5 @@ def issue_steps(
     executor.tasks_issued += 1
     executor.cpp_steps_issued += launch.devices
     executor.iteration += len(batches)
-    executor.unread.add(results[-1], began, executor.tasks_issued)
-    return results
+    executor.unread.add(staged.results[-1], began, executor.tasks_issued)
+    return staged.results
