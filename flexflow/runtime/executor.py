@@ -723,20 +723,29 @@ class Executor:
         `steps_per_launch` in each Legate launch where they can (`flexflow.runtime.
         step_launches`: sparse categorical cross-entropy on numpy labels), else one each as
         `train_batch`; their results, in order."""
-        launch = self.step_launch
-        if (
-            self.steps_per_launch == 1
-            or loss_name(loss) != "sparse_categorical_crossentropy"
-            or any(hasattr(target, "__legate_data_interface__") for _, target, _ in batches)
-        ):
+        if not self._launches(batches, loss):
             return [
                 self.train_batch(inputs, target, loss, valid) for inputs, target, valid in batches
             ]
+        return self._in_launches(batches, loss, issue_steps)
+
+    def _launches(self, batches: Sequence[tuple], loss: str) -> bool:
+        """Whether `batches` go `steps_per_launch` to a Legate launch: where training steps
+        launch so, under sparse categorical cross-entropy on labels in this process."""
+        return (
+            self.steps_per_launch > 1
+            and loss_name(loss) == "sparse_categorical_crossentropy"
+            and not any(hasattr(target, "__legate_data_interface__") for _, target, _ in batches)
+        )
+
+    def _in_launches(self, batches: Sequence[tuple], loss: str, issue) -> list[BatchStats]:
+        """`issue(self, launch, chunk, loss)` for each chunk of `steps_per_launch` batches,
+        after the pending update; their results, in order."""
         self._apply_pending()
         results: list[BatchStats] = []
         for start in range(0, len(batches), self.steps_per_launch):
             chunk = batches[start : start + self.steps_per_launch]
-            results.extend(issue_steps(self, launch, chunk, loss))
+            results.extend(issue(self, self.step_launch, chunk, loss))
         return results
 
     def eval_batches(
@@ -748,20 +757,11 @@ class Executor:
         `steps_per_launch` batches in each Legate launch where training steps launch so
         (`flexflow.runtime.step_launches.issue_evaluations`: sparse categorical cross-entropy
         on numpy labels), else one each as `eval_batch`; their results, in order."""
-        if (
-            self.steps_per_launch == 1
-            or loss_name(loss) != "sparse_categorical_crossentropy"
-            or any(hasattr(target, "__legate_data_interface__") for _, target, _ in batches)
-        ):
+        if not self._launches(batches, loss):
             return [
                 self.eval_batch(inputs, target, loss, valid) for inputs, target, valid in batches
             ]
-        self._apply_pending()
-        results: list[BatchStats] = []
-        for start in range(0, len(batches), self.steps_per_launch):
-            chunk = batches[start : start + self.steps_per_launch]
-            results.extend(issue_evaluations(self, self.step_launch, chunk, loss))
-        return results
+        return self._in_launches(batches, loss, issue_evaluations)
 
     def feed_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         for tensor in self.graph.input_tensors:

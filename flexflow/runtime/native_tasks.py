@@ -57,45 +57,43 @@ def _shared_library() -> ctypes.CDLL:
         raise RuntimeSetupError(f"flexflow: loading {LIBRARY} failed: {error}") from None
 
 
+def _register(library, library_name: str, entry: str, kernels: tuple[str, ...], what: str) -> int:
+    """Register a C++ task through the library's `entry` point, handing it the addresses of
+    the C functions `kernels` (native/step.c) its body calls; its task id."""
+    task_id = library.get_new_task_id()
+    register = getattr(_shared_library(), entry)
+    register.argtypes = [ctypes.c_char_p, ctypes.c_int64] + [ctypes.c_void_p] * len(kernels)
+    register.restype = ctypes.c_int
+    addresses = [int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in kernels]
+    if register(library_name.encode(), int(task_id), *addresses) != 0:
+        raise RuntimeSetupError(f"flexflow: registering the C++ {what} failed.")
+    return int(task_id)
+
+
 def register_step_task(library, library_name: str) -> int:
     """Register the C++ step task in the Legate `library` (named `library_name`); its task id."""
-    task_id = library.get_new_task_id()
-    register = _shared_library().flexflow_register_native_step
-    register.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_void_p]
-    register.restype = ctypes.c_int
-    run = int(ffi.cast("uintptr_t", ffi.addressof(lib, "ff_native_step_f32")))
-    if register(library_name.encode(), int(task_id), run) != 0:
-        raise RuntimeSetupError("flexflow: registering the C++ step task failed.")
-    return int(task_id)
+    return _register(
+        library, library_name, "flexflow_register_native_step", ("ff_native_step_f32",),
+        "step task",
+    )  # fmt: skip
 
 
 def register_steps_task(library, library_name: str) -> int:
     """Register the C++ task of several steps per launch (flexflow.runtime.step_launches) in
     the Legate `library`; its task id."""
-    task_id = library.get_new_task_id()
-    register = _shared_library().flexflow_register_native_steps
-    register.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
-    register.restype = ctypes.c_int
-    run, update = (
-        int(ffi.cast("uintptr_t", ffi.addressof(lib, name)))
-        for name in ("ff_native_step_f32", "ff_native_update_f32")
-    )
-    if register(library_name.encode(), int(task_id), run, update) != 0:
-        raise RuntimeSetupError("flexflow: registering the C++ task of several steps failed.")
-    return int(task_id)
+    return _register(
+        library, library_name, "flexflow_register_native_steps",
+        ("ff_native_step_f32", "ff_native_update_f32"), "task of several steps",
+    )  # fmt: skip
 
 
 def register_evals_task(library, library_name: str) -> int:
     """Register the C++ task of several evaluation batches per launch (flexflow.runtime.
     step_launches.issue_evaluations) in the Legate `library`; its task id."""
-    task_id = library.get_new_task_id()
-    register = _shared_library().flexflow_register_native_evals
-    register.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_void_p]
-    register.restype = ctypes.c_int
-    run = int(ffi.cast("uintptr_t", ffi.addressof(lib, "ff_native_eval_f32")))
-    if register(library_name.encode(), int(task_id), run) != 0:
-        raise RuntimeSetupError("flexflow: registering the C++ task of evaluations failed.")
-    return int(task_id)
+    return _register(
+        library, library_name, "flexflow_register_native_evals", ("ff_native_eval_f32",),
+        "task of evaluations",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
