@@ -153,9 +153,13 @@ class Executor:
         """The `local` machine the strategy's devices are numbered on."""
         self.processors = self._processors(local, strategy)
         """Per device id of the `local` machine, the one Legate processor its tasks run on."""
-        tasks = library_and_tasks()
-        self.library, self.task_id, self.native_task_id, self.steps_task_id = tasks[:4]
-        self.evals_task_id = tasks[4]
+        (
+            self.library,
+            self.task_id,
+            self.native_task_id,
+            self.steps_task_id,
+            self.evals_task_id,
+        ) = library_and_tasks()
         self.id = next(EXECUTOR_IDS)
         EXECUTORS[self.id] = self
         self.store_of = functools.partial(

@@ -391,7 +391,7 @@ def _run_native_eval(
     """An evaluation batch's forward and loss as one C call (`NativeStep.evaluate`), from the
     arguments of a forward+loss task (`flexflow.fused_run.run_fused_task`): the layout's inputs
     (with flat parameters this device's flat weights first), the target unless staged; the
-    model output's tile (`flexflow.runtime.step_tasks.evaluated_outputs`: outside training
+    model output's tile (`flexflow.runtime.native_step.evaluated_outputs`: outside training
     nothing reads the activations before it), the loss gradient, the loss row."""
     task = native.task
     _, total, valid, key = loss_args
