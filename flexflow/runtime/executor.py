@@ -138,10 +138,10 @@ class Executor:
         self.unread = UnreadBatches()
         """Batches issued since the last one known finished (`flexflow.runtime.batches`)."""
         self.timeline_entries: list[tuple] | None = [] if record_timeline else None
-        self.step_ops_entries: list[tuple] | None = [] if record_timeline else None
-        """What the C steps' logs say about their ops (`step_ops_timeline`)."""
         """What Python task bodies append to `timeline` as they run (C++ bodies log theirs in C,
         taken when `timeline` is read)."""
+        self.step_ops_entries: list[tuple] | None = [] if record_timeline else None
+        """What the C steps' logs say about their ops (`step_ops_timeline`)."""
         self.runtime = get_legate_runtime()
         # each Legate CPU processor is one core: a multi-threaded BLAS inside its tasks would
         # oversubscribe the cores (LeNet's iteration was 5x slower with 2 BLAS threads each)
@@ -344,12 +344,11 @@ class Executor:
         if not self.pending_update:
             return
         self.pending_update = False
-        if self.params.flat is None:
-            self._update(self.params.pending)
+        if self.params.flat is None:  # a model without weights (copies of weights are flat)
             return
-        # with flat buffers, as a step applies it first: one task per device naming each flat
-        # row once, not every weight's views of them (a small transformer's 200 weights'
-        # views cost Legion 240-310 ms of analysis, one task per device 5 ms)
+        # as a step applies it first: one task per device naming each flat row once, not every
+        # weight's views of them (a small transformer's 200 weights' views cost Legion 240-310
+        # ms of analysis, one task per device 5 ms)
         for device in self.params.devices:
             with Scope(machine=self.processors[device]):
                 task = self.new_task(device, Pass.FLAT_UPDATE, device, -1, self.iteration)

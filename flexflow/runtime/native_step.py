@@ -42,8 +42,6 @@ LOG_UPDATE, LOG_STEP, LOG_OPS = lib.FF_LOG_UPDATE, lib.FF_LOG_STEP, lib.FF_LOG_O
 LOG_CAPACITY = 1 << 18
 """Log entries a recording step keeps until they are taken: each step logs 2 per op and 1 for
 the loss and for itself (8 MiB per step task, and as much for the copy `take_log` reads)."""
-"""Calls a step's log keeps until they are taken (the executor takes them when its timeline is
-read): 2 MiB per step task."""
 
 
 class NativeStep:
