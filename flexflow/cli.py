@@ -338,7 +338,10 @@ def cmd_profile(args: argparse.Namespace, console: Console) -> int:
             graph, machine, args.repeats, lambda done, _: bar.update(task, completed=done)
         )
     result.save(args.out)
-    console.print(f"{len(result.times)} task times of {args.model} measured; wrote {args.out}")
+    console.print(
+        f"{len(result.times)} task times of {args.model} measured, and "
+        f"{len(result.native_times)} of ops inside whole-model C steps; wrote {args.out}"
+    )
     return 0
 
 

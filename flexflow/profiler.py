@@ -34,6 +34,7 @@ from flexflow.ops.base import Region, region_shape
 from flexflow.ops.init import initialize
 from flexflow.optimizers import SGDOptimizer
 from flexflow.space import enumerate_configs
+from flexflow.step_profiler import measure_native, sample_degrees
 
 TASK_OVERHEAD_S = DEVICE_CONSTANTS["cpu"].launch_overhead_s
 """What issuing and running one Legate Python task adds to its kernel (measured here: a chain
@@ -136,7 +137,8 @@ def profile_graph(
     on_op: Callable[[int, int], None] | None = None,
 ) -> Profile:
     """Measured times of every distinct tile of every op's configurations on the machine's CPU
-    devices (`on_op(done, total)` reports progress)."""
+    devices (`on_op(done, total)` reports progress), and of every op inside the C step of each
+    split of the whole model by sample over up to as many CPUs (`flexflow.step_profiler`)."""
     models = {d.model for d in machine.devices if d.kind == "cpu"}
     if not models:
         raise MachineError(
@@ -158,7 +160,13 @@ def profile_graph(
                 on_op(done + 1, len(graph.ops))
         elements = sum(int(np.prod(p.spec.shape)) for p in graph.parameters)
         rate = measure_update(max(elements, 1), repeats, most)
-    return Profile(times, dict.fromkeys(models, rate))
+        native = {}  # each whole-model sample split's C step, once, for every CPU model
+        for degree in sample_degrees(graph, most):
+            measured = measure_native(graph, degree, "", repeats)
+            native.update(
+                (key[:-1] + (model,), time) for key, time in measured.items() for model in models
+            )
+    return Profile(times, dict.fromkeys(models, rate), native)
 
 
 def measure_update(elements: int, repeats: int = 3, concurrent: int = 1) -> float:

@@ -107,8 +107,8 @@ def test_a_measured_update_rate_prices_the_updates(tmp_path):
     launch = DEVICE_CONSTANTS["gpu"].launch_overhead_s
     assert measured == pytest.approx(launch + UPDATE_BYTES_PER_ELEMENT * 1_000_000 / 2e9)
     assert measured != analytic
-    # a profile measured by an older flexflow (tiles timed alone; numpy updates) is stale
-    for version in (1, 2):
+    # a profile measured by an older flexflow (tiles timed alone; numpy updates; no C steps)
+    for version in (1, 2, 4):
         old = tmp_path / "old.json"
         old.write_text(f'{{"format": "flexflow-profile", "version": {version}, "entries": []}}')
         with pytest.raises(StaleProfileError, match="older flexflow measured it.*re-measure it"):
@@ -121,8 +121,10 @@ def test_a_measured_update_rate_prices_the_updates(tmp_path):
         "{",
         '{"format": "other"}',
         '{"format": "flexflow-profile", "version": 1}',
-        '{"format": "flexflow-profile", "version": 4, "entries": [], '
+        '{"format": "flexflow-profile", "version": 5, "entries": [], '
         '"updates": [{"device": "CPU core", "bytes_per_s": 0}]}',
+        '{"format": "flexflow-profile", "version": 5, "entries": [], '
+        '"native_entries": [{"kind": "dense"}]}',
     ],
 )
 def test_bad_profile_files(tmp_path, text):

@@ -6,10 +6,12 @@ from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.cli import main
 from flexflow.cost import CostModel, Profile, cost_key
 from flexflow.machine_presets import local_machine
+from flexflow.ops import blas
 from flexflow.ops.base import region_shape
 from flexflow.profiler import TASK_OVERHEAD_S, profile_graph
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.space import enumerate_configs
+from flexflow.step_profiler import sample_split
 from flexflow.strategies import named_strategy
 
 
@@ -37,10 +39,17 @@ def test_every_distinct_tile_is_measured_and_prices_the_simulation(tmp_path):
     # against the usual few hundred), so the bound only catches a rate in the wrong direction
     # (seconds per byte); test_an_update_is_timed_in_bytes_per_second checks the formula
     assert profile.update_bytes_per_s[model] > 1e5
+    # each op inside the C step of the whole model split by sample over 1 and 2 CPUs
+    for degree in (1, 2) if blas.sgemm_address() is not None else ():
+        split = sample_split(graph, degree)
+        for node, config in zip(graph.ops, split.configs, strict=True):
+            shape = region_shape(config.task_regions(node.sig.output_shape)[0])
+            assert cost_key(node, shape, model) in profile.native_times
     profile.save(tmp_path / "p.json")
     loaded = Profile.load(tmp_path / "p.json")
     assert loaded.times == profile.times
     assert loaded.update_bytes_per_s == profile.update_bytes_per_s
+    assert loaded.native_times == profile.native_times
     # the simulator takes the measured times where it has them
     dp = named_strategy("dp", graph, machine)
     measured = SimContext(graph, machine, CostModel(loaded))

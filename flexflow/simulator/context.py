@@ -114,6 +114,7 @@ class SimContext:
     ) -> None:
         self.graph, self.machine = graph, machine
         self.cost = cost or CostModel()
+        self.sparse_labels = sparse_labels
         self.fused_launches = fused_launches
         """Model this project's runtime, which runs an op inside the task of the op before it
         where their tiles line up (`flexflow.fusion`): such an op pays no launch overhead.
@@ -175,7 +176,9 @@ class SimContext:
         self.overlap_pool = OverlapPool()
         """Every overlap set `overlap_set` made, as the C edge builder reads them."""
         self._route_tables: tuple[array, array, array, array] | None = None
-        self._op_tasks: dict[tuple[int, ParallelConfig, bool], OpTasks] = {}
+        self._op_tasks: dict[tuple[int, ParallelConfig, bool, bool], OpTasks] = {}
+        self._native_degrees: dict[tuple[int, str], bool] = {}
+        self._native_splits: dict[tuple[int, ParallelConfig], tuple | None] = {}
         self.sync_table = SyncTable()
         """Every template `op_sync_parts` made, as the C sync builder reads them."""
         self._routes_view: Routes | None = None
@@ -201,6 +204,48 @@ class SimContext:
             ]
             found = tuple(itertools.product(*ranges))
             self._regions[key] = found
+        return found
+
+    def native_split(self, op: int, config: ParallelConfig) -> tuple | None:
+        """What `op`'s configuration shares with every other op's when the whole step runs as
+        one C call per device (`flexflow.runtime.native_step`): its sample degree and devices,
+        for a split by sample alone over consecutive CPUs in ascending order (as the runtime
+        launches a group whose batch norms exchange statistics) of one model, whose C step the
+        profile measured (`Profile.native_times`), in a run on CPUs under sparse cross-entropy;
+        None otherwise. A strategy whose ops all give one such value is priced by the C step's
+        times (`TaskGraph.native`)."""
+        key = (op, config)
+        if key not in self._native_splits:
+            self._native_splits[key] = self._native_split(config)
+        return self._native_splits[key]
+
+    def _native_split(self, config: ParallelConfig) -> tuple | None:
+        degree = config.degrees[0]
+        if (
+            not self.serial_launches
+            or not self.sparse_labels
+            or degree != len(config.devices)
+            or any(d != 1 for d in config.degrees[1:])
+            or config.devices != tuple(range(config.devices[0], config.devices[0] + degree))
+        ):
+            return None
+        model = self.machine.devices[config.devices[0]].model
+        if any(self.machine.devices[d].model != model for d in config.devices):
+            return None
+        if not self._measured_natively(degree, model):
+            return None
+        return (degree, config.devices)
+
+    def _measured_natively(self, degree: int, model: str) -> bool:
+        """Whether the profile holds every op's C step time at `degree` on `model`."""
+        found = self._native_degrees.get((degree, model))
+        if found is None:
+            device = next(d for d in self.machine.devices if d.model == model)
+            found = self._native_degrees[(degree, model)] = all(
+                self.cost.native_time(node, self.regions(node.id, _sample(node, degree))[0], device)
+                is not None
+                for node in self.graph.ops
+            )
         return found
 
     def task_time(self, op: int, degrees: tuple[int, ...], device: Device) -> TaskTime:
@@ -347,23 +392,35 @@ class SimContext:
             tasks.cpp_launches * LEGATE_CPP_TASK_S
         )
 
-    def op_tasks(self, op: int, config: ParallelConfig, fused: bool) -> OpTasks:
+    def op_tasks(
+        self, op: int, config: ParallelConfig, fused: bool, native: bool = False
+    ) -> OpTasks:
         """The compute tasks of `op` under `config`, as the C op builder takes them: a forward
         and a backward task per task of the configuration (interleaved), on its device, timed
         by the cost model plus the statistics all-reduce it waits for; `fused`: it runs inside
         the previous op's task (`flexflow.fusion.joins_previous`) and pays no launch, as under
-        `serial_launches`, where its launch is in `runtime_s`."""
-        key = (op, config, fused)
+        `serial_launches`, where its launch is in `runtime_s`; `native`: inside the step's one
+        C call per device (`TaskGraph.native`), timed as the profile measured it there, the
+        statistics' exchange included."""
+        key = (op, config, fused, native)
         found = self._op_tasks.get(key)
         if found is None:
-            found = self._op_tasks[key] = self._make_op_tasks(op, config, fused)
+            found = self._op_tasks[key] = self._make_op_tasks(op, config, fused, native)
         return found
 
-    def _make_op_tasks(self, op: int, config: ParallelConfig, fused: bool) -> OpTasks:
+    def _make_op_tasks(self, op: int, config: ParallelConfig, fused: bool, native: bool) -> OpTasks:
         node = self.graph.ops[op]
         n = len(config.devices)
         if n >= FIELD_LIMIT:  # task, ring and group indices fit a key
             raise AssertionError(f"{node.name}: {n} tasks; keys hold fewer")
+        if native:
+            region = self.regions(op, config.degrees)[0]
+            time = self.cost.native_time(node, region, self.machine.devices[config.devices[0]])
+            if time is None:
+                raise AssertionError(f"{node.name}: no C step time for {config}")
+            exe = array("d", [time.forward_s, time.backward_s] * n)
+            devices = array("i", [device for device in config.devices for _ in (0, 1)])
+            return OpTasks(devices, exe, self._op_order(op, n))
         stats_s = self.statistics_s(op, config)
         # a task's time depends on its device's model and kind only: once per kind of device
         times: dict[tuple[str, str], tuple[float, float]] = {}
@@ -464,3 +521,8 @@ class SimContext:
         """Resources and time of a transfer: it holds every link of its route (cut-through)."""
         res, latency, bandwidth = self.route(src, dst)
         return res, latency + size_bytes / bandwidth
+
+
+def _sample(node, degree: int) -> tuple[int, ...]:
+    """The degrees of a split of `node`'s output by sample alone, `degree` ways."""
+    return (degree,) + (1,) * (len(node.sig.output_shape) - 1)

@@ -134,8 +134,20 @@ def reference_op_block(tg: TaskGraph, op: int) -> tuple[dict[int, EdgeTask], set
     edge block: per task of its configuration, a forward and a backward task on its device,
     timed by the cost model plus the statistics all-reduce they wait for (less the launch
     where the op runs inside the previous op's task, or the launch is the runtime's), and the
-    backward's dependency on the forward."""
+    backward's dependency on the forward; in a step run as one C call per device
+    (`TaskGraph.native`), timed as the profile measured them there, nothing added."""
     context, config = tg.context, tg.configs[op]
+    if tg.native:
+        node, region = tg.graph.ops[op], context.regions(op, config.degrees)[0]
+        tasks, edges = {}, set()
+        for k, device in enumerate(config.devices):
+            time = context.cost.native_time(node, region, tg.machine.devices[device])
+            forward = task_key(FWD_KEY, op, k) | DEVICE_TASK
+            backward = task_key(BWD_KEY, op, k) | DEVICE_TASK
+            tasks[forward] = (time.forward_s, device, 0, -1, -1)
+            tasks[backward] = (time.backward_s, device, 0, -1, -1)
+            edges.add((forward, backward))
+        return tasks, edges
     stats_s = context.statistics_s(op, config)
     fused = context.fused_launches and joins_previous(
         tg.graph, tg.configs, [context.regions(o, c.degrees) for o, c in enumerate(tg.configs)],

@@ -52,7 +52,7 @@ from __future__ import annotations
 import itertools
 import math
 from array import array
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,6 +143,7 @@ class _Undo:
     tasks: list[tuple]  # per rebuilt op: (op, forward, backward ids, templates, op_at, op_count)
     table_size: int  # the op table's entries
     load: _Load | None  # the graph's `load_bound` view before the change
+    splits: Counter  # `TaskGraph._splits` before the change
     removed: array = field(default_factory=lambda: array("i"))
     added: array = field(default_factory=lambda: array("i"))
 
@@ -159,6 +160,10 @@ class TaskGraph:
         self.num_resources = context.num_resources
         self.resource_sets = context.resource_sets
         self.configs: list[ParallelConfig] = list(strategy.configs)
+        self._splits: Counter = Counter(
+            context.native_split(op, config) for op, config in enumerate(self.configs)
+        )
+        """How many ops have each `SimContext.native_split` (None: none): see `native`."""
         # per task; the C event loop reads exe, order, live and res_set
         self.exe = array("d")
         self.order = array("Q")  # task_key, plus DEVICE_TASK if it holds a device or link
@@ -229,6 +234,12 @@ class TaskGraph:
         """The runtime's CPU time per iteration (`SimContext.runtime_s`): see `iteration_s`."""
 
     # ---- queries -------------------------------------------------------------------------------
+    @property
+    def native(self) -> bool:
+        """Whether every op shares one `SimContext.native_split`: the whole step runs as one C
+        call per device, and the ops' tasks are timed as the profile measured them inside it."""
+        return _native(self._splits)
+
     def iteration_s(self, makespan_s: float) -> float:
         """An iteration's time from its timeline's end: under the runtime's per-task cost
         (`runtime_s` > 0, CPU processors), also no less than the cores' whole work, the compute
@@ -237,9 +248,9 @@ class TaskGraph:
         a graph updated by deltas and one built afresh agree to the last bit."""
         if self.runtime_s <= 0:
             return makespan_s
-        return max(makespan_s, (self._work_s() + self.runtime_s) / self.context.cores)
+        return max(makespan_s, (self.work_s() + self.runtime_s) / self.context.cores)
 
-    def _work_s(self) -> float:
+    def work_s(self) -> float:
         """The live compute and update tasks' times, summed exactly. Read through numpy views
         of the arrays, dropped before returning (an array exporting its buffer cannot grow):
         a search asks after every proposal, and a loop over ResNet-101's tasks in Python took
@@ -342,6 +353,9 @@ class TaskGraph:
         configurations (the rebuilt transfers, all-reduces and updates only add load). A
         search rejects most proposals that overload a device this way before building
         anything (AlexNet's chains from random strategies on 4 GPUs: 43% of them)."""
+        native = _native(self._splits_after(changes))
+        if native != self.native:  # every op's tasks change: no bound from the changed ops
+            return 0.0
         load = self._load
         if load is None:
             load = self._load = _Load(resource_load(self))
@@ -351,7 +365,7 @@ class TaskGraph:
         # twice, which only lowers the bound
         for op, config in dict(changes).items():
             removed += self._removed_by(load, op)
-            tasks = self.context.op_tasks(op, config, fused)
+            tasks = self.context.op_tasks(op, config, fused, native)
             devices += tasks.devices
             exe += tasks.exe
         return load_bound(self, load.resources, removed, devices, exe, load.scratch)
@@ -365,6 +379,15 @@ class TaskGraph:
             for block in self.affected_blocks((op,)):
                 removed += self._block_tasks[block]
         return removed
+
+    def _splits_after(self, changes: Sequence[tuple[int, ParallelConfig]]) -> Counter:
+        """`_splits` once `changes` are made (a new count; this one stays)."""
+        splits = self._splits.copy()
+        split = self.context.native_split
+        for op, config in dict(changes).items():  # an op given two configurations takes the last
+            splits[split(op, self.configs[op])] -= 1
+            splits[split(op, config)] += 1
+        return +splits  # without the zero counts
 
     def affected_blocks(self, ops: Iterable[int]) -> tuple[int, ...]:
         """The blocks (numbers, ascending: ops, then edges, then syncs, the builder's order) a
@@ -408,6 +431,9 @@ class TaskGraph:
         of them affects is rebuilt once, and the change is one delta (and one `undo`)."""
         self._commit()
         blocks = self.affected_blocks(op for op, _ in changes)
+        splits = self._splits_after(changes)
+        if _native(splits) != self.native:  # every op's tasks change their times: rebuild all
+            blocks = tuple(range(len(self._block_names)))
         block_tasks, ranges = self._block_tasks, self._block_ranges
         edge_ranges = array("i", [ranges[k] for b in blocks for k in (2 * b, 2 * b + 1)])
         tables = self._tables
@@ -433,8 +459,10 @@ class TaskGraph:
             ],
             len(tables.ids),
             self._load,
+            self._splits,
         )
         self._load = None
+        self._splits = splits
         for op, config in changes:
             self.configs[op] = config
         removed, touched = array("i"), array("i")
@@ -483,6 +511,7 @@ class TaskGraph:
             self.configs[op] = config
         self.runtime_s = self.context.runtime_s(self.configs)  # memoized: the count before
         self._load = undo.load
+        self._splits = undo.splits
 
     def _per_task(self) -> tuple:
         """The containers with an entry per task id."""
@@ -526,7 +555,7 @@ class TaskGraph:
         holder's update (the optimizer's time for the region)."""
         context, configs, tables = self.context, self.configs, self._tables
         ops, edges, syncs = OpJobs(), EdgeJobs(), SyncJobs()
-        fusing = context.fused_launches
+        fusing, native = context.fused_launches, self.native
         overlap_set = context.overlap_set
         first_edge_block, first_sync_block = self._first_edge, self._first_sync
         for b in blocks:  # ascending: the builder's order, ops, then edges, then syncs
@@ -535,7 +564,7 @@ class TaskGraph:
                     self.graph, configs, _TaskTiles(self), b, self._cpu_devices, context.fusion
                 )
                 config = configs[b]
-                tasks = context.op_tasks(b, config, fused)
+                tasks = context.op_tasks(b, config, fused, native)
                 ops.add(b, tasks.devices, tasks.exe, tasks.order)
                 tables.set_count(b, len(tasks.devices))
                 tables.use_templates(b, context.op_sync_parts(b, config))
@@ -636,3 +665,8 @@ class _TaskTiles:
 
     def __getitem__(self, op: int) -> tuple[Region, ...]:
         return self._graph.context.regions(op, self._graph.configs[op].degrees)
+
+
+def _native(splits: Counter) -> bool:
+    """Whether every op of a count of `SimContext.native_split`s has one, the same."""
+    return len(splits) == 1 and next(iter(splits)) is not None

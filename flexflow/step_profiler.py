@@ -1,0 +1,196 @@
+"""Measure each op inside the training step the runtime runs as one C call per CPU device.
+
+A strategy that splits every op the same way by sample only (data parallelism over k CPUs, or
+everything on one) runs each device's whole step as one C call (flexflow.runtime.native_step):
+C kernels back to back on buffers the step keeps, no task bodies in between. That is faster
+than the op-by-op tasks' kernels `flexflow.profiler` times (for an MLP, an RNN language model
+and a small transformer on 2 CPUs, the measured data-parallel iteration was 0.68-0.77x of what
+their op-by-op times simulated: benchmarks/results/fidelity-s33.md), so the search
+underrated data parallelism against strategies that run op by op. Here each such split's step
+runs, with its k copies at the same moments in k threads as its k processors run them (their
+batch norms exchanging statistics), and the step's log (`NativeStep.record`) says how long
+each op's forward and backward took inside it: `Profile.native_times`, which the simulator
+prices such strategies with (`SimContext.native_degree`). No Legate here: plain threads.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from flexflow.cost import CostKey, TaskTime, cost_key
+from flexflow.fusion import SlotKind, fused_task, sole_gradients
+from flexflow.graph import OperatorGraph
+from flexflow.launches import run_groups
+from flexflow.ops import blas
+from flexflow.ops.base import region_shape
+from flexflow.runtime.concurrent import StatisticsExchange
+from flexflow.runtime.native_step import LOG_OPS, NativeStep, native_step
+from flexflow.strategy import ParallelConfig, Strategy
+
+WARMUP = 1
+"""Steps run before the timed ones (the buffers' pages touched, the kernels' code loaded)."""
+
+
+def sample_degrees(graph: OperatorGraph, most: int) -> list[int]:
+    """The degrees k <= `most` that split every op's sample dimension evenly."""
+    return [
+        k
+        for k in range(1, most + 1)
+        if all(node.sig.output_shape[0] % k == 0 for node in graph.ops)
+    ]
+
+
+def sample_split(graph: OperatorGraph, degree: int) -> Strategy:
+    """Every op split `degree` ways by sample on devices 0 .. degree-1."""
+    configs = tuple(
+        ParallelConfig((degree,) + (1,) * (len(node.sig.output_shape) - 1), tuple(range(degree)))
+        for node in graph.ops
+    )
+    return Strategy(tuple(node.name for node in graph.ops), configs)
+
+
+def native_steps(graph: OperatorGraph, degree: int) -> list[NativeStep] | None:
+    """The C programs of `sample_split(graph, degree)`'s step tasks, one per device, their
+    batch norms sharing one statistics exchange; None unless the whole model fuses into one
+    task per device and each runs as one C call (every op has a C kernel, MKL's sgemm is
+    there)."""
+    strategy = sample_split(graph, degree)
+    regions = [
+        config.task_regions(node.sig.output_shape)
+        for node, config in zip(graph.ops, strategy.configs, strict=True)
+    ]
+    groups = run_groups(graph, strategy, regions, ("cpu",) * degree)  # as the runtime fuses
+    if len(groups) != 1:
+        return None
+    (group,) = groups
+    sole = sole_gradients(graph, strategy, regions, groups)
+    norms = any(node.op.statistics_dims for node in graph.ops)
+    exchange = StatisticsExchange(degree) if norms and degree > 1 else None
+    steps = []
+    for index in range(degree):
+        task = fused_task(graph, group, index, [regions[op][index] for op in group.ops], sole)
+        step = native_step(task, exchange=exchange)
+        if step is None:
+            return None
+        steps.append(step)
+    return steps
+
+
+def measure_native(
+    graph: OperatorGraph,
+    degree: int,
+    device_model: str,
+    repeats: int = 3,
+    seed: int = 0,
+) -> dict[CostKey, TaskTime]:
+    """Each op's (forward, backward) inside `sample_split(graph, degree)`'s C step on one tile,
+    the median over `repeats` steps of each of its `degree` copies (run at once, one thread
+    each, as many BLAS threads as the caller allows), by cost key; the loss counts into the
+    last op's backward (it starts it); ops the step runs as views of their input cost 0.
+    Empty where the step is not one C call (`native_steps`)."""
+    steps = native_steps(graph, degree) if blas.sgemm_address() is not None else None
+    if steps is None:
+        return {}
+    rng = np.random.default_rng(seed)
+    calls = [_step_call(step, degree, rng) for step in steps]
+    for step in steps:
+        step.record(capacity=4 * (WARMUP + repeats) * (2 * len(step.program.ops) + 4))
+    _run_together(calls, WARMUP + repeats)
+    keys = {
+        node.id: cost_key(node, region_shape(config.task_regions(node.sig.output_shape)[0]),
+                          device_model)
+        for node, config in zip(graph.ops, sample_split(graph, degree).configs, strict=True)
+    }  # fmt: skip
+    # (key, pass) -> seconds of each op with that key in each call, over every copy and call
+    samples: dict[tuple[CostKey, str], list[float]] = defaultdict(list)
+    for step in steps:
+        per_call: list[dict[tuple[int, str], float]] = []
+        for begin, end, _, what in step.take_log():  # in order; a call starts at its first op
+            if what == LOG_OPS:
+                per_call.append(defaultdict(float))
+            if what >= LOG_OPS and per_call:
+                op, which = step.op_pass(what)
+                per_call[-1][(op, "backward" if which == "loss" else which)] += end - begin
+        for call in per_call[WARMUP:]:
+            for op, key in keys.items():
+                for which in ("forward", "backward"):
+                    samples[(key, which)].append(call.get((op, which), 0.0))
+    return {
+        key: TaskTime(
+            statistics.median(samples[(key, "forward")]),
+            statistics.median(samples[(key, "backward")]),
+        )
+        for key in dict.fromkeys(keys.values())
+    }
+
+
+def _step_call(step: NativeStep, degree: int, rng: np.random.Generator) -> Callable[[int], None]:
+    """A call of `step` on arrays of its shapes (model inputs: small floats, or id 0; weights
+    as initialized; labels: class 0) that runs training step `iteration`."""
+    task = step.task
+    readers = {slot: which for which, (slot, _) in enumerate(step.program.inputs)}
+    values = {}
+    for slot in task.forward.inputs:
+        if slot.kind == SlotKind.RUNNING:  # named per call (`running` below)
+            continue
+        shape = region_shape(slot.region)
+        which = readers.get(slot)
+        if which is not None:
+            dtype = step.program.dtype(which)
+            values[slot] = (
+                (rng.standard_normal(shape) * 0.1).astype(dtype)
+                if dtype.kind == "f"
+                else np.zeros(shape, dtype)
+            )
+        else:  # a weight
+            values[slot] = np.ascontiguousarray(
+                rng.standard_normal(shape).astype(np.float32) * 0.05
+            )
+    grads = {
+        slot: np.zeros(region_shape(slot.region), np.float32) for slot in task.backward.overwrites
+    }
+    running = [
+        (np.stack([np.zeros(c), np.ones(c)]), np.empty((2, c)))
+        for c in (region_shape(slot.region)[-1] for _, slot in step.norms)
+    ]
+    labels = np.zeros(step.prediction_shape[:-1], np.int64)
+    total = int(np.prod(step.prediction_shape[:-1])) * degree
+    valid = step.prediction_shape[0]
+    sums = np.zeros(2)
+    gemm = blas.sgemm_address()
+
+    def call(iteration: int) -> None:
+        step.run(gemm, values, grads, labels, sums, total, valid, iteration, running)
+
+    return call
+
+
+def _run_together(calls: Sequence[Callable[[int], None]], count: int) -> None:
+    """Each of `calls` `count` times in its own thread, the threads starting each call at the
+    same moment (a failure in one stops the others and is raised here)."""
+    start = threading.Barrier(len(calls))
+    failures: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            for iteration in range(count):
+                start.wait()
+                calls[index](iteration)
+        except threading.BrokenBarrierError:
+            pass
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the calling thread)
+            failures.append(exc)
+            start.abort()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
