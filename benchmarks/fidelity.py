@@ -12,9 +12,11 @@ then BLOCKS blocks of --iterations, the median block, issued as `fit` issues the
 --steps-per-execution per Legate launch where the strategy allows (`flexflow.runtime.
 step_launches`), which the simulation knows (`flexflow.launches`). The strategies take turns, --rounds
 times, and each keeps its fastest round (this host's speed drifts; the fastest is the least
-disturbed). Each strategy is also simulated with a launch overhead on its task's device instead
-of the runtime's per-task cost to the host (`SimContext(serial_launches=False)`): the model
-the planner used before, side by side.
+disturbed). Each strategy is also simulated without the profile's times of each op inside
+the C step a whole-model sample split runs per device (`Profile.native_times`,
+`flexflow.step_profiler`): every task priced as op by op, the model the planner used before,
+side by side. The simulation's parts (timeline, work, the runtime's CPU time) and the CPU time
+the measured iterations used are in the CSV.
 
 Reported per strategy: measured and simulated ms; per model: how many pairs of strategies
 each simulator orders as measured (pairs whose measured times are within TIE of each other are
@@ -42,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_io import RESULTS, png_bytes, write_csv, write_markdown  # noqa: E402
-from timing import LOSS, timed_block  # noqa: E402
+from timing import LOSS, thread_cpu_s, timed_block  # noqa: E402
 
 CPUS = 2
 BATCH = 64
@@ -134,42 +136,57 @@ def strategies(graph, machine, contexts: dict, budget_s: float) -> dict:
     return {" = ".join(names): strategy for strategy, names in labels.items()}
 
 
-def measure(executor, inputs, labels, iterations: int) -> float:
-    """Seconds per iteration: the median of BLOCKS blocks of `iterations`."""
+def measure(executor, inputs, labels, iterations: int) -> tuple[float, float]:
+    """Seconds per iteration, the median of BLOCKS blocks of `iterations`, and the CPU seconds
+    every thread of the process used per iteration over the blocks (kernels and runtime: what
+    the simulation's work and runtime parts predict)."""
     for _ in range(WARMUP):
         executor.train_batch(inputs, labels, LOSS).read()
     blocks = []
+    before = thread_cpu_s()
     for _ in range(BLOCKS):
         begin, end = timed_block(executor, inputs, labels, iterations)
         blocks.append((end - begin) / iterations)
-    return sorted(blocks)[BLOCKS // 2]
+    after = thread_cpu_s()
+    cpu = sum(used - before.get(tid, 0.0) for tid, used in after.items())
+    return sorted(blocks)[BLOCKS // 2], cpu / (BLOCKS * iterations)
 
 
-def worker(name: str, iterations: int, rounds: int, budget_s: float, per_launch: int) -> list[dict]:
-    """Runs inside the Legate process: profile, simulate and measure every strategy."""
+def worker(
+    name: str,
+    iterations: int,
+    rounds: int,
+    budget_s: float,
+    per_launch: int,
+    profiles: str | None = None,
+) -> list[dict]:
+    """Runs inside the Legate process: profile, simulate and measure every strategy; the
+    profile is also written into the folder `profiles` when given (MODEL.json)."""
     from contextlib import ExitStack
 
     import flexflow  # noqa: F401  (prepares Legate)
-    from flexflow.cost import CostModel
+    from flexflow.cost import Profile
     from flexflow.machine import parse_machine
     from flexflow.planning import planning_context
     from flexflow.profiler import profile_graph
     from flexflow.runtime import Executor
-    from flexflow.simulator import SimContext, TaskGraph, full_simulate
+    from flexflow.simulator import TaskGraph, full_simulate
+    from flexflow.simulator.export import tasks_end_s
 
     graph = build(name).graph()
     machine = parse_machine("local")
     profile = profile_graph(graph, machine)
-    cost = CostModel(profile)
+    if profiles:
+        profile.save(Path(profiles) / f"{name}.json")
     # as flexflow.planning plans a run with this loss and steps per launch
     context = planning_context(graph, machine, profile, LOSS, per_launch)
-    # the model before the runtime's per-task cost: a launch overhead on each task's device
-    per_device = SimContext(
-        graph, machine, cost, fused_launches=True, serial_launches=False, sparse_labels=True
+    # the model before: every task priced as op by op, the C steps' times left out
+    op_by_op = planning_context(
+        graph, machine, Profile(profile.times, profile.update_bytes_per_s), LOSS, per_launch
     )
-    chosen = strategies(graph, machine, {"simulated": context, "per-device": per_device}, budget_s)
+    chosen = strategies(graph, machine, {"simulated": context, "op by op": op_by_op}, budget_s)
     inputs, labels = batch(graph)
-    measured: dict[str, list[float]] = {label: [] for label in chosen}
+    measured: dict[str, list[tuple[float, float]]] = {label: [] for label in chosen}
     with ExitStack() as stack:
         executors = {
             label: stack.enter_context(
@@ -180,19 +197,28 @@ def worker(name: str, iterations: int, rounds: int, budget_s: float, per_launch:
         for _ in range(rounds):
             for label, executor in executors.items():
                 measured[label].append(measure(executor, inputs, labels, iterations))
-    return [
-        {
+    rows = []
+    for label, s in chosen.items():
+        wall, cpu = min(measured[label])  # the fastest round's block and CPU
+        tg = TaskGraph(context, s)
+        schedule = full_simulate(tg)
+        rows.append({
             "model": name,
             "strategy": label,
-            "simulated_ms": round(full_simulate(TaskGraph(context, s)).iteration_s * 1e3, 3),
-            "per_device_ms": round(full_simulate(TaskGraph(per_device, s)).iteration_s * 1e3, 3),
-            "measured_ms": round(min(measured[label]) * 1e3, 3),
+            "simulated_ms": round(schedule.iteration_s * 1e3, 3),
+            "op_by_op_ms": round(full_simulate(TaskGraph(op_by_op, s)).iteration_s * 1e3, 3),
+            "measured_ms": round(wall * 1e3, 3),
             "steps_per_launch": executors[label].steps_per_launch,
             "devices_used": len({d for config in s.configs for d in config.devices}),
+            # the simulation's parts (TaskGraph.iteration_s) against the process's CPU time
+            "timeline_ms": round(tasks_end_s(tg, schedule) * 1e3, 3),
+            "work_ms": round(tg.work_s() * 1e3, 3),
+            "runtime_ms": round(tg.runtime_s * 1e3, 3),
+            "cores": context.cores,
+            "measured_cpu_ms": round(cpu * 1e3, 3),
             "strategy_json": json.dumps([[list(c.degrees), list(c.devices)] for c in s.configs]),
-        }
-        for label, s in chosen.items()
-    ]
+        })  # fmt: skip
+    return rows
 
 
 def ordered_pairs(rows: list[dict], column: str) -> tuple[int, int]:
@@ -224,13 +250,13 @@ def summary_lines(rows: list[dict], command: str) -> list[str]:
         "",
         f'`{command}` (LEGATE_CONFIG="--cpus {CPUS} --gpus 0", batch {BATCH}, '
         f"{time.strftime('%Y-%m-%d')}). Simulated: the planning simulator (this host's "
-        "measured task profile, fused launches, each Legate task's cost to the host). Per-device "
-        "launches: the same without that cost, a launch overhead on each task's device instead "
-        "(the model before). Measured: the Executor, fastest round's median block. Plot: "
-        "fidelity.png.",
+        "measured task profile with each op's time inside a whole-model sample split's C step, "
+        "fused launches, each Legate task's cost to the host). Op by op: the same without the "
+        "C steps' times (the model before). Measured: the Executor, fastest round's median "
+        "block. Plot: fidelity.png.",
         "",
         "| model | strategy | devices | steps per launch | measured ms | simulated ms | "
-        "sim. / measured | per-device launches ms |",
+        "sim. / measured | op by op ms |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -238,7 +264,7 @@ def summary_lines(rows: list[dict], command: str) -> list[str]:
         lines.append(
             f"| {r['model']} | {r['strategy']} | {r['devices_used']} | {r['steps_per_launch']} | "
             f"{r['measured_ms']:.2f} | "
-            f"{r['simulated_ms']:.2f} | {ratio:.2f} | {r['per_device_ms']:.2f} |"
+            f"{r['simulated_ms']:.2f} | {ratio:.2f} | {r['op_by_op_ms']:.2f} |"
         )
     lines += [
         "",
@@ -246,22 +272,22 @@ def summary_lines(rows: list[dict], command: str) -> list[str]:
         "each model orders as measured; the error is |simulated - measured| / measured; the "
         "pick is the strategy each model simulates fastest, with its measured time.",
         "",
-        "| model | pairs | ordered: simulated | ordered: per-device | mean error: simulated "
-        f"| within {PAPER_BAND:.0%}: simulated | mean error: per-device | pick: simulated "
-        "| pick: per-device | fastest measured |",
+        "| model | pairs | ordered: simulated | ordered: op by op | mean error: simulated "
+        f"| within {PAPER_BAND:.0%}: simulated | mean error: op by op | pick: simulated "
+        "| pick: op by op | fastest measured |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for model, group in itertools.groupby(rows, key=lambda r: r["model"]):
         group = list(group)
         agree, counted = ordered_pairs(group, "simulated_ms")
-        agree_before, _ = ordered_pairs(group, "per_device_ms")
-        now, before = errors(group, "simulated_ms"), errors(group, "per_device_ms")
+        agree_before, _ = ordered_pairs(group, "op_by_op_ms")
+        now, before = errors(group, "simulated_ms"), errors(group, "op_by_op_ms")
         within = sum(e <= PAPER_BAND for e in now)
 
         lines.append(
             f"| {model} | {counted} | {agree} | {agree_before} | {np.mean(now):.0%} | "
             f"{within} of {len(group)} | {np.mean(before):.0%} | {pick(group, 'simulated_ms')} | "
-            f"{pick(group, 'per_device_ms')} | {pick(group, 'measured_ms')} |"
+            f"{pick(group, 'op_by_op_ms')} | {pick(group, 'measured_ms')} |"
         )
     return lines
 
@@ -279,15 +305,15 @@ def plot(rows: list[dict]) -> bytes:
         group = [r for r in rows if r["model"] == model]
         sim = np.array([r["simulated_ms"] for r in group])
         real = np.array([r["measured_ms"] for r in group])
-        values = [r[k] for r in group for k in ("simulated_ms", "per_device_ms", "measured_ms")]
+        values = [r[k] for r in group for k in ("simulated_ms", "op_by_op_ms", "measured_ms")]
         low, high = min(values) / 1.5, max(values) * 1.5
         line = np.array([low, high])
         ax.plot(line, line, color="black", lw=1, label="simulated = measured")
         ax.fill_between(line, line * (1 - PAPER_BAND), line * (1 + PAPER_BAND), alpha=0.15,
                         color="gray", label=f"±{PAPER_BAND:.0%}")  # fmt: skip
-        before = np.array([r["per_device_ms"] for r in group])
+        before = np.array([r["op_by_op_ms"] for r in group])
         ax.scatter(real, before, zorder=2, marker="x", color="tab:red", alpha=0.6,
-                   label="per-device launches")  # fmt: skip
+                   label="without C steps' times")  # fmt: skip
         ax.scatter(real, sim, zorder=3, color="tab:blue", label="simulated")
         for r in group:  # the random strategies stay unlabelled (dots)
             if not r["strategy"].startswith("random"):
@@ -312,6 +338,8 @@ def run_worker(name: str, args: argparse.Namespace) -> list[dict]:
     command = [sys.executable, __file__, "--worker", name, "--iterations", str(args.iterations),
                "--rounds", str(args.rounds), "--budget", str(args.budget),
                "--steps-per-execution", str(args.steps_per_execution)]  # fmt: skip
+    if args.profiles:
+        command += ["--profiles", str(Path(args.profiles).resolve())]
     with subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as proc:
@@ -342,11 +370,16 @@ def main() -> None:
         help="training steps per Legate launch where the strategy allows (as fit runs them)",
     )  # fmt: skip
     parser.add_argument("--out", default="fidelity", help="results file stem")
+    parser.add_argument(
+        "--profiles", metavar="DIR",
+        help="also write each model's measured profile there (DIR/MODEL.json), to simulate the "
+        "measured strategies again later",
+    )  # fmt: skip
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.iterations, args.rounds, args.budget,
-                                args.steps_per_execution)))  # fmt: skip
+                                args.steps_per_execution, args.profiles)))  # fmt: skip
         return
     models = [m for m in args.models.split(",") if m]
     unknown = sorted(set(models) - set(CHOICES))
