@@ -26,6 +26,7 @@ from flexflow.cost import CostKey, TaskTime, cost_key
 from flexflow.fusion import SlotKind, fused_task, sole_gradients
 from flexflow.graph import OperatorGraph
 from flexflow.launches import run_groups
+from flexflow.machine_presets import host_memory_bytes
 from flexflow.ops import blas
 from flexflow.ops.base import region_shape
 from flexflow.runtime.concurrent import StatisticsExchange
@@ -34,6 +35,21 @@ from flexflow.strategy import ParallelConfig, Strategy
 
 WARMUP = 1
 """Steps run before the timed ones (the buffers' pages touched, the kernels' code loaded)."""
+MEMORY_SHARE = 0.25
+"""The share of this host's memory the steps measured at once may take (`step_bytes`): a
+laptop profiling the zoo's ResNet-101 at its paper size (batch 64, 224x224) would need several
+times its memory; such a model's sample splits keep their op-by-op prices."""
+
+
+def step_bytes(graph: OperatorGraph, degree: int) -> int:
+    """About what the C steps of a split `degree` ways by sample hold in all: every op's output
+    and its gradient, every weight and its gradient on each device."""
+    outputs = sum(
+        int(np.prod(spec.shape)) * spec.dtype.itemsize for node in graph.ops
+        for spec in node.sig.outputs
+    )  # fmt: skip
+    weights = sum(int(np.prod(p.spec.shape)) * 4 for p in graph.parameters)
+    return 2 * outputs + 2 * degree * weights
 
 
 def sample_degrees(graph: OperatorGraph, most: int) -> list[int]:
@@ -92,7 +108,10 @@ def measure_native(
     the median over `repeats` steps of each of its `degree` copies (run at once, one thread
     each, as many BLAS threads as the caller allows), by cost key; the loss counts into the
     last op's backward (it starts it); ops the step runs as views of their input cost 0.
-    Empty where the step is not one C call (`native_steps`)."""
+    Empty where the step is not one C call (`native_steps`), or where its buffers would take
+    more than `MEMORY_SHARE` of this host's memory (`step_bytes`)."""
+    if step_bytes(graph, degree) > MEMORY_SHARE * host_memory_bytes():
+        return {}
     steps = native_steps(graph, degree) if blas.sgemm_address() is not None else None
     if steps is None:
         return {}

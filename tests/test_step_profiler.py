@@ -56,3 +56,14 @@ def test_a_step_that_runs_op_by_op_has_no_c_step_times():
     graph = cnn(transpose=True)
     assert native_steps(graph, 2) is None
     assert measure_native(graph, 2, "cpu") == {}
+
+
+def test_a_step_too_big_for_this_host_is_not_measured(monkeypatch):
+    from flexflow import step_profiler
+
+    graph = cnn()
+    assert step_profiler.step_bytes(graph, 2) > step_profiler.step_bytes(graph, 1) > 0
+    memory = 4 * step_profiler.step_bytes(graph, 1)  # a quarter of it: one CPU's steps
+    monkeypatch.setattr(step_profiler, "host_memory_bytes", lambda: memory)
+    assert measure_native(graph, 1, "cpu")
+    assert measure_native(graph, 2, "cpu") == {}
