@@ -15,8 +15,10 @@ prices such strategies with (`SimContext.native_degree`). No Legate here: plain 
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
@@ -35,6 +37,11 @@ from flexflow.strategy import ParallelConfig, Strategy
 
 WARMUP = 1
 """Steps run before the timed ones (the buffers' pages touched, the kernels' code loaded)."""
+MIN_MEASURED_S = 0.2
+MAX_REPEATS = 50
+"""A split's steps are timed at least `repeats` times and for about MIN_MEASURED_S, at most
+MAX_REPEATS times: a small model's step of 2-3 ms timed 3 times came out 0.8x-1.2x of its
+median over many on this host."""
 MEMORY_SHARE = 0.25
 """The share of this host's memory the steps measured at once may take (`step_bytes`): a
 laptop profiling the zoo's ResNet-101 at its paper size (batch 64, 224x224) would need several
@@ -105,8 +112,8 @@ def measure_native(
     seed: int = 0,
 ) -> dict[CostKey, TaskTime]:
     """Each op's (forward, backward) inside `sample_split(graph, degree)`'s C step on one tile,
-    the median over `repeats` steps of each of its `degree` copies (run at once, one thread
-    each, as many BLAS threads as the caller allows), by cost key; the loss counts into the
+    the median over `repeats` steps or more (`MIN_MEASURED_S`) of each of its `degree` copies
+    (run at once, one thread each, as many BLAS threads as the caller allows), by cost key; the loss counts into the
     last op's backward (it starts it); ops the step runs as views of their input cost 0.
     Empty where the step is not one C call (`native_steps`), or where its buffers would take
     more than `MEMORY_SHARE` of this host's memory (`step_bytes`)."""
@@ -117,9 +124,13 @@ def measure_native(
         return {}
     rng = np.random.default_rng(seed)
     calls = [_step_call(step, degree, rng) for step in steps]
+    begin = time.perf_counter()
+    _run_together(calls, 0, WARMUP)
+    took = (time.perf_counter() - begin) / WARMUP
+    count = max(repeats, min(MAX_REPEATS, math.ceil(MIN_MEASURED_S / max(took, 1e-6))))
     for step in steps:
-        step.record(capacity=4 * (WARMUP + repeats) * (2 * len(step.program.ops) + 4))
-    _run_together(calls, WARMUP + repeats)
+        step.record(capacity=4 * count * (2 * len(step.program.ops) + 4))
+    _run_together(calls, WARMUP, count)
     keys = {
         node.id: cost_key(node, region_shape(config.task_regions(node.sig.output_shape)[0]),
                           device_model)
@@ -135,7 +146,7 @@ def measure_native(
             if what >= LOG_OPS and per_call:
                 op, which = step.op_pass(what)
                 per_call[-1][(op, "backward" if which == "loss" else which)] += end - begin
-        for call in per_call[WARMUP:]:
+        for call in per_call:
             for op, key in keys.items():
                 for which in ("forward", "backward"):
                     samples[(key, which)].append(call.get((op, which), 0.0))
@@ -189,15 +200,16 @@ def _step_call(step: NativeStep, degree: int, rng: np.random.Generator) -> Calla
     return call
 
 
-def _run_together(calls: Sequence[Callable[[int], None]], count: int) -> None:
-    """Each of `calls` `count` times in its own thread, the threads starting each call at the
-    same moment (a failure in one stops the others and is raised here)."""
+def _run_together(calls: Sequence[Callable[[int], None]], first: int, count: int) -> None:
+    """Each of `calls` `count` times (iterations `first` on) in its own thread, the threads
+    starting each call at the same moment (a failure in one stops the others and is raised
+    here)."""
     start = threading.Barrier(len(calls))
     failures: list[BaseException] = []
 
     def run(index: int) -> None:
         try:
-            for iteration in range(count):
+            for iteration in range(first, first + count):
                 start.wait()
                 calls[index](iteration)
         except threading.BrokenBarrierError:
