@@ -163,7 +163,10 @@ def measured_profile(path: str | None, graph, machine, console):
     with console.status(f"measuring {len(graph.ops)} ops' tasks on this host"):
         profile = profile_graph(graph, machine)
     profile.save(path)
-    console.print(f"measured {len(profile.times)} task times; wrote {path}")
+    console.print(
+        f"measured {len(profile.times)} task times, and {len(profile.native_times)} of ops "
+        f"inside whole-model C steps; wrote {path}"
+    )
     return profile
 
 
