@@ -178,6 +178,11 @@ class SimContext:
         self._route_tables: tuple[array, array, array, array] | None = None
         self._op_tasks: dict[tuple[int, ParallelConfig, bool, bool], OpTasks] = {}
         self._native_degrees: dict[tuple[int, str], bool] = {}
+        self.prices_native_steps = (
+            self.serial_launches and sparse_labels and bool(self.cost.profile.native_times)
+        )
+        """Whether some strategy may be priced by C step times (`native_split`): a run on CPUs
+        under sparse cross-entropy with a profile that measured them."""
         self._native_splits: dict[tuple[int, ParallelConfig], tuple | None] = {}
         self.sync_table = SyncTable()
         """Every template `op_sync_parts` made, as the C sync builder reads them."""
@@ -222,8 +227,7 @@ class SimContext:
     def _native_split(self, config: ParallelConfig) -> tuple | None:
         degree = config.degrees[0]
         if (
-            not self.serial_launches
-            or not self.sparse_labels
+            not self.prices_native_steps
             or degree != len(config.devices)
             or any(d != 1 for d in config.degrees[1:])
             or config.devices != tuple(range(config.devices[0], config.devices[0] + degree))

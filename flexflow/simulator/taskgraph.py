@@ -382,6 +382,8 @@ class TaskGraph:
 
     def _splits_after(self, changes: Sequence[tuple[int, ParallelConfig]]) -> Counter:
         """`_splits` once `changes` are made (a new count; this one stays)."""
+        if not self.context.prices_native_steps:  # every op's split is None, now and after
+            return self._splits
         splits = self._splits.copy()
         split = self.context.native_split
         for op, config in dict(changes).items():  # an op given two configurations takes the last
