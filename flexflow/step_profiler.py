@@ -3,14 +3,14 @@
 A strategy that splits every op the same way by sample only (data parallelism over k CPUs, or
 everything on one) runs each device's whole step as one C call (flexflow.runtime.native_step):
 C kernels back to back on buffers the step keeps, no task bodies in between. That is faster
-than the op-by-op tasks' kernels `flexflow.profiler` times (for an MLP, an RNN language model
-and a small transformer on 2 CPUs, the measured data-parallel iteration was 0.68-0.77x of what
-their op-by-op times simulated: benchmarks/results/fidelity-s33.md), so the search
-underrated data parallelism against strategies that run op by op. Here each such split's step
-runs, with its k copies at the same moments in k threads as its k processors run them (their
-batch norms exchanging statistics), and the step's log (`NativeStep.record`) says how long
-each op's forward and backward took inside it: `Profile.native_times`, which the simulator
-prices such strategies with (`SimContext.native_degree`). No Legate here: plain threads.
+than the op-by-op tasks' kernels `flexflow.profiler` times (priced so, data parallelism of
+ResNet-20 and of a small transformer on 2 CPUs simulated 1.35x and 1.23x its measured time:
+benchmarks/results/fidelity-s33.md), so the search underrated data parallelism against
+strategies that run op by op. Here each such split's step runs, its k copies at the same
+moments in k threads as its k processors run them (their batch norms exchanging statistics),
+and the step's log (`NativeStep.record`) says how long each op's forward and backward took
+inside it: `Profile.native_times`, which the simulator prices such strategies with
+(`SimContext.native_split`, `TaskGraph.native`). No Legate here: plain threads.
 """
 
 from __future__ import annotations
@@ -112,11 +112,11 @@ def measure_native(
     seed: int = 0,
 ) -> dict[CostKey, TaskTime]:
     """Each op's (forward, backward) inside `sample_split(graph, degree)`'s C step on one tile,
-    the median over `repeats` steps or more (`MIN_MEASURED_S`) of each of its `degree` copies
-    (run at once, one thread each, as many BLAS threads as the caller allows), by cost key; the loss counts into the
-    last op's backward (it starts it); ops the step runs as views of their input cost 0.
-    Empty where the step is not one C call (`native_steps`), or where its buffers would take
-    more than `MEMORY_SHARE` of this host's memory (`step_bytes`)."""
+    by cost key: the median over `repeats` steps or more (`MIN_MEASURED_S`) of each of its
+    `degree` copies (run at once, one thread each, with as many BLAS threads as the caller
+    allows). The loss counts into the last op's backward (it starts it); ops the step runs as
+    views of their input cost 0. Empty where the step is not one C call (`native_steps`), or
+    where its buffers would take more than `MEMORY_SHARE` of this host's memory."""
     if step_bytes(graph, degree) > MEMORY_SHARE * host_memory_bytes():
         return {}
     steps = native_steps(graph, degree) if blas.sgemm_address() is not None else None
@@ -160,8 +160,8 @@ def measure_native(
 
 
 def _step_call(step: NativeStep, degree: int, rng: np.random.Generator) -> Callable[[int], None]:
-    """A call of `step` on arrays of its shapes (model inputs: small floats, or id 0; weights
-    as initialized; labels: class 0) that runs training step `iteration`."""
+    """A call of `step` on arrays of its shapes (model inputs and weights: small random floats,
+    token ids 0; labels: class 0) that runs training step `iteration`."""
     task = step.task
     readers = {slot: which for which, (slot, _) in enumerate(step.program.inputs)}
     values = {}
