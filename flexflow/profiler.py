@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -34,7 +33,7 @@ from flexflow.ops.base import Region, region_shape
 from flexflow.ops.init import initialize
 from flexflow.optimizers import SGDOptimizer
 from flexflow.space import enumerate_configs
-from flexflow.step_profiler import measure_native, sample_degrees
+from flexflow.step_profiler import measure_native, run_together, sample_degrees
 
 TASK_OVERHEAD_S = DEVICE_CONSTANTS["cpu"].launch_overhead_s
 """What issuing and running one Legate Python task adds to its kernel (measured here: a chain
@@ -70,30 +69,17 @@ def _median_s(runs: Sequence[Callable[[], object]], repeats: int) -> float:
             runs[0]()
             times.append(time.perf_counter() - begin)
         return statistics.median(times)
-    start = threading.Barrier(len(runs))
     times: list[list[float]] = [[] for _ in runs]
-    failures: list[BaseException] = []
 
-    def timed(index: int) -> None:
-        try:
-            for _ in range(repeats):
-                start.wait()
-                begin = time.perf_counter()
-                runs[index]()
-                times[index].append(time.perf_counter() - begin)
-        except threading.BrokenBarrierError:
-            pass  # another copy failed: its error is the one to report
-        except BaseException as exc:  # noqa: BLE001 (re-raised in the calling thread)
-            failures.append(exc)
-            start.abort()  # the other copies stop waiting for this one
+    def timed(index: int) -> Callable[[int], None]:
+        def call(_: int) -> None:
+            begin = time.perf_counter()
+            runs[index]()
+            times[index].append(time.perf_counter() - begin)
 
-    threads = [threading.Thread(target=timed, args=(i,)) for i in range(len(runs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
+        return call
+
+    run_together([timed(i) for i in range(len(runs))], 0, repeats)
     return statistics.median(t for per_thread in times for t in per_thread)
 
 

@@ -125,12 +125,12 @@ def measure_native(
     rng = np.random.default_rng(seed)
     calls = [_step_call(step, degree, rng) for step in steps]
     begin = time.perf_counter()
-    _run_together(calls, 0, WARMUP)
+    run_together(calls, 0, WARMUP)
     took = (time.perf_counter() - begin) / WARMUP
     count = max(repeats, min(MAX_REPEATS, math.ceil(MIN_MEASURED_S / max(took, 1e-6))))
     for step in steps:
         step.record(capacity=4 * count * (2 * len(step.program.ops) + 4))
-    _run_together(calls, WARMUP, count)
+    run_together(calls, WARMUP, count)
     keys = {
         node.id: cost_key(node, region_shape(config.task_regions(node.sig.output_shape)[0]),
                           device_model)
@@ -200,10 +200,10 @@ def _step_call(step: NativeStep, degree: int, rng: np.random.Generator) -> Calla
     return call
 
 
-def _run_together(calls: Sequence[Callable[[int], None]], first: int, count: int) -> None:
+def run_together(calls: Sequence[Callable[[int], None]], first: int, count: int) -> None:
     """Each of `calls` `count` times (iterations `first` on) in its own thread, the threads
-    starting each call at the same moment (a failure in one stops the others and is raised
-    here)."""
+    starting each call at the same moment, as the tasks of one configuration start on their
+    processors (a failure in one stops the others and is raised here)."""
     start = threading.Barrier(len(calls))
     failures: list[BaseException] = []
 
@@ -213,10 +213,10 @@ def _run_together(calls: Sequence[Callable[[int], None]], first: int, count: int
                 start.wait()
                 calls[index](iteration)
         except threading.BrokenBarrierError:
-            pass
+            pass  # another copy failed: its error is the one to report
         except BaseException as exc:  # noqa: BLE001 (re-raised in the calling thread)
             failures.append(exc)
-            start.abort()
+            start.abort()  # the other copies stop waiting for this one
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
     for thread in threads:
