@@ -439,23 +439,14 @@ def _points(graph, machine: str):
 
 def _concurrently(work, points: int) -> list:
     """work(point) on `points` threads at once (the points of a concurrent launch)."""
-    import threading
+    from flexflow.step_profiler import run_together
 
-    results, failures = [None] * points, []
+    results = [None] * points
 
-    def run(point):
-        try:
-            results[point] = work(point)
-        except BaseException as exc:  # noqa: BLE001 (re-raised below)
-            failures.append(exc)
+    def at(point):
+        return lambda _: results.__setitem__(point, work(point))
 
-    threads = [threading.Thread(target=run, args=(p,)) for p in range(points)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
+    run_together([at(p) for p in range(points)], 0, 1)
     return results
 
 
