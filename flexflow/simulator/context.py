@@ -179,10 +179,16 @@ class SimContext:
         self._op_tasks: dict[tuple[int, ParallelConfig, bool, bool], OpTasks] = {}
         self._native_degrees: dict[tuple[int, str], bool] = {}
         self.prices_native_steps = (
-            self.serial_launches and sparse_labels and bool(self.cost.profile.native_times)
+            self.serial_launches
+            and sparse_labels
+            and machine.num_nodes == 1
+            and bool(self.cost.profile.native_times)
         )
-        """Whether some strategy may be priced by C step times (`native_split`): a run on CPUs
-        under sparse cross-entropy with a profile that measured them."""
+        """Whether some strategy may be priced by C step times (`native_split`): a run of one
+        process on CPUs under sparse cross-entropy with a profile that measured them. Not with
+        several ranks: the profile measures splits over one node's CPUs, and pricing those
+        by their C steps but a split over every node's op by op would favour leaving nodes
+        idle."""
         self._native_splits: dict[tuple[int, ParallelConfig], tuple | None] = {}
         self.sync_table = SyncTable()
         """Every template `op_sync_parts` made, as the C sync builder reads them."""

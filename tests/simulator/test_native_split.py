@@ -77,7 +77,7 @@ def test_a_sample_split_of_every_op_is_timed_as_its_c_step():
 
 @pytest.mark.parametrize(
     "why",
-    ["an op not measured", "another loss", "not a run on CPUs", "devices out of order"],
+    ["an op not measured", "another loss", "not a run on CPUs", "devices out of order", "ranks"],
 )
 def test_no_c_step_times_where_the_step_is_not_one_measured_c_call(why):
     graph = random_graph(3)
@@ -86,7 +86,10 @@ def test_no_c_step_times_where_the_step_is_not_one_measured_c_call(why):
     if why == "not a run on CPUs":
         context = SimContext(graph, CPUS, CostModel(profile), fused_launches=True,
                              serial_launches=False, sparse_labels=True)  # fmt: skip
-    dp = named_strategy("dp", graph, CPUS)
+    if why == "ranks":  # two processes of one CPU each: a split over both spans the nodes
+        two = local_machine("--cpus 1 --gpus 0", memory_bytes=1 << 34, ranks=LegateRanks(2, 2))
+        context = cpu_context(graph, native_profile(graph, two), machine=two)
+    dp = named_strategy("dp", graph, context.machine)
     if why == "devices out of order":  # on the CPUs the other way round
         dp = Strategy(dp.ops, tuple(ParallelConfig(c.degrees, c.devices[::-1]) for c in dp.configs))
     assert not TaskGraph(context, dp).native
