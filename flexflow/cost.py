@@ -171,9 +171,9 @@ class Profile:
     native_times: dict[CostKey, TaskTime] = field(default_factory=dict)
     """Each op tile's forward and backward inside a training step run as one C call per
     device (`flexflow.step_profiler`): what a strategy whose every op is split the same way
-    by sample costs (`SimContext.native_degree`). Faster than `times`, which are the op-by-op
-    task bodies' kernels: data parallelism's C step took 0.65-0.75x of those for an MLP, an
-    RNN language model and a small transformer."""
+    by sample costs (`SimContext.native_split`). Faster than `times`, the op-by-op task
+    bodies' kernels (priced by those, ResNet-20's data parallelism simulated 1.35x its measured
+    time: benchmarks/results/fidelity-s33.md)."""
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -157,3 +157,22 @@ def test_delta_equals_full_entering_and_leaving_a_c_step(graph_seed, start, move
             assert timeline(delta.tg, delta.schedule) == before
         else:
             strategy = changed
+
+
+def test_the_op_blocks_equal_the_reference_in_and_out_of_a_c_step():
+    """native/blocks.c builds a C step's op blocks as flexflow.simulator.reference says."""
+    from flexflow.simulator.reference import reference_op_block
+
+    from .test_native import built_blocks
+
+    graph = random_graph(5)
+    context = cpu_context(graph, native_profile(graph, CPUS))
+    dp = named_strategy("dp", graph, CPUS)
+    tg = TaskGraph(context, dp)
+    one = ParallelConfig.single(len(dp.configs[1].degrees), 0)
+    for change in (None, (1, one), (1, dp.configs[1])):  # in, out, in again
+        if change is not None:
+            tg.set_config(*change)
+        assert tg.native == (change is None or change[1] == dp.configs[1])
+        for (_, op), block in built_blocks(tg, "op").items():
+            assert block == reference_op_block(tg, op)
