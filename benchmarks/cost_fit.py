@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="cost_fit", help="results file stem")
     args = parser.parse_args()
-    from flexflow.cost import DEVICE_CONSTANTS, UPDATE_BYTES_PER_ELEMENT
+    from flexflow.cost import DEVICE_CONSTANTS, UPDATE_BYTES_PER_ELEMENT, Profile
     from flexflow.machine import parse_machine
     from flexflow.profiler import profile_graph
 
@@ -174,7 +174,9 @@ def main() -> None:
     for name, graph in graphs.items():
         old = dp_iteration_ms(graph, machine, None, current)
         new = dp_iteration_ms(graph, machine, None, fitted)
-        measured = dp_iteration_ms(graph, machine, profiles[name], current)
+        # the op-by-op times the constants are fitted to (not the C step's: `native_times`)
+        op_by_op = Profile(profiles[name].times, profiles[name].update_bytes_per_s)
+        measured = dp_iteration_ms(graph, machine, op_by_op, current)
         models.append([name, f"{old:.2f}", f"{new:.2f}", f"{measured:.2f}",
                        f"{old / measured:.2f}", f"{new / measured:.2f}"])  # fmt: skip
     kinds_header = ["op kind", "passes", "fitted efficiency", "fitted memory efficiency",
@@ -193,7 +195,9 @@ def main() -> None:
         f"bytes per weight): memory efficiency {update_memory:.3f}. Per model, data "
         f"parallelism's iteration as examples/train.py plans it, with the analytic constants "
         f"flexflow/cost.py holds as this runs ('now'), with the fitted ones, and with the "
-        f"measured profile."
+        f"measured profile's op-by-op times (its times of each op inside the C step, which "
+        f"price data parallelism where a profile measured them, left out: the constants "
+        f"price op-by-op tasks)."
     )
     write_csv(RESULTS / f"{args.out}.csv", [dict(zip(kinds_header, r, strict=True)) for r in rows])
     lines = ["# Analytic CPU costs fitted to this host's measured tasks", "", note, ""]
