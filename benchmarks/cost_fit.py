@@ -77,6 +77,8 @@ def measured_passes(name: str, graph, machine, profile) -> list[Pass]:
     for node in graph.ops:
         for config in enumerate_configs(node.sig, machine):
             region = config.task_regions(node.sig.output_shape)[0]
+            # (an op reading only model inputs is timed without its input gradient, under
+            # another key: left out, the roofline's backward counts one)
             key = cost_key(node, region_shape(region), model)
             if key in seen or key not in profile.times:
                 continue

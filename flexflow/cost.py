@@ -29,8 +29,8 @@ from flexflow.ops.base import Region, region_shape
 
 PROFILE_FORMAT = "flexflow-profile"
 PROFILE_VERSION = 5
-"""5: also each op's time inside the C step of a whole-model sample split (`native_times`);
-4: an op reading only model inputs timed without the input gradient the runtime never
+"""5: also each op's time inside the C step of a whole-model sample split (`native_times`), and
+an op reading only model inputs keyed apart from the same op elsewhere (`cost_key`); 4: an op reading only model inputs timed without the input gradient the runtime never
 computes; 3: updates timed as data-parallel steps run them (the devices' partial gradients
 summed and applied in one C pass); 2: each tile timed with its configuration's tasks running at
 once, and update rates (1: tiles timed alone)."""
@@ -150,9 +150,21 @@ class TaskTime:
 CostKey = tuple[str, str, tuple[tuple[int, ...], ...], tuple[int, ...], str]
 
 
-def cost_key(node: OpNode, tile_shape: tuple[int, ...], device_model: str) -> CostKey:
-    """(kind, hyperparameters, input shapes, output tile shape, device model): what a task's time depends on."""
-    attributes = json.dumps(op_attributes(node.op), sort_keys=True)
+NO_INPUT_GRADS = "without_input_gradients"
+"""The mark in a cost key's hyperparameters of an op whose backward computes no input gradient
+(`OperatorGraph.computes_input_grads`)."""
+
+
+def cost_key(
+    node: OpNode, tile_shape: tuple[int, ...], device_model: str, input_grads: bool = True
+) -> CostKey:
+    """(kind, hyperparameters, input shapes, output tile shape, device model): what a task's
+    time depends on; `input_grads` False (an op reading only model inputs) marks the
+    hyperparameters, so such an op and the same op elsewhere are timed apart."""
+    attributes = op_attributes(node.op)
+    if not input_grads:
+        attributes = {**attributes, NO_INPUT_GRADS: True}
+    attributes = json.dumps(attributes, sort_keys=True)
     inputs = tuple(spec.shape for spec in node.sig.inputs)
     return (node.kind, attributes, inputs, tuple(tile_shape), device_model)
 
@@ -262,17 +274,24 @@ class CostModel:
         self.constants = constants
         self._cache: dict[CostKey, TaskTime] = {}
 
-    def task_time(self, node: OpNode, region: Region, device: Device) -> TaskTime:
-        key = cost_key(node, region_shape(region), device.model)
+    def task_time(
+        self, node: OpNode, region: Region, device: Device, input_grads: bool = True
+    ) -> TaskTime:
+        """The tile's (forward, backward): the profile's, else the analytic roofline's;
+        `input_grads` as for `cost_key`."""
+        key = cost_key(node, region_shape(region), device.model, input_grads)
         cached = self._cache.get(key)
         if cached is None:
             cached = self.profile.times.get(key) or self._analytic(node, region, device)
             self._cache[key] = cached
         return cached
 
-    def native_time(self, node: OpNode, region: Region, device: Device) -> TaskTime | None:
+    def native_time(
+        self, node: OpNode, region: Region, device: Device, input_grads: bool = True
+    ) -> TaskTime | None:
         """The op tile's time inside a C step (`Profile.native_times`), None where not measured."""
-        return self.profile.native_times.get(cost_key(node, region_shape(region), device.model))
+        key = cost_key(node, region_shape(region), device.model, input_grads)
+        return self.profile.native_times.get(key)
 
     def _analytic(self, node: OpNode, region: Region, device: Device) -> TaskTime:
         constants = self.constants[device.kind]

@@ -124,6 +124,12 @@ class OperatorGraph:
         except KeyError:
             raise GraphError(f"the graph has no op named '{name}'.") from None
 
+    def computes_input_grads(self, op: int) -> bool:
+        """Whether op `op`'s backward computes its inputs' gradients: some input is another op's
+        output. An op reading only model inputs computes none (nothing would read them), so its
+        backward costs less than the same op's elsewhere (`flexflow.cost.cost_key`)."""
+        return any(self.tensor(t).producer is not None for t in self.ops[op].inputs)
+
     def consumers(self, tensor_id: int) -> tuple[int, ...]:
         """Ids of the ops reading tensor `tensor_id`, in topological order."""
         return self._consumers[tensor_id]

@@ -140,7 +140,7 @@ def profile_graph(
     with threadpool_limits(1, user_api="blas"):  # as in a Legate CPU task: one core each
         for done, node in enumerate(graph.ops):
             # no input gradient where every input is a model input (nothing reads it)
-            input_grads = any(graph.tensor(t).producer is not None for t in node.inputs)
+            input_grads = graph.computes_input_grads(node.id)
             _profile_op(node, machine, models, repeats, times, most, input_grads)
             if on_op is not None:
                 on_op(done + 1, len(graph.ops))
@@ -189,7 +189,7 @@ def _profile_op(
     for shape, (region, concurrent) in tiles.items():
         measured = None
         for model in models:
-            key = cost_key(node, shape, model)
+            key = cost_key(node, shape, model, input_grads)
             if key not in times:
                 measured = measured or measure_tile(
                     node, region, repeats, concurrent=concurrent, input_grads=input_grads

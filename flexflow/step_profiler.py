@@ -133,7 +133,7 @@ def measure_native(
     run_together(calls, WARMUP, count)
     keys = {
         node.id: cost_key(node, region_shape(config.task_regions(node.sig.output_shape)[0]),
-                          device_model)
+                          device_model, graph.computes_input_grads(node.id))
         for node, config in zip(graph.ops, sample_split(graph, degree).configs, strict=True)
     }  # fmt: skip
     # (key, pass) -> seconds of each op with that key in each call, over every copy and call

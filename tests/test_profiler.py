@@ -32,7 +32,8 @@ def test_every_distinct_tile_is_measured_and_prices_the_simulation(tmp_path):
     for node in graph.ops:
         for config in enumerate_configs(node.sig, machine):
             shape = region_shape(config.task_regions(node.sig.output_shape)[0])
-            time = profile.times[cost_key(node, shape, model)]
+            key = cost_key(node, shape, model, graph.computes_input_grads(node.id))
+            time = profile.times[key]
             assert time.forward_s > TASK_OVERHEAD_S and time.backward_s > TASK_OVERHEAD_S
     # an update over the model's weights: a rate in bytes per second. This graph's few weights
     # make it mostly call overhead, which a busy host slows (76 and 6.7 MB/s measured once each
@@ -44,7 +45,8 @@ def test_every_distinct_tile_is_measured_and_prices_the_simulation(tmp_path):
         split = sample_split(graph, degree)
         for node, config in zip(graph.ops, split.configs, strict=True):
             shape = region_shape(config.task_regions(node.sig.output_shape)[0])
-            assert cost_key(node, shape, model) in profile.native_times
+            grads = graph.computes_input_grads(node.id)
+            assert cost_key(node, shape, model, grads) in profile.native_times
     profile.save(tmp_path / "p.json")
     loaded = Profile.load(tmp_path / "p.json")
     assert loaded.times == profile.times
@@ -53,11 +55,32 @@ def test_every_distinct_tile_is_measured_and_prices_the_simulation(tmp_path):
     # the simulator takes the measured times where it has them
     dp = named_strategy("dp", graph, machine)
     measured = SimContext(graph, machine, CostModel(loaded))
-    node = graph.ops[0]
+    node = graph.ops[0]  # reads the model input: timed without the input gradient
     region = dp[0].task_regions(node.sig.output_shape)[0]
-    key = cost_key(node, region_shape(region), model)
-    assert measured.cost.task_time(node, region, machine.devices[0]) == loaded.times[key]
+    key = cost_key(node, region_shape(region), model, input_grads=False)
+    assert measured.task_time(0, dp[0].degrees, machine.devices[0]) == loaded.times[key]
     assert full_simulate(TaskGraph(measured, dp)).iteration_s > 0
+
+
+def test_an_op_reading_only_model_inputs_is_timed_apart_from_the_same_op_elsewhere():
+    """Two equal dense layers, the first reading the model input (its backward computes no
+    input gradient), the second the first's output: two profile entries, each priced by its
+    own (one entry used to serve both, measured whichever way came first)."""
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 16), name="x")
+    x = model.dense(model.dense(x, 16, ActiMode.AC_MODE_RELU), 16, ActiMode.AC_MODE_RELU)
+    model.softmax(model.dense(x, 4))
+    graph, machine = model.graph(), local_machine("--cpus 2 --gpus 0")
+    first, second = graph.ops[0], graph.ops[1]
+    assert first.op == second.op and first.sig == second.sig
+    assert [graph.computes_input_grads(op) for op in (0, 1)] == [False, True]
+    profile = profile_graph(graph, machine, repeats=1)
+    context = SimContext(graph, machine, CostModel(profile))
+    device, model_name = machine.devices[0], machine.devices[0].model
+    keys = [cost_key(node, (8, 16), model_name, op == 1) for op, node in enumerate((first, second))]
+    assert keys[0] != keys[1] and all(key in profile.times for key in keys)
+    for op, key in enumerate(keys):
+        assert context.task_time(op, (1, 1), device) == profile.times[key]
 
 
 def test_cli_profile_writes_a_profile_that_simulate_reads(tmp_path, capsys):

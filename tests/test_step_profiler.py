@@ -41,7 +41,12 @@ def test_every_op_is_timed_inside_the_c_step(degree):
     found = measure_native(graph, degree, "cpu", repeats=2)
     split = sample_split(graph, degree)
     keys = [
-        cost_key(node, region_shape(config.task_regions(node.sig.output_shape)[0]), "cpu")
+        cost_key(
+            node,
+            region_shape(config.task_regions(node.sig.output_shape)[0]),
+            "cpu",
+            graph.computes_input_grads(node.id),
+        )
         for node, config in zip(graph.ops, split.configs, strict=True)
     ]
     assert set(found) == set(keys)

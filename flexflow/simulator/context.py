@@ -51,12 +51,18 @@ Overlap = tuple[int, int, int]  # (consumer task, producer task, overlap volume 
 
 def op_kinds(graph: OperatorGraph) -> tuple[int, ...]:
     """Per op, the id of its kind: ops with equal operators (hyperparameters), signatures
-    (shapes) and pattern of repeated weights share one. Everything `SimContext` memoizes but
+    (shapes), pattern of repeated weights and whether they compute input gradients share one. Everything `SimContext` memoizes but
     the task keys and devices is a function of the kind, never of the op's name or id."""
     ids: dict[tuple, int] = {}
     return tuple(
         ids.setdefault(
-            (node.op, node.sig, tuple(node.weights.index(p) for p in node.weights)), len(ids)
+            (
+                node.op,
+                node.sig,
+                tuple(node.weights.index(p) for p in node.weights),
+                graph.computes_input_grads(node.id),
+            ),
+            len(ids),
         )
         for node in graph.ops
     )
@@ -252,18 +258,24 @@ class SimContext:
         if found is None:
             device = next(d for d in self.machine.devices if d.model == model)
             found = self._native_degrees[(degree, model)] = all(
-                self.cost.native_time(node, self.regions(node.id, _sample(node, degree))[0], device)
-                is not None
+                self.native_time(node.id, _sample(node, degree), device) is not None
                 for node in self.graph.ops
             )
         return found
+
+    def native_time(self, op: int, degrees: tuple[int, ...], device: Device) -> TaskTime | None:
+        """A task's time inside the C step (`Profile.native_times`), None where not measured."""
+        node = self.graph.ops[op]
+        region = self.regions(op, degrees)[0]
+        return self.cost.native_time(node, region, device, self.graph.computes_input_grads(op))
 
     def task_time(self, op: int, degrees: tuple[int, ...], device: Device) -> TaskTime:
         key = (self.kinds[op], degrees, device.model)
         found = self._times.get(key)
         if found is None:
             node = self.graph.ops[op]
-            found = self.cost.task_time(node, self.regions(op, degrees)[0], device)
+            region = self.regions(op, degrees)[0]
+            found = self.cost.task_time(node, region, device, self.graph.computes_input_grads(op))
             self._times[key] = found
         return found
 
@@ -424,8 +436,7 @@ class SimContext:
         if n >= FIELD_LIMIT:  # task, ring and group indices fit a key
             raise AssertionError(f"{node.name}: {n} tasks; keys hold fewer")
         if native:
-            region = self.regions(op, config.degrees)[0]
-            time = self.cost.native_time(node, region, self.machine.devices[config.devices[0]])
+            time = self.native_time(op, config.degrees, self.machine.devices[config.devices[0]])
             if time is None:
                 raise AssertionError(f"{node.name}: no C step time for {config}")
             exe = array("d", [time.forward_s, time.backward_s] * n)

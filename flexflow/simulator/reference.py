@@ -138,10 +138,9 @@ def reference_op_block(tg: TaskGraph, op: int) -> tuple[dict[int, EdgeTask], set
     (`TaskGraph.native`), timed as the profile measured them there, nothing added."""
     context, config = tg.context, tg.configs[op]
     if tg.native:
-        node, region = tg.graph.ops[op], context.regions(op, config.degrees)[0]
         tasks, edges = {}, set()
         for k, device in enumerate(config.devices):
-            time = context.cost.native_time(node, region, tg.machine.devices[device])
+            time = context.native_time(op, config.degrees, tg.machine.devices[device])
             forward = task_key(FWD_KEY, op, k) | DEVICE_TASK
             backward = task_key(BWD_KEY, op, k) | DEVICE_TASK
             tasks[forward] = (time.forward_s, device, 0, -1, -1)

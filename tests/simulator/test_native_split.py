@@ -36,7 +36,7 @@ def native_profile(graph, machine, scale: float = 0.5, skip: int | None = None) 
                 continue
             region = config.task_regions(node.sig.output_shape)[0]
             time = cost.task_time(node, region, machine.devices[0])
-            key = cost_key(node, region_shape(region), model)
+            key = cost_key(node, region_shape(region), model, graph.computes_input_grads(node.id))
             forward, backward = time.forward_s - launch, time.backward_s - launch
             native[key] = TaskTime(scale * forward, scale * backward + 1e-6)
     return Profile(native_times=native)
@@ -61,7 +61,10 @@ def test_a_sample_split_of_every_op_is_timed_as_its_c_step():
     assert tg.native
     for node, config in zip(graph.ops, dp.configs, strict=True):
         region = context.regions(node.id, config.degrees)[0]
-        time = profile.native_times[cost_key(node, region_shape(region), CPUS.devices[0].model)]
+        grads = graph.computes_input_grads(node.id)
+        time = profile.native_times[
+            cost_key(node, region_shape(region), CPUS.devices[0].model, grads)
+        ]
         assert op_exe(tg, node.id) == [time.forward_s, time.backward_s] * len(config.devices)
     one = Strategy(dp.ops, tuple(ParallelConfig.single(len(c.degrees), 1) for c in dp.configs))
     assert TaskGraph(context, one).native  # everything on one CPU: a split of degree 1
