@@ -25,7 +25,7 @@ and which strategy each simulator would pick. Results: results/fidelity.{csv,md,
 simulated against measured, log-log, the y = x line and the paper's 30% band).
 
     .venv/bin/python benchmarks/fidelity.py [--models lenet,mlp,rnnlm] [--rounds 2]
-        [--iterations 16] [--steps-per-execution 8]
+        [--iterations 16] [--steps-per-execution 8] [--out STEM] [--profiles DIR]
 """
 
 from __future__ import annotations
