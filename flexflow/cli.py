@@ -385,7 +385,9 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         f"{result.compute_ms_total:.1f} ms summed over devices; "
         f"{result.comm_bytes_total / 1e6:,.1f} MB transferred; {result.num_tasks:,} tasks; "
         f"peak memory {max(result.peak_memory_bytes) / 2**30:.2f} GiB"
-    )
+        + ("; each device's step one C call, priced by the profile's C step times"
+           if result.c_steps else "")
+    )  # fmt: skip
     return 0
 
 

@@ -28,9 +28,9 @@ from flexflow.machine import Device
 from flexflow.ops.base import Region, region_shape
 
 PROFILE_FORMAT = "flexflow-profile"
-PROFILE_VERSION = 5
-"""5: also each op's time inside the C step of a whole-model sample split (`native_times`), and
-an op reading only model inputs keyed apart from the same op elsewhere (`cost_key`); 4: an op reading only model inputs timed without the input gradient the runtime never
+PROFILE_VERSION = 6
+"""6: an op reading only model inputs keyed apart from the same op elsewhere (`cost_key`); 5:
+also each op's time inside the C step of a whole-model sample split (`native_times`); 4: an op reading only model inputs timed without the input gradient the runtime never
 computes; 3: updates timed as data-parallel steps run them (the devices' partial gradients
 summed and applied in one C pass); 2: each tile timed with its configuration's tasks running at
 once, and update rates (1: tiles timed alone)."""
@@ -212,8 +212,9 @@ class Profile:
                     f"profile file {path} cannot be used: an older flexflow measured it "
                     f"(profile version {version}; this one writes {PROFILE_VERSION}, which times "
                     "each tile as the runtime runs it, beside its configuration's other tasks "
-                    "and without input gradients nothing reads, updates as the runtime applies "
-                    "them, and each op inside data parallelism's C step); re-measure it (remove "
+                    "and without input gradients nothing reads, keyed apart from those with "
+                    "them, updates as the runtime applies them, and each op inside data "
+                    "parallelism's C step); re-measure it (remove "
                     "the file and rerun, or `flexflow profile MODEL --out FILE`)."
                 )
             if data.get("format") != PROFILE_FORMAT or version != PROFILE_VERSION:

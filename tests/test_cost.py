@@ -108,7 +108,7 @@ def test_a_measured_update_rate_prices_the_updates(tmp_path):
     assert measured == pytest.approx(launch + UPDATE_BYTES_PER_ELEMENT * 1_000_000 / 2e9)
     assert measured != analytic
     # a profile measured by an older flexflow (tiles timed alone; numpy updates; no C steps)
-    for version in (1, 2, 4):
+    for version in (1, 2, 4, 5):
         old = tmp_path / "old.json"
         old.write_text(f'{{"format": "flexflow-profile", "version": {version}, "entries": []}}')
         with pytest.raises(StaleProfileError, match="older flexflow measured it.*re-measure it"):
@@ -121,9 +121,9 @@ def test_a_measured_update_rate_prices_the_updates(tmp_path):
         "{",
         '{"format": "other"}',
         '{"format": "flexflow-profile", "version": 1}',
-        '{"format": "flexflow-profile", "version": 5, "entries": [], '
+        '{"format": "flexflow-profile", "version": 6, "entries": [], '
         '"updates": [{"device": "CPU core", "bytes_per_s": 0}]}',
-        '{"format": "flexflow-profile", "version": 5, "entries": [], '
+        '{"format": "flexflow-profile", "version": 6, "entries": [], '
         '"native_entries": [{"kind": "dense"}]}',
     ],
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.cli import main
 from flexflow.cost import CostModel, Profile, cost_key
@@ -91,6 +93,11 @@ def test_cli_profile_writes_a_profile_that_simulate_reads(tmp_path, capsys):
     assert Profile.load(path).times
     assert main(["simulate", "lenet", "--machine", "local", "--batch-size", "4",
                  "--profile", str(path), "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["c_steps"] is False  # the paper's simulator
+    # as a training run plans it: data parallelism's steps priced as the profile's C steps
+    assert main(["simulate", "lenet", "--machine", "local", "--batch-size", "4",
+                 "--profile", str(path), "--fused-launches", "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["c_steps"] is (blas.sgemm_address() is not None)
 
 
 def test_a_machine_without_cpus_or_no_repeats_is_refused(tmp_path, capsys):

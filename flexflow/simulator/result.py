@@ -17,6 +17,7 @@ class SimulationResult:
     num_tasks: int
     busy_ms: dict[str, float]  # per device and per link, by name
     peak_memory_bytes: tuple[int, ...]  # per device, by device id
+    c_steps: bool = False  # each device's step one C call, priced so (TaskGraph.native)
 
     def to_json(self) -> dict:
         return {
@@ -27,6 +28,7 @@ class SimulationResult:
             "num_tasks": self.num_tasks,
             "peak_memory_bytes": list(self.peak_memory_bytes),
             "busy_ms": self.busy_ms,
+            "c_steps": self.c_steps,
         }
 
 
@@ -52,4 +54,5 @@ def summarize(tg: TaskGraph, schedule: Schedule) -> SimulationResult:
         num_tasks=count,
         busy_ms={tg.resource_name(x): b * 1e3 for x, b in enumerate(busy) if b > 0},
         peak_memory_bytes=tuple(tg.memory_per_device()),
+        c_steps=tg.native,
     )
