@@ -51,8 +51,9 @@ Overlap = tuple[int, int, int]  # (consumer task, producer task, overlap volume 
 
 def op_kinds(graph: OperatorGraph) -> tuple[int, ...]:
     """Per op, the id of its kind: ops with equal operators (hyperparameters), signatures
-    (shapes), pattern of repeated weights and whether they compute input gradients share one. Everything `SimContext` memoizes but
-    the task keys and devices is a function of the kind, never of the op's name or id."""
+    (shapes), patterns of repeated weights and input gradients (computed or not: an op reading
+    only model inputs computes none) share one. Everything `SimContext` memoizes but the task
+    keys and devices is a function of the kind, never of the op's name or id."""
     ids: dict[tuple, int] = {}
     return tuple(
         ids.setdefault(
