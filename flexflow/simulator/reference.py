@@ -137,16 +137,30 @@ def reference_op_block(tg: TaskGraph, op: int) -> tuple[dict[int, EdgeTask], set
     backward's dependency on the forward; in a step run as one C call per device
     (`TaskGraph.native`), timed as the profile measured them there, nothing added."""
     context, config = tg.context, tg.configs[op]
-    if tg.native:
-        tasks, edges = {}, set()
-        for k, device in enumerate(config.devices):
-            time = context.native_time(op, config.degrees, tg.machine.devices[device])
-            forward = task_key(FWD_KEY, op, k) | DEVICE_TASK
-            backward = task_key(BWD_KEY, op, k) | DEVICE_TASK
-            tasks[forward] = (time.forward_s, device, 0, -1, -1)
-            tasks[backward] = (time.backward_s, device, 0, -1, -1)
-            edges.add((forward, backward))
-        return tasks, edges
+
+    def times(on) -> tuple[float, float]:
+        if tg.native:
+            time = context.native_time(op, config.degrees, on)
+            return time.forward_s, time.backward_s
+        time = context.task_time(op, config.degrees, on)
+        cut = DEVICE_CONSTANTS[on.kind].launch_overhead_s if fused or context.serial_launches else 0
+        return max(0.0, time.forward_s - cut) + stats_s, max(0.0, time.backward_s - cut) + stats_s
+
+    stats_s = context.statistics_s(op, config)
+    fused = context.fused_launches and joins_previous(
+        tg.graph, tg.configs, [context.regions(o, c.degrees) for o, c in enumerate(tg.configs)],
+        op, cpu_devices([device.kind for device in tg.machine.devices]),
+    )  # fmt: skip
+    tasks: dict[int, EdgeTask] = {}
+    edges: set[tuple[int, int]] = set()
+    for k, device in enumerate(config.devices):
+        forward_s, backward_s = times(tg.machine.devices[device])
+        forward = task_key(FWD_KEY, op, k) | DEVICE_TASK
+        backward = task_key(BWD_KEY, op, k) | DEVICE_TASK
+        tasks[forward] = (forward_s, device, 0, -1, -1)
+        tasks[backward] = (backward_s, device, 0, -1, -1)
+        edges.add((forward, backward))
+    return tasks, edges
     stats_s = context.statistics_s(op, config)
     fused = context.fused_launches and joins_previous(
         tg.graph, tg.configs, [context.regions(o, c.degrees) for o, c in enumerate(tg.configs)],
