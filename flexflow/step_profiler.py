@@ -33,7 +33,7 @@ from flexflow.ops import blas
 from flexflow.ops.base import region_shape
 from flexflow.runtime.concurrent import StatisticsExchange
 from flexflow.runtime.native_step import LOG_OPS, NativeStep, native_step
-from flexflow.strategy import ParallelConfig, Strategy
+from flexflow.strategies import data_parallel_over
 
 WARMUP = 1
 """Steps run before the timed ones (the buffers' pages touched, the kernels' code loaded)."""
@@ -60,29 +60,21 @@ def step_bytes(graph: OperatorGraph, degree: int) -> int:
 
 
 def sample_degrees(graph: OperatorGraph, most: int) -> list[int]:
-    """The degrees k <= `most` that split every op's sample dimension evenly."""
+    """The degrees k <= `most` whose data parallelism (`data_parallel_over`) splits every op k
+    ways: each op's batch divides."""
     return [
         k
         for k in range(1, most + 1)
-        if all(node.sig.output_shape[0] % k == 0 for node in graph.ops)
+        if all(c.num_tasks == k for c in data_parallel_over(graph, k).configs)
     ]
 
 
-def sample_split(graph: OperatorGraph, degree: int) -> Strategy:
-    """Every op split `degree` ways by sample on devices 0 .. degree-1."""
-    configs = tuple(
-        ParallelConfig((degree,) + (1,) * (len(node.sig.output_shape) - 1), tuple(range(degree)))
-        for node in graph.ops
-    )
-    return Strategy(tuple(node.name for node in graph.ops), configs)
-
-
 def native_steps(graph: OperatorGraph, degree: int) -> list[NativeStep] | None:
-    """The C programs of `sample_split(graph, degree)`'s step tasks, one per device, their
+    """The C programs of `data_parallel_over(graph, degree)`'s step tasks, one per device, their
     batch norms sharing one statistics exchange; None unless the whole model fuses into one
     task per device and each runs as one C call (every op has a C kernel, MKL's sgemm is
     there)."""
-    strategy = sample_split(graph, degree)
+    strategy = data_parallel_over(graph, degree)
     regions = [
         config.task_regions(node.sig.output_shape)
         for node, config in zip(graph.ops, strategy.configs, strict=True)
@@ -111,7 +103,8 @@ def measure_native(
     repeats: int = 3,
     seed: int = 0,
 ) -> dict[CostKey, TaskTime]:
-    """Each op's (forward, backward) inside `sample_split(graph, degree)`'s C step on one tile,
+    """Each op's (forward, backward) inside the C step of data parallelism over `degree` CPUs
+    (`data_parallel_over`) on one tile,
     by cost key: the median over `repeats` steps or more (`MIN_MEASURED_S`) of each of its
     `degree` copies (run at once, one thread each, with as many BLAS threads as the caller
     allows). The loss counts into the last op's backward (it starts it); ops the step runs as
@@ -134,7 +127,7 @@ def measure_native(
     keys = {
         node.id: cost_key(node, region_shape(config.task_regions(node.sig.output_shape)[0]),
                           device_model, graph.computes_input_grads(node.id))
-        for node, config in zip(graph.ops, sample_split(graph, degree).configs, strict=True)
+        for node, config in zip(graph.ops, data_parallel_over(graph, degree).configs, strict=True)
     }  # fmt: skip
     # (key, pass) -> seconds of each op with that key in each call, over every copy and call
     samples: dict[tuple[CostKey, str], list[float]] = defaultdict(list)

@@ -38,6 +38,12 @@ def _split(node: OpNode, kind: DimKind, devices: tuple[int, ...]) -> ParallelCon
     return ParallelConfig(tuple(degrees), devices[:n])
 
 
+def sample_split(node: OpNode, devices: tuple[int, ...]) -> ParallelConfig:
+    """`node` split in its sample dimension over `devices`, as far as its batch divides (what
+    data parallelism gives each op)."""
+    return _split(node, DimKind.SAMPLE, devices)
+
+
 def layer_depths(graph: OperatorGraph) -> dict[str, int]:
     """Depth of every layer: 0 for layers reading only model inputs, else 1 + deepest producer layer.
 
@@ -62,7 +68,7 @@ def data_parallel_over(graph: OperatorGraph, width: int) -> Strategy:
     devices = tuple(range(width))
     return Strategy(
         tuple(n.name for n in graph.ops),
-        tuple(_split(node, DimKind.SAMPLE, devices) for node in graph.ops),
+        tuple(sample_split(node, devices) for node in graph.ops),
     )
 
 

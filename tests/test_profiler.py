@@ -13,8 +13,7 @@ from flexflow.ops.base import region_shape
 from flexflow.profiler import TASK_OVERHEAD_S, profile_graph
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.space import enumerate_configs
-from flexflow.step_profiler import sample_split
-from flexflow.strategies import named_strategy
+from flexflow.strategies import data_parallel_over, named_strategy
 
 
 def small_graph():
@@ -44,7 +43,7 @@ def test_every_distinct_tile_is_measured_and_prices_the_simulation(tmp_path):
     assert profile.update_bytes_per_s[model] > 1e5
     # each op inside the C step of the whole model split by sample over 1 and 2 CPUs
     for degree in (1, 2) if blas.sgemm_address() is not None else ():
-        split = sample_split(graph, degree)
+        split = data_parallel_over(graph, degree)
         for node, config in zip(graph.ops, split.configs, strict=True):
             shape = region_shape(config.task_regions(node.sig.output_shape)[0])
             grads = graph.computes_input_grads(node.id)

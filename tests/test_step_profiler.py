@@ -8,7 +8,8 @@ from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.cost import cost_key
 from flexflow.ops import blas
 from flexflow.ops.base import region_shape
-from flexflow.step_profiler import measure_native, native_steps, sample_degrees, sample_split
+from flexflow.step_profiler import measure_native, native_steps, sample_degrees
+from flexflow.strategies import data_parallel_over
 
 pytestmark = pytest.mark.skipif(blas.sgemm_address() is None, reason="MKL is not installed")
 
@@ -30,7 +31,7 @@ def cnn(batch: int = 8, transpose: bool = False):
 def test_the_degrees_split_every_op_evenly():
     assert sample_degrees(cnn(batch=12), 4) == [1, 2, 3, 4]
     assert sample_degrees(cnn(batch=8), 4) == [1, 2, 4]
-    split = sample_split(cnn(), 2)
+    split = data_parallel_over(cnn(), 2)
     assert all(c.degrees[0] == 2 and set(c.degrees[1:]) == {1} for c in split.configs)
     assert all(c.devices == (0, 1) for c in split.configs)
 
@@ -39,7 +40,7 @@ def test_the_degrees_split_every_op_evenly():
 def test_every_op_is_timed_inside_the_c_step(degree):
     graph = cnn()
     found = measure_native(graph, degree, "cpu", repeats=2)
-    split = sample_split(graph, degree)
+    split = data_parallel_over(graph, degree)
     keys = [
         cost_key(
             node,

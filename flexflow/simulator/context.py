@@ -44,6 +44,7 @@ from flexflow.simulator.keys import (
     KIND_SHIFT,
 )
 from flexflow.simulator.native import OverlapPool, Routes, SyncTable, SyncTemplate, grid_overlaps
+from flexflow.strategies import sample_split
 from flexflow.strategy import ParallelConfig
 
 Overlap = tuple[int, int, int]  # (consumer task, producer task, overlap volume in elements)
@@ -234,16 +235,15 @@ class SimContext:
         times (`TaskGraph.native`)."""
         key = (op, config)
         if key not in self._native_splits:
-            self._native_splits[key] = self._native_split(config)
+            self._native_splits[key] = self._native_split(op, config)
         return self._native_splits[key]
 
-    def _native_split(self, config: ParallelConfig) -> tuple | None:
-        degree = config.degrees[0]
+    def _native_split(self, op: int, config: ParallelConfig) -> tuple | None:
+        degree, first = len(config.devices), config.devices[0]
         if (
             not self.prices_native_steps
-            or degree != len(config.devices)
-            or any(d != 1 for d in config.degrees[1:])
-            or config.devices != tuple(range(config.devices[0], config.devices[0] + degree))
+            or config.devices != tuple(range(first, first + degree))
+            or config != sample_split(self.graph.ops[op], config.devices)
         ):
             return None
         model = self.machine.devices[config.devices[0]].model
@@ -258,8 +258,9 @@ class SimContext:
         found = self._native_degrees.get((degree, model))
         if found is None:
             device = next(d for d in self.machine.devices if d.model == model)
+            devices = tuple(range(degree))
             found = self._native_degrees[(degree, model)] = all(
-                self.native_time(node.id, _sample(node, degree), device) is not None
+                self.native_time(node.id, sample_split(node, devices).degrees, device) is not None
                 for node in self.graph.ops
             )
         return found
@@ -543,8 +544,3 @@ class SimContext:
         """Resources and time of a transfer: it holds every link of its route (cut-through)."""
         res, latency, bandwidth = self.route(src, dst)
         return res, latency + size_bytes / bandwidth
-
-
-def _sample(node, degree: int) -> tuple[int, ...]:
-    """The degrees of a split of `node`'s output by sample alone, `degree` ways."""
-    return (degree,) + (1,) * (len(node.sig.output_shape) - 1)

@@ -15,8 +15,8 @@ from flexflow.machine_presets import LegateRanks, local_machine
 from flexflow.ops.base import region_shape
 from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
 from flexflow.simulator.native import resource_load
-from flexflow.step_profiler import sample_degrees, sample_split
-from flexflow.strategies import named_strategy
+from flexflow.step_profiler import sample_degrees
+from flexflow.strategies import data_parallel_over, named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 
 from .test_delta import GRAPH_SEEDS, PICK, picked_changes, random_graph, timeline
@@ -31,7 +31,7 @@ def native_profile(graph, machine, scale: float = 0.5, skip: int | None = None) 
     launch = DEVICE_CONSTANTS["cpu"].launch_overhead_s
     native = {}
     for degree in sample_degrees(graph, machine.num_devices):
-        for node, config in zip(graph.ops, sample_split(graph, degree).configs, strict=True):
+        for node, config in zip(graph.ops, data_parallel_over(graph, degree).configs, strict=True):
             if node.id == skip:
                 continue
             region = config.task_regions(node.sig.output_shape)[0]
@@ -117,7 +117,7 @@ def _moves(moves, graph, machine):
             yield picked_changes(picks, graph, machine), undo
             continue
         degrees = sample_degrees(graph, machine.num_devices)
-        split = sample_split(graph, degrees[picks[0][1] % len(degrees)])
+        split = data_parallel_over(graph, degrees[picks[0][1] % len(degrees)])
         op = picks[0][0] % len(graph.ops)
         changes = list(enumerate(split.configs))
         if kind == "all but one to a split":
