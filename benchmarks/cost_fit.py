@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="cost_fit", help="results file stem")
     args = parser.parse_args()
-    from flexflow.cost import DEVICE_CONSTANTS, UPDATE_BYTES_PER_ELEMENT, Profile
+    from flexflow.cost import DEVICE_CONSTANTS, UPDATE_BYTES_PER_ELEMENT
     from flexflow.machine import parse_machine
     from flexflow.profiler import profile_graph
 
@@ -177,8 +177,7 @@ def main() -> None:
         old = dp_iteration_ms(graph, machine, None, current)
         new = dp_iteration_ms(graph, machine, None, fitted)
         # the op-by-op times the constants are fitted to (not the C step's: `native_times`)
-        op_by_op = Profile(profiles[name].times, profiles[name].update_bytes_per_s)
-        measured = dp_iteration_ms(graph, machine, op_by_op, current)
+        measured = dp_iteration_ms(graph, machine, profiles[name].op_by_op(), current)
         models.append([name, f"{old:.2f}", f"{new:.2f}", f"{measured:.2f}",
                        f"{old / measured:.2f}", f"{new / measured:.2f}"])  # fmt: skip
     kinds_header = ["op kind", "passes", "fitted efficiency", "fitted memory efficiency",

@@ -165,7 +165,6 @@ def worker(
     from contextlib import ExitStack
 
     import flexflow  # noqa: F401  (prepares Legate)
-    from flexflow.cost import Profile
     from flexflow.machine import parse_machine
     from flexflow.planning import planning_context
     from flexflow.profiler import profile_graph
@@ -181,9 +180,7 @@ def worker(
     # as flexflow.planning plans a run with this loss and steps per launch
     context = planning_context(graph, machine, profile, LOSS, per_launch)
     # the model before: every task priced as op by op, the C steps' times left out
-    op_by_op = planning_context(
-        graph, machine, Profile(profile.times, profile.update_bytes_per_s), LOSS, per_launch
-    )
+    op_by_op = planning_context(graph, machine, profile.op_by_op(), LOSS, per_launch)
     chosen = strategies(graph, machine, {"simulated": context, "op by op": op_by_op}, budget_s)
     inputs, labels = batch(graph)
     measured: dict[str, list[tuple[float, float]]] = {label: [] for label in chosen}

@@ -14,6 +14,7 @@ analytic time for every key it holds. Transfers cost latency + bytes / bandwidth
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -186,6 +187,11 @@ class Profile:
     by sample costs (`SimContext.native_split`). Faster than `times`, the op-by-op task
     bodies' kernels (priced by those, ResNet-20's data parallelism simulated 1.35x its measured
     time: benchmarks/results/fidelity-s33.md)."""
+
+    def op_by_op(self) -> Profile:
+        """This profile without its C step times: every task priced as the op-by-op bodies run
+        it (what the planner did before they were measured, for side-by-side comparisons)."""
+        return dataclasses.replace(self, native_times={})
 
     def to_json(self) -> dict[str, Any]:
         return {

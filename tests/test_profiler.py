@@ -53,6 +53,8 @@ def test_every_distinct_tile_is_measured_and_prices_the_simulation(tmp_path):
     assert loaded.times == profile.times
     assert loaded.update_bytes_per_s == profile.update_bytes_per_s
     assert loaded.native_times == profile.native_times
+    op_by_op = loaded.op_by_op()  # the same without the C step times
+    assert op_by_op.native_times == {} and op_by_op.times == loaded.times
     # the simulator takes the measured times where it has them
     dp = named_strategy("dp", graph, machine)
     measured = SimContext(graph, machine, CostModel(loaded))
