@@ -161,24 +161,6 @@ def reference_op_block(tg: TaskGraph, op: int) -> tuple[dict[int, EdgeTask], set
         tasks[backward] = (backward_s, device, 0, -1, -1)
         edges.add((forward, backward))
     return tasks, edges
-    stats_s = context.statistics_s(op, config)
-    fused = context.fused_launches and joins_previous(
-        tg.graph, tg.configs, [context.regions(o, c.degrees) for o, c in enumerate(tg.configs)],
-        op, cpu_devices([device.kind for device in tg.machine.devices]),
-    )  # fmt: skip
-    tasks: dict[int, EdgeTask] = {}
-    edges: set[tuple[int, int]] = set()
-    for k, device in enumerate(config.devices):
-        on = tg.machine.devices[device]
-        time = context.task_time(op, config.degrees, on)
-        launch = DEVICE_CONSTANTS[on.kind].launch_overhead_s
-        cut = launch if fused or context.serial_launches else 0.0
-        forward = task_key(FWD_KEY, op, k) | DEVICE_TASK
-        backward = task_key(BWD_KEY, op, k) | DEVICE_TASK
-        tasks[forward] = (max(0.0, time.forward_s - cut) + stats_s, device, 0, -1, -1)
-        tasks[backward] = (max(0.0, time.backward_s - cut) + stats_s, device, 0, -1, -1)
-        edges.add((forward, backward))
-    return tasks, edges
 
 
 def reference_edge_block(
