@@ -59,28 +59,22 @@ from flexflow.graph import OperatorGraph
 from flexflow.launches import consecutive_cpus, iteration_tasks, run_groups
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region, full_region
-from flexflow.ops.blas import provider, sgemm_address
+from flexflow.ops.blas import sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.batches import BatchStats, UnreadBatches
 from flexflow.runtime.concurrent import StatisticsExchange, issue_backward, issue_forward
 from flexflow.runtime.feeding import Feeds
 from flexflow.runtime.gradients import GradientStores
+from flexflow.runtime.kernel_report import describe_kernels
 from flexflow.runtime.loss import loss_name
-from flexflow.runtime.native_step import (
-    LOG_OPS,
-    LOG_STEP,
-    LOG_UPDATE,
-    NativeStep,
-    native_step,
-)
+from flexflow.runtime.native_step import NativeStep, native_steps_of
 from flexflow.runtime.step_launches import (
     StepLaunch,
     issue_evaluations,
     issue_steps,
     plan_step_launch,
 )
-from flexflow.runtime.step_program import why_not
 from flexflow.runtime.step_tasks import checked_target, issue_loss
 from flexflow.runtime.stores import (
     LEGATE_TYPES,
@@ -89,6 +83,7 @@ from flexflow.runtime.stores import (
     slice_store,
 )
 from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_tasks
+from flexflow.runtime.trace import take_step_logs
 from flexflow.runtime.weights import ParameterStores
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import strategy_to_json, validate_strategy
@@ -201,7 +196,8 @@ class Executor:
             for group in self.groups
         ]
         internal = frozenset().union(*(group.internal for group in self.groups))
-        self._step_ready = [all(t.step_ready for t in tasks) for tasks in self.fused_tasks]
+        self.step_ready = [all(t.step_ready for t in tasks) for tasks in self.fused_tasks]
+        """Per group, whether its tasks can run the whole step (`FusedTask.step_ready`)."""
         self._reduced_grads = tuple(
             t.id
             for t in graph.tensors
@@ -279,20 +275,14 @@ class Executor:
         (flexflow.runtime.native_step): the last group's tasks on CPUs, when they can."""
         self.native_step_note: str | None = None
         """Why a CPU step task does not run as one C call (the first such task's reason)."""
-        if self._step_ready[-1]:
-            devices = strategy[self.groups[-1].ops[0]].devices
-            for task, device in zip(self.fused_tasks[-1], devices, strict=True):
-                if kinds[device] != "cpu":  # the GPU variant runs its own kernels
-                    continue
-                exchange = self.exchanges.get(len(self.groups) - 1)
-                program = native_step(task, self.params.flat, exchange)
-                if program is not None:
-                    self.native_steps[(len(self.groups) - 1, task.index)] = program
-                    if record_timeline:
-                        program.record()
-                elif self.native_step_note is None:
-                    missing = self.sgemm is None
-                    self.native_step_note = "MKL is not installed" if missing else why_not(task)
+        if self.step_ready[-1]:
+            last = len(self.groups) - 1
+            devices = strategy[self.groups[last].ops[0]].devices
+            programs, self.native_step_note = native_steps_of(
+                self.fused_tasks[last], [kinds[d] for d in devices], self.params.flat,
+                self.exchanges.get(last), record_timeline,
+            )  # fmt: skip
+            self.native_steps = {(last, index): program for index, program in programs.items()}
         self.step_launch = plan_step_launch(self) if steps_per_execution > 1 else None
         """How `train_batches` runs several steps per launch (`flexflow.runtime.step_launches`),
         or why it cannot (a str); None with `steps_per_execution` 1."""
@@ -320,23 +310,11 @@ class Executor:
         return self.step_ops_entries
 
     def _take_step_logs(self) -> None:
-        """Move what the C steps logged since the last take (`NativeStep.take_log`) into
-        `timeline` (their updates and the steps) and `step_ops_timeline` (their ops' passes)."""
-        if self.timeline_entries is None:
-            return
-        passes = {LOG_UPDATE: Pass.UPDATE, LOG_STEP: Pass.FUSED_STEP}
-        inside = {"forward": Pass.FORWARD, "backward": Pass.BACKWARD, "loss": Pass.LOSS}
-        for (group, index), program in self.native_steps.items():
-            last = self.groups[group].ops[-1]
-            for begin, end, thread, what in program.take_log():
-                if what >= LOG_OPS:  # an op's pass inside a step
-                    op, part = program.op_pass(what)
-                    entry = (op, index, inside[part], begin, end, int(thread))
-                    self.step_ops_entries.append(entry)
-                else:
-                    op = -1 if what == LOG_UPDATE else last
-                    entry = (op, index, passes[int(what)], begin, end, int(thread))
-                    self.timeline_entries.append(entry)
+        """Move what the C steps logged since the last take into `timeline` and
+        `step_ops_timeline` (`flexflow.runtime.trace.take_step_logs`)."""
+        if self.timeline_entries is not None:
+            take_step_logs(self.native_steps, self.groups, self.timeline_entries,
+                           self.step_ops_entries)  # fmt: skip
 
     def _apply_pending(self) -> None:
         """Apply the update the next step would have applied (before the weights are read,
@@ -395,43 +373,8 @@ class Executor:
         return processors
 
     def describe_kernels(self) -> str:
-        """What runs this executor's CPU tiles, for a run's log: the matrix products' library
-        and the step tasks that run as one C call (flexflow.runtime.native_step)."""
-        products = provider()
-        if products == "numpy":
-            products = "numpy's BLAS (MKL is not installed)"
-        steps = len(self.fused_tasks[-1]) if self._step_ready[-1] else 0
-        native = f"; {len(self.native_steps)} of {steps} step tasks as one C call" if steps else ""
-        if steps and self.native_step_note:
-            native += f" (why not: {self.native_step_note})"
-        cpp = sum(p.in_cpp_body for p in self.native_steps.values())
-        cpp = cpp if self.cpp_steps else 0
-        if cpp:  # with their labels as int64 (flexflow.runtime.native_tasks)
-            native += f", {cpp} in C++ task bodies"
-        if self.steps_per_launch > 1:
-            native += f"; {self.steps_per_launch} training steps per launch"
-        elif isinstance(self.step_launch, str):
-            native += f"; one training step per launch: {self.step_launch}"
-        return f"matrix products through {products}{native}{self._describe_batch_norms()}"
-
-    def _describe_batch_norms(self) -> str:
-        """Where the batch norms get their statistics, for `describe_kernels`: exchanged
-        between a concurrent launch's points (every op of such a group is split by sample:
-        flexflow.runtime.concurrent), alone with statistics tasks (batch_statistics), or from
-        their own tiles, which hold the whole batch (flexflow.fusion)."""
-        group_of = {op: group for group in self.groups for op in group.ops}
-        groups = [group_of[node.id] for node in self.graph.ops if node.op.statistics_dims]
-        if not groups:
-            return ""
-        counts = (
-            (sum(g.exchanges for g in groups), "exchanging statistics in concurrent launches"),
-            (sum(g.shared_statistics for g in groups), "alone with statistics tasks"),
-            (
-                sum(not g.exchanges and not g.shared_statistics for g in groups),
-                "on their tiles' own statistics",
-            ),
-        )
-        return "; batch norms: " + ", ".join(f"{n} {what}" for n, what in counts if n)
+        """What runs this executor's CPU tiles, for a run's log (`flexflow.runtime.kernel_report`)."""
+        return describe_kernels(self)
 
     def close(self) -> None:
         """Wait for this executor's tasks and release it (and its stores) from the registry."""
@@ -793,7 +736,7 @@ class Executor:
         fused = None if self._has_statistics(last) else last
         for group_id in range(last if fused is not None else last + 1):
             self._run_group(group_id, Pass.FORWARD, training)
-        step = training and fused is not None and self._step_ready[fused]
+        step = training and fused is not None and self.step_ready[fused]
         stats = issue_loss(self, checked, target, fused, training, step)
         if step:  # it applied the pending update first
             self.pending_update = False

@@ -30,7 +30,7 @@ from flexflow.runtime.loss import (
     predictions_per_sample,
     shaped_labels,
 )
-from flexflow.runtime.step_program import ADD, PART, Program, ProgramOp, program
+from flexflow.runtime.step_program import ADD, PART, Program, ProgramOp, program, why_not
 
 if TYPE_CHECKING:  # concurrent imports this module through flexflow.runtime.tasks
     from flexflow.runtime.concurrent import StatisticsExchange
@@ -447,6 +447,31 @@ def native_step(
         return None
     made = program(task)
     return None if made is None else NativeStep(task, made, flat, exchange)
+
+
+def native_steps_of(
+    tasks: Sequence[FusedTask],
+    kinds: Sequence[str],
+    flat: FlatLayout | None,
+    exchange: StatisticsExchange | None,
+    record: bool = False,
+) -> tuple[dict[int, NativeStep], str | None]:
+    """The C programs of a group's step tasks (`tasks`, on devices of `kinds`) that run as one
+    call, by task index (`native_step`; each logging its calls with `record`), and why the
+    first CPU task that does not cannot (None where all can). GPU tasks run their own kernels."""
+    programs: dict[int, NativeStep] = {}
+    note = None
+    for task, kind in zip(tasks, kinds, strict=True):
+        if kind != "cpu":
+            continue
+        program = native_step(task, flat, exchange)
+        if program is not None:
+            programs[task.index] = program
+            if record:
+                program.record()
+        elif note is None:
+            note = "MKL is not installed" if blas.sgemm_address() is None else why_not(task)
+    return programs, note
 
 
 def _pointer(array: np.ndarray, offset: int = 0):

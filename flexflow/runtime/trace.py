@@ -11,13 +11,38 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from flexflow.fileio import atomic_write_text
 from flexflow.graph import OperatorGraph
+from flexflow.runtime.native_step import LOG_OPS, LOG_STEP, LOG_UPDATE, NativeStep
 from flexflow.runtime.tasks import Pass
+
+_STEP_PASSES = {LOG_UPDATE: Pass.UPDATE, LOG_STEP: Pass.FUSED_STEP}
+_PASSES_INSIDE = {"forward": Pass.FORWARD, "backward": Pass.BACKWARD, "loss": Pass.LOSS}
+
+
+def take_step_logs(
+    programs: Mapping[tuple[int, int], NativeStep],
+    groups: Sequence[Any],
+    timeline: list[tuple],
+    inside: list[tuple],
+) -> None:
+    """Move what the C steps `programs` ((group, task index) -> program) logged since the
+    last take (`NativeStep.take_log`) into `timeline` (their updates, as op -1, and the steps,
+    as the group's last op) and `inside` (their ops' passes), as (op, task, pass, start s,
+    end s, thread) entries like the Python task bodies'."""
+    for (group, index), program in programs.items():
+        last = groups[group].ops[-1]
+        for begin, end, thread, what in program.take_log():
+            if what >= LOG_OPS:  # an op's pass inside a step
+                op, part = program.op_pass(what)
+                inside.append((op, index, _PASSES_INSIDE[part], begin, end, int(thread)))
+            else:
+                op = -1 if what == LOG_UPDATE else last
+                timeline.append((op, index, _STEP_PASSES[int(what)], begin, end, int(thread)))
 
 
 def _task_name(graph: OperatorGraph, op: int, index: int, which: Pass) -> str:
