@@ -28,6 +28,7 @@ import flexflow  # noqa: F401  (first: prepares Legate before anything starts it
 from flexflow import FFConfig
 from flexflow.errors import FlexFlowError
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
+from flexflow.relaunch import relaunch_with_launcher_flags
 
 SIZE_FLAGS = (
     "image_size",
@@ -330,4 +331,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:  # `legate train.py --cpus 2 ...`: the launcher's flags go before the script
+        arguments = relaunch_with_launcher_flags(sys.argv[0], sys.argv[1:])
+    except FlexFlowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(arguments))

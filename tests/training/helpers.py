@@ -18,13 +18,24 @@ def legate_env(cpus: int = 2) -> dict[str, str]:
     return env
 
 
-def run_train(*args: str, cpus: int = 2, launcher: bool = False, timeout: int = 600):
-    """`examples/train.py ARGS --json` under `python` (LEGATE_CONFIG) or the `legate` launcher;
-    the completed process and its JSON report (None when it failed)."""
+def run_train(
+    *args: str,
+    cpus: int = 2,
+    launcher: bool = False,
+    flags_after_script: bool = False,
+    timeout: int = 600,
+):
+    """`examples/train.py ARGS --json` under `python` (LEGATE_CONFIG) or the `legate` launcher,
+    its flags before the script or, `flags_after_script`, after it (`flexflow.relaunch`); the
+    completed process and its JSON report (None when it failed)."""
     script = str(ROOT / "examples" / "train.py")
     if launcher:
         legate = shutil.which("legate", path=str(Path(sys.executable).parent))
-        command = [legate, "--cpus", str(cpus), "--gpus", "0", script, *args, "--json"]
+        flags = ["--cpus", str(cpus), "--gpus", "0"]
+        if flags_after_script:
+            command = [legate, script, *flags, *args, "--json"]
+        else:
+            command = [legate, *flags, script, *args, "--json"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LEGATE_")}
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     else:

@@ -1,4 +1,6 @@
-"""The README's main job: LeNet on scikit-learn's digits through the `legate` launcher."""
+"""The README's main job: LeNet on scikit-learn's digits through the `legate` launcher, as the
+issue's command runs it (`legate examples/train.py --cpus 2 --gpus 0 --model lenet --epochs 2`:
+the launcher's flags after the script)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ def test_lenet_learns_the_digits_in_two_epochs(tmp_path):
     strategy, trace = tmp_path / "strategy.json", tmp_path / "measured.json"
     proc, report = run_train(
         "--model", "lenet", "--epochs", "2", "--export-strategy", str(strategy),
-        "--measured-trace", str(trace), launcher=True,
+        "--measured-trace", str(trace), launcher=True, flags_after_script=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "legate --cpus 2 --gpus 0 " in proc.stderr  # relaunched with them before the script
     assert report["test_accuracy"] >= 0.95, report
     assert report["epochs"][1]["loss"] < report["epochs"][0]["loss"]
     assert report["epochs"][1]["samples_per_s"] > 0
