@@ -15,7 +15,8 @@ import json
 import os
 import zipfile
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,18 +35,41 @@ META_KEY = "__flexflow__"
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
+class DataPosition:
+    """Where a run saved at an epoch's end stands in its data: the epochs done, in batches of
+    `batch_size`. A run resumed from it starts the next epoch, whatever its own batch size
+    (the iteration count alone would place a run with other batches inside an epoch already
+    trained)."""
+
+    epochs: int
+    batch_size: int
+
+    @staticmethod
+    def of(meta: Mapping) -> DataPosition | None:
+        """The position a checkpoint's record holds (None: saved by an older flexflow, or
+        not at an epoch's end)."""
+        epochs, batch = meta.get("epochs"), meta.get("batch_size")
+        valid = all(isinstance(v, int) and not isinstance(v, bool) for v in (epochs, batch))
+        return DataPosition(epochs, batch) if valid and epochs >= 0 and batch > 0 else None
+
+
 def write_checkpoint(
     path: str | os.PathLike[str],
     arrays: Mapping[str, np.ndarray],
     iteration: int,
     optimizer: Optimizer,
     strategy: Mapping | None = None,
+    epochs: DataPosition | None = None,
 ) -> Path:
     """Write the named arrays and the record atomically (a killed save keeps the old file);
-    `strategy`: the run's, as `flexflow.strategy_file.strategy_to_json` writes it."""
+    `strategy`: the run's, as `flexflow.strategy_file.strategy_to_json` writes it; `epochs`:
+    where in the data the run stands, when it saves at an epoch's end."""
     meta = {"format": FORMAT, "iteration": iteration, "optimizer": optimizer.to_json()}
     if strategy is not None:
         meta["strategy"] = dict(strategy)
+    if epochs is not None:
+        meta["epochs"], meta["batch_size"] = epochs.epochs, epochs.batch_size
     buffer = io.BytesIO()
     np.savez(buffer, **arrays, **{META_KEY: np.array(json.dumps(meta))})
     return atomic_write_bytes(path, buffer.getvalue())
@@ -66,15 +90,22 @@ def check_checkpoint(
     weights: Sequence[str],
     optimizer: Optimizer,
     running: Sequence[str],
+    weight_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
-    """Raise StrategyError unless the checkpoint has every weight, every state of `optimizer`
-    and every running statistics array (`<op>@running`) the model needs."""
-    missing = sorted(set(weights) - set(values))
-    if missing:
-        raise StrategyError(
-            f"checkpoint {path} lacks {len(missing)} weight(s) of this model "
-            f"({', '.join(missing[:5])}); it was saved from another model."
-        )
+    """Raise StrategyError unless the checkpoint has every weight (of the shape
+    `weight_shapes` gives, where given), every state of `optimizer` and every running
+    statistics array (`<op>@running`) the model needs."""
+    weight_shapes = weight_shapes or {}
+    _check_weights(path, values, weights)
+    for name in weights:
+        shape = weight_shapes.get(name)
+        if shape is not None and tuple(values[name].shape) != tuple(shape):
+            raise StrategyError(
+                f"checkpoint {path}: weight '{name}' has shape {tuple(values[name].shape)}, this "
+                f"model's is {tuple(shape)}: it was saved from a model of other sizes; resume "
+                f"with the model flags it was trained with (--image-size, --hidden-size, ...) or "
+                f"start afresh without --resume."
+            )
     absent = [
         f"{n}@{s}" for n in weights for s in optimizer.state_names if f"{n}@{s}" not in values
     ]
@@ -93,6 +124,17 @@ def check_checkpoint(
         )
 
 
+def _check_weights(
+    path: str | os.PathLike[str], held: Iterable[str], weights: Sequence[str]
+) -> None:
+    missing = sorted(set(weights) - set(held))
+    if missing:
+        raise StrategyError(
+            f"checkpoint {path} lacks {len(missing)} weight(s) of this model "
+            f"({', '.join(missing[:5])}); it was saved from another model."
+        )
+
+
 def checkpoint_optimizer(path: str | os.PathLike[str]) -> Optimizer | None:
     """The optimizer a checkpoint was saved with (None for one that does not record it); reads
     only the record, not the arrays."""
@@ -108,6 +150,8 @@ def checkpoint_strategy(
     meta = _record(path)
     if "strategy" not in meta:
         return None
+    with _archive(path) as data:  # another model's checkpoint: say so before its strategy
+        _check_weights(path, data.files, [p.name for p in graph.parameters])
     try:
         return strategy_from_json(meta["strategy"], graph, machine, f"checkpoint {path}")
     except StrategyError as exc:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from flexflow import FFConfig
 from flexflow.checkpoint import (
+    DataPosition,
     checkpoint_optimizer,
     checkpoint_strategy,
     read_checkpoint,
@@ -23,13 +24,15 @@ from flexflow.strategy_file import strategy_to_json
 from flexflow.zoo import load_model
 
 GRAPH = load_model("lenet", FFConfig(batch_size=8)).graph()
+WEIGHTS = {p.name: np.zeros(p.spec.shape, np.float32) for p in GRAPH.parameters}
+"""The model's weights: a checkpoint without them is another model's, refused as such."""
 
 
 def test_a_checkpoint_gives_back_its_runs_strategy(tmp_path):
     machine = parse_machine("p100:1")
     strategy = named_strategy("random", GRAPH, machine, 3)
     path = tmp_path / "c.npz"
-    arrays = {"w": np.zeros(3, np.float32)}
+    arrays = WEIGHTS
     write_checkpoint(path, arrays, 7, SGDOptimizer(0.1), strategy_to_json(strategy, GRAPH, machine))
     assert checkpoint_strategy(path, GRAPH, machine) == strategy
     assert checkpoint_optimizer(path) == SGDOptimizer(0.1)
@@ -41,7 +44,7 @@ def test_a_checkpoints_strategy_that_does_not_fit_this_machine_says_how_to_go_on
     big = parse_machine("p100:4")  # 16 devices
     strategy = named_strategy("dp", GRAPH, big)
     path = tmp_path / "c.npz"
-    write_checkpoint(path, {}, 1, SGDOptimizer(0.1), strategy_to_json(strategy, GRAPH, big))
+    write_checkpoint(path, WEIGHTS, 1, SGDOptimizer(0.1), strategy_to_json(strategy, GRAPH, big))
     with pytest.raises(
         StrategyError, match=r"(?s)checkpoint .*c\.npz is not valid.*--import-strategy FILE"
     ):
@@ -60,7 +63,7 @@ def test_an_unreadable_checkpoint_is_an_error(tmp_path):
 def _saved(tmp_path) -> bytes:
     machine = parse_machine("p100:1")
     strategy = strategy_to_json(named_strategy("dp", GRAPH, machine), GRAPH, machine)
-    arrays = {"w": np.arange(4096, dtype=np.float32), "w@m": np.ones(4096, np.float32)}
+    arrays = {**WEIGHTS, **{f"{name}@m": np.ones_like(w) for name, w in WEIGHTS.items()}}
     write_checkpoint(tmp_path / "good.npz", arrays, 3, SGDOptimizer(0.1, 0.9), strategy)
     return (tmp_path / "good.npz").read_bytes()
 
@@ -104,3 +107,31 @@ def test_any_damage_to_a_checkpoint_reads_or_is_a_clear_error(tmp_path, cut, at,
     damaged[min(int(at * len(data)), len(data) - 1)] ^= bits
     path.write_bytes(bytes(damaged))
     _reads_or_says_so(path)
+
+
+def test_another_models_checkpoint_is_refused_as_such_before_its_strategy(tmp_path):
+    machine = parse_machine("p100:1")
+    other = load_model("alexnet", FFConfig(batch_size=8)).graph()
+    path = tmp_path / "c.npz"
+    strategy = strategy_to_json(named_strategy("dp", other, machine), other, machine)
+    write_checkpoint(
+        path, {"conv1.kernel": np.zeros(3, np.float32)}, 1, SGDOptimizer(0.1), strategy
+    )
+    with pytest.raises(StrategyError, match="lacks 7 weight.*saved from another model"):
+        checkpoint_strategy(path, GRAPH, machine)
+
+
+@pytest.mark.parametrize(
+    "meta, position",
+    [
+        ({"epochs": 2, "batch_size": 32}, DataPosition(2, 32)),
+        ({}, None),  # an older checkpoint
+        ({"epochs": 2}, None),
+        ({"epochs": -1, "batch_size": 32}, None),
+        ({"epochs": 1, "batch_size": 0}, None),
+        ({"epochs": True, "batch_size": 32}, None),
+        ({"epochs": "2", "batch_size": 32}, None),
+    ],
+)
+def test_a_checkpoints_data_position_is_read_only_when_whole(meta, position):
+    assert DataPosition.of(meta) == position

@@ -42,7 +42,12 @@ from legate.core import types as ty
 from threadpoolctl import threadpool_limits
 
 from flexflow.allocator import keep_freed_memory
-from flexflow.checkpoint import check_checkpoint, read_checkpoint, write_checkpoint
+from flexflow.checkpoint import (
+    DataPosition,
+    check_checkpoint,
+    read_checkpoint,
+    write_checkpoint,
+)
 from flexflow.errors import StrategyError
 from flexflow.fusion import (
     FusedTask,
@@ -126,6 +131,9 @@ class Executor:
         self.optimizer: Optimizer = optimizer or SGDOptimizer(learning_rate)
         self.iteration = 0
         """Updates applied so far (Adam's bias correction counts them; checkpoints keep it)."""
+        self.position: DataPosition | None = None
+        """Where `fit` stands in its data after whole epochs (`flexflow.checkpoint.DataPosition`;
+        checkpoints keep it); None before any, or from a checkpoint that does not record it."""
         self.tasks_issued = 0
         """Legate tasks this executor has created (`tasks_per_iteration` predicts them)."""
         self.cpp_steps_issued = 0
@@ -434,9 +442,12 @@ class Executor:
                 )
         self.params.replace_weights({by_name[name].id: value for name, value in values.items()})
 
-    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
-        """Write every weight, the optimizer's states, batch norm's running statistics and the
-        iteration count to `path` atomically (`flexflow.checkpoint`)."""
+    def save_checkpoint(
+        self, path: str | os.PathLike[str], epochs: DataPosition | None = None
+    ) -> Path:
+        """Write every weight, the optimizer's states, batch norm's running statistics, the
+        iteration count and (`epochs`, from `fit` at an epoch's end) where the run stands in its
+        data to `path` atomically (`flexflow.checkpoint`)."""
         arrays = self.get_weights()  # the pending update applied first
         for pid, stores in self.params.states.items():
             name = self.graph.parameters[pid].name
@@ -446,7 +457,7 @@ class Executor:
             value = self.batch_statistics.running_value(op, read_store(self.store_of(store)))
             arrays[f"{self.graph.ops[op].name}@running"] = value
         strategy = strategy_to_json(self.strategy, self.graph, self.machine)
-        return write_checkpoint(path, arrays, self.iteration, self.optimizer, strategy)
+        return write_checkpoint(path, arrays, self.iteration, self.optimizer, strategy, epochs)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore what `save_checkpoint` wrote, so training resumes bit-identically; refuses a
@@ -454,7 +465,8 @@ class Executor:
         values, meta = read_checkpoint(path)
         names = [p.name for p in self.graph.parameters]
         running = {op: f"{self.graph.ops[op].name}@running" for op in self.running}
-        check_checkpoint(path, values, meta, names, self.optimizer, list(running.values()))
+        shapes = {p.name: p.spec.shape for p in self.graph.parameters}
+        check_checkpoint(path, values, meta, names, self.optimizer, list(running.values()), shapes)
         self.set_weights({name: values[name] for name in names})
         for op, key in running.items():
             self.running[op] = self.store_of(self.batch_statistics.stored_running(op, values[key]))
@@ -465,6 +477,7 @@ class Executor:
             }
         )
         self.iteration = int(meta.get("iteration", 0))
+        self.position = DataPosition.of(meta)
         self._tiles.clear()  # views of the states and statistics replaced here
 
     # ---- one iteration -----------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Batches are issued to Legate without waiting; each batch's loss and correct count are read
 one batch later, so Python issues batch k+1 while Legate runs batch k. Checkpoints record the
-iteration count, and a run resumed from one (`Executor.load_checkpoint`) continues at the same
-epoch and batch: the data order depends only on the loader's seed and the epoch.
+iteration count and the epochs done, and a run resumed from one (`Executor.load_checkpoint`)
+continues at the next epoch (with any batch size), bit for bit where nothing changed: the data
+order depends only on the loader's seed and the epoch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from flexflow.checkpoint import DataPosition
 from flexflow.data import DataLoader
 from flexflow.errors import FlexFlowError
 from flexflow.runtime.executor import BatchStats, Executor
@@ -174,7 +176,11 @@ class Trainer:
         per_epoch = len(data)
         if per_epoch == 0:
             raise FlexFlowError("fit: the data loader has no batches.")
-        first, skip = divmod(self.executor.iteration, per_epoch)
+        position = self.executor.position
+        if position is not None:  # whole epochs done, in batches of any size
+            first, skip = position.epochs, 0
+        else:  # a run without one counts its iterations in this data's batches
+            first, skip = divmod(self.executor.iteration, per_epoch)
         history = []
 
         def issue(batches):
@@ -192,8 +198,9 @@ class Trainer:
                 epoch,
             )
             skip = 0
+            self.executor.position = DataPosition(epoch + 1, data.batch_size)
             if checkpoint is not None:
-                self.executor.save_checkpoint(checkpoint)
+                self.executor.save_checkpoint(checkpoint, self.executor.position)
             history.append(metrics)
             if on_epoch is not None:
                 on_epoch(metrics)

@@ -109,7 +109,8 @@ def test_a_resumed_run_continues_bit_identically(tmp_path, model):
         split = ["--steps-per-execution", "3"]
     elif model == "batch_norm":
         (tmp_path / "bn.py").write_text(BATCH_NORM_FILE)
-        common = ["--model", str(tmp_path / "bn.py"), "--batch-size", "16", "--momentum", "0.9"]
+        common = ["--model", str(tmp_path / "bn.py"), "--batch-size", "16"]
+        common += ["--optimizer", "sgd", "--momentum", "0.9"]
     else:
         common = ["--model", "lenet", "--image-size", "16", "--batch-size", "64"]
     straight, interrupted = tmp_path / "straight.npz", tmp_path / "interrupted.npz"
@@ -154,3 +155,50 @@ def test_a_searched_run_resumes_under_the_strategy_it_trained_with(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert rest["epochs"][0]["loss"] == whole["epochs"][1]["loss"]
     assert rest["test_loss"] == whole["test_loss"]
+
+
+@pytest.mark.legate
+def test_a_run_resumed_with_another_batch_size_starts_the_next_epoch(tmp_path):
+    """The checkpoint records the epochs done, not only the iterations: read in batches of
+    another size, 22 iterations of 64 would have placed the run inside the epoch it had done."""
+    common = ["--model", "lenet", "--image-size", "16"]
+    checkpoint = tmp_path / "run.npz"
+    proc, _ = run_train(
+        *common, "--batch-size", "64", "--epochs", "1", "--checkpoint", str(checkpoint)
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    meta = json.loads(str(load(checkpoint)[META]))
+    assert (meta["epochs"], meta["batch_size"], meta["iteration"]) == (1, 64, 1437 // 64)
+    resumed = [*common, "--batch-size", "32", "--checkpoint", str(checkpoint), "--resume"]
+    proc, rest = run_train(*resumed, "--epochs", "2")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    said = " ".join(proc.stderr.split())
+    assert "1 epoch(s) done in batches of 64; the next epochs take batches of 32" in said
+    assert [e["epoch"] for e in rest["epochs"]] == [1]  # the whole second epoch, at 32
+    meta = json.loads(str(load(checkpoint)[META]))
+    assert (meta["epochs"], meta["batch_size"], meta["iteration"]) == (2, 32, 22 + 1437 // 32)
+    proc, done = run_train(*resumed, "--epochs", "2")  # both epochs done: nothing to run
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert done["epochs"] == [] and "nothing left to train" in " ".join(proc.stderr.split())
+
+
+@pytest.mark.legate
+def test_another_models_checkpoint_is_refused_as_such(tmp_path):
+    """Before its strategy is checked against this model (which would list every op as
+    unknown and suggest --import-strategy), and one of other sizes names the shape."""
+    checkpoint = tmp_path / "lenet.npz"
+    lenet = ["--model", "lenet", "--image-size", "16", "--batch-size", "64", "--epochs", "1"]
+    proc, _ = run_train(*lenet, "--checkpoint", str(checkpoint))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (tmp_path / "mlp.py").write_text(MLP_FILE)
+    proc, _ = run_train(
+        "--model", str(tmp_path / "mlp.py"), "--epochs", "1", "--checkpoint", str(checkpoint),
+        "--resume",
+    )  # fmt: skip
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "it was saved from another model" in said, said[-2000:]
+    assert "unknown op" not in said and "Traceback" not in said
+    bigger = [*lenet[:3], "20", *lenet[4:], "--checkpoint", str(checkpoint), "--resume"]
+    proc, _ = run_train(*bigger)
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "it was saved from a model of other sizes" in said, said
