@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default="lenet", help="a zoo name or a model .py file")
     FFConfig.add_arguments(parser)
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default="adam")
-    parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    parser.add_argument("--momentum", type=float, help="SGD momentum (default 0.9)")
     parser.add_argument("--weight-decay", type=float, default=0.0)
     for flag in SIZE_FLAGS:
         parser.add_argument(
@@ -191,17 +191,41 @@ def write_simulation(args: argparse.Namespace, graph, machine, plan, profile, lo
         render_timeline(tg, schedule, args.timeline_png, title=title)
 
 
+def resumed_line(path: str, executor, config: FFConfig) -> str:
+    """What a run resumed from checkpoint `path` continues from, for its log."""
+    line = f"resumed from {path} at iteration {executor.iteration}"
+    position = executor.position
+    if position is None:  # an older checkpoint: fit places it by iterations of this batch
+        return line
+    line += f", {position.epochs} epoch(s) done in batches of {position.batch_size}"
+    if position.batch_size != config.batch_size:
+        line += f"; the next epochs take batches of {config.batch_size}"
+    if position.epochs >= config.epochs:
+        line += f"; nothing left to train for --epochs {config.epochs} (raise it to train more)"
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from flexflow.cli import strategy_table
     from flexflow.machine import parse_machine
+    from flexflow.search.processes import usable_cores
 
     args = parse_args(argv)
     console = Console(stderr=True)
     try:
         if args.learning_rate is None:
             args.learning_rate = 0.001 if args.optimizer == "adam" else 0.01
+        if args.momentum is not None and args.optimizer != "sgd":
+            raise FlexFlowError(
+                f"--momentum is SGD's; this run uses --optimizer {args.optimizer}: drop "
+                "--momentum or pass --optimizer sgd."
+            )
+        if args.resume and not args.checkpoint:
+            raise FlexFlowError(
+                "--resume continues from the file --checkpoint names; pass --checkpoint FILE."
+            )
         config = FFConfig.from_args(args)
         model = build_model(args, config)
         graph = model.graph()
@@ -222,10 +246,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.optimizer == "adam":
             optimizer = AdamOptimizer(config.learning_rate, weight_decay=args.weight_decay)
         else:
+            momentum = 0.9 if args.momentum is None else args.momentum
             optimizer = SGDOptimizer(
-                config.learning_rate, momentum=args.momentum, weight_decay=args.weight_decay
+                config.learning_rate, momentum=momentum, weight_decay=args.weight_decay
             )
         machine = parse_machine("local")
+        cpus, cores = machine.most_cpus_on_a_node(), usable_cores()
+        if cpus > cores:  # allowed (Legate runs them), but slower than any plan expects
+            console.print(
+                f"[yellow]note:[/yellow] {cpus} CPU processors share this host's {cores} "
+                f"core(s): measured times will exceed the simulated ones (legate --cpus {cores})."
+            )
         resumed = None
         if args.resume and args.checkpoint and Path(args.checkpoint).exists():
             from flexflow.checkpoint import checkpoint_optimizer, checkpoint_strategy
@@ -262,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         write_simulation(args, graph, machine, plan, profile, loss)
         if args.resume and args.checkpoint and Path(args.checkpoint).exists():
             model.executor.load_checkpoint(args.checkpoint)
-            console.print(f"resumed from {args.checkpoint} at iteration {model.executor.iteration}")
+            console.print(resumed_line(args.checkpoint, model.executor, config))
         console.print(
             f"training {args.model} on {data_name}: {len(train[1]):,} samples, batch "
             f"{config.batch_size}, {type(optimizer).__name__}, lr {config.learning_rate:g}"
@@ -292,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     except FlexFlowError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
-    console.print(f"test: {result.describe()}")
+    # synthetic data has no test split: the evaluation reads the training samples
+    console.print(f"{'test' if test is not train else 'evaluation on the training samples'}: "
+                  f"{result.describe()}")  # fmt: skip
     measured_ms = None
     if history:
         last = history[-1]

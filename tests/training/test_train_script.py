@@ -17,7 +17,8 @@ def test_a_searched_strategy_is_exported_and_trains_when_imported(tmp_path):
     proc, searched = run_train(*SMALL_LENET, "--budget", "2", "--export-strategy", str(strategy))
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert searched["strategy"].startswith("searched for 2 s")
-    assert json.loads(strategy.read_text())["ops"]  # a strategy file
+    exported = json.loads(strategy.read_text())
+    assert exported["ops"] and exported["model"] == "lenet"  # a strategy file, named
     proc, imported = run_train(*SMALL_LENET, "--import-strategy", str(strategy))
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert imported["strategy"] == f"imported from {strategy}"
@@ -101,6 +102,8 @@ def test_a_language_model_learns_the_copy_task_with_per_token_labels():
         (["--budget", "2", "--import-strategy", "x.json"], "either --import-strategy or --budget"),
         (["--model", "lenet", "--seq-length", "4"], "model 'lenet' takes no --seq-length"),
         (["--model", "no_such_model"], "no_such_model"),
+        (["--resume"], "--resume continues from the file --checkpoint names"),
+        (["--momentum", "0.5"], "--momentum is SGD's; this run uses --optimizer adam"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_exit_2(args, message):
