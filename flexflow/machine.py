@@ -475,6 +475,14 @@ def _machine_from_json(data: Any, source: str) -> Machine:
             "(`flexflow machines --json` prints valid examples)."
         )
 
+    machines = isinstance(data, list) and data and all(isinstance(m, dict) for m in data)
+    if machines and len(data) == 1:  # `flexflow machines --json NAME > FILE`
+        data = data[0]
+    elif machines:
+        raise fail([
+            f"it holds a list of {len(data)} machines (as `flexflow machines --json` prints "
+            "them); keep the one you mean, as one JSON object or a list of one"
+        ])  # fmt: skip
     if not isinstance(data, dict):
         raise fail([f"expected a JSON object, got {type(data).__name__}"])
     if data.get("format") != MACHINE_FORMAT:

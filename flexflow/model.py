@@ -78,6 +78,9 @@ class FFModel:
 
     def __init__(self, config: FFConfig | None = None) -> None:
         self.config = config or FFConfig()
+        self.name = "model"
+        """What exported strategy files name the model (`load_model` sets the zoo name or the
+        model file's stem)."""
         self._tensors: dict[int, GraphTensor] = {}
         self._ops: list[OpNode] = []
         self._params: list[Parameter] = []
@@ -187,6 +190,11 @@ class FFModel:
         self._ops.append(OpNode(op_id, name, op, tuple(s.id for s in steps), (tensor.id,), (), sig))
 
     # ---- the graph ----------------------------------------------------------------------------
+    @property
+    def num_ops(self) -> int:
+        """The ops (layers) added so far."""
+        return len(self._ops)
+
     def graph(self) -> OperatorGraph:
         """The operator graph so far. LSTM sequences no layer read become outputs (stacked)."""
         for tid in list(self._sequences):
@@ -475,6 +483,7 @@ class FFModel:
             budget_s=self.config.search_budget,
             import_path=self.config.import_strategy,
             export_path=self.config.export_strategy,
+            model_name=self.name,
             seed=self.config.seed + runtime.node_id,
             console=console,
             profile=profile,

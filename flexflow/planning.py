@@ -19,6 +19,7 @@ Training).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -262,7 +263,7 @@ def _trial_runs(
     if least_s > 2 * budget_s:
         return (), (
             f"{len(candidates)} close candidates not timed: about {least_s:.1f} s simulated, "
-            f"over twice the budget (give --budget {least_s / 2:.0f} or more to time them)"
+            f"over twice the budget (give --budget {math.ceil(least_s / 2)} or more to time them)"
         )
     measured = measure(candidates, budget_s)
     trials = tuple(

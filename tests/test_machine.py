@@ -450,6 +450,17 @@ def test_cli_machines_json_lists_every_preset(capsys):
     assert Machine.from_json(listed[1]) == k80_machine(1)
 
 
+def test_what_machines_json_prints_for_one_machine_reads_back_as_its_file(capsys, tmp_path):
+    assert main(["machines", "--json", "p100:1"]) == 0
+    path = tmp_path / "m.json"
+    path.write_text(capsys.readouterr().out)  # a list of one machine
+    assert Machine.load(path) == parse_machine("p100:1")
+    assert main(["machines", "--json"]) == 0
+    path.write_text(capsys.readouterr().out)
+    with pytest.raises(MachineError, match="it holds a list of 4 machines"):
+        Machine.load(path)
+
+
 def test_cli_machines_table_and_specs(capsys, tmp_path):
     assert main(["machines"]) == 0
     out = capsys.readouterr().out

@@ -291,3 +291,18 @@ def test_flexflow_errors_from_a_build_pass_through(tmp_path):
     with pytest.raises(ShapeError, match=r"lstm 'lstm'") as info:
         load_model(str(path))
     assert not isinstance(info.value, ModelError)
+
+
+def test_a_model_file_that_adds_no_layer_is_one_clear_error(tmp_path):
+    path = tmp_path / "empty.py"
+    path.write_text("def build(model):\n    pass\n")
+    with pytest.raises(ModelError, match=r"empty\.py': build\(model\) added no layers"):
+        load_model(str(path))
+
+
+def test_a_model_is_named_after_its_zoo_entry_or_its_file(tmp_path):
+    path = tmp_path / "my_net.py"
+    path.write_text(
+        "def build(model):\n    model.dense(model.create_tensor((4, 8), name='x'), 2)\n"
+    )
+    assert (load_model("lenet").name, load_model(str(path)).name) == ("lenet", "my_net")

@@ -55,12 +55,13 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
     A zoo model gets its zoo batch size unless `config` is given; a model file gets `config`
     or the default `FFConfig()`. `sizes` are passed to `build` (e.g. `image_size=64`).
     Raises `ModelError` for an unknown name, a missing file, a file without a callable
-    `build`, or a file that fails with an error other than a `FlexFlowError` (which passes
-    through unchanged, e.g. the `ShapeError` of a bad layer).
+    `build`, a file that fails with an error other than a `FlexFlowError` (which passes
+    through unchanged, e.g. the `ShapeError` of a bad layer), or one that adds no layer.
     """
     entry = ZOO.get(name_or_path)
     if entry is not None:
         model = FFModel(config or FFConfig(batch_size=entry.batch_size))
+        model.name = name_or_path
         entry.build(model, **sizes)
         return model
     path = Path(name_or_path)
@@ -87,6 +88,7 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
             "`def build(model: FFModel) -> None` that adds the model's layers."
         )
     model = FFModel(config or FFConfig())
+    model.name = path.stem
     try:
         build(model, **sizes)
     except FlexFlowError:
@@ -96,6 +98,11 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
             f"model file '{path}': build(model) raised {type(exc).__name__}: {exc}; fix the "
             "model file (layers are added with the FFModel methods, e.g. model.dense)."
         ) from exc
+    if model.num_ops == 0:  # nothing to parallelize, simulate or train
+        raise ModelError(
+            f"model file '{path}': build(model) added no layers; add the model's layers with "
+            "the FFModel methods (x = model.create_tensor(...); model.dense(x, 10), ...)."
+        )
     return model
 
 
