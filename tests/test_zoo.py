@@ -266,10 +266,21 @@ def test_model_file_without_a_callable_build(tmp_path, source):
         load_model(str(path))
 
 
-def test_model_file_that_fails_to_import(tmp_path):
-    path = tmp_path / "broken.py"
-    path.write_text("def build(model:\n")
-    with pytest.raises(ModelError, match=r"broken\.py' failed to import: SyntaxError"):
+@pytest.mark.parametrize(
+    "name, source, message",
+    [
+        ("broken.py", "def build(model:\n", r"broken\.py' failed to import: SyntaxError"),
+        (
+            "empty.py",
+            "def build(model):\n    pass\n",
+            r"empty\.py': build\(model\) added no layers",
+        ),
+    ],
+)
+def test_model_file_that_fails_to_import_or_adds_no_layer(tmp_path, name, source, message):
+    path = tmp_path / name
+    path.write_text(source)
+    with pytest.raises(ModelError, match=message):
         load_model(str(path))
 
 
@@ -291,13 +302,6 @@ def test_flexflow_errors_from_a_build_pass_through(tmp_path):
     with pytest.raises(ShapeError, match=r"lstm 'lstm'") as info:
         load_model(str(path))
     assert not isinstance(info.value, ModelError)
-
-
-def test_a_model_file_that_adds_no_layer_is_one_clear_error(tmp_path):
-    path = tmp_path / "empty.py"
-    path.write_text("def build(model):\n    pass\n")
-    with pytest.raises(ModelError, match=r"empty\.py': build\(model\) added no layers"):
-        load_model(str(path))
 
 
 def test_a_model_is_named_after_its_zoo_entry_or_its_file(tmp_path):
