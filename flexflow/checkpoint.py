@@ -2,8 +2,8 @@
 
 One numpy .npz: each weight under its name (`<layer>.<weight>`), each optimizer state under
 `<weight>@<state>`, each batch norm's running (mean, variance) under `<op>@running`, and a JSON
-record (format, iteration, optimizer, and the strategy it trained with, in the strategy file's
-form) under `__flexflow__`. Written atomically. Reading checks
+record (format, iteration, optimizer, the epochs done and their batch size, and the strategy it
+trained with, in the strategy file's form) under `__flexflow__`. Written atomically. Reading checks
 that everything the model needs is there before anything is restored, and says what is missing
 and why in one line.
 """
@@ -60,16 +60,16 @@ def write_checkpoint(
     iteration: int,
     optimizer: Optimizer,
     strategy: Mapping | None = None,
-    epochs: DataPosition | None = None,
+    position: DataPosition | None = None,
 ) -> Path:
     """Write the named arrays and the record atomically (a killed save keeps the old file);
-    `strategy`: the run's, as `flexflow.strategy_file.strategy_to_json` writes it; `epochs`:
-    where in the data the run stands, when it saves at an epoch's end."""
+    `strategy`: the run's, as `flexflow.strategy_file.strategy_to_json` writes it; `position`:
+    where in its data the run stands, when it saves at an epoch's end."""
     meta = {"format": FORMAT, "iteration": iteration, "optimizer": optimizer.to_json()}
     if strategy is not None:
         meta["strategy"] = dict(strategy)
-    if epochs is not None:
-        meta["epochs"], meta["batch_size"] = epochs.epochs, epochs.batch_size
+    if position is not None:
+        meta["epochs"], meta["batch_size"] = position.epochs, position.batch_size
     buffer = io.BytesIO()
     np.savez(buffer, **arrays, **{META_KEY: np.array(json.dumps(meta))})
     return atomic_write_bytes(path, buffer.getvalue())

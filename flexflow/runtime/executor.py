@@ -443,11 +443,11 @@ class Executor:
         self.params.replace_weights({by_name[name].id: value for name, value in values.items()})
 
     def save_checkpoint(
-        self, path: str | os.PathLike[str], epochs: DataPosition | None = None
+        self, path: str | os.PathLike[str], position: DataPosition | None = None
     ) -> Path:
         """Write every weight, the optimizer's states, batch norm's running statistics, the
-        iteration count and (`epochs`, from `fit` at an epoch's end) where the run stands in its
-        data to `path` atomically (`flexflow.checkpoint`)."""
+        iteration count and (`position`, from `fit` at an epoch's end) where the run stands in
+        its data to `path` atomically (`flexflow.checkpoint`)."""
         arrays = self.get_weights()  # the pending update applied first
         for pid, stores in self.params.states.items():
             name = self.graph.parameters[pid].name
@@ -457,7 +457,7 @@ class Executor:
             value = self.batch_statistics.running_value(op, read_store(self.store_of(store)))
             arrays[f"{self.graph.ops[op].name}@running"] = value
         strategy = strategy_to_json(self.strategy, self.graph, self.machine)
-        return write_checkpoint(path, arrays, self.iteration, self.optimizer, strategy, epochs)
+        return write_checkpoint(path, arrays, self.iteration, self.optimizer, strategy, position)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore what `save_checkpoint` wrote, so training resumes bit-identically; refuses a
