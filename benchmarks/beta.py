@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from results_io import RESULTS, write_csv, write_markdown
+from results_io import RESULTS, no_options, write_csv, write_markdown
 
 from flexflow.machine import parse_machine
 from flexflow.search import search
@@ -66,4 +66,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     main()

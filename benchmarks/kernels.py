@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from results_io import no_options
 
 from flexflow.ops import TensorSpec
 from flexflow.ops.base import full_region
@@ -57,4 +58,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     main()

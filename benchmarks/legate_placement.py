@@ -13,6 +13,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
+# isort: off
+import flexflow  # noqa: F401  (first: prepares the process for Legate before it is imported)
 from legate.core import (
     Scope,
     TaskTarget,
@@ -24,7 +27,8 @@ from legate.core import (
 from legate.core import types as ty
 from legate.core.task import InputStore, OutputStore, task
 
-import flexflow  # noqa: F401  (prepares the process for Legate before it is imported)
+# isort: on
+from results_io import no_options
 
 SLEEP_S = 0.2
 REPEATS = 3
@@ -86,4 +90,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     main()

@@ -9,7 +9,7 @@ Results: benchmarks/results/optimality.md.
 
 from __future__ import annotations
 
-from results_io import RESULTS, write_markdown
+from results_io import RESULTS, no_options, write_markdown
 
 from flexflow.machine import parse_machine
 from flexflow.search import exhaustive_search, search
@@ -49,4 +49,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     main()

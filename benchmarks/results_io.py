@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 from collections.abc import Sequence
@@ -32,3 +33,12 @@ def png_bytes(fig) -> bytes:
     fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
     return buffer.getvalue()
+
+
+def no_options(doc: str | None) -> None:
+    """The command line of a benchmark whose settings are constants at its top: `--help` prints
+    its module doc and exits, anything else is refused, before the benchmark runs or writes."""
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.parse_args()
