@@ -180,6 +180,12 @@ def search(
     `space="optcnn"` runs the OptCNN baseline's dynamic programming instead of MCMC (no
     chains, no polish) and reports its strategy's simulated cost.
     """
+    if not inits and space != "optcnn":
+        names = ", ".join((*NAMED_STRATEGIES, DP_WIDTH))
+        raise StrategyError(
+            f"search: no initial strategy to start a chain from; give one or more of {names} "
+            "or a strategy file (--init dp,expert,random)."
+        )
     begin = clock()
     graph, machine = context.graph, context.machine
     dp = named_strategy("dp", graph, machine)

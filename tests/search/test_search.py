@@ -246,3 +246,10 @@ def test_a_misspelt_initial_strategy_names_the_choices(capsys):
     err = capsys.readouterr().err
     assert "initial strategy 'dp-widht' is neither a name (dp, expert, model, random, " in err
     assert "dp-width, optcnn) nor a strategy file" in err
+
+
+@pytest.mark.parametrize("inits", ["", ","])
+def test_an_empty_list_of_initial_strategies_is_one_clear_error(capsys, inits):
+    code = main(["search", "lenet", "--machine", "p100:1", "--init", inits, "--proposals", "5"])
+    assert code == 2
+    assert "no initial strategy to start a chain from" in capsys.readouterr().err
