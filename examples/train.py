@@ -200,8 +200,6 @@ def resumed_line(path: str, executor, config: FFConfig) -> str:
     line += f", {position.epochs} epoch(s) done in batches of {position.batch_size}"
     if position.batch_size != config.batch_size:
         line += f"; the next epochs take batches of {config.batch_size}"
-    if position.epochs >= config.epochs:
-        line += f"; nothing left to train for --epochs {config.epochs} (raise it to train more)"
     return line
 
 

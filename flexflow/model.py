@@ -543,10 +543,15 @@ class FFModel:
         on_epoch=None,
     ) -> list[Metrics]:
         """Train on `x` (an array for a one-input model, a dict by input name, or a DataLoader)
-        and `y` for `epochs` (default: the config's) epochs; saves `checkpoint` each epoch."""
+        and `y` until `epochs` (default: the config's) epochs are done, counting those this
+        model has done already (earlier calls, a loaded checkpoint: Keras' `epochs` with its
+        `initial_epoch` at the epochs done, so a resumed run continues where it stopped);
+        saves `checkpoint` each epoch. The metrics of the epochs run here."""
         trainer = self._compiled_trainer()
         loader = self._loader(x, y, shuffle, drop_last=True)
-        return trainer.fit(loader, epochs or self.config.epochs, checkpoint, on_epoch)
+        return trainer.fit(
+            loader, self.config.epochs if epochs is None else epochs, checkpoint, on_epoch
+        )
 
     def eval(self, x=None, y=None) -> Metrics:
         """Loss and metrics over every sample of `x`, `y` (a short last batch is padded)."""

@@ -171,8 +171,11 @@ class Trainer:
         checkpoint: str | os.PathLike[str] | None = None,
         on_epoch: Callable[[Metrics], None] | None = None,
     ) -> list[Metrics]:
-        """Train until `epochs` epochs are done (counting those of a loaded checkpoint), saving
-        `checkpoint` atomically after each epoch; the metrics of the epochs run here."""
+        """Train until `epochs` epochs are done (counting those done before: earlier calls, a
+        loaded checkpoint), saving `checkpoint` atomically after each epoch; the metrics of
+        the epochs run here. Says so where it starts past the first epoch or has none to run."""
+        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+            raise FlexFlowError(f"fit: epochs must be a positive integer, got {epochs!r}.")
         per_epoch = len(data)
         if per_epoch == 0:
             raise FlexFlowError("fit: the data loader has no batches.")
@@ -182,6 +185,15 @@ class Trainer:
         else:  # a run without one counts its iterations in this data's batches
             first, skip = divmod(self.executor.iteration, per_epoch)
         history = []
+        if first >= epochs:
+            self.console.print(
+                f"fit: {first} epoch(s) done already; epochs={epochs} leaves nothing to train "
+                "(epochs counts every epoch this model has trained)."
+            )
+        elif first > 0:
+            self.console.print(
+                f"fit: {first} epoch(s) done already; continuing at epoch {first + 1}."
+            )
 
         def issue(batches):
             launch = self.executor.steps_per_launch

@@ -1,5 +1,6 @@
 """Run in a Legate process by test_data.py: training on cuPyNumeric arrays (shuffled, so
-batches are gathered inside Legate) gives the same losses as on the same numpy arrays."""
+batches are gathered inside Legate) gives the same losses as on the same numpy arrays; and
+what repeated `fit` calls train (epochs count every epoch the model has trained)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 
 import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.errors import FlexFlowError
 from flexflow.optimizers import SGDOptimizer
 
 
@@ -25,6 +27,22 @@ def train(x, y) -> list[float]:
     return [m.loss for m in history] + [result.loss, result.accuracy]
 
 
+def repeated_fits(x, y) -> dict:
+    """The epochs each of fit(epochs=1), fit(epochs=1), fit(epochs=3) ran, and fit(epochs=0)."""
+    model = FFModel(FFConfig(batch_size=16, seed=3))
+    t = model.create_tensor((16, 12), name="x")
+    model.softmax(model.dense(t, 3))
+    model.compile(SGDOptimizer(0.1), "sparse_categorical_crossentropy", progress=False)
+    ran = [[m.epoch for m in model.fit(x, y, epochs=n)] for n in (1, 1, 3)]
+    try:
+        model.fit(x, y, epochs=0)
+        refused = ""
+    except FlexFlowError as exc:
+        refused = str(exc)
+    model.executor.close()
+    return {"ran": ran, "refused": refused}
+
+
 import cupynumeric  # noqa: E402  (after flexflow, which prepares Legate)
 
 rng = np.random.default_rng(0)
@@ -33,5 +51,6 @@ y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)
 report = {
     "numpy": train(x, y),
     "cupynumeric": train(cupynumeric.asarray(x), cupynumeric.asarray(y)),
+    "repeated": repeated_fits(x, y),
 }
 print(json.dumps(report))

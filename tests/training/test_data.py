@@ -59,3 +59,9 @@ def test_cupynumeric_arrays_train_like_numpy_arrays():
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["cupynumeric"] == pytest.approx(report["numpy"], rel=1e-6)
     assert report["numpy"][1] < report["numpy"][0]  # it learns
+    # fit's epochs count the model's epochs so far (as a resumed run's do), and it says so
+    assert report["repeated"]["ran"] == [[0], [], [1, 2]]
+    assert "epochs must be a positive integer, got 0" in report["repeated"]["refused"]
+    said = " ".join(proc.stderr.split())
+    assert "fit: 1 epoch(s) done already; epochs=1 leaves nothing to train" in said
+    assert "fit: 1 epoch(s) done already; continuing at epoch 2." in said
