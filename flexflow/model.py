@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from flexflow.config import FFConfig
 from flexflow.data import DataLoader
 from flexflow.errors import GraphError, ShapeError
@@ -523,6 +525,15 @@ class FFModel:
                 names = [t.name for t in graph.input_tensors]
                 raise ShapeError(f"the model has inputs {names}: pass x as a dict by those names.")
             x = {graph.input_tensors[0].name: x}
+        for tensor in graph.input_tensors:  # before any batch is cut or fed
+            given = x.get(tensor.name)
+            sample = tensor.spec.shape[1:]
+            if given is not None and tuple(np.shape(given))[1:] != sample:
+                raise ShapeError(
+                    f"input '{tensor.name}' takes samples of shape {sample} (the model's input "
+                    f"is {tensor.spec.shape}, the batch first), got an array of shape "
+                    f"{tuple(np.shape(given))}; pass data whose samples have shape {sample}."
+                )
         return DataLoader(
             x,
             y,
@@ -547,8 +558,8 @@ class FFModel:
         model has done already (earlier calls, a loaded checkpoint: Keras' `epochs` with its
         `initial_epoch` at the epochs done, so a resumed run continues where it stopped);
         saves `checkpoint` each epoch. The metrics of the epochs run here."""
-        trainer = self._compiled_trainer()
         loader = self._loader(x, y, shuffle, drop_last=True)
+        trainer = self._compiled_trainer()
         return trainer.fit(
             loader, self.config.epochs if epochs is None else epochs, checkpoint, on_epoch
         )

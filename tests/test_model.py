@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from flexflow import ActiMode, DataType, FFConfig, FFModel, PoolType
@@ -118,3 +119,13 @@ def test_graph_inputs_and_outputs():
     assert [t.name for t in graph.output_tensors] == ["prob:0"]
     assert [(e.src, e.dst) for e in graph.edges] == [(0, 1)]
     assert graph.num_parameters == 4 * 3 + 3
+
+
+def test_data_of_another_sample_shape_is_refused_before_training():
+    """The wrong feature width named as such (it was reported as a batch size problem, from
+    deep in the runtime's feeding)."""
+    model = FFModel(FFConfig(batch_size=32))
+    model.dense(model.create_tensor((32, 20), name="x"), 4)
+    x, y = np.zeros((64, 10), np.float32), np.zeros(64, np.int64)
+    with pytest.raises(ShapeError, match=r"input 'x' takes samples of shape \(20,\).*\(64, 10\)"):
+        model.fit(x, y)

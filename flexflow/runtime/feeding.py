@@ -86,11 +86,18 @@ class Feeds:
         name = self.graph.tensors[tensor_id].name
         if not hasattr(value, "dtype"):
             value = np.asarray(value)
-        if tuple(np.shape(value)) != spec.shape:
+        shape = tuple(np.shape(value))
+        if shape[1:] != spec.shape[1:]:
             raise StrategyError(
-                f"input '{name}' has shape {spec.shape}, got an array of shape "
-                f"{tuple(np.shape(value))}; batches must have the model's batch size "
-                f"(pad the last batch, as `flexflow.runtime.data` does)."
+                f"input '{name}' takes samples of shape {spec.shape[1:]} (the model's input "
+                f"is {spec.shape}), got an array of shape {shape}; pass data whose samples "
+                f"have shape {spec.shape[1:]}."
+            )
+        if shape != spec.shape:
+            raise StrategyError(
+                f"input '{name}' has shape {spec.shape}, got an array of shape {shape}; "
+                f"batches must have the model's batch size {spec.shape[0]} (pad the last "
+                f"batch, as `flexflow.data.DataLoader` does)."
             )
         if str(value.dtype) != spec.dtype.value:  # e.g. float64 images, int64 token ids
             value = value.astype(spec.dtype.value)
