@@ -4,6 +4,8 @@ FlexFlow's Python API, where the same settings also come from the command line."
 from __future__ import annotations
 
 import argparse
+import difflib
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -94,11 +96,23 @@ class FFConfig:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace | Sequence[str] | None = None) -> FFConfig:
-        """The settings from parsed arguments, or parsed from `args` (default: sys.argv)."""
+        """The settings from parsed arguments, or parsed from `args` (default: sys.argv):
+        `--help` prints these flags and exits; other flags are left to the script, with a
+        warning for one that looks like a misspelt flag of these (`--bugdet`)."""
         if not isinstance(args, argparse.Namespace):
-            parser = argparse.ArgumentParser(add_help=False)
+            parser = argparse.ArgumentParser(description="FlexFlow's training flags (FFConfig).")
             cls.add_arguments(parser)
-            args, _ = parser.parse_known_args(args)
+            args, rest = parser.parse_known_args(args)
+            flags = [o for action in parser._actions for o in action.option_strings]
+            for arg in rest:
+                name = arg.split("=", 1)[0]
+                close = difflib.get_close_matches(name, flags, n=1, cutoff=0.8)
+                if name.startswith("--") and close:
+                    warnings.warn(
+                        f"FFConfig.from_args: {name} is not one of its flags and is left to "
+                        f"the script; did you mean {close[0]}?",
+                        stacklevel=2,
+                    )
         return cls(
             batch_size=args.batch_size,
             epochs=args.epochs,

@@ -129,3 +129,15 @@ def test_data_of_another_sample_shape_is_refused_before_training():
     x, y = np.zeros((64, 10), np.float32), np.zeros(64, np.int64)
     with pytest.raises(ShapeError, match=r"input 'x' takes samples of shape \(20,\).*\(64, 10\)"):
         model.fit(x, y)
+
+
+def test_ffconfig_from_args_warns_of_a_misspelt_flag_and_leaves_the_scripts_own():
+    with pytest.warns(UserWarning, match="--bugdet is not one of its flags.*did you mean --budget"):
+        config = FFConfig.from_args(["--bugdet", "3", "--epochs", "2", "--data", "d.npz"])
+    assert (config.epochs, config.search_budget) == (2, 0.0)
+
+
+def test_ffconfig_from_args_prints_its_flags_for_help(capsys):
+    with pytest.raises(SystemExit) as exited:
+        FFConfig.from_args(["--help"])
+    assert exited.value.code == 0 and "--budget SECONDS" in capsys.readouterr().out
