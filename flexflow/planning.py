@@ -193,7 +193,10 @@ def plan_strategy(
             polish_budget_s=budget_s,
         )
         strategy = result.best
-        source = f"searched for {budget_s:g} s ({result.proposals:,} proposals)"
+        source = (  # the chains stop early once they stop improving
+            f"searched for {result.seconds:.1f} s (--budget {budget_s:g}; "
+            f"{result.proposals:,} proposals)"
+        )
         if measure is not None:
             trials, why_not = _trial_runs(context, graph, machine, strategy, dp, budget_s, measure)
             if trials:

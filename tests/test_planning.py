@@ -30,7 +30,7 @@ def test_a_search_is_exported_and_imports_to_the_same_strategy(tmp_path):
     graph, machine = lenet(8), parse_machine("p100:1")
     path = tmp_path / "s.json"
     searched = plan_strategy(graph, machine, budget_s=1.0, export_path=path, model_name="lenet")
-    assert searched.source.startswith("searched for 1 s")
+    assert searched.source.startswith("searched for ") and "(--budget 1; " in searched.source
     assert searched.simulated_ms <= searched.dp_simulated_ms
     imported = plan_strategy(graph, machine, import_path=path)
     assert imported.strategy == searched.strategy == load_strategy(path, graph, machine)
