@@ -220,6 +220,22 @@ def test_simulate_json_trace_and_taskgraph(capsys, tmp_path):
     assert max(t["end_ms"] for t in tasks) == pytest.approx(result["iteration_ms"])
 
 
+def test_a_trace_slices_task_is_the_task_graphs_of_that_id(capsys, tmp_path):
+    """LeNet's expert strategy has barriers among its tasks, which the files leave out."""
+    trace, taskgraph = tmp_path / "trace.json", tmp_path / "tg.json"
+    code, _, _ = run(capsys, "simulate", "lenet", "--machine", "p100:1", "--strategy", "expert",
+                     "--trace", str(trace), "--taskgraph", str(taskgraph))  # fmt: skip
+    assert code == 0
+    by_id = {t["id"]: t for t in json.loads(taskgraph.read_text())["tasks"]}
+    slices = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert {e["args"]["task"] for e in slices} == set(by_id)
+    for event in slices:  # the same name, start and duration
+        task = by_id[event["args"]["task"]]
+        assert event["name"] == task["name"]
+        assert event["ts"] == pytest.approx(task["start_ms"] * 1e3)
+        assert event["dur"] == pytest.approx(task["duration_ms"] * 1e3)
+
+
 def test_fused_launches_model_the_runtime(capsys):
     args = ("lenet", "--machine", "p100:1", "--strategy", "dp", "--json")
     times = []

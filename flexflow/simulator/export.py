@@ -31,11 +31,20 @@ def tasks_end_s(tg: TaskGraph, schedule: Schedule) -> float:
     return max((schedule.end[t] for t in tg.live_tasks()), default=0.0)
 
 
+def exported_ids(tg: TaskGraph) -> dict[int, int]:
+    """The number each exported file gives a task (its `args.task` in a trace, its `id` in a
+    task graph): the live tasks in order, 0, 1, ..., the zero-time barriers left out."""
+    kept = (t for t in tg.live_tasks() if tg.kind[t] != BARRIER)
+    return {t: i for i, t in enumerate(kept)}
+
+
 def chrome_trace(tg: TaskGraph, schedule: Schedule, title: str = "") -> dict[str, Any]:
     """Trace Event Format: one process per machine, one thread (track) per device and per link.
 
-    A transfer appears on every link of its route. Times are in microseconds.
+    A transfer appears on every link of its route. Times are in microseconds; each slice's
+    `args.task` is the task's id in `taskgraph_json` (`exported_ids`).
     """
+    ids = exported_ids(tg)
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": title or tg.machine.name}}
     ]
@@ -53,9 +62,7 @@ def chrome_trace(tg: TaskGraph, schedule: Schedule, title: str = "") -> dict[str
         events.append(
             {"ph": "M", "pid": 0, "tid": x, "name": "thread_sort_index", "args": {"sort_index": x}}
         )
-    for t in tg.live_tasks():
-        if tg.kind[t] == BARRIER:
-            continue
+    for t, i in ids.items():
         for x in tg.res[t]:
             events.append(
                 {
@@ -66,9 +73,9 @@ def chrome_trace(tg: TaskGraph, schedule: Schedule, title: str = "") -> dict[str
                     "cat": tg.kind[t],
                     "ts": schedule.start[t] * 1e6,
                     "dur": tg.exe[t] * 1e6,
-                    "args": {"task": t, "bytes": tg.size_bytes[t]}
+                    "args": {"task": i, "bytes": tg.size_bytes[t]}
                     if tg.size_bytes[t]
-                    else {"task": t},
+                    else {"task": i},
                 }
             )
     end = tasks_end_s(tg, schedule)
@@ -102,8 +109,7 @@ def taskgraph_json(tg: TaskGraph, schedule: Schedule) -> dict[str, Any]:
     the links of its route joined by "+"). Barriers are left out: their successors list what
     the barrier waited for.
     """
-    kept = [t for t in tg.live_tasks() if tg.kind[t] != BARRIER]
-    ids = {t: i for i, t in enumerate(kept)}
+    ids = exported_ids(tg)
     preds = tg.predecessors()
     tasks = []
     for t, i in ids.items():
