@@ -437,7 +437,7 @@ class FFModel:
         self,
         optimizer: Optimizer | None = None,
         loss_type: str = "sparse_categorical_crossentropy",
-        metrics: Sequence[str] = ("accuracy",),
+        metrics: Sequence[str] | None = None,
         *,
         machine: Machine | None = None,
         console: Console | None = None,
@@ -454,13 +454,16 @@ class FFModel:
         `record_timeline` every task's measured time is kept (`executor.timeline`); `profile`
         (measured task times, `flexflow profile`) prices the search's simulations;
         `resumed_strategy`, the strategy of a checkpoint the run will load
-        (`flexflow.checkpoint.checkpoint_strategy`), is kept instead of searching."""
+        (`flexflow.checkpoint.checkpoint_strategy`), is kept instead of searching. `metrics`
+        default to accuracy under the cross-entropies and to none under mean squared error,
+        where accuracy is categorical (the target's largest entry: one-hot targets only)."""
         from legate.core import get_legate_runtime
 
         from flexflow.machine import parse_machine
         from flexflow.planning import plan_strategy
         from flexflow.runtime import Executor
         from flexflow.runtime.agreement import agree_on_strategy
+        from flexflow.runtime.loss import loss_name
         from flexflow.runtime.training import Trainer
         from flexflow.runtime.trials import time_candidates
 
@@ -503,6 +506,8 @@ class FFModel:
             record_timeline=record_timeline,
             steps_per_execution=self.config.steps_per_execution,
         )
+        if metrics is None:  # accuracy where the loss is a classification's
+            metrics = ("accuracy",) if "crossentropy" in loss_name(loss_type) else ()
         self._trainer = Trainer(executor, loss_type, metrics, console, progress)
         return plan
 

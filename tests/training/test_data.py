@@ -62,6 +62,7 @@ def test_cupynumeric_arrays_train_like_numpy_arrays():
     # fit's epochs count the model's epochs so far (as a resumed run's do), and it says so
     assert report["repeated"]["ran"] == [[0], [], [1, 2]]
     assert "epochs must be a positive integer, got 0" in report["repeated"]["refused"]
+    assert report["repeated"]["mse_accuracy"] is None  # compile's default under MSE: no accuracy
     said = " ".join(proc.stderr.split())
     assert "fit: 1 epoch(s) done already; epochs=1 leaves nothing to train" in said
     assert "fit: 1 epoch(s) done already; continuing at epoch 2." in said
