@@ -296,7 +296,7 @@ def cmd_space(args: argparse.Namespace, console: Console) -> int:
         )
         return 0
     table = Table(
-        title=f"SOAP space of {args.model} on {machine.name}: about 10^{log10_total:.0f} strategies"
+        title=f"SOAP space of {args.model} on {machine.name}: about 10^{log10_total:.1f} strategies"
     )
     for column in ("op", "kind", "output", "partitionable", "degree tuples", "configurations"):
         table.add_column(
