@@ -129,13 +129,15 @@ def check_tabulable(context: SimContext, configs: Sequence[Sequence[ParallelConf
                 largest = max(largest, (count, f"{graph.ops[producer].name} -> {node.name}"))
     if pairs > MAX_EDGE_PAIRS:
         sizes = [len(c) for c in configs]
-        table_gib = largest[0] * (4 + len(machine.links)) * 8 / 2**30
+        table_gib = pairs * (4 + len(machine.links)) * 8 / 2**30
         raise FlexFlowError(
             f"exhaustive search: this space is too large on {machine.name} "
             f"({machine.num_devices} devices): its ops have {min(sizes):,}-{max(sizes):,} "
-            f"configurations each, {math.prod(sizes):.1e} strategies, and its edges "
-            f"{pairs:,} configuration pairs to tabulate (the limit is {MAX_EDGE_PAIRS:,}; the "
-            f"edge {largest[1]} alone needs {table_gib:,.1f} GiB). Exhaustive search proves "
+            f"configurations each, about 10^{sum(map(math.log10, sizes)):.1f} strategies, "
+            f"and its edges "
+            f"{pairs:,} configuration pairs to tabulate (the limit is {MAX_EDGE_PAIRS:,}: "
+            f"{table_gib:,.1f} GiB of tables, the largest for the edge {largest[1]}). "
+            "Exhaustive search proves "
             "optima of small spaces (LeNet on p100:1); search this one with MCMC: "
             f"`flexflow search MODEL --machine {machine.name} --budget SECONDS`."
         )

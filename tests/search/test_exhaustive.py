@@ -242,3 +242,11 @@ def test_a_space_too_large_to_tabulate_is_refused_before_any_work(capsys, monkey
     assert "too large on k80:16 (64 devices)" in err and "185,560,950 configuration pairs" in err
     assert "flexflow search MODEL --machine k80:16 --budget SECONDS" in err
     assert "Traceback" not in err
+
+
+def test_a_space_past_a_floats_range_is_refused_as_too_large(capsys):
+    """NMT on 16 P100s: 10^352 strategies, more than a float holds (it was an OverflowError
+    while the message was written)."""
+    assert main(["exhaustive", "nmt", "--machine", "p100:4"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "too large on p100:4 (16 devices)" in err and "about 10^352.0 strategies" in err
