@@ -30,16 +30,23 @@ def loss_arg(text: str) -> str:
 def workers_arg(text: str) -> int:
     """A number of worker processes, or `auto`: one per core, as many as memory holds
     (`flexflow.search.processes.auto_workers`)."""
-    if text == "auto":
-        from flexflow.search.processes import auto_workers
+    from flexflow.search.processes import auto_workers, usable_cores
 
+    if text == "auto":
         return auto_workers()
     try:
-        return positive_int(text)
+        workers = positive_int(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
             f"expected a positive integer or 'auto', got {text!r}"
         ) from None
+    cores = usable_cores()
+    if workers > cores:  # each worker simulates flat out: more would only share the cores
+        raise argparse.ArgumentTypeError(
+            f"{workers} worker processes would share this host's {cores} usable core(s); "
+            f"give at most {cores}, or auto"
+        )
+    return workers
 
 
 def seed_int(text: str) -> int:

@@ -337,9 +337,11 @@ def make_scanner(
     simulation: str = "delta",
     clock: Callable[[], float] = time.perf_counter,
 ) -> SerialScanner | PoolScanner:
-    """A scanner of `strategy`'s neighbours: in this process, or in `workers` processes."""
+    """A scanner of `strategy`'s neighbours: in this process, or in `workers` processes (no
+    more than the graph has ops: each scans one op at a time)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    workers = min(workers, len(context.graph.ops))
     if workers == 1:
         return SerialScanner(context, strategy, space, simulation, clock)
     return PoolScanner(context, strategy, space, workers, simulation)

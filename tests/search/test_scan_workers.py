@@ -148,17 +148,28 @@ def test_the_commands_answer_the_same_with_workers(capsys):
             assert pooled.get(key) == serial.get(key)
 
 
-def test_workers_take_a_count_or_auto():
+def test_workers_take_a_count_up_to_the_cores_or_auto(monkeypatch):
     import argparse
 
     from flexflow.cli_args import workers_arg
     from flexflow.search.processes import auto_workers
 
+    monkeypatch.setattr("flexflow.search.processes.usable_cores", lambda: 4)
     assert workers_arg("3") == 3
     assert workers_arg("auto") == auto_workers()
     for bad in ("0", "-2", "many"):
         with pytest.raises(argparse.ArgumentTypeError, match="positive integer or 'auto'"):
             workers_arg(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="5 worker processes would share"):
+        workers_arg("5")  # each simulates flat out: more than the cores only share them
+
+
+def test_a_scanner_has_no_more_workers_than_the_graph_has_ops():
+    graph, machine = load_model("lenet").graph(), parse_machine("p100:1")
+    context = SimContext(graph, machine)
+    dp = named_strategy("dp", graph, machine)
+    with make_scanner(context, dp, make_space("soap", graph, machine), workers=50) as scanner:
+        assert scanner.width == len(graph.ops) == 8
 
 
 def test_auto_workers_are_one_per_core_as_memory_allows():
