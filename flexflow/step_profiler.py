@@ -31,8 +31,8 @@ from flexflow.launches import run_groups
 from flexflow.machine_presets import host_memory_bytes
 from flexflow.ops import blas
 from flexflow.ops.base import region_shape
-from flexflow.runtime.concurrent import StatisticsExchange
 from flexflow.runtime.native_step import LOG_OPS, NativeStep, native_step
+from flexflow.runtime.statistics_exchange import StatisticsExchange
 from flexflow.strategies import data_parallel_over
 
 WARMUP = 1

@@ -189,11 +189,14 @@ def test_legion_args_with_bad_quoting_raise_a_setup_error():
 def test_the_simulator_asks_the_runtime_what_it_runs_without_starting_legate():
     """flexflow.launches reads flexflow.runtime.native_step (which steps run as one C call, in
     C++ task bodies) and `flexflow info` reads flexflow.runtime.native_tasks; neither, nor the
-    simulator and the planner, may import Legate (a search runs without it)."""
+    simulator, the planner and the profilers, may import Legate (a search runs without it; the
+    step profiler's batch norms exchange statistics through flexflow.runtime.
+    statistics_exchange, which once lived in the Legate-importing concurrent module)."""
     script = textwrap.dedent(
         """
         import sys
         import flexflow.launches, flexflow.planning, flexflow.simulator
+        import flexflow.profiler, flexflow.step_profiler
         import flexflow.runtime.native_step, flexflow.runtime.native_tasks
         from flexflow.runtime import native_tasks
         native_tasks.built()

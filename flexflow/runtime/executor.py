@@ -68,12 +68,13 @@ from flexflow.ops.blas import sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.batches import BatchStats, UnreadBatches
-from flexflow.runtime.concurrent import StatisticsExchange, issue_backward, issue_forward
+from flexflow.runtime.concurrent import issue_backward, issue_forward
 from flexflow.runtime.feeding import Feeds
 from flexflow.runtime.gradients import GradientStores
 from flexflow.runtime.kernel_report import describe_kernels
 from flexflow.runtime.loss import loss_name
 from flexflow.runtime.native_step import NativeStep, native_steps_of
+from flexflow.runtime.statistics_exchange import StatisticsExchange
 from flexflow.runtime.step_launches import (
     StepLaunch,
     issue_evaluations,

@@ -32,9 +32,9 @@ from flexflow.runtime.loss import (
 )
 from flexflow.runtime.step_program import ADD, PART, Program, ProgramOp, program, why_not
 
-if TYPE_CHECKING:  # concurrent imports this module through flexflow.runtime.tasks
-    from flexflow.runtime.concurrent import StatisticsExchange
+if TYPE_CHECKING:
     from flexflow.runtime.executor import Executor
+    from flexflow.runtime.statistics_exchange import StatisticsExchange
 
 SPARSE_CROSSENTROPY = LOSS_IDS.index("sparse_categorical_crossentropy")
 """The loss a native step computes (a step under another loss runs op by op)."""

@@ -86,7 +86,7 @@ def test_a_training_pass_in_one_call_exchanges_and_computes_the_same_bits(
 ):
     import threading
 
-    from flexflow.runtime.concurrent import StatisticsExchange
+    from flexflow.runtime.statistics_exchange import StatisticsExchange
 
     shape = (shape[0] * points, *shape[1:])  # a tile per point
     op, sig, tiles, weights, running, dys = _training_tiles(points, shape, relu, seed)
@@ -122,7 +122,7 @@ def test_a_failed_point_releases_a_training_pass_waiting_for_it():
     import pytest
 
     from flexflow.errors import StrategyError
-    from flexflow.runtime.concurrent import StatisticsExchange
+    from flexflow.runtime.statistics_exchange import StatisticsExchange
 
     op, sig, tiles, weights, running, _ = _training_tiles(2, (4, 3, 2, 2), True, 0)
     exchange = StatisticsExchange(2)

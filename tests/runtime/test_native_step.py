@@ -476,7 +476,7 @@ def test_the_c_step_of_a_batch_norm_network_computes_the_op_by_op_step(model, ma
     """Each point's C step, its batch norms summing their statistics with the others' through
     the exchange, computes the op-by-op step's gradients, loss and running statistics; and on
     one device (no exchange) likewise."""
-    from flexflow.runtime.concurrent import StatisticsExchange
+    from flexflow.runtime.statistics_exchange import StatisticsExchange
 
     graph = _residual(relu_first) if model == "residual" else _inception()
     tasks = _points_one(graph) if machine == "one" else _points(graph, machine)
@@ -611,7 +611,7 @@ def test_the_c_evaluation_computes_the_op_by_op_forward_and_loss(model, index, p
         "transformer": lambda: _encoder("transformer"),  # dropouts, attention, layer norms
     }[model]()
     if model in ("residual", "inception"):  # batch norms exchanging statistics in training
-        from flexflow.runtime.concurrent import StatisticsExchange
+        from flexflow.runtime.statistics_exchange import StatisticsExchange
 
         task = _points(graph, "p100:1")[index]
         step = native_step(task, None, StatisticsExchange(4))

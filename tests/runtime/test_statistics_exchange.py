@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from flexflow.errors import StrategyError
-from flexflow.runtime.concurrent import StatisticsExchange
+from flexflow.runtime.statistics_exchange import StatisticsExchange
 
 
 def _run_points(points: int, body) -> list:
