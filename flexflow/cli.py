@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # the commands import the simulator when they run: a fast --h
     from flexflow.strategy import Strategy
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+"""The shell's code for a command ended by SIGINT (128 + 2)."""
 
 
 def _stats(name: str, graph: OperatorGraph, batch_size: int) -> dict[str, object]:
@@ -507,6 +509,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    except MemoryError as exc:  # numpy's allocations of a model too large for this host
+        print(
+            f"flexflow: error: out of memory ({exc}); use a smaller --batch-size or model.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C
+        print(
+            "flexflow: interrupted (every file it writes is written whole or not at all).",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -348,3 +348,27 @@ def test_fused_launches_price_the_runs_loss_and_steps_per_launch(capsys, tmp_pat
         with pytest.raises(SystemExit) as exit_:
             main(["simulate", *args, *bad])
         assert exit_.value.code == 2 and f"argument {bad[0]}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_ends_a_search_with_one_line_and_no_file(tmp_path, workers):
+    """As a terminal's Ctrl-C does: SIGINT to the command's process group (its chain workers
+    too), once the search is under way. Exit 130, one line, no traceback, no export."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    export = tmp_path / "best.json"
+    command = [sys.executable, "-m", "flexflow", "search", "nmt", "--machine", "p100:4",
+               "--budget", "60", "--workers", workers, "--quiet", "--export", str(export)]  # fmt: skip
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    time.sleep(6)  # past the set-up: the chains run
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    assert "flexflow: interrupted" in err and "Traceback" not in err
+    assert not export.exists() and list(tmp_path.iterdir()) == []
