@@ -321,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     except FlexFlowError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
+    except KeyboardInterrupt:  # Ctrl-C (FFModel.compile gives it back to Python)
+        saved = ""
+        if args.checkpoint and Path(args.checkpoint).exists():
+            saved = f"; {args.checkpoint} holds the last whole epoch (--resume continues it)"
+        console.print(f"interrupted{saved}.")
+        return 130
     # synthetic data has no test split: the evaluation reads the training samples
     console.print(f"{'test' if test is not train else 'evaluation on the training samples'}: "
                   f"{result.describe()}")  # fmt: skip

@@ -21,7 +21,8 @@ Legate's wheels link `libcuda.so.1` and CUDA 12's `libcudart.so.12` even for CPU
    wait for that lock, a deadlock (see `legion_default_args`).
 
 This is process-global by nature (the loader and the environment are); it is the only module
-of flexflow that changes either, and it does so once.
+of flexflow that changes either, and it does so once. `python_handles_ctrl_c` is the other
+process-global change, made once Legate has started.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from __future__ import annotations
 import ctypes
 import os
 import shlex
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,6 +156,18 @@ def legion_default_args(args: str | None) -> str:
     if "-lg:window" in words:
         return args or ""
     return shlex.join([*words, "-lg:window", str(LEGION_WINDOW)])
+
+
+def python_handles_ctrl_c() -> None:
+    """Give SIGINT back to Python once Legate has started (`FFModel.compile` calls it): Realm
+    takes it at start-up and answers a Ctrl-C with every thread's C backtrace and exit code 254;
+    Python's handler (the script's own, or the default) raises KeyboardInterrupt in the main
+    thread, which a script can catch (`examples/train.py` says where training stopped).
+    Realm keeps its handlers of crashes (SIGSEGV, SIGABRT), whose backtraces help."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers; Python runs them there
+    handler = signal.getsignal(signal.SIGINT)  # what Python believes, not what Realm set
+    signal.signal(signal.SIGINT, signal.default_int_handler if handler is None else handler)
 
 
 def prepare(environ: os._Environ[str] | dict[str, str] | None = None) -> LegateSetup:

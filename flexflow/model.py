@@ -457,8 +457,9 @@ class FFModel:
         (`flexflow.checkpoint.checkpoint_strategy`), is kept instead of searching. `metrics`
         default to accuracy under the cross-entropies and to none under mean squared error,
         where accuracy is categorical (the target's largest entry: one-hot targets only)."""
-        from legate.core import get_legate_runtime
+        from legate.core import get_legate_runtime  # starts Legate: Realm takes SIGINT
 
+        from flexflow.bootstrap import python_handles_ctrl_c
         from flexflow.machine import parse_machine
         from flexflow.planning import plan_strategy
         from flexflow.runtime import Executor
@@ -471,6 +472,7 @@ class FFModel:
         optimizer = optimizer or SGDOptimizer(self.config.learning_rate)
         measure = agree = None
         runtime = get_legate_runtime()
+        python_handles_ctrl_c()
         if runtime.node_count > 1:  # each rank searches with its seed; all keep one pick
             agree = functools.partial(agree_on_strategy, graph, machine)
         elif self.config.trials:

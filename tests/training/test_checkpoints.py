@@ -4,6 +4,7 @@ from a checkpoint ends exactly where the uninterrupted run ends."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -52,6 +53,33 @@ def test_a_run_killed_mid_save_leaves_the_previous_checkpoint_intact(tmp_path):
     assert meta["iteration"] == saved[-1]
     assert {"wide.kernel", "wide.kernel@m", "wide.kernel@v", "head.bias@v"} <= set(data)
     assert data["wide.kernel"].shape == (2048, 1024)
+
+
+@pytest.mark.legate
+def test_ctrl_c_during_training_ends_with_one_line_and_the_last_epoch_saved(tmp_path):
+    """As a terminal's Ctrl-C (SIGINT to the process group) once an epoch is saved: Python's
+    handler, not Realm's (every thread's C backtrace, exit 254), ends the run."""
+    checkpoint = tmp_path / "run.npz"
+    script = str(Path(__file__).resolve().parents[2] / "examples" / "train.py")
+    args = ["--model", "lenet", "--image-size", "16", "--epochs", "500", "--checkpoint"]
+    proc = subprocess.Popen(
+        [sys.executable, script, *args, str(checkpoint)], env=legate_env(2),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not checkpoint.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert checkpoint.exists(), "no epoch was saved"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    said = " ".join(err.split())
+    assert proc.returncode == 130, err[-3000:]
+    assert f"interrupted; {checkpoint} holds the last whole epoch" in said
+    assert "Signal 2" not in err and "Traceback" not in err
+    assert json.loads(str(load(checkpoint)[META]))["epochs"] >= 1  # whole, and readable
 
 
 MLP_FILE = """
