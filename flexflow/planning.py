@@ -211,7 +211,7 @@ def plan_strategy(
     else:
         strategy, source = (
             dp,
-            "data parallelism (no --budget given)" + _idle_devices(graph, dp, machine),
+            "data parallelism (no search: --budget 0)" + _idle_devices(graph, dp, machine),
         )
     simulated_s = full_simulate(TaskGraph(context, strategy)).iteration_s
     if export_path is not None:

@@ -23,7 +23,7 @@ def test_data_parallelism_says_when_the_batch_leaves_devices_idle():
     assert "on 3 of 4 devices: batch 6 does not split over 4" in plan.describe()
     assert "divisible by 4" in plan.source
     whole = plan_strategy(lenet(8), machine)
-    assert whole.source == "data parallelism (no --budget given)"
+    assert whole.source == "data parallelism (no search: --budget 0)"
 
 
 def test_a_search_is_exported_and_imports_to_the_same_strategy(tmp_path):

@@ -310,3 +310,10 @@ def test_a_model_is_named_after_its_zoo_entry_or_its_file(tmp_path):
         "def build(model):\n    model.dense(model.create_tensor((4, 8), name='x'), 2)\n"
     )
     assert (load_model("lenet").name, load_model(str(path)).name) == ("lenet", "my_net")
+
+
+def test_a_directory_is_not_a_model_file(tmp_path):
+    folder = tmp_path / "net.py"
+    folder.mkdir()
+    with pytest.raises(ModelError, match=r"net\.py' is a directory"):
+        load_model(str(folder))

@@ -65,6 +65,11 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
         entry.build(model, **sizes)
         return model
     path = Path(name_or_path)
+    if path.is_dir():
+        raise ModelError(
+            f"model '{path}' is a directory; pass a zoo model ({', '.join(ZOO)}) or the path of "
+            "a .py file that defines `def build(model: FFModel) -> None`."
+        )
     if path.suffix != ".py" and path.is_file():
         raise ModelError(
             f"model file '{path}' is not a .py file; pass a Python file that defines "
