@@ -31,13 +31,18 @@ import ctypes
 import os
 import shlex
 import signal
+import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from flexflow.errors import RuntimeSetupError
 
 DRIVER_SONAME = "libcuda.so.1"
+MPI_SONAME = "libmpi.so"
+"""What Legate's network layer loads in a run of several ranks (scripts/setup.sh links MPICH's
+under .venv/lib/legate-network)."""
 CUDART_SONAME = "libcudart.so.12"
 STUB_LOGGING = "gpu=none,threads=error"
 
@@ -141,6 +146,28 @@ def _announce_mpich_ranks(env) -> None:
         env["MV2_COMM_WORLD_SIZE"] = env["PMI_SIZE"]
 
 
+def check_network_library(environ: Mapping[str, str] | None = None) -> None:
+    """In one of several ranks, before Legate starts (`FFModel.compile` calls it): Legate's
+    network layer loads libmpi.so when it starts, and without it every rank ends in a page of
+    Legate's traces; say what to set instead. A process that only plans (the simulator, the
+    search) needs no network and is not checked."""
+    env = os.environ if environ is None else environ
+    counts = [env.get(name, "") for name in RANK_COUNT_VARIABLES]
+    ranks = max((int(c) for c in counts if c.strip().isdigit()), default=1)
+    if ranks <= 1:
+        return
+    try:
+        ctypes.CDLL(MPI_SONAME)
+    except OSError:
+        network = Path(sys.prefix) / "lib" / "legate-network"
+        raise RuntimeSetupError(
+            f"flexflow: this is one of {ranks} ranks, and Legate's network layer needs "
+            f"{MPI_SONAME}, which the loader does not find; run with LD_LIBRARY_PATH={network} "
+            "RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY=true (README, 'Several ranks, several nodes'), "
+            "or with your cluster's MPI library on LD_LIBRARY_PATH."
+        ) from None
+
+
 LEGION_WINDOW = 65536
 """Operations Legion lets a program hold in flight (its default is 1,024)."""
 
@@ -187,4 +214,11 @@ def prepare(environ: os._Environ[str] | dict[str, str] | None = None) -> LegateS
     _load_cudart()
     if "LEGATE_AUTO_CONFIG" not in env:
         env["LEGATE_CONFIG"] = default_legate_config(env.get("LEGATE_CONFIG"), os.cpu_count() or 1)
+    gpus = _flag_value(_split_flags("LEGATE_CONFIG", env.get("LEGATE_CONFIG")), "--gpus", 0)
+    if gpus > 0:  # Legate would fail deep in its start-up, CUDA_ERROR_NO_DEVICE among 128 lines
+        raise RuntimeSetupError(
+            f"flexflow: this run asks for --gpus {gpus}, but this host has no CUDA driver "
+            f"({DRIVER_SONAME} does not load, so there is no GPU to run on); run with --gpus 0 "
+            "and --cpus N, or on a host with NVIDIA's driver."
+        )
     return LegateSetup("stand-in", str(stub), env.get("LEGATE_CONFIG"))

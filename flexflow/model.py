@@ -457,9 +457,11 @@ class FFModel:
         (`flexflow.checkpoint.checkpoint_strategy`), is kept instead of searching. `metrics`
         default to accuracy under the cross-entropies and to none under mean squared error,
         where accuracy is categorical (the target's largest entry: one-hot targets only)."""
+        from flexflow.bootstrap import check_network_library, python_handles_ctrl_c
+
+        check_network_library()  # one of several ranks: before Legate looks for MPI
         from legate.core import get_legate_runtime  # starts Legate: Realm takes SIGINT
 
-        from flexflow.bootstrap import python_handles_ctrl_c
         from flexflow.machine import parse_machine
         from flexflow.planning import plan_strategy
         from flexflow.runtime import Executor

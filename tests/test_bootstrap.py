@@ -93,6 +93,30 @@ def test_legate_launcher_flags_are_kept(tmp_path):
     assert _last_json(proc.stdout) == {"total": 64.0**3, "cpus": 1, "driver": "stand-in"}
 
 
+@needs_stand_in
+def test_gpus_asked_for_on_a_host_without_a_driver_are_one_line_before_legate_starts():
+    """Legate would end in 128 lines of traces with CUDA_ERROR_NO_DEVICE among them."""
+    proc = _run([sys.executable, "-c", "import flexflow"], _clean_env(LEGATE_CONFIG="--gpus 1"))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "this run asks for --gpus 1, but this host has no CUDA driver" in proc.stderr
+
+
+def test_a_rank_of_several_without_mpi_on_the_loader_path_says_what_to_set(monkeypatch):
+    from flexflow.bootstrap import check_network_library
+    from flexflow.errors import RuntimeSetupError
+
+    def no_library(name, *args, **kwargs):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr("ctypes.CDLL", no_library)
+    check_network_library({"OMPI_COMM_WORLD_SIZE": "1"})  # one rank: no network to start
+    check_network_library({})
+    with pytest.raises(
+        RuntimeSetupError, match=r"one of 2 ranks.*needs libmpi\.so.*LD_LIBRARY_PATH="
+    ):
+        check_network_library({"MV2_COMM_WORLD_SIZE": "2"})
+
+
 @pytest.mark.legate
 def test_python_m_flexflow_runs(tmp_path):
     proc = _run([sys.executable, "-m", "flexflow", "info", "--json"], _clean_env())
