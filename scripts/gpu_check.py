@@ -1,6 +1,7 @@
 """Checks flexflow's GPU kernels against the numpy references on a GPU machine, without Legate.
 
-    python scripts/gpu_check.py --out DIR      (from the repo root; needs numpy, cffi and the
+    python scripts/gpu_check.py [--out DIR]    (from the repo root, DIR out/gpu by default;
+                                                needs numpy, cffi and the
                                                 NVIDIA wheels: cuda-runtime, cublas, cuda-nvrtc,
                                                 and cudnn for conv2d/pool2d/softmax/attention)
 
@@ -8,7 +9,8 @@ Runs every op kind's forward and backward tile (halo tiles for conv2d and pool2d
 shared-statistics tiles, the optimizer updates and the losses on the GPU, compares each result
 with the numpy reference (max |gpu - numpy| / max |numpy| <= 1e-4), times a few GEMM and
 convolution sizes, prints a table and writes DIR/gpu_check.json. Exit status: 0 when every
-check passed, 1 on a mismatch, 2 when there is no GPU or the CUDA runtime is missing.
+check passed, 1 on a mismatch, 3 when there is no GPU or the CUDA runtime is missing (nothing
+checked: the JSON's `checked` is false), 2 for a usage error.
 Checks whose libraries are missing (e.g. no cuDNN wheel) are listed as skipped, not failed.
 """
 
@@ -23,6 +25,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+NO_GPU = 3
+"""The exit status when nothing could be checked (argparse's usage errors take 2)."""
 
 
 class _RepoFinder(importlib.abc.MetaPathFinder):
@@ -73,7 +77,9 @@ def print_table(rows: list[list[str]], header: list[str], title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="directory for gpu_check.json")
+    parser.add_argument(
+        "--out", type=Path, default=Path("out/gpu"), help="directory for gpu_check.json (out/gpu)"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -83,16 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     from flexflow.gpu.device import Gpu
 
     missing = libraries.missing_libraries()
+    usable = libraries.gpu_available() and "cudart" not in missing and "driver" not in missing
     report: dict = {
+        "checked": usable,
         "missing_libraries": missing,
         "pooling_reference": "C kernels" if kernels_built() else "numpy stand-in (not built)",
     }
+    if not usable:
+        print("gpu_check: no usable GPU (driver, device or CUDA runtime missing); nothing checked.")
     for reason in missing.values():
         print(f"missing: {reason}")
-    if not libraries.gpu_available() or "cudart" in missing or "driver" in missing:
-        print("gpu_check: no usable GPU (driver, device or CUDA runtime missing); nothing checked.")
+    if not usable:
         (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2))
-        return 2
+        return NO_GPU
 
     def available(needed: tuple[str, ...]) -> bool:
         return not any(key in missing for key in needed)
