@@ -150,19 +150,27 @@ def synthetic(graph, batches: int, seed: int):
 
 def measured_profile(path: str | None, graph, machine, console):
     """--profile: the task times measured on this host (measured now if the file is new or an
-    older flexflow measured it)."""
+    older flexflow measured it; added to it where it holds another model's or batch size's)."""
     if path is None:
         return None
     from flexflow.cost import Profile, StaleProfileError
-    from flexflow.profiler import profile_graph
+    from flexflow.profiler import profile_coverage, profile_graph
 
+    held = Profile()
     if Path(path).exists():
         try:
-            return Profile.load(path)
+            held = Profile.load(path)
         except StaleProfileError:
             console.print(f"{path} was measured by an older flexflow; measuring it again")
+        else:
+            have, total = profile_coverage(held, graph, machine)
+            if have == total:
+                return held
+            console.print(  # another model's or batch size's: this one's are added to it
+                f"{path} holds {have} of this model's {total} tasks; measuring them"
+            )
     with console.status(f"measuring {len(graph.ops)} ops' tasks on this host"):
-        profile = profile_graph(graph, machine)
+        profile = held.merged(profile_graph(graph, machine))
     profile.save(path)
     console.print(
         f"measured {len(profile.times)} task times, and {len(profile.native_times)} of ops "

@@ -18,6 +18,7 @@ from flexflow.cli_args import (
     add_model_and_machine,
     add_profile,
     fused_context,
+    load_profile,
     positive_int,
     seed_int,
 )
@@ -349,14 +350,13 @@ def cmd_profile(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     """Simulate one training iteration of a model under a strategy on a machine (paper §5)."""
-    from flexflow.cost import Profile
     from flexflow.simulator import TaskGraph, full_simulate, summarize
     from flexflow.simulator.export import write_taskgraph, write_trace
     from flexflow.zoo import load_model
 
     graph = load_model(args.model, _config(args)).graph()
     machine = parse_machine(args.machine)
-    profile = Profile.load(args.profile) if args.profile else None
+    profile = load_profile(args.profile, graph, machine, args.model)
     context = fused_context(args, graph, machine, profile)
     tg = TaskGraph(context, _strategy_arg(args.strategy, context, args.seed))
     schedule = full_simulate(tg)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 
 
@@ -122,6 +123,21 @@ def add_fused_launches(parser: argparse.ArgumentParser) -> None:
         help="with --fused-launches: the run's training steps per Legate launch where the "
         "model allows (default 8, FFConfig's)",
     )
+
+
+def load_profile(path: str | None, graph, machine, model: str = "MODEL"):
+    """--profile of `simulate`, `search` and `check-local`: the file's measured times, with a
+    note on stderr where they leave some of this model's tasks to the analytic model."""
+    if path is None:
+        return None
+    from flexflow.cost import Profile
+    from flexflow.profiler import coverage_note
+
+    profile = Profile.load(path)
+    note = coverage_note(path, profile, graph, machine, model)
+    if note:
+        print(f"flexflow: note: {note}", file=sys.stderr)
+    return profile
 
 
 def fused_context(args: argparse.Namespace, graph, machine, profile):

@@ -15,6 +15,7 @@ from flexflow.cli_args import (
     add_model_and_machine,
     add_profile,
     fused_context,
+    load_profile,
     positive_float,
     positive_int,
     seed_int,
@@ -31,13 +32,12 @@ from flexflow.search.spaces import SPACES
 def _setup(args: argparse.Namespace):
     """The model's graph, the machine and a simulation context (with --profile if given)."""
     from flexflow.cli import _config
-    from flexflow.cost import Profile
     from flexflow.machine import parse_machine
     from flexflow.zoo import load_model
 
     graph = load_model(args.model, _config(args)).graph()
     machine = parse_machine(args.machine)
-    profile = Profile.load(args.profile) if args.profile else None
+    profile = load_profile(args.profile, graph, machine, args.model)
     return graph, machine, fused_context(args, graph, machine, profile)
 
 
@@ -187,6 +187,7 @@ def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
     from flexflow.cli import _strategy_arg
     from flexflow.search.local import improving_neighbours
     from flexflow.search.spaces import make_space
+    from flexflow.strategy_file import op_entry
 
     graph, machine, context = _setup(args)
     strategy = _strategy_arg(args.strategy, context, 0)
@@ -223,6 +224,8 @@ def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
                             "degrees": list(n.config.degrees),
                             "devices": list(n.config.devices),
                             "iteration_ms": n.iteration_s * 1e3,
+                            # as a strategy file's `ops` entry: paste it in to take the change
+                            "strategy_entry": op_entry(context.graph.op(n.op), n.config),
                         }
                         for n in better
                     ],

@@ -188,6 +188,15 @@ class Profile:
     bodies' kernels (priced by those, ResNet-20's data parallelism simulated 1.35x its measured
     time: benchmarks/results/fidelity-s33.md)."""
 
+    def merged(self, other: Profile) -> Profile:
+        """This profile with `other`'s entries added (`other`'s where both hold a key): one
+        file serving several models or batch sizes."""
+        return Profile(
+            {**self.times, **other.times},
+            {**self.update_bytes_per_s, **other.update_bytes_per_s},
+            {**self.native_times, **other.native_times},
+        )
+
     def op_by_op(self) -> Profile:
         """This profile without its C step times: every task priced as the op-by-op bodies run
         it (what the planner did before they were measured, for side-by-side comparisons)."""

@@ -170,6 +170,53 @@ def measure_update(elements: int, repeats: int = 3, concurrent: int = 1) -> floa
     return UPDATE_BYTES_PER_ELEMENT * elements / max(seconds, 1e-9)
 
 
+def _tiles(node: OpNode, machine: Machine, most: int) -> dict[tuple, tuple[Region, int]]:
+    """The op's distinct tile shapes over its configurations on `machine`: a tile of each and
+    how many of its configuration's tasks run at once (at most `most`)."""
+    tiles: dict[tuple, tuple[Region, int]] = {}
+    for config in enumerate_configs(node.sig, machine):
+        region = config.task_regions(node.sig.output_shape)[0]
+        tiles.setdefault(region_shape(region), (region, min(config.num_tasks, most)))
+    return tiles
+
+
+def profile_coverage(profile: Profile, graph: OperatorGraph, machine: Machine) -> tuple[int, int]:
+    """(how many of the distinct tasks `profile_graph` would measure for `graph` on `machine`'s
+    CPU devices `profile` holds, how many there are): a profile measured for another model,
+    batch size or machine prices the rest by the analytic model."""
+    models = {d.model for d in machine.devices if d.kind == "cpu"}
+    keys = {
+        cost_key(node, shape, model, graph.computes_input_grads(node.id))
+        for node in graph.ops
+        for shape in _tiles(node, machine, 1)
+        for model in models
+    }
+    return sum(key in profile.times for key in keys), len(keys)
+
+
+def coverage_note(
+    path: str, profile: Profile, graph: OperatorGraph, machine: Machine, model: str = "MODEL"
+) -> str:
+    """What a user should know of `profile` (file `path`) for `graph` (the model `model`) on
+    `machine`: empty where it holds every task; else how much it holds and how to measure the
+    rest."""
+    held, total = profile_coverage(profile, graph, machine)
+    if total == 0:
+        return (
+            f"profile {path} times CPU tasks, and machine '{machine.name}' has none: every task "
+            "is priced by the analytic model."
+        )
+    if held == total:
+        return ""
+    batch = graph.input_tensors[0].spec.shape[0]
+    return (
+        f"profile {path} holds {held} of the {total} distinct CPU tasks of this model on "
+        f"'{machine.name}' at batch {batch} (it was measured for another model, batch size or "
+        "machine); the rest are priced by the analytic model. Measure them: flexflow profile "
+        f"{model} --machine {machine.name} --batch-size {batch} --out FILE."
+    )
+
+
 def _profile_op(
     node: OpNode,
     machine: Machine,
@@ -182,11 +229,7 @@ def _profile_op(
     """Each distinct tile of the op's configurations, timed with as many copies running at once
     as the configuration has tasks (at most `most`: the processors of a node and this host's
     cores): a tile's shape fixes its degrees, hence its task count."""
-    tiles = {}
-    for config in enumerate_configs(node.sig, machine):
-        region = config.task_regions(node.sig.output_shape)[0]
-        tiles.setdefault(region_shape(region), (region, min(config.num_tasks, most)))
-    for shape, (region, concurrent) in tiles.items():
+    for shape, (region, concurrent) in _tiles(node, machine, most).items():
         measured = None
         for model in models:
             key = cost_key(node, shape, model, input_grads)

@@ -10,7 +10,7 @@ from flexflow.cost import CostModel, Profile, cost_key
 from flexflow.machine_presets import local_machine
 from flexflow.ops import blas
 from flexflow.ops.base import region_shape
-from flexflow.profiler import TASK_OVERHEAD_S, profile_graph
+from flexflow.profiler import TASK_OVERHEAD_S, coverage_note, profile_coverage, profile_graph
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.space import enumerate_configs
 from flexflow.strategies import data_parallel_over, named_strategy
@@ -99,6 +99,32 @@ def test_cli_profile_writes_a_profile_that_simulate_reads(tmp_path, capsys):
     assert main(["simulate", "lenet", "--machine", "local", "--batch-size", "4",
                  "--profile", str(path), "--fused-launches", "--json"]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out)["c_steps"] is (blas.sgemm_address() is not None)
+    assert "note: profile" not in capsys.readouterr().err  # it holds every task
+    # another batch size's profile, or a machine without CPUs: used, with a note on what it misses
+    assert main(["simulate", "lenet", "--machine", "local", "--batch-size", "8",
+                 "--profile", str(path), "--json"]) == 0  # fmt: skip
+    assert "holds 0 of the 30 distinct CPU tasks of this model on 'local' at batch 8" in " ".join(
+        capsys.readouterr().err.split()
+    )
+    assert main(["simulate", "lenet", "--machine", "p100:1", "--profile", str(path)]) == 0
+    assert "machine 'p100:1' has none" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_profiles_coverage_counts_the_tasks_it_holds_and_merging_adds_them():
+    graph, machine = small_graph(), local_machine("--cpus 2 --gpus 0")
+    profile = profile_graph(graph, machine, repeats=1)
+    held, total = profile_coverage(profile, graph, machine)
+    assert held == total == len(profile.times) > 0
+    wider = FFModel(FFConfig(batch_size=16))  # the same layers at another batch size
+    x = wider.create_tensor((16, 2, 6, 6), name="x")
+    x = wider.conv2d(x, 4, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU)
+    wider.softmax(wider.dense(wider.flat(x), 5))
+    other = wider.graph()
+    assert profile_coverage(profile, other, machine) == (0, total)
+    both = profile.merged(profile_graph(other, machine, repeats=1))
+    assert profile_coverage(both, graph, machine) == (total, total)
+    assert profile_coverage(both, other, machine) == (total, total)
+    assert coverage_note("p.json", both, other, machine) == ""
 
 
 def test_a_machine_without_cpus_or_no_repeats_is_refused(tmp_path, capsys):

@@ -31,6 +31,23 @@ def test_a_searched_strategy_is_exported_and_trains_when_imported(tmp_path):
 
 
 @pytest.mark.legate
+def test_a_profile_of_another_batch_size_gets_this_runs_tasks_added(tmp_path):
+    """It was used as it was, pricing most tasks by the analytic model without a word."""
+    profile = tmp_path / "p.json"
+    proc, _ = run_train(*SMALL_LENET, "--profile", str(profile))  # batch 64: measured
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    first = json.loads(profile.read_text())
+    smaller = [*SMALL_LENET[:5], "32", *SMALL_LENET[6:]]  # batch 32
+    proc, _ = run_train(*smaller, "--profile", str(profile))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "holds 0 of this model's" in " ".join(proc.stderr.split())
+    both = json.loads(profile.read_text())
+    assert len(both["entries"]) == 2 * len(first["entries"])  # the first kept, this one added
+    proc, _ = run_train(*smaller, "--profile", str(profile))  # now it holds both
+    assert proc.returncode == 0 and "measur" not in proc.stderr, proc.stderr[-4000:]
+
+
+@pytest.mark.legate
 def test_a_profile_an_older_flexflow_measured_is_measured_again(tmp_path):
     from flexflow.cost import PROFILE_VERSION, Profile
 
