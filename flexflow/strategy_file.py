@@ -27,17 +27,21 @@ STRATEGY_FORMAT = "flexflow-strategy"
 STRATEGY_VERSION = 1
 
 
+def op_entry(node: OpNode, config: ParallelConfig) -> dict[str, Any]:
+    """One op's entry of a strategy file's `ops`: its name, its degree on each partitionable
+    dimension by name, its devices."""
+    degrees = {
+        dim.name: degree
+        for dim, degree in zip(node.sig.dims, config.degrees, strict=True)
+        if dim.partitionable
+    }
+    return {"name": node.name, "degrees": degrees, "devices": list(config.devices)}
+
+
 def strategy_to_json(
     strategy: Strategy, graph: OperatorGraph, machine: Machine, model: str = ""
 ) -> dict[str, Any]:
-    ops = []
-    for node, config in zip(graph.ops, strategy.configs, strict=True):
-        degrees = {
-            dim.name: degree
-            for dim, degree in zip(node.sig.dims, config.degrees, strict=True)
-            if dim.partitionable
-        }
-        ops.append({"name": node.name, "degrees": degrees, "devices": list(config.devices)})
+    ops = [op_entry(node, config) for node, config in zip(graph.ops, strategy.configs, strict=True)]
     return {
         "format": STRATEGY_FORMAT,
         "version": STRATEGY_VERSION,

@@ -372,3 +372,24 @@ def test_ctrl_c_ends_a_search_with_one_line_and_no_file(tmp_path, workers):
     assert proc.returncode == 130, err[-3000:]
     assert "flexflow: interrupted" in err and "Traceback" not in err
     assert not export.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_faster_neighbour_pasted_into_the_strategy_file_simulates_to_its_listed_time(
+    capsys, tmp_path
+):
+    path = tmp_path / "dp.json"
+    args = ("lenet", "--machine", "p100:1")
+    code, _, _ = run(capsys, "strategy", *args, "--name", "dp", "--export", str(path))
+    assert code == 0
+    code, out, _ = run(capsys, "check-local", *args, "--strategy", str(path), "--json")
+    neighbours = json.loads(out)["improving_neighbours"]
+    assert code == 0 and neighbours  # data parallelism is not locally optimal on LeNet
+    for neighbour in neighbours[:3]:
+        data = json.loads(path.read_text())
+        entry = neighbour["strategy_entry"]
+        data["ops"] = [entry if op["name"] == entry["name"] else op for op in data["ops"]]
+        changed = tmp_path / "changed.json"
+        changed.write_text(json.dumps(data))
+        code, out, _ = run(capsys, "simulate", *args, "--strategy", str(changed), "--json")
+        assert code == 0
+        assert json.loads(out)["iteration_ms"] == pytest.approx(neighbour["iteration_ms"])
