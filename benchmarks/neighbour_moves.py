@@ -44,6 +44,9 @@ def main() -> None:
     parser.add_argument("--machines", default=",".join(MACHINES))
     parser.add_argument("--move", choices=tuple(SHARES), default="neighbour")
     parser.add_argument("--share", type=float, default=None, help="default: the search's")
+    parser.add_argument(
+        "--out", default=None, help="results file stem under results/ (default MOVE_moves)"
+    )
     args = parser.parse_args()
     kind, without = args.move, WITHOUT[args.move]
     share = SHARES[kind] if args.share is None else args.share
@@ -75,7 +78,7 @@ def main() -> None:
                 }
                 rows.append(row)
                 print(row, flush=True)
-    write_csv(RESULTS / f"{kind}_moves.csv", rows)
+    write_csv(RESULTS / f"{args.out or kind + '_moves'}.csv", rows)
 
     def geomean(ratios: list[float]) -> float:
         return math.exp(statistics.mean(math.log(r) for r in ratios))
@@ -109,7 +112,7 @@ def main() -> None:
         )
     ratios = [r["ratio"] for r in rows]
     lines.append(f"- all: geometric mean ratio {geomean(ratios):.3f}")
-    write_markdown(RESULTS / f"{kind}_moves.md", lines)
+    write_markdown(RESULTS / f"{args.out or kind + '_moves'}.md", lines)
     print("\n".join(lines))
 
 

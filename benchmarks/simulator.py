@@ -85,6 +85,9 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(ZOO))
     parser.add_argument("--gpus", default="4,16,64")
     parser.add_argument("--proposals", type=int, default=PROPOSALS)
+    parser.add_argument(
+        "--out", default="simulator", help="results file stem under results/ (default simulator)"
+    )
     args = parser.parse_args()
     rows = []
     for model in args.models.split(","):
@@ -92,7 +95,7 @@ def main() -> None:
             row = measure(model, gpus, args.proposals)
             rows.append(row)
             print(row, flush=True)
-    write_csv(RESULTS / "simulator.csv", rows)
+    write_csv(RESULTS / f"{args.out}.csv", rows)
     lines = [
         "| model | GPUs | tasks (DP) | full DP ms | tasks (walk) | re-simulated per delta | full ms | delta ms | full/delta |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -102,7 +105,7 @@ def main() -> None:
         f"| {r['full_ms']} | {r['delta_ms']} | {r['speedup']}x |"
         for r in rows
     ]
-    write_markdown(RESULTS / "simulator.md", lines)
+    write_markdown(RESULTS / f"{args.out}.md", lines)
     print("\n".join(lines))
 
 
