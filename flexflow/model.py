@@ -215,13 +215,21 @@ class FFModel:
         """A model input of shape `dims` (sample first)."""
         name = self._layer_name("input", name)
         shape = tuple(dims)
-        if not shape or any(not isinstance(d, int) or d <= 0 for d in shape):
+        if not shape or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in shape):
             raise ShapeError(
                 f"input '{name}': dims must be positive integers with the sample first, got {shape}."
             )
+        try:  # a DType, or its value ("float32")
+            dtype = DType(data_type.value if isinstance(data_type, DType) else data_type)
+        except ValueError:
+            choices = ", ".join(f"DataType.{t.name}" for t in DType)
+            raise ShapeError(
+                f"input '{name}': data type {data_type!r} is not one flexflow takes; pass one of "
+                f"{choices}."
+            ) from None
         tid = self._new_tensor_id()
-        self._tensors[tid] = GraphTensor(tid, name, TensorSpec(shape, DType(data_type.value)))
-        return Tensor(tid, shape, DType(data_type.value), id(self))
+        self._tensors[tid] = GraphTensor(tid, name, TensorSpec(shape, dtype))
+        return Tensor(tid, shape, dtype, id(self))
 
     def conv2d(
         self,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -381,22 +382,47 @@ def expect_float(kind: str, name: str, spec: TensorSpec, what: str = "input") ->
         )
 
 
-def expect_positive(kind: str, name: str, **values: int | float) -> None:
-    for key, value in values.items():
-        if value <= 0:
-            raise ShapeError(f"{kind} '{name}': {key} must be positive, got {value}.")
+def _is_int(value: object) -> bool:
+    """An integer, numpy's included, and not a bool (True is 1 to Python, never a size here)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def expect_non_negative(kind: str, name: str, **values: int | float) -> None:
+def expect_positive(kind: str, name: str, **values: int) -> None:
+    """Sizes, kernels and strides: whole numbers >= 1 (a float 2.5 was truncated or kept)."""
     for key, value in values.items():
-        if value < 0:
-            raise ShapeError(f"{kind} '{name}': {key} must be non-negative, got {value}.")
+        if not _is_int(value) or value <= 0:
+            raise ShapeError(
+                f"{kind} '{name}': {key} must be a positive integer, got {value!r}; pass a whole "
+                "number >= 1."
+            )
+
+
+def expect_non_negative(kind: str, name: str, **values: int) -> None:
+    """Paddings and optional sizes: whole numbers >= 0."""
+    for key, value in values.items():
+        if not _is_int(value) or value < 0:
+            raise ShapeError(
+                f"{kind} '{name}': {key} must be an integer >= 0, got {value!r}; pass a whole "
+                "number (0 for none)."
+            )
+
+
+def expect_positive_real(kind: str, name: str, **values: float) -> None:
+    """Epsilons: finite numbers > 0 (NaN compares false with everything and passed `<= 0`)."""
+    for key, value in values.items():
+        real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not real or not math.isfinite(value) or value <= 0:
+            raise ShapeError(
+                f"{kind} '{name}': {key} must be a positive finite number, got {value!r}; pass "
+                "a small positive number such as 1e-5."
+            )
 
 
 def normalize_axis(kind: str, name: str, axis: int, rank: int, shape: Shape) -> int:
-    if not -rank <= axis < rank:
+    if not _is_int(axis) or not -rank <= axis < rank:
         raise ShapeError(
-            f"{kind} '{name}': axis {axis} is out of range for input shape {shape} (rank {rank})."
+            f"{kind} '{name}': axis {axis!r} is out of range for input shape {shape} (rank "
+            f"{rank}); pass an integer axis from {-rank} to {rank - 1}."
         )
     return axis % rank
 

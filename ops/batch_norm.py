@@ -22,7 +22,7 @@ from .base import (
     WeightSpec,
     expect_float,
     expect_inputs,
-    expect_positive,
+    expect_positive_real,
     region_volume,
 )
 from .registry import register
@@ -60,7 +60,7 @@ class BatchNorm(GradientsInto, Op):
         expect_inputs(self.kind, name, inputs, 1)
         (x,) = inputs
         expect_float(self.kind, name, x)
-        expect_positive(self.kind, name, eps=self.eps)
+        expect_positive_real(self.kind, name, eps=self.eps)
         if len(x.shape) not in (2, 4):
             raise ShapeError(
                 f"batch_norm '{name}': input must have rank 4 (sample, channel, height, width) or "

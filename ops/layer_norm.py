@@ -23,7 +23,7 @@ from .base import (
     dim_names,
     expect_float,
     expect_inputs,
-    expect_positive,
+    expect_positive_real,
     normalize_axis,
     region_volume,
 )
@@ -52,7 +52,7 @@ class LayerNorm(GradientsInto, Op):
         expect_inputs(self.kind, name, inputs, 1)
         (x,) = inputs
         expect_float(self.kind, name, x)
-        expect_positive(self.kind, name, eps=self.eps)
+        expect_positive_real(self.kind, name, eps=self.eps)
         rank = len(x.shape)
         axes = sorted(normalize_axis(self.kind, name, a, rank, x.shape) for a in self.axes)
         trailing = list(range(rank - len(self.axes), rank))

@@ -54,7 +54,7 @@ def test_round_trip_keeps_shared_lstm_weights():
         (
             lambda d: _op(d, "fc", attributes={"out_dim": 0}),
             ShapeError,
-            r"dense 'fc': out_dim must be positive",
+            r"dense 'fc': out_dim must be a positive integer",
         ),
     ],
 )

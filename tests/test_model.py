@@ -141,3 +141,45 @@ def test_ffconfig_from_args_prints_its_flags_for_help(capsys):
     with pytest.raises(SystemExit) as exited:
         FFConfig.from_args(["--help"])
     assert exited.value.code == 0 and "--budget SECONDS" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (
+            lambda m, x: m.conv2d(x, 8, 3, 3, 1.5, 1, 1, 1),
+            r"conv2d .*stride_h must be a positive integer, got 1\.5",
+        ),
+        (
+            lambda m, x: m.conv2d(x, None, 3, 3, 1, 1, 1, 1),
+            r"out_channels must be a positive integer, got None",
+        ),
+        (
+            lambda m, x: m.dense(m.flat(x), 2.5),
+            r"dense .*out_dim must be a positive integer, got 2\.5",
+        ),
+        (
+            lambda m, x: m.pool2d(x, 2, 2, 2, 2, 0.5, 0),
+            r"pool2d .*padding_h must be an integer >= 0",
+        ),
+        (
+            lambda m, x: m.layer_norm(m.flat(x), eps=float("nan")),
+            r"eps must be a positive finite number, got nan",
+        ),
+        (
+            lambda m, x: m.softmax(m.flat(x), axis=1.0),
+            r"axis 1\.0 is out of range .*pass an integer axis",
+        ),
+        (lambda m, x: m.create_tensor((4, True)), r"dims must be positive integers"),
+        (
+            lambda m, x: m.create_tensor((4, 2), "float16"),
+            r"data type 'float16' is not one flexflow takes",
+        ),
+    ],
+)
+def test_a_layer_given_a_non_integer_size_or_a_bad_value_says_so(build, message):
+    """Floats were kept or truncated (a stride of 1.5, 2.5 outputs), None was a TypeError."""
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3, 8, 8), name="x")
+    with pytest.raises(ShapeError, match=message):
+        build(model, x)

@@ -166,7 +166,7 @@ def test_regions_are_sufficient(shape):
         (
             BatchNorm(eps=0.0),
             [TensorSpec((4, 3))],
-            r"batch_norm 'bn1': eps must be positive, got 0.0",
+            r"batch_norm 'bn1': eps must be a positive finite number, got 0.0",
         ),
     ],
 )

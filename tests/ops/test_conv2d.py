@@ -178,27 +178,27 @@ def test_regions_are_sufficient(op, shape):
         (
             Conv2D(0, 3, 3, 1, 1, 1, 1),
             [TensorSpec((4, 3, 8, 8))],
-            r"conv2d 'conv1': out_channels must be positive, got 0",
+            r"conv2d 'conv1': out_channels must be a positive integer, got 0",
         ),
         (
             Conv2D(4, 3, 3, 1, 1, 1, 1, groups=0),
             [TensorSpec((4, 3, 8, 8))],
-            r"conv2d 'conv1': groups must be positive, got 0",
+            r"conv2d 'conv1': groups must be a positive integer, got 0",
         ),
         (
             Conv2D(4, 0, 3, 1, 1, 1, 1),
             [TensorSpec((4, 3, 8, 8))],
-            r"conv2d 'conv1': kernel_h must be positive, got 0",
+            r"conv2d 'conv1': kernel_h must be a positive integer, got 0",
         ),
         (
             Conv2D(4, 3, 3, 1, 0, 1, 1),
             [TensorSpec((4, 3, 8, 8))],
-            r"conv2d 'conv1': stride_w must be positive, got 0",
+            r"conv2d 'conv1': stride_w must be a positive integer, got 0",
         ),
         (
             Conv2D(4, 3, 3, 1, 1, -1, 1),
             [TensorSpec((4, 3, 8, 8))],
-            r"conv2d 'conv1': padding_h must be non-negative, got -1",
+            r"conv2d 'conv1': padding_h must be an integer >= 0, got -1",
         ),
         (
             Conv2D(4, 5, 3, 1, 1, 0, 1),

@@ -73,5 +73,5 @@ def test_shape_errors(inputs, match):
 
 
 def test_non_positive_units():
-    with pytest.raises(ShapeError, match=r"dense 'fc': out_dim must be positive, got 0"):
+    with pytest.raises(ShapeError, match=r"dense 'fc': out_dim must be a positive integer, got 0"):
         Dense(0).infer("fc", [TensorSpec((4, 3))])

@@ -141,12 +141,12 @@ def test_out_of_range_ids(ids):
         (
             Embedding(0, 4),
             [TensorSpec((4,), DType.INT32)],
-            r"embedding 'emb': num_embeddings must be positive, got 0",
+            r"embedding 'emb': num_embeddings must be a positive integer, got 0",
         ),
         (
             Embedding(10, 0),
             [TensorSpec((4,), DType.INT32)],
-            r"embedding 'emb': embedding_dim must be positive, got 0",
+            r"embedding 'emb': embedding_dim must be a positive integer, got 0",
         ),
     ],
 )

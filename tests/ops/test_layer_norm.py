@@ -87,7 +87,11 @@ def test_forward_matches_naive_loop():
     [
         (LayerNorm(), [TensorSpec((4, 3), DType.INT32)], r"input must be float32"),
         (LayerNorm(), [TensorSpec((4, 3))] * 2, r"expected 1 input"),
-        (LayerNorm(eps=0.0), [TensorSpec((4, 3))], r"eps must be positive, got 0.0"),
+        (
+            LayerNorm(eps=0.0),
+            [TensorSpec((4, 3))],
+            r"eps must be a positive finite number, got 0.0",
+        ),
         (LayerNorm((3,)), [TensorSpec((4, 3))], r"axis 3 is out of range for input shape \(4, 3\)"),
         (LayerNorm((1,)), [TensorSpec((4, 3, 2))], r"axes \(1,\) must be distinct and be the last"),
         (LayerNorm((-1, -1)), [TensorSpec((4, 3, 2))], r"axes \(-1, -1\) must be distinct"),

@@ -147,7 +147,7 @@ def test_step_input_equals_sequence_slice():
     "op, inputs, match",
     [
         (LSTM(4), [TensorSpec((2, 3))] * 2, r"lstm 'l': expected 1 input \(x\) or 3 inputs"),
-        (LSTM(0), _specs((2, 3), 0), r"lstm 'l': hidden_size must be positive, got 0"),
+        (LSTM(0), _specs((2, 3), 0), r"lstm 'l': hidden_size must be a positive integer, got 0"),
         (LSTM(4), [TensorSpec((2, 3), DType.INT32)], r"lstm 'l': x must be float32"),
         (LSTM(4), [TensorSpec((2, 5, 3))], r"lstm 'l': step input x must be \(sample, features\)"),
         (LSTM(4, step=0), [TensorSpec((2, 3))], r"lstm 'l': with step=0, x must be a \(sample"),

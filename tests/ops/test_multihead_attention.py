@@ -116,9 +116,9 @@ GOOD = _specs(2, 3, 3, 4, 4, 4)
     "op, inputs, match",
     [
         (MultiHeadAttention(4, 2), GOOD[:2], r"expected 3 input"),
-        (MultiHeadAttention(0, 2), GOOD, r"embed_dim must be positive, got 0"),
-        (MultiHeadAttention(4, 0), GOOD, r"num_heads must be positive, got 0"),
-        (MultiHeadAttention(4, 2, kdim=-1), GOOD, r"kdim must be non-negative, got -1"),
+        (MultiHeadAttention(0, 2), GOOD, r"embed_dim must be a positive integer, got 0"),
+        (MultiHeadAttention(4, 0), GOOD, r"num_heads must be a positive integer, got 0"),
+        (MultiHeadAttention(4, 2, kdim=-1), GOOD, r"kdim must be an integer >= 0, got -1"),
         (MultiHeadAttention(6, 4), _specs(2, 3, 3, 6, 6, 6), r"num_heads 4 does not divide"),
         (
             MultiHeadAttention(4, 2, dropout=0.1),

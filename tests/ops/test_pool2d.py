@@ -151,17 +151,17 @@ def test_regions_are_sufficient(op, shape):
         (
             Pool2D(2, 0, 2, 2, 0, 0),
             [TensorSpec((4, 3, 8, 8))],
-            r"pool2d 'pool1': kernel_w must be positive, got 0",
+            r"pool2d 'pool1': kernel_w must be a positive integer, got 0",
         ),
         (
             Pool2D(2, 2, -1, 2, 0, 0),
             [TensorSpec((4, 3, 8, 8))],
-            r"pool2d 'pool1': stride_h must be positive, got -1",
+            r"pool2d 'pool1': stride_h must be a positive integer, got -1",
         ),
         (
             Pool2D(2, 2, 2, 2, 0, -2),
             [TensorSpec((4, 3, 8, 8))],
-            r"pool2d 'pool1': padding_w must be non-negative, got -2",
+            r"pool2d 'pool1': padding_w must be an integer >= 0, got -2",
         ),
         (
             Pool2D(2, 2, 2, 2, 2, 0, AVG),
