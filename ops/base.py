@@ -418,6 +418,17 @@ def expect_positive_real(kind: str, name: str, **values: float) -> None:
             )
 
 
+def expect_member(kind: str, name: str, **values: enum.Enum) -> None:
+    """Modes given as their enums (`activation=ActiMode.AC_MODE_RELU`): an int or a string was
+    kept and then ignored or misread by the kernels."""
+    for key, value in values.items():
+        if not isinstance(value, enum.Enum):
+            raise ShapeError(
+                f"{kind} '{name}': {key} must be one of the flexflow enum's members (as "
+                f"ActiMode.AC_MODE_RELU), got {value!r}; pass a member of the enum."
+            )
+
+
 def normalize_axis(kind: str, name: str, axis: int, rank: int, shape: Shape) -> int:
     if not _is_int(axis) or not -rank <= axis < rank:
         raise ShapeError(

@@ -93,9 +93,10 @@ class Dropout(Op):
         expect_inputs(self.kind, name, inputs, 1)
         (x,) = inputs
         expect_float(self.kind, name, x)
-        if not (math.isfinite(self.rate) and 0.0 <= self.rate < 1.0):
+        real = isinstance(self.rate, (int, float)) and not isinstance(self.rate, bool)
+        if not (real and math.isfinite(self.rate) and 0.0 <= self.rate < 1.0):
             raise ShapeError(
-                f"dropout '{name}': rate must be in [0, 1), got {self.rate} (input {x.shape}); "
+                f"dropout '{name}': rate must be in [0, 1), got {self.rate!r} (input {x.shape}); "
                 f"pass the fraction of elements to drop, e.g. 0.1."
             )
         if len(x.shape) < 1:

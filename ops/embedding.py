@@ -22,6 +22,7 @@ from .base import (
     WeightSpec,
     dim_names,
     expect_inputs,
+    expect_member,
     expect_positive,
     expect_rank,
     region_volume,
@@ -61,6 +62,7 @@ class Embedding(Op):
         expect_positive(
             self.kind, name, num_embeddings=self.num_embeddings, embedding_dim=self.embedding_dim
         )
+        expect_member(self.kind, name, aggr=self.aggr)
         if ids.dtype.is_float:
             raise ShapeError(
                 f"embedding '{name}': input must be an integer (int32/int64) tensor of ids, got "

@@ -21,6 +21,7 @@ from .base import (
     TensorSpec,
     expect_float,
     expect_inputs,
+    expect_member,
     region_volume,
 )
 from .registry import register
@@ -66,6 +67,7 @@ class Pool2D(Window2D):
         expect_inputs(self.kind, name, inputs, 1)
         (x,) = inputs
         expect_float(self.kind, name, x)
+        expect_member(self.kind, name, pool_type=self.pool_type, activation=self.activation)
         out_h, out_w = window_output_hw(
             self.kind, name, x, self._kernel, self._stride, self._padding
         )

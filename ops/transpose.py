@@ -40,7 +40,8 @@ class Transpose(Op):
                 f"transpose '{name}': input must have rank >= 1 (sample first), got shape "
                 f"{x.shape}; add a batch dimension."
             )
-        if sorted(self.perm) != list(range(rank)):
+        integers = all(isinstance(q, int) and not isinstance(q, bool) for q in self.perm)
+        if not integers or sorted(self.perm) != list(range(rank)):
             raise ShapeError(
                 f"transpose '{name}': perm {self.perm} is not a permutation of "
                 f"{tuple(range(rank))} for input {x.shape} (rank {rank}); list each "

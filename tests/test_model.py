@@ -171,6 +171,10 @@ def test_ffconfig_from_args_prints_its_flags_for_help(capsys):
             r"axis 1\.0 is out of range .*pass an integer axis",
         ),
         (lambda m, x: m.create_tensor((4, True)), r"dims must be positive integers"),
+        (lambda m, x: m.dropout(x, "0.5"), r"dropout .*rate must be in \[0, 1\), got '0\.5'"),
+        (lambda m, x: m.transpose(m.flat(x), (0.0, 1.0)), r"is not a permutation of \(0, 1\)"),
+        (lambda m, x: m.pool2d(x, 2, 2, 2, 2, 0, 0, pool_type=7), r"pool_type must be one of"),
+        (lambda m, x: m.dense(m.flat(x), 4, activation="relu"), r"activation must be one of"),
         (
             lambda m, x: m.create_tensor((4, 2), "float16"),
             r"data type 'float16' is not one flexflow takes",
