@@ -26,6 +26,7 @@ from flexflow.errors import StrategyError
 from flexflow.fileio import atomic_write_bytes
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine
+from flexflow.ops.base import is_int
 from flexflow.optimizers import Optimizer, optimizer_from_json
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import strategy_from_json
@@ -50,7 +51,7 @@ class DataPosition:
         """The position a checkpoint's record holds (None: saved by an older flexflow, or
         not at an epoch's end)."""
         epochs, batch = meta.get("epochs"), meta.get("batch_size")
-        valid = all(isinstance(v, int) and not isinstance(v, bool) for v in (epochs, batch))
+        valid = is_int(epochs) and is_int(batch)
         return DataPosition(epochs, batch) if valid and epochs >= 0 and batch > 0 else None
 
 
@@ -87,19 +88,16 @@ def check_checkpoint(
     path: str | os.PathLike[str],
     values: Mapping[str, np.ndarray],
     meta: dict,
-    weights: Sequence[str],
+    weights: Mapping[str, Sequence[int]],
     optimizer: Optimizer,
     running: Sequence[str],
-    weight_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
-    """Raise StrategyError unless the checkpoint has every weight (of the shape
-    `weight_shapes` gives, where given), every state of `optimizer` and every running
-    statistics array (`<op>@running`) the model needs."""
-    weight_shapes = weight_shapes or {}
+    """Raise StrategyError unless the checkpoint has every weight (by name, of its shape),
+    every state of `optimizer` and every running statistics array (`<op>@running`) the model
+    needs."""
     _check_weights(path, values, weights)
-    for name in weights:
-        shape = weight_shapes.get(name)
-        if shape is not None and tuple(values[name].shape) != tuple(shape):
+    for name, shape in weights.items():
+        if tuple(values[name].shape) != tuple(shape):
             raise StrategyError(
                 f"checkpoint {path}: weight '{name}' has shape {tuple(values[name].shape)}, this "
                 f"model's is {tuple(shape)}: it was saved from a model of other sizes; resume "
@@ -125,7 +123,7 @@ def check_checkpoint(
 
 
 def _check_weights(
-    path: str | os.PathLike[str], held: Iterable[str], weights: Sequence[str]
+    path: str | os.PathLike[str], held: Iterable[str], weights: Iterable[str]
 ) -> None:
     missing = sorted(set(weights) - set(held))
     if missing:

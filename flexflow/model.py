@@ -25,6 +25,7 @@ from flexflow.data import DataLoader
 from flexflow.errors import GraphError, ShapeError
 from flexflow.graph import GraphTensor, OperatorGraph, OpNode, Parameter
 from flexflow.ops import ActiMode, DType, Op, TensorSpec
+from flexflow.ops.base import is_int
 from flexflow.ops.batch_matmul import BatchMatmul
 from flexflow.ops.batch_norm import BatchNorm
 from flexflow.ops.concat import Concat
@@ -215,7 +216,7 @@ class FFModel:
         """A model input of shape `dims` (sample first)."""
         name = self._layer_name("input", name)
         shape = tuple(dims)
-        if not shape or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in shape):
+        if not shape or any(not is_int(d) or d <= 0 for d in shape):
             raise ShapeError(
                 f"input '{name}': dims must be positive integers with the sample first, got {shape}."
             )

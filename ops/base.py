@@ -382,7 +382,7 @@ def expect_float(kind: str, name: str, spec: TensorSpec, what: str = "input") ->
         )
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
     """An integer, numpy's included, and not a bool (True is 1 to Python, never a size here)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -390,7 +390,7 @@ def _is_int(value: object) -> bool:
 def expect_positive(kind: str, name: str, **values: int) -> None:
     """Sizes, kernels and strides: whole numbers >= 1 (a float 2.5 was truncated or kept)."""
     for key, value in values.items():
-        if not _is_int(value) or value <= 0:
+        if not is_int(value) or value <= 0:
             raise ShapeError(
                 f"{kind} '{name}': {key} must be a positive integer, got {value!r}; pass a whole "
                 "number >= 1."
@@ -400,7 +400,7 @@ def expect_positive(kind: str, name: str, **values: int) -> None:
 def expect_non_negative(kind: str, name: str, **values: int) -> None:
     """Paddings and optional sizes: whole numbers >= 0."""
     for key, value in values.items():
-        if not _is_int(value) or value < 0:
+        if not is_int(value) or value < 0:
             raise ShapeError(
                 f"{kind} '{name}': {key} must be an integer >= 0, got {value!r}; pass a whole "
                 "number (0 for none)."
@@ -430,7 +430,7 @@ def expect_member(kind: str, name: str, **values: enum.Enum) -> None:
 
 
 def normalize_axis(kind: str, name: str, axis: int, rank: int, shape: Shape) -> int:
-    if not _is_int(axis) or not -rank <= axis < rank:
+    if not is_int(axis) or not -rank <= axis < rank:
         raise ShapeError(
             f"{kind} '{name}': axis {axis!r} is out of range for input shape {shape} (rank "
             f"{rank}); pass an integer axis from {-rank} to {rank - 1}."

@@ -19,6 +19,7 @@ from .base import (
     TensorSpec,
     dim_names,
     expect_inputs,
+    is_int,
 )
 from .registry import register
 
@@ -40,8 +41,7 @@ class Transpose(Op):
                 f"transpose '{name}': input must have rank >= 1 (sample first), got shape "
                 f"{x.shape}; add a batch dimension."
             )
-        integers = all(isinstance(q, int) and not isinstance(q, bool) for q in self.perm)
-        if not integers or sorted(self.perm) != list(range(rank)):
+        if not all(map(is_int, self.perm)) or sorted(self.perm) != list(range(rank)):
             raise ShapeError(
                 f"transpose '{name}': perm {self.perm} is not a permutation of "
                 f"{tuple(range(rank))} for input {x.shape} (rank {rank}); list each "

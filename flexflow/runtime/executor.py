@@ -443,12 +443,10 @@ class Executor:
                 )
         self.params.replace_weights({by_name[name].id: value for name, value in values.items()})
 
-    def save_checkpoint(
-        self, path: str | os.PathLike[str], position: DataPosition | None = None
-    ) -> Path:
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
         """Write every weight, the optimizer's states, batch norm's running statistics, the
-        iteration count and (`position`, from `fit` at an epoch's end) where the run stands in
-        its data to `path` atomically (`flexflow.checkpoint`)."""
+        iteration count and where the run stands in its data (`position`) to `path`
+        atomically (`flexflow.checkpoint`)."""
         arrays = self.get_weights()  # the pending update applied first
         for pid, stores in self.params.states.items():
             name = self.graph.parameters[pid].name
@@ -458,16 +456,18 @@ class Executor:
             value = self.batch_statistics.running_value(op, read_store(self.store_of(store)))
             arrays[f"{self.graph.ops[op].name}@running"] = value
         strategy = strategy_to_json(self.strategy, self.graph, self.machine)
-        return write_checkpoint(path, arrays, self.iteration, self.optimizer, strategy, position)
+        return write_checkpoint(
+            path, arrays, self.iteration, self.optimizer, strategy, self.position
+        )
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore what `save_checkpoint` wrote, so training resumes bit-identically; refuses a
         checkpoint that lacks anything this model and optimizer need, before changing any."""
         values, meta = read_checkpoint(path)
-        names = [p.name for p in self.graph.parameters]
-        running = {op: f"{self.graph.ops[op].name}@running" for op in self.running}
         shapes = {p.name: p.spec.shape for p in self.graph.parameters}
-        check_checkpoint(path, values, meta, names, self.optimizer, list(running.values()), shapes)
+        names = list(shapes)
+        running = {op: f"{self.graph.ops[op].name}@running" for op in self.running}
+        check_checkpoint(path, values, meta, shapes, self.optimizer, list(running.values()))
         self.set_weights({name: values[name] for name in names})
         for op, key in running.items():
             self.running[op] = self.store_of(self.batch_statistics.stored_running(op, values[key]))

@@ -27,6 +27,7 @@ from rich.progress import (
 from flexflow.checkpoint import DataPosition
 from flexflow.data import DataLoader
 from flexflow.errors import FlexFlowError
+from flexflow.ops.base import is_int
 from flexflow.runtime.executor import BatchStats, Executor
 from flexflow.runtime.loss import loss_name
 
@@ -174,7 +175,7 @@ class Trainer:
         """Train until `epochs` epochs are done (counting those done before: earlier calls, a
         loaded checkpoint), saving `checkpoint` atomically after each epoch; the metrics of
         the epochs run here. Says so where it starts past the first epoch or has none to run."""
-        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+        if not is_int(epochs) or epochs < 1:
             raise FlexFlowError(f"fit: epochs must be a positive integer, got {epochs!r}.")
         per_epoch = len(data)
         if per_epoch == 0:
@@ -212,7 +213,7 @@ class Trainer:
             skip = 0
             self.executor.position = DataPosition(epoch + 1, data.batch_size)
             if checkpoint is not None:
-                self.executor.save_checkpoint(checkpoint, self.executor.position)
+                self.executor.save_checkpoint(checkpoint)
             history.append(metrics)
             if on_epoch is not None:
                 on_epoch(metrics)
