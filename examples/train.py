@@ -27,6 +27,8 @@ import numpy as np
 import flexflow  # noqa: F401  (first: prepares Legate before anything starts it)
 from flexflow import FFConfig
 from flexflow.errors import FlexFlowError
+from flexflow.figures import picture_file
+from flexflow.fileio import output_file
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 from flexflow.relaunch import relaunch_with_launcher_flags
 
@@ -55,7 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.add_argument(
             f"--{flag.replace('_', '-')}", type=int, help="shrink the model (zoo size argument)"
         )
-    parser.add_argument("--checkpoint", metavar="FILE", help="save after every epoch (atomic)")
+    parser.add_argument(
+        "--checkpoint", metavar="FILE", type=output_file, help="save after every epoch (atomic)"
+    )
     parser.add_argument(
         "--resume",
         action="store_true",
@@ -63,14 +67,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(unless --import-strategy)",
     )
     parser.add_argument(
-        "--trace", metavar="FILE", help="write the strategy's simulated iteration (Perfetto)"
+        "--trace",
+        metavar="FILE",
+        type=output_file,
+        help="write the strategy's simulated iteration (Perfetto)",
     )
     parser.add_argument(
-        "--timeline-png", metavar="FILE", help="draw the strategy's simulated iteration"
+        "--timeline-png",
+        metavar="FILE",
+        type=picture_file,
+        help="draw the strategy's simulated iteration",
     )
     parser.add_argument(
         "--measured-trace",
         metavar="FILE",
+        type=output_file,
         help="write the measured timeline of the last epoch's tasks (Perfetto)",
     )
     parser.add_argument(
@@ -328,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         model.executor.close()
     except FlexFlowError as exc:
         console.print(f"[red]error:[/red] {exc}")
+        return 2
+    except OSError as exc:  # a file it reads or writes (checked paths can still fail: a full disk)
+        console.print(f"[red]error:[/red] {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
         return 2
     except KeyboardInterrupt:  # Ctrl-C (FFModel.compile gives it back to Python)
         saved = ""

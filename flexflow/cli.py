@@ -23,7 +23,8 @@ from flexflow.cli_args import (
     seed_int,
 )
 from flexflow.errors import FlexFlowError
-from flexflow.fileio import atomic_write_text
+from flexflow.figures import picture_file
+from flexflow.fileio import atomic_write_text, output_file
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine, link_groups, parse_machine
 from flexflow.machine_presets import PRESET_EXAMPLES
@@ -377,6 +378,8 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
             title=f"{args.model} / {args.strategy} / {machine.name}: "
             f"{result.iteration_ms:.3f} ms per iteration",
         )
+    if result.memory_note():
+        Console(stderr=True).print(f"[yellow]note:[/yellow] {result.memory_note()}")
     if args.json:
         data = {"model": args.model, "machine": machine.name, "strategy": args.strategy}
         print(json.dumps(data | result.to_json(), indent=1))
@@ -420,9 +423,19 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "summary":
             sub.add_argument("--json", action="store_true", help="print totals as JSON")
         else:
-            sub.add_argument("--json", metavar="FILE", help="write the graph as JSON")
-            sub.add_argument("--dot", metavar="FILE", help="write Graphviz DOT")
-            sub.add_argument("--png", metavar="FILE", help="write a PNG picture")
+            sub.add_argument(
+                "--json",
+                metavar="FILE",
+                type=output_file,
+                help="write the graph as JSON (- for standard output)",
+            )
+            sub.add_argument("--dot", metavar="FILE", type=output_file, help="write Graphviz DOT")
+            sub.add_argument(
+                "--png",
+                metavar="FILE",
+                type=picture_file,
+                help="draw the graph (.png, .svg or .pdf)",
+            )
 
     machines = add("machines", cmd_machines, "list the machine presets or describe machine specs")
     machines.add_argument(
@@ -445,7 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", metavar="FILE", help="validate a strategy file; exit 2 listing every problem"
     )
     strategy.add_argument("--seed", type=seed_int, default=0, help="seed of the random strategy")
-    strategy.add_argument("--export", metavar="FILE", help="write the named strategy (atomically)")
+    strategy.add_argument(
+        "--export", metavar="FILE", type=output_file, help="write the named strategy (atomically)"
+    )
     add_batch_size(strategy)
     strategy.add_argument(
         "--quiet", action="store_true", help="print one line instead of the table"
@@ -468,11 +483,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_fused_launches(simulate)
     add_batch_size(simulate)
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
-    simulate.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace")
     simulate.add_argument(
-        "--taskgraph", metavar="FILE", help="write the simulated task graph as JSON"
+        "--trace", metavar="FILE", type=output_file, help="write a Chrome/Perfetto trace"
     )
-    simulate.add_argument("--timeline-png", metavar="FILE", help="draw the timeline as a PNG chart")
+    simulate.add_argument(
+        "--taskgraph",
+        metavar="FILE",
+        type=output_file,
+        help="write the simulated task graph as JSON",
+    )
+    simulate.add_argument(
+        "--timeline-png",
+        metavar="FILE",
+        type=picture_file,
+        help="draw the timeline (.png, .svg or .pdf)",
+    )
 
     profile = add(
         "profile",
@@ -481,7 +506,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_model_and_machine(profile)
     add_batch_size(profile)
-    profile.add_argument("--out", metavar="FILE", required=True, help="the profile to write")
+    profile.add_argument(
+        "--out", metavar="FILE", type=output_file, required=True, help="the profile to write"
+    )
     profile.add_argument("--repeats", type=positive_int, default=3, help="runs per kernel (median)")
 
     from flexflow.cli_search import register

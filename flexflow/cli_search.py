@@ -22,6 +22,7 @@ from flexflow.cli_args import (
     share,
     workers_arg,
 )
+from flexflow.fileio import output_file
 from flexflow.search.evaluator import SIMULATIONS
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
 from flexflow.search.mcmc import DEFAULT_BETA, DEFAULT_NEIGHBOUR_MOVES, DEFAULT_PATH_MOVES
@@ -298,7 +299,9 @@ def register(add: Callable) -> None:
     add_profile(search)
     add_fused_launches(search)
     add_batch_size(search)
-    search.add_argument("--export", metavar="FILE", help="write the best strategy (atomically)")
+    search.add_argument(
+        "--export", metavar="FILE", type=output_file, help="write the best strategy (atomically)"
+    )
     search.add_argument("--json", action="store_true", help="print one JSON object")
     search.add_argument("--quiet", action="store_true", help="print the summary line only")
     search.add_argument(
@@ -364,7 +367,9 @@ def register(add: Callable) -> None:
     )
     add_profile(exhaustive)
     add_batch_size(exhaustive)
-    exhaustive.add_argument("--export", metavar="FILE", help="write the best strategy (atomically)")
+    exhaustive.add_argument(
+        "--export", metavar="FILE", type=output_file, help="write the best strategy (atomically)"
+    )
     exhaustive.add_argument("--json", action="store_true", help="print one JSON object")
     exhaustive.add_argument("--quiet", action="store_true", help="print the summary line only")
 

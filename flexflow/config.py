@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flexflow.errors import FlexFlowError
+from flexflow.fileio import output_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +78,10 @@ class FFConfig:
             "--import-strategy", metavar="FILE", help="train with this strategy file"
         )
         parser.add_argument(
-            "--export-strategy", metavar="FILE", help="write the strategy used (atomically)"
+            "--export-strategy",
+            metavar="FILE",
+            type=output_file,
+            help="write the strategy used (atomically)",
         )
         parser.add_argument(
             "--steps-per-execution",

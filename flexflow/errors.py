@@ -33,3 +33,7 @@ class ModelError(FlexFlowError, ValueError):
 
 class RuntimeSetupError(FlexFlowError, RuntimeError):
     """Legate or the native libraries cannot be started on this host."""
+
+
+class OutputPathError(FlexFlowError, ValueError):
+    """A file to write cannot be written there (a directory, or a parent that is a file)."""

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import os
 from collections import defaultdict
 from pathlib import Path
 
-from flexflow.fileio import atomic_write_bytes
+from flexflow.figures import save_figure
 from flexflow.graph import OperatorGraph
 
 # One color per op kind family, so branches and layer types stand out.
@@ -31,6 +30,11 @@ def _shape(shape: tuple[int, ...]) -> str:
     return "×".join(str(s) for s in shape)
 
 
+def _quoted(name: str) -> str:
+    """`name` inside a DOT string: a user's layer name may hold quotes or backslashes."""
+    return name.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def to_dot(graph: OperatorGraph) -> str:
     """Graphviz DOT: one box per op (name, kind, output shape), one edge per tensor read."""
     lines = [
@@ -40,13 +44,13 @@ def to_dot(graph: OperatorGraph) -> str:
     ]
     for tensor in graph.input_tensors:
         lines.append(
-            f'  "in{tensor.id}" [label="{tensor.name}\\n{_shape(tensor.spec.shape)}", '
+            f'  "in{tensor.id}" [label="{_quoted(tensor.name)}\\n{_shape(tensor.spec.shape)}", '
             f'fillcolor="{INPUT_COLOR}", shape=ellipse];'
         )
     for node in graph.ops:
         color = KIND_COLORS.get(node.kind, DEFAULT_COLOR)
         lines.append(
-            f'  "op{node.id}" [label="{node.name}\\n{node.kind}\\n{_shape(node.sig.output_shape)}", '
+            f'  "op{node.id}" [label="{_quoted(node.name)}\\n{node.kind}\\n{_shape(node.sig.output_shape)}", '
             f'fillcolor="{color}"];'
         )
     for node in graph.ops:
@@ -128,7 +132,4 @@ def render_png(graph: OperatorGraph, path: str | os.PathLike[str], title: str = 
     ax.axis("off")
     if title:
         ax.set_title(title)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return save_figure(fig, path)

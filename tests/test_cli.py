@@ -393,3 +393,17 @@ def test_a_faster_neighbour_pasted_into_the_strategy_file_simulates_to_its_liste
         code, out, _ = run(capsys, "simulate", *args, "--strategy", str(changed), "--json")
         assert code == 0
         assert json.loads(out)["iteration_ms"] == pytest.approx(neighbour["iteration_ms"])
+
+
+def test_simulate_says_when_a_strategy_would_not_fit_in_memory(capsys):
+    """It printed a 37.67 GiB peak for 12 GiB K80s without a word."""
+    import json
+
+    args = ["simulate", "alexnet", "--machine", "k80:1", "--strategy", "dp", "--json"]
+    assert main([*args, "--batch-size", "65536"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["over_memory"] == ["n0.gpu0", "n0.gpu1", "n0.gpu2", "n0.gpu3"]
+    assert "would not fit; use a smaller --batch-size" in " ".join(err.split())
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["over_memory"] == [] and "would not fit" not in err

@@ -87,6 +87,14 @@ def test_png_is_written_atomically(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["g.png"]
 
 
+def test_dot_labels_quote_the_names_a_user_gave():
+    model = FFModel()
+    x = model.create_tensor((2, 4), name='in "q"')
+    model.dense(x, 3, name="fc\\1")
+    dot = to_dot(model.graph())
+    assert 'label="in \\"q\\"\\n2×4"' in dot and 'label="fc\\\\1\\n' in dot
+
+
 def test_exported_files_get_the_usual_permissions(tmp_path):
     import os
 

@@ -320,8 +320,10 @@ class Executor:
 
     def _take_step_logs(self) -> None:
         """Move what the C steps logged since the last take into `timeline` and
-        `step_ops_timeline` (`flexflow.runtime.trace.take_step_logs`)."""
+        `step_ops_timeline` (`flexflow.runtime.trace.take_step_logs`), once every task issued
+        has ended: the last iteration's tasks may still be running when it is read."""
         if self.timeline_entries is not None:
+            self.runtime.issue_execution_fence(block=True)
             take_step_logs(self.native_steps, self.groups, self.timeline_entries,
                            self.step_ops_entries)  # fmt: skip
 

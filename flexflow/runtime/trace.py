@@ -57,6 +57,11 @@ def _task_name(graph: OperatorGraph, op: int, index: int, which: Pass) -> str:
     return f"{graph.ops[op].name}[{index}] {which.name.lower()}"
 
 
+def _is_fill(entry: tuple) -> bool:
+    """A store fill (FEED of op -1): a new store zeroed, not a task of the model."""
+    return entry[2] is Pass.FEED and entry[0] < 0
+
+
 def measured_trace(
     graph: OperatorGraph,
     timeline: list[tuple],
@@ -64,10 +69,16 @@ def measured_trace(
     inside: Sequence[tuple] = (),
 ) -> dict[str, Any]:
     """Trace Event Format: one track per processor thread, times in microseconds from the first
-    recorded task; `inside`: the ops' passes inside C steps (nested in their steps' slices)."""
+    recorded task; `inside`: the ops' passes inside C steps (nested in their steps' slices).
+    Store fills that end before any other task begins are set-up (new stores zeroed, the
+    first launch's compilation after them), not the timeline's: they are left out."""
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": title or "measured"}}
     ]
+    work = [e for e in timeline if not _is_fill(e)]
+    if work:
+        first = min(entry[3] for entry in work)
+        timeline = [e for e in timeline if not (_is_fill(e) and e[4] < first)]
     if not timeline:
         return {"traceEvents": events, "displayTimeUnit": "ms"}
     origin = min(entry[3] for entry in timeline)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 
-from flexflow.fileio import atomic_write_bytes
+import numpy as np
+
+from flexflow.figures import save_figure
 from flexflow.simulator.export import RUNTIME, tasks_end_s
 from flexflow.simulator.schedule import Schedule
 from flexflow.simulator.taskgraph import BARRIER, TaskGraph
@@ -23,6 +24,7 @@ def render_timeline(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
 
     rows = sorted({x for t in tg.live_tasks() for x in tg.res[t]})
@@ -44,11 +46,11 @@ def render_timeline(
         bars.setdefault(RUNTIME_COLOR, []).append((len(rows), end * 1e3, width_ms))
         names.append(RUNTIME)
     fig, ax = plt.subplots(figsize=(12, max(2.5, 0.28 * len(names) + 1.2)))
-    for color, items in bars.items():
-        for row, start, width in items:
-            ax.barh(row, width, left=start, height=0.8, color=color, linewidth=0)
+    for color, items in bars.items():  # one collection per color: 78k bars draw in seconds
+        ax.add_collection(PolyCollection(_boxes(items), facecolors=color, linewidths=0))
+    ax.set_xlim(0, max(schedule.iteration_s * 1e3, 1e-9))
+    ax.set_ylim(len(names) - 0.5, -0.5)  # the first row on top
     ax.set_yticks(range(len(names)), names, fontsize=6)
-    ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.set_title(title or f"simulated iteration: {schedule.iteration_s * 1e3:.3f} ms")
     ax.legend(
@@ -63,7 +65,12 @@ def render_timeline(
         bbox_to_anchor=(1.0, 1.0),  # beside the rows, covering none of them
         fontsize=7,
     )
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return save_figure(fig, path)
+
+
+def _boxes(items: list[tuple[int, float, float]]) -> np.ndarray:
+    """(bars, 4, 2) corners of bars 0.8 high centred on their rows, from (row, start, width)."""
+    row, start, width = np.asarray(items, dtype=float).T
+    low, high, end = row - 0.4, row + 0.4, start + width
+    return np.stack([np.stack([start, low], 1), np.stack([end, low], 1),
+                     np.stack([end, high], 1), np.stack([start, high], 1)], 1)  # fmt: skip

@@ -18,6 +18,17 @@ class SimulationResult:
     busy_ms: dict[str, float]  # per device and per link, by name
     peak_memory_bytes: tuple[int, ...]  # per device, by device id
     c_steps: bool = False  # each device's step one C call, priced so (TaskGraph.native)
+    over_memory: tuple[str, ...] = ()  # devices whose peak exceeds their memory, by name
+
+    def memory_note(self) -> str:
+        """'' when every device holds its peak, else what exceeds and what to change."""
+        if not self.over_memory:
+            return ""
+        shown = ", ".join(self.over_memory[:4]) + (" ..." if len(self.over_memory) > 4 else "")
+        return (
+            f"the peak memory exceeds the memory of {len(self.over_memory)} device(s) ({shown}): "
+            "this strategy would not fit; use a smaller --batch-size or split the model further"
+        )
 
     def to_json(self) -> dict:
         return {
@@ -29,10 +40,12 @@ class SimulationResult:
             "peak_memory_bytes": list(self.peak_memory_bytes),
             "busy_ms": self.busy_ms,
             "c_steps": self.c_steps,
+            "over_memory": list(self.over_memory),
         }
 
 
 def summarize(tg: TaskGraph, schedule: Schedule) -> SimulationResult:
+    peak = tuple(tg.memory_per_device())
     compute_s = 0.0
     comm_bytes = 0
     busy = [0.0] * tg.num_resources
@@ -53,6 +66,11 @@ def summarize(tg: TaskGraph, schedule: Schedule) -> SimulationResult:
         comm_bytes_total=comm_bytes,
         num_tasks=count,
         busy_ms={tg.resource_name(x): b * 1e3 for x, b in enumerate(busy) if b > 0},
-        peak_memory_bytes=tuple(tg.memory_per_device()),
+        peak_memory_bytes=peak,
         c_steps=tg.native,
+        over_memory=tuple(
+            d.name
+            for d, need in zip(tg.machine.devices, peak, strict=True)
+            if need > d.memory_bytes
+        ),
     )

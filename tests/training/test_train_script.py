@@ -122,6 +122,9 @@ def test_a_language_model_learns_the_copy_task_with_per_token_labels():
         (["--model", "no_such_model"], "no_such_model"),
         (["--resume"], "--resume continues from the file --checkpoint names"),
         (["--momentum", "0.5"], "--momentum is SGD's; this run uses --optimizer adam"),
+        (["--measured-trace", "/proc/version/t.json"], "/proc/version is a file, not a dir"),
+        (["--checkpoint", "/"], "/ is a directory; give a file name inside it"),
+        (["--export-strategy", "/proc/version/s.json"], "/proc/version is a file, not a dir"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_exit_2(args, message):
@@ -196,3 +199,33 @@ def test_the_timed_candidates_are_reported_and_no_trials_keeps_the_pick():
     proc, untimed = run_train(*SMALL_RNNLM, "--no-trials")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert untimed["trials"] == [] and "close candidates" not in untimed["strategy"]
+
+
+@pytest.mark.legate
+def test_the_measured_trace_of_an_op_by_op_strategy_holds_the_whole_last_epoch(tmp_path):
+    """Read before the last iteration's tasks had ended, it lacked their backward passes;
+    the store fills before the first task (set-up) are not part of it."""
+    import subprocess
+    import sys
+    from collections import Counter
+
+    from tests.training.helpers import ROOT, legate_env
+
+    strategy, trace = tmp_path / "expert.json", tmp_path / "measured.json"
+    subprocess.run(
+        [sys.executable, "-m", "flexflow", "strategy", "lenet", "--machine", "local", "--name",
+         "expert", "--batch-size", "64", "--export", str(strategy)],
+        env=legate_env(2), check=True, cwd=ROOT, capture_output=True,
+    )  # fmt: skip
+    proc, _ = run_train(
+        "--model", "lenet", "--batch-size", "64", "--epochs", "1", "--import-strategy",
+        str(strategy), "--measured-trace", str(trace),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    passes = Counter(e["cat"] for e in events)
+    assert passes["forward"] == passes["backward"] > 0  # every op's tasks, both passes
+    per_task = Counter(e["name"] for e in events if e["cat"] == "backward")
+    assert set(per_task.values()) == {1437 // 64}  # each iteration's, the last one's too
+    first = min(events, key=lambda e: e["ts"])
+    assert first["ts"] == 0 and first["name"] != "store fill"

@@ -1,0 +1,80 @@
+"""Output files: checked before the work that writes them, written whole, streams and links kept."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import pytest
+
+from flexflow.cli import main
+from flexflow.errors import OutputPathError
+from flexflow.figures import picture_format
+from flexflow.fileio import atomic_write_text, check_output_path
+
+
+def test_a_path_under_a_file_or_a_directory_is_refused_naming_it(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(OutputPathError, match=r"afile is a file, not a directory; choose"):
+        check_output_path(tmp_path / "afile" / "sub" / "x.json")
+    with pytest.raises(OutputPathError, match=r"is a directory; give a file name inside it"):
+        atomic_write_text(tmp_path, "{}")
+    assert check_output_path(tmp_path / "new" / "sub" / "x.json")  # made when written
+    assert not (tmp_path / "new").exists()
+
+
+def test_standard_output_and_devices_are_written_not_replaced(tmp_path, capfd):
+    atomic_write_text("-", '{"a": 1}\n')
+    assert capfd.readouterr().out == '{"a": 1}\n'
+    atomic_write_text("/dev/null", "nothing")  # replaced by a regular file, as root, before
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_link_keeps_pointing_at_its_target_and_a_file_keeps_its_permissions(tmp_path):
+    target, link = tmp_path / "real.json", tmp_path / "link.json"
+    target.write_text("old")
+    target.chmod(0o600)
+    link.symlink_to(target)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real.json"]
+
+
+def test_pictures_take_their_format_from_the_suffix():
+    assert [picture_format(p) for p in ("t.png", "t.SVG", "t.pdf", "t")] == [
+        "png",
+        "svg",
+        "pdf",
+        "png",
+    ]
+    with pytest.raises(OutputPathError, match=r"t.gif: pictures are written as png, svg, pdf"):
+        picture_format("t.gif")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["search", "lenet", "--machine", "p100:1", "--budget", "30", "--export", "{f}/best.json"],
+        ["simulate", "lenet", "--machine", "p100:1", "--timeline-png", "{f}/t.png"],
+        ["simulate", "lenet", "--machine", "p100:1", "--trace", "{d}"],
+        ["profile", "lenet", "--machine", "local", "--out", "{f}/p.json"],
+        ["graph", "lenet", "--png", "{d}/g.gif"],
+    ],
+)
+def test_a_bad_output_path_stops_the_command_before_its_work(tmp_path, capsys, args):
+    """A 30 s search ended in 'File exists: afile' and lost its result."""
+    (tmp_path / "afile").write_text("x")
+    args = [a.format(f=tmp_path / "afile", d=tmp_path) for a in args]
+    begin = time.perf_counter()
+    with pytest.raises(SystemExit) as stop:
+        main(args)
+    assert stop.value.code == 2 and time.perf_counter() - begin < 5
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is a file, not a directory" in err or "is a directory" in err or ".gif" in err
+
+
+def test_graph_json_goes_to_standard_output_with_a_dash(capfd):
+    assert main(["graph", "lenet", "--json", "-"]) == 0
+    assert '"ops"' in capfd.readouterr().out
