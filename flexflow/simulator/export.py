@@ -12,7 +12,7 @@ from flexflow.simulator.schedule import Schedule
 from flexflow.simulator.taskgraph import BARRIER, TaskGraph
 
 TASKGRAPH_FORMAT = "flexflow-taskgraph"
-TASKGRAPH_VERSION = 1
+TASKGRAPH_VERSION = 2  # 2: update tasks are kind "update"; `cores` added
 
 
 def _device_label(tg: TaskGraph, t: int) -> str:
@@ -105,9 +105,12 @@ def _real_preds(tg: TaskGraph, preds: list[list[int]], t: int) -> set[int]:
 def taskgraph_json(tg: TaskGraph, schedule: Schedule) -> dict[str, Any]:
     """Every task with its timing and predecessors, so another program can check the timeline.
 
-    `kind` is "compute" (forward, backward, weight update) or "comm" (a transfer; `device` names
-    the links of its route joined by "+"). Barriers are left out: their successors list what
-    the barrier waited for.
+    `kind` is "compute" (forward, backward), "update" (a weight update) or "comm" (a transfer;
+    `device` names the links of its route joined by "+"). Barriers are left out: their
+    successors list what the barrier waited for. `iteration_ms` is the latest `end_ms` or,
+    where the runtime's CPU time per iteration (`runtime_ms`) is counted, no less than the
+    compute and update tasks' durations plus `runtime_ms`, over `cores`
+    (`TaskGraph.iteration_s`).
     """
     ids = exported_ids(tg)
     preds = tg.predecessors()
@@ -117,7 +120,7 @@ def taskgraph_json(tg: TaskGraph, schedule: Schedule) -> dict[str, Any]:
             {
                 "id": i,
                 "name": tg.name[t],
-                "kind": "comm" if tg.kind[t] == "comm" else "compute",
+                "kind": tg.kind[t],
                 "device": _device_label(tg, t),
                 "duration_ms": tg.exe[t] * 1e3,
                 "predecessors": sorted(ids[p] for p in _real_preds(tg, preds, t)),
@@ -133,6 +136,7 @@ def taskgraph_json(tg: TaskGraph, schedule: Schedule) -> dict[str, Any]:
         "machine": tg.machine.name,
         "iteration_ms": schedule.iteration_s * 1e3,
         "runtime_ms": tg.runtime_s * 1e3,  # the runtime's CPU time (TaskGraph.runtime_s)
+        "cores": tg.context.cores,
         "tasks": tasks,
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flexflow.simulator.schedule import Schedule
-from flexflow.simulator.taskgraph import COMM, COMPUTE, UPDATE, TaskGraph
+from flexflow.simulator.taskgraph import BARRIER, COMM, COMPUTE, UPDATE, TaskGraph
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,7 +14,7 @@ class SimulationResult:
     runtime_ms: float  # the runtime's CPU time per iteration (TaskGraph.runtime_s)
     compute_ms_total: float  # forward, backward and update tasks, summed over devices
     comm_bytes_total: int  # activations, gradients and parameter synchronization
-    num_tasks: int
+    num_tasks: int  # barriers (zero-time bookkeeping) not counted, as in the exported files
     busy_ms: dict[str, float]  # per device and per link, by name
     peak_memory_bytes: tuple[int, ...]  # per device, by device id
     c_steps: bool = False  # each device's step one C call, priced so (TaskGraph.native)
@@ -51,8 +51,8 @@ def summarize(tg: TaskGraph, schedule: Schedule) -> SimulationResult:
     busy = [0.0] * tg.num_resources
     count = 0
     for t in tg.live_tasks():
-        count += 1
         kind = tg.kind[t]
+        count += kind != BARRIER  # zero-time bookkeeping, not exported (export.exported_ids)
         if kind in (COMPUTE, UPDATE):
             compute_s += tg.exe[t]
         elif kind == COMM:
