@@ -273,12 +273,13 @@ void ff_bn_backward_f32(const float *x, const float *y, const float *dy, const f
     const double scale = inv_std / count;
     for (long i = 0; i < n; ++i) {
       const long at = (i * c + ch) * hw;
-      for (long k = 0; k < hw; ++k) { /* element-wise: vectorized */
-        const float dz = (float)ff_bn_dz(y, dy, at + k, relu);
-        const double xhat = ((double)x[at + k] - mean) * inv_std;
-        const float dxhat = dz * g; /* float32, as the reference's dz * gamma */
-        dx[at + k] = (float)((count * dxhat - sum_dxhat - xhat * sum_dxhat_xhat) * scale);
-      }
+      if (dx) /* NULL: the input is the model's, no gradient wanted */
+        for (long k = 0; k < hw; ++k) { /* element-wise: vectorized */
+          const float dz = (float)ff_bn_dz(y, dy, at + k, relu);
+          const double xhat = ((double)x[at + k] - mean) * inv_std;
+          const float dxhat = dz * g; /* float32, as the reference's dz * gamma */
+          dx[at + k] = (float)((count * dxhat - sum_dxhat - xhat * sum_dxhat_xhat) * scale);
+        }
       if (!tile_sums) /* the tile's partials: a second pass, which the given sums spare */
         ff_bn_dz_sums(x, y, dy, at, hw, mean, inv_std, relu, &s, &sx);
     }

@@ -354,7 +354,7 @@ static int ff_step_backward(ff_sgemm_fn gemm, const ff_step_op *op, long iterati
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * k);
       break;
     case FF_STEP_SOFTMAX:
-      ff_softmax_rows_backward_f32(op->y[0], op->dy[0], gx[0], m, n);
+      if (gx[0]) ff_softmax_rows_backward_f32(op->y[0], op->dy[0], gx[0], m, n);
       ff_finish(op->dx[0], op->dx_add[0], op->tmp_x[0], m * n);
       break;
     case FF_STEP_LSTM: {

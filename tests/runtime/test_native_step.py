@@ -463,6 +463,16 @@ def _inception():
     return model.graph()
 
 
+def _normalized_input(rank: int):
+    """A batch norm reading the model's input (input normalization), which has no gradient:
+    the C step wrote one through a null pointer (a crash, signal 11)."""
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 2, 6, 6) if rank == 4 else (8, 12), name="features")
+    x = model.batch_norm(x, relu=False)
+    model.softmax(model.dense(model.flat(x) if rank == 4 else x, CLASSES))
+    return model.graph()
+
+
 @pytest.mark.parametrize(
     "model, machine, relu_first",
     [
@@ -470,6 +480,8 @@ def _inception():
         ("residual", "p100:1", False),
         ("residual", "one", True),
         ("inception", "p100:1", True),
+        ("input_norm2", "p100:1", False),
+        ("input_norm4", "one", False),
     ],
 )
 def test_the_c_step_of_a_batch_norm_network_computes_the_op_by_op_step(model, machine, relu_first):
@@ -478,7 +490,13 @@ def test_the_c_step_of_a_batch_norm_network_computes_the_op_by_op_step(model, ma
     one device (no exchange) likewise."""
     from flexflow.runtime.statistics_exchange import StatisticsExchange
 
-    graph = _residual(relu_first) if model == "residual" else _inception()
+    builders = {
+        "residual": lambda: _residual(relu_first),
+        "inception": _inception,
+        "input_norm2": lambda: _normalized_input(2),
+        "input_norm4": lambda: _normalized_input(4),
+    }
+    graph = builders[model]()
     tasks = _points_one(graph) if machine == "one" else _points(graph, machine)
     points = len(tasks)
     made = program(tasks[0])
@@ -487,8 +505,10 @@ def test_the_c_step_of_a_batch_norm_network_computes_the_op_by_op_step(model, ma
     if model == "residual":
         assert kinds.count(lib.FF_STEP_BATCH_NORM) == 4 and kinds.count(lib.FF_STEP_CONV) == 4
         assert any(op.step.windows for op in made.ops)  # the projection, read whole
-    else:
+    elif model == "inception":
         assert kinds.count(lib.FF_STEP_BATCH_NORM) == 3 and lib.FF_STEP_CONCAT in kinds
+    else:
+        assert kinds[0] == lib.FF_STEP_BATCH_NORM
     rng = np.random.default_rng(7)
     arrays = []
     for task in tasks:
