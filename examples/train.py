@@ -5,13 +5,19 @@
     python examples/train.py --model lenet --budget 10                      # LEGATE_CONFIG or all cores
 
 Image models (LeNet, AlexNet, Inception-v3, ResNet-101, or a model file whose one input is an
-NCHW image and whose output is (sample, classes)) train on the handwritten digits that ship with
-scikit-learn: 1,797 8x8 images, resized to the model's input, split 80/20 into train and test.
-Other models (the RNNs, the Transformer) get synthetic data of their input's shape, which
-exercises the run and its speed; the script says so. A model whose output is a softmax over
-each position of a sequence read from token ids (RNNLM, NMT) learns a copy task: to predict,
-per position, the id it read there (per-token sparse cross-entropy), so its accuracy rises as
-it trains; any other gets random targets and learns nothing meaningful.
+NCHW image and whose last layer is a softmax over 10 or more classes, (sample, classes)) train
+on the handwritten digits that ship with scikit-learn: 1,797 8x8 images, resized to the model's
+input, split 80/20 into train and test. Other models (the RNNs, the Transformer) get 4 batches
+of synthetic data of their inputs' shapes, which exercises the run and its speed (their
+"evaluation" reads the same samples); the script says so. A model whose output is a softmax
+over each position of a sequence read from token ids (RNNLM, NMT) learns a copy task: to
+predict, per position, the id it read there (per-token sparse cross-entropy), so its accuracy
+rises as it trains; any other gets random labels (a softmax last) or random targets for mean
+squared error (anything else) and learns nothing meaningful. To train a model on your own data,
+call FFModel.compile and fit from a script (README, "Training").
+
+A model file's build(model) is called with the size flags given (--image-size, --hidden-size,
+...) as keyword arguments, when its signature takes them.
 """
 
 from __future__ import annotations
@@ -131,6 +137,19 @@ def digits(shape: tuple[int, ...], seed: int):
     return ((x_train - mean) / std, y_train), ((x_test - mean) / std, y_test)
 
 
+def reads_digits(graph, image) -> bool:
+    """Whether the model can learn the digits: one image input (N, C, H, W) and a softmax
+    over 10 or more classes (N, classes) last."""
+    out = graph.ops[-1].sig.outputs[0].shape
+    return (
+        image is not None
+        and len(image.spec.shape) == 4
+        and graph.ops[-1].op.kind == "softmax"
+        and len(out) == 2
+        and out[1] >= 10
+    )
+
+
 def synthetic(graph, batches: int, seed: int):
     """Random inputs of the model's shapes and targets: a copy task for a per-position softmax
     over token ids, else random targets (a smoke run, not a data set). Returns the inputs, the
@@ -146,9 +165,10 @@ def synthetic(graph, batches: int, seed: int):
             inputs[tensor.name] = rng.integers(0, vocab, shape).astype(np.int32)
     out = graph.ops[-1].sig.outputs[0].shape
     n = batches * out[0]
-    if len(out) == 2:
+    softmax = graph.ops[-1].op.kind == "softmax"  # probabilities: a classifier's labels
+    if softmax and len(out) == 2:
         return inputs, rng.integers(0, out[1], n), "sparse_categorical_crossentropy", False
-    if graph.ops[-1].op.kind == "softmax":  # one prediction per position: label each
+    if softmax:  # one prediction per position: label each
         for tensor in graph.input_tensors:
             ids = inputs[tensor.name]
             if not tensor.spec.dtype.is_float and ids.shape[1:] == out[1:-1]:
@@ -247,8 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         model = build_model(args, config)
         graph = model.graph()
         (image,) = graph.input_tensors if len(graph.input_tensors) == 1 else (None,)
-        out = graph.ops[-1].sig.outputs[0].shape
-        if image is not None and len(image.spec.shape) == 4 and len(out) == 2 and out[1] >= 10:
+        if reads_digits(graph, image):
             (x_train, y_train), (x_test, y_test) = digits(image.spec.shape, config.seed)
             train, test = ({image.name: x_train}, y_train), ({image.name: x_test}, y_test)
             loss, data_name = "sparse_categorical_crossentropy", "scikit-learn digits"
@@ -258,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             data_name = (
                 "synthetic token ids (a copy task: predict each position's id)"
                 if copy
-                else "synthetic data (this model does not read images; nothing to learn)"
+                else "synthetic data (nothing to learn; the digits need one image input and a "
+                "softmax over 10 or more classes)"
             )
         if args.optimizer == "adam":
             optimizer = AdamOptimizer(config.learning_rate, weight_decay=args.weight_decay)

@@ -467,7 +467,9 @@ class FFModel:
         default to accuracy under the cross-entropies and to none under mean squared error,
         where accuracy is categorical (the target's largest entry: one-hot targets only)."""
         from flexflow.bootstrap import check_network_library, python_handles_ctrl_c
+        from flexflow.runtime.loss import check_model_output
 
+        check_model_output(self.graph(), loss_type)  # before Legate starts
         check_network_library()  # one of several ranks: before Legate looks for MPI
         from legate.core import get_legate_runtime  # starts Legate: Realm takes SIGINT
 
@@ -544,6 +546,12 @@ class FFModel:
                 raise ShapeError(f"the model has inputs {names}: pass x as a dict by those names.")
             x = {graph.input_tensors[0].name: x}
         for tensor in graph.input_tensors:  # before any batch is cut or fed
+            if tensor.spec.shape[0] != self.config.batch_size:
+                raise ShapeError(
+                    f"input '{tensor.name}' was created with batch {tensor.spec.shape[0]} (its "
+                    f"first dimension, {tensor.spec.shape}), but the batch size is "
+                    f"{self.config.batch_size}; create inputs with model.config.batch_size."
+                )
             given = x.get(tensor.name)
             sample = tensor.spec.shape[1:]
             if given is not None and tuple(np.shape(given))[1:] != sample:

@@ -187,3 +187,41 @@ def test_a_layer_given_a_non_integer_size_or_a_bad_value_says_so(build, message)
     x = model.create_tensor((4, 3, 8, 8), name="x")
     with pytest.raises(ShapeError, match=message):
         build(model, x)
+
+
+def _classifier_file(extra: str = "", last: str = "softmax"):
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.dense(model.create_tensor((8, 12), name="features"), 4, name="fc")
+    if last == "softmax":
+        model.softmax(x, name="probs")
+    if extra:
+        model.dense(x, 16, name=extra)
+    return model.graph()
+
+
+def test_the_loss_must_read_the_only_output_and_a_cross_entropy_a_softmax():
+    """The loss read an unused side layer added last (training nothing the user meant), and
+    sparse cross-entropy took a dense layer's or a sigmoid's outputs as probabilities."""
+    from flexflow.runtime.loss import check_model_output
+
+    with pytest.raises(ShapeError, match=r"nothing reads the output of softmax 'probs'; the loss "
+                       r"reads the last layer added \(dense 'aux'\)"):  # fmt: skip
+        check_model_output(_classifier_file("aux"), "sparse_categorical_crossentropy")
+    for loss in ("sparse_categorical_crossentropy", "categorical_crossentropy"):
+        with pytest.raises(ShapeError, match=r"reads probabilities .* ends in dense 'fc'"):
+            check_model_output(_classifier_file(last="dense"), loss)
+    check_model_output(_classifier_file(last="dense"), "mean_squared_error")
+    check_model_output(_classifier_file(), "sparse_categorical_crossentropy")
+    model = FFModel(FFConfig(batch_size=8))
+    model.softmax(model.dense(model.create_tensor((8, 4, 10)), 5), axis=1)
+    with pytest.raises(ShapeError, match=r"ends in a softmax over axis 1"):
+        check_model_output(model.graph(), "sparse_categorical_crossentropy")
+
+
+def test_an_input_made_with_another_batch_size_is_refused_before_training():
+    model = FFModel(FFConfig(batch_size=32))
+    model.softmax(model.dense(model.create_tensor((64, 12), name="features"), 4))
+    x, y = np.zeros((64, 12), np.float32), np.zeros(64, np.int32)
+    with pytest.raises(ShapeError, match=r"input 'features' was created with batch 64 .* the "
+                       r"batch size is 32; create inputs with model.config.batch_size"):  # fmt: skip
+        model.fit(x, y)

@@ -287,9 +287,20 @@ def test_model_file_that_fails_to_import_or_adds_no_layer(tmp_path, name, source
 def test_build_raising_a_non_flexflow_error_is_wrapped(tmp_path):
     path = tmp_path / "bad_build.py"
     path.write_text("def build(model):\n    raise KeyError('hidden_size')\n")
-    with pytest.raises(ModelError, match=r"bad_build\.py': build\(model\) raised KeyError") as info:
-        load_model(str(path))
+    with pytest.raises(
+        ModelError, match=r"bad_build\.py', line 2: build\(model\) raised KeyError"
+    ) as info:
+        load_model(str(path))  # the line where the file failed
     assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_size_flags_a_model_files_build_does_not_take_are_named(tmp_path):
+    path = tmp_path / "net.py"
+    path.write_text("def build(model):\n    model.dense(model.create_tensor((4, 8)), 2)\n")
+    with pytest.raises(ModelError, match=r"build takes no image_size \(given as --image-size\)"):
+        load_model(str(path), image_size=16)
+    path.write_text("def build(model, **sizes):\n    model.dense(model.create_tensor((4, 8)), 2)\n")
+    assert load_model(str(path), image_size=16).num_ops == 1
 
 
 def test_flexflow_errors_from_a_build_pass_through(tmp_path):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from flexflow.errors import ShapeError
+from flexflow.graph import OperatorGraph
 from flexflow.ops import native
 
 Loss = Callable[..., tuple[float, np.ndarray]]
@@ -157,6 +158,36 @@ def loss_name(name: str) -> str:
     if name not in LOSSES:
         raise ShapeError(f"unknown loss '{name}'; choose one of {', '.join(LOSSES)}.")
     return name
+
+
+def check_model_output(graph: OperatorGraph, loss: str) -> None:
+    """Raise ShapeError unless the loss `loss` can train `graph`: the loss reads the last op
+    added, so every other op's output must be read by some op (else that op is trained by
+    nothing, and the loss may read an op meant as a side branch); a cross-entropy reads
+    probabilities over the last axis, a softmax's."""
+    name = loss_name(loss)
+    last = graph.ops[-1]
+    unread = [n for n in graph.ops[:-1] if not any(graph.consumers(t) for t in n.outputs)]
+    if unread:
+        names = ", ".join(f"{n.kind} '{n.name}'" for n in unread[:4])
+        raise ShapeError(
+            f"nothing reads the output of {names}{' ...' if len(unread) > 4 else ''}; the loss "
+            f"reads the last layer added ({last.kind} '{last.name}'), so nothing would train "
+            f"{'them' if len(unread) > 1 else 'it'}: add the model's output layer last and "
+            "remove the layers nothing reads."
+        )
+    if "crossentropy" in name:
+        rank = len(last.sig.output_shape)
+        axis = getattr(last.op, "axis", -1) % rank if last.kind == "softmax" else None
+        if axis != rank - 1:
+            got = (
+                f"a softmax over axis {axis}" if axis is not None else f"{last.kind} '{last.name}'"
+            )
+            raise ShapeError(
+                f"{name} reads probabilities over the last axis (a softmax's), but the model "
+                f"ends in {got} (output {last.sig.output_shape}): end the model with "
+                "model.softmax(x) (axis -1), or train with mean_squared_error."
+            )
 
 
 def check_target(name: str, output_shape: tuple[int, ...], target: np.ndarray) -> None:

@@ -10,7 +10,9 @@ vocab_size, ...) default to the paper's sizes and let a small machine shrink a m
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +94,16 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
             f"model file '{path}' has no callable `build`; define "
             "`def build(model: FFModel) -> None` that adds the model's layers."
         )
+    params = inspect.signature(build).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(sizes) - set(params))
+        if unknown:
+            flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
+            raise ModelError(
+                f"model file '{path}': build takes no {', '.join(unknown)} (given as {flags}); "
+                f"leave {flags} out or add the parameter, e.g. "
+                f"`def build(model, {unknown[0]}=...)`."
+            )
     model = FFModel(config or FFConfig())
     model.name = path.stem
     try:
@@ -100,8 +112,9 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
         raise
     except Exception as exc:
         raise ModelError(
-            f"model file '{path}': build(model) raised {type(exc).__name__}: {exc}; fix the "
-            "model file (layers are added with the FFModel methods, e.g. model.dense)."
+            f"model file '{path}'{_line_in(path, exc)}: build(model) raised "
+            f"{type(exc).__name__}: {exc}; fix the model file (layers are added with the "
+            "FFModel methods, e.g. model.dense)."
         ) from exc
     if model.num_ops == 0:  # nothing to parallelize, simulate or train
         raise ModelError(
@@ -109,6 +122,17 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
             "the FFModel methods (x = model.create_tensor(...); model.dense(x, 10), ...)."
         )
     return model
+
+
+def _line_in(path: Path, exc: BaseException) -> str:
+    """', line N' of the last frame of `exc`'s traceback in `path` ('' if none): where the
+    user's file failed, which the one-line error would otherwise hide."""
+    inside = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if Path(frame.filename).resolve() == path.resolve()
+    ]
+    return f", line {inside[-1].lineno}" if inside else ""
 
 
 def _import_file(path: Path) -> ModuleType:
