@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     from flexflow.search.processes import usable_cores
 
     args = parse_args(argv)
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # one line per message, in logs too
     try:
         if args.learning_rate is None:
             args.learning_rate = 0.001 if args.optimizer == "adam" else 0.01
@@ -262,6 +262,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume and not args.checkpoint:
             raise FlexFlowError(
                 "--resume continues from the file --checkpoint names; pass --checkpoint FILE."
+            )
+        same = {args.export_strategy, args.trace, args.measured_trace, args.timeline_png}
+        if args.checkpoint and args.checkpoint in same:
+            raise FlexFlowError(
+                f"--checkpoint {args.checkpoint} is also another output of this run; give each "
+                "file its own path."
+            )
+        if args.resume and not Path(args.checkpoint).exists():
+            console.print(
+                f"[yellow]note:[/yellow] no checkpoint at {args.checkpoint} yet: training "
+                "starts afresh (--resume continues once a run has saved it)."
             )
         config = FFConfig.from_args(args)
         model = build_model(args, config)

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from flexflow.errors import StrategyError
+from flexflow.errors import CheckpointError, FlexFlowError, StrategyError
 from flexflow.fileio import atomic_write_bytes
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine
@@ -77,11 +77,41 @@ def write_checkpoint(
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict]:
-    """The arrays of a checkpoint and its record (empty for a file without one)."""
+    """The arrays of a checkpoint and its record (empty for a file without one), the record
+    checked (`_checked_record`) and every array finite: a resumed run would train on NaN and
+    save them over the file."""
     with _archive(path) as data:
         values = _read(path, lambda: {name: data[name] for name in data.files})
     meta = _read(path, lambda: json.loads(str(values.pop(META_KEY)))) if META_KEY in values else {}
-    return values, meta
+    for name, value in values.items():
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            raise CheckpointError(
+                f"checkpoint {path}: '{name}' holds NaN or infinite values (training diverged "
+                "before it was saved, or the file was edited); resume from an earlier checkpoint "
+                "or start over without --resume."
+            )
+    return values, _checked_record(path, meta)
+
+
+def _checked_record(path: str | os.PathLike[str], meta: object) -> dict:
+    """`meta` if it is a record this flexflow wrote: an object of its format, a non-negative
+    integer iteration, an optimizer object; else CheckpointError naming what is wrong."""
+    problem = ""
+    if not isinstance(meta, dict):
+        problem = f"its record is a JSON {type(meta).__name__}, not an object"
+    elif meta and meta.get("format") != FORMAT:
+        problem = f"its format is {meta.get('format')!r}, this flexflow reads {FORMAT!r}"
+    elif not (is_int(meta.get("iteration", 0)) and meta.get("iteration", 0) >= 0):
+        problem = f"its iteration {meta.get('iteration')!r} is not a count (an integer >= 0)"
+    elif not isinstance(meta.get("optimizer", {}), dict):
+        problem = f"its optimizer {meta.get('optimizer')!r} is not a JSON object"
+    if problem:
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: {problem}. The file was changed after it was saved, "
+            "or another program wrote it; resume from another checkpoint or start over "
+            "without --resume."
+        )
+    return meta
 
 
 def check_checkpoint(
@@ -92,13 +122,13 @@ def check_checkpoint(
     optimizer: Optimizer,
     running: Sequence[str],
 ) -> None:
-    """Raise StrategyError unless the checkpoint has every weight (by name, of its shape),
+    """Raise CheckpointError unless the checkpoint has every weight (by name, of its shape),
     every state of `optimizer` and every running statistics array (`<op>@running`) the model
     needs."""
     _check_weights(path, values, weights)
     for name, shape in weights.items():
         if tuple(values[name].shape) != tuple(shape):
-            raise StrategyError(
+            raise CheckpointError(
                 f"checkpoint {path}: weight '{name}' has shape {tuple(values[name].shape)}, this "
                 f"model's is {tuple(shape)}: it was saved from a model of other sizes; resume "
                 f"with the model flags it was trained with (--image-size, --hidden-size, ...) or "
@@ -109,14 +139,14 @@ def check_checkpoint(
     ]
     if absent:
         saved = meta.get("optimizer", {}).get("type", "none recorded")
-        raise StrategyError(
+        raise CheckpointError(
             f"checkpoint {path} has no '{absent[0].split('@')[1]}' state for this "
             f"{type(optimizer).__name__} (it was saved with optimizer: {saved}); resume with the "
             f"optimizer it was saved with."
         )
     lacking = [key for key in running if key not in values]
     if lacking:
-        raise StrategyError(
+        raise CheckpointError(
             f"checkpoint {path} lacks the running statistics of batch norm "
             f"'{lacking[0].split('@')[0]}'; it was saved from another model."
         )
@@ -127,7 +157,7 @@ def _check_weights(
 ) -> None:
     missing = sorted(set(weights) - set(held))
     if missing:
-        raise StrategyError(
+        raise CheckpointError(
             f"checkpoint {path} lacks {len(missing)} weight(s) of this model "
             f"({', '.join(missing[:5])}); it was saved from another model."
         )
@@ -137,7 +167,12 @@ def checkpoint_optimizer(path: str | os.PathLike[str]) -> Optimizer | None:
     """The optimizer a checkpoint was saved with (None for one that does not record it); reads
     only the record, not the arrays."""
     meta = _record(path)
-    return optimizer_from_json(meta["optimizer"]) if "optimizer" in meta else None
+    if "optimizer" not in meta:
+        return None
+    try:
+        return optimizer_from_json(meta["optimizer"])
+    except FlexFlowError as exc:
+        raise CheckpointError(f"checkpoint {path}: {exc}") from None
 
 
 def checkpoint_strategy(
@@ -163,7 +198,7 @@ def _record(path: str | os.PathLike[str]) -> dict:
     with _archive(path) as data:
         if META_KEY not in data.files:
             return {}
-        return _read(path, lambda: json.loads(str(data[META_KEY])))
+        return _checked_record(path, _read(path, lambda: json.loads(str(data[META_KEY]))))
 
 
 _DAMAGED = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
@@ -176,9 +211,9 @@ def _archive(path: str | os.PathLike[str]):
         with open(path, "rb") as file:
             magic = file.read(4)
     except OSError as exc:
-        raise StrategyError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
+        raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
     if magic != b"PK\x03\x04":  # every .npz is a zip archive
-        raise StrategyError(
+        raise CheckpointError(
             f"cannot read checkpoint {path}: not a checkpoint (an .npz archive; this file "
             f"starts with {magic!r}). Point --checkpoint at a file that fit() saved."
         )
@@ -190,7 +225,7 @@ def _read(path: str | os.PathLike[str], read: Callable[[], T]) -> T:
     try:
         return read()
     except _DAMAGED as exc:
-        raise StrategyError(
+        raise CheckpointError(
             f"cannot read checkpoint {path}: {exc}. The file is damaged or truncated (checkpoints "
             "are written atomically, so it was changed after it was saved); resume from another "
             "checkpoint or start over without --resume."

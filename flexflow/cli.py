@@ -523,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    console = Console()
+    console = Console(soft_wrap=True)  # one line per message when piped, for grep
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args, console)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from flexflow.errors import FlexFlowError
-from flexflow.fileio import atomic_write_text
+from flexflow.fileio import atomic_write_text, load_json
 from flexflow.graph import OpNode, op_attributes
 from flexflow.machine import Device
 from flexflow.ops.base import Region, region_shape
@@ -219,8 +220,11 @@ class Profile:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Profile:
+        fix = "re-measure it (`flexflow profile MODEL --out FILE`) or leave it out."
+        data = load_json(path, "profile file", FlexFlowError, fix)
         try:
-            data = json.loads(Path(path).read_text())
+            if not isinstance(data, dict):
+                raise ValueError(f"it holds a JSON {type(data).__name__}, not an object")
             version = data.get("version")
             if data.get("format") == PROFILE_FORMAT and version in range(1, PROFILE_VERSION):
                 raise StaleProfileError(
@@ -237,12 +241,14 @@ class Profile:
             times = _entries(data["entries"])
             native = _entries(data.get("native_entries", []))
             rates = {u["device"]: float(u["bytes_per_s"]) for u in data.get("updates", [])}
-            if any(not rate > 0 for rate in rates.values()):
-                raise ValueError("an update's bytes_per_s is not positive")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            if any(not 0 < rate < math.inf for rate in rates.values()):
+                raise ValueError("an update's bytes_per_s is not a positive finite number")
+        except KeyError as exc:
             raise FlexFlowError(
-                f"profile file {path} cannot be used: {exc}; re-measure it or leave it out."
+                f"profile file {path} cannot be used: an entry lacks its {exc} field; {fix}"
             ) from None
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+            raise FlexFlowError(f"profile file {path} cannot be used: {exc}; {fix}") from None
         return cls(times, rates, native)
 
 
@@ -272,7 +278,13 @@ def _entries(entries: list[dict[str, Any]]) -> dict[CostKey, TaskTime]:
             tuple(e["tile"]),
             e["device"],
         )
-        times[key] = TaskTime(float(e["forward_s"]), float(e["backward_s"]))
+        time = TaskTime(float(e["forward_s"]), float(e["backward_s"]))
+        if not (0 <= time.forward_s < math.inf and 0 <= time.backward_s < math.inf):
+            raise ValueError(
+                f"a {e['kind']} task's times ({e['forward_s']}, {e['backward_s']} s) are not "
+                "finite non-negative seconds"
+            )
+        times[key] = time
     return times
 
 

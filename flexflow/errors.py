@@ -37,3 +37,7 @@ class RuntimeSetupError(FlexFlowError, RuntimeError):
 
 class OutputPathError(FlexFlowError, ValueError):
     """A file to write cannot be written there (a directory, or a parent that is a file)."""
+
+
+class CheckpointError(FlexFlowError, ValueError):
+    """A checkpoint file cannot be read, or does not hold what this model and optimizer need."""

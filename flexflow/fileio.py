@@ -10,11 +10,13 @@ keeps pointing where it did and its target is replaced.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from flexflow.errors import OutputPathError
 
@@ -85,6 +87,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
+    except OSError as exc:  # named after the file asked for, not the temporary one
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(
+            exc.errno, f"{exc.strerror or exc} (not written; the file is as it was)", str(path)
+        ) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -99,3 +106,46 @@ def _umask() -> int:
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode())
+
+
+def read_text(path: str | os.PathLike[str], what: str, error: type[Exception]) -> str:
+    """The text of the file `what` (e.g. "strategy file") at `path`, UTF-8 with or without a
+    byte-order mark (Notepad writes one); `error` naming the file and the fix when it does not
+    exist, is a directory or a device (/dev/zero would be read forever), or is not text (a
+    checkpoint given as a strategy)."""
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise error(f"{what} {path} is a directory; pass the path of the file.")
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            raise error(f"{what} {path} is a device, not a file; pass the path of the file.")
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error(f"{what} {path} does not exist; check the path.") from None
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc}.") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        archive = " (it is a zip archive: a checkpoint?)" if raw[:4] == b"PK\x03\x04" else ""
+        raise error(
+            f"{what} {path} is not a JSON text file{archive}: byte {raw[exc.start]:#04x} at "
+            f"position {exc.start} is not UTF-8; pass the {what} itself."
+        ) from None
+
+
+def load_json(path: str | os.PathLike[str], what: str, error: type[Exception], fix: str) -> Any:
+    """The JSON value of the file `what` at `path` (`read_text`); `error` naming the file, where
+    its JSON breaks and `fix` (what to do) when it is empty or not JSON."""
+    text = read_text(path, what, error)
+    if not text.strip():
+        raise error(f"{what} {path} is empty; {fix}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(
+            f"{what} {path} is malformed or truncated: {exc.msg} at line {exc.lineno} column "
+            f"{exc.colno}; {fix}"
+        ) from None
+    except RecursionError:
+        raise error(f"{what} {path}: its JSON nests too deeply to be one; {fix}") from None

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from flexflow.errors import MachineError
-from flexflow.fileio import atomic_write_text
+from flexflow.fileio import atomic_write_text, read_text
 
 MACHINE_FORMAT = "flexflow-machine"
 MACHINE_VERSION = 1
@@ -47,7 +47,13 @@ LINK_KINDS = (
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float (an int past float's range, 1 and 400 zeros, is not)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 # Field rules: (test, what the field must be, normalize). One table serves Device and Link.
@@ -278,6 +284,8 @@ class Machine:
     def loads(cls, text: str, source: str = "machine JSON") -> Machine:
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise MachineError(f"{source}: its JSON nests too deeply to be one.") from None
         except json.JSONDecodeError as exc:
             if not text.strip():
                 raise MachineError(
@@ -297,14 +305,8 @@ class Machine:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Machine:
-        source = f"machine file {str(path)!r}"
-        try:
-            text = Path(path).read_text()
-        except FileNotFoundError:
-            raise MachineError(f"{source} does not exist; check the path.") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise MachineError(f"{source} cannot be read ({exc}); check the path.") from None
-        return cls.loads(text, source)
+        text = read_text(path, "machine file", MachineError)
+        return cls.loads(text, f"machine file {str(path)!r}")
 
     # ---- text ------------------------------------------------------------------------------
 

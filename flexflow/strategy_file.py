@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flexflow.errors import StrategyError
-from flexflow.fileio import atomic_write_text
+from flexflow.fileio import atomic_write_text, load_json
 from flexflow.graph import OperatorGraph, OpNode
 from flexflow.machine import Machine
 from flexflow.space import config_problems
@@ -173,15 +173,6 @@ def strategy_from_json(
 
 
 def load_strategy(path: str | os.PathLike[str], graph: OperatorGraph, machine: Machine) -> Strategy:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise StrategyError(f"cannot read strategy file {path}: {exc.strerror or exc}.") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise StrategyError(
-            f"strategy file {path} is malformed or truncated: {exc.msg} at line {exc.lineno} "
-            f"column {exc.colno}; re-export it with `flexflow strategy ... --export`."
-        ) from None
+    fix = "re-export it with `flexflow strategy ... --export`."
+    data = load_json(path, "strategy file", StrategyError, fix)
     return strategy_from_json(data, graph, machine, source=f"strategy file {path}")

@@ -16,7 +16,7 @@ from flexflow.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from flexflow.errors import StrategyError
+from flexflow.errors import CheckpointError, StrategyError
 from flexflow.machine import parse_machine
 from flexflow.optimizers import SGDOptimizer
 from flexflow.strategies import named_strategy
@@ -54,9 +54,9 @@ def test_a_checkpoints_strategy_that_does_not_fit_this_machine_says_how_to_go_on
 def test_an_unreadable_checkpoint_is_an_error(tmp_path):
     path = tmp_path / "c.npz"
     path.write_bytes(b"not a zip")
-    with pytest.raises(StrategyError, match="cannot read checkpoint .*not a checkpoint"):
+    with pytest.raises(CheckpointError, match="cannot read checkpoint .*not a checkpoint"):
         checkpoint_strategy(path, GRAPH, parse_machine("p100:1"))
-    with pytest.raises(StrategyError, match="not a checkpoint"):
+    with pytest.raises(CheckpointError, match="not a checkpoint"):
         read_checkpoint(path)
 
 
@@ -69,7 +69,7 @@ def _saved(tmp_path) -> bytes:
 
 
 def _reads_or_says_so(path) -> None:
-    """Every reader of a checkpoint either reads it or raises StrategyError naming it."""
+    """Every reader of a checkpoint either reads it or raises CheckpointError naming it."""
     for read in (
         read_checkpoint,
         checkpoint_optimizer,
@@ -77,7 +77,7 @@ def _reads_or_says_so(path) -> None:
     ):
         try:
             read(path)
-        except StrategyError as exc:
+        except CheckpointError as exc:
             assert f"cannot read checkpoint {path}" in str(exc)
 
 
@@ -85,12 +85,12 @@ def test_a_truncated_or_corrupted_checkpoint_is_an_error_naming_it(tmp_path):
     data = _saved(tmp_path)
     path = tmp_path / "c.npz"
     path.write_bytes(data[: len(data) // 2])  # a copy cut short
-    with pytest.raises(StrategyError, match="damaged or truncated"):
+    with pytest.raises(CheckpointError, match="damaged or truncated"):
         read_checkpoint(path)
     flipped = bytearray(data)
     flipped[len(data) // 3] ^= 0xFF  # inside the first array: its CRC no longer matches
     path.write_bytes(bytes(flipped))
-    with pytest.raises(StrategyError, match="damaged or truncated"):
+    with pytest.raises(CheckpointError, match="damaged or truncated"):
         read_checkpoint(path)
 
 
@@ -117,7 +117,7 @@ def test_another_models_checkpoint_is_refused_as_such_before_its_strategy(tmp_pa
     write_checkpoint(
         path, {"conv1.kernel": np.zeros(3, np.float32)}, 1, SGDOptimizer(0.1), strategy
     )
-    with pytest.raises(StrategyError, match="lacks 7 weight.*saved from another model"):
+    with pytest.raises(CheckpointError, match="lacks 7 weight.*saved from another model"):
         checkpoint_strategy(path, GRAPH, machine)
 
 
@@ -135,3 +135,36 @@ def test_another_models_checkpoint_is_refused_as_such_before_its_strategy(tmp_pa
 )
 def test_a_checkpoints_data_position_is_read_only_when_whole(meta, position):
     assert DataPosition.of(meta) == position
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"iteration": -5}, r"its iteration -5 is not a count"),
+        ({"iteration": "ten"}, r"its iteration 'ten' is not a count"),
+        ({"format": "flexflow-checkpoint/9"}, r"its format is 'flexflow-checkpoint/9'"),
+        ({"optimizer": "adam"}, r"its optimizer 'adam' is not a JSON object"),
+        ([], r"its record is a JSON list"),
+    ],
+)
+def test_a_checkpoint_with_an_edited_record_is_refused_in_one_line(tmp_path, change, message):
+    """An iteration of -5 trained to NaN and saved the NaN weights over the file; a string or
+    a list was a traceback."""
+    import io
+    import json
+
+    values = dict(np.load(io.BytesIO(_saved(tmp_path))))
+    meta = json.loads(str(values.pop("__flexflow__")))
+    meta = change if isinstance(change, list) else meta | change
+    path = tmp_path / "edited.npz"
+    np.savez(path, **values, __flexflow__=np.array(json.dumps(meta)))
+    for read in (read_checkpoint, checkpoint_optimizer):
+        with pytest.raises(CheckpointError, match=message):
+            read(path)
+
+
+def test_a_checkpoint_holding_nan_weights_is_refused(tmp_path):
+    weights = {name: np.full_like(w, np.nan) for name, w in WEIGHTS.items()}
+    write_checkpoint(tmp_path / "nan.npz", weights, 3, SGDOptimizer(0.1))
+    with pytest.raises(CheckpointError, match=r"holds NaN or infinite values"):
+        read_checkpoint(tmp_path / "nan.npz")

@@ -78,3 +78,18 @@ def test_a_bad_output_path_stops_the_command_before_its_work(tmp_path, capsys, a
 def test_graph_json_goes_to_standard_output_with_a_dash(capfd):
     assert main(["graph", "lenet", "--json", "-"]) == 0
     assert '"ops"' in capfd.readouterr().out
+
+
+def test_a_failed_write_names_the_file_asked_for_and_leaves_it_as_it_was(tmp_path, monkeypatch):
+    """An immutable checkpoint's failed save named the temporary file (.imm.npz.vdoaq4a_.tmp)."""
+    path = tmp_path / "c.npz"
+    path.write_text("old")
+
+    def refuse(*_):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError, match=r"not written; the file is as it was") as info:
+        atomic_write_text(path, "new")
+    assert info.value.filename == str(path) and path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]

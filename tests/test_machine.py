@@ -335,7 +335,7 @@ def test_bad_machine_file_names_every_problem():
 def test_machine_file_that_is_missing_or_a_directory(tmp_path):
     with pytest.raises(MachineError, match="does not exist"):
         Machine.load(tmp_path / "nope.json")
-    with pytest.raises(MachineError, match="cannot be read"):
+    with pytest.raises(MachineError, match="is a directory; pass the path of the file"):
         parse_machine(str(tmp_path))
 
 

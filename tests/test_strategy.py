@@ -291,13 +291,41 @@ def test_every_problem_is_listed_at_once(tmp_path):
     assert "conv2d 'conv'" in str(info.value) and "dense 'fc'" in str(info.value)
 
 
-@pytest.mark.parametrize("text", ["", '{"format": "flexflow-strategy", "ops": [', "not json"])
-def test_truncated_or_malformed_json(tmp_path, text):
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", r"bad.json is empty; re-export it"),
+        (
+            '{"format": "flexflow-strategy", "ops": [',
+            r"malformed or truncated: .* at line 1 column",
+        ),
+        ("not json", r"malformed or truncated: .* at line 1 column"),
+        ("[" * 100_000 + "]" * 100_000, r"its JSON nests too deeply"),
+    ],
+)
+def test_truncated_or_malformed_json(tmp_path, text, message):
     graph, machine = tiny_graph(), parse_machine("p100:1")
-    with pytest.raises(StrategyError, match=r"is malformed or truncated: .* at line 1 column"):
+    with pytest.raises(StrategyError, match=message):
         load_strategy(_write(tmp_path, text), graph, machine)
 
 
+def test_a_file_that_is_not_json_text_is_named_so(tmp_path):
+    """A checkpoint passed as the strategy (or a Latin-1 file) was a UnicodeDecodeError
+    traceback; a byte-order mark (Notepad's UTF-8) was refused."""
+    graph, machine = tiny_graph(), parse_machine("p100:1")
+    path = tmp_path / "c.npz"
+    path.write_bytes(b"PK\x03\x04\x9e\xff")
+    with pytest.raises(StrategyError, match=r"is not a JSON text file \(it is a zip archive"):
+        load_strategy(path, graph, machine)
+    with pytest.raises(StrategyError, match=r"/dev/zero is a device, not a file"):
+        load_strategy("/dev/zero", graph, machine)
+    good = tmp_path / "dp.json"
+    export_strategy(good, named_strategy("dp", graph, machine), graph, machine)
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + good.read_bytes())
+    assert load_strategy(path, graph, machine) == named_strategy("dp", graph, machine)
+
+
 def test_missing_file():
-    with pytest.raises(StrategyError, match=r"cannot read strategy file /nonexistent.json"):
+    with pytest.raises(StrategyError, match=r"strategy file /nonexistent.json does not exist"):
         load_strategy("/nonexistent.json", tiny_graph(), parse_machine("p100:1"))

@@ -116,7 +116,7 @@ def test_a_language_model_learns_the_copy_task_with_per_token_labels():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--import-strategy", "/nonexistent.json"], "cannot read strategy file"),
+        (["--import-strategy", "/nonexistent.json"], "strategy file /nonexistent.json does not"),
         (["--budget", "2", "--import-strategy", "x.json"], "either --import-strategy or --budget"),
         (["--model", "lenet", "--seq-length", "4"], "model 'lenet' takes no --seq-length"),
         (["--model", "no_such_model"], "no_such_model"),
@@ -125,6 +125,7 @@ def test_a_language_model_learns_the_copy_task_with_per_token_labels():
         (["--measured-trace", "/proc/version/t.json"], "/proc/version is a file, not a dir"),
         (["--checkpoint", "/"], "/ is a directory; give a file name inside it"),
         (["--export-strategy", "/proc/version/s.json"], "/proc/version is a file, not a dir"),
+        (["--checkpoint", "/tmp/x.npz", "--export-strategy", "/tmp/x.npz"], "is also another"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_exit_2(args, message):
