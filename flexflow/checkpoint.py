@@ -187,10 +187,18 @@ def checkpoint_strategy(
         _check_weights(path, data.files, [p.name for p in graph.parameters])
     try:
         return strategy_from_json(meta["strategy"], graph, machine, f"checkpoint {path}")
-    except StrategyError as exc:
+    except StrategyError as exc:  # saved on other processors, or at another batch size
         raise StrategyError(
-            f"{exc} To resume under another strategy, pass --import-strategy FILE."
+            f"checkpoint {path} was trained with a strategy that does not fit this run (another "
+            "number of processors or another batch size); resume under one that does with "
+            f"--import-strategy dp (or a strategy file for this run). {_first_of(exc)}"
         ) from None
+
+
+def _first_of(exc: StrategyError) -> str:
+    """'Its N problem(s), the first: ...' of a validation error's listing (a line each)."""
+    problems = str(exc).split("\n")[1:] or [str(exc)]
+    return f"Its {len(problems)} problem(s), the first: {problems[0].strip()}"
 
 
 def _record(path: str | os.PathLike[str]) -> dict:

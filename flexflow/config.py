@@ -75,7 +75,9 @@ class FFConfig:
             "data parallelism)",
         )
         parser.add_argument(
-            "--import-strategy", metavar="FILE", help="train with this strategy file"
+            "--import-strategy",
+            metavar="FILE",
+            help="train with this strategy file, or a named strategy (dp, expert, model, random)",
         )
         parser.add_argument(
             "--export-strategy",

@@ -129,6 +129,14 @@ def planning_context(
     )
 
 
+def _is_name(import_path: str | os.PathLike[str]) -> bool:
+    """Whether `import_path` names a strategy (`flexflow.strategies.NAMED_STRATEGIES`, as the
+    `flexflow` commands take them) and no file of that name exists."""
+    from flexflow.strategies import NAMED_STRATEGIES
+
+    return str(import_path) in NAMED_STRATEGIES and not os.path.exists(import_path)
+
+
 def plan_strategy(
     graph: OperatorGraph,
     machine: Machine,
@@ -171,7 +179,12 @@ def plan_strategy(
     context = planning_context(graph, machine, profile, loss, steps_per_execution)
     dp = named_strategy("dp", graph, machine)
     dp_s = full_simulate(TaskGraph(context, dp)).iteration_s
-    if import_path is not None:
+    if import_path is not None and _is_name(import_path):  # --import-strategy dp
+        strategy = named_strategy(str(import_path), graph, machine, seed)
+        source = f"the named strategy '{import_path}'"
+        if agree is not None:
+            agree(strategy, dp_s, imported=str(import_path))
+    elif import_path is not None:
         strategy = load_strategy(import_path, graph, machine)
         source = f"imported from {import_path}"
         if agree is not None:  # the same file on every rank

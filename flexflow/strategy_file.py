@@ -25,6 +25,7 @@ from flexflow.strategy import ParallelConfig, Strategy
 
 STRATEGY_FORMAT = "flexflow-strategy"
 STRATEGY_VERSION = 1
+ENTRY_KEYS = frozenset({"name", "degrees", "devices"})
 
 
 def op_entry(node: OpNode, config: ParallelConfig) -> dict[str, Any]:
@@ -96,6 +97,13 @@ def _config_from_entry(
 ) -> ParallelConfig | None:
     """The entry's configuration, or None after appending what is wrong with it to `problems`."""
     label = f"{node.kind} '{node.name}'"
+    unknown = sorted(set(entry) - ENTRY_KEYS)
+    if unknown:
+        problems.append(
+            f"{label}: unknown field(s) {', '.join(map(repr, unknown))}; an entry holds "
+            '"name", "degrees" and "devices".'
+        )
+        return None
     degrees_in = entry.get("degrees", {})
     devices = entry.get("devices")
     if not isinstance(degrees_in, dict) or not isinstance(devices, list):
@@ -135,9 +143,11 @@ def strategy_from_json(
             f'{source}: not a strategy file (expected "format": "{STRATEGY_FORMAT}").'
         )
     if data.get("version") != STRATEGY_VERSION:
+        version = data.get("version")
+        got = "has no version" if version is None else f"has version {version!r}"
         raise StrategyError(
-            f"{source}: strategy file version {data.get('version')!r} is not supported; "
-            f"this flexflow reads version {STRATEGY_VERSION}."
+            f'{source} {got}; this flexflow reads "version": {STRATEGY_VERSION} (a number): '
+            "re-export it with `flexflow strategy ... --export`."
         )
     entries = data.get("ops")
     if not isinstance(entries, list) or not all(
@@ -151,6 +161,13 @@ def strategy_from_json(
             problems.append(f"op '{entry['name']}' is listed twice; keep one entry.")
         by_name[entry["name"]] = entry
     graph_names = {n.name for n in graph.ops}
+    if by_name and not graph_names & set(by_name):  # another model's: one line, not one per op
+        named = f" (it names model {data['model']!r})" if data.get("model") else ""
+        raise StrategyError(
+            f"{source} is another model's strategy{named}: none of its {len(by_name)} ops is "
+            f"one of this model's {len(graph_names)}; export one for this model "
+            "(`flexflow strategy MODEL --machine M --export FILE`)."
+        )
     problems += [
         f"unknown op '{name}': model has no such op; remove it."
         for name in by_name

@@ -46,7 +46,9 @@ def test_a_checkpoints_strategy_that_does_not_fit_this_machine_says_how_to_go_on
     path = tmp_path / "c.npz"
     write_checkpoint(path, WEIGHTS, 1, SGDOptimizer(0.1), strategy_to_json(strategy, GRAPH, big))
     with pytest.raises(
-        StrategyError, match=r"(?s)checkpoint .*c\.npz is not valid.*--import-strategy FILE"
+        StrategyError,
+        match=r"(?s)checkpoint .*c\.npz was trained with a strategy that does not fit this run .*"
+        r"--import-strategy dp .* Its 16 problem\(s\), the first: conv2d 'conv1': 8 tasks",
     ):
         checkpoint_strategy(path, GRAPH, parse_machine("p100:1"))
 

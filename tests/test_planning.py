@@ -208,3 +208,17 @@ def test_a_resumed_run_keeps_its_checkpoints_strategy_unless_a_file_is_imported(
     checked = []
     plan_strategy(graph, machine, resumed=resumed, agree=lambda *a, **k: checked.append(k))
     assert checked == [{"imported": "the checkpoint"}]
+
+
+def test_a_named_strategy_can_be_imported_by_name(tmp_path, monkeypatch):
+    """`--import-strategy dp` (what a resumed run on other processors needs) read a file 'dp'."""
+    from flexflow.strategies import named_strategy
+
+    monkeypatch.chdir(tmp_path)
+    graph, machine = lenet(8), parse_machine("p100:1")
+    plan = plan_strategy(graph, machine, import_path="expert")
+    assert plan.strategy == named_strategy("expert", graph, machine)
+    assert plan.source == "the named strategy 'expert'"
+    (tmp_path / "dp").write_text("{}")  # a file of that name is the file
+    with pytest.raises(StrategyError, match=r"strategy file dp: not a strategy file"):
+        plan_strategy(graph, machine, import_path="dp")

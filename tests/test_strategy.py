@@ -272,7 +272,19 @@ def _edit(data, name, **fields):
             lambda d: _edit(d, "pool", degrees={"sample": 2}, devices=[0]),
             r"pool2d 'pool': degrees .* make 2 tasks but 1 devices are listed",
         ),
-        (lambda d: {**d, "version": 9}, r"strategy file version 9 is not supported"),
+        (
+            lambda d: {**d, "version": 9},
+            r'bad.json has version 9; this flexflow reads "version": 1',
+        ),
+        (lambda d: {**d, "version": "1"}, r"bad.json has version '1'; .* \(a number\)"),
+        (
+            lambda d: _edit(d, "fc", degree={"sample": 1}),
+            r"dense 'fc': unknown field\(s\) 'degree'; an entry holds",
+        ),
+        (
+            lambda d: {**d, "model": "rnnlm", "ops": [{"name": "lstm", "devices": [0]}]},
+            r"is another model's strategy \(it names model 'rnnlm'\): none of its 1 ops",
+        ),
         (lambda d: {**d, "format": "other"}, r"not a strategy file"),
     ],
 )
