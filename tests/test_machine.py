@@ -486,3 +486,17 @@ def test_each_device_maps_to_its_kinds_legate_processor():
     assert sorted(kinds) == [("cpu", 0), ("cpu", 1), ("gpu", 0), ("gpu", 1), ("gpu", 2)]
     for device, (kind, _) in zip(machine.devices, kinds, strict=True):
         assert device.kind == kind
+
+
+def test_a_machine_past_the_simulators_size_is_refused_before_it_is_built():
+    """p100:1000 ran for minutes past 6 GB; p100:100000 was built device by device."""
+    import time
+
+    begin = time.perf_counter()
+    with pytest.raises(MachineError, match=r"p100:100000': it has 100,000 or more devices; "):
+        parse_machine("p100:100000")
+    with pytest.raises(MachineError, match=r"it has 1,028 devices; flexflow simulates machines "
+                       r"of at most 1,024"):  # fmt: skip
+        parse_machine("p100:257")
+    assert time.perf_counter() - begin < 5
+    assert parse_machine("p100:256").num_devices == 1024
