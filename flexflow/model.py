@@ -553,6 +553,8 @@ class FFModel:
                     f"{self.config.batch_size}; create inputs with model.config.batch_size."
                 )
             given = x.get(tensor.name)
+            if given is not None and not tensor.spec.dtype.is_float:
+                _check_ids(graph, tensor, given)
             sample = tensor.spec.shape[1:]
             if given is not None and tuple(np.shape(given))[1:] != sample:
                 raise ShapeError(
@@ -593,3 +595,31 @@ class FFModel:
     def eval(self, x=None, y=None) -> Metrics:
         """Loss and metrics over every sample of `x`, `y` (a short last batch is padded)."""
         return self._compiled_trainer().evaluate(self._loader(x, y, False, drop_last=False))
+
+
+def _check_ids(graph: OperatorGraph, tensor: GraphTensor, given) -> None:
+    """Raise ShapeError unless the data of integer input `tensor` are integers inside every
+    embedding table reading them (a step found out later, without naming the layer or id)."""
+    values = np.asarray(given)
+    if values.dtype.kind not in "iu":
+        raise ShapeError(
+            f"input '{tensor.name}' takes integer ids ({tensor.spec.dtype.name}), got "
+            f"{values.dtype} data; pass integer arrays (e.g. ids.astype(np.int32))."
+        )
+    tables = [
+        graph.ops[op]
+        for op in graph.consumers(tensor.id)
+        if hasattr(graph.ops[op].op, "num_embeddings")
+    ]
+    if not tables or values.size == 0:
+        return
+    low, high = int(values.min()), int(values.max())
+    for node in tables:
+        rows = node.op.num_embeddings
+        if low < 0 or high >= rows:
+            bad = low if low < 0 else high
+            raise ShapeError(
+                f"input '{tensor.name}' holds id {bad}, outside [0, {rows}) of embedding "
+                f"'{node.name}' ({rows} rows); give the embedding num_embeddings > "
+                f"{high} or map the ids into its range."
+            )

@@ -73,10 +73,13 @@ class Plan:
     """The candidates timed after the search, with their measured times (none: no trials)."""
 
     def describe(self) -> str:
+        ratio = self.dp_simulated_ms / self.simulated_ms
+        versus = (
+            f"{ratio:.2f}x faster than" if ratio >= 1 else f"{1 / ratio:.2f}x slower than"
+        )  # a ratio below 1 ("0.02x data parallelism's") read as the opposite
         return (
-            f"{self.source}; simulated {self.simulated_ms:.3f} ms per iteration "
-            f"({self.dp_simulated_ms / self.simulated_ms:.2f}x data parallelism's "
-            f"{self.dp_simulated_ms:.3f} ms)"
+            f"{self.source}; simulated {self.simulated_ms:.3f} ms per iteration ({versus} "
+            f"data parallelism's {self.dp_simulated_ms:.3f} ms)"
         )
 
 

@@ -225,3 +225,18 @@ def test_an_input_made_with_another_batch_size_is_refused_before_training():
     with pytest.raises(ShapeError, match=r"input 'features' was created with batch 64 .* the "
                        r"batch size is 32; create inputs with model.config.batch_size"):  # fmt: skip
         model.fit(x, y)
+
+
+def test_ids_outside_an_embedding_or_not_integers_are_refused_naming_the_layer():
+    """Both were 'a step task did not run: a token id outside [0, num_embeddings)', naming
+    neither the layer nor the id."""
+    model = FFModel(FFConfig(batch_size=4))
+    ids = model.create_tensor((4, 3), DataType.DT_INT32, name="tokens")
+    model.softmax(model.dense(model.flat(model.embedding(ids, 20, 8, name="embed")), 5))
+    labels = np.zeros(8, np.int32)
+    tokens = np.arange(24, dtype=np.int32).reshape(8, 3) + 2
+    with pytest.raises(ShapeError, match=r"input 'tokens' holds id 25, outside \[0, 20\) of "
+                       r"embedding 'embed' \(20 rows\)"):  # fmt: skip
+        model.fit(tokens, labels)
+    with pytest.raises(ShapeError, match=r"input 'tokens' takes integer ids \(.*\), got float32"):
+        model.fit(tokens.astype(np.float32), labels)
