@@ -25,10 +25,11 @@ from flexflow.cli_args import (
 from flexflow.errors import FlexFlowError
 from flexflow.figures import picture_file
 from flexflow.fileio import atomic_write_text, output_file
-from flexflow.graph import OperatorGraph
+from flexflow.graph import OperatorGraph, OpNode
 from flexflow.machine import Machine, link_groups, parse_machine
 from flexflow.machine_presets import PRESET_EXAMPLES
 from flexflow.ops.base import full_region
+from flexflow.strategy import ParallelConfig
 
 if TYPE_CHECKING:  # the commands import the simulator when they run: a fast --help
     from flexflow.simulator import SimContext
@@ -234,6 +235,16 @@ def strategy_table(title: str, graph: OperatorGraph, strategy) -> Table:
             _ranges(config.devices),
         )
     return table
+
+
+def config_text(node: OpNode, config: ParallelConfig) -> str:
+    """A configuration as people read it: 'channel=2 on 0-1', 'no split on 3'."""
+    split = [
+        f"{dim.name}={degree}"
+        for dim, degree in zip(node.sig.dims, config.degrees, strict=True)
+        if degree > 1
+    ]
+    return f"{' '.join(split) or 'no split'} on {_ranges(config.devices)}"
 
 
 def _ranges(ids: Sequence[int]) -> str:

@@ -185,7 +185,7 @@ def add_workers(parser: argparse.ArgumentParser, work: str) -> None:
 
 def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
     """Try every single-op change of a strategy; list those that are faster (empty: locally optimal)."""
-    from flexflow.cli import _strategy_arg
+    from flexflow.cli import _strategy_arg, config_text
     from flexflow.search.local import improving_neighbours
     from flexflow.search.spaces import make_space
     from flexflow.strategy_file import op_entry
@@ -242,7 +242,8 @@ def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
         f"{args.strategy}: {len(better)} faster neighbour(s) of {base * 1e3:.3f} ms; best:"
     )
     for n in better[:10]:
-        console.print(f"  {n.op}: {n.config!r} -> {n.iteration_s * 1e3:.3f} ms")
+        text = config_text(graph.op(n.op), n.config)
+        console.print(f"  {n.op}: {text} -> {n.iteration_s * 1e3:.3f} ms")
     return 0
 
 
