@@ -71,6 +71,10 @@ def _depths(graph: OperatorGraph) -> dict[int, int]:
     return depth
 
 
+SKIP_OFFSET = 0.45  # how far beside the boxes an edge past rows runs (a box is ~0.6 wide)
+SKIP_COLOR = "#b04040"  # such edges (residual shortcuts, branches joining late) stand out
+
+
 def render_png(graph: OperatorGraph, path: str | os.PathLike[str], title: str = "") -> Path:
     """Draw the graph top-down, one row per depth, and write it atomically as a PNG."""
     import matplotlib
@@ -98,11 +102,16 @@ def render_png(graph: OperatorGraph, path: str | os.PathLike[str], title: str = 
         for tid in dict.fromkeys(node.inputs):
             producer = graph.tensor(tid).producer
             x0, y0 = input_pos[tid] if producer is None else position[producer]
+            start, color = (x0, y0 - 0.18), "#555555"
+            if y0 - y1 > 1:  # past rows between: around their boxes, not behind them
+                side, color = max(x0, x1) + SKIP_OFFSET, SKIP_COLOR
+                start = (side, y1 + 0.5)
+                ax.plot([x0, side, side], [y0 - 0.18, y0 - 0.5, y1 + 0.5], color=color, lw=0.6)
             ax.annotate(
                 "",
                 xy=(x1, y1 + 0.18),
-                xytext=(x0, y0 - 0.18),
-                arrowprops={"arrowstyle": "->", "color": "#555555", "lw": 0.6},
+                xytext=start,
+                arrowprops={"arrowstyle": "->", "color": color, "lw": 0.6},
             )
     box = {"boxstyle": "round,pad=0.3", "lw": 0.5}
     for tensor in inputs:
@@ -127,7 +136,7 @@ def render_png(graph: OperatorGraph, path: str | os.PathLike[str], title: str = 
             fontsize=6,
             bbox={**box, "fc": KIND_COLORS.get(node.kind, DEFAULT_COLOR)},
         )
-    ax.set_xlim(-0.2, width + 0.2)
+    ax.set_xlim(-0.2, width + SKIP_OFFSET + 0.1)
     ax.set_ylim(-(len(rows) + 0.8), 0.8)
     ax.axis("off")
     if title:
