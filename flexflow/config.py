@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
+import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flexflow.errors import FlexFlowError
 from flexflow.fileio import output_file
+from flexflow.ops.base import is_int
+
+
+def _is_real(value: object) -> bool:
+    """A real number (not a bool, a string or None), which can be compared."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,17 +42,18 @@ class FFConfig:
     def __post_init__(self) -> None:
         for key in ("batch_size", "epochs", "steps_per_execution"):
             value = getattr(self, key)
-            if not isinstance(value, int) or value <= 0:
+            if not is_int(value) or value <= 0:
                 raise FlexFlowError(f"FFConfig: {key} must be a positive integer, got {value!r}.")
-        if not self.learning_rate > 0:
+        if not (_is_real(self.learning_rate) and 0 < self.learning_rate < math.inf):
             raise FlexFlowError(
-                f"FFConfig: learning_rate must be positive, got {self.learning_rate!r}."
+                f"FFConfig: learning_rate must be a positive number, got {self.learning_rate!r}."
             )
-        if not isinstance(self.seed, int) or self.seed < 0:
+        if not is_int(self.seed) or self.seed < 0:
             raise FlexFlowError(f"FFConfig: seed must be an integer >= 0, got {self.seed!r}.")
-        if not self.search_budget >= 0:
+        if not (_is_real(self.search_budget) and self.search_budget >= 0):
             raise FlexFlowError(
-                f"FFConfig: search_budget must be >= 0 seconds, got {self.search_budget!r}."
+                f"FFConfig: search_budget must be a number of seconds >= 0, got "
+                f"{self.search_budget!r}."
             )
 
     def get_batch_size(self) -> int:

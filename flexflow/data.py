@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from flexflow.errors import FlexFlowError
+from flexflow.ops.base import is_int
 
 Array = Any
 """A numpy array or a cuPyNumeric array (anything with shape, indexing and len)."""
@@ -59,7 +60,7 @@ class DataLoader:
                 f"DataLoader: every array needs one entry per sample, got lengths {sizes}."
             )
         self.samples = len(target)
-        if not isinstance(batch_size, int) or batch_size <= 0:
+        if not is_int(batch_size) or batch_size <= 0:
             raise FlexFlowError(f"DataLoader: batch_size must be positive, got {batch_size!r}.")
         if drop_last and self.samples < batch_size:
             raise FlexFlowError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import types
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -248,7 +249,7 @@ def _from_plain(hint: Any, value: Any) -> Any:
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_from_plain(args[0], v) for v in value)
         return tuple(_from_plain(a, v) for a, v in zip(args, value, strict=True))
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         if value is None:
             return None
         non_none = [a for a in typing.get_args(hint) if a is not type(None)]

@@ -14,7 +14,9 @@ tiling gives bit-identical weights.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import numbers
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -94,14 +96,24 @@ def _update_copies(
     return new_weight, new_states
 
 
+_BOUNDS: dict[str, tuple[Callable[[float], bool], str]] = {
+    # each hyperparameter's rule: (test, what it must be)
+    "learning_rate": (lambda v: 0 < v < math.inf, "a positive number"),
+    "epsilon": (lambda v: 0 < v < math.inf, "a positive number"),
+    "weight_decay": (lambda v: 0 <= v < math.inf, "a number >= 0"),
+    "momentum": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "beta1": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "beta2": (lambda v: 0 <= v < 1, "in [0, 1)"),
+}
+
+
 def _check(name: str, **values: float) -> None:
+    """Raise FlexFlowError naming the first hyperparameter outside its rule (`_BOUNDS`); a
+    string or None is refused before it is compared (it was a TypeError)."""
     for key, value in values.items():
-        low_ok = value > 0 if key in ("learning_rate", "epsilon") else value >= 0
-        high_ok = value < 1 if key in ("momentum", "beta1", "beta2") else True
-        if not (isinstance(value, int | float) and low_ok and high_ok):
-            bound = "in [0, 1)" if key in ("momentum", "beta1", "beta2") else "positive"
-            if key == "weight_decay":
-                bound = ">= 0"
+        test, bound = _BOUNDS[key]
+        real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not (real and test(value)):
             raise FlexFlowError(f"{name}: {key} must be {bound}, got {value!r}.")
 
 

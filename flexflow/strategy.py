@@ -32,7 +32,7 @@ class ParallelConfig:
         object.__setattr__(self, "degrees", tuple(self.degrees))
         object.__setattr__(self, "devices", tuple(self.devices))
         object.__setattr__(self, "_hash", hash((self.degrees, self.devices)))
-        if not self.degrees or any(not isinstance(d, int) or d < 1 for d in self.degrees):
+        if not self.degrees or any(type(d) is not int or d < 1 for d in self.degrees):
             raise StrategyError(
                 f"ParallelConfig: degrees must be positive integers, got {self.degrees}."
             )
@@ -74,10 +74,14 @@ class Strategy:
     configs: tuple[ParallelConfig, ...]
 
     def __post_init__(self) -> None:
+        for key in ("ops", "configs"):  # lists given: kept as tuples, so strategies hash
+            object.__setattr__(self, key, tuple(getattr(self, key)))
         if len(self.ops) != len(self.configs):
             raise StrategyError(
                 f"Strategy: {len(self.ops)} op names but {len(self.configs)} configurations."
             )
+        if not all(isinstance(c, ParallelConfig) for c in self.configs):
+            raise StrategyError("Strategy: every configuration must be a ParallelConfig.")
 
     @classmethod
     def from_mapping(cls, ops: tuple[str, ...], configs: Mapping[str, ParallelConfig]) -> Strategy:

@@ -170,12 +170,13 @@ def test_a_strided_tile_is_updated_through_numpy_with_the_same_bits():
 @pytest.mark.parametrize(
     "make, match",
     [
-        (lambda: SGDOptimizer(0.0), "learning_rate must be positive"),
+        (lambda: SGDOptimizer(0.0), "learning_rate must be a positive number"),
         (lambda: SGDOptimizer(0.1, momentum=1.0), r"momentum must be in \[0, 1\)"),
-        (lambda: SGDOptimizer(0.1, weight_decay=-1), "weight_decay must be >= 0"),
+        (lambda: SGDOptimizer(0.1, weight_decay=-1), "weight_decay must be a number >= 0"),
         (lambda: SGDOptimizer(0.1, nesterov=True), "nesterov needs a momentum"),
         (lambda: AdamOptimizer(0.1, beta2=1.5), r"beta2 must be in \[0, 1\)"),
-        (lambda: AdamOptimizer(0.1, epsilon=0), "epsilon must be positive"),
+        (lambda: AdamOptimizer(0.1, epsilon=0), "epsilon must be a positive number"),
+        (lambda: SGDOptimizer("0.1"), "learning_rate must be a positive number, got .0.1."),
         (lambda: optimizer_from_json({"type": "lion"}), "unknown optimizer type 'lion'"),
         (lambda: optimizer_from_json({"type": "sgd", "lr": 1}), "optimizer sgd"),
     ],

@@ -63,7 +63,7 @@ from flexflow.gradient_parts import TaskKey
 from flexflow.graph import OperatorGraph
 from flexflow.launches import consecutive_cpus, iteration_tasks, run_groups
 from flexflow.machine import parse_machine
-from flexflow.ops.base import Region, full_region
+from flexflow.ops.base import Region, full_region, is_int
 from flexflow.ops.blas import sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.batch_statistics import BatchStatistics
@@ -123,7 +123,7 @@ class Executor:
         `steps_per_execution` > 1 runs that many iterations of `train_batches` per Legate launch
         where it can (`flexflow.runtime.step_launches`; `steps_per_launch` says whether it
         does): the same numbers, less runtime overhead."""
-        if not isinstance(steps_per_execution, int) or steps_per_execution < 1:
+        if not is_int(steps_per_execution) or steps_per_execution < 1:
             raise StrategyError(
                 f"steps_per_execution must be a positive integer, got {steps_per_execution!r}."
             )
