@@ -221,7 +221,7 @@ def test_the_simulator_asks_the_runtime_what_it_runs_without_starting_legate():
         import sys
         import flexflow.launches, flexflow.planning, flexflow.simulator
         import flexflow.profiler, flexflow.step_profiler
-        import flexflow.runtime.native_step, flexflow.runtime.native_tasks
+        import flexflow.runtime.native_step, flexflow.runtime.native_tasks, flexflow.runtime.plan
         from flexflow.runtime import native_tasks
         native_tasks.built()
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("legate", "cupynumeric")))

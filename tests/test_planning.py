@@ -54,9 +54,9 @@ def test_conflicting_or_negative_choices_are_errors(options, match):
     [
         ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
         ({"epochs": 1.5}, "epochs must be a positive integer, got 1.5"),
-        ({"learning_rate": 0.0}, "learning_rate must be positive"),
+        ({"learning_rate": 0.0}, "learning_rate must be a positive number"),
         ({"seed": -1}, "seed must be an integer >= 0, got -1"),
-        ({"search_budget": -2.0}, "search_budget must be >= 0 seconds"),
+        ({"search_budget": -2.0}, "search_budget must be a number of seconds >= 0"),
     ],
 )
 def test_a_bad_training_configuration_names_the_field(options, match):

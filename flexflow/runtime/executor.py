@@ -50,20 +50,15 @@ from flexflow.checkpoint import (
 )
 from flexflow.errors import StrategyError
 from flexflow.fusion import (
-    FusedTask,
     Slot,
     SlotKind,
     TaskLayout,
-    fused_task,
-    inputs_read_in_step,
-    sole_gradients,
-    updates_in_step,
 )
 from flexflow.gradient_parts import TaskKey
 from flexflow.graph import OperatorGraph
-from flexflow.launches import consecutive_cpus, iteration_tasks, run_groups
+from flexflow.launches import consecutive_cpus, iteration_tasks
 from flexflow.machine import parse_machine
-from flexflow.ops.base import Region, full_region, is_int
+from flexflow.ops.base import Region, is_int
 from flexflow.ops.blas import sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.batch_statistics import BatchStatistics
@@ -74,6 +69,7 @@ from flexflow.runtime.gradients import GradientStores
 from flexflow.runtime.kernel_report import describe_kernels
 from flexflow.runtime.loss import loss_name
 from flexflow.runtime.native_step import NativeStep, native_steps_of
+from flexflow.runtime.plan import execution_plan
 from flexflow.runtime.statistics_exchange import StatisticsExchange
 from flexflow.runtime.step_launches import (
     StepLaunch,
@@ -93,15 +89,6 @@ from flexflow.runtime.trace import take_step_logs
 from flexflow.runtime.weights import ParameterStores
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import strategy_to_json, validate_strategy
-from flexflow.tiling import update_pieces
-
-
-def _contributors(graph: OperatorGraph, strategy: Strategy) -> dict[int, tuple[int, ...]]:
-    devices: dict[int, set[int]] = {p.id: set() for p in graph.parameters}
-    for node, config in zip(graph.ops, strategy.configs, strict=True):
-        for pid in node.weights:
-            devices[pid].update(config.devices)
-    return {pid: tuple(sorted(found)) for pid, found in devices.items()}
 
 
 class Executor:
@@ -172,16 +159,15 @@ class Executor:
         """array -> a new store holding it (`copied_store`); no reference to the executor, so
         the stores that keep it (`ParameterStores`) make no cycle that Python's garbage
         collector would free inside a task, where Legate forbids destroying stores."""
-        self._regions = [
-            config.task_regions(node.sig.output_shape)
-            for node, config in zip(graph.ops, strategy.configs, strict=True)
-        ]
         self._kinds = kinds = [kind for kind, _ in local.kind_ordinals()]
         staging = self.runtime.node_count == 1  # one process holds every rank's data
-        self.groups = run_groups(graph, strategy, self._regions, kinds, staging)
-        """Consecutive ops run as one task per device (`flexflow.fusion`); ops whose tasks
-        share batch statistics stay alone and run through `batch_statistics`, unless their
-        group is launched concurrently and exchanges them (`flexflow.runtime.concurrent`)."""
+        self.plan = plan = execution_plan(graph, strategy, kinds, staging)
+        """What runs where (`flexflow.runtime.plan.ExecutionPlan`, which documents each part);
+        its parts are also this executor's attributes of the same names."""
+        self._regions, self.groups, self._sole = plan.regions, plan.groups, plan.sole
+        self.fused_tasks, self.step_ready = plan.fused_tasks, plan.step_ready
+        self._reduced_grads, self.contributors = plan.reduced_grads, plan.contributors
+        self.updates_in_step, self.update_groups = plan.updates_in_step, plan.update_groups
         self.exchanges = {
             g: StatisticsExchange(strategy[group.ops[0]].num_tasks)
             for g, group in enumerate(self.groups)
@@ -189,67 +175,10 @@ class Executor:
         }
         """Per group launched concurrently (`FusedGroup.exchanges`), the in-memory all-reduce
         of batch statistics between its points."""
-        self._sole = sole_gradients(graph, strategy, self._regions, self.groups)
-        """Parameters whose partial gradients their backward tasks write whole: not zeroed."""
-        self.fused_tasks: list[tuple[FusedTask, ...]] = [
-            tuple(
-                fused_task(
-                    graph,
-                    group,
-                    index,
-                    [self._regions[op][index] for op in group.ops],
-                    self._sole,
-                )
-                for index in range(strategy[group.ops[0]].num_tasks)
-            )
-            for group in self.groups
-        ]
-        internal = frozenset().union(*(group.internal for group in self.groups))
-        self.step_ready = [all(t.step_ready for t in tasks) for tasks in self.fused_tasks]
-        """Per group, whether its tasks can run the whole step (`FusedTask.step_ready`)."""
-        self._reduced_grads = tuple(
-            t.id
-            for t in graph.tensors
-            if t.spec.dtype.is_float
-            and t.producer is not None
-            and t.id not in internal
-            and t.id != self.output
-        )
-        """Gradients that backward tasks add into, zeroed each iteration; internal ones stay in
-        their fused task, the loss writes the output's, and model inputs get none."""
-        self.contributors = _contributors(graph, strategy)
-        """Per parameter, the devices whose backward tasks compute parts of its gradient."""
-        self.updates_in_step = updates_in_step(
-            graph, strategy, self.groups, self.fused_tasks, self._sole, kinds
-        )
-        """Whether each device keeps its own copy of every weight (and optimizer state) and
-        applies the optimizer's update at the start of its next step task
-        (`flexflow.fusion.updates_in_step`): no update tasks, one dependence less."""
         self.pending_update = False
         """With `updates_in_step`: the last iteration's update has not been applied yet."""
-        self.update_groups: dict[int, list[tuple[int, Region]]] = {}
-        """Per device, the (parameter, region) tiles its one update task updates in place:
-        the pieces `flexflow.tiling` assigns it, or, under `updates_in_step` (where update
-        tasks only apply a pending update, `_apply_pending`), its whole copy of every weight."""
-        if self.updates_in_step:
-            pieces = {
-                p.id: tuple((full_region(p.spec.shape), d) for d in self.contributors[p.id])
-                for p in graph.parameters
-            }
-        else:
-            pieces = update_pieces(graph, strategy, self._regions)
-        for pid, owned in pieces.items():
-            for region, device in owned:
-                self.update_groups.setdefault(device, []).append((pid, region))
         self.feeds = Feeds(
-            graph,
-            strategy,
-            self._regions,
-            staging,
-            inputs_read_in_step(graph, strategy, self.groups, self.fused_tasks, kinds)
-            if staging
-            else {},
-            self._tensor_store,
+            graph, strategy, self._regions, staging, plan.inputs_read_in_step, self._tensor_store
         )
         """Model inputs: staged in this process or fed to stores (`flexflow.runtime.feeding`)."""
         self._tiles: dict[tuple[int, Region], tuple] = {}  # see `_tile`
