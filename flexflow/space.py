@@ -28,7 +28,9 @@ def _divisors(n: int, limit: int) -> tuple[int, ...]:
 def degree_choices(sig: Signature, num_devices: int) -> tuple[tuple[int, ...], ...]:
     """Every valid degree tuple of the op's output for a machine of `num_devices` devices."""
     per_dim = [
-        _divisors(size, num_devices) if dim.partitionable else (1,)
+        tuple(d for d in _divisors(size, num_devices) if dim.fits(size, d))
+        if dim.partitionable
+        else (1,)
         for dim, size in zip(sig.dims, sig.output_shape, strict=True)
     ]
     return tuple(
@@ -78,6 +80,13 @@ def config_problems(node: OpNode, config: ParallelConfig, machine: Machine) -> l
             problems.append(
                 f"{label}: degree {degree} on dimension '{dim.name}' does not divide its size "
                 f"{size} (output {shape}); choose a degree that divides {size}."
+            )
+        elif not dim.fits(size, degree):
+            problems.append(
+                f"{label}: degree {degree} on dimension '{dim.name}' makes tiles of "
+                f"{size // degree}, which split its blocks of {dim.block} (a grouped "
+                f"convolution's channels per group) unevenly; choose a degree whose tiles hold "
+                f"whole blocks or part of one."
             )
     if config.num_tasks > machine.num_devices:
         problems.append(

@@ -69,10 +69,19 @@ class Dim:
 
     name: str
     kind: DimKind | None = None
+    block: int = 1
+    """A tile must hold whole blocks of this many entries or lie inside one block: a grouped
+    convolution's output channels per group (its tile kernels compute whole groups, or part
+    of one; a tile straddling groups unevenly computed from the wrong inputs)."""
 
     @property
     def partitionable(self) -> bool:
         return self.kind is not None
+
+    def fits(self, size: int, degree: int) -> bool:
+        """Whether `degree` tiles of this dimension of `size` respect its `block`."""
+        tile = size // degree
+        return self.block == 1 or tile % self.block == 0 or self.block % tile == 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,11 @@ class Conv2D(GradientsInto, Window2D):
             weights.append(WeightSpec("bias", (self.out_channels,), "zeros"))
         dims = (
             Dim("sample", DimKind.SAMPLE),
-            Dim("channel", DimKind.PARAMETER),
+            Dim(
+                "channel",
+                DimKind.PARAMETER,
+                self.out_channels // self.groups if self.groups > 1 else 1,
+            ),
             Dim("height", DimKind.ATTRIBUTE),
             Dim("width", DimKind.ATTRIBUTE),
         )

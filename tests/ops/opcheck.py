@@ -91,7 +91,13 @@ def tilings(
     choices = []
     for dim, size in zip(sig.dims, sig.output_shape, strict=True):
         if dim.partitionable and dim.name not in skip:
-            choices.append([d for d in range(1, min(size, max_tasks) + 1) if size % d == 0])
+            choices.append(  # the tilings a strategy may hold (`Dim.fits`: grouped convs)
+                [
+                    d
+                    for d in range(1, min(size, max_tasks) + 1)
+                    if size % d == 0 and dim.fits(size, d)
+                ]
+            )
         else:
             choices.append([1])
     for degrees in itertools.product(*choices):

@@ -211,3 +211,16 @@ def test_regions_are_sufficient(op, shape):
 def test_shape_errors(op, inputs, match):
     with pytest.raises(ShapeError, match=match):
         op.infer("conv1", inputs)
+
+
+def test_a_channel_split_straddling_groups_unevenly_is_not_a_valid_configuration():
+    """conv2d(x, 12, groups=3) split by channel into tiles of 6 computed output channel 3 from
+    group 1's inputs (silently other numbers), and 6 channels in 3 groups split by 2 crashed."""
+    from flexflow.machine import parse_machine
+    from flexflow.space import enumerate_configs
+
+    sig = Conv2D(12, 3, 3, 1, 1, 1, 1, groups=3).infer("g", [TensorSpec((8, 6, 5, 5))])
+    channel = sig.dims[1]
+    assert [d for d in (1, 2, 3, 4, 6, 12) if channel.fits(12, d)] == [1, 3, 6, 12]
+    degrees = {c.degrees[1] for c in enumerate_configs(sig, parse_machine("p100:4"))}
+    assert degrees == {1, 3, 6, 12}  # whole groups, or part of one

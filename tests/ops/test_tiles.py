@@ -46,6 +46,8 @@ CASES = [
     (Conv2D(6, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU), IMAGE),
     (Conv2D(4, 3, 3, 2, 2, 1, 1), IMAGE),
     (Conv2D(4, 5, 5, 1, 1, 2, 2, groups=2), IMAGE),
+    (Conv2D(12, 3, 3, 1, 1, 1, 1, groups=3), [TensorSpec((2, 6, 5, 5))]),  # 4 per group
+    (Conv2D(12, 1, 1, 1, 1, 0, 0, groups=6), [TensorSpec((2, 6, 5, 5))]),  # depthwise x2
     (Conv2D(6, 3, 3, 1, 1, 0, 0, use_bias=False), IMAGE),
     (Pool2D(3, 3, 2, 2, 1, 1, PoolType.POOL_MAX), IMAGE),
     (Pool2D(2, 2, 2, 2, 0, 0, PoolType.POOL_AVG), IMAGE),
