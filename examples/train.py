@@ -1,7 +1,7 @@
 """Train a model with a searched (or imported, or data-parallel) strategy on Legate.
 
     legate examples/train.py --cpus 2 --gpus 0 --model lenet --epochs 2     # a laptop
-    legate examples/train.py --gpus 4 --nodes 4 --model lenet --epochs 2    # a cluster
+    legate --launcher mpirun --gpus 4 --nodes 4 examples/train.py --model lenet   # a cluster
     python examples/train.py --model lenet --budget 10                      # LEGATE_CONFIG or all cores
 
 Image models (LeNet, AlexNet, Inception-v3, ResNet-101, or a model file whose one input is an

@@ -74,8 +74,10 @@ class Plan:
 
     def describe(self) -> str:
         ratio = self.dp_simulated_ms / self.simulated_ms
+        if round(ratio, 2) == 1:  # data parallelism itself, or as fast
+            return f"{self.source}; simulated {self.simulated_ms:.3f} ms per iteration"
         versus = (
-            f"{ratio:.2f}x faster than" if ratio >= 1 else f"{1 / ratio:.2f}x slower than"
+            f"{ratio:.2f}x faster than" if ratio > 1 else f"{1 / ratio:.2f}x slower than"
         )  # a ratio below 1 ("0.02x data parallelism's") read as the opposite
         return (
             f"{self.source}; simulated {self.simulated_ms:.3f} ms per iteration ({versus} "

@@ -622,11 +622,20 @@ class Executor:
 
     def _launches(self, batches: Sequence[tuple], loss: str) -> bool:
         """Whether `batches` go `steps_per_launch` to a Legate launch: where training steps
-        launch so, under sparse categorical cross-entropy on labels in this process."""
+        launch so, under sparse categorical cross-entropy on inputs and labels in this
+        process (a launch reads its inputs staged from the batch; cuPyNumeric inputs with
+        numpy labels were looked up there and not found)."""
+
+        def legate(value) -> bool:
+            return hasattr(value, "__legate_data_interface__")
+
         return (
             self.steps_per_launch > 1
             and loss_name(loss) == "sparse_categorical_crossentropy"
-            and not any(hasattr(target, "__legate_data_interface__") for _, target, _ in batches)
+            and not any(
+                legate(target) or any(legate(v) for v in inputs.values())
+                for inputs, target, _ in batches
+            )
         )
 
     def _in_launches(self, batches: Sequence[tuple], loss: str, issue) -> list[BatchStats]:

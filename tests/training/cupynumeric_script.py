@@ -56,6 +56,8 @@ y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)
 report = {
     "numpy": train(x, y),
     "cupynumeric": train(cupynumeric.asarray(x), cupynumeric.asarray(y)),
+    # cuPyNumeric inputs, numpy labels: a KeyError inside the step launches before
+    "mixed": train(cupynumeric.asarray(x), y),
     "repeated": repeated_fits(x, y),
 }
 print(json.dumps(report))

@@ -58,6 +58,7 @@ def test_cupynumeric_arrays_train_like_numpy_arrays():
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["cupynumeric"] == pytest.approx(report["numpy"], rel=1e-6)
+    assert report["mixed"] == pytest.approx(report["numpy"], rel=1e-6)
     assert report["numpy"][1] < report["numpy"][0]  # it learns
     # fit's epochs count the model's epochs so far (as a resumed run's do), and it says so
     assert report["repeated"]["ran"] == [[0], [], [1, 2]]
