@@ -63,9 +63,18 @@ def write_checkpoint(
     strategy: Mapping | None = None,
     position: DataPosition | None = None,
 ) -> Path:
-    """Write the named arrays and the record atomically (a killed save keeps the old file);
+    """Write the named arrays and the record atomically (a killed save keeps the old file;
+    non-finite arrays are refused, so a diverged run keeps it too);
     `strategy`: the run's, as `flexflow.strategy_file.strategy_to_json` writes it; `position`:
     where in its data the run stands, when it saves at an epoch's end."""
+    for name, value in arrays.items():  # a diverged run must not replace the last good file
+        value = np.asarray(value)
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            raise CheckpointError(
+                f"not saving checkpoint {path}: '{name}' holds NaN or infinite values (training "
+                "diverged: lower the learning rate or check the data for NaN); the file keeps "
+                "the last checkpoint saved."
+            )
     meta = {"format": FORMAT, "iteration": iteration, "optimizer": optimizer.to_json()}
     if strategy is not None:
         meta["strategy"] = dict(strategy)

@@ -166,7 +166,23 @@ def test_a_checkpoint_with_an_edited_record_is_refused_in_one_line(tmp_path, cha
 
 
 def test_a_checkpoint_holding_nan_weights_is_refused(tmp_path):
-    weights = {name: np.full_like(w, np.nan) for name, w in WEIGHTS.items()}
-    write_checkpoint(tmp_path / "nan.npz", weights, 3, SGDOptimizer(0.1))
+    import io
+
+    values = dict(np.load(io.BytesIO(_saved(tmp_path))))  # a saved file, edited or damaged
+    name = next(iter(WEIGHTS))
+    values[name] = np.full_like(values[name], np.nan)
+    np.savez(tmp_path / "nan.npz", **values)
     with pytest.raises(CheckpointError, match=r"holds NaN or infinite values"):
         read_checkpoint(tmp_path / "nan.npz")
+
+
+def test_a_diverged_run_does_not_save_over_the_last_good_checkpoint(tmp_path):
+    """fit saved NaN weights over the file after a NaN in the data, losing the good one."""
+    path = tmp_path / "c.npz"
+    write_checkpoint(path, WEIGHTS, 3, SGDOptimizer(0.1))
+    good = path.read_bytes()
+    weights = {name: np.full_like(w, np.nan) for name, w in WEIGHTS.items()}
+    with pytest.raises(CheckpointError, match=r"not saving checkpoint .* NaN or infinite .* the "
+                       r"file keeps the last checkpoint saved"):  # fmt: skip
+        write_checkpoint(path, weights, 4, SGDOptimizer(0.1))
+    assert path.read_bytes() == good
