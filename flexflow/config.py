@@ -6,19 +6,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
-import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flexflow.errors import FlexFlowError
 from flexflow.fileio import output_file
-from flexflow.ops.base import is_int
-
-
-def _is_real(value: object) -> bool:
-    """A real number (not a bool, a string or None), which can be compared."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+from flexflow.ops.base import is_int, is_real
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +38,13 @@ class FFConfig:
             value = getattr(self, key)
             if not is_int(value) or value <= 0:
                 raise FlexFlowError(f"FFConfig: {key} must be a positive integer, got {value!r}.")
-        if not (_is_real(self.learning_rate) and 0 < self.learning_rate < math.inf):
+        if not (is_real(self.learning_rate) and 0 < self.learning_rate < math.inf):
             raise FlexFlowError(
                 f"FFConfig: learning_rate must be a positive number, got {self.learning_rate!r}."
             )
         if not is_int(self.seed) or self.seed < 0:
             raise FlexFlowError(f"FFConfig: seed must be an integer >= 0, got {self.seed!r}.")
-        if not (_is_real(self.search_budget) and self.search_budget >= 0):
+        if not (is_real(self.search_budget) and self.search_budget >= 0):
             raise FlexFlowError(
                 f"FFConfig: search_budget must be a number of seconds >= 0, got "
                 f"{self.search_budget!r}."

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 from pathlib import Path
 
 from flexflow.errors import OutputPathError
-from flexflow.fileio import atomic_write_bytes, output_file
+from flexflow.fileio import argument_type, atomic_write_bytes, check_output_path
 
 FORMATS = ("png", "svg", "pdf")
 DPI = 110
@@ -27,13 +26,13 @@ def picture_format(path: str | os.PathLike[str]) -> str:
     return suffix
 
 
-def picture_file(text: str) -> str:
-    """argparse `type=` of a picture to write: a writable path with a known format."""
-    try:
-        picture_format(text)
-    except OutputPathError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return output_file(text)
+def _check_picture(text: str) -> None:
+    picture_format(text)
+    check_output_path(text)
+
+
+picture_file = argument_type(_check_picture)
+"""argparse `type=` of a picture to write: a writable path with a known format."""
 
 
 def save_figure(fig, path: str | os.PathLike[str]) -> Path:

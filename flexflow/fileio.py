@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +49,21 @@ def check_output_path(path: str | os.PathLike[str]) -> Path:
     return target
 
 
-def output_file(text: str) -> str:
-    """argparse `type=` of an output FILE: checked when the arguments are parsed."""
-    try:
-        check_output_path(text)
-    except OutputPathError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+def argument_type(check: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse `type=` that runs `check` on the text, its OutputPathError the usage error."""
+
+    def parse(text: str) -> str:
+        try:
+            check(text)
+        except OutputPathError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return parse
+
+
+output_file = argument_type(check_output_path)
+"""argparse `type=` of an output FILE: checked when the arguments are parsed."""
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:

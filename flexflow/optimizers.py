@@ -15,7 +15,6 @@ tiling gives bit-identical weights.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -24,6 +23,7 @@ import numpy as np
 
 from flexflow.errors import FlexFlowError
 from flexflow.ops import native
+from flexflow.ops.base import is_real
 
 
 class Optimizer(Protocol):
@@ -112,8 +112,7 @@ def _check(name: str, **values: float) -> None:
     string or None is refused before it is compared (it was a TypeError)."""
     for key, value in values.items():
         test, bound = _BOUNDS[key]
-        real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-        if not (real and test(value)):
+        if not (is_real(value) and test(value)):
             raise FlexFlowError(f"{name}: {key} must be {bound}, got {value!r}.")
 
 

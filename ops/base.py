@@ -396,6 +396,11 @@ def is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def is_real(value: object) -> bool:
+    """A real number, numpy's included, and not a bool, a string or None: one to compare."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def expect_positive(kind: str, name: str, **values: int) -> None:
     """Sizes, kernels and strides: whole numbers >= 1 (a float 2.5 was truncated or kept)."""
     for key, value in values.items():
@@ -419,7 +424,7 @@ def expect_non_negative(kind: str, name: str, **values: int) -> None:
 def expect_positive_real(kind: str, name: str, **values: float) -> None:
     """Epsilons: finite numbers > 0 (NaN compares false with everything and passed `<= 0`)."""
     for key, value in values.items():
-        real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        real = is_real(value)
         if not real or not math.isfinite(value) or value <= 0:
             raise ShapeError(
                 f"{kind} '{name}': {key} must be a positive finite number, got {value!r}; pass "
