@@ -355,7 +355,11 @@ def main(argv: list[str] | None = None) -> int:
                 model.executor.step_ops_timeline.clear()
 
         history = model.fit(
-            *train, epochs=config.epochs, checkpoint=args.checkpoint, on_epoch=on_epoch
+            *train,
+            epochs=config.epochs,
+            checkpoint=args.checkpoint,
+            on_epoch=on_epoch,
+            initial_epoch=model.executor.epochs_done,  # a resumed run's, else 0
         )
         if args.measured_trace:
             from flexflow.runtime.trace import write_measured_trace

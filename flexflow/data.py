@@ -28,7 +28,7 @@ Array = Any
 @dataclass(frozen=True, slots=True)
 class Batch:
     inputs: Mapping[str, Array]
-    target: Array
+    target: Array | None
     valid: int
     """How many leading samples are real (the rest pad a last, short batch)."""
 
@@ -40,12 +40,13 @@ def _namespace(array: Array):
 
 
 class DataLoader:
-    """Batches of `inputs` (by the model's input tensor names) and `target`, `batch_size` each."""
+    """Batches of `inputs` (by the model's input tensor names) and `target` (None: inputs
+    only), `batch_size` each."""
 
     def __init__(
         self,
         inputs: Mapping[str, Array],
-        target: Array,
+        target: Array | None,
         batch_size: int,
         *,
         shuffle: bool = False,
@@ -54,12 +55,14 @@ class DataLoader:
     ) -> None:
         if not inputs:
             raise FlexFlowError("DataLoader: give at least one input array (by input name).")
-        sizes = {name: len(array) for name, array in inputs.items()} | {"target": len(target)}
+        sizes = {name: len(array) for name, array in inputs.items()}
+        if target is not None:  # None: inputs alone (`FFModel.predict`)
+            sizes["target"] = len(target)
         if len(set(sizes.values())) != 1:
             raise FlexFlowError(
                 f"DataLoader: every array needs one entry per sample, got lengths {sizes}."
             )
-        self.samples = len(target)
+        self.samples = next(iter(sizes.values()))
         if not is_int(batch_size) or batch_size <= 0:
             raise FlexFlowError(f"DataLoader: batch_size must be positive, got {batch_size!r}.")
         if drop_last and self.samples < batch_size:
@@ -96,7 +99,7 @@ class DataLoader:
                 picked = np.concatenate([picked, np.full(self.batch_size - valid, picked[0])])
             yield Batch(
                 {name: self._take(array, picked) for name, array in self.inputs.items()},
-                self._take(self.target, picked),
+                None if self.target is None else self._take(self.target, picked),
                 valid,
             )
 

@@ -14,8 +14,9 @@ model-parallel RNN strategies exploit.
 from __future__ import annotations
 
 import functools
+import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,7 +47,7 @@ from flexflow.ops.softmax import Softmax
 from flexflow.ops.split import Split
 from flexflow.ops.stack import Stack
 from flexflow.ops.transpose import Transpose
-from flexflow.optimizers import Optimizer, SGDOptimizer
+from flexflow.optimizers import Optimizer, chosen_optimizer
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -94,6 +95,7 @@ class FFModel:
         self._sequences: dict[int, tuple[Tensor, ...]] = {}
         self._read: set[int] = set()
         self._trainer = None  # set by compile()
+        self._optimizer: Optimizer | None = None  # set before compile (`optimizer`)
 
     # ---- plumbing -----------------------------------------------------------------------------
     def _layer_name(self, kind: str, name: str | None) -> str:
@@ -433,8 +435,20 @@ class FFModel:
     ) -> Tensor:
         return self._layer(LayerNorm(tuple(axes), elementwise_affine, eps), [input], name)
 
-    def dropout(self, input: Tensor, rate: float, seed: int = 0, name: str | None = None) -> Tensor:
-        return self._layer(Dropout(rate, seed), [input], name)
+    def dropout(
+        self, input: Tensor, rate: float, seed: int | None = None, name: str | None = None
+    ) -> Tensor:
+        """Inverted dropout of `rate` in training (the identity in evaluation). Its masks come
+        from `seed` (default: one drawn from the layer's name, so two dropouts of one model
+        never drop the same elements), the iteration and the run's FFConfig.seed, and do not
+        depend on the strategy (`flexflow.ops.dropout`)."""
+        name = self._layer_name("dropout", name)
+        if seed is None:  # far from the small seeds a model passes (distinct streams)
+            seed = 2**32 + zlib.crc32(name.encode())
+        elif not is_int(seed) or seed < 0:
+            raise ShapeError(f"dropout '{name}': seed must be an integer >= 0, got {seed!r}.")
+        (out,) = self._add(Dropout(rate, int(seed)), [input], name)
+        return out
 
     def mean(
         self, input: Tensor, dims: Sequence[int], keepdims: bool = False, name: str | None = None
@@ -444,7 +458,7 @@ class FFModel:
     # ---- training (FlexFlow's compile / fit / eval) ----------------------------------------------
     def compile(
         self,
-        optimizer: Optimizer | None = None,
+        optimizer: Optimizer | str | None = None,
         loss_type: str = "sparse_categorical_crossentropy",
         metrics: Sequence[str] | None = None,
         *,
@@ -465,7 +479,12 @@ class FFModel:
         `resumed_strategy`, the strategy of a checkpoint the run will load
         (`flexflow.checkpoint.checkpoint_strategy`), is kept instead of searching. `metrics`
         default to accuracy under the cross-entropies and to none under mean squared error,
-        where accuracy is categorical (the target's largest entry: one-hot targets only)."""
+        where accuracy is categorical (the target's largest entry: one-hot targets only).
+        `optimizer` may be named ("sgd", "adam": at the config's learning rate); None takes
+        the one set as `model.optimizer`, else SGD at the config's learning rate. Compiling
+        again (another optimizer, strategy or budget) keeps what the model has trained (its
+        weights, batch norm's statistics, the epochs done) and starts the optimizer afresh,
+        as Keras does."""
         from flexflow.bootstrap import check_network_library, python_handles_ctrl_c
         from flexflow.runtime.loss import check_model_output
 
@@ -482,7 +501,9 @@ class FFModel:
         from flexflow.runtime.trials import time_candidates
 
         graph, machine = self.graph(), machine or parse_machine("local")
-        optimizer = optimizer or SGDOptimizer(self.config.learning_rate)
+        if optimizer is None:
+            optimizer = self._optimizer
+        optimizer = chosen_optimizer(optimizer, self.config.learning_rate)
         measure = agree = None
         runtime = get_legate_runtime()
         python_handles_ctrl_c()
@@ -523,8 +544,33 @@ class FFModel:
         )
         if metrics is None:  # accuracy where the loss is a classification's
             metrics = ("accuracy",) if "crossentropy" in loss_name(loss_type) else ()
-        self._trainer = Trainer(executor, loss_type, metrics, console, progress)
+        trainer = Trainer(executor, loss_type, metrics, console, progress)
+        if self._trainer is not None:  # compiled again: train on from where it stands
+            executor.take_trained_state(self._trainer.executor)
+            self._trainer.executor.close()
+        self._trainer, self._optimizer = trainer, optimizer
         return plan
+
+    @property
+    def optimizer(self) -> Optimizer | None:
+        """The optimizer training uses: the compiled model's, or before `compile` the one set
+        here (FlexFlow's `model.optimizer = SGDOptimizer(...)`), which `compile` then takes.
+        Set on a compiled model it changes the hyperparameters from the next iteration on
+        (the same kind of optimizer: its states carry over; `Executor.set_optimizer`)."""
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: Optimizer | str) -> None:
+        optimizer = chosen_optimizer(optimizer, self.config.learning_rate)
+        if self._trainer is not None:
+            self._trainer.executor.set_optimizer(optimizer)
+        self._optimizer = optimizer
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """Train on at `learning_rate` (a schedule: call it from fit's `on_epoch`); the other
+        hyperparameters and the optimizer's states stay."""
+        current = self._optimizer or chosen_optimizer(None, self.config.learning_rate)
+        self.optimizer = replace(current, learning_rate=learning_rate)
 
     @property
     def executor(self):
@@ -536,40 +582,103 @@ class FFModel:
             raise GraphError("call FFModel.compile(...) before fit, eval or executor.")
         return self._trainer
 
-    def _loader(self, x, y, shuffle: bool, drop_last: bool) -> DataLoader:
+    def _loader(self, x, y, shuffle: bool, drop_last: bool, targets: bool = True) -> DataLoader:
+        """`x` and `y` as a DataLoader of the config's batches, every input and (with
+        `targets`) every target checked against the model before the first batch."""
+        loader = self._data(x, y, shuffle, drop_last)
+        if targets:
+            from flexflow.runtime.loss import check_targets
+
+            output = self.graph().ops[-1].sig.output_shape
+            check_targets(self._compiled_trainer().loss, output, loader.target, loader.samples)
+        return loader
+
+    def _data(self, x, y, shuffle: bool, drop_last: bool) -> DataLoader:
+        """`x` and `y` as a DataLoader of the config's batches, each input checked against
+        the model's before any batch is cut or fed."""
+        graph = self.graph()
+        if isinstance(x, DataLoader):
+            if y is not None:
+                raise ShapeError(
+                    "y was given beside a DataLoader, which holds its own targets; pass them "
+                    "to the DataLoader, or x and y as arrays."
+                )
+            if x.batch_size != self.config.batch_size:
+                raise ShapeError(
+                    f"the DataLoader cuts batches of {x.batch_size}, but the model's batch size "
+                    f"is {self.config.batch_size}; make it with "
+                    "batch_size=model.config.batch_size."
+                )
+            data = x.inputs
+        else:
+            data = self._inputs_by_name(x, graph)
+        names = [t.name for t in graph.input_tensors]
+        unknown = [name for name in data if name not in names]
+        missing = [name for name in names if name not in data]
+        if unknown or missing:
+            raise ShapeError(
+                f"the model's inputs are {names}; the data "
+                + (f"names {unknown}, which it has not" if unknown else f"lacks {missing}")
+                + ": key x by the input names (or the tensors create_tensor returned)."
+            )
+        for tensor in graph.input_tensors:
+            self._check_input(graph, tensor, data[tensor.name])
         if isinstance(x, DataLoader):
             return x
-        graph = self.graph()
-        if not isinstance(x, Mapping):
-            if len(graph.input_tensors) != 1:
-                names = [t.name for t in graph.input_tensors]
-                raise ShapeError(f"the model has inputs {names}: pass x as a dict by those names.")
-            x = {graph.input_tensors[0].name: x}
-        for tensor in graph.input_tensors:  # before any batch is cut or fed
-            if tensor.spec.shape[0] != self.config.batch_size:
-                raise ShapeError(
-                    f"input '{tensor.name}' was created with batch {tensor.spec.shape[0]} (its "
-                    f"first dimension, {tensor.spec.shape}), but the batch size is "
-                    f"{self.config.batch_size}; create inputs with model.config.batch_size."
-                )
-            given = x.get(tensor.name)
-            if given is not None and not tensor.spec.dtype.is_float:
-                _check_ids(graph, tensor, given)
-            sample = tensor.spec.shape[1:]
-            if given is not None and tuple(np.shape(given))[1:] != sample:
-                raise ShapeError(
-                    f"input '{tensor.name}' takes samples of shape {sample} (the model's input "
-                    f"is {tensor.spec.shape}, the batch first), got an array of shape "
-                    f"{tuple(np.shape(given))}; pass data whose samples have shape {sample}."
-                )
         return DataLoader(
-            x,
-            y,
+            data,
+            y if y is None or hasattr(y, "shape") else np.asarray(y),  # a list: an array
             self.config.batch_size,
             shuffle=shuffle,
             seed=self.config.seed,
             drop_last=drop_last,
         )
+
+    def _inputs_by_name(self, x, graph: OperatorGraph) -> dict:
+        """`x` by input name: a dict by name or by the Tensor create_tensor returned, a list
+        or tuple in the inputs' order (several inputs), or the one input's array."""
+        inputs = graph.input_tensors
+        if isinstance(x, Mapping):
+            by_name = {}
+            for key, value in x.items():
+                if isinstance(key, Tensor) and key.model == id(self) and key.id in self._tensors:
+                    key = self._tensors[key.id].name
+                by_name[key if isinstance(key, str) else repr(key)] = value
+        elif isinstance(x, (list, tuple)) and len(inputs) > 1:
+            if len(x) != len(inputs):
+                raise ShapeError(
+                    f"the model has {len(inputs)} inputs {[t.name for t in inputs]}; x holds "
+                    f"{len(x)} arrays: pass one per input, in that order, or a dict by name."
+                )
+            by_name = {t.name: value for t, value in zip(inputs, x, strict=True)}
+        elif len(inputs) != 1:
+            names = [t.name for t in inputs]
+            raise ShapeError(f"the model has inputs {names}: pass x as a dict by those names.")
+        else:
+            by_name = {inputs[0].name: x}
+        return {
+            name: value if hasattr(value, "shape") else np.asarray(value)
+            for name, value in by_name.items()
+        }
+
+    def _check_input(self, graph: OperatorGraph, tensor: GraphTensor, given) -> None:
+        """Raise ShapeError unless `given` fits the model input `tensor` (its samples' shape,
+        integer ids within the embeddings reading them) and the input has the batch size."""
+        if tensor.spec.shape[0] != self.config.batch_size:
+            raise ShapeError(
+                f"input '{tensor.name}' was created with batch {tensor.spec.shape[0]} (its "
+                f"first dimension, {tensor.spec.shape}), but the batch size is "
+                f"{self.config.batch_size}; create inputs with model.config.batch_size."
+            )
+        if not tensor.spec.dtype.is_float:
+            _check_ids(graph, tensor, given)
+        sample = tensor.spec.shape[1:]
+        if tuple(np.shape(given))[1:] != sample:
+            raise ShapeError(
+                f"input '{tensor.name}' takes samples of shape {sample} (the model's input "
+                f"is {tensor.spec.shape}, the batch first), got an array of shape "
+                f"{tuple(np.shape(given))}; pass data whose samples have shape {sample}."
+            )
 
     def fit(
         self,
@@ -580,21 +689,39 @@ class FFModel:
         shuffle: bool = True,
         checkpoint: str | None = None,
         on_epoch=None,
+        initial_epoch: int | None = None,
     ) -> list[Metrics]:
-        """Train on `x` (an array for a one-input model, a dict by input name, or a DataLoader)
-        and `y` until `epochs` (default: the config's) epochs are done, counting those this
-        model has done already (earlier calls, a loaded checkpoint: Keras' `epochs` with its
-        `initial_epoch` at the epochs done, so a resumed run continues where it stopped);
-        saves `checkpoint` each epoch. The metrics of the epochs run here."""
+        """Train on `x` (an array for a one-input model, a dict by input name or input
+        tensor, a list in input order, or a DataLoader) and `y` for `epochs` (default: the
+        config's) more epochs, as FlexFlow's and Keras' fit do; each call's epochs draw new
+        data orders. With `initial_epoch` (Keras'), the epochs from there until `epochs`: a
+        run resumed from a checkpoint continues with `fit(x, y, total,
+        initial_epoch=model.executor.epochs_done)`. Saves `checkpoint` after each epoch; the
+        metrics of the epochs run here (a line per epoch where no `on_epoch` takes them)."""
         loader = self._loader(x, y, shuffle, drop_last=True)
         trainer = self._compiled_trainer()
         return trainer.fit(
-            loader, self.config.epochs if epochs is None else epochs, checkpoint, on_epoch
+            loader,
+            self.config.epochs if epochs is None else epochs,
+            checkpoint,
+            on_epoch,
+            initial_epoch,
         )
 
     def eval(self, x=None, y=None) -> Metrics:
         """Loss and metrics over every sample of `x`, `y` (a short last batch is padded)."""
-        return self._compiled_trainer().evaluate(self._loader(x, y, False, drop_last=False))
+        loader = self._loader(x, y, False, drop_last=False)
+        return self._compiled_trainer().evaluate(loader)
+
+    def predict(self, x) -> np.ndarray:
+        """The model's output for every sample of `x` (as `fit` takes it; a DataLoader gives
+        its own order), in order, as one numpy array: the forward pass as `eval` runs it
+        (dropout passes its input on, batch norm uses its running statistics), one batch at a
+        time (a short last batch is padded)."""
+        loader = self._loader(x, None, False, drop_last=False, targets=False)
+        executor = self._compiled_trainer().executor
+        outputs = [executor.forward(batch.inputs)[: batch.valid] for batch in loader.epoch(0)]
+        return np.concatenate(outputs)
 
 
 def _check_ids(graph: OperatorGraph, tensor: GraphTensor, given) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Protocol
 
 import numpy as np
@@ -119,6 +119,17 @@ def _check(name: str, **values: float) -> None:
 _F32 = np.float32
 
 
+def _not_a_model(kind: str, learning_rate) -> None:
+    """FlexFlow's optimizers take the model first (`SGDOptimizer(ffmodel, 0.01)`); ours are
+    values of their hyperparameters alone."""
+    if type(learning_rate).__name__ == "FFModel":
+        raise FlexFlowError(
+            f"{kind} takes no model: FlexFlow's {kind}(ffmodel, lr, ...) is {kind}(lr, ...) "
+            f"here, its other hyperparameters by keyword; compile(optimizer) or "
+            f"model.optimizer = ... gives it to the model."
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SGDOptimizer:
     """SGD with optional (Nesterov) momentum and L2 weight decay, as PyTorch defines them:
@@ -126,11 +137,13 @@ class SGDOptimizer:
     else v). With momentum 0 there is no state and w -= lr * g'."""
 
     learning_rate: float = 0.01
+    _: KW_ONLY  # FlexFlow's order differs: (lr, momentum, nesterov, weight_decay)
     momentum: float = 0.0
     weight_decay: float = 0.0
     nesterov: bool = False
 
     def __post_init__(self) -> None:
+        _not_a_model("SGDOptimizer", self.learning_rate)
         _check(
             "SGDOptimizer",
             learning_rate=self.learning_rate,
@@ -186,12 +199,14 @@ class AdamOptimizer:
     w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + epsilon)."""
 
     learning_rate: float = 0.001
+    _: KW_ONLY  # FlexFlow's order differs: (alpha, beta1, beta2, weight_decay, epsilon)
     beta1: float = 0.9
     beta2: float = 0.999
     epsilon: float = 1e-8
     weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
+        _not_a_model("AdamOptimizer", self.learning_rate)
         _check(
             "AdamOptimizer",
             learning_rate=self.learning_rate,
@@ -244,9 +259,34 @@ class AdamOptimizer:
         }
 
 
+OPTIMIZERS = {"sgd": SGDOptimizer, "adam": AdamOptimizer}
+"""The optimizers by the name `to_json` records and `compile` takes (Keras' names)."""
+
+
+def chosen_optimizer(optimizer: Optimizer | str | None, learning_rate: float) -> Optimizer:
+    """`optimizer` itself, or the one it names ("sgd", "adam") at `learning_rate`; None is SGD
+    at `learning_rate`. Refuses anything else, naming what it takes."""
+    if optimizer is None:
+        optimizer = "sgd"
+    if isinstance(optimizer, str):
+        kind = OPTIMIZERS.get(optimizer.lower())
+        if kind is None:
+            raise FlexFlowError(
+                f"unknown optimizer '{optimizer}'; name one of {', '.join(OPTIMIZERS)} or pass "
+                "an SGDOptimizer(...) or AdamOptimizer(...)."
+            )
+        return kind(learning_rate)
+    if not isinstance(optimizer, tuple(OPTIMIZERS.values())):
+        raise FlexFlowError(
+            f"the optimizer must be an SGDOptimizer or AdamOptimizer (or its name: "
+            f"{', '.join(OPTIMIZERS)}), got {type(optimizer).__name__}."
+        )
+    return optimizer
+
+
 def optimizer_from_json(data: dict) -> Optimizer:
     """The optimizer `to_json` described (checkpoints record it)."""
-    kinds = {"sgd": SGDOptimizer, "adam": AdamOptimizer}
+    kinds = OPTIMIZERS
     fields = dict(data)
     kind = fields.pop("type", None)
     if kind not in kinds:

@@ -66,7 +66,7 @@ def _saved(tmp_path) -> bytes:
     machine = parse_machine("p100:1")
     strategy = strategy_to_json(named_strategy("dp", GRAPH, machine), GRAPH, machine)
     arrays = {**WEIGHTS, **{f"{name}@m": np.ones_like(w) for name, w in WEIGHTS.items()}}
-    write_checkpoint(tmp_path / "good.npz", arrays, 3, SGDOptimizer(0.1, 0.9), strategy)
+    write_checkpoint(tmp_path / "good.npz", arrays, 3, SGDOptimizer(0.1, momentum=0.9), strategy)
     return (tmp_path / "good.npz").read_bytes()
 
 

@@ -172,6 +172,7 @@ def test_ffconfig_from_args_prints_its_flags_for_help(capsys):
         ),
         (lambda m, x: m.create_tensor((4, True)), r"dims must be positive integers"),
         (lambda m, x: m.dropout(x, "0.5"), r"dropout .*rate must be in \[0, 1\), got '0\.5'"),
+        (lambda m, x: m.dropout(x, 0.5, seed=-1), r"dropout .*seed must be an integer >= 0"),
         (lambda m, x: m.transpose(m.flat(x), (0.0, 1.0)), r"is not a permutation of \(0, 1\)"),
         (lambda m, x: m.pool2d(x, 2, 2, 2, 2, 0, 0, pool_type=7), r"pool_type must be one of"),
         (lambda m, x: m.dense(m.flat(x), 4, activation="relu"), r"activation must be one of"),
@@ -240,3 +241,73 @@ def test_ids_outside_an_embedding_or_not_integers_are_refused_naming_the_layer()
         model.fit(tokens, labels)
     with pytest.raises(ShapeError, match=r"input 'tokens' takes integer ids \(.*\), got float32"):
         model.fit(tokens.astype(np.float32), labels)
+
+
+def test_dropouts_draw_distinct_masks_and_the_run_seed_moves_them():
+    """Two dropouts left at the default seed shared one mask stream (the same elements dropped
+    in both); the run's seed did not reach them. Seed 0 keeps the layers' own seeds."""
+    from flexflow.task_modes import RUN_SEED_STRIDE, seeded_for_run
+
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.dense(model.create_tensor((4, 8), name="x"), 8)
+    a = model.dropout(x, 0.5)
+    model.dropout(model.add(a, x), 0.5, seed=7)
+    model.dropout(model.dense(a, 8), 0.5)
+    graph = model.graph()
+    seeds = [node.op.seed for node in graph.ops if node.kind == "dropout"]
+    assert len(set(seeds)) == 3 and seeds[1] == 7
+    assert seeded_for_run(graph, 0) is graph
+    moved = [node.op.seed for node in seeded_for_run(graph, 2).ops if node.kind == "dropout"]
+    assert moved == [(s + 2 * RUN_SEED_STRIDE) % 2**63 for s in seeds]
+
+
+def _two_inputs():
+    model = FFModel(FFConfig(batch_size=4))
+    a = model.create_tensor((4, 3), name="a")
+    b = model.create_tensor((4, 5), name="b")
+    model.softmax(model.dense(model.concat([a, b], axis=1), 2))
+    return model, a, b
+
+
+def test_inputs_are_taken_by_name_by_tensor_or_in_order_and_checked_before_compile():
+    """FlexFlow ties arrays to the tensors create_tensor returned; a dict keyed by them (or a
+    misspelt name) failed inside the first step, a list of arrays was refused."""
+    model, a, b = _two_inputs()
+    xa, xb, y = np.zeros((8, 3), np.float32), np.zeros((8, 5), np.float32), np.zeros(8, np.int32)
+    for x in ({"a": xa, "b": xb}, {a: xa, b: xb}, [xa, xb], (xa, xb)):  # all taken: then
+        with pytest.raises(GraphError, match=r"call FFModel.compile"):  # it wants compile
+            model.fit(x, y)
+    with pytest.raises(ShapeError, match=r"the data names \['c'\], which it has not"):
+        model.fit({"a": xa, "c": xb}, y)
+    with pytest.raises(ShapeError, match=r"the data lacks \['b'\]"):
+        model.fit({a: xa}, y)
+    with pytest.raises(ShapeError, match=r"x holds 3 arrays: pass one per input"):
+        model.fit([xa, xb, xb], y)
+    with pytest.raises(ShapeError, match=r"input 'b' takes samples of shape \(5,\)"):
+        model.fit([xa, xa], y)
+
+
+def test_a_data_loader_must_cut_the_models_batches_and_hold_its_targets():
+    from flexflow.data import DataLoader
+
+    model, _, _ = _two_inputs()
+    data = {"a": np.zeros((8, 3), np.float32), "b": np.zeros((8, 5), np.float32)}
+    y = np.zeros(8, np.int32)
+    with pytest.raises(ShapeError, match=r"cuts batches of 2, but the model's batch size is 4"):
+        model.fit(DataLoader(data, y, 2))
+    with pytest.raises(ShapeError, match=r"y was given beside a DataLoader"):
+        model.fit(DataLoader(data, y, 4), y)
+    with pytest.raises(ShapeError, match=r"the data lacks \['b'\]"):
+        model.fit(DataLoader({"a": data["a"]}, y, 4))
+
+
+def test_an_input_no_layer_reads_is_refused_at_compile():
+    """FlexFlow examples create a label tensor; here it asked fit for data for it."""
+    from flexflow.runtime.loss import check_model_output
+
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3), name="x")
+    model.create_tensor((4, 1), DataType.DT_INT32, name="label")
+    model.softmax(model.dense(x, 2))
+    with pytest.raises(ShapeError, match=r"no layer reads the model input 'label' \(4, 1\)"):
+        check_model_output(model.graph(), "sparse_categorical_crossentropy")

@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 from flexflow.errors import FlexFlowError
 from flexflow.ops import native
-from flexflow.optimizers import AdamOptimizer, SGDOptimizer, optimizer_from_json, sum_in_order
+from flexflow.optimizers import (
+    AdamOptimizer,
+    SGDOptimizer,
+    chosen_optimizer,
+    optimizer_from_json,
+    sum_in_order,
+)
 
 
 def run(optimizer, weight, grads):
@@ -191,3 +197,27 @@ def test_bad_settings_are_refused(make, match):
 )
 def test_json_round_trip(optimizer):
     assert optimizer_from_json(optimizer.to_json()) == optimizer
+
+
+def test_optimizers_are_chosen_by_name_at_the_given_rate_and_nothing_else_passes():
+    assert chosen_optimizer(None, 0.2) == SGDOptimizer(0.2)
+    assert chosen_optimizer("Adam", 0.003) == AdamOptimizer(0.003)
+    given = SGDOptimizer(0.1, momentum=0.9)
+    assert chosen_optimizer(given, 0.5) is given
+    with pytest.raises(FlexFlowError, match="unknown optimizer 'rmsprop'"):
+        chosen_optimizer("rmsprop", 0.1)
+    with pytest.raises(FlexFlowError, match="must be an SGDOptimizer or AdamOptimizer"):
+        chosen_optimizer(0.1, 0.1)
+
+
+def test_flexflows_argument_order_is_refused_not_misread():
+    """FlexFlow's AdamOptimizer(ffmodel, alpha, beta1, beta2, weight_decay, epsilon): without
+    the model, positional arguments swapped epsilon and weight decay silently."""
+    from flexflow import FFModel
+
+    with pytest.raises(TypeError):
+        AdamOptimizer(0.001, 0.9, 0.999, 1e-4, 1e-8)
+    with pytest.raises(TypeError):
+        SGDOptimizer(0.01, 0.9, True, 5e-4)
+    with pytest.raises(FlexFlowError, match=r"SGDOptimizer takes no model: .* SGDOptimizer\(lr"):
+        SGDOptimizer(FFModel())  # flexflow.core's SGDOptimizer(ffmodel, lr, ...) takes it

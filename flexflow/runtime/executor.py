@@ -48,7 +48,7 @@ from flexflow.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from flexflow.errors import StrategyError
+from flexflow.errors import FlexFlowError, StrategyError
 from flexflow.fusion import (
     Slot,
     SlotKind,
@@ -89,6 +89,7 @@ from flexflow.runtime.trace import take_step_logs
 from flexflow.runtime.weights import ParameterStores
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import strategy_to_json, validate_strategy
+from flexflow.task_modes import seeded_for_run
 
 
 class Executor:
@@ -114,6 +115,7 @@ class Executor:
             raise StrategyError(
                 f"steps_per_execution must be a positive integer, got {steps_per_execution!r}."
             )
+        graph = seeded_for_run(graph, seed)  # dropout masks differ between seeds, as weights
         self.graph, self.strategy = graph, strategy
         self.cpp_steps = cpp_steps
         self.optimizer: Optimizer = optimizer or SGDOptimizer(learning_rate)
@@ -316,6 +318,15 @@ class Executor:
         """What runs this executor's CPU tiles, for a run's log (`flexflow.runtime.kernel_report`)."""
         return describe_kernels(self)
 
+    def check_open(self) -> None:
+        """Raise FlexFlowError once `close` has run: task bodies look the executor up by its
+        id, and a task of a closed one would abort the process."""
+        if self.id not in EXECUTORS:
+            raise FlexFlowError(
+                "this executor was closed (Executor.close); compile the model again to train "
+                "or evaluate it."
+            )
+
     def close(self) -> None:
         """Wait for this executor's tasks and release it (and its stores) from the registry."""
         self.runtime.issue_execution_fence(block=True)
@@ -374,6 +385,47 @@ class Executor:
                 )
         self.params.replace_weights({by_name[name].id: value for name, value in values.items()})
 
+    @property
+    def epochs_done(self) -> int:
+        """Whole epochs `fit` has trained (`position`; 0 before any): where a resumed run's
+        `fit(..., initial_epoch=...)` starts."""
+        return 0 if self.position is None else self.position.epochs
+
+    def take_trained_state(self, other: Executor) -> None:
+        """Continue from what `other`, an executor of the same model under any strategy, has
+        trained: its weights, batch norm's running statistics and the epochs done. The
+        optimizer starts afresh (zero states, step count 0), as after Keras' compile."""
+        closed = other.id not in EXECUTORS
+        EXECUTORS[other.id] = other  # a closed one's stores are still there to read
+        try:
+            self.set_weights(other.get_weights())
+            for op in self.running:
+                value = other.batch_statistics.running_value(
+                    op, read_store(other.store_of(other.running[op]))
+                )
+                self.running[op] = self.store_of(self.batch_statistics.stored_running(op, value))
+        finally:
+            if closed:
+                other.close()
+        self._tiles.clear()  # views of the statistics replaced here
+        self.position = other.position
+
+    def set_optimizer(self, optimizer: Optimizer) -> None:
+        """Train on with `optimizer`: new hyperparameters (a learning rate schedule) for an
+        optimizer of the same kind and states, whose states carry over. Iterations issued
+        before keep the old ones: the pending update is applied and the running tasks (whose
+        Python bodies read `self.optimizer`) are waited for first."""
+        old = self.optimizer
+        if type(optimizer) is not type(old) or optimizer.state_names != old.state_names:
+            raise FlexFlowError(
+                f"set_optimizer: the model trains with {old} (states: "
+                f"{', '.join(old.state_names) or 'none'}); a new optimizer must be the same kind "
+                f"with the same states, got {optimizer}; compile the model again to change it."
+            )
+        self._apply_pending()
+        self.runtime.issue_execution_fence(block=True)
+        self.optimizer = optimizer
+
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
         """Write every weight, the optimizer's states, batch norm's running statistics, the
         iteration count and where the run stands in its data (`position`) to `path`
@@ -422,6 +474,7 @@ class Executor:
 
     def created_task(self, device: int, task_id: int):
         """A task of `task_id` on processor `device`, counted; every task is made here."""
+        self.check_open()
         with Scope(machine=self.processors[device]):
             task = self.runtime.create_auto_task(self.library, task_id)
         self.tasks_issued += 1
@@ -594,6 +647,7 @@ class Executor:
     ) -> np.ndarray | None:
         """Run the forward pass on `inputs` (by input tensor name); the model's output.
         Dropout drops only in `training` mode."""
+        self.check_open()
         self._apply_pending()
         self.feed_inputs(inputs)
         for group_id in range(len(self.groups)):
@@ -614,6 +668,7 @@ class Executor:
         `steps_per_launch` in each Legate launch where they can (`flexflow.runtime.
         step_launches`: sparse categorical cross-entropy on numpy labels), else one each as
         `train_batch`; their results, in order."""
+        self.check_open()
         if not self._launches(batches, loss):
             return [
                 self.train_batch(inputs, target, loss, valid) for inputs, target, valid in batches
@@ -657,6 +712,7 @@ class Executor:
         `steps_per_launch` batches in each Legate launch where training steps launch so
         (`flexflow.runtime.step_launches.issue_evaluations`: sparse categorical cross-entropy
         on numpy labels), else one each as `eval_batch`; their results, in order."""
+        self.check_open()
         if not self._launches(batches, loss):
             return [
                 self.eval_batch(inputs, target, loss, valid) for inputs, target, valid in batches
@@ -668,7 +724,7 @@ class Executor:
             if tensor.name not in inputs:
                 raise StrategyError(
                     f"no data for the model input '{tensor.name}' {tensor.spec.shape}; "
-                    f"got {sorted(inputs)}."
+                    f"got {sorted(map(str, inputs))}."
                 )
             self.feeds.feed(self, tensor.id, inputs[tensor.name])
 

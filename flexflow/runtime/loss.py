@@ -176,6 +176,13 @@ def check_model_output(graph: OperatorGraph, loss: str) -> None:
             f"{'them' if len(unread) > 1 else 'it'}: add the model's output layer last and "
             "remove the layers nothing reads."
         )
+    unfed = [t for t in graph.input_tensors if not graph.consumers(t.id)]
+    if unfed:
+        listed = ", ".join(f"'{t.name}' {t.spec.shape}" for t in unfed)
+        raise ShapeError(
+            f"no layer reads the model input {listed}; remove it (labels go to fit's y, not "
+            "to create_tensor)."
+        )
     if "crossentropy" in name:
         rank = len(last.sig.output_shape)
         axis = getattr(last.op, "axis", -1) % rank if last.kind == "softmax" else None
@@ -201,6 +208,47 @@ def check_target(name: str, output_shape: tuple[int, ...], target: np.ndarray) -
         checked_labels(output_shape, target)
     else:
         _check_elementwise(output_shape, target)
+
+
+def check_targets(loss: str, output_shape: tuple[int, ...], target, samples: int) -> None:
+    """Raise ShapeError unless a data set's `target` (numpy or cuPyNumeric, one entry per
+    sample) fits the loss `loss` for a model whose output has `output_shape` (batch first):
+    checked once for all of it before the first batch, so a bad label at the end of the data
+    is not found after an epoch of training, and a cuPyNumeric target of the wrong type never
+    reaches a task (float labels there aborted the process)."""
+    name = loss_name(loss)
+    if target is None:
+        raise ShapeError(
+            f"{name}: no targets given (y is None); pass y with one "
+            f"{'label' if name == 'sparse_categorical_crossentropy' else 'target'} per sample "
+            "of x."
+        )
+    shape = (samples, *output_shape[1:])
+    if not hasattr(target, "__legate_data_interface__"):
+        check_target(name, shape, np.asarray(target))
+        return
+    check_legate_target(name, shape, target)
+    if name == "sparse_categorical_crossentropy" and samples:
+        low, high = int(target.min()), int(target.max())
+        if low < 0 or high >= shape[-1]:
+            raise ShapeError(
+                f"sparse_categorical_crossentropy: labels must lie in [0, {shape[-1]}), got "
+                f"[{low}, {high}]."
+            )
+
+
+def check_legate_target(name: str, output_shape: tuple[int, ...], target) -> None:
+    """Raise ShapeError unless a cuPyNumeric `target` has the shape and type the loss `name`
+    takes for an output of `output_shape`, without reading its data."""
+    expected = output_shape[: TARGET_RANK[name](len(output_shape))]
+    if tuple(target.shape) != expected:
+        raise ShapeError(f"{name}: target shape {tuple(target.shape)}, expected {expected}.")
+    if name == "sparse_categorical_crossentropy" and np.dtype(target.dtype).kind not in "iu":
+        raise ShapeError(
+            f"sparse_categorical_crossentropy: labels must be integers (class indices), got "
+            f"{np.dtype(target.dtype)}; pass labels.astype(int), or one-hot targets with "
+            f"categorical_crossentropy."
+        )
 
 
 LOSS_IDS: tuple[str, ...] = tuple(LOSSES)

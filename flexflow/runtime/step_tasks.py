@@ -18,6 +18,7 @@ from flexflow.runtime.concurrent import issue_with_loss
 from flexflow.runtime.loss import (
     LOSS_IDS,
     TARGET_RANK,
+    check_legate_target,
     check_target,
     loss_name,
     predictions_per_sample,
@@ -45,10 +46,8 @@ def checked_target(graph: OperatorGraph, name: str, target, valid: int | None) -
     target_rank = TARGET_RANK[name](len(shape))
     if not hasattr(target, "__legate_data_interface__"):
         check_target(name, shape, np.asarray(target))
-    elif tuple(target.shape) != shape[:target_rank]:
-        raise StrategyError(
-            f"{name}: target shape {tuple(target.shape)}, expected {shape[:target_rank]}."
-        )
+    else:
+        check_legate_target(name, shape, target)
     return name, valid, target_rank
 
 

@@ -33,6 +33,12 @@ from flexflow.runtime.loss import loss_name
 
 METRICS = ("accuracy",)
 METRIC_ALIASES = {"METRICS_ACCURACY": "accuracy"}
+LOSS_METRICS = {
+    # FlexFlow's MetricsType names of losses: the loss trained on is every epoch's `loss`
+    "METRICS_SPARSE_CATEGORICAL_CROSSENTROPY": "sparse_categorical_crossentropy",
+    "METRICS_CATEGORICAL_CROSSENTROPY": "categorical_crossentropy",
+    "METRICS_MEAN_SQUARED_ERROR": "mean_squared_error",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +63,23 @@ class Metrics:
         )
 
 
-def metric_names(metrics: Sequence[str]) -> tuple[str, ...]:
+def metric_names(metrics: Sequence[str], loss: str) -> tuple[str, ...]:
+    """The metrics to compute, by their names here: FlexFlow's names are taken, and a loss
+    named as a metric is the loss `loss` trained on (every epoch reports it), or refused."""
     names = []
     for metric in metrics:
         name = getattr(metric, "name", metric)
         name = METRIC_ALIASES.get(name, name)
+        if not isinstance(name, str):
+            raise FlexFlowError(f"a metric is a name such as 'accuracy', got {metric!r}.")
+        as_loss = LOSS_METRICS.get(name, name)
+        if as_loss == loss:  # reported as the loss
+            continue
+        if as_loss in LOSS_METRICS.values():
+            raise FlexFlowError(
+                f"metric '{name}' is a loss; this model trains on {loss}, which every epoch "
+                f"reports as its loss; drop the metric or compile with loss_type='{as_loss}'."
+            )
         if name not in METRICS:
             raise FlexFlowError(f"unknown metric '{name}'; choose from {', '.join(METRICS)}.")
         names.append(name)
@@ -115,9 +133,12 @@ class Trainer:
     ) -> None:
         self.executor = executor
         self.loss = loss_name(loss)
-        self.metrics = metric_names(metrics)
+        self.metrics = metric_names(metrics, self.loss)
         self.console = console or Console(stderr=True)
+        self.report = progress
+        """Show progress: a line per epoch of `fit` where no `on_epoch` takes its metrics."""
         self.progress = progress and self.console.is_terminal
+        """Show progress bars (on a terminal: a pipe or a log gets the lines alone)."""
 
     def _progress(self) -> Progress:
         return Progress(
@@ -171,30 +192,42 @@ class Trainer:
         epochs: int,
         checkpoint: str | os.PathLike[str] | None = None,
         on_epoch: Callable[[Metrics], None] | None = None,
+        initial_epoch: int | None = None,
     ) -> list[Metrics]:
-        """Train until `epochs` epochs are done (counting those done before: earlier calls, a
-        loaded checkpoint), saving `checkpoint` atomically after each epoch; the metrics of
-        the epochs run here. Says so where it starts past the first epoch or has none to run."""
+        """Train `epochs` more epochs (FlexFlow's and Keras' fit), numbered on from those the
+        executor has done (earlier calls, a loaded checkpoint), so each draws a new data
+        order; with `initial_epoch` (Keras'), the epochs from `initial_epoch` until `epochs`
+        instead: a resumed run passes the epochs done (`Executor.epochs_done`) and its
+        total. Saves `checkpoint` atomically after each epoch; the metrics of the epochs run
+        here."""
         if not is_int(epochs) or epochs < 1:
             raise FlexFlowError(f"fit: epochs must be a positive integer, got {epochs!r}.")
+        if initial_epoch is not None and (not is_int(initial_epoch) or initial_epoch < 0):
+            raise FlexFlowError(
+                f"fit: initial_epoch must be an integer >= 0, got {initial_epoch!r}."
+            )
         per_epoch = len(data)
         if per_epoch == 0:
             raise FlexFlowError("fit: the data loader has no batches.")
         position = self.executor.position
         if position is not None:  # whole epochs done, in batches of any size
-            first, skip = position.epochs, 0
+            done, skip = position.epochs, 0
         else:  # a run without one counts its iterations in this data's batches
-            first, skip = divmod(self.executor.iteration, per_epoch)
+            done, skip = divmod(self.executor.iteration, per_epoch)
+        if initial_epoch is None:
+            first, last = done, done + epochs
+        else:
+            first, last = initial_epoch, epochs
+            if first != done:
+                skip = 0
+            if first >= last:
+                self.console.print(
+                    f"fit: epochs={epochs} from initial_epoch={initial_epoch} leaves nothing "
+                    "to train (epochs is the last epoch's number, as in Keras)."
+                )
+            elif first > 0:
+                self.console.print(f"fit: continuing at epoch {first + 1} of {last}.")
         history = []
-        if first >= epochs:
-            self.console.print(
-                f"fit: {first} epoch(s) done already; epochs={epochs} leaves nothing to train "
-                "(epochs counts every epoch this model has trained)."
-            )
-        elif first > 0:
-            self.console.print(
-                f"fit: {first} epoch(s) done already; continuing at epoch {first + 1}."
-            )
 
         def issue(batches):
             launch = self.executor.steps_per_launch
@@ -202,11 +235,11 @@ class Trainer:
                 chunk = [(batch.inputs, batch.target, batch.valid) for batch in group]
                 yield self.executor.train_batches(chunk, self.loss)
 
-        for epoch in range(first, epochs):
+        for epoch in range(first, last):
             metrics = self._run(
                 data.epoch(epoch, start=skip),
                 per_epoch - skip,
-                f"epoch {epoch + 1}/{epochs}",
+                f"epoch {epoch + 1}/{last}",
                 issue,
                 epoch,
             )
@@ -217,6 +250,8 @@ class Trainer:
             history.append(metrics)
             if on_epoch is not None:
                 on_epoch(metrics)
+            elif self.report:  # the bar is transient: what stays of the epoch
+                self.console.print(f"epoch {epoch + 1}/{last}: {metrics.describe()}")
         return history
 
     def evaluate(self, data: DataLoader) -> Metrics:

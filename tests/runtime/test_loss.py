@@ -9,6 +9,7 @@ from flexflow.errors import ShapeError
 from flexflow.runtime.loss import (
     LOSS_IDS,
     categorical_crossentropy,
+    check_targets,
     correct_predictions,
     loss_name,
     loss_tile,
@@ -168,3 +169,30 @@ def test_check_target_accepts_fitting_targets():
     check_target("sparse_categorical_crossentropy", (2, 3, 5), np.full((2, 3), 4))
     check_target("categorical_crossentropy", (2, 3, 5), np.zeros((2, 3, 5)))
     check_target("mean_squared_error", (2, 3), np.zeros((2, 3)))
+
+
+@pytest.mark.parametrize(
+    "loss, target, match",
+    [
+        ("sparse_categorical_crossentropy", None, r"no targets given \(y is None\)"),
+        (
+            "sparse_categorical_crossentropy",
+            np.array([0, 1, 2, 3, 4, 2]),
+            r"in \[0, 4\), got \[0, 4\]",
+        ),
+        ("sparse_categorical_crossentropy", np.zeros(6, np.float32), "must be integers"),
+        ("sparse_categorical_crossentropy", np.zeros((6, 2), np.int32), "one integer label"),
+        ("categorical_crossentropy", np.zeros((6, 3)), "target of the same shape"),
+        ("mean_squared_error", np.zeros((5, 4)), "target shape"),
+    ],
+)
+def test_a_data_sets_targets_are_checked_whole(loss, target, match):
+    """Before the first batch: a bad label in the last one is found before any training."""
+    with pytest.raises(ShapeError, match=match):
+        check_targets(loss, (2, 4), target, 6)
+
+
+def test_good_targets_pass_whole():
+    check_targets("sparse_categorical_crossentropy", (2, 4), np.array([0, 3, 1, 2, 0, 1]), 6)
+    check_targets("sparse_categorical_crossentropy", (2, 4), np.zeros((6, 1), np.int64), 6)
+    check_targets("mean_squared_error", (2, 4), np.zeros((6, 4)), 6)

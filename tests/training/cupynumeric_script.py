@@ -28,12 +28,15 @@ def train(x, y) -> list[float]:
 
 
 def repeated_fits(x, y) -> dict:
-    """The epochs each of fit(epochs=1), fit(epochs=1), fit(epochs=3) ran, and fit(epochs=0)."""
+    """The epochs each of fit(epochs=1), fit(epochs=1), fit(epochs=3) ran, then Keras' resumed
+    form fit(epochs=7, initial_epoch=5) and fit(epochs=7, initial_epoch=7); and
+    fit(epochs=0)."""
     model = FFModel(FFConfig(batch_size=16, seed=3))
     t = model.create_tensor((16, 12), name="x")
     model.softmax(model.dense(t, 3))
     model.compile(SGDOptimizer(0.1), "sparse_categorical_crossentropy", progress=False)
     ran = [[m.epoch for m in model.fit(x, y, epochs=n)] for n in (1, 1, 3)]
+    ran += [[m.epoch for m in model.fit(x, y, epochs=7, initial_epoch=first)] for first in (5, 7)]
     try:
         model.fit(x, y, epochs=0)
         refused = ""

@@ -208,7 +208,7 @@ def test_a_run_resumed_with_another_batch_size_starts_the_next_epoch(tmp_path):
     proc, done = run_train(*resumed, "--epochs", "2")  # both epochs done: nothing to run
     assert proc.returncode == 0, proc.stderr[-4000:]
     said = " ".join(proc.stderr.split())
-    assert done["epochs"] == [] and "epochs=2 leaves nothing to train" in said
+    assert done["epochs"] == [] and "epochs=2 from initial_epoch=2 leaves nothing" in said
 
 
 @pytest.mark.legate

@@ -60,10 +60,11 @@ def test_cupynumeric_arrays_train_like_numpy_arrays():
     assert report["cupynumeric"] == pytest.approx(report["numpy"], rel=1e-6)
     assert report["mixed"] == pytest.approx(report["numpy"], rel=1e-6)
     assert report["numpy"][1] < report["numpy"][0]  # it learns
-    # fit's epochs count the model's epochs so far (as a resumed run's do), and it says so
-    assert report["repeated"]["ran"] == [[0], [], [1, 2]]
+    # fit(epochs=n) trains n more epochs, numbered on (FlexFlow's and Keras' fit; it trained
+    # none on a model with an epoch done before); Keras' initial_epoch runs up to `epochs`
+    assert report["repeated"]["ran"] == [[0], [1], [2, 3, 4], [5, 6], []]
     assert "epochs must be a positive integer, got 0" in report["repeated"]["refused"]
     assert report["repeated"]["mse_accuracy"] is None  # compile's default under MSE: no accuracy
     said = " ".join(proc.stderr.split())
-    assert "fit: 1 epoch(s) done already; epochs=1 leaves nothing to train" in said
-    assert "fit: 1 epoch(s) done already; continuing at epoch 2." in said
+    assert "fit: continuing at epoch 6 of 7." in said
+    assert "fit: epochs=7 from initial_epoch=7 leaves nothing to train" in said

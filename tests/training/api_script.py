@@ -1,0 +1,210 @@
+"""Run in a Legate process by test_api.py: the Python training API a user drives by hand
+(named optimizers, learning rate changes, compiling again, predict, closed executors, data
+checked before training, FlexFlow's metric names, dropout seeds, lines per epoch). Prints one
+JSON report; each entry is what a check saw (an error's text, or numbers to compare)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+import flexflow  # noqa: F401  (first: prepares Legate)
+from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.errors import FlexFlowError
+from flexflow.optimizers import AdamOptimizer, SGDOptimizer
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((96, 12)).astype(np.float32)
+Y = ((X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 0.5)).astype(np.int32)
+
+
+def build(seed: int = 3, dropout: bool = False) -> FFModel:
+    model = FFModel(FFConfig(batch_size=16, seed=seed))
+    h = model.dense(model.create_tensor((16, 12), name="x"), 24, ActiMode.AC_MODE_RELU)
+    if dropout:
+        h = model.dropout(h, 0.5)
+    model.softmax(model.dense(h, 3))
+    return model
+
+
+def error(call) -> str:
+    """The text of the FlexFlowError `call` raises ('' when it raises none)."""
+    try:
+        call()
+    except FlexFlowError as exc:
+        return str(exc)
+    return ""
+
+
+def losses(model: FFModel, epochs: int, **fit) -> list[float]:
+    return [m.loss for m in model.fit(X, Y, epochs, shuffle=False, **fit)]
+
+
+def schedules() -> dict:
+    """Epoch 3 at lr 0.05 after two at 0.1: by set_learning_rate, and by compiling again with
+    plain SGD (no state to lose); and all three at 0.1."""
+    by_setter = build()
+    by_setter.compile(SGDOptimizer(0.1), progress=False)
+    first = losses(by_setter, 2)
+    by_setter.set_learning_rate(0.05)
+    setter = first + losses(by_setter, 3)
+    recompiled = build()
+    recompiled.compile(SGDOptimizer(0.1), progress=False)
+    again = losses(recompiled, 2)
+    before = recompiled.eval(X, Y).loss
+    recompiled.compile(SGDOptimizer(0.05), progress=False)
+    after = recompiled.eval(X, Y).loss  # the weights trained before compile, kept
+    again += losses(recompiled, 3)
+    constant = build()
+    constant.compile(SGDOptimizer(0.1), progress=False)
+    return {
+        "setter": setter,
+        "recompiled": again,
+        "constant": losses(constant, 3),
+        "eval_around_compile": [before, after],
+        "optimizer": repr(by_setter.optimizer),
+        "switch_kind": error(lambda: setattr(by_setter, "optimizer", "adam")),
+        "bad_rate": error(lambda: by_setter.set_learning_rate(-1.0)),
+    }
+
+
+def named_optimizers() -> dict:
+    model = build()
+    model.optimizer = "adam"  # FlexFlow sets the optimizer before compile
+    model.compile(progress=False)
+    named = model.optimizer
+    return {
+        "named": repr(named),
+        "is_adam": isinstance(named, AdamOptimizer),
+        "unknown": error(lambda: build().compile("rmsprop", progress=False)),
+        "wrong_type": error(lambda: build().compile(0.1, progress=False)),
+    }
+
+
+def predictions() -> dict:
+    model = build(dropout=True)
+    model.compile(SGDOptimizer(0.1), progress=False)
+    model.fit(X, Y, 1)
+    some = X[:37]  # two full batches and a padded one
+    out = model.predict(some)
+    evaluated = model.eval(some, Y[:37])
+    picked = out[np.arange(len(some)), Y[:37]]
+    return {
+        "shape": list(out.shape),
+        "loss_from_predict": float(-np.mean(np.log(picked.astype(np.float64)))),
+        "eval_loss": evaluated.loss,
+        "first_rows_again": np.array_equal(model.predict(some[:16]), out[:16]),
+    }
+
+
+def data_checks() -> dict:
+    import cupynumeric
+
+    model = build()
+    model.compile(SGDOptimizer(0.1), progress=False)
+    late = Y.copy()
+    late[-1] = 7  # in the last batch
+    return {
+        "no_targets": error(lambda: model.fit(X, None)),
+        "late_label": error(lambda: model.fit(X, late)),
+        "iterations_after_refusals": model.executor.iteration,
+        "float_cupynumeric_labels": error(
+            lambda: model.fit(cupynumeric.asarray(X), cupynumeric.asarray(Y.astype(np.float32)))
+        ),
+        "flexflow_metrics": error(
+            lambda: build().compile(
+                SGDOptimizer(0.1),
+                metrics=["METRICS_ACCURACY", "METRICS_SPARSE_CATEGORICAL_CROSSENTROPY"],
+                progress=False,
+            )
+        ),
+        "other_loss_metric": error(
+            lambda: build().compile(
+                SGDOptimizer(0.1), metrics=["METRICS_MEAN_SQUARED_ERROR"], progress=False
+            )
+        ),
+    }
+
+
+def closing() -> dict:
+    model = build()
+    model.compile(SGDOptimizer(0.1), progress=False)
+    model.fit(X, Y, 1)
+    trained = model.eval(X, Y).loss
+    model.executor.close()
+    refused = error(lambda: model.fit(X, Y, 2))
+    model.compile(SGDOptimizer(0.1), progress=False)  # takes the closed executor's weights
+    return {"refused": refused, "trained": trained, "recompiled": model.eval(X, Y).loss}
+
+
+def dropout_seeds() -> dict:
+    """First-epoch losses from the same initial weights under run seeds 3, 3 and 4: only the
+    dropout masks can tell the seeds apart."""
+    start = build(seed=3, dropout=True)
+    start.compile(SGDOptimizer(0.1), progress=False)
+    weights = start.executor.get_weights()
+    start.executor.close()
+
+    def first_epoch(seed: int) -> float:
+        model = build(seed=seed, dropout=True)
+        model.compile(SGDOptimizer(0.1), progress=False)
+        model.executor.set_weights(weights)
+        return losses(model, 1)[0]
+
+    return {"seed3": first_epoch(3), "seed3_again": first_epoch(3), "seed4": first_epoch(4)}
+
+
+def flexflow_port() -> dict:
+    """FlexFlow's mnist_mlp as FlexFlow writes it, through flexflow.core's names."""
+    from flexflow.core import (
+        AdamOptimizer,
+        DataType,
+        FFConfig,
+        LossType,
+        MetricsType,
+        SGDOptimizer,
+    )
+    from flexflow.core import FFModel as CoreModel
+
+    sys.argv = ["mnist_mlp.py", "-b", "16", "-e", "2", "--lr", "0.05"]
+    ffconfig = FFConfig()
+    ffmodel = CoreModel(ffconfig)
+    input_tensor = ffmodel.create_tensor([ffconfig.batch_size, 12], DataType.DT_FLOAT)
+    t = ffmodel.dense(input_tensor, 24, ActiMode.AC_MODE_RELU)
+    ffmodel.softmax(ffmodel.dense(t, 3))
+    ffmodel.optimizer = SGDOptimizer(ffmodel, ffconfig.learning_rate)
+    ffmodel.compile(
+        loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+        metrics=[MetricsType.METRICS_ACCURACY, MetricsType.METRICS_SPARSE_CATEGORICAL_CROSSENTROPY],
+        progress=False,
+    )
+    history = ffmodel.fit(x={input_tensor: X}, y=Y, epochs=ffconfig.epochs)
+    adam = AdamOptimizer(ffmodel, 0.002, 0.8, 0.99, 1e-4, 1e-7)  # FlexFlow's order
+    return {
+        "batch_epochs_lr": [ffconfig.batch_size, ffconfig.epochs, ffconfig.learning_rate],
+        "epochs": [m.epoch for m in history],
+        "accuracy": history[-1].accuracy,
+        "adam": [adam.learning_rate, adam.beta1, adam.beta2, adam.weight_decay, adam.epsilon],
+    }
+
+
+def epoch_lines() -> None:
+    """fit with progress on and no on_epoch, its console a pipe: one line per epoch."""
+    model = build()
+    model.compile(SGDOptimizer(0.1))
+    model.fit(X, Y, 2)
+
+
+report = {
+    "schedules": schedules(),
+    "named_optimizers": named_optimizers(),
+    "predictions": predictions(),
+    "data_checks": data_checks(),
+    "closing": closing(),
+    "dropout_seeds": dropout_seeds(),
+    "flexflow_port": flexflow_port(),
+}
+epoch_lines()
+sys.stdout.write(json.dumps(report) + "\n")

@@ -1,0 +1,93 @@
+"""The Python training API as a user drives it by hand (tests/training/api_script.py, one
+Legate process on 2 CPUs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.training.helpers import legate_env
+
+
+@pytest.fixture(scope="module")
+def run() -> tuple[dict, str]:
+    script = Path(__file__).with_name("api_script.py")
+    proc = subprocess.run(
+        [sys.executable, str(script)], env=legate_env(2), capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), " ".join(proc.stderr.split())
+
+
+pytestmark = pytest.mark.legate
+
+
+def test_the_learning_rate_changes_between_epochs_as_compiling_again_would(run):
+    schedules = run[0]["schedules"]
+    # set_learning_rate after two epochs == compiling again at the new rate (plain SGD has no
+    # state to lose), bit for bit; and both differ from keeping the rate
+    assert schedules["setter"] == schedules["recompiled"]
+    assert schedules["setter"][:2] == schedules["constant"][:2]
+    assert schedules["setter"][2] != schedules["constant"][2]
+    before, after = schedules["eval_around_compile"]
+    assert before == after  # compiling again keeps the trained weights
+    assert "learning_rate=0.05" in schedules["optimizer"]
+    assert "a new optimizer must be the same kind" in schedules["switch_kind"]
+    assert "learning_rate must be a positive number" in schedules["bad_rate"]
+
+
+def test_optimizers_are_taken_by_name_or_set_before_compile(run):
+    named = run[0]["named_optimizers"]
+    assert named["is_adam"] and "learning_rate=0.01" in named["named"]  # the config's rate
+    assert "unknown optimizer 'rmsprop'; name one of sgd, adam" in named["unknown"]
+    assert "must be an SGDOptimizer or AdamOptimizer" in named["wrong_type"]
+
+
+def test_predict_gives_every_sample_the_output_eval_scores(run):
+    predictions = run[0]["predictions"]
+    assert predictions["shape"] == [37, 3]  # the padding of the last batch left out
+    assert predictions["loss_from_predict"] == pytest.approx(predictions["eval_loss"], rel=1e-5)
+    assert predictions["first_rows_again"]  # no dropout outside training
+
+
+def test_targets_are_checked_before_any_training(run):
+    checks = run[0]["data_checks"]
+    assert "no targets given (y is None)" in checks["no_targets"]
+    assert "labels must lie in [0, 3), got [0, 7]" in checks["late_label"]
+    assert checks["iterations_after_refusals"] == 0  # refused before the first batch
+    # a cuPyNumeric float label aborted the process inside a task before
+    assert (
+        "labels must be integers (class indices), got float32"
+        in (checks["float_cupynumeric_labels"])
+    )
+    assert checks["flexflow_metrics"] == ""  # the loss trained on, named as a metric
+    assert "metric 'METRICS_MEAN_SQUARED_ERROR' is a loss" in checks["other_loss_metric"]
+
+
+def test_a_closed_executor_refuses_work_and_compiling_again_keeps_its_weights(run):
+    closing = run[0]["closing"]
+    assert "this executor was closed" in closing["refused"]
+    assert closing["recompiled"] == closing["trained"]
+
+
+def test_the_run_seed_draws_the_dropout_masks(run):
+    seeds = run[0]["dropout_seeds"]
+    assert seeds["seed3"] == seeds["seed3_again"]
+    assert seeds["seed3"] != seeds["seed4"]  # same weights: only the masks differ
+
+
+def test_fit_prints_a_line_per_epoch_where_no_bar_shows(run):
+    said = run[1]
+    assert "epoch 1/2: loss" in said and "epoch 2/2: loss" in said
+
+
+def test_a_script_written_for_flexflow_runs_through_flexflow_core(run):
+    port = run[0]["flexflow_port"]
+    assert port["batch_epochs_lr"] == [16, 2, 0.05]  # FFConfig() read -b, -e, --lr
+    assert port["epochs"] == [0, 1] and port["accuracy"] is not None
+    assert port["adam"] == [0.002, 0.8, 0.99, 1e-4, 1e-7]  # weight decay before epsilon
