@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -57,6 +57,51 @@ if TYPE_CHECKING:
     from flexflow.planning import Plan
     from flexflow.runtime.training import Metrics
     from flexflow.strategy import Strategy
+
+
+_FLEXFLOW_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
+    # FlexFlow's layer arguments this API does not implement: a call written for FlexFlow
+    # passes them positionally before `name`; the values that change nothing are taken
+    "datatype": (lambda v: v is None or v is DType.FLOAT32, "layers compute in float32"),
+    "data_type": (lambda v: v is None or v is DType.FLOAT32, "layers compute in float32"),
+    "dtype": (lambda v: v is None or v is DType.FLOAT32, "embeddings are float32"),
+    "shared_op": (
+        lambda v: v is None,
+        "layers do not share weights by shared_op (an unrolled lstm's steps share theirs)",
+    ),
+    "kernel_initializer": (
+        lambda v: v is None,
+        "set initial weights with model.executor.set_weights(...) after compile",
+    ),
+    "bias_initializer": (
+        lambda v: v is None,
+        "set initial weights with model.executor.set_weights(...) after compile",
+    ),
+    "kernel_regularizer": (lambda v: v is None, "give the optimizer a weight_decay instead"),
+    "inplace": (lambda v: isinstance(v, bool), "pass True or False: the result is the same"),
+    "inplace_a": (lambda v: isinstance(v, bool), "pass True or False: the result is the same"),
+    "create_grad": (lambda v: isinstance(v, bool), "pass True or False: inputs take none"),
+    "use_bias": (lambda v: v is True, "a layer norm's affine transform always has its bias"),
+    "add_bias_kv": (lambda v: v is False, "attention adds no bias to keys and values"),
+    "add_zero_attn": (lambda v: v is False, "attention adds no zero batch"),
+    "a_seq_length_dim": (lambda v: v is None or is_int(v), "pass a dimension or None"),
+    "b_seq_length_dim": (lambda v: v is None or is_int(v), "pass a dimension or None"),
+}
+
+
+def _flexflow_only(kind: str, name: str | None, **arguments: object) -> None:
+    """Raise ShapeError for a FlexFlow-only argument (`_FLEXFLOW_ONLY`) holding a value this
+    API cannot honour, naming the way here; a str there is a name passed by position."""
+    for argument, value in arguments.items():
+        takes, why = _FLEXFLOW_ONLY[argument]
+        if takes(value):
+            continue
+        layer = kind if name is None else f"{kind} '{name}'"
+        hint = f" (a layer name goes by keyword: name={value!r})" if isinstance(value, str) else ""
+        raise ShapeError(
+            f"{layer}: {argument}={value!r} is one of FlexFlow's arguments this API does not "
+            f"implement: {why}{hint}."
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +258,15 @@ class FFModel:
 
     # ---- layers -------------------------------------------------------------------------------
     def create_tensor(
-        self, dims: Sequence[int], data_type: DType = DType.FLOAT32, name: str | None = None
+        self,
+        dims: Sequence[int],
+        data_type: DType = DType.FLOAT32,
+        create_grad: bool = True,
+        name: str | None = None,
     ) -> Tensor:
-        """A model input of shape `dims` (sample first)."""
+        """A model input of shape `dims` (sample first); `create_grad` is FlexFlow's (inputs
+        take no gradient here)."""
+        _flexflow_only("input", name, create_grad=create_grad)
         name = self._layer_name("input", name)
         shape = tuple(dims)
         if not shape or any(not is_int(d) or d <= 0 for d in shape):
@@ -247,8 +298,19 @@ class FFModel:
         activation: ActiMode = ActiMode.AC_MODE_NONE,
         groups: int = 1,
         use_bias: bool = True,
+        shared_op: None = None,
+        kernel_initializer: None = None,
+        bias_initializer: None = None,
         name: str | None = None,
     ) -> Tensor:
+        """FlexFlow's conv2d; `shared_op` and the initializers are FlexFlow's (None only)."""
+        _flexflow_only(
+            "conv2d",
+            name,
+            shared_op=shared_op,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+        )
         op = Conv2D(
             out_channels,
             kernel_h,
@@ -287,8 +349,23 @@ class FFModel:
         out_dim: int,
         activation: ActiMode = ActiMode.AC_MODE_NONE,
         use_bias: bool = True,
+        datatype: DType | None = None,
+        shared_op: None = None,
+        kernel_initializer: None = None,
+        bias_initializer: None = None,
+        kernel_regularizer: None = None,
         name: str | None = None,
     ) -> Tensor:
+        """FlexFlow's dense; its arguments after `use_bias` take their defaults only."""
+        _flexflow_only(
+            "dense",
+            name,
+            datatype=datatype,
+            shared_op=shared_op,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+        )
         return self._layer(Dense(out_dim, activation, use_bias), [input], name)
 
     def embedding(
@@ -297,8 +374,19 @@ class FFModel:
         num_embeddings: int,
         embedding_dim: int,
         aggr: AggrMode = AggrMode.AGGR_MODE_NONE,
+        dtype: DType | None = None,
+        shared_op: None = None,
+        kernel_initializer: None = None,
         name: str | None = None,
     ) -> Tensor:
+        """FlexFlow's embedding; its arguments after `aggr` take their defaults only."""
+        _flexflow_only(
+            "embedding",
+            name,
+            dtype=dtype,
+            shared_op=shared_op,
+            kernel_initializer=kernel_initializer,
+        )
         return self._layer(Embedding(num_embeddings, embedding_dim, aggr), [input], name)
 
     def lstm(
@@ -356,12 +444,40 @@ class FFModel:
         vdim: int = 0,
         dropout: float = 0.0,
         bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        data_type: DType | None = None,
+        kernel_initializer: None = None,
         name: str | None = None,
     ) -> Tensor:
+        """FlexFlow's multihead_attention; its arguments after `bias` take their defaults."""
+        _flexflow_only(
+            "multihead_attention",
+            name,
+            add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn,
+            data_type=data_type,
+            kernel_initializer=kernel_initializer,
+        )
         op = MultiHeadAttention(embed_dim, num_heads, kdim, vdim, dropout, bias)
         return self._layer(op, [query, key, value], name)
 
-    def batch_matmul(self, A: Tensor, B: Tensor, name: str | None = None) -> Tensor:
+    def batch_matmul(
+        self,
+        A: Tensor,
+        B: Tensor,
+        a_seq_length_dim: int | None = None,
+        b_seq_length_dim: int | None = None,
+        name: str | None = None,
+    ) -> Tensor:
+        """FlexFlow's batch_matmul; the sequence-length dimensions are its hints (taken,
+        unused: every strategy computes the whole product)."""
+        _flexflow_only(
+            "batch_matmul",
+            name,
+            a_seq_length_dim=a_seq_length_dim,
+            b_seq_length_dim=b_seq_length_dim,
+        )
         return self._layer(BatchMatmul(), [A, B], name)
 
     def concat(self, tensors: Sequence[Tensor], axis: int, name: str | None = None) -> Tensor:
@@ -395,16 +511,24 @@ class FFModel:
     def transpose(self, input: Tensor, perm: Sequence[int], name: str | None = None) -> Tensor:
         return self._layer(Transpose(tuple(perm)), [input], name)
 
-    def add(self, x: Tensor, y: Tensor, name: str | None = None) -> Tensor:
+    def add(self, x: Tensor, y: Tensor, inplace_a: bool = False, name: str | None = None) -> Tensor:
+        _flexflow_only("add", name, inplace_a=inplace_a)
         return self._layer(ElementBinary(BinaryOp.ADD), [x, y], name)
 
-    def subtract(self, x: Tensor, y: Tensor, name: str | None = None) -> Tensor:
+    def subtract(
+        self, x: Tensor, y: Tensor, inplace_a: bool = False, name: str | None = None
+    ) -> Tensor:
+        _flexflow_only("subtract", name, inplace_a=inplace_a)
         return self._layer(ElementBinary(BinaryOp.SUBTRACT), [x, y], name)
 
-    def multiply(self, x: Tensor, y: Tensor, name: str | None = None) -> Tensor:
+    def multiply(
+        self, x: Tensor, y: Tensor, inplace_a: bool = False, name: str | None = None
+    ) -> Tensor:
+        _flexflow_only("multiply", name, inplace_a=inplace_a)
         return self._layer(ElementBinary(BinaryOp.MULTIPLY), [x, y], name)
 
-    def relu(self, input: Tensor, name: str | None = None) -> Tensor:
+    def relu(self, input: Tensor, inplace: bool = True, name: str | None = None) -> Tensor:
+        _flexflow_only("relu", name, inplace=inplace)
         return self._layer(ElementUnary(ActiMode.AC_MODE_RELU), [input], name)
 
     def sigmoid(self, input: Tensor, name: str | None = None) -> Tensor:
@@ -416,7 +540,8 @@ class FFModel:
     def gelu(self, input: Tensor, name: str | None = None) -> Tensor:
         return self._layer(ElementUnary(ActiMode.AC_MODE_GELU), [input], name)
 
-    def elu(self, input: Tensor, name: str | None = None) -> Tensor:
+    def elu(self, input: Tensor, inplace: bool = True, name: str | None = None) -> Tensor:
+        _flexflow_only("elu", name, inplace=inplace)
         return self._layer(ElementUnary(ActiMode.AC_MODE_ELU), [input], name)
 
     def softmax(self, input: Tensor, axis: int = -1, name: str | None = None) -> Tensor:
@@ -431,8 +556,10 @@ class FFModel:
         axes: Sequence[int] = (-1,),
         elementwise_affine: bool = True,
         eps: float = 1e-5,
+        use_bias: bool = True,
         name: str | None = None,
     ) -> Tensor:
+        _flexflow_only("layer_norm", name, use_bias=use_bias)
         return self._layer(LayerNorm(tuple(axes), elementwise_affine, eps), [input], name)
 
     def dropout(

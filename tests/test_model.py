@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flexflow import ActiMode, DataType, FFConfig, FFModel, PoolType
+from flexflow import ActiMode, AggrMode, DataType, FFConfig, FFModel, PoolType
 from flexflow.errors import GraphError, ShapeError
 
 
@@ -311,3 +311,43 @@ def test_an_input_no_layer_reads_is_refused_at_compile():
     model.softmax(model.dense(x, 2))
     with pytest.raises(ShapeError, match=r"no layer reads the model input 'label' \(4, 1\)"):
         check_model_output(model.graph(), "sparse_categorical_crossentropy")
+
+
+def test_layers_take_flexflows_positional_arguments():
+    """FlexFlow's calls pass data types, in-place flags and the like before `name`; here they
+    landed on `name` ("layer name must be a non-empty string, got DType.FLOAT32")."""
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor([4, 3, 8, 8], DataType.DT_FLOAT, True)
+    t = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU, 1, True, None, None, None)
+    t = model.relu(model.flat(t), True)
+    t = model.dense(t, 8, ActiMode.AC_MODE_RELU, True, DataType.DT_FLOAT, None, None, None, None)
+    t = model.layer_norm(model.add(t, t, False), [-1], True, 1e-5, True)
+    ids = model.create_tensor([4, 5], DataType.DT_INT32)
+    e = model.embedding(ids, 100, 8, AggrMode.AGGR_MODE_NONE, DataType.DT_FLOAT)
+    a = model.multihead_attention(e, e, e, 8, 2, 0, 0, 0.0, True, False, False, None, None)
+    model.batch_matmul(a, model.transpose(a, (0, 2, 1)), 1, 2)
+    assert [n.kind for n in model.graph().ops][:4] == ["conv2d", "flat", "element_unary", "dense"]
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (
+            lambda m, x: m.dense(m.flat(x), 8, ActiMode.AC_MODE_RELU, True, "fc1"),
+            r"dense: datatype='fc1' is one of FlexFlow's .* \(a layer name goes by keyword: "
+            r"name='fc1'\)",
+        ),
+        (
+            lambda m, x: m.conv2d(x, 4, 3, 3, 1, 1, 1, 1, kernel_initializer=object()),
+            r"conv2d: kernel_initializer=.* set initial weights with model.executor.set_weights",
+        ),
+        (lambda m, x: m.dense(m.flat(x), 8, shared_op=1), r"do not share weights by shared_op"),
+        (lambda m, x: m.relu(x, "r1"), r"relu: inplace='r1' .* name='r1'"),
+        (lambda m, x: m.layer_norm(m.flat(x), use_bias=False), r"always has its bias"),
+    ],
+)
+def test_flexflow_arguments_this_api_does_not_implement_are_refused_by_name(build, message):
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3, 8, 8), name="x")
+    with pytest.raises(ShapeError, match=message):
+        build(model, x)
