@@ -48,7 +48,7 @@ from flexflow.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from flexflow.errors import FlexFlowError, StrategyError
+from flexflow.errors import FlexFlowError, GraphError, ShapeError, StrategyError
 from flexflow.fusion import (
     Slot,
     SlotKind,
@@ -112,7 +112,7 @@ class Executor:
         where it can (`flexflow.runtime.step_launches`; `steps_per_launch` says whether it
         does): the same numbers, less runtime overhead."""
         if not is_int(steps_per_execution) or steps_per_execution < 1:
-            raise StrategyError(
+            raise FlexFlowError(
                 f"steps_per_execution must be a positive integer, got {steps_per_execution!r}."
             )
         graph = seeded_for_run(graph, seed)  # dropout masks differ between seeds, as weights
@@ -373,14 +373,14 @@ class Executor:
         by_name = {p.name: p for p in self.graph.parameters}
         unknown = sorted(set(values) - set(by_name))
         if unknown:
-            raise StrategyError(
+            raise GraphError(
                 f"set_weights: no weight named {', '.join(unknown)} in this model; its weights "
                 f"are {', '.join(sorted(by_name))}."
             )
         for name, value in values.items():
             param = by_name[name]
             if tuple(value.shape) != param.spec.shape:
-                raise StrategyError(
+                raise ShapeError(
                     f"set_weights: '{name}' has shape {param.spec.shape}, got {tuple(value.shape)}."
                 )
         self.params.replace_weights({by_name[name].id: value for name, value in values.items()})
@@ -722,7 +722,7 @@ class Executor:
     def feed_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         for tensor in self.graph.input_tensors:
             if tensor.name not in inputs:
-                raise StrategyError(
+                raise ShapeError(
                     f"no data for the model input '{tensor.name}' {tensor.spec.shape}; "
                     f"got {sorted(map(str, inputs))}."
                 )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from legate.core import Scope
 
-from flexflow.errors import StrategyError
+from flexflow.errors import ShapeError
 from flexflow.graph import OperatorGraph
 from flexflow.ops.base import Region, TensorSpec
 from flexflow.runtime.stores import slice_store, source_store
@@ -88,13 +88,13 @@ class Feeds:
             value = np.asarray(value)
         shape = tuple(np.shape(value))
         if shape[1:] != spec.shape[1:]:
-            raise StrategyError(
+            raise ShapeError(
                 f"input '{name}' takes samples of shape {spec.shape[1:]} (the model's input "
                 f"is {spec.shape}), got an array of shape {shape}; pass data whose samples "
                 f"have shape {spec.shape[1:]}."
             )
         if shape != spec.shape:
-            raise StrategyError(
+            raise ShapeError(
                 f"input '{name}' has shape {spec.shape}, got an array of shape {shape}; "
                 f"batches must have the model's batch size {spec.shape[0]} (pad the last "
                 f"batch, as `flexflow.data.DataLoader` does)."

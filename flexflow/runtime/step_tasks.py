@@ -11,7 +11,7 @@ import numpy as np
 from legate.core import Scope
 from legate.core import types as ty
 
-from flexflow.errors import StrategyError
+from flexflow.errors import ShapeError
 from flexflow.graph import OperatorGraph
 from flexflow.runtime.batches import BatchStats
 from flexflow.runtime.concurrent import issue_with_loss
@@ -42,7 +42,7 @@ def checked_target(graph: OperatorGraph, name: str, target, valid: int | None) -
     shape = graph.ops[-1].sig.outputs[0].shape
     valid = shape[0] if valid is None else valid
     if not 0 < valid <= shape[0]:
-        raise StrategyError(f"valid samples must be in 1..{shape[0]}, got {valid}.")
+        raise ShapeError(f"valid samples must be in 1..{shape[0]}, got {valid}.")
     target_rank = TARGET_RANK[name](len(shape))
     if not hasattr(target, "__legate_data_interface__"):
         check_target(name, shape, np.asarray(target))

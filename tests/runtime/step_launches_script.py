@@ -12,7 +12,7 @@ import numpy as np
 
 import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import ActiMode, FFConfig, FFModel
-from flexflow.errors import StrategyError
+from flexflow.errors import FlexFlowError
 from flexflow.launches import iteration_tasks
 from flexflow.machine import parse_machine
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
@@ -225,7 +225,7 @@ def main() -> None:
         try:
             Executor(graph, dp, steps_per_execution=value)
             report["bad"][str(value)] = "no error"
-        except StrategyError as error:
+        except FlexFlowError as error:
             report["bad"][str(value)] = str(error)
     print(json.dumps(report))
 
