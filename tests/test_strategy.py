@@ -341,3 +341,14 @@ def test_a_file_that_is_not_json_text_is_named_so(tmp_path):
 def test_missing_file():
     with pytest.raises(StrategyError, match=r"strategy file /nonexistent.json does not exist"):
         load_strategy("/nonexistent.json", tiny_graph(), parse_machine("p100:1"))
+
+
+def test_a_changed_strategy_checks_its_new_configuration_and_shares_the_op_index():
+    s = Strategy(("a", "b", "c"), (ParallelConfig.single(2),) * 3)
+    s.index("b")  # the index is built once
+    changed = s.replace("b", ParallelConfig((2, 1), (0, 1)))
+    assert changed.configs[1] == ParallelConfig((2, 1), (0, 1)) and changed.ops is s.ops
+    assert changed.index("c") == 2 and changed == Strategy(s.ops, changed.configs)
+    assert hash(changed) == hash(Strategy(s.ops, changed.configs))
+    with pytest.raises(StrategyError, match="must be a ParallelConfig"):
+        s.replace_many([0, 2], ((1, 1), (0,)))
