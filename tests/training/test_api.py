@@ -3,25 +3,16 @@ Legate process on 2 CPUs)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.training.helpers import legate_env
+from tests.runtime.scripts import run_legate_script_said
 
 
 @pytest.fixture(scope="module")
 def run() -> tuple[dict, str]:
-    script = Path(__file__).with_name("api_script.py")
-    proc = subprocess.run(
-        [sys.executable, str(script)], env=legate_env(2), capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1]), " ".join(proc.stderr.split())
+    return run_legate_script_said(Path(__file__).with_name("api_script.py"))
 
 
 pytestmark = pytest.mark.legate

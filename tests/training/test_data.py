@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +9,7 @@ import pytest
 
 from flexflow.data import DataLoader
 from flexflow.errors import FlexFlowError
-from tests.training.helpers import legate_env
+from tests.runtime.scripts import run_legate_script_said
 
 
 def test_batches_cover_the_data_in_a_seeded_order_and_pad_the_last_for_evaluation():
@@ -50,13 +47,7 @@ def test_bad_data_is_refused(make, match):
 
 @pytest.mark.legate
 def test_cupynumeric_arrays_train_like_numpy_arrays():
-    script = Path(__file__).with_name("cupynumeric_script.py")
-    proc = subprocess.run(
-        [sys.executable, str(script)], env=legate_env(2), capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report, said = run_legate_script_said(Path(__file__).with_name("cupynumeric_script.py"))
     assert report["cupynumeric"] == pytest.approx(report["numpy"], rel=1e-6)
     assert report["mixed"] == pytest.approx(report["numpy"], rel=1e-6)
     assert report["numpy"][1] < report["numpy"][0]  # it learns
@@ -65,6 +56,5 @@ def test_cupynumeric_arrays_train_like_numpy_arrays():
     assert report["repeated"]["ran"] == [[0], [1], [2, 3, 4], [5, 6], []]
     assert "epochs must be a positive integer, got 0" in report["repeated"]["refused"]
     assert report["repeated"]["mse_accuracy"] is None  # compile's default under MSE: no accuracy
-    said = " ".join(proc.stderr.split())
     assert "fit: continuing at epoch 6 of 7." in said
     assert "fit: epochs=7 from initial_epoch=7 leaves nothing to train" in said
