@@ -223,10 +223,13 @@ class Trainer:
             if first >= last:
                 self.console.print(
                     f"fit: epochs={epochs} from initial_epoch={initial_epoch} leaves nothing "
-                    "to train (epochs is the last epoch's number, as in Keras)."
+                    "to train (epochs is the last epoch's number, as in Keras).",
+                    soft_wrap=True,
                 )
             elif first > 0:
-                self.console.print(f"fit: continuing at epoch {first + 1} of {last}.")
+                self.console.print(
+                    f"fit: continuing at epoch {first + 1} of {last}.", soft_wrap=True
+                )
         history = []
 
         def issue(batches):
@@ -251,7 +254,9 @@ class Trainer:
             if on_epoch is not None:
                 on_epoch(metrics)
             elif self.report:  # the bar is transient: what stays of the epoch
-                self.console.print(f"epoch {epoch + 1}/{last}: {metrics.describe()}")
+                self.console.print(  # one line each, in logs too
+                    f"epoch {epoch + 1}/{last}: {metrics.describe()}", soft_wrap=True
+                )
         return history
 
     def evaluate(self, data: DataLoader) -> Metrics:
