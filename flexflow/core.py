@@ -2,20 +2,31 @@
 
 FlexFlow's examples start with that import, read their settings with `FFConfig()` (the
 command line's -b, -e, --lr, ...), build optimizers from the model (`SGDOptimizer(ffmodel,
-0.01)`, its hyperparameters in FlexFlow's order) and name losses and metrics by enums. This
-module gives those names over this package's API, so such a script runs with few changes
-(README "Porting a FlexFlow script" says which). Code written for this package uses
-`flexflow`, `flexflow.optimizers` and strings instead.
+0.01)`, its hyperparameters in FlexFlow's order), name losses and metrics by enums, feed
+data through `create_data_loader` and the model's `label_tensor`, and read accuracy from
+`get_perf_metrics()`. This module gives those names over this package's API, so such a script
+runs with few changes (README "Porting a FlexFlow script" says which;
+`examples/flexflow_mlp.py`). Code written for this package uses `flexflow`,
+`flexflow.optimizers` and arrays instead.
 """
 
 from __future__ import annotations
 
+import argparse
 import enum
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from flexflow import ActiMode, AggrMode, DataType, FFModel, PoolType
+from flexflow import ActiMode, AggrMode, DataType, PoolType
 from flexflow.config import FFConfig as _FFConfig
+from flexflow.errors import FlexFlowError, ShapeError
+from flexflow.model import FFModel as _FFModel
+from flexflow.model import Tensor
 from flexflow.optimizers import AdamOptimizer as _Adam
 from flexflow.optimizers import SGDOptimizer as _SGD
+from flexflow.runtime.training import Metrics
 
 
 class LossType(enum.Enum):
@@ -35,10 +46,182 @@ class MetricsType(enum.Enum):
     METRICS_MEAN_SQUARED_ERROR = "mean_squared_error"
 
 
-def FFConfig() -> _FFConfig:  # noqa: N802 (FlexFlow's constructor)
+class FlexFlowConfig(_FFConfig):
+    """FFConfig with FlexFlow's run queries: how many processors and nodes train, a clock."""
+
+    @property
+    def workers_per_node(self) -> int:
+        """The processors one node trains on: its GPUs, or its CPUs where it has none
+        (FlexFlow's workers; starts Legate)."""
+        from legate.core import TaskTarget, get_legate_runtime, get_machine
+
+        machine, nodes = get_machine(), get_legate_runtime().node_count
+        gpus = machine.count(TaskTarget.GPU)
+        return (gpus or machine.count(TaskTarget.CPU)) // nodes
+
+    @property
+    def num_nodes(self) -> int:
+        """The ranks Legate runs (starts Legate)."""
+        from legate.core import get_legate_runtime
+
+        return get_legate_runtime().node_count
+
+    @staticmethod
+    def get_current_time() -> float:
+        """A clock in microseconds, as FlexFlow's (for elapsed times only)."""
+        return time.perf_counter() * 1e6
+
+
+def FFConfig() -> FlexFlowConfig:  # noqa: N802 (FlexFlow's constructor)
     """FlexFlow's `FFConfig()`: the training settings from this process's command line
     (`flexflow.config.FFConfig.from_args`: -b, -e, --lr, --seed, --budget, --import, ...)."""
-    return _FFConfig.from_args()
+    return FlexFlowConfig.from_args()
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """FlexFlow's example settings: the data set's path (`-d`/`--dataset`), "" without one."""
+
+    dataset_path: str = ""
+
+    def __init__(self) -> None:
+        parser = argparse.ArgumentParser(add_help=False)
+        parser.add_argument("-d", "--dataset", default="")
+        object.__setattr__(self, "dataset_path", parser.parse_known_args()[0].dataset)
+
+
+class _Initializer:
+    """FlexFlow's initializers: `init` names the draw of `flexflow.ops.init` it is, for the
+    layers to take when it is their own (None: one they cannot take)."""
+
+    init: str | None = None
+
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}{self.args}"
+
+
+class GlorotUniformInitializer(_Initializer):
+    """Glorot-uniform: the kernels' own draw here (its seed is the run's, FFConfig.seed)."""
+
+    init = "glorot_uniform"
+
+
+class ZeroInitializer(_Initializer):
+    """Zeros: the biases' own start here."""
+
+    init = "zeros"
+
+
+class UniformInitializer(_Initializer):
+    """Not taken by layers here: set such weights with `model.executor.set_weights`."""
+
+
+class NormInitializer(_Initializer):
+    """Not taken by layers here: set such weights with `model.executor.set_weights`."""
+
+
+@dataclass(frozen=True)
+class SingleDataLoader:
+    """FlexFlow's data loader: the whole data set of one input (or the labels), which `fit`
+    and `eval` cut into batches."""
+
+    tensor: Any
+    array: Any
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.array)
+
+
+class _LabelTensor:
+    """FlexFlow's `label_tensor`: marks the loader of the labels (they are fit's y here)."""
+
+    def __repr__(self) -> str:
+        return "label_tensor"
+
+
+LABEL_TENSOR = _LabelTensor()
+
+
+@dataclass(frozen=True)
+class PerfMetrics:
+    """FlexFlow's performance metrics of the last `fit` epoch or `eval`."""
+
+    metrics: Metrics
+
+    def get_accuracy(self) -> float:
+        """Accuracy in percent, as FlexFlow gives it (`Metrics.accuracy` is a fraction)."""
+        if self.metrics.accuracy is None:
+            raise FlexFlowError("no accuracy was measured: compile with METRICS_ACCURACY.")
+        return 100.0 * self.metrics.accuracy
+
+
+class FFModel(_FFModel):
+    """FlexFlow's FFModel: this package's, with FlexFlow's data loaders, label tensor,
+    `init_layers` and `get_perf_metrics`."""
+
+    _perf: Metrics | None = None
+
+    @property
+    def label_tensor(self) -> _LabelTensor:
+        return LABEL_TENSOR
+
+    def create_data_loader(self, tensor: Tensor | _LabelTensor, array) -> SingleDataLoader:
+        """The data of input `tensor` (or of `label_tensor`: the labels), for `fit`/`eval`."""
+        if not isinstance(tensor, (Tensor, _LabelTensor)):
+            raise ShapeError(
+                f"create_data_loader takes an input tensor or model.label_tensor, got {tensor!r}."
+            )
+        return SingleDataLoader(tensor, array)
+
+    def init_layers(self) -> None:
+        """Nothing to do: `compile` initializes the weights."""
+        self._compiled_trainer()
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, **keywords) -> list[Metrics]:
+        """FlexFlow's fit: `epochs` (default 1) more epochs, x and y as loaders or arrays."""
+        self._check_batch(batch_size)
+        history = super().fit(*self._arrays(x, y), epochs, **keywords)
+        self._perf = history[-1] if history else self._perf
+        return history
+
+    def eval(self, x=None, y=None, batch_size=None) -> Metrics:
+        self._check_batch(batch_size)
+        self._perf = super().eval(*self._arrays(x, y))
+        return self._perf
+
+    def get_perf_metrics(self) -> PerfMetrics:
+        if self._perf is None:
+            raise FlexFlowError("no metrics yet: call fit or eval first.")
+        return PerfMetrics(self._perf)
+
+    def _check_batch(self, batch_size) -> None:
+        if batch_size is not None and batch_size != self.config.batch_size:
+            raise ShapeError(
+                f"batch_size={batch_size}, but the model was built for batches of "
+                f"{self.config.batch_size} (-b): leave batch_size out."
+            )
+
+    @staticmethod
+    def _arrays(x, y) -> tuple:
+        """x and y with FlexFlow's loaders made arrays (by input tensor) and labels."""
+        loaders = x if isinstance(x, Sequence) else [x]
+        if all(isinstance(loader, SingleDataLoader) for loader in loaders):
+            x = {loader.tensor: loader.array for loader in loaders}
+        if isinstance(y, SingleDataLoader):
+            y = y.array
+        return x, y
+
+    def _hand_written_loop(self, *args: Any, **keywords: Any) -> None:
+        raise FlexFlowError(
+            "FlexFlow's hand-written training loop (forward, backward, update, "
+            "zero_gradients, reset_metrics) is not offered: fit and eval run it."
+        )
+
+    forward = backward = update = zero_gradients = reset_metrics = _hand_written_loop
 
 
 def SGDOptimizer(  # noqa: N802 (FlexFlow's constructor)
@@ -73,8 +256,13 @@ __all__ = [
     "DataType",
     "FFConfig",
     "FFModel",
+    "GlorotUniformInitializer",
     "LossType",
     "MetricsType",
+    "NetConfig",
+    "NormInitializer",
     "PoolType",
     "SGDOptimizer",
+    "UniformInitializer",
+    "ZeroInitializer",
 ]

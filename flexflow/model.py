@@ -69,13 +69,22 @@ _FLEXFLOW_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
         lambda v: v is None,
         "layers do not share weights by shared_op (an unrolled lstm's steps share theirs)",
     ),
+    # an initializer object naming the layer's own default (flexflow.core's Glorot kernels,
+    # zero biases) changes nothing
     "kernel_initializer": (
-        lambda v: v is None,
-        "set initial weights with model.executor.set_weights(...) after compile",
+        lambda v: v is None or getattr(v, "init", None) == "glorot_uniform",
+        "kernels start Glorot-uniform here; set other initial weights with "
+        "model.executor.set_weights(...) after compile",
     ),
     "bias_initializer": (
-        lambda v: v is None,
-        "set initial weights with model.executor.set_weights(...) after compile",
+        lambda v: v is None or getattr(v, "init", None) == "zeros",
+        "biases start at zero here; set other initial weights with "
+        "model.executor.set_weights(...) after compile",
+    ),
+    "embedding_initializer": (
+        lambda v: v is None or getattr(v, "init", None) == "normal",
+        "embeddings start from a normal draw here; set other initial weights with "
+        "model.executor.set_weights(...) after compile",
     ),
     "kernel_regularizer": (lambda v: v is None, "give the optimizer a weight_decay instead"),
     "inplace": (lambda v: isinstance(v, bool), "pass True or False: the result is the same"),
@@ -98,6 +107,7 @@ def _flexflow_only(kind: str, name: str | None, **arguments: object) -> None:
             continue
         layer = kind if name is None else f"{kind} '{name}'"
         hint = f" (a layer name goes by keyword: name={value!r})" if isinstance(value, str) else ""
+        argument = "kernel_initializer" if argument == "embedding_initializer" else argument
         raise ShapeError(
             f"{layer}: {argument}={value!r} is one of FlexFlow's arguments this API does not "
             f"implement: {why}{hint}."
@@ -385,7 +395,7 @@ class FFModel:
             name,
             dtype=dtype,
             shared_op=shared_op,
-            kernel_initializer=kernel_initializer,
+            embedding_initializer=kernel_initializer,
         )
         return self._layer(Embedding(num_embeddings, embedding_dim, aggr), [input], name)
 
@@ -771,7 +781,9 @@ class FFModel:
                 if isinstance(key, Tensor) and key.model == id(self) and key.id in self._tensors:
                     key = self._tensors[key.id].name
                 by_name[key if isinstance(key, str) else repr(key)] = value
-        elif isinstance(x, (list, tuple)) and len(inputs) > 1:
+        elif isinstance(x, (list, tuple)) and (
+            len(inputs) > 1 or all(hasattr(value, "shape") for value in x)
+        ):  # one array per input (Keras' [x] too); a list of numbers is the data itself
             if len(x) != len(inputs):
                 raise ShapeError(
                     f"the model has {len(inputs)} inputs {[t.name for t in inputs]}; x holds "

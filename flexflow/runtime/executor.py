@@ -377,6 +377,7 @@ class Executor:
                 f"set_weights: no weight named {', '.join(unknown)} in this model; its weights "
                 f"are {', '.join(sorted(by_name))}."
             )
+        values = {name: np.asarray(value, dtype=np.float32) for name, value in values.items()}
         for name, value in values.items():
             param = by_name[name]
             if tuple(value.shape) != param.spec.shape:

@@ -190,6 +190,18 @@ def flexflow_port() -> dict:
     }
 
 
+def data_forms() -> dict:
+    """Keras' one-element list for a one-input model, and weights given as Python lists."""
+    model = build()
+    model.compile(SGDOptimizer(0.1), progress=False)
+    model.executor.set_weights({"dense_2.bias": [0.5, -0.5, 0.0]})
+    as_list = model.eval([X], Y).loss
+    return {
+        "list_equals_array": as_list == model.eval(X, Y).loss,
+        "bias": model.executor.get_weights()["dense_2.bias"].tolist(),
+    }
+
+
 def epoch_lines() -> None:
     """fit with progress on and no on_epoch, its console a pipe: one line per epoch."""
     model = build()
@@ -205,6 +217,7 @@ report = {
     "closing": closing(),
     "dropout_seeds": dropout_seeds(),
     "flexflow_port": flexflow_port(),
+    "data_forms": data_forms(),
 }
 epoch_lines()
 sys.stdout.write(json.dumps(report) + "\n")

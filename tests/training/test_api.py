@@ -82,3 +82,9 @@ def test_a_script_written_for_flexflow_runs_through_flexflow_core(run):
     assert port["batch_epochs_lr"] == [16, 2, 0.05]  # FFConfig() read -b, -e, --lr
     assert port["epochs"] == [0, 1] and port["accuracy"] is not None
     assert port["adam"] == [0.002, 0.8, 0.99, 1e-4, 1e-7]  # weight decay before epsilon
+
+
+def test_a_one_input_model_takes_its_array_in_a_list_and_weights_as_lists(run):
+    forms = run[0]["data_forms"]
+    assert forms["list_equals_array"]  # [x] read as (1, N, ...) data before
+    assert forms["bias"] == [0.5, -0.5, 0.0]  # a list was an AttributeError

@@ -19,7 +19,8 @@ def test_flexflows_mlp_example_runs_as_flexflow_writes_it_and_learns_the_digits(
         env=legate_env(2), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert "batch size 64, epochs 10" in proc.stdout  # FFConfig() read the command line
+    assert "batchSize(64) workersPerNodes(2) numNodes(1)" in proc.stdout  # FFConfig() read -b
+    assert "THROUGHPUT = " in proc.stdout  # get_current_time, create_data_loader
     accuracy = float(re.search(r"test accuracy ([\d.]+)%", proc.stdout).group(1))
     assert accuracy >= 90.0
     assert "epoch 10/10: loss" in proc.stderr  # a line per epoch

@@ -1,0 +1,68 @@
+"""flexflow.core: FlexFlow's names over this API (no Legate: the Legate runs are
+tests/training/test_api.py's port and tests/training/test_examples.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flexflow.core import (
+    ActiMode,
+    DataType,
+    FFModel,
+    FlexFlowConfig,
+    GlorotUniformInitializer,
+    NetConfig,
+    PerfMetrics,
+    SingleDataLoader,
+    UniformInitializer,
+    ZeroInitializer,
+)
+from flexflow.errors import FlexFlowError, GraphError, ShapeError
+from flexflow.runtime.training import Metrics
+
+
+def _mlp() -> tuple[FFModel, object]:
+    model = FFModel(FlexFlowConfig(batch_size=4))
+    x = model.create_tensor([4, 6], DataType.DT_FLOAT)
+    model.softmax(model.dense(x, 3, ActiMode.AC_MODE_RELU))
+    return model, x
+
+
+def test_initializers_naming_the_layers_own_draw_are_taken_and_others_refused():
+    model = FFModel(FlexFlowConfig(batch_size=4))
+    x = model.create_tensor([4, 6], DataType.DT_FLOAT)
+    model.dense(x, 3, kernel_initializer=GlorotUniformInitializer(123),
+                bias_initializer=ZeroInitializer())  # fmt: skip
+    with pytest.raises(ShapeError, match=r"kernel_initializer=UniformInitializer\(12, -1, 1\)"):
+        model.dense(x, 3, kernel_initializer=UniformInitializer(12, -1, 1))
+    ids = model.create_tensor([4, 2], DataType.DT_INT32)
+    with pytest.raises(ShapeError, match=r"embeddings start from a normal draw here"):
+        model.embedding(ids, 10, 4, kernel_initializer=GlorotUniformInitializer(1))
+
+
+def test_flexflows_loaders_become_arrays_by_input_and_labels():
+    model, x = _mlp()
+    images, labels = np.zeros((8, 6), np.float32), np.zeros((8, 1), np.int32)
+    loader = model.create_data_loader(x, images)
+    assert loader.num_samples == 8
+    given = model._arrays(loader, model.create_data_loader(model.label_tensor, labels))
+    assert given[0] == {x: images} and given[1] is labels
+    with pytest.raises(GraphError, match="call FFModel.compile"):  # taken: it wants compile
+        model.fit(x=loader, y=SingleDataLoader(model.label_tensor, labels))
+    with pytest.raises(ShapeError, match=r"batch_size=8, but the model was built for batches of 4"):
+        model.fit(loader, labels, 8)
+    with pytest.raises(ShapeError, match="takes an input tensor or model.label_tensor"):
+        model.create_data_loader("x", images)
+
+
+def test_the_rest_of_flexflows_surface_says_what_to_use():
+    model, _ = _mlp()
+    with pytest.raises(FlexFlowError, match="hand-written training loop .* fit and eval run it"):
+        model.forward()
+    with pytest.raises(FlexFlowError, match="no metrics yet"):
+        model.get_perf_metrics()
+    metrics = Metrics(0, 0.5, 0.875, 64, 1.0)
+    assert PerfMetrics(metrics).get_accuracy() == 87.5  # a percentage, as FlexFlow's
+    assert NetConfig().dataset_path == ""
+    assert FlexFlowConfig.get_current_time() > 0
