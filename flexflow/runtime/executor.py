@@ -63,6 +63,7 @@ from flexflow.ops.blas import sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.batches import BatchStats, UnreadBatches
+from flexflow.runtime.collection import COLLECTION, collect_due
 from flexflow.runtime.concurrent import issue_backward, issue_forward
 from flexflow.runtime.feeding import Feeds
 from flexflow.runtime.gradients import GradientStores
@@ -155,6 +156,7 @@ class Executor:
         ) = library_and_tasks()
         self.id = next(EXECUTOR_IDS)
         EXECUTORS[self.id] = self
+        COLLECTION.hold()  # collections by the program only, until close (runtime.collection)
         self.store_of = functools.partial(
             copied_store, self.runtime, self.library, self.task_id, self.id
         )
@@ -330,7 +332,8 @@ class Executor:
     def close(self) -> None:
         """Wait for this executor's tasks and release it (and its stores) from the registry."""
         self.runtime.issue_execution_fence(block=True)
-        EXECUTORS.pop(self.id, None)
+        if EXECUTORS.pop(self.id, None) is not None:
+            COLLECTION.release()
 
     def __enter__(self) -> Executor:
         return self
@@ -397,7 +400,9 @@ class Executor:
         trained: its weights, batch norm's running statistics and the epochs done. The
         optimizer starts afresh (zero states, step count 0), as after Keras' compile."""
         closed = other.id not in EXECUTORS
-        EXECUTORS[other.id] = other  # a closed one's stores are still there to read
+        if closed:  # its stores are still there to read: open it again for that
+            EXECUTORS[other.id] = other
+            COLLECTION.hold()
         try:
             self.set_weights(other.get_weights())
             for op in self.running:
@@ -476,6 +481,7 @@ class Executor:
     def created_task(self, device: int, task_id: int):
         """A task of `task_id` on processor `device`, counted; every task is made here."""
         self.check_open()
+        collect_due()  # here, not inside a task body, where freeing a store aborts
         with Scope(machine=self.processors[device]):
             task = self.runtime.create_auto_task(self.library, task_id)
         self.tasks_issued += 1
