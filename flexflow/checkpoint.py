@@ -62,11 +62,13 @@ def write_checkpoint(
     optimizer: Optimizer,
     strategy: Mapping | None = None,
     position: DataPosition | None = None,
+    steps_before: int = 0,
 ) -> Path:
     """Write the named arrays and the record atomically (a killed save keeps the old file;
     non-finite arrays are refused, so a diverged run keeps it too);
     `strategy`: the run's, as `flexflow.strategy_file.strategy_to_json` writes it; `position`:
-    where in its data the run stands, when it saves at an epoch's end."""
+    where in its data the run stands, when it saves at an epoch's end; `steps_before`: the
+    training steps taken before the optimizer's first (`Executor.steps_before`)."""
     for name, value in arrays.items():  # a diverged run must not replace the last good file
         value = np.asarray(value)
         if value.dtype.kind == "f" and not np.isfinite(value).all():
@@ -76,6 +78,8 @@ def write_checkpoint(
                 "the last checkpoint saved."
             )
     meta = {"format": FORMAT, "iteration": iteration, "optimizer": optimizer.to_json()}
+    if steps_before:
+        meta["steps_before"] = steps_before
     if strategy is not None:
         meta["strategy"] = dict(strategy)
     if position is not None:
@@ -112,6 +116,8 @@ def _checked_record(path: str | os.PathLike[str], meta: object) -> dict:
         problem = f"its format is {meta.get('format')!r}, this flexflow reads {FORMAT!r}"
     elif not (is_int(meta.get("iteration", 0)) and meta.get("iteration", 0) >= 0):
         problem = f"its iteration {meta.get('iteration')!r} is not a count (an integer >= 0)"
+    elif not (is_int(meta.get("steps_before", 0)) and meta.get("steps_before", 0) >= 0):
+        problem = f"its steps_before {meta.get('steps_before')!r} is not a count (an integer >= 0)"
     elif not isinstance(meta.get("optimizer", {}), dict):
         problem = f"its optimizer {meta.get('optimizer')!r} is not a JSON object"
     if problem:
@@ -175,7 +181,11 @@ def _check_weights(
 def checkpoint_optimizer(path: str | os.PathLike[str]) -> Optimizer | None:
     """The optimizer a checkpoint was saved with (None for one that does not record it); reads
     only the record, not the arrays."""
-    meta = _record(path)
+    return recorded_optimizer(path, _record(path))
+
+
+def recorded_optimizer(path: str | os.PathLike[str], meta: Mapping) -> Optimizer | None:
+    """The optimizer checkpoint `path`'s record `meta` holds (None when it holds none)."""
     if "optimizer" not in meta:
         return None
     try:

@@ -694,6 +694,8 @@ class FFModel:
         here (FlexFlow's `model.optimizer = SGDOptimizer(...)`), which `compile` then takes.
         Set on a compiled model it changes the hyperparameters from the next iteration on
         (the same kind of optimizer: its states carry over; `Executor.set_optimizer`)."""
+        if self._trainer is not None:  # a loaded checkpoint's may have replaced it
+            return self._trainer.executor.optimizer
         return self._optimizer
 
     @optimizer.setter
@@ -706,7 +708,7 @@ class FFModel:
     def set_learning_rate(self, learning_rate: float) -> None:
         """Train on at `learning_rate` (a schedule: call it from fit's `on_epoch`); the other
         hyperparameters and the optimizer's states stay."""
-        current = self._optimizer or chosen_optimizer(None, self.config.learning_rate)
+        current = self.optimizer or chosen_optimizer(None, self.config.learning_rate)
         self.optimizer = replace(current, learning_rate=learning_rate)
 
     @property

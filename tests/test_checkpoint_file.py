@@ -144,6 +144,7 @@ def test_a_checkpoints_data_position_is_read_only_when_whole(meta, position):
     [
         ({"iteration": -5}, r"its iteration -5 is not a count"),
         ({"iteration": "ten"}, r"its iteration 'ten' is not a count"),
+        ({"steps_before": -1}, r"its steps_before -1 is not a count"),
         ({"format": "flexflow-checkpoint/9"}, r"its format is 'flexflow-checkpoint/9'"),
         ({"optimizer": "adam"}, r"its optimizer 'adam' is not a JSON object"),
         ([], r"its record is a JSON list"),

@@ -121,7 +121,7 @@ def issue_forward(executor: Executor, group: int, training: bool, keys: Sequence
     for point, (info, device) in enumerate(zip(executor.fused_tasks[group], devices, strict=True)):
         _forward_inputs(launch, point, info.forward, device)
         launch.outputs[point] += [executor.slot_argument(s, device) for s in info.forward.outputs]
-    launch.issue(Pass.FUSED_FORWARD, group, (int(training), executor.iteration, *keys))
+    launch.issue(Pass.FUSED_FORWARD, group, (int(training), executor.steps_trained, *keys))
 
 
 def issue_with_loss(
@@ -182,7 +182,7 @@ def issue_with_loss(
     which = Pass.FUSED_STEP if step else Pass.FUSED_FORWARD_LOSS
     # a step's last own scalar: the number of the update it applies first (0: none)
     update = (executor.iteration if pending else 0,) if step else ()
-    scalars = (int(training), executor.iteration, *loss_args, *update)
+    scalars = (int(training), executor.steps_trained, *loss_args, *update)
     launch.issue(which, group, (*scalars, *executor.feeds.staged_keys()))
 
 
@@ -205,4 +205,4 @@ def issue_backward(executor: Executor, group: int, training: bool) -> None:
         launch.reductions[point] += [
             executor.gradients.reduction_argument(s, key) for s in layout.reductions
         ]
-    launch.issue(Pass.FUSED_BACKWARD, group, (int(training), executor.iteration))
+    launch.issue(Pass.FUSED_BACKWARD, group, (int(training), executor.steps_trained))

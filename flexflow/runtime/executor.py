@@ -46,6 +46,7 @@ from flexflow.checkpoint import (
     DataPosition,
     check_checkpoint,
     read_checkpoint,
+    recorded_optimizer,
     write_checkpoint,
 )
 from flexflow.errors import FlexFlowError, GraphError, ShapeError, StrategyError
@@ -122,6 +123,9 @@ class Executor:
         self.optimizer: Optimizer = optimizer or SGDOptimizer(learning_rate)
         self.iteration = 0
         """Updates applied so far (Adam's bias correction counts them; checkpoints keep it)."""
+        self.steps_before = 0
+        """Training steps the model took before this optimizer's first (a model compiled
+        again: `take_trained_state`); checkpoints keep it. See `steps_trained`."""
         self.position: DataPosition | None = None
         """Where `fit` stands in its data after whole epochs (`flexflow.checkpoint.DataPosition`;
         checkpoints keep it); None before any, or from a checkpoint that does not record it."""
@@ -390,6 +394,13 @@ class Executor:
         self.params.replace_weights({by_name[name].id: value for name, value in values.items()})
 
     @property
+    def steps_trained(self) -> int:
+        """Training steps the model has taken: what dropout's masks are drawn for, so a model
+        compiled again (its optimizer afresh: `iteration` 0) draws new masks, not the first
+        epoch's again."""
+        return self.steps_before + self.iteration
+
+    @property
     def epochs_done(self) -> int:
         """Whole epochs `fit` has trained (`position`; 0 before any): where a resumed run's
         `fit(..., initial_epoch=...)` starts."""
@@ -415,6 +426,7 @@ class Executor:
                 other.close()
         self._tiles.clear()  # views of the statistics replaced here
         self.position = other.position
+        self.steps_before = other.steps_trained
 
     def set_optimizer(self, optimizer: Optimizer) -> None:
         """Train on with `optimizer`: new hyperparameters (a learning rate schedule) for an
@@ -446,13 +458,17 @@ class Executor:
             arrays[f"{self.graph.ops[op].name}@running"] = value
         strategy = strategy_to_json(self.strategy, self.graph, self.machine)
         return write_checkpoint(
-            path, arrays, self.iteration, self.optimizer, strategy, self.position
-        )
+            path, arrays, self.iteration, self.optimizer, strategy, self.position,
+            self.steps_before,
+        )  # fmt: skip
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore what `save_checkpoint` wrote, so training resumes bit-identically; refuses a
-        checkpoint that lacks anything this model and optimizer need, before changing any."""
+        checkpoint that lacks anything this model and optimizer need, before changing any.
+        The optimizer's hyperparameters are the checkpoint's (where a learning rate schedule
+        had brought them; `set_optimizer` after this changes them), of the same kind."""
         values, meta = read_checkpoint(path)
+        saved = recorded_optimizer(path, meta)
         shapes = {p.name: p.spec.shape for p in self.graph.parameters}
         names = list(shapes)
         running = {op: f"{self.graph.ops[op].name}@running" for op in self.running}
@@ -466,7 +482,10 @@ class Executor:
                 for param in self.graph.parameters
             }
         )
+        if saved is not None and type(saved) is type(self.optimizer):
+            self.set_optimizer(saved)  # the same states (check_checkpoint found them)
         self.iteration = int(meta.get("iteration", 0))
+        self.steps_before = int(meta.get("steps_before", 0))
         self.position = DataPosition.of(meta)
         self._tiles.clear()  # views of the states and statistics replaced here
 
@@ -508,7 +527,13 @@ class Executor:
             layout = task_info.forward if which is Pass.FORWARD else task_info.backward
             with Scope(machine=self.processors[device]):
                 task = self.new_task(
-                    device, fused, group_id, task_info.index, int(training), self.iteration, *keys
+                    device,
+                    fused,
+                    group_id,
+                    task_info.index,
+                    int(training),
+                    self.steps_trained,
+                    *keys,
                 )
                 if which is Pass.FORWARD:
                     self.add_forward_inputs(task, layout, device)

@@ -210,7 +210,7 @@ def issue_steps(
         task.add_scalar_arg(int(kind), ty.int64)
         _add_array(task, [float(h) for h in hyper], "float32")
         _add_array(task, [address(s) for s in launch.scratch], "int64")
-        task.add_scalar_arg(executor.iteration, ty.int64)  # the first step's number
+        task.add_scalar_arg(executor.steps_trained, ty.int64)  # the first step's (dropout's)
         for row in rows:  # read and written: updated in place
             task.add_input(row)
         for row in rows:

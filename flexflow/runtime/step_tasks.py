@@ -107,7 +107,7 @@ def issue_loss(
                 task = executor.new_task(device, Pass.LOSS, output_op, index, *loss_args)
                 task.add_input(slice_store(output, region))
             else:
-                mode = (int(training), executor.iteration)
+                mode = (int(training), executor.steps_trained)  # dropout's masks
                 which = Pass.FUSED_STEP if step else Pass.FUSED_FORWARD_LOSS
                 # a step's last own scalar: the number of the update it applies first
                 update = (executor.iteration if pending else 0,) if step else ()
@@ -182,7 +182,7 @@ def _native_step_task(
         copies = len(executor.params.devices)
     scalars = StepScalars(
         native.plan_address, tuple(xs), labels, native.valid_predictions(rows),
-        float(total), update, copies, tuple(map(float, hyper)), executor.iteration,
+        float(total), update, copies, tuple(map(float, hyper)), executor.steps_trained,
     )  # fmt: skip
     task = executor.created_task(device, executor.native_task_id)
     scalars.add_to(task)

@@ -248,15 +248,15 @@ class Trainer:
             )
             skip = 0
             self.executor.position = DataPosition(epoch + 1, data.batch_size)
-            if checkpoint is not None:
-                self.executor.save_checkpoint(checkpoint)
             history.append(metrics)
-            if on_epoch is not None:
+            if on_epoch is not None:  # first: the checkpoint keeps what it changes (a rate)
                 on_epoch(metrics)
             elif self.report:  # the bar is transient: what stays of the epoch
                 self.console.print(  # one line each, in logs too
                     f"epoch {epoch + 1}/{last}: {metrics.describe()}", soft_wrap=True
                 )
+            if checkpoint is not None:
+                self.executor.save_checkpoint(checkpoint)
         return history
 
     def evaluate(self, data: DataLoader) -> Metrics:

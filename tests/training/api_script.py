@@ -5,8 +5,11 @@ JSON report; each entry is what a check saw (an error's text, or numbers to comp
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -20,13 +23,16 @@ X = rng.standard_normal((96, 12)).astype(np.float32)
 Y = ((X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 0.5)).astype(np.int32)
 
 
-def build(seed: int = 3, dropout: bool = False) -> FFModel:
+def build_model(seed: int = 3, dropout: bool = False) -> FFModel:
     model = FFModel(FFConfig(batch_size=16, seed=seed))
     h = model.dense(model.create_tensor((16, 12), name="x"), 24, ActiMode.AC_MODE_RELU)
     if dropout:
         h = model.dropout(h, 0.5)
     model.softmax(model.dense(h, 3))
     return model
+
+
+build = build_model
 
 
 def error(call) -> str:
@@ -44,7 +50,9 @@ def losses(model: FFModel, epochs: int, **fit) -> list[float]:
 
 def schedules() -> dict:
     """Epoch 3 at lr 0.05 after two at 0.1: by set_learning_rate, and by compiling again with
-    plain SGD (no state to lose); and all three at 0.1."""
+    plain SGD (no state to lose); and all three at 0.1. The model drops out: compiling again
+    must not draw the first epoch's masks again."""
+    build = functools.partial(build_model, dropout=True)
     by_setter = build()
     by_setter.compile(SGDOptimizer(0.1), progress=False)
     first = losses(by_setter, 2)
@@ -202,6 +210,40 @@ def data_forms() -> dict:
     }
 
 
+def resumed_schedule() -> dict:
+    """A schedule that lowers the rate after epoch 2 (Adam, dropout), checkpointed each epoch;
+    a new model loading the epoch-2 checkpoint and training on to epoch 4 with the same
+    schedule, against the run that never stopped (the checkpoint kept the rate before the
+    schedule changed it, and loading kept the model's own)."""
+
+    def schedule(model: FFModel):
+        def lower(metrics) -> None:
+            if metrics.epoch + 1 == 2:
+                model.set_learning_rate(0.0005)
+
+        return lower
+
+    with tempfile.TemporaryDirectory() as folder:
+        whole = build(dropout=True)
+        whole.compile(AdamOptimizer(0.002), progress=False)
+        straight = losses(whole, 4, on_epoch=schedule(whole))
+        first = build(dropout=True)
+        first.compile(AdamOptimizer(0.002), progress=False)
+        at_two = Path(folder) / "two.npz"
+        losses(first, 2, on_epoch=schedule(first), checkpoint=str(at_two))
+        resumed = build(dropout=True)
+        resumed.compile(AdamOptimizer(0.002), progress=False)  # the rate it began with
+        resumed.executor.load_checkpoint(at_two)
+        rest = [
+            m.loss
+            for m in resumed.fit(
+                X, Y, 4, shuffle=False, on_epoch=schedule(resumed),
+                initial_epoch=resumed.executor.epochs_done,
+            )
+        ]  # fmt: skip
+        return {"straight": straight, "resumed": rest, "rate": repr(resumed.optimizer)}
+
+
 def epoch_lines() -> None:
     """fit with progress on and no on_epoch, its console a pipe: one line per epoch."""
     model = build()
@@ -218,6 +260,7 @@ report = {
     "dropout_seeds": dropout_seeds(),
     "flexflow_port": flexflow_port(),
     "data_forms": data_forms(),
+    "resumed_schedule": resumed_schedule(),
 }
 epoch_lines()
 sys.stdout.write(json.dumps(report) + "\n")

@@ -20,6 +20,8 @@ pytestmark = pytest.mark.legate
 
 
 def test_the_learning_rate_changes_between_epochs_as_compiling_again_would(run):
+    """Compiling again drew the first epoch's dropout masks again (the optimizer's step count
+    restarts, the masks' does not)."""
     schedules = run[0]["schedules"]
     # set_learning_rate after two epochs == compiling again at the new rate (plain SGD has no
     # state to lose), bit for bit; and both differ from keeping the rate
@@ -97,3 +99,11 @@ def test_garbage_is_collected_by_the_program_never_inside_a_task():
     report = run_legate_script_said(Path(__file__).with_name("collection_script.py"))[0]
     assert len(report["losses"]) == 6 and all(np.isfinite(report["losses"]))
     assert report["automatic"] == [False, True]  # off while an executor is open, then back
+
+
+def test_a_run_resumed_from_a_checkpoint_keeps_its_schedules_learning_rate(run):
+    """The checkpoint was saved before on_epoch lowered the rate, and loading kept the rate
+    the resumed model was compiled with: epochs 3-4 trained at the wrong rate, silently."""
+    resumed = run[0]["resumed_schedule"]
+    assert resumed["resumed"] == resumed["straight"][2:]
+    assert "learning_rate=0.0005" in resumed["rate"]
