@@ -339,7 +339,7 @@ def test_layers_take_flexflows_positional_arguments():
         ),
         (
             lambda m, x: m.conv2d(x, 4, 3, 3, 1, 1, 1, 1, kernel_initializer=object()),
-            r"conv2d: kernel_initializer=.* set initial weights with model.executor.set_weights",
+            r"conv2d: kernel_initializer=.* set other initial weights with model.executor.set_weights",
         ),
         (lambda m, x: m.dense(m.flat(x), 8, shared_op=1), r"do not share weights by shared_op"),
         (lambda m, x: m.relu(x, "r1"), r"relu: inplace='r1' .* name='r1'"),

@@ -326,7 +326,9 @@ class Executor:
 
     def check_open(self) -> None:
         """Raise FlexFlowError once `close` has run: task bodies look the executor up by its
-        id, and a task of a closed one would abort the process."""
+        id, and a task of a closed one would abort the process. Every launch checks it, from
+        the program: where the garbage due is collected too (`runtime.collection`)."""
+        collect_due()
         if self.id not in EXECUTORS:
             raise FlexFlowError(
                 "this executor was closed (Executor.close); compile the model again to train "
@@ -499,8 +501,7 @@ class Executor:
 
     def created_task(self, device: int, task_id: int):
         """A task of `task_id` on processor `device`, counted; every task is made here."""
-        self.check_open()
-        collect_due()  # here, not inside a task body, where freeing a store aborts
+        self.check_open()  # and collects: here, not inside a task body, where freeing aborts
         with Scope(machine=self.processors[device]):
             task = self.runtime.create_auto_task(self.library, task_id)
         self.tasks_issued += 1
