@@ -182,7 +182,9 @@ class FFModel(_FFModel):
         self._compiled_trainer()
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, **keywords) -> list[Metrics]:
-        """FlexFlow's fit: `epochs` (default 1) more epochs, x and y as loaders or arrays."""
+        """FlexFlow's fit, in its order (x, y, batch_size, epochs): `epochs` (default 1, as
+        FlexFlow's) more epochs, x and y as loaders or arrays; `flexflow.FFModel.fit`'s
+        keywords (initial_epoch, checkpoint, on_epoch, shuffle) too."""
         self._check_batch(batch_size)
         history = super().fit(*self._arrays(x, y), epochs, **keywords)
         self._perf = history[-1] if history else self._perf
@@ -202,7 +204,8 @@ class FFModel(_FFModel):
         if batch_size is not None and batch_size != self.config.batch_size:
             raise ShapeError(
                 f"batch_size={batch_size}, but the model was built for batches of "
-                f"{self.config.batch_size} (-b): leave batch_size out."
+                f"{self.config.batch_size} (-b): leave batch_size out (FlexFlow's order is "
+                "fit(x, y, batch_size, epochs): pass epochs by keyword)."
             )
 
     @staticmethod
@@ -222,6 +225,15 @@ class FFModel(_FFModel):
         )
 
     forward = backward = update = zero_gradients = reset_metrics = _hand_written_loop
+
+    def _layer_handles(self, *args: Any, **keywords: Any) -> None:
+        raise FlexFlowError(
+            "FlexFlow's layer handles (get_layer_by_id, get_layer_by_name, print_layers) are "
+            "not offered: read and write weights by name ('<layer>.kernel', '<layer>.bias') "
+            "with model.executor.get_weights() and set_weights(...) after compile."
+        )
+
+    get_layer_by_id = get_layer_by_name = get_layers = print_layers = _layer_handles
 
 
 def SGDOptimizer(  # noqa: N802 (FlexFlow's constructor)

@@ -212,8 +212,8 @@ def plan_strategy(
         )
         strategy = result.best
         source = (  # the chains stop early once they stop improving
-            f"searched for {result.seconds:.1f} s (--budget {budget_s:g}; "
-            f"{result.proposals:,} proposals)"
+            f"searched for {result.seconds:.1f} s of a {budget_s:g} s budget (its chains stop "
+            f"once they stop improving; {result.proposals:,} proposals)"
         )
         if measure is not None:
             trials, why_not = _trial_runs(context, graph, machine, strategy, dp, budget_s, measure)
@@ -229,7 +229,7 @@ def plan_strategy(
     else:
         strategy, source = (
             dp,
-            "data parallelism (no search: --budget 0)" + _idle_devices(graph, dp, machine),
+            "data parallelism (no search: a budget of 0 s)" + _idle_devices(graph, dp, machine),
         )
     simulated_s = full_simulate(TaskGraph(context, strategy)).iteration_s
     if export_path is not None:

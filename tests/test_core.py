@@ -60,6 +60,8 @@ def test_the_rest_of_flexflows_surface_says_what_to_use():
     model, _ = _mlp()
     with pytest.raises(FlexFlowError, match="hand-written training loop .* fit and eval run it"):
         model.forward()
+    with pytest.raises(FlexFlowError, match=r"layer handles .* model.executor.get_weights"):
+        model.get_layer_by_id(0)
     with pytest.raises(FlexFlowError, match="no metrics yet"):
         model.get_perf_metrics()
     metrics = Metrics(0, 0.5, 0.875, 64, 1.0)

@@ -23,14 +23,14 @@ def test_data_parallelism_says_when_the_batch_leaves_devices_idle():
     assert "on 3 of 4 devices: batch 6 does not split over 4" in plan.describe()
     assert "divisible by 4" in plan.source
     whole = plan_strategy(lenet(8), machine)
-    assert whole.source == "data parallelism (no search: --budget 0)"
+    assert whole.source == "data parallelism (no search: a budget of 0 s)"
 
 
 def test_a_search_is_exported_and_imports_to_the_same_strategy(tmp_path):
     graph, machine = lenet(8), parse_machine("p100:1")
     path = tmp_path / "s.json"
     searched = plan_strategy(graph, machine, budget_s=1.0, export_path=path, model_name="lenet")
-    assert searched.source.startswith("searched for ") and "(--budget 1; " in searched.source
+    assert searched.source.startswith("searched for ") and "of a 1 s budget" in searched.source
     assert searched.simulated_ms <= searched.dp_simulated_ms
     imported = plan_strategy(graph, machine, import_path=path)
     assert imported.strategy == searched.strategy == load_strategy(path, graph, machine)

@@ -49,7 +49,13 @@ from flexflow.checkpoint import (
     recorded_optimizer,
     write_checkpoint,
 )
-from flexflow.errors import FlexFlowError, GraphError, ShapeError, StrategyError
+from flexflow.errors import (
+    CheckpointError,
+    FlexFlowError,
+    GraphError,
+    ShapeError,
+    StrategyError,
+)
 from flexflow.fusion import (
     Slot,
     SlotKind,
@@ -475,6 +481,15 @@ class Executor:
         names = list(shapes)
         running = {op: f"{self.graph.ops[op].name}@running" for op in self.running}
         check_checkpoint(path, values, meta, shapes, self.optimizer, list(running.values()))
+        current = self.optimizer
+        if saved is not None and (
+            type(saved) is not type(current) or saved.state_names != current.state_names
+        ):
+            raise CheckpointError(
+                f"checkpoint {path} was saved training with {saved}; this model trains with "
+                f"{current}: compile it with the checkpoint's kind of optimizer to resume (its "
+                "states and step count are that one's)."
+            )
         self.set_weights({name: values[name] for name in names})
         for op, key in running.items():
             self.running[op] = self.store_of(self.batch_statistics.stored_running(op, values[key]))
@@ -484,8 +499,8 @@ class Executor:
                 for param in self.graph.parameters
             }
         )
-        if saved is not None and type(saved) is type(self.optimizer):
-            self.set_optimizer(saved)  # the same states (check_checkpoint found them)
+        if saved is not None:
+            self.set_optimizer(saved)  # the same kind and states (checked above)
         self.iteration = int(meta.get("iteration", 0))
         self.steps_before = int(meta.get("steps_before", 0))
         self.position = DataPosition.of(meta)

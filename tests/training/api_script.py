@@ -241,7 +241,15 @@ def resumed_schedule() -> dict:
                 initial_epoch=resumed.executor.epochs_done,
             )
         ]  # fmt: skip
-        return {"straight": straight, "resumed": rest, "rate": repr(resumed.optimizer)}
+        other = build(dropout=True)
+        other.compile(SGDOptimizer(0.1), progress=False)  # no states to miss: refused as such
+        refused = error(lambda: other.executor.load_checkpoint(at_two))
+        return {
+            "straight": straight,
+            "resumed": rest,
+            "rate": repr(resumed.optimizer),
+            "other_kind": refused,
+        }
 
 
 def epoch_lines() -> None:

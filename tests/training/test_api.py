@@ -107,3 +107,4 @@ def test_a_run_resumed_from_a_checkpoint_keeps_its_schedules_learning_rate(run):
     resumed = run[0]["resumed_schedule"]
     assert resumed["resumed"] == resumed["straight"][2:]
     assert "learning_rate=0.0005" in resumed["rate"]
+    assert "was saved training with AdamOptimizer" in resumed["other_kind"]  # loaded before

@@ -17,7 +17,7 @@ def test_a_searched_strategy_is_exported_and_trains_when_imported(tmp_path):
     proc, searched = run_train(*SMALL_LENET, "--budget", "2", "--export-strategy", str(strategy))
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert searched["strategy"].startswith("searched for ")
-    assert "(--budget 2; " in searched["strategy"]
+    assert "of a 2 s budget" in searched["strategy"]
     exported = json.loads(strategy.read_text())
     assert exported["ops"] and exported["model"] == "lenet"  # a strategy file, named
     proc, imported = run_train(*SMALL_LENET, "--import-strategy", str(strategy))
