@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flexflow import ActiMode, AggrMode, DataType, PoolType
+from flexflow import ActiMode, AggrMode, PoolType
+from flexflow import DataType as _DType
 from flexflow.config import FFConfig as _FFConfig
 from flexflow.errors import FlexFlowError, ShapeError
 from flexflow.model import FFModel as _FFModel
@@ -27,6 +28,26 @@ from flexflow.model import Tensor
 from flexflow.optimizers import AdamOptimizer as _Adam
 from flexflow.optimizers import SGDOptimizer as _SGD
 from flexflow.runtime.training import Metrics
+
+
+class _DataTypes(type):
+    """FlexFlow's other data types (DT_HALF, DT_DOUBLE, ...) named as not taken here."""
+
+    def __getattr__(cls, name: str):
+        if name.startswith("DT_"):
+            raise FlexFlowError(
+                f"DataType.{name} is not one flexflow takes: tensors are DT_FLOAT, DT_INT32 or "
+                "DT_INT64 (layers compute in float32)."
+            )
+        raise AttributeError(name)
+
+
+class DataType(metaclass=_DataTypes):
+    """FlexFlow's `DataType` names of the element types flexflow takes (`flexflow.DataType`)."""
+
+    DT_FLOAT = _DType.DT_FLOAT
+    DT_INT32 = _DType.DT_INT32
+    DT_INT64 = _DType.DT_INT64
 
 
 class LossType(enum.Enum):

@@ -67,4 +67,6 @@ def test_the_rest_of_flexflows_surface_says_what_to_use():
     metrics = Metrics(0, 0.5, 0.875, 64, 1.0)
     assert PerfMetrics(metrics).get_accuracy() == 87.5  # a percentage, as FlexFlow's
     assert NetConfig().dataset_path == ""
+    with pytest.raises(FlexFlowError, match=r"DataType.DT_HALF is not one flexflow takes"):
+        DataType.DT_HALF  # noqa: B018 (an AttributeError before)
     assert FlexFlowConfig.get_current_time() > 0
