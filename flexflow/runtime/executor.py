@@ -515,7 +515,8 @@ class Executor:
         return task
 
     def created_task(self, device: int, task_id: int):
-        """A task of `task_id` on processor `device`, counted; every task is made here."""
+        """A task of `task_id` on processor `device`, counted: every single task is made here
+        (the launches of several points: `runtime.concurrent`, `runtime.step_launches`)."""
         self.check_open()  # and collects: here, not inside a task body, where freeing aborts
         with Scope(machine=self.processors[device]):
             task = self.runtime.create_auto_task(self.library, task_id)
