@@ -359,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             epochs=config.epochs,
             checkpoint=args.checkpoint,
             on_epoch=on_epoch,
-            initial_epoch=model.executor.epochs_done,  # a resumed run's, else 0
+            # a resumed run's epochs done, else 0 (an older checkpoint: by its iterations)
+            initial_epoch=model.executor.epochs_done_in(len(train[1]) // config.batch_size),
         )
         if args.measured_trace:
             from flexflow.runtime.trace import write_measured_trace

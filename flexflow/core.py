@@ -30,12 +30,16 @@ from flexflow.optimizers import SGDOptimizer as _SGD
 from flexflow.runtime.training import Metrics
 
 
+class DataTypeError(FlexFlowError, AttributeError):
+    """A FlexFlow data type flexflow does not take (an AttributeError too: `hasattr` works)."""
+
+
 class _DataTypes(type):
     """FlexFlow's other data types (DT_HALF, DT_DOUBLE, ...) named as not taken here."""
 
     def __getattr__(cls, name: str):
         if name.startswith("DT_"):
-            raise FlexFlowError(
+            raise DataTypeError(
                 f"DataType.{name} is not one flexflow takes: tensors are DT_FLOAT, DT_INT32 or "
                 "DT_INT64 (layers compute in float32)."
             )
@@ -190,7 +194,7 @@ class FFModel(_FFModel):
     def label_tensor(self) -> _LabelTensor:
         return LABEL_TENSOR
 
-    def create_data_loader(self, tensor: Tensor | _LabelTensor, array) -> SingleDataLoader:
+    def create_data_loader(self, tensor: Tensor | _LabelTensor, array: Any) -> SingleDataLoader:
         """The data of input `tensor` (or of `label_tensor`: the labels), for `fit`/`eval`."""
         if not isinstance(tensor, (Tensor, _LabelTensor)):
             raise ShapeError(
@@ -202,7 +206,14 @@ class FFModel(_FFModel):
         """Nothing to do: `compile` initializes the weights."""
         self._compiled_trainer()
 
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, **keywords) -> list[Metrics]:
+    def fit(
+        self,
+        x: Any = None,
+        y: Any = None,
+        batch_size: int | None = None,
+        epochs: int = 1,
+        **keywords: Any,
+    ) -> list[Metrics]:
         """FlexFlow's fit, in its order (x, y, batch_size, epochs): `epochs` (default 1, as
         FlexFlow's) more epochs, x and y as loaders or arrays; `flexflow.FFModel.fit`'s
         keywords (initial_epoch, checkpoint, on_epoch, shuffle) too."""
@@ -211,7 +222,7 @@ class FFModel(_FFModel):
         self._perf = history[-1] if history else self._perf
         return history
 
-    def eval(self, x=None, y=None, batch_size=None) -> Metrics:
+    def eval(self, x: Any = None, y: Any = None, batch_size: int | None = None) -> Metrics:
         self._check_batch(batch_size)
         self._perf = super().eval(*self._arrays(x, y))
         return self._perf
@@ -221,7 +232,7 @@ class FFModel(_FFModel):
             raise FlexFlowError("no metrics yet: call fit or eval first.")
         return PerfMetrics(self._perf)
 
-    def _check_batch(self, batch_size) -> None:
+    def _check_batch(self, batch_size: int | None) -> None:
         if batch_size is not None and batch_size != self.config.batch_size:
             raise ShapeError(
                 f"batch_size={batch_size}, but the model was built for batches of "
@@ -230,7 +241,7 @@ class FFModel(_FFModel):
             )
 
     @staticmethod
-    def _arrays(x, y) -> tuple:
+    def _arrays(x: Any, y: Any) -> tuple[Any, Any]:
         """x and y with FlexFlow's loaders made arrays (by input tensor) and labels."""
         loaders = x if isinstance(x, Sequence) else [x]
         if all(isinstance(loader, SingleDataLoader) for loader in loaders):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,7 @@ import numpy as np
 from flexflow.config import FFConfig
 from flexflow.data import DataLoader
 from flexflow.errors import GraphError, ShapeError
+from flexflow.flexflow_arguments import flexflow_only as _flexflow_only
 from flexflow.graph import GraphTensor, OperatorGraph, OpNode, Parameter
 from flexflow.ops import ActiMode, DType, Op, TensorSpec
 from flexflow.ops.base import is_int
@@ -57,61 +58,6 @@ if TYPE_CHECKING:
     from flexflow.planning import Plan
     from flexflow.runtime.training import Metrics
     from flexflow.strategy import Strategy
-
-
-_FLEXFLOW_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
-    # FlexFlow's layer arguments this API does not implement: a call written for FlexFlow
-    # passes them positionally before `name`; the values that change nothing are taken
-    "datatype": (lambda v: v is None or v is DType.FLOAT32, "layers compute in float32"),
-    "data_type": (lambda v: v is None or v is DType.FLOAT32, "layers compute in float32"),
-    "dtype": (lambda v: v is None or v is DType.FLOAT32, "embeddings are float32"),
-    "shared_op": (
-        lambda v: v is None,
-        "layers do not share weights by shared_op (an unrolled lstm's steps share theirs)",
-    ),
-    # an initializer object naming the layer's own default (flexflow.core's Glorot kernels,
-    # zero biases) changes nothing
-    "kernel_initializer": (
-        lambda v: v is None or getattr(v, "init", None) == "glorot_uniform",
-        "kernels start Glorot-uniform here; set other initial weights with "
-        "model.executor.set_weights(...) after compile",
-    ),
-    "bias_initializer": (
-        lambda v: v is None or getattr(v, "init", None) == "zeros",
-        "biases start at zero here; set other initial weights with "
-        "model.executor.set_weights(...) after compile",
-    ),
-    "embedding_initializer": (
-        lambda v: v is None or getattr(v, "init", None) == "normal",
-        "embeddings start from a normal draw here; set other initial weights with "
-        "model.executor.set_weights(...) after compile",
-    ),
-    "kernel_regularizer": (lambda v: v is None, "give the optimizer a weight_decay instead"),
-    "inplace": (lambda v: isinstance(v, bool), "pass True or False: the result is the same"),
-    "inplace_a": (lambda v: isinstance(v, bool), "pass True or False: the result is the same"),
-    "create_grad": (lambda v: isinstance(v, bool), "pass True or False: inputs take none"),
-    "use_bias": (lambda v: v is True, "a layer norm's affine transform always has its bias"),
-    "add_bias_kv": (lambda v: v is False, "attention adds no bias to keys and values"),
-    "add_zero_attn": (lambda v: v is False, "attention adds no zero batch"),
-    "a_seq_length_dim": (lambda v: v is None or is_int(v), "pass a dimension or None"),
-    "b_seq_length_dim": (lambda v: v is None or is_int(v), "pass a dimension or None"),
-}
-
-
-def _flexflow_only(kind: str, name: str | None, **arguments: object) -> None:
-    """Raise ShapeError for a FlexFlow-only argument (`_FLEXFLOW_ONLY`) holding a value this
-    API cannot honour, naming the way here; a str there is a name passed by position."""
-    for argument, value in arguments.items():
-        takes, why = _FLEXFLOW_ONLY[argument]
-        if takes(value):
-            continue
-        layer = kind if name is None else f"{kind} '{name}'"
-        hint = f" (a layer name goes by keyword: name={value!r})" if isinstance(value, str) else ""
-        argument = "kernel_initializer" if argument == "embedding_initializer" else argument
-        raise ShapeError(
-            f"{layer}: {argument}={value!r} is one of FlexFlow's arguments this API does not "
-            f"implement: {why}{hint}."
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,9 +254,9 @@ class FFModel:
         activation: ActiMode = ActiMode.AC_MODE_NONE,
         groups: int = 1,
         use_bias: bool = True,
-        shared_op: None = None,
-        kernel_initializer: None = None,
-        bias_initializer: None = None,
+        shared_op: object | None = None,
+        kernel_initializer: object | None = None,
+        bias_initializer: object | None = None,
         name: str | None = None,
     ) -> Tensor:
         """FlexFlow's conv2d; `shared_op` and the initializers are FlexFlow's (None only)."""
@@ -360,10 +306,10 @@ class FFModel:
         activation: ActiMode = ActiMode.AC_MODE_NONE,
         use_bias: bool = True,
         datatype: DType | None = None,
-        shared_op: None = None,
-        kernel_initializer: None = None,
-        bias_initializer: None = None,
-        kernel_regularizer: None = None,
+        shared_op: object | None = None,
+        kernel_initializer: object | None = None,
+        bias_initializer: object | None = None,
+        kernel_regularizer: object | None = None,
         name: str | None = None,
     ) -> Tensor:
         """FlexFlow's dense; its arguments after `use_bias` take their defaults only."""
@@ -385,8 +331,8 @@ class FFModel:
         embedding_dim: int,
         aggr: AggrMode = AggrMode.AGGR_MODE_NONE,
         dtype: DType | None = None,
-        shared_op: None = None,
-        kernel_initializer: None = None,
+        shared_op: object | None = None,
+        kernel_initializer: object | None = None,
         name: str | None = None,
     ) -> Tensor:
         """FlexFlow's embedding; its arguments after `aggr` take their defaults only."""
@@ -457,7 +403,7 @@ class FFModel:
         add_bias_kv: bool = False,
         add_zero_attn: bool = False,
         data_type: DType | None = None,
-        kernel_initializer: None = None,
+        kernel_initializer: object | None = None,
         name: str | None = None,
     ) -> Tensor:
         """FlexFlow's multihead_attention; its arguments after `bias` take their defaults."""
@@ -579,11 +525,11 @@ class FFModel:
         from `seed` (default: one drawn from the layer's name, so two dropouts of one model
         never drop the same elements), the iteration and the run's FFConfig.seed, and do not
         depend on the strategy (`flexflow.ops.dropout`)."""
+        if seed is not None and (not is_int(seed) or seed < 0):  # before the name is taken
+            raise ShapeError(f"dropout: seed must be an integer >= 0, got {seed!r}.")
         name = self._layer_name("dropout", name)
         if seed is None:  # far from the small seeds a model passes (distinct streams)
             seed = 2**32 + zlib.crc32(name.encode())
-        elif not is_int(seed) or seed < 0:
-            raise ShapeError(f"dropout '{name}': seed must be an integer >= 0, got {seed!r}.")
         (out,) = self._add(Dropout(rate, int(seed)), [input], name)
         return out
 
@@ -623,9 +569,12 @@ class FFModel:
         weights, batch norm's statistics, the epochs done) and starts the optimizer afresh,
         as Keras does."""
         from flexflow.bootstrap import check_network_library, python_handles_ctrl_c
-        from flexflow.runtime.loss import check_model_output
+        from flexflow.runtime.loss import check_model_output, loss_name, metric_names
 
         check_model_output(self.graph(), loss_type)  # before Legate starts
+        if metrics is None:  # accuracy where the loss is a classification's
+            metrics = ("accuracy",) if "crossentropy" in loss_name(loss_type) else ()
+        metrics = metric_names(metrics, loss_name(loss_type))  # before the search
         check_network_library()  # one of several ranks: before Legate looks for MPI
         from legate.core import get_legate_runtime  # starts Legate: Realm takes SIGINT
 
@@ -633,13 +582,12 @@ class FFModel:
         from flexflow.planning import plan_strategy
         from flexflow.runtime import Executor
         from flexflow.runtime.agreement import agree_on_strategy
-        from flexflow.runtime.loss import loss_name
         from flexflow.runtime.training import Trainer
         from flexflow.runtime.trials import time_candidates
 
         graph, machine = self.graph(), machine or parse_machine("local")
         if optimizer is None:
-            optimizer = self._optimizer
+            optimizer = self.optimizer  # set before, or the compiled one (a checkpoint's)
         optimizer = chosen_optimizer(optimizer, self.config.learning_rate)
         measure = agree = None
         runtime = get_legate_runtime()
@@ -679,11 +627,14 @@ class FFModel:
             record_timeline=record_timeline,
             steps_per_execution=self.config.steps_per_execution,
         )
-        if metrics is None:  # accuracy where the loss is a classification's
-            metrics = ("accuracy",) if "crossentropy" in loss_name(loss_type) else ()
-        trainer = Trainer(executor, loss_type, metrics, console, progress)
-        if self._trainer is not None:  # compiled again: train on from where it stands
-            executor.take_trained_state(self._trainer.executor)
+        try:
+            trainer = Trainer(executor, loss_type, metrics, console, progress)
+            if self._trainer is not None:  # compiled again: train on from where it stands
+                executor.take_trained_state(self._trainer.executor)
+        except BaseException:
+            executor.close()  # not left open (collection stays off while one is)
+            raise
+        if self._trainer is not None:
             self._trainer.executor.close()
         self._trainer, self._optimizer = trainer, optimizer
         return plan
@@ -782,10 +733,15 @@ class FFModel:
             for key, value in x.items():
                 if isinstance(key, Tensor) and key.model == id(self) and key.id in self._tensors:
                     key = self._tensors[key.id].name
-                by_name[key if isinstance(key, str) else repr(key)] = value
+                key = key if isinstance(key, str) else repr(key)
+                if key in by_name:
+                    raise ShapeError(
+                        f"x gives input '{key}' twice (by name and by tensor); give it once."
+                    )
+                by_name[key] = value
         elif isinstance(x, (list, tuple)) and (
-            len(inputs) > 1 or all(hasattr(value, "shape") for value in x)
-        ):  # one array per input (Keras' [x] too); a list of numbers is the data itself
+            len(inputs) > 1 or (len(x) == 1 and np.ndim(x[0]) == len(inputs[0].spec.shape))
+        ):  # one array per input (Keras' [x] too); a list of samples is the data itself
             if len(x) != len(inputs):
                 raise ShapeError(
                     f"the model has {len(inputs)} inputs {[t.name for t in inputs]}; x holds "

@@ -111,7 +111,7 @@ class Strategy:
 
     def replace(self, op: str | int, config: ParallelConfig) -> Strategy:
         """The strategy with one op's configuration changed (an MCMC proposal)."""
-        i = op if isinstance(op, int) else self.index(op)
+        i = self._position(op)
         return self._with(self.configs[:i] + (config,) + self.configs[i + 1 :], config)
 
     def replace_many(self, ops: Iterable[int], config: ParallelConfig) -> Strategy:
@@ -119,8 +119,16 @@ class Strategy:
         move): one copy, not one per op."""
         configs = list(self.configs)
         for i in ops:
-            configs[i] = config
+            configs[self._position(i)] = config
         return self._with(tuple(configs), config)
+
+    def _position(self, op: str | int) -> int:
+        """The index of `op` (a name, or an index that must be one of this strategy's)."""
+        if not isinstance(op, int):
+            return self.index(op)
+        if not 0 <= op < len(self.ops):
+            raise StrategyError(f"the strategy has no op number {op}; it has {len(self.ops)}.")
+        return op
 
     def _with(self, configs: tuple[ParallelConfig, ...], new: ParallelConfig) -> Strategy:
         """This strategy's ops with `configs`, which differ from its own only by `new`: only
@@ -128,7 +136,7 @@ class Strategy:
         took a tenth of its chain), and the op index is shared."""
         if not isinstance(new, ParallelConfig):
             raise StrategyError("Strategy: every configuration must be a ParallelConfig.")
-        changed = object.__new__(Strategy)
+        changed = object.__new__(type(self))
         object.__setattr__(changed, "ops", self.ops)
         object.__setattr__(changed, "configs", configs)
         if "_index" in self.__dict__:

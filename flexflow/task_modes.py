@@ -11,9 +11,16 @@ from dataclasses import replace
 from flexflow.graph import OperatorGraph
 from flexflow.ops import Op
 
-RUN_SEED_STRIDE = 1_000_000_007
-"""How far apart the mask streams of one dropout layer lie for consecutive run seeds
-(`seeded_for_run`): further than the iterations of any run, so no two runs share a mask."""
+_MASK64 = 2**64 - 1
+
+
+def run_seed_key(seed: int) -> int:
+    """What run `seed` mixes into every dropout seed (`seeded_for_run`): splitmix64 of it,
+    63 bits, so runs' keys differ in about half their bits, not by a fixed stride."""
+    z = (seed + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) >> 1
 
 
 def op_for_task(op: Op, extra: tuple[int, ...]) -> Op | None:
@@ -32,12 +39,13 @@ def op_for_task(op: Op, extra: tuple[int, ...]) -> Op | None:
 def seeded_for_run(graph: OperatorGraph, seed: int) -> OperatorGraph:
     """`graph` with every dropout's seed mixed with the run's `seed` (FFConfig.seed, which also
     draws the initial weights), so runs of other seeds drop other elements; seed 0 leaves the
-    graph as it is. Layers of one model keep distinct streams: their own seeds differ by less
-    than RUN_SEED_STRIDE, or by much more (`FFModel.dropout`'s default)."""
+    graph as it is. The layers' seeds are XORed with one key (`run_seed_key`), so layers of
+    distinct seeds keep distinct seeds."""
     if not seed or not any(node.kind == "dropout" for node in graph.ops):
         return graph
+    key = run_seed_key(seed)
     ops = tuple(
-        replace(node, op=replace(node.op, seed=(node.op.seed + seed * RUN_SEED_STRIDE) % 2**63))
+        replace(node, op=replace(node.op, seed=(node.op.seed % 2**63) ^ key))
         if node.kind == "dropout"
         else node
         for node in graph.ops

@@ -3,6 +3,8 @@ tests/training/test_api.py's port and tests/training/test_examples.py)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -56,7 +58,7 @@ def test_flexflows_loaders_become_arrays_by_input_and_labels():
         model.create_data_loader("x", images)
 
 
-def test_the_rest_of_flexflows_surface_says_what_to_use():
+def test_the_rest_of_flexflows_surface_says_what_to_use(monkeypatch):
     model, _ = _mlp()
     with pytest.raises(FlexFlowError, match="hand-written training loop .* fit and eval run it"):
         model.forward()
@@ -66,7 +68,13 @@ def test_the_rest_of_flexflows_surface_says_what_to_use():
         model.get_perf_metrics()
     metrics = Metrics(0, 0.5, 0.875, 64, 1.0)
     assert PerfMetrics(metrics).get_accuracy() == 87.5  # a percentage, as FlexFlow's
+    monkeypatch.setattr("sys.argv", ["example.py", "-b", "8"])
     assert NetConfig().dataset_path == ""
+    monkeypatch.setattr("sys.argv", ["example.py", "-d", "/data/cifar"])
+    assert NetConfig().dataset_path == "/data/cifar"
+    assert not hasattr(DataType, "DT_DOUBLE")  # an AttributeError too
     with pytest.raises(FlexFlowError, match=r"DataType.DT_HALF is not one flexflow takes"):
         DataType.DT_HALF  # noqa: B018 (an AttributeError before)
-    assert FlexFlowConfig.get_current_time() > 0
+    before = FlexFlowConfig.get_current_time()
+    time.sleep(0.01)
+    assert 9_000 < FlexFlowConfig.get_current_time() - before < 1_000_000  # microseconds

@@ -172,7 +172,7 @@ def test_ffconfig_from_args_prints_its_flags_for_help(capsys):
         ),
         (lambda m, x: m.create_tensor((4, True)), r"dims must be positive integers"),
         (lambda m, x: m.dropout(x, "0.5"), r"dropout .*rate must be in \[0, 1\), got '0\.5'"),
-        (lambda m, x: m.dropout(x, 0.5, seed=-1), r"dropout .*seed must be an integer >= 0"),
+        (lambda m, x: m.dropout(x, 0.5, seed=-1), r"dropout: seed must be an integer >= 0"),
         (lambda m, x: m.transpose(m.flat(x), (0.0, 1.0)), r"is not a permutation of \(0, 1\)"),
         (lambda m, x: m.pool2d(x, 2, 2, 2, 2, 0, 0, pool_type=7), r"pool_type must be one of"),
         (lambda m, x: m.dense(m.flat(x), 4, activation="relu"), r"activation must be one of"),
@@ -246,7 +246,7 @@ def test_ids_outside_an_embedding_or_not_integers_are_refused_naming_the_layer()
 def test_dropouts_draw_distinct_masks_and_the_run_seed_moves_them():
     """Two dropouts left at the default seed shared one mask stream (the same elements dropped
     in both); the run's seed did not reach them. Seed 0 keeps the layers' own seeds."""
-    from flexflow.task_modes import RUN_SEED_STRIDE, seeded_for_run
+    from flexflow.task_modes import run_seed_key, seeded_for_run
 
     model = FFModel(FFConfig(batch_size=4))
     x = model.dense(model.create_tensor((4, 8), name="x"), 8)
@@ -258,7 +258,9 @@ def test_dropouts_draw_distinct_masks_and_the_run_seed_moves_them():
     assert len(set(seeds)) == 3 and seeds[1] == 7
     assert seeded_for_run(graph, 0) is graph
     moved = [node.op.seed for node in seeded_for_run(graph, 2).ops if node.kind == "dropout"]
-    assert moved == [(s + 2 * RUN_SEED_STRIDE) % 2**63 for s in seeds]
+    assert moved == [s ^ run_seed_key(2) for s in seeds] and len(set(moved)) == 3
+    keys = {run_seed_key(seed) for seed in range(1, 1000)}
+    assert len(keys) == 999 and all(0 < k < 2**63 for k in keys)
 
 
 def _two_inputs():
@@ -351,3 +353,24 @@ def test_flexflow_arguments_this_api_does_not_implement_are_refused_by_name(buil
     x = model.create_tensor((4, 3, 8, 8), name="x")
     with pytest.raises(ShapeError, match=message):
         build(model, x)
+
+
+def test_a_one_input_models_data_in_a_list_is_read_as_keras_reads_it():
+    """[x] is the one input's array; a list of samples (or of numpy scalars) is the data."""
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3), name="x")
+    model.softmax(model.dense(x, 2))
+    data = np.zeros((8, 3), np.float32)
+    assert model._inputs_by_name([data], model.graph())["x"] is data
+    rows = model._inputs_by_name(list(data), model.graph())["x"]
+    assert rows.shape == (8, 3)
+    with pytest.raises(ShapeError, match=r"x gives input 'x' twice"):
+        model._inputs_by_name({"x": data, x: data}, model.graph())
+
+
+def test_a_refused_dropout_seed_leaves_the_layer_name_free():
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3), name="x")
+    with pytest.raises(ShapeError, match="seed must be an integer >= 0"):
+        model.dropout(x, 0.5, seed=-1, name="drop")
+    model.dropout(x, 0.5, seed=1, name="drop")

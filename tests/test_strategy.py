@@ -352,3 +352,8 @@ def test_a_changed_strategy_checks_its_new_configuration_and_shares_the_op_index
     assert hash(changed) == hash(Strategy(s.ops, changed.configs))
     with pytest.raises(StrategyError, match="must be a ParallelConfig"):
         s.replace_many([0, 2], ((1, 1), (0,)))
+    for bad in (-1, 3):  # the copy skips the constructor's checks: an index must be one
+        with pytest.raises(StrategyError, match=f"no op number {bad}; it has 3"):
+            s.replace(bad, ParallelConfig.single(2))
+        with pytest.raises(StrategyError, match=f"no op number {bad}"):
+            s.replace_many([0, bad], ParallelConfig.single(2))

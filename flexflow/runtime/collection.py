@@ -52,6 +52,9 @@ class CollectionHold:
 
 COLLECTION = CollectionHold()
 
+FULL_COLLECTION_WAIT = 10
+"""Young collections between full ones: ten times the automatic collector's third threshold."""
+
 
 def collect_due() -> None:
     """From the program (never from a task): the collection automatic collection would have
@@ -59,5 +62,10 @@ def collect_due() -> None:
     counts, thresholds = gc.get_count(), gc.get_threshold()
     if not (COLLECTION.wanted and thresholds[0] and counts[0] > thresholds[0]):
         return
-    # the oldest generation over its threshold, as the automatic collector picks
-    gc.collect(next(g for g in (2, 1, 0) if counts[g] > thresholds[g]))
+    # the oldest generation over its threshold, as the automatic collector picks; a full
+    # collection waits ten times longer, since CPython's own also waits for the long-lived
+    # objects to grow by a quarter (which Python does not expose): rare on large heaps
+    if counts[2] > FULL_COLLECTION_WAIT * thresholds[2]:
+        gc.collect(2)
+    else:
+        gc.collect(1 if counts[1] > thresholds[1] else 0)

@@ -167,81 +167,93 @@ class Executor:
         self.id = next(EXECUTOR_IDS)
         EXECUTORS[self.id] = self
         COLLECTION.hold()  # collections by the program only, until close (runtime.collection)
-        self.store_of = functools.partial(
-            copied_store, self.runtime, self.library, self.task_id, self.id
-        )
-        """array -> a new store holding it (`copied_store`); no reference to the executor, so
-        the stores that keep it (`ParameterStores`) make no cycle that Python's garbage
-        collector would free inside a task, where Legate forbids destroying stores."""
-        self._kinds = kinds = [kind for kind, _ in local.kind_ordinals()]
-        staging = self.runtime.node_count == 1  # one process holds every rank's data
-        self.plan = plan = execution_plan(graph, strategy, kinds, staging)
-        """What runs where (`flexflow.runtime.plan.ExecutionPlan`, which documents each part);
-        its parts are also this executor's attributes of the same names."""
-        self._regions, self.groups, self._sole = plan.regions, plan.groups, plan.sole
-        self.fused_tasks, self.step_ready = plan.fused_tasks, plan.step_ready
-        self._reduced_grads, self.contributors = plan.reduced_grads, plan.contributors
-        self.updates_in_step, self.update_groups = plan.updates_in_step, plan.update_groups
-        self.exchanges = {
-            g: StatisticsExchange(strategy[group.ops[0]].num_tasks)
-            for g, group in enumerate(self.groups)
-            if group.exchanges
-        }
-        """Per group launched concurrently (`FusedGroup.exchanges`), the in-memory all-reduce
-        of batch statistics between its points."""
-        self.pending_update = False
-        """With `updates_in_step`: the last iteration's update has not been applied yet."""
-        self.feeds = Feeds(
-            graph, strategy, self._regions, staging, plan.inputs_read_in_step, self._tensor_store
-        )
-        """Model inputs: staged in this process or fed to stores (`flexflow.runtime.feeding`)."""
-        self._tiles: dict[tuple[int, Region], tuple] = {}  # see `_tile`
-        self._launch_token = None  # see `launch_token`
-        self.tensors = {t.id: self._tensor_store(t.spec) for t in graph.tensors}
-        self.gradients = GradientStores(
-            self.runtime, graph, self.groups, self.fused_tasks, strategy
-        )
-        """Tensors' gradients, some in several parts (`flexflow.runtime.gradients`)."""
-        self.grads = self.gradients.stores
-        """Tensor -> its gradient store."""
-        self.params = ParameterStores(
-            self.runtime,
-            graph,
-            self.contributors,
-            self.optimizer.state_names,
-            self.updates_in_step,  # a copy of every weight and state per device
-            self.store_of,
-            seed,
-        )
-        """Weights, optimizer states and per-device partial gradients (`flexflow.runtime.weights`)."""
-        rows = {op: self.exchanges[g].points for g in self.exchanges for op in self.groups[g].ops}
-        tasks = {node.id: strategy[node.id].num_tasks for node in graph.ops}
-        self.batch_statistics = BatchStatistics(self.runtime, graph, self.store_of, tasks, rows)
-        """Ops with batch statistics (batch norm): their statistics stores and tasks."""
-        self.running = self.batch_statistics.running
-        """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
-        self.sgemm = sgemm_address()
-        """MKL's sgemm for the C kernels (flexflow.ops.blas); None without MKL."""
-        self.native_steps: dict[tuple[int, int], NativeStep] = {}
-        """(group, task index) -> the C program of a step task that runs as one call
-        (flexflow.runtime.native_step): the last group's tasks on CPUs, when they can."""
-        self.native_step_note: str | None = None
-        """Why a CPU step task does not run as one C call (the first such task's reason)."""
-        if self.step_ready[-1]:
-            last = len(self.groups) - 1
-            devices = strategy[self.groups[last].ops[0]].devices
-            programs, self.native_step_note = native_steps_of(
-                self.fused_tasks[last], [kinds[d] for d in devices], self.params.flat,
-                self.exchanges.get(last), record_timeline,
-            )  # fmt: skip
-            self.native_steps = {(last, index): program for index, program in programs.items()}
-        self.step_launch = plan_step_launch(self) if steps_per_execution > 1 else None
-        """How `train_batches` runs several steps per launch (`flexflow.runtime.step_launches`),
-        or why it cannot (a str); None with `steps_per_execution` 1."""
-        self.steps_per_launch = (
-            steps_per_execution if isinstance(self.step_launch, StepLaunch) else 1
-        )
-        """The iterations one launch of `train_batches` runs."""
+        try:  # a failure below must not leave it registered and collection off
+            self.store_of = functools.partial(
+                copied_store, self.runtime, self.library, self.task_id, self.id
+            )
+            """array -> a new store holding it (`copied_store`); no reference to the executor, so
+            the stores that keep it (`ParameterStores`) make no cycle that Python's garbage
+            collector would free inside a task, where Legate forbids destroying stores."""
+            self._kinds = kinds = [kind for kind, _ in local.kind_ordinals()]
+            staging = self.runtime.node_count == 1  # one process holds every rank's data
+            self.plan = plan = execution_plan(graph, strategy, kinds, staging)
+            """What runs where (`flexflow.runtime.plan.ExecutionPlan`, which documents each part);
+            its parts are also this executor's attributes of the same names."""
+            self._regions, self.groups, self._sole = plan.regions, plan.groups, plan.sole
+            self.fused_tasks, self.step_ready = plan.fused_tasks, plan.step_ready
+            self._reduced_grads, self.contributors = plan.reduced_grads, plan.contributors
+            self.updates_in_step, self.update_groups = plan.updates_in_step, plan.update_groups
+            self.exchanges = {
+                g: StatisticsExchange(strategy[group.ops[0]].num_tasks)
+                for g, group in enumerate(self.groups)
+                if group.exchanges
+            }
+            """Per group launched concurrently (`FusedGroup.exchanges`), the in-memory all-reduce
+            of batch statistics between its points."""
+            self.pending_update = False
+            """With `updates_in_step`: the last iteration's update has not been applied yet."""
+            self.feeds = Feeds(
+                graph,
+                strategy,
+                self._regions,
+                staging,
+                plan.inputs_read_in_step,
+                self._tensor_store,
+            )
+            """Model inputs: staged in this process or fed to stores (`flexflow.runtime.feeding`)."""
+            self._tiles: dict[tuple[int, Region], tuple] = {}  # see `_tile`
+            self._launch_token = None  # see `launch_token`
+            self.tensors = {t.id: self._tensor_store(t.spec) for t in graph.tensors}
+            self.gradients = GradientStores(
+                self.runtime, graph, self.groups, self.fused_tasks, strategy
+            )
+            """Tensors' gradients, some in several parts (`flexflow.runtime.gradients`)."""
+            self.grads = self.gradients.stores
+            """Tensor -> its gradient store."""
+            self.params = ParameterStores(
+                self.runtime,
+                graph,
+                self.contributors,
+                self.optimizer.state_names,
+                self.updates_in_step,  # a copy of every weight and state per device
+                self.store_of,
+                seed,
+            )
+            """Weights, optimizer states and per-device partial gradients (`flexflow.runtime.weights`)."""
+            rows = {
+                op: self.exchanges[g].points for g in self.exchanges for op in self.groups[g].ops
+            }
+            tasks = {node.id: strategy[node.id].num_tasks for node in graph.ops}
+            self.batch_statistics = BatchStatistics(self.runtime, graph, self.store_of, tasks, rows)
+            """Ops with batch statistics (batch norm): their statistics stores and tasks."""
+            self.running = self.batch_statistics.running
+            """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
+            self.sgemm = sgemm_address()
+            """MKL's sgemm for the C kernels (flexflow.ops.blas); None without MKL."""
+            self.native_steps: dict[tuple[int, int], NativeStep] = {}
+            """(group, task index) -> the C program of a step task that runs as one call
+            (flexflow.runtime.native_step): the last group's tasks on CPUs, when they can."""
+            self.native_step_note: str | None = None
+            """Why a CPU step task does not run as one C call (the first such task's reason)."""
+            if self.step_ready[-1]:
+                last = len(self.groups) - 1
+                devices = strategy[self.groups[last].ops[0]].devices
+                programs, self.native_step_note = native_steps_of(
+                    self.fused_tasks[last], [kinds[d] for d in devices], self.params.flat,
+                    self.exchanges.get(last), record_timeline,
+                )  # fmt: skip
+                self.native_steps = {(last, index): program for index, program in programs.items()}
+            self.step_launch = plan_step_launch(self) if steps_per_execution > 1 else None
+            """How `train_batches` runs several steps per launch (`flexflow.runtime.step_launches`),
+            or why it cannot (a str); None with `steps_per_execution` 1."""
+            self.steps_per_launch = (
+                steps_per_execution if isinstance(self.step_launch, StepLaunch) else 1
+            )
+            """The iterations one launch of `train_batches` runs."""
+        except BaseException:
+            EXECUTORS.pop(self.id, None)
+            COLLECTION.release()
+            raise
 
     @property
     def timeline(self) -> list[tuple] | None:
@@ -413,6 +425,14 @@ class Executor:
         """Whole epochs `fit` has trained (`position`; 0 before any): where a resumed run's
         `fit(..., initial_epoch=...)` starts."""
         return 0 if self.position is None else self.position.epochs
+
+    def epochs_done_in(self, batches_per_epoch: int) -> int:
+        """`epochs_done`, or where none is recorded (a checkpoint of a flexflow before
+        session 34) the whole epochs its iterations make in epochs of `batches_per_epoch`:
+        `fit` given it as `initial_epoch` goes on inside the epoch the run stopped in."""
+        if self.position is not None or batches_per_epoch < 1:
+            return self.epochs_done
+        return self.iteration // batches_per_epoch
 
     def take_trained_state(self, other: Executor) -> None:
         """Continue from what `other`, an executor of the same model under any strategy, has

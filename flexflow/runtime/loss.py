@@ -11,11 +11,11 @@ one label (or target distribution) per prediction, averaged over all of them as 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from flexflow.errors import ShapeError
+from flexflow.errors import FlexFlowError, ShapeError
 from flexflow.graph import OperatorGraph
 from flexflow.ops import native
 
@@ -288,3 +288,36 @@ def _sparse_tile(
         raise ShapeError(f"sparse_categorical_crossentropy: labels outside [0, {classes})")
     value, grad, correct = result
     return value, grad.reshape(prediction.shape), correct
+
+
+METRICS = ("accuracy",)
+METRIC_ALIASES = {"METRICS_ACCURACY": "accuracy"}
+LOSS_METRICS = {
+    # FlexFlow's MetricsType names of losses: the loss trained on is every epoch's `loss`
+    "METRICS_SPARSE_CATEGORICAL_CROSSENTROPY": "sparse_categorical_crossentropy",
+    "METRICS_CATEGORICAL_CROSSENTROPY": "categorical_crossentropy",
+    "METRICS_MEAN_SQUARED_ERROR": "mean_squared_error",
+}
+
+
+def metric_names(metrics: Sequence[str], loss: str) -> tuple[str, ...]:
+    """The metrics to compute, by their names here: FlexFlow's names are taken, and a loss
+    named as a metric is the loss `loss` trained on (every epoch reports it), or refused."""
+    names = []
+    for metric in metrics:
+        name = getattr(metric, "name", metric)
+        name = METRIC_ALIASES.get(name, name)
+        if not isinstance(name, str):
+            raise FlexFlowError(f"a metric is a name such as 'accuracy', got {metric!r}.")
+        as_loss = LOSS_METRICS.get(name, name)
+        if as_loss == loss:  # reported as the loss
+            continue
+        if as_loss in LOSS_METRICS.values():
+            raise FlexFlowError(
+                f"metric '{name}' is a loss; this model trains on {loss}, which every epoch "
+                f"reports as its loss; drop the metric or compile with loss_type='{as_loss}'."
+            )
+        if name not in METRICS:
+            raise FlexFlowError(f"unknown metric '{name}'; choose from {', '.join(METRICS)}.")
+        names.append(name)
+    return tuple(names)

@@ -29,16 +29,7 @@ from flexflow.data import DataLoader
 from flexflow.errors import FlexFlowError
 from flexflow.ops.base import is_int
 from flexflow.runtime.executor import BatchStats, Executor
-from flexflow.runtime.loss import loss_name
-
-METRICS = ("accuracy",)
-METRIC_ALIASES = {"METRICS_ACCURACY": "accuracy"}
-LOSS_METRICS = {
-    # FlexFlow's MetricsType names of losses: the loss trained on is every epoch's `loss`
-    "METRICS_SPARSE_CATEGORICAL_CROSSENTROPY": "sparse_categorical_crossentropy",
-    "METRICS_CATEGORICAL_CROSSENTROPY": "categorical_crossentropy",
-    "METRICS_MEAN_SQUARED_ERROR": "mean_squared_error",
-}
+from flexflow.runtime.loss import loss_name, metric_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,29 +52,6 @@ class Metrics:
             f"loss {self.loss:.4f}{accuracy}, {self.samples:,} samples in {self.seconds:.2f} s "
             f"({self.samples_per_s:,.0f} samples/s)"
         )
-
-
-def metric_names(metrics: Sequence[str], loss: str) -> tuple[str, ...]:
-    """The metrics to compute, by their names here: FlexFlow's names are taken, and a loss
-    named as a metric is the loss `loss` trained on (every epoch reports it), or refused."""
-    names = []
-    for metric in metrics:
-        name = getattr(metric, "name", metric)
-        name = METRIC_ALIASES.get(name, name)
-        if not isinstance(name, str):
-            raise FlexFlowError(f"a metric is a name such as 'accuracy', got {metric!r}.")
-        as_loss = LOSS_METRICS.get(name, name)
-        if as_loss == loss:  # reported as the loss
-            continue
-        if as_loss in LOSS_METRICS.values():
-            raise FlexFlowError(
-                f"metric '{name}' is a loss; this model trains on {loss}, which every epoch "
-                f"reports as its loss; drop the metric or compile with loss_type='{as_loss}'."
-            )
-        if name not in METRICS:
-            raise FlexFlowError(f"unknown metric '{name}'; choose from {', '.join(METRICS)}.")
-        names.append(name)
-    return tuple(names)
 
 
 class _Tally:

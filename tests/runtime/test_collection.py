@@ -37,3 +37,19 @@ def test_a_user_who_turned_collection_off_keeps_it_off(collection_on):
     assert not hold.wanted
     hold.release()
     assert not gc.isenabled()
+
+
+def test_the_program_collects_what_is_due_while_automatic_collection_is_off(collection_on):
+    from flexflow.runtime import collection
+
+    hold = collection.COLLECTION
+    hold.hold()
+    try:
+        for _ in range(gc.get_threshold()[0] + 10):  # cycles: freed only by a collection
+            cycle = []
+            cycle.append(cycle)
+        assert gc.get_count()[0] > gc.get_threshold()[0]  # automatic collection is off
+        collection.collect_due()
+        assert gc.get_count()[0] < gc.get_threshold()[0]
+    finally:
+        hold.release()

@@ -231,3 +231,22 @@ def test_another_models_checkpoint_is_refused_as_such(tmp_path):
     proc, _ = run_train(*bigger)
     said = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "it was saved from a model of other sizes" in said, said
+
+
+@pytest.mark.legate
+def test_a_checkpoint_without_its_epochs_resumes_by_its_iterations(tmp_path):
+    """A checkpoint of a flexflow before session 34 records only the iteration: the resumed
+    run trained every epoch again from the first (it passed 0 epochs done to fit)."""
+    common = ["--model", "lenet", "--image-size", "16", "--batch-size", "64"]
+    checkpoint = tmp_path / "run.npz"
+    proc, _ = run_train(*common, "--epochs", "1", "--checkpoint", str(checkpoint))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    arrays = load(checkpoint)
+    meta = json.loads(str(arrays[META]))
+    del meta["epochs"], meta["batch_size"]  # as an older flexflow wrote it
+    arrays[META] = np.array(json.dumps(meta))
+    np.savez(checkpoint, **arrays)
+    resumed = [*common, "--checkpoint", str(checkpoint), "--resume", "--epochs", "2"]
+    proc, rest = run_train(*resumed)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert [e["epoch"] for e in rest["epochs"]] == [1]  # the second epoch alone
