@@ -19,10 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from flexflow import ActiMode, AggrMode, PoolType
 from flexflow import DataType as _DType
 from flexflow.config import FFConfig as _FFConfig
-from flexflow.errors import FlexFlowError, ShapeError
+from flexflow.errors import FlexFlowError, NotOfferedError, ShapeError
 from flexflow.model import FFModel as _FFModel
 from flexflow.model import Tensor
 from flexflow.optimizers import AdamOptimizer as _Adam
@@ -30,16 +32,12 @@ from flexflow.optimizers import SGDOptimizer as _SGD
 from flexflow.runtime.training import Metrics
 
 
-class DataTypeError(FlexFlowError, AttributeError):
-    """A FlexFlow data type flexflow does not take (an AttributeError too: `hasattr` works)."""
-
-
 class _DataTypes(type):
     """FlexFlow's other data types (DT_HALF, DT_DOUBLE, ...) named as not taken here."""
 
     def __getattr__(cls, name: str):
         if name.startswith("DT_"):
-            raise DataTypeError(
+            raise NotOfferedError(
                 f"DataType.{name} is not one flexflow takes: tensors are DT_FLOAT, DT_INT32 or "
                 "DT_INT64 (layers compute in float32)."
             )
@@ -140,12 +138,45 @@ class ZeroInitializer(_Initializer):
     init = "zeros"
 
 
-class UniformInitializer(_Initializer):
-    """Not taken by layers here: set such weights with `model.executor.set_weights`."""
+class _DrawnInitializer(_Initializer):
+    """An initializer `FFModel` applies itself after compile (`draw`), by `set_weights`."""
+
+    def draw(self, shape: tuple[int, ...]) -> np.ndarray:
+        raise NotImplementedError
 
 
-class NormInitializer(_Initializer):
-    """Not taken by layers here: set such weights with `model.executor.set_weights`."""
+class UniformInitializer(_DrawnInitializer):
+    """FlexFlow's `UniformInitializer(seed, min, max)`: values uniform in [min, max)."""
+
+    def __init__(self, seed: int, min_val: float, max_val: float) -> None:
+        super().__init__(seed, min_val, max_val)
+
+    def draw(self, shape: tuple[int, ...]) -> np.ndarray:
+        seed, low, high = self.args
+        return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+
+
+class NormInitializer(_DrawnInitializer):
+    """FlexFlow's `NormInitializer(seed, mean, stddev)`: normal values."""
+
+    def __init__(self, seed: int, mean: float, stddev: float) -> None:
+        super().__init__(seed, mean, stddev)
+
+    def draw(self, shape: tuple[int, ...]) -> np.ndarray:
+        seed, mean, stddev = self.args
+        return np.random.default_rng(seed).normal(mean, stddev, shape).astype(np.float32)
+
+
+class CompMode(enum.Enum):
+    """FlexFlow's compile modes: training only here (`predict` is inference)."""
+
+    TRAINING = "training"
+    INFERENCE = "inference"
+
+
+def flexflow_python_binding() -> str:
+    """Which Python binding runs FlexFlow: this one is neither of FlexFlow's ("cffi", "pybind")."""
+    return "legate"
 
 
 @dataclass(frozen=True)
@@ -189,6 +220,58 @@ class FFModel(_FFModel):
     `init_layers` and `get_perf_metrics`."""
 
     _perf: Metrics | None = None
+    _pending: tuple[str, _DrawnInitializer] | None = None
+    _drawn: tuple[tuple[str, _DrawnInitializer], ...] = ()
+    """Weights (by name) whose FlexFlow initializer `compile` applies: uniform, normal."""
+
+    def dense(self, input: Tensor, out_dim: int, *args: Any, **keywords: Any) -> Tensor:
+        keywords = self._drawn_later("kernel", args, 4, keywords)
+        return self._remember(super().dense(input, out_dim, *args, **keywords))
+
+    def conv2d(self, input: Tensor, out_channels: int, *args: Any, **keywords: Any) -> Tensor:
+        args = list(args)
+        if len(args) > 7 and args[7] is True:  # groups: FlexFlow's binding reads True as 1
+            args[7] = 1
+        if keywords.get("groups") is True:
+            keywords["groups"] = 1
+        keywords = self._drawn_later("kernel", args, 10, keywords)
+        return self._remember(super().conv2d(input, out_channels, *args, **keywords))
+
+    def _drawn_later(self, weight: str, args: Sequence, at: int, keywords: dict) -> dict:
+        """`keywords` less a uniform or normal `kernel_initializer`, which `_remember` keeps
+        for `compile` to apply (one given by position `at` of `args` is refused: pass it by
+        keyword)."""
+        if len(args) > at and isinstance(args[at], _DrawnInitializer):
+            raise ShapeError(
+                "pass a UniformInitializer or NormInitializer by keyword (kernel_initializer=...)."
+            )
+        given = keywords.get("kernel_initializer")
+        self._pending = (weight, given) if isinstance(given, _DrawnInitializer) else None
+        if self._pending is None:
+            return keywords
+        return {k: v for k, v in keywords.items() if k != "kernel_initializer"}
+
+    def _remember(self, out: Tensor) -> Tensor:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            weight, initializer = pending
+            self._drawn += ((f"{self.graph().ops[-1].layer}.{weight}", initializer),)
+        return out
+
+    def compile(self, *args: Any, comp_mode: CompMode = CompMode.TRAINING, **keywords: Any):
+        """FlexFlow's compile: `comp_mode` TRAINING only (inference is `predict`); then the
+        uniform and normal initializers its layers were given are applied."""
+        if comp_mode is not CompMode.TRAINING:
+            raise FlexFlowError(
+                f"compile(comp_mode={comp_mode}) is not offered: compile for training, then "
+                "predict(x) runs inference."
+            )
+        first = self._trainer is None
+        plan = super().compile(*args, **keywords)
+        if first and self._drawn:
+            shapes = {p.name: p.spec.shape for p in self.graph().parameters}
+            self.executor.set_weights({n: i.draw(shapes[n]) for n, i in self._drawn})
+        return plan
 
     @property
     def label_tensor(self) -> _LabelTensor:
@@ -297,6 +380,7 @@ __all__ = [
     "ActiMode",
     "AdamOptimizer",
     "AggrMode",
+    "CompMode",
     "DataType",
     "FFConfig",
     "FFModel",
@@ -309,4 +393,5 @@ __all__ = [
     "SGDOptimizer",
     "UniformInitializer",
     "ZeroInitializer",
+    "flexflow_python_binding",
 ]

@@ -39,5 +39,10 @@ class OutputPathError(FlexFlowError, ValueError):
     """A file to write cannot be written there (a directory, or a parent that is a file)."""
 
 
+class NotOfferedError(FlexFlowError, AttributeError):
+    """One of FlexFlow's names this API does not offer (an AttributeError too, so `hasattr`
+    and `getattr` with a default work); the message names what to use instead."""
+
+
 class CheckpointError(FlexFlowError, ValueError):
     """A checkpoint file cannot be read, or does not hold what this model and optimizer need."""

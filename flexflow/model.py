@@ -23,7 +23,7 @@ import numpy as np
 
 from flexflow.config import FFConfig
 from flexflow.data import DataLoader
-from flexflow.errors import GraphError, ShapeError
+from flexflow.errors import GraphError, NotOfferedError, ShapeError
 from flexflow.flexflow_arguments import flexflow_only as _flexflow_only
 from flexflow.graph import GraphTensor, OperatorGraph, OpNode, Parameter
 from flexflow.ops import ActiMode, DType, Op, TensorSpec
@@ -60,6 +60,12 @@ if TYPE_CHECKING:
     from flexflow.strategy import Strategy
 
 
+_FLEXFLOW_TENSOR_ACCESS = frozenset(
+    ("set_tensor", "get_tensor", "attach_numpy_array", "detach_numpy_array", "inline_map",
+     "inline_unmap", "get_array", "get_flat_array", "is_mapped")
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Tensor:
     """A handle to a tensor of an FFModel; `dims` is FlexFlow's name for the shape."""
@@ -72,6 +78,15 @@ class Tensor:
     @property
     def dims(self) -> tuple[int, ...]:
         return self.shape
+
+    def __getattr__(self, name: str):
+        if name in _FLEXFLOW_TENSOR_ACCESS:  # FlexFlow scripts read and write tensors so
+            raise NotOfferedError(
+                f"Tensor.{name} (FlexFlow's access to a tensor's data) is not offered: pass "
+                "arrays to fit, eval and predict (or create_data_loader), and read weights "
+                "with model.executor.get_weights()."
+            )
+        raise AttributeError(f"'Tensor' object has no attribute '{name}'")
 
     @property
     def num_dims(self) -> int:

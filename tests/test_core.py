@@ -10,15 +10,18 @@ import pytest
 
 from flexflow.core import (
     ActiMode,
+    CompMode,
     DataType,
     FFModel,
     FlexFlowConfig,
     GlorotUniformInitializer,
     NetConfig,
+    NormInitializer,
     PerfMetrics,
     SingleDataLoader,
     UniformInitializer,
     ZeroInitializer,
+    flexflow_python_binding,
 )
 from flexflow.errors import FlexFlowError, GraphError, ShapeError
 from flexflow.runtime.training import Metrics
@@ -37,7 +40,10 @@ def test_initializers_naming_the_layers_own_draw_are_taken_and_others_refused():
     model.dense(x, 3, kernel_initializer=GlorotUniformInitializer(123),
                 bias_initializer=ZeroInitializer())  # fmt: skip
     with pytest.raises(ShapeError, match=r"kernel_initializer=UniformInitializer\(12, -1, 1\)"):
-        model.dense(x, 3, kernel_initializer=UniformInitializer(12, -1, 1))
+        model.embedding(
+            model.create_tensor([4, 2], DataType.DT_INT32), 10, 4,
+            kernel_initializer=UniformInitializer(12, -1, 1),
+        )  # fmt: skip
     ids = model.create_tensor([4, 2], DataType.DT_INT32)
     with pytest.raises(ShapeError, match=r"embeddings start from a normal draw here"):
         model.embedding(ids, 10, 4, kernel_initializer=GlorotUniformInitializer(1))
@@ -78,3 +84,21 @@ def test_the_rest_of_flexflows_surface_says_what_to_use(monkeypatch):
     before = FlexFlowConfig.get_current_time()
     time.sleep(0.01)
     assert 9_000 < FlexFlowConfig.get_current_time() - before < 1_000_000  # microseconds
+
+
+def test_flexflows_other_forms_are_taken_or_refused_naming_the_way():
+    model, x = _mlp()
+    images = model.create_tensor([4, 3, 8, 8], DataType.DT_FLOAT)
+    model.conv2d(images, 4, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU, True)  # groups: True is 1
+    assert model.graph().ops[-1].op.groups == 1
+    model.dense(x, 5, kernel_initializer=NormInitializer(7, 0.0, 0.5))
+    model.dense(x, 5, kernel_initializer=UniformInitializer(12, -1, 1))
+    assert [name for name, _ in model._drawn] == ["dense_2.kernel", "dense_3.kernel"]
+    assert UniformInitializer(12, -1, 1).draw((3, 4)).max() < 1.0
+    with pytest.raises(ShapeError, match="by keyword"):
+        model.dense(x, 5, ActiMode.AC_MODE_NONE, True, None, None, UniformInitializer(1, 0, 1))
+    with pytest.raises(FlexFlowError, match=r"comp_mode=CompMode.INFERENCE\) is not offered"):
+        model.compile(comp_mode=CompMode.INFERENCE)
+    with pytest.raises(FlexFlowError, match=r"Tensor.inline_map .* is not offered"):
+        x.inline_map(None)
+    assert not hasattr(x, "attach_numpy_array") and flexflow_python_binding() == "legate"

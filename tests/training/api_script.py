@@ -173,6 +173,7 @@ def flexflow_port() -> dict:
         LossType,
         MetricsType,
         SGDOptimizer,
+        UniformInitializer,
     )
     from flexflow.core import FFModel as CoreModel
 
@@ -180,7 +181,8 @@ def flexflow_port() -> dict:
     ffconfig = FFConfig()
     ffmodel = CoreModel(ffconfig)
     input_tensor = ffmodel.create_tensor([ffconfig.batch_size, 12], DataType.DT_FLOAT)
-    t = ffmodel.dense(input_tensor, 24, ActiMode.AC_MODE_RELU)
+    uniform = UniformInitializer(12, -1, 1)
+    t = ffmodel.dense(input_tensor, 24, ActiMode.AC_MODE_RELU, kernel_initializer=uniform)
     ffmodel.softmax(ffmodel.dense(t, 3))
     ffmodel.optimizer = SGDOptimizer(ffmodel, ffconfig.learning_rate)
     ffmodel.compile(
@@ -188,6 +190,8 @@ def flexflow_port() -> dict:
         metrics=[MetricsType.METRICS_ACCURACY, MetricsType.METRICS_SPARSE_CATEGORICAL_CROSSENTROPY],
         progress=False,
     )
+    kernel = ffmodel.executor.get_weights()["dense_1.kernel"]
+    drawn = bool(np.array_equal(kernel, uniform.draw(kernel.shape)))  # applied at compile
     history = ffmodel.fit(x={input_tensor: X}, y=Y, epochs=ffconfig.epochs)
     adam = AdamOptimizer(ffmodel, 0.002, 0.8, 0.99, 1e-4, 1e-7)  # FlexFlow's order
     return {
@@ -195,6 +199,7 @@ def flexflow_port() -> dict:
         "epochs": [m.epoch for m in history],
         "accuracy": history[-1].accuracy,
         "adam": [adam.learning_rate, adam.beta1, adam.beta2, adam.weight_decay, adam.epsilon],
+        "uniform_kernel_drawn": drawn,
     }
 
 

@@ -85,6 +85,7 @@ def test_a_script_written_for_flexflow_runs_through_flexflow_core(run):
     assert port["batch_epochs_lr"] == [16, 2, 0.05]  # FFConfig() read -b, -e, --lr
     assert port["epochs"] == [0, 1] and port["accuracy"] is not None
     assert port["adam"] == [0.002, 0.8, 0.99, 1e-4, 1e-7]  # weight decay before epsilon
+    assert port["uniform_kernel_drawn"]  # FlexFlow's UniformInitializer, applied at compile
 
 
 def test_a_one_input_model_takes_its_array_in_a_list_and_weights_as_lists(run):
