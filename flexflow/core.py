@@ -255,7 +255,8 @@ class FFModel(_FFModel):
         pending, self._pending = self._pending, None
         if pending is not None:
             weight, initializer = pending
-            self._drawn += ((f"{self.graph().ops[-1].layer}.{weight}", initializer),)
+            # the op just added (not graph(), which would stack unread LSTM sequences early)
+            self._drawn += ((f"{self._ops[-1].layer}.{weight}", initializer),)
         return out
 
     def compile(self, *args: Any, comp_mode: CompMode = CompMode.TRAINING, **keywords: Any):
