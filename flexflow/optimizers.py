@@ -259,6 +259,11 @@ class AdamOptimizer:
         }
 
 
+def same_kind(a: Optimizer, b: Optimizer) -> bool:
+    """Whether `b` can take over `a`'s states: the same class with the same state arrays."""
+    return type(a) is type(b) and a.state_names == b.state_names
+
+
 OPTIMIZERS = {"sgd": SGDOptimizer, "adam": AdamOptimizer}
 """The optimizers by the name `to_json` records and `compile` takes (Keras' names)."""
 

@@ -67,7 +67,7 @@ from flexflow.launches import consecutive_cpus, iteration_tasks
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region, is_int
 from flexflow.ops.blas import sgemm_address
-from flexflow.optimizers import Optimizer, SGDOptimizer
+from flexflow.optimizers import Optimizer, SGDOptimizer, same_kind
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.batches import BatchStats, UnreadBatches
 from flexflow.runtime.collection import COLLECTION, collect_due
@@ -462,7 +462,7 @@ class Executor:
         before keep the old ones: the pending update is applied and the running tasks (whose
         Python bodies read `self.optimizer`) are waited for first."""
         old = self.optimizer
-        if type(optimizer) is not type(old) or optimizer.state_names != old.state_names:
+        if not same_kind(old, optimizer):
             raise FlexFlowError(
                 f"set_optimizer: the model trains with {old} (states: "
                 f"{', '.join(old.state_names) or 'none'}); a new optimizer must be the same kind "
@@ -502,9 +502,7 @@ class Executor:
         running = {op: f"{self.graph.ops[op].name}@running" for op in self.running}
         check_checkpoint(path, values, meta, shapes, self.optimizer, list(running.values()))
         current = self.optimizer
-        if saved is not None and (
-            type(saved) is not type(current) or saved.state_names != current.state_names
-        ):
+        if saved is not None and not same_kind(current, saved):
             raise CheckpointError(
                 f"checkpoint {path} was saved training with {saved}; this model trains with "
                 f"{current}: compile it with the checkpoint's kind of optimizer to resume (its "
