@@ -25,6 +25,7 @@ from flexflow import ActiMode, AggrMode, PoolType
 from flexflow import DataType as _DType
 from flexflow.config import FFConfig as _FFConfig
 from flexflow.errors import FlexFlowError, NotOfferedError, ShapeError
+from flexflow.flexflow_loop import HandWrittenLoop
 from flexflow.model import FFModel as _FFModel
 from flexflow.model import Tensor
 from flexflow.optimizers import AdamOptimizer as _Adam
@@ -93,6 +94,16 @@ class FlexFlowConfig(_FFConfig):
     def get_current_time() -> float:
         """A clock in microseconds, as FlexFlow's (for elapsed times only)."""
         return time.perf_counter() * 1e6
+
+    def parse_args(self) -> None:
+        """Nothing left to parse: `FFConfig()` read the command line."""
+
+    def begin_trace(self, trace_id: int) -> None:
+        """Nothing to do: each training iteration is one step this runtime issues itself
+        (FlexFlow asks Legion to trace the loop's launches)."""
+
+    def end_trace(self, trace_id: int) -> None:
+        """Nothing to do (`begin_trace`)."""
 
 
 def FFConfig() -> FlexFlowConfig:  # noqa: N802 (FlexFlow's constructor)
@@ -179,21 +190,82 @@ def flexflow_python_binding() -> str:
     return "legate"
 
 
-@dataclass(frozen=True)
+def init_flexflow_runtime() -> None:
+    """Nothing to do: Legate starts at the first task (FlexFlow's scripts call it first)."""
+
+
 class SingleDataLoader:
     """FlexFlow's data loader: the whole data set of one input (or the labels), which `fit`
-    and `eval` cut into batches."""
+    and `eval` cut into batches, or a hand-written loop takes batch by batch (`next_batch`)."""
 
-    tensor: Any
-    array: Any
+    def __init__(self, tensor: Any, array: Any) -> None:
+        self.tensor, self.array = tensor, array
+        self._next = 0  # the first sample of the next batch
 
     @property
     def num_samples(self) -> int:
         return len(self.array)
 
+    def reset(self) -> None:
+        """Start again from the first sample."""
+        self._next = 0
 
-class _LabelTensor:
+    def next_batch(self, ffmodel: FFModel) -> None:
+        """Set the next batch of the data as the tensor's (the model's batch size of samples,
+        in order)."""
+        model = _model_of(ffmodel, self.tensor, "next_batch")
+        size = model.config.batch_size
+        if self._next + size > self.num_samples:
+            raise FlexFlowError(
+                f"next_batch: the loader of {model.tensor_name(self.tensor)} has given every "
+                f"full batch of "
+                f"{size} of its {self.num_samples} samples; call reset() to start again."
+            )
+        model.set_batch(self.tensor, self.array[self._next : self._next + size])
+        self._next += size
+
+    def __repr__(self) -> str:
+        return f"SingleDataLoader({self.tensor!r}, {self.num_samples} samples)"
+
+
+class _DataAccess:
+    """FlexFlow's access to a tensor's data, for a hand-written loop (`flexflow_loop`): a
+    model input's or the labels' batch is written (`set_tensor`) and read back, the model's
+    output read after `forward()`. Each takes the model first, as FlexFlow's current API."""
+
+    __slots__ = ()
+
+    def set_tensor(self, ffmodel: FFModel, array: Any, *sync: Any) -> None:
+        """Set this input's (or the labels') batch; FlexFlow's sync type changes nothing."""
+        _model_of(ffmodel, self, "set_tensor").set_batch(self, array)
+
+    def get_tensor(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
+        return np.asarray(_model_of(ffmodel, self, "get_tensor").batch_data(self))
+
+    def get_array(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
+        return np.asarray(_model_of(ffmodel, self, "get_array").batch_data(self))
+
+    def get_flat_array(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
+        return self.get_array(ffmodel).reshape(-1)
+
+    def inline_map(self, ffmodel: FFModel, *rest: Any) -> None:
+        """Nothing to map: `get_array` copies the data out."""
+        _model_of(ffmodel, self, "inline_map")
+
+    def inline_unmap(self, ffmodel: FFModel, *rest: Any) -> None:
+        _model_of(ffmodel, self, "inline_unmap")
+
+
+@dataclass(frozen=True, slots=True)
+class FlexFlowTensor(_DataAccess, Tensor):
+    """A tensor handle of `flexflow.core.FFModel`: `flexflow.Tensor` with FlexFlow's data
+    access (`_DataAccess`)."""
+
+
+class _LabelTensor(_DataAccess):
     """FlexFlow's `label_tensor`: marks the loader of the labels (they are fit's y here)."""
+
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return "label_tensor"
@@ -223,6 +295,13 @@ class FFModel(_FFModel):
     _pending: tuple[str, _DrawnInitializer] | None = None
     _drawn: tuple[tuple[str, _DrawnInitializer], ...] = ()
     """Weights (by name) whose FlexFlow initializer `compile` applies: uniform, normal."""
+
+    def __init__(self, config: _FFConfig | None = None) -> None:
+        super().__init__(config)
+        self._loop = HandWrittenLoop()
+
+    def _handle(self, tid: int, shape: tuple[int, ...], dtype: _DType) -> Tensor:
+        return FlexFlowTensor(tid, shape, dtype, id(self))
 
     def dense(self, input: Tensor, out_dim: int, *args: Any, **keywords: Any) -> Tensor:
         keywords = self._drawn_later("kernel", args, 4, keywords)
@@ -277,6 +356,86 @@ class FFModel(_FFModel):
     @property
     def label_tensor(self) -> _LabelTensor:
         return LABEL_TENSOR
+
+    def get_label_tensor(self) -> _LabelTensor:
+        return LABEL_TENSOR
+
+    def set_sgd_optimizer(self, optimizer: _SGD) -> None:
+        self.optimizer = optimizer
+
+    set_adam_optimizer = set_sgd_optimizer
+
+    # ---- the hand-written loop (flexflow.flexflow_loop) ----------------------------------
+    def set_batch(self, tensor: Tensor | _LabelTensor, array: Any) -> None:
+        """`array` as the next iteration's batch of model input `tensor` (or the labels)."""
+        if isinstance(tensor, _LabelTensor):
+            if len(array) != self.config.batch_size:
+                raise ShapeError(
+                    f"set_tensor: the labels' batch holds {len(array)} samples, but the model's "
+                    f"batch size is {self.config.batch_size}."
+                )
+            self._loop.set_labels(array)
+            return
+        graph = self.graph()
+        node = self._input_of(graph, tensor, "set_tensor")
+        self._check_input(graph, node, array)
+        if len(array) != self.config.batch_size:
+            raise ShapeError(
+                f"set_tensor: input '{node.name}' takes a batch of {self.config.batch_size} "
+                f"samples {node.spec.shape}, got {tuple(np.shape(array))}."
+            )
+        self._loop.set_input(node.name, array)
+
+    def batch_data(self, tensor: Tensor | _LabelTensor) -> Any:
+        """The batch set for an input or the labels, or the model's output after `forward()`."""
+        if isinstance(tensor, _LabelTensor):
+            if self._loop.labels is None:
+                raise FlexFlowError("the labels have no batch yet: set one first.")
+            return self._loop.labels
+        graph = self.graph()
+        if tensor.id == graph.ops[-1].outputs[0]:
+            return self._loop.output(self)
+        node = self._input_of(graph, tensor, "get_array")
+        if node.name not in self._loop.inputs:
+            raise FlexFlowError(f"input '{node.name}' has no batch yet: set one first.")
+        return self._loop.inputs[node.name]
+
+    def tensor_name(self, tensor: Tensor | _LabelTensor) -> str:
+        """How messages name `tensor`: its graph name, or label_tensor."""
+        if isinstance(tensor, _LabelTensor):
+            return repr(tensor)
+        return f"'{self._tensors[tensor.id].name}'"
+
+    def _input_of(self, graph, tensor: Tensor, method: str):
+        inputs = {t.id: t for t in graph.input_tensors}
+        if tensor.id not in inputs:
+            name = self._tensors[tensor.id].name
+            raise NotOfferedError(
+                f"{method} of '{name}': only the model's inputs, the labels and (after "
+                "forward) the model's output are read or written here; read weights with "
+                "model.executor.get_weights() and set them with set_weights(...)."
+            )
+        return inputs[tensor.id]
+
+    def forward(self) -> None:
+        """Begin an iteration on the batch set (run by `update`; `flexflow_loop`)."""
+        self._loop.forward(self)
+
+    def zero_gradients(self) -> None:
+        self._loop.zero_gradients()
+
+    def backward(self) -> None:
+        self._loop.backward()
+
+    def update(self) -> None:
+        """Run the iteration: forward, loss, backward and the optimizer's update."""
+        self._loop.update(self)
+        self._perf = self._loop.metrics()
+
+    def reset_metrics(self) -> None:
+        """Start the loop's metrics (`get_perf_metrics`) afresh."""
+        self._loop.reset_metrics()
+        self._perf = None
 
     def create_data_loader(self, tensor: Tensor | _LabelTensor, array: Any) -> SingleDataLoader:
         """The data of input `tensor` (or of `label_tensor`: the labels), for `fit`/`eval`."""
@@ -334,14 +493,6 @@ class FFModel(_FFModel):
             y = y.array
         return x, y
 
-    def _hand_written_loop(self, *args: Any, **keywords: Any) -> None:
-        raise FlexFlowError(
-            "FlexFlow's hand-written training loop (forward, backward, update, "
-            "zero_gradients, reset_metrics) is not offered: fit and eval run it."
-        )
-
-    forward = backward = update = zero_gradients = reset_metrics = _hand_written_loop
-
     def _layer_handles(self, *args: Any, **keywords: Any) -> None:
         raise FlexFlowError(
             "FlexFlow's layer handles (get_layer_by_id, get_layer_by_name, print_layers) are "
@@ -350,6 +501,18 @@ class FFModel(_FFModel):
         )
 
     get_layer_by_id = get_layer_by_name = get_layers = print_layers = _layer_handles
+
+
+def _model_of(ffmodel: Any, tensor: Any, method: str) -> FFModel:
+    """`ffmodel`, the model of `tensor`, or FlexFlowError naming the call FlexFlow's API takes."""
+    if not isinstance(ffmodel, FFModel):
+        raise FlexFlowError(
+            f"{method} takes the model first ({method}(ffmodel, ...), as FlexFlow's current "
+            f"API), got {type(ffmodel).__name__}."
+        )
+    if isinstance(tensor, Tensor) and tensor.model != id(ffmodel):
+        raise FlexFlowError(f"{method}: the tensor belongs to another FFModel.")
+    return ffmodel
 
 
 def SGDOptimizer(  # noqa: N802 (FlexFlow's constructor)
@@ -394,5 +557,7 @@ __all__ = [
     "SGDOptimizer",
     "UniformInitializer",
     "ZeroInitializer",
+    "SingleDataLoader",
     "flexflow_python_binding",
+    "init_flexflow_runtime",
 ]

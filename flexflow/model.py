@@ -82,9 +82,10 @@ class Tensor:
     def __getattr__(self, name: str):
         if name in _FLEXFLOW_TENSOR_ACCESS:  # FlexFlow scripts read and write tensors so
             raise NotOfferedError(
-                f"Tensor.{name} (FlexFlow's access to a tensor's data) is not offered: pass "
-                "arrays to fit, eval and predict (or create_data_loader), and read weights "
-                "with model.executor.get_weights()."
+                f"Tensor.{name} (FlexFlow's access to a tensor's data) is not offered here: "
+                "pass arrays to fit, eval and predict, and read weights with "
+                "model.executor.get_weights() (flexflow.core's FFModel sets and reads the "
+                "batches of a hand-written loop: set_tensor, get_array)."
             )
         raise AttributeError(f"'Tensor' object has no attribute '{name}'")
 
@@ -169,7 +170,7 @@ class FFModel:
         for index, spec in enumerate(sig.outputs):
             tid = self._new_tensor_id()
             self._tensors[tid] = GraphTensor(tid, f"{name}:{index}", spec, op_id, index)
-            outputs.append(Tensor(tid, spec.shape, spec.dtype, id(self)))
+            outputs.append(self._handle(tid, spec.shape, spec.dtype))
         if shared_weights is None:
             weights = []
             for wspec in sig.weights:
@@ -191,6 +192,10 @@ class FFModel:
             )
         )
         return tuple(outputs)
+
+    def _handle(self, tid: int, shape: tuple[int, ...], dtype: DType) -> Tensor:
+        """The handle of tensor `tid` given to the user (`flexflow.core` gives FlexFlow's)."""
+        return Tensor(tid, shape, dtype, id(self))
 
     def _layer(self, op: Op, inputs: Sequence[Tensor], name: str | None) -> Tensor:
         (out,) = self._add(op, inputs, self._layer_name(op.kind, name))
@@ -220,7 +225,7 @@ class FFModel:
         """The operator graph so far. LSTM sequences no layer read become outputs (stacked)."""
         for tid in list(self._sequences):
             if tid not in self._read:
-                self._materialize(Tensor(tid, (), DType.FLOAT32, id(self)))
+                self._materialize(self._handle(tid, (), DType.FLOAT32))
         return OperatorGraph(
             tuple(self._ops),
             tuple(sorted(self._tensors.values(), key=lambda t: t.id)),
@@ -254,7 +259,7 @@ class FFModel:
             ) from None
         tid = self._new_tensor_id()
         self._tensors[tid] = GraphTensor(tid, name, TensorSpec(shape, dtype))
-        return Tensor(tid, shape, dtype, id(self))
+        return self._handle(tid, shape, dtype)
 
     def conv2d(
         self,
@@ -402,7 +407,7 @@ class FFModel:
         sample = outputs[0].shape[0]
         tid = self._new_tensor_id()
         self._sequences[tid] = tuple(outputs)
-        return Tensor(tid, (sample, length, hidden_size), DType.FLOAT32, id(self))
+        return self._handle(tid, (sample, length, hidden_size), DType.FLOAT32)
 
     def multihead_attention(
         self,
@@ -824,6 +829,20 @@ class FFModel:
         """Loss and metrics over every sample of `x`, `y` (a short last batch is padded)."""
         loader = self._loader(x, y, False, drop_last=False)
         return self._compiled_trainer().evaluate(loader)
+
+    def train_on_batch(self, x, y) -> Metrics:
+        """One training iteration (forward, loss, backward, update) on exactly one batch of
+        `x` and `y` (given as `fit` takes them), for a loop written by hand (Keras'
+        `train_on_batch`); that batch's loss and metrics, once the iteration is done.
+        `fit` is faster: it issues the next iterations while one runs."""
+        loader = self._loader(x, y, False, drop_last=False)
+        if loader.samples != self.config.batch_size:
+            raise ShapeError(
+                f"train_on_batch takes one batch of {self.config.batch_size} samples (the "
+                f"model's batch size), got {loader.samples}; cut the data into batches, or "
+                "let fit do it."
+            )
+        return self._compiled_trainer().train_batch(next(iter(loader)))
 
     def predict(self, x) -> np.ndarray:
         """The model's output for every sample of `x` (as `fit` takes it; a DataLoader gives

@@ -66,8 +66,10 @@ def test_flexflows_loaders_become_arrays_by_input_and_labels():
 
 def test_the_rest_of_flexflows_surface_says_what_to_use(monkeypatch):
     model, _ = _mlp()
-    with pytest.raises(FlexFlowError, match="hand-written training loop .* fit and eval run it"):
-        model.forward()
+    with pytest.raises(FlexFlowError, match=r"forward\(\): no batch was set for input\(s\)"):
+        model.forward()  # the loop itself runs under Legate: tests/training/test_api.py
+    with pytest.raises(FlexFlowError, match="backward\\(\\) needs forward\\(\\) first"):
+        model.backward()
     with pytest.raises(FlexFlowError, match=r"layer handles .* model.executor.get_weights"):
         model.get_layer_by_id(0)
     with pytest.raises(FlexFlowError, match="no metrics yet"):
@@ -99,6 +101,29 @@ def test_flexflows_other_forms_are_taken_or_refused_naming_the_way():
         model.dense(x, 5, ActiMode.AC_MODE_NONE, True, None, None, UniformInitializer(1, 0, 1))
     with pytest.raises(FlexFlowError, match=r"comp_mode=CompMode.INFERENCE\) is not offered"):
         model.compile(comp_mode=CompMode.INFERENCE)
-    with pytest.raises(FlexFlowError, match=r"Tensor.inline_map .* is not offered"):
-        x.inline_map(None)
+    with pytest.raises(FlexFlowError, match=r"inline_map takes the model first"):
+        x.inline_map(None)  # FlexFlow's older inline_map(ffconfig)
+    with pytest.raises(FlexFlowError, match=r"Tensor.attach_numpy_array .* is not offered"):
+        x.attach_numpy_array(None, None)
     assert not hasattr(x, "attach_numpy_array") and flexflow_python_binding() == "legate"
+
+
+def test_a_hand_written_loops_batches_are_checked_as_they_are_set():
+    model, x = _mlp()
+    other, y = _mlp()
+    with pytest.raises(ShapeError, match=r"input 'input_1' takes samples of shape \(6,\)"):
+        x.set_tensor(model, np.zeros((4, 5), np.float32))
+    with pytest.raises(ShapeError, match=r"takes a batch of 4 samples \(4, 6\), got \(8, 6\)"):
+        x.set_tensor(model, np.zeros((8, 6), np.float32))
+    with pytest.raises(FlexFlowError, match="the tensor belongs to another FFModel"):
+        y.set_tensor(model, np.zeros((4, 6), np.float32))
+    x.set_tensor(model, np.ones((4, 6), np.float32))
+    assert x.get_array(model).sum() == 24.0  # an input's batch reads back
+    with pytest.raises(ShapeError, match="the labels' batch holds 3 samples"):
+        model.label_tensor.set_tensor(model, np.zeros((3, 1), np.int32))
+    loader = model.create_data_loader(model.label_tensor, np.zeros((6, 1), np.int32))
+    loader.next_batch(model)
+    with pytest.raises(FlexFlowError, match="loader of label_tensor has given every full batch"):
+        loader.next_batch(model)  # 2 samples left: no full batch
+    with pytest.raises(GraphError, match="call FFModel.compile"):
+        model.forward()  # every input has a batch: it wants compile

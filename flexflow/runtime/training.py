@@ -25,7 +25,7 @@ from rich.progress import (
 )
 
 from flexflow.checkpoint import DataPosition
-from flexflow.data import DataLoader
+from flexflow.data import Batch, DataLoader
 from flexflow.errors import FlexFlowError
 from flexflow.ops.base import is_int
 from flexflow.runtime.executor import BatchStats, Executor
@@ -226,6 +226,15 @@ class Trainer:
             if checkpoint is not None:
                 self.executor.save_checkpoint(checkpoint)
         return history
+
+    def train_batch(self, batch: Batch) -> Metrics:
+        """One training iteration on `batch`; its loss and metrics (waits for them)."""
+        begin, tally = time.perf_counter(), _Tally()
+        (stats,) = self.executor.train_batches(
+            [(batch.inputs, batch.target, batch.valid)], self.loss
+        )
+        tally.add(stats)
+        return tally.metrics(-1, time.perf_counter() - begin, "accuracy" in self.metrics)
 
     def evaluate(self, data: DataLoader) -> Metrics:
         """The loss and metrics over every sample of `data` (no update)."""

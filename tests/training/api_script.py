@@ -203,6 +203,80 @@ def flexflow_port() -> dict:
     }
 
 
+def hand_written_loop() -> dict:
+    """FlexFlow's loop by hand (next_batch, forward, zero_gradients, backward, update, the
+    output read between) against train_on_batch and fit on the same batches, from the same
+    weights; and the calls out of order it refuses."""
+    from flexflow.core import DataType, FlexFlowConfig, SGDOptimizer
+    from flexflow.core import FFModel as CoreModel
+
+    def core_model() -> tuple[CoreModel, object, object]:
+        model = CoreModel(FlexFlowConfig(batch_size=16, seed=3))
+        x = model.create_tensor([16, 12], DataType.DT_FLOAT, name="x")
+        out = model.softmax(model.dense(model.dense(x, 24, ActiMode.AC_MODE_RELU), 3))
+        model.compile(SGDOptimizer(None, 0.1), "sparse_categorical_crossentropy", progress=False)
+        return model, x, out
+
+    looped, x, out = core_model()
+    start = looped.executor.get_weights()
+    images = looped.create_data_loader(x, X)
+    labels = looped.create_data_loader(looped.label_tensor, Y.reshape(-1, 1))
+    refused = {"update_first": error(looped.update), "backward_first": error(looped.backward)}
+    outputs_match, losses_by_batch = [], []
+    for first in range(0, len(X), 16):
+        images.next_batch(looped)
+        labels.next_batch(looped)
+        looped.forward()
+        out.inline_map(looped, None)
+        output = out.get_array(looped, None)
+        out.inline_unmap(looped, None)
+        predicted = looped.predict(X[first : first + 16])  # the same weights: update comes later
+        outputs_match.append(bool(np.array_equal(output, predicted)))
+        looped.zero_gradients()
+        looped.backward()
+        looped.update()
+        losses_by_batch.append(looped.get_perf_metrics().metrics.loss)
+    perf = looped.get_perf_metrics()
+    looped_weights = looped.executor.get_weights()
+    refused["past_the_end"] = error(lambda: images.next_batch(looped))
+    refused["output_after_update"] = error(lambda: out.get_array(looped))
+    refused["old_api"] = error(lambda: x.inline_map(FlexFlowConfig()))
+    hidden = looped._handle(looped.graph().ops[0].outputs[0], (16, 24), x.dtype)
+    refused["hidden"] = error(lambda: hidden.get_array(looped))
+    images.reset()
+    labels.reset()
+    images.next_batch(looped)
+    labels.next_batch(looped)
+    looped.forward()
+    looped.backward()
+    refused["batch_before_update"] = error(lambda: labels.next_batch(looped))
+    refused["zero_after_backward"] = error(looped.zero_gradients)
+
+    by_batch = core_model()[0]
+    by_batch.executor.set_weights(start)
+    batch_losses = [
+        by_batch.train_on_batch(X[i : i + 16], Y[i : i + 16]).loss for i in range(0, len(X), 16)
+    ]
+    refused["short_batch"] = error(lambda: by_batch.train_on_batch(X[:5], Y[:5]))
+    fitted = core_model()[0]
+    fitted.executor.set_weights(start)
+    fitted.fit(X, Y, epochs=1, shuffle=False)
+
+    def same(model) -> bool:
+        weights = model.executor.get_weights()
+        return all(np.array_equal(looped_weights[name], weights[name]) for name in weights)
+
+    return {
+        "outputs_match": outputs_match,
+        "loop_equals_train_on_batch": same(by_batch),
+        "loop_equals_fit": same(fitted),
+        "running_losses": losses_by_batch,
+        "batch_losses": batch_losses,
+        "perf_accuracy": perf.get_accuracy(),
+        "refused": refused,
+    }
+
+
 def data_forms() -> dict:
     """Keras' one-element list for a one-input model, and weights given as Python lists."""
     model = build()
@@ -273,6 +347,7 @@ report = {
     "dropout_seeds": dropout_seeds(),
     "flexflow_port": flexflow_port(),
     "data_forms": data_forms(),
+    "hand_written_loop": hand_written_loop(),
     "resumed_schedule": resumed_schedule(),
 }
 epoch_lines()

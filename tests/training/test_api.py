@@ -109,3 +109,23 @@ def test_a_run_resumed_from_a_checkpoint_keeps_its_schedules_learning_rate(run):
     assert resumed["resumed"] == resumed["straight"][2:]
     assert "learning_rate=0.0005" in resumed["rate"]
     assert "was saved training with AdamOptimizer" in resumed["other_kind"]  # loaded before
+
+
+def test_flexflows_hand_written_loop_trains_as_train_on_batch_and_fit_do(run):
+    loop = run[0]["hand_written_loop"]
+    assert loop["outputs_match"] == [True] * 6  # the output read after forward() is predict's
+    assert loop["loop_equals_train_on_batch"] and loop["loop_equals_fit"]  # bit for bit
+    running = np.array(loop["running_losses"])  # get_perf_metrics: the mean since the start
+    means = np.cumsum(loop["batch_losses"]) / np.arange(1, 7)
+    np.testing.assert_allclose(running, means, rtol=1e-6)
+    assert 0 <= loop["perf_accuracy"] <= 100  # a percentage, as FlexFlow's
+    refused = loop["refused"]
+    assert "update() needs backward() first" in refused["update_first"]
+    assert "backward() needs forward() first" in refused["backward_first"]
+    assert "call reset() to start again" in refused["past_the_end"]
+    assert "read between forward() and update()" in refused["output_after_update"]
+    assert "takes the model first (inline_map(ffmodel, ...)" in refused["old_api"]
+    assert "only the model's inputs, the labels and (after forward)" in refused["hidden"]
+    assert "between backward() and update()" in refused["batch_before_update"]
+    assert "would discard its gradients" in refused["zero_after_backward"]
+    assert "takes one batch of 16 samples (the model's batch size), got 5" in refused["short_batch"]

@@ -1,0 +1,141 @@
+"""FlexFlow's hand-written training loop, over `FFModel.train_on_batch`.
+
+FlexFlow scripts may train without `fit`: they set a batch (`loader.next_batch(ffmodel)` or
+`tensor.set_tensor(ffmodel, array)`), then call `forward()`, `zero_gradients()`,
+`backward()` and `update()`, and read tensors with `get_array`. Here one Legate step runs
+the whole iteration, so the loop is kept as a small state machine: `update()` runs the
+iteration the calls before it asked for, on the batch set before `forward()`. Calls out of
+that order (a `backward` with no `forward`, a new batch between `backward` and `update`)
+are refused rather than run with other data than FlexFlow would use.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any
+
+from flexflow.errors import FlexFlowError
+from flexflow.runtime.training import Metrics
+
+if TYPE_CHECKING:
+    from flexflow.model import FFModel
+
+TRAINING_MODE_OPS = frozenset(("dropout", "batch_norm"))
+"""Ops whose forward pass differs in training (dropout drops, batch norm uses the batch's
+statistics): the loop cannot show their training-mode output without a second step."""
+
+
+class Stage(enum.Enum):
+    """Where an iteration of the loop stands."""
+
+    IDLE = "no iteration begun (or the last one updated)"
+    FORWARD = "forward() called"
+    BACKWARD = "backward() called, update() not yet"
+
+
+class HandWrittenLoop:
+    """The batch a script set (inputs by name, labels), where its iteration stands, and the
+    metrics of the iterations updated since `reset_metrics`."""
+
+    def __init__(self) -> None:
+        self.inputs: dict[str, Any] = {}
+        self.labels: Any = None
+        self.stage = Stage.IDLE
+        self.done: list[Metrics] = []
+        self._output: Any = None  # the forward pass's output, once read
+
+    def set_input(self, name: str, array: Any) -> None:
+        self._new_batch(f"input '{name}'")
+        self.inputs[name] = array
+
+    def set_labels(self, array: Any) -> None:
+        self._new_batch("the labels")
+        self.labels = array
+
+    def _new_batch(self, what: str) -> None:
+        if self.stage is Stage.BACKWARD:
+            raise FlexFlowError(
+                f"a new batch of {what} was set between backward() and update(); FlexFlow "
+                "would update with the gradients of the batch before it: call update() first."
+            )
+        self.stage, self._output = Stage.IDLE, None  # a forward pass alone is done with
+
+    def forward(self, model: FFModel) -> None:
+        inputs = [t.name for t in model.graph().input_tensors]
+        missing = [name for name in inputs if name not in self.inputs]
+        if missing:
+            raise FlexFlowError(
+                f"forward(): no batch was set for input(s) {missing}; call "
+                "loader.next_batch(ffmodel) or tensor.set_tensor(ffmodel, array) first."
+            )
+        model.executor.check_open()
+        self.stage, self._output = Stage.FORWARD, None
+
+    def zero_gradients(self) -> None:
+        """Nothing to zero (each iteration's gradients start from zero); refused after
+        `backward`, where FlexFlow would throw that iteration's gradients away."""
+        if self.stage is Stage.BACKWARD:
+            raise FlexFlowError(
+                "zero_gradients() after backward() would discard its gradients; call it "
+                "before backward(), as forward(), zero_gradients(), backward(), update()."
+            )
+
+    def backward(self) -> None:
+        if self.stage is not Stage.FORWARD:
+            raise FlexFlowError(
+                f"backward() needs forward() first (the loop stands at: {self.stage.value}); "
+                "call forward(), zero_gradients(), backward(), update() for each batch."
+            )
+        if self.labels is None:
+            raise FlexFlowError(
+                "backward(): no labels were set; call the label loader's next_batch(ffmodel) "
+                "or ffmodel.label_tensor.set_tensor(ffmodel, labels) first."
+            )
+        self.stage = Stage.BACKWARD
+
+    def update(self, model: FFModel) -> Metrics:
+        """Run the iteration (forward, loss, backward, update) on the batch; its metrics."""
+        if self.stage is not Stage.BACKWARD:
+            raise FlexFlowError(
+                f"update() needs backward() first (the loop stands at: {self.stage.value}); "
+                "call forward(), zero_gradients(), backward(), update() for each batch."
+            )
+        metrics = model.train_on_batch(dict(self.inputs), self.labels)
+        self.done.append(metrics)
+        self.stage, self._output = Stage.IDLE, None
+        return metrics
+
+    def output(self, model: FFModel) -> Any:
+        """The model's output for the batch `forward()` ran on (computed at the first read;
+        the weights are those of that forward pass until `update()`)."""
+        if self.stage is Stage.IDLE:
+            raise FlexFlowError(
+                "the model's output is read between forward() and update() (update changes "
+                "the weights it came from); call forward() first, or use predict(x)."
+            )
+        graph = model.graph()
+        modal = sorted({n.name for n in graph.ops if n.op.kind in TRAINING_MODE_OPS})
+        if modal:
+            raise FlexFlowError(
+                f"the model's training-mode output cannot be read here: {modal} compute "
+                "differently in training (dropout, batch norm) and the loop runs its "
+                "training pass inside update(); predict(x) gives the inference-mode output."
+            )
+        if self._output is None:
+            self._output = model.executor.forward(self.inputs)
+        return self._output
+
+    def metrics(self) -> Metrics | None:
+        """The iterations since `reset_metrics` as one: the loss and accuracy over all
+        their samples (None before the first update)."""
+        if not self.done:
+            return None
+        samples = sum(m.samples for m in self.done)
+        loss = sum(m.loss * m.samples for m in self.done) / samples
+        accuracy = None
+        if self.done[0].accuracy is not None:
+            accuracy = sum(m.accuracy * m.samples for m in self.done) / samples
+        return Metrics(-1, loss, accuracy, samples, sum(m.seconds for m in self.done))
+
+    def reset_metrics(self) -> None:
+        self.done.clear()
