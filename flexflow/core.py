@@ -70,6 +70,15 @@ class MetricsType(enum.Enum):
     METRICS_MEAN_SQUARED_ERROR = "mean_squared_error"
 
 
+class ParameterSyncType(enum.Enum):
+    """FlexFlow's ways of synchronizing weights (`set_tensor`'s last argument): the
+    optimizer's update sums every device's gradient here, whichever is named."""
+
+    NONE = 80
+    PS = 81
+    NCCL = 82
+
+
 class FlexFlowConfig(_FFConfig):
     """FFConfig with FlexFlow's run queries: how many processors and nodes train, a clock."""
 
@@ -553,6 +562,7 @@ __all__ = [
     "MetricsType",
     "NetConfig",
     "NormInitializer",
+    "ParameterSyncType",
     "PoolType",
     "SGDOptimizer",
     "UniformInitializer",
