@@ -437,9 +437,10 @@ class FFModel(_FFModel):
         self._loop.backward()
 
     def update(self) -> None:
-        """Run the iteration: forward, loss, backward and the optimizer's update."""
+        """Run the iteration: forward, loss, backward and the optimizer's update (issued;
+        `get_perf_metrics` waits for its results)."""
         self._loop.update(self)
-        self._perf = self._loop.metrics()
+        self._perf = None  # the loop's, when asked for
 
     def reset_metrics(self) -> None:
         """Start the loop's metrics (`get_perf_metrics`) afresh."""
@@ -470,16 +471,22 @@ class FFModel(_FFModel):
         FlexFlow's) more epochs, x and y as loaders or arrays; `flexflow.FFModel.fit`'s
         keywords (initial_epoch, checkpoint, on_epoch, shuffle) too."""
         self._check_batch(batch_size)
+        self._loop.reset_metrics()  # FlexFlow's fit and eval reset the metrics too
         history = super().fit(*self._arrays(x, y), epochs, **keywords)
         self._perf = history[-1] if history else self._perf
         return history
 
     def eval(self, x: Any = None, y: Any = None, batch_size: int | None = None) -> Metrics:
         self._check_batch(batch_size)
+        self._loop.reset_metrics()
         self._perf = super().eval(*self._arrays(x, y))
         return self._perf
 
     def get_perf_metrics(self) -> PerfMetrics:
+        """The metrics of the last `fit` epoch or `eval`, or of the hand-written loop's
+        iterations since `reset_metrics`, whichever came last."""
+        if self._perf is None:
+            self._perf = self._loop.metrics(self)
         if self._perf is None:
             raise FlexFlowError("no metrics yet: call fit or eval first.")
         return PerfMetrics(self._perf)

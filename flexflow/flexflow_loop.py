@@ -12,13 +12,15 @@ are refused rather than run with other data than FlexFlow would use.
 from __future__ import annotations
 
 import enum
+import time
 from typing import TYPE_CHECKING, Any
 
 from flexflow.errors import FlexFlowError
-from flexflow.runtime.training import Metrics
 
 if TYPE_CHECKING:
     from flexflow.model import FFModel
+    from flexflow.runtime.batches import BatchStats
+    from flexflow.runtime.training import Metrics
 
 TRAINING_MODE_OPS = frozenset(("dropout", "batch_norm"))
 """Ops whose forward pass differs in training (dropout drops, batch norm uses the batch's
@@ -41,7 +43,10 @@ class HandWrittenLoop:
         self.inputs: dict[str, Any] = {}
         self.labels: Any = None
         self.stage = Stage.IDLE
-        self.done: list[Metrics] = []
+        self.done: list[BatchStats] = []
+        """The iterations updated since `reset_metrics`, read when their metrics are asked
+        for (reading waits: unread, the next iterations are issued while they run)."""
+        self.began: float | None = None  # when the first of them was issued
         self._output: Any = None  # the forward pass's output, once read
 
     def set_input(self, name: str, array: Any) -> None:
@@ -93,17 +98,17 @@ class HandWrittenLoop:
             )
         self.stage = Stage.BACKWARD
 
-    def update(self, model: FFModel) -> Metrics:
-        """Run the iteration (forward, loss, backward, update) on the batch; its metrics."""
+    def update(self, model: FFModel) -> None:
+        """Issue the iteration (forward, loss, backward, update) on the batch."""
         if self.stage is not Stage.BACKWARD:
             raise FlexFlowError(
                 f"update() needs backward() first (the loop stands at: {self.stage.value}); "
                 "call forward(), zero_gradients(), backward(), update() for each batch."
             )
-        metrics = model.train_on_batch(dict(self.inputs), self.labels)
-        self.done.append(metrics)
+        if not self.done:
+            self.began = time.perf_counter()
+        self.done.append(model._issue_train_batch(dict(self.inputs), self.labels, "update()"))
         self.stage, self._output = Stage.IDLE, None
-        return metrics
 
     def output(self, model: FFModel) -> Any:
         """The model's output for the batch `forward()` ran on (computed at the first read;
@@ -125,17 +130,14 @@ class HandWrittenLoop:
             self._output = model.executor.forward(self.inputs)
         return self._output
 
-    def metrics(self) -> Metrics | None:
+    def metrics(self, model: FFModel) -> Metrics | None:
         """The iterations since `reset_metrics` as one: the loss and accuracy over all
-        their samples (None before the first update)."""
+        their samples, and the seconds since the first was issued (None before the first
+        update). Waits for them."""
         if not self.done:
             return None
-        samples = sum(m.samples for m in self.done)
-        loss = sum(m.loss * m.samples for m in self.done) / samples
-        accuracy = None
-        if self.done[0].accuracy is not None:
-            accuracy = sum(m.accuracy * m.samples for m in self.done) / samples
-        return Metrics(-1, loss, accuracy, samples, sum(m.seconds for m in self.done))
+        seconds = time.perf_counter() - self.began
+        return model._compiled_trainer().batch_metrics(self.done, seconds)
 
     def reset_metrics(self) -> None:
         self.done.clear()

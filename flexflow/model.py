@@ -14,6 +14,7 @@ model-parallel RNN strategies exploit.
 from __future__ import annotations
 
 import functools
+import time
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -835,14 +836,21 @@ class FFModel:
         `x` and `y` (given as `fit` takes them), for a loop written by hand (Keras'
         `train_on_batch`); that batch's loss and metrics, once the iteration is done.
         `fit` is faster: it issues the next iterations while one runs."""
+        begin = time.perf_counter()
+        stats = self._issue_train_batch(x, y, "train_on_batch")
+        return self._compiled_trainer().batch_metrics([stats], time.perf_counter() - begin)
+
+    def _issue_train_batch(self, x, y, method: str):
+        """Issue one training iteration on exactly one batch of `x` and `y`, without waiting;
+        its unread `flexflow.runtime.batches.BatchStats`."""
         loader = self._loader(x, y, False, drop_last=False)
         if loader.samples != self.config.batch_size:
             raise ShapeError(
-                f"train_on_batch takes one batch of {self.config.batch_size} samples (the "
-                f"model's batch size), got {loader.samples}; cut the data into batches, or "
-                "let fit do it."
+                f"{method} takes one batch of {self.config.batch_size} samples (the model's "
+                f"batch size), got {loader.samples}; cut the data into batches, or let fit "
+                "do it."
             )
-        return self._compiled_trainer().train_batch(next(iter(loader)))
+        return self._compiled_trainer().issue_batch(next(iter(loader)))
 
     def predict(self, x) -> np.ndarray:
         """The model's output for every sample of `x` (as `fit` takes it; a DataLoader gives

@@ -227,14 +227,19 @@ class Trainer:
                 self.executor.save_checkpoint(checkpoint)
         return history
 
-    def train_batch(self, batch: Batch) -> Metrics:
-        """One training iteration on `batch`; its loss and metrics (waits for them)."""
-        begin, tally = time.perf_counter(), _Tally()
+    def issue_batch(self, batch: Batch) -> BatchStats:
+        """Issue one training iteration on `batch` without waiting; its stats, unread."""
         (stats,) = self.executor.train_batches(
             [(batch.inputs, batch.target, batch.valid)], self.loss
         )
-        tally.add(stats)
-        return tally.metrics(-1, time.perf_counter() - begin, "accuracy" in self.metrics)
+        return stats
+
+    def batch_metrics(self, batches: Sequence[BatchStats], seconds: float) -> Metrics:
+        """The loss and metrics over `batches` (waits for them), as one; `seconds` taken."""
+        tally = _Tally()
+        for stats in batches:
+            tally.add(stats)
+        return tally.metrics(-1, seconds, "accuracy" in self.metrics)
 
     def evaluate(self, data: DataLoader) -> Metrics:
         """The loss and metrics over every sample of `data` (no update)."""
