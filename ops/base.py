@@ -127,6 +127,9 @@ class Signature:
     def __post_init__(self) -> None:
         if len(self.dims) != len(self.outputs[0].shape):
             raise AssertionError(f"dims {self.dims} do not match output {self.outputs[0].shape}")
+        names = [dim.name for dim in self.dims]
+        if len(set(names)) != len(names):  # strategy files key an op's degrees by dim name
+            raise AssertionError(f"dims {names} repeat a name: name each dim once")
 
     @property
     def output_shape(self) -> Shape:

@@ -62,10 +62,12 @@ class Dense(GradientsInto, Op):
         ]
         if self.use_bias:
             weights.append(WeightSpec("bias", (self.out_dim,), "zeros"))
-        names = dim_names(len(out.shape))
+        between = dim_names(len(out.shape))[1:-1]
+        if "channel" in between:  # NCHW's names; a dense layer's features are last (NHWC)
+            between = ("height", "width")
         dims = (
             (Dim("sample", DimKind.SAMPLE),)
-            + tuple(Dim(n, DimKind.ATTRIBUTE) for n in names[1:-1])
+            + tuple(Dim(n, DimKind.ATTRIBUTE) for n in between)
             + (Dim("channel", DimKind.PARAMETER),)
         )
         return Signature((x,), (out,), tuple(weights), dims)

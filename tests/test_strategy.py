@@ -218,6 +218,21 @@ def test_export_import_round_trip(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))  # the atomic write left nothing behind
 
 
+def test_a_dense_layer_on_images_keeps_every_split_in_a_strategy_file(tmp_path):
+    """A dense layer over (N, H, W, C) named two dims "channel": the file, keyed by dim name,
+    lost one of their degrees and the strategy could not be read back."""
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 2, 3, 6), name="maps")
+    model.dense(x, 8, name="fc")
+    graph, machine = model.graph(), parse_machine("p100:1")
+    assert [d.name for d in graph.ops[0].sig.dims] == ["sample", "height", "width", "channel"]
+    for degrees in ((1, 1, 1, 2), (1, 2, 1, 1), (2, 1, 1, 2)):
+        tasks = degrees[0] * degrees[1] * degrees[2] * degrees[3]
+        split = Strategy(("fc",), (ParallelConfig(degrees, tuple(range(tasks))),))
+        path = export_strategy(tmp_path / "s.json", split, graph, machine)
+        assert load_strategy(path, graph, machine) == split
+
+
 def _write(tmp_path, data) -> str:
     path = tmp_path / "bad.json"
     path.write_text(data if isinstance(data, str) else json.dumps(data))
