@@ -219,7 +219,7 @@ void ff_attention_backward_f32(ff_sgemm_fn gemm, const ff_attention_dims *dims,
 
 /* Sparse categorical cross-entropy (native/losses.c) of a tile of softmax outputs p (rows,
  * classes) against int64 labels (rows): grad (rows, classes) = the loss's gradient with
- * respect to p (zero past the first `valid` rows), *loss = -sum of log(max(p[label], 1e-12))
+ * respect to p (zero past the first `valid` rows), *loss = -sum of log(max(p[label], FLT_MIN))
  * over the valid rows / total, *correct = valid rows whose first largest output is the label.
  * Returns -1 (and stops) at a label outside [0, classes), else 0. */
 int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, long rows,

@@ -1,8 +1,10 @@
 /* The sparse categorical cross-entropy of a tile of softmax outputs for the CPU tasks, in one
  * pass instead of a dozen numpy calls on a (32, 10) tile (each holding the interpreter lock the
  * other processors' tasks wait for). Per flexflow.runtime.loss's numpy reference: the picked
- * probability is clipped at 1e-12 in double, its gradient -1 / (total * picked) is rounded to
+ * probability is clipped at FLT_MIN in double (flexflow.runtime.loss.SMALLEST_P says why), its
+ * gradient -1 / (total * picked) is rounded to
  * float, the prediction is the first largest output (numpy's argmax: a NaN counts as largest). */
+#include <float.h>
 #include <math.h>
 
 #include "kernels.h"
@@ -17,7 +19,7 @@ int ff_sparse_xent_f32(const float *p, const long long *labels, float *grad, lon
     if (label < 0 || label >= classes) return -1;
     const float *row = p + i * classes;
     double picked = row[label];
-    if (picked < 1e-12) picked = 1e-12;
+    if (picked < FLT_MIN) picked = FLT_MIN;
     grad[i * classes + label] = (float)(-1.0 / (total * picked));
     sum += log(picked);
     long best = 0;

@@ -285,7 +285,9 @@ __device__ void mse(double *sums, float *grad, const float *p, const T *t, long 
 }
 
 // categorical cross-entropy on probabilities: loss -sum(t log p) / total, grad -t / (total p),
-// p clipped below at 1e-12 as the reference does.
+// p clipped below at float's smallest normal number as the reference does
+// (flexflow.runtime.loss.SMALLEST_P; NVRTC has no <cfloat> for FLT_MIN).
+#define FF_SMALLEST_P 1.1754943508222875e-38
 template <typename T>
 __device__ void cce(double *sums, float *grad, const float *p, const T *t, long long rows,
                     long long classes, long long valid, double total) {
@@ -296,7 +298,7 @@ __device__ void cce(double *sums, float *grad, const float *p, const T *t, long 
     long long i = base + threadIdx.x;
     if (i < n) {
       if (i / classes < valid) {
-        double pk = fmax((double)p[i], 1e-12), tk = (double)t[i];
+        double pk = fmax((double)p[i], FF_SMALLEST_P), tk = (double)t[i];
         loss -= tk * log(pk);
         grad[i] = (float)(-tk / (total * pk));
         if (i % classes == 0)
@@ -323,7 +325,7 @@ __device__ void sparse_cce(double *sums, float *grad, int *bad, const float *p, 
       if (label < 0 || label >= classes) {
         atomicExch(bad, 1);
       } else {
-        double picked = fmax((double)p[r * classes + label], 1e-12);
+        double picked = fmax((double)p[r * classes + label], FF_SMALLEST_P);
         loss -= log(picked);
         grad[r * classes + label] = (float)(-1.0 / (total * picked));
         correct += row_argmax_f32(p + r * classes, classes) == label;

@@ -196,3 +196,32 @@ def test_good_targets_pass_whole():
     check_targets("sparse_categorical_crossentropy", (2, 4), np.array([0, 3, 1, 2, 0, 1]), 6)
     check_targets("sparse_categorical_crossentropy", (2, 4), np.zeros((6, 1), np.int64), 6)
     check_targets("mean_squared_error", (2, 4), np.zeros((6, 4)), 6)
+
+
+@pytest.mark.parametrize("loss", ["sparse", "sparse_c_tile", "categorical"])
+def test_a_confidently_wrong_prediction_keeps_its_gradient(loss):
+    """Through the softmax's backward, a cross-entropy's gradient w.r.t. the logits is
+    (p - onehot) / N. Probabilities clipped at 1e-12 kept only p / 1e-12 of it: a label whose
+    logit lay 28 or more below the largest stopped learning (helper's comparison with
+    PyTorch: -2.3e-24 instead of -0.125 at a gap of 80)."""
+    from flexflow.ops.softmax import Softmax
+
+    gaps = np.array([0.0, 10.0, 27.0, 30.0, 40.0, 60.0, 80.0, 86.0])
+    logits = np.zeros((len(gaps), 5))
+    logits[:, 1] = gaps  # the largest logit is class 1's; the label is class 0
+    labels = np.zeros(len(gaps), np.int64)
+    exact = np.exp(logits - logits.max(-1, keepdims=True))
+    exact /= exact.sum(-1, keepdims=True)
+    want = (exact - np.eye(5)[labels]) / len(gaps)  # float64, from the logits
+    probabilities = Softmax().forward([logits.astype(np.float32)], [])[0]
+    if loss == "sparse":
+        _, grad = sparse_categorical_crossentropy(probabilities, labels)
+    elif loss == "sparse_c_tile":
+        sparse = LOSS_IDS.index("sparse_categorical_crossentropy")
+        _, grad, _ = loss_tile(sparse, probabilities, labels, len(gaps), len(gaps))
+    else:
+        _, grad = categorical_crossentropy(probabilities, np.eye(5)[labels])
+    (dz,), _ = Softmax().backward(
+        [logits.astype(np.float32)], [], [probabilities], [grad.astype(np.float32)]
+    )
+    np.testing.assert_allclose(dz, want, rtol=1e-5, atol=1e-9)
