@@ -48,6 +48,7 @@ class _DataTypes(type):
 class DataType(metaclass=_DataTypes):
     """FlexFlow's `DataType` names of the element types flexflow takes (`flexflow.DataType`)."""
 
+    DT_NONE = None  # FlexFlow's "the input's type" default: the layers' own here
     DT_FLOAT = _DType.DT_FLOAT
     DT_INT32 = _DType.DT_INT32
     DT_INT64 = _DType.DT_INT64
@@ -199,8 +200,15 @@ def flexflow_python_binding() -> str:
     return "legate"
 
 
-def init_flexflow_runtime() -> None:
-    """Nothing to do: Legate starts at the first task (FlexFlow's scripts call it first)."""
+def get_configs() -> None:
+    """FlexFlow's runtime settings from a JSON file: none here (FFConfig() reads the
+    command line; Legate's flags set the processors)."""
+    return None
+
+
+def init_flexflow_runtime(configs_dict: dict | None = None, **settings: Any) -> None:
+    """Nothing to do: Legate starts at the first task, with the processors its command line
+    gives (FlexFlow's scripts call this first, with `get_configs()`)."""
 
 
 class SingleDataLoader:
@@ -258,8 +266,9 @@ class _DataAccess:
         return self.get_array(ffmodel).reshape(-1)
 
     def inline_map(self, ffmodel: FFModel, *rest: Any) -> None:
-        """Nothing to map: `get_array` copies the data out."""
-        _model_of(ffmodel, self, "inline_map")
+        """Nothing to map (`get_array` copies the data out); refused for the tensors
+        `get_array` cannot read."""
+        _model_of(ffmodel, self, "inline_map").check_readable(self, "inline_map")
 
     def inline_unmap(self, ffmodel: FFModel, *rest: Any) -> None:
         _model_of(ffmodel, self, "inline_unmap")
@@ -308,6 +317,26 @@ class FFModel(_FFModel):
     def __init__(self, config: _FFConfig | None = None) -> None:
         super().__init__(config)
         self._loop = HandWrittenLoop()
+        self._untrainable: str | None = None
+        """Why the compiled loss cannot read the model's output (raised when it trains)."""
+
+    def _check_loss_input(self, loss: str) -> None:
+        """FlexFlow compiles a model its loss cannot read (its single-op scripts name a
+        cross-entropy, then only run forward()): the problem is raised at the first training
+        or evaluation instead of at compile."""
+        try:
+            super()._check_loss_input(loss)
+            self._untrainable = None
+        except ShapeError as problem:
+            self._untrainable = str(problem)
+
+    def _check_trainable(self) -> None:
+        if self._untrainable is not None:
+            raise ShapeError(self._untrainable)
+
+    def _issue_train_batch(self, x: Any, y: Any, method: str):
+        self._check_trainable()
+        return super()._issue_train_batch(x, y, method)
 
     def _handle(self, tid: int, shape: tuple[int, ...], dtype: _DType) -> Tensor:
         return FlexFlowTensor(tid, shape, dtype, id(self))
@@ -395,6 +424,12 @@ class FFModel(_FFModel):
             )
         self._loop.set_input(node.name, array)
 
+    def check_readable(self, tensor: Tensor | _LabelTensor, method: str) -> None:
+        """Raise NotOfferedError unless `batch_data` reads `tensor`: an input, the labels or
+        the model's output."""
+        if not isinstance(tensor, _LabelTensor) and tensor.id != self.graph().ops[-1].outputs[0]:
+            self._input_of(self.graph(), tensor, method)
+
     def batch_data(self, tensor: Tensor | _LabelTensor) -> Any:
         """The batch set for an input or the labels, or the model's output after `forward()`."""
         if isinstance(tensor, _LabelTensor):
@@ -471,6 +506,7 @@ class FFModel(_FFModel):
         FlexFlow's) more epochs, x and y as loaders or arrays; `flexflow.FFModel.fit`'s
         keywords (initial_epoch, checkpoint, on_epoch, shuffle) too."""
         self._check_batch(batch_size)
+        self._check_trainable()
         self._loop.reset_metrics()  # FlexFlow's fit and eval reset the metrics too
         history = super().fit(*self._arrays(x, y), epochs, **keywords)
         self._perf = history[-1] if history else self._perf
@@ -478,6 +514,7 @@ class FFModel(_FFModel):
 
     def eval(self, x: Any = None, y: Any = None, batch_size: int | None = None) -> Metrics:
         self._check_batch(batch_size)
+        self._check_trainable()
         self._loop.reset_metrics()
         self._perf = super().eval(*self._arrays(x, y))
         return self._perf
@@ -576,5 +613,6 @@ __all__ = [
     "ZeroInitializer",
     "SingleDataLoader",
     "flexflow_python_binding",
+    "get_configs",
     "init_flexflow_runtime",
 ]

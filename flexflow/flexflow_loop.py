@@ -50,20 +50,21 @@ class HandWrittenLoop:
         self._output: Any = None  # the forward pass's output, once read
 
     def set_input(self, name: str, array: Any) -> None:
-        self._new_batch(f"input '{name}'")
+        self._check_not_backward(f"input '{name}'")
         self.inputs[name] = array
+        self.stage, self._output = Stage.IDLE, None  # a forward pass alone is done with
 
     def set_labels(self, array: Any) -> None:
-        self._new_batch("the labels")
+        """The labels' batch: after forward() too (backward reads them, as FlexFlow's)."""
+        self._check_not_backward("the labels")
         self.labels = array
 
-    def _new_batch(self, what: str) -> None:
+    def _check_not_backward(self, what: str) -> None:
         if self.stage is Stage.BACKWARD:
             raise FlexFlowError(
                 f"a new batch of {what} was set between backward() and update(); FlexFlow "
                 "would update with the gradients of the batch before it: call update() first."
             )
-        self.stage, self._output = Stage.IDLE, None  # a forward pass alone is done with
 
     def forward(self, model: FFModel) -> None:
         inputs = [t.name for t in model.graph().input_tensors]

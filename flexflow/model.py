@@ -514,7 +514,8 @@ class FFModel:
     def tanh(self, input: Tensor, name: str | None = None) -> Tensor:
         return self._layer(ElementUnary(ActiMode.AC_MODE_TANH), [input], name)
 
-    def gelu(self, input: Tensor, name: str | None = None) -> Tensor:
+    def gelu(self, input: Tensor, inplace: bool = True, name: str | None = None) -> Tensor:
+        _flexflow_only("gelu", name, inplace=inplace)
         return self._layer(ElementUnary(ActiMode.AC_MODE_GELU), [input], name)
 
     def elu(self, input: Tensor, inplace: bool = True, name: str | None = None) -> Tensor:
@@ -593,6 +594,7 @@ class FFModel:
         from flexflow.runtime.loss import check_model_output, loss_name, metric_names
 
         check_model_output(self.graph(), loss_type)  # before Legate starts
+        self._check_loss_input(loss_type)
         if metrics is None:  # accuracy where the loss is a classification's
             metrics = ("accuracy",) if "crossentropy" in loss_name(loss_type) else ()
         metrics = metric_names(metrics, loss_name(loss_type))  # before the search
@@ -659,6 +661,13 @@ class FFModel:
             self._trainer.executor.close()
         self._trainer, self._optimizer = trainer, optimizer
         return plan
+
+    def _check_loss_input(self, loss: str) -> None:
+        """Raise ShapeError unless `loss` can read the model's output (a cross-entropy: a
+        softmax over the last axis); at compile, before any search."""
+        from flexflow.runtime.loss import check_loss_input
+
+        check_loss_input(self.graph(), loss)
 
     @property
     def optimizer(self) -> Optimizer | None:

@@ -23,7 +23,7 @@ from flexflow.core import (
     ZeroInitializer,
     flexflow_python_binding,
 )
-from flexflow.errors import FlexFlowError, GraphError, ShapeError
+from flexflow.errors import FlexFlowError, GraphError, NotOfferedError, ShapeError
 from flexflow.runtime.training import Metrics
 
 
@@ -106,6 +106,20 @@ def test_flexflows_other_forms_are_taken_or_refused_naming_the_way():
     with pytest.raises(FlexFlowError, match=r"Tensor.attach_numpy_array .* is not offered"):
         x.attach_numpy_array(None, None)
     assert not hasattr(x, "attach_numpy_array") and flexflow_python_binding() == "legate"
+
+
+def test_flexflows_newer_script_openings_and_defaults_are_taken():
+    from flexflow.core import get_configs, init_flexflow_runtime
+
+    init_flexflow_runtime(get_configs())  # FlexFlow's scripts begin so
+    model, x = _mlp()
+    model.dense(x, 3, ActiMode.AC_MODE_NONE, True, DataType.DT_NONE)  # DT_NONE: the input's type
+    hidden = model.gelu(x, True)  # FlexFlow's gelu(input, inplace, name)
+    model.softmax(hidden)
+    with pytest.raises(
+        NotOfferedError, match="inline_map of 'element_unary_1:0': only the model's inputs"
+    ):
+        hidden.inline_map(model, None)  # refused where get_array would be, not later
 
 
 def test_a_hand_written_loops_batches_are_checked_as_they_are_set():

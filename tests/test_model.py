@@ -203,20 +203,22 @@ def _classifier_file(extra: str = "", last: str = "softmax"):
 def test_the_loss_must_read_the_only_output_and_a_cross_entropy_a_softmax():
     """The loss read an unused side layer added last (training nothing the user meant), and
     sparse cross-entropy took a dense layer's or a sigmoid's outputs as probabilities."""
-    from flexflow.runtime.loss import check_model_output
+    from flexflow.runtime.loss import check_loss_input, check_model_output
 
     with pytest.raises(ShapeError, match=r"nothing reads the output of softmax 'probs'; the loss "
                        r"reads the last layer added \(dense 'aux'\)"):  # fmt: skip
         check_model_output(_classifier_file("aux"), "sparse_categorical_crossentropy")
     for loss in ("sparse_categorical_crossentropy", "categorical_crossentropy"):
         with pytest.raises(ShapeError, match=r"reads probabilities .* ends in dense 'fc'"):
-            check_model_output(_classifier_file(last="dense"), loss)
-    check_model_output(_classifier_file(last="dense"), "mean_squared_error")
-    check_model_output(_classifier_file(), "sparse_categorical_crossentropy")
+            check_loss_input(_classifier_file(last="dense"), loss)
+    check_loss_input(_classifier_file(last="dense"), "mean_squared_error")
+    check_loss_input(_classifier_file(), "sparse_categorical_crossentropy")
     model = FFModel(FFConfig(batch_size=8))
     model.softmax(model.dense(model.create_tensor((8, 4, 10)), 5), axis=1)
     with pytest.raises(ShapeError, match=r"ends in a softmax over axis 1"):
-        check_model_output(model.graph(), "sparse_categorical_crossentropy")
+        check_loss_input(model.graph(), "sparse_categorical_crossentropy")
+    with pytest.raises(ShapeError, match=r"ends in a softmax over axis 1"):
+        model.compile(loss_type="sparse_categorical_crossentropy")  # before Legate starts
 
 
 def test_an_input_made_with_another_batch_size_is_refused_before_training():

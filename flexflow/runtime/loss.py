@@ -172,9 +172,8 @@ def loss_name(name: str) -> str:
 def check_model_output(graph: OperatorGraph, loss: str) -> None:
     """Raise ShapeError unless the loss `loss` can train `graph`: the loss reads the last op
     added, so every other op's output must be read by some op (else that op is trained by
-    nothing, and the loss may read an op meant as a side branch); a cross-entropy reads
-    probabilities over the last axis, a softmax's."""
-    name = loss_name(loss)
+    nothing, and the loss may read an op meant as a side branch); every input is read."""
+    loss_name(loss)
     last = graph.ops[-1]
     unread = [n for n in graph.ops[:-1] if not any(graph.consumers(t) for t in n.outputs)]
     if unread:
@@ -192,6 +191,13 @@ def check_model_output(graph: OperatorGraph, loss: str) -> None:
             f"no layer reads the model input {listed}; remove it (labels go to fit's y, not "
             "to create_tensor)."
         )
+
+
+def check_loss_input(graph: OperatorGraph, loss: str) -> None:
+    """Raise ShapeError unless `loss` can read the model's output: a cross-entropy reads
+    probabilities over the last axis, a softmax's (whose backward then turns the loss's
+    gradient into the logits', `SMALLEST_P`)."""
+    name, last = loss_name(loss), graph.ops[-1]
     if "crossentropy" in name:
         rank = len(last.sig.output_shape)
         axis = getattr(last.op, "axis", -1) % rank if last.kind == "softmax" else None

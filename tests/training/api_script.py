@@ -277,6 +277,30 @@ def hand_written_loop() -> dict:
     }
 
 
+def forward_only() -> dict:
+    """FlexFlow's single-op scripts: a model ending in a dense layer compiled with a
+    cross-entropy, run forward() and read; training it is refused then, not at compile."""
+    from flexflow.core import DataType, FlexFlowConfig, LossType
+    from flexflow.core import FFModel as CoreModel
+
+    model = CoreModel(FlexFlowConfig(batch_size=16, seed=3))
+    x = model.create_tensor([16, 12], DataType.DT_FLOAT)
+    out = model.dense(x, 4, ActiMode.AC_MODE_RELU)
+    model.compile(loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, progress=False)
+    x.set_tensor(model, X[:16])
+    model.forward()
+    read = out.get_array(model, None)
+    kernel = model.executor.get_weights()["dense_1.kernel"]
+    want = np.maximum(X[:16] @ kernel.T + model.executor.get_weights()["dense_1.bias"], 0)
+    model.label_tensor.set_tensor(model, Y[:16])
+    model.backward()
+    return {
+        "output_close": bool(np.allclose(read, want, rtol=1e-5, atol=1e-6)),
+        "update": error(model.update),
+        "fit": error(lambda: model.fit(X, Y)),
+    }
+
+
 def data_forms() -> dict:
     """Keras' one-element list for a one-input model, and weights given as Python lists."""
     model = build()
@@ -348,6 +372,7 @@ report = {
     "flexflow_port": flexflow_port(),
     "data_forms": data_forms(),
     "hand_written_loop": hand_written_loop(),
+    "forward_only": forward_only(),
     "resumed_schedule": resumed_schedule(),
 }
 epoch_lines()

@@ -129,3 +129,11 @@ def test_flexflows_hand_written_loop_trains_as_train_on_batch_and_fit_do(run):
     assert "between backward() and update()" in refused["batch_before_update"]
     assert "would discard its gradients" in refused["zero_after_backward"]
     assert "takes one batch of 16 samples (the model's batch size), got 5" in refused["short_batch"]
+
+
+def test_a_model_its_loss_cannot_read_runs_forward_and_is_refused_training(run):
+    """FlexFlow's single-op scripts compile with a cross-entropy and only run forward()."""
+    forward = run[0]["forward_only"]
+    assert forward["output_close"]
+    for call in ("update", "fit"):
+        assert "reads probabilities over the last axis (a softmax's)" in forward[call]
