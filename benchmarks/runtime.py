@@ -287,7 +287,9 @@ def torch_transformer(nn):
             self.attention = nn.MultiheadAttention(hidden, sizes["num_heads"], batch_first=True)
             self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
             self.ff = nn.Sequential(
-                nn.Linear(hidden, sizes["ff_size"]), nn.GELU(), nn.Linear(sizes["ff_size"], hidden)
+                nn.Linear(hidden, sizes["ff_size"]),
+                nn.GELU(approximate="tanh"),  # ours (ops/activations.py)
+                nn.Linear(sizes["ff_size"], hidden),
             )
             self.drop1, self.drop2 = nn.Dropout(rate), nn.Dropout(rate)
 
