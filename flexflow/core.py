@@ -30,6 +30,7 @@ from flexflow.model import FFModel as _FFModel
 from flexflow.model import Tensor
 from flexflow.optimizers import AdamOptimizer as _Adam
 from flexflow.optimizers import SGDOptimizer as _SGD
+from flexflow.runtime.loss import check_targets
 from flexflow.runtime.training import Metrics
 
 
@@ -405,23 +406,33 @@ class FFModel(_FFModel):
 
     # ---- the hand-written loop (flexflow.flexflow_loop) ----------------------------------
     def set_batch(self, tensor: Tensor | _LabelTensor, array: Any) -> None:
-        """`array` as the next iteration's batch of model input `tensor` (or the labels)."""
-        if isinstance(tensor, _LabelTensor):
-            if len(array) != self.config.batch_size:
+        """A copy of `array` as the next iteration's batch of model input `tensor` (or the
+        labels), checked as `fit` checks its data (FlexFlow copies at set_tensor, so its
+        scripts refill one buffer while the iteration before runs)."""
+        size = self.config.batch_size
+        what = "the labels" if isinstance(tensor, _LabelTensor) else self.tensor_name(tensor)
+        if not hasattr(array, "shape"):
+            if not isinstance(array, (list, tuple)):
                 raise ShapeError(
-                    f"set_tensor: the labels' batch holds {len(array)} samples, but the model's "
-                    f"batch size is {self.config.batch_size}."
+                    f"set_tensor of {what}: pass an array of {size} samples, got "
+                    f"{type(array).__name__}."
                 )
+            array = np.asarray(array)
+        if not array.shape or len(array) != size:
+            raise ShapeError(
+                f"set_tensor of {what}: a batch holds {size} samples (the model's batch size), "
+                f"got an array of shape {tuple(array.shape)}."
+            )
+        array = array.copy()
+        if isinstance(tensor, _LabelTensor):
+            if self._trainer is not None and self._untrainable is None:
+                output = self.graph().ops[-1].sig.output_shape
+                check_targets(self._compiled_trainer().loss, output, array, size)
             self._loop.set_labels(array)
             return
         graph = self.graph()
         node = self._input_of(graph, tensor, "set_tensor")
         self._check_input(graph, node, array)
-        if len(array) != self.config.batch_size:
-            raise ShapeError(
-                f"set_tensor: input '{node.name}' takes a batch of {self.config.batch_size} "
-                f"samples {node.spec.shape}, got {tuple(np.shape(array))}."
-            )
         self._loop.set_input(node.name, array)
 
     def check_readable(self, tensor: Tensor | _LabelTensor, method: str) -> None:
@@ -507,6 +518,7 @@ class FFModel(_FFModel):
         keywords (initial_epoch, checkpoint, on_epoch, shuffle) too."""
         self._check_batch(batch_size)
         self._check_trainable()
+        self._loop.check_no_update_pending("fit")
         self._loop.reset_metrics()  # FlexFlow's fit and eval reset the metrics too
         history = super().fit(*self._arrays(x, y), epochs, **keywords)
         self._perf = history[-1] if history else self._perf

@@ -66,6 +66,14 @@ class HandWrittenLoop:
                 "would update with the gradients of the batch before it: call update() first."
             )
 
+    def check_no_update_pending(self, call: str) -> None:
+        """Refuse `call` (one that trains) between backward() and update(), whose update
+        would then apply to weights it changed."""
+        if self.stage is Stage.BACKWARD:
+            raise FlexFlowError(
+                f"{call} was called between backward() and update(); call update() first."
+            )
+
     def forward(self, model: FFModel) -> None:
         inputs = [t.name for t in model.graph().input_tensors]
         missing = [name for name in inputs if name not in self.inputs]
@@ -106,9 +114,14 @@ class HandWrittenLoop:
                 f"update() needs backward() first (the loop stands at: {self.stage.value}); "
                 "call forward(), zero_gradients(), backward(), update() for each batch."
             )
+        try:
+            stats = model._issue_train_batch(dict(self.inputs), self.labels, "update()")
+        except Exception:
+            self.stage = Stage.FORWARD  # set other data, then backward() and update() again
+            raise
         if not self.done:
             self.began = time.perf_counter()
-        self.done.append(model._issue_train_batch(dict(self.inputs), self.labels, "update()"))
+        self.done.append(stats)
         self.stage, self._output = Stage.IDLE, None
 
     def output(self, model: FFModel) -> Any:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from flexflow.checkpoint import DataPosition
 from flexflow.config import FFConfig
 from flexflow.data import DataLoader
 from flexflow.errors import GraphError, NotOfferedError, ShapeError
@@ -799,6 +800,11 @@ class FFModel:
             )
         if not tensor.spec.dtype.is_float:
             _check_ids(graph, tensor, given)
+        elif np.dtype(given.dtype).kind not in "fiub":  # strings, objects: not numbers
+            raise ShapeError(
+                f"input '{tensor.name}' takes numbers ({tensor.spec.dtype.name}), got "
+                f"{given.dtype} data; pass a numeric array."
+            )
         sample = tensor.spec.shape[1:]
         if tuple(np.shape(given))[1:] != sample:
             raise ShapeError(
@@ -859,7 +865,11 @@ class FFModel:
                 f"batch size), got {loader.samples}; cut the data into batches, or let fit "
                 "do it."
             )
-        return self._compiled_trainer().issue_batch(next(iter(loader)))
+        trainer = self._compiled_trainer()
+        executor = trainer.executor
+        if executor.position is None:  # fit's epochs are its own: the next one starts whole
+            executor.position = DataPosition(0, self.config.batch_size)
+        return trainer.issue_batch(next(iter(loader)))
 
     def predict(self, x) -> np.ndarray:
         """The model's output for every sample of `x` (as `fit` takes it; a DataLoader gives

@@ -277,6 +277,57 @@ def hand_written_loop() -> dict:
     }
 
 
+def loop_edges() -> dict:
+    """What a helper's stress runs of the loop found: one buffer refilled for every batch
+    (FlexFlow copies at set_tensor), fit after iterations trained by hand, and bad labels."""
+    from flexflow.core import DataType, FlexFlowConfig, SGDOptimizer
+    from flexflow.core import FFModel as CoreModel
+
+    def core_model() -> tuple[CoreModel, object]:
+        model = CoreModel(FlexFlowConfig(batch_size=16, seed=3))
+        x = model.create_tensor([16, 12], DataType.DT_FLOAT, name="x")
+        model.softmax(model.dense(x, 3))
+        model.compile(SGDOptimizer(None, 0.1), "sparse_categorical_crossentropy", progress=False)
+        return model, x
+
+    reused, x = core_model()
+    start = reused.executor.get_weights()
+    images, labels = np.empty((16, 12), np.float32), np.empty(16, np.int32)
+    for first in range(0, len(X), 16):
+        images[:], labels[:] = X[first : first + 16], Y[first : first + 16]  # one buffer
+        x.set_tensor(reused, images)
+        reused.label_tensor.set_tensor(reused, labels)
+        reused.forward()
+        reused.backward()
+        reused.update()
+    by_batch = core_model()[0]
+    by_batch.executor.set_weights(start)
+    for first in range(0, len(X), 16):
+        by_batch.train_on_batch(X[first : first + 16], Y[first : first + 16])
+    same = all(
+        np.array_equal(w, by_batch.executor.get_weights()[k])
+        for k, w in reused.executor.get_weights().items()
+    )
+    mixed = core_model()[0]
+    mixed.train_on_batch(X[:16], Y[:16])
+    mixed.fit(X, Y, epochs=1, shuffle=False)  # a whole epoch after it, not 5 of its batches
+    bad = core_model()
+    checked = error(lambda: bad[0].label_tensor.set_tensor(bad[0], np.full(16, 7)))
+    bad[1].set_tensor(bad[0], X[:16])
+    bad[0].forward()
+    bad[0].label_tensor.set_tensor(bad[0], Y[:16])
+    bad[0].backward()
+    refused_fit = error(lambda: bad[0].fit(X, Y))
+    bad[0].update()
+    return {
+        "reused_buffer_equals_train_on_batch": same,
+        "iterations_after_fit": mixed.executor.iteration,
+        "bad_labels": checked,
+        "fit_before_update": refused_fit,
+        "none_labels": error(lambda: bad[0].label_tensor.set_tensor(bad[0], None)),
+    }
+
+
 def forward_only() -> dict:
     """FlexFlow's single-op scripts: a model ending in a dense layer compiled with a
     cross-entropy, run forward() and read; training it is refused then, not at compile."""
@@ -373,6 +424,7 @@ report = {
     "data_forms": data_forms(),
     "hand_written_loop": hand_written_loop(),
     "forward_only": forward_only(),
+    "loop_edges": loop_edges(),
     "resumed_schedule": resumed_schedule(),
 }
 epoch_lines()

@@ -137,3 +137,13 @@ def test_a_model_its_loss_cannot_read_runs_forward_and_is_refused_training(run):
     assert forward["output_close"]
     for call in ("update", "fit"):
         assert "reads probabilities over the last axis (a softmax's)" in forward[call]
+
+
+def test_the_loop_copies_its_batches_and_checks_them_and_fit_after_it_trains_whole_epochs(run):
+    edges = run[0]["loop_edges"]
+    # the step read the caller's buffer after update() returned: the next batch's data
+    assert edges["reused_buffer_equals_train_on_batch"]
+    assert edges["iterations_after_fit"] == 1 + 6  # fit skipped the batches trained by hand
+    assert "labels must lie in [0, 3), got [7, 7]" in edges["bad_labels"]  # at set_tensor
+    assert "fit was called between backward() and update()" in edges["fit_before_update"]
+    assert "pass an array of 16 samples, got NoneType" in edges["none_labels"]
