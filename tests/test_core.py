@@ -127,7 +127,9 @@ def test_a_hand_written_loops_batches_are_checked_as_they_are_set():
     other, y = _mlp()
     with pytest.raises(ShapeError, match=r"input 'input_1' takes samples of shape \(6,\)"):
         x.set_tensor(model, np.zeros((4, 5), np.float32))
-    with pytest.raises(ShapeError, match=r"a batch holds 4 samples .*, got an array of shape \(8, 6\)"):
+    with pytest.raises(
+        ShapeError, match=r"a batch holds 4 samples .*, got an array of shape \(8, 6\)"
+    ):
         x.set_tensor(model, np.zeros((8, 6), np.float32))
     with pytest.raises(FlexFlowError, match="the tensor belongs to another FFModel"):
         y.set_tensor(model, np.zeros((4, 6), np.float32))
@@ -135,7 +137,9 @@ def test_a_hand_written_loops_batches_are_checked_as_they_are_set():
         x.set_tensor(model, np.full((4, 6), "a"))  # a ValueError inside the feed before
     x.set_tensor(model, np.ones((4, 6), np.float32))
     assert x.get_array(model).sum() == 24.0  # an input's batch reads back
-    with pytest.raises(ShapeError, match=r"set_tensor of the labels: a batch holds 4 samples .* shape \(3, 1\)"):
+    with pytest.raises(
+        ShapeError, match=r"set_tensor of the labels: a batch holds 4 samples .* shape \(3, 1\)"
+    ):
         model.label_tensor.set_tensor(model, np.zeros((3, 1), np.int32))
     loader = model.create_data_loader(model.label_tensor, np.zeros((6, 1), np.int32))
     loader.next_batch(model)

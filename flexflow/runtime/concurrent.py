@@ -47,6 +47,9 @@ class ConcurrentLaunch:
         self.inputs: list[list[Argument]] = [[] for _ in devices]
         self.outputs: list[list[Argument]] = [[] for _ in devices]
         self.reductions: list[list[Argument]] = [[] for _ in devices]
+        self.transient: set[int] = set()
+        """ids of stores made for this launch alone (a batch's loss sums and targets): their
+        views are not kept in the executor's cache, which would hold every batch's store."""
 
     def issue(self, pass_id: int, group: int, scalars: Sequence[int]) -> None:
         executor = self.executor
@@ -86,7 +89,8 @@ class ConcurrentLaunch:
         if all(region == first for _, region in column):
             if not aliased:
                 raise AssertionError("every point of a concurrent launch would write one tile")
-            return (self.executor.tile(store, first), None)
+            keep = id(store) not in self.transient
+            return (self.executor.tile(store, first, keep), None)
         shape = region_shape(first)
         for point, (_, region) in enumerate(column):  # point i's tile: the i-th along dim 0
             size = shape[0]
@@ -94,7 +98,7 @@ class ConcurrentLaunch:
                 raise AssertionError(f"tiles {[r for _, r in column]} do not stack by point")
         if any(lo != 0 for lo, _ in first[1:]):
             raise AssertionError(f"tile {first} is not at the origin past the first dimension")
-        partition = self.executor.tiling(store, shape)
+        partition = self.executor.tiling(store, shape, id(store) not in self.transient)
         projection = (dimension(0),) + tuple(constant(0) for _ in shape[1:])
         return (partition, projection)
 
@@ -140,6 +144,7 @@ def issue_with_loss(
     output = executor.graph.ops[-1].outputs[0]
     devices = executor.strategy[executor.groups[group].ops[0]].devices
     launch = ConcurrentLaunch(executor, devices)
+    launch.transient = {id(sums)} | ({id(target[0])} if target is not None else set())
     regions = executor.regions(len(executor.graph.ops) - 1)
     params = executor.params
     pending = step and executor.pending_update and params.flat is not None

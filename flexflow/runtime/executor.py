@@ -621,15 +621,16 @@ class Executor:
         k = self.contributors[pid].index(device)
         return self.params.partials[pid], ((k, k + 1), *region)
 
-    def tile(self, store, region: Region):
-        """`_slice`, kept: fused tasks name the same tiles every iteration (the views cost the
-        issuing thread ~10 us each). Stores replaced by set_weights or a checkpoint are
-        dropped with the whole cache."""
+    def tile(self, store, region: Region, keep: bool = True):
+        """`_slice`, kept (unless not `keep`: a store of one batch): fused tasks name the
+        same tiles every iteration (the views cost the issuing thread ~10 us each). Stores
+        replaced by set_weights or a checkpoint are dropped with the whole cache."""
         key = (id(store), region)
         found = self._tiles.get(key)
         if found is None or found[0] is not store:
             found = (store, slice_store(store, region))
-            self._tiles[key] = found
+            if keep:
+                self._tiles[key] = found
         return found[1]
 
     def slot_store(self, slot: Slot, device: int):
@@ -663,13 +664,15 @@ class Executor:
             group, index, lambda slot: self.slot_argument(slot, device)
         )
 
-    def tiling(self, store, shape: tuple[int, ...]):
-        """`store` partitioned into tiles of `shape`, kept (`flexflow.runtime.concurrent`)."""
+    def tiling(self, store, shape: tuple[int, ...], keep: bool = True):
+        """`store` partitioned into tiles of `shape`, kept unless not `keep` (a store of one
+        batch; `flexflow.runtime.concurrent`)."""
         key = (id(store), ("tiling", shape))
         found = self._tiles.get(key)
         if found is None or found[0] is not store:
             found = (store, store.partition_by_tiling(shape))
-            self._tiles[key] = found
+            if keep:
+                self._tiles[key] = found
         return found[1]
 
     def launch_token(self):

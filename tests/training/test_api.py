@@ -147,3 +147,8 @@ def test_the_loop_copies_its_batches_and_checks_them_and_fit_after_it_trains_who
     assert "labels must lie in [0, 3), got [7, 7]" in edges["bad_labels"]  # at set_tensor
     assert "fit was called between backward() and update()" in edges["fit_before_update"]
     assert "pass an array of 16 samples, got NoneType" in edges["none_labels"]
+
+
+def test_batches_do_not_accumulate_in_the_executors_view_cache(run):
+    after_one, after_four, after_eval, after_eval_again = run[0]["cached_views"]["sizes"]
+    assert after_four == after_one and after_eval_again == after_eval
