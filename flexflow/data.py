@@ -112,4 +112,9 @@ class DataLoader:
         if stop - start == len(picked) and np.array_equal(picked, np.arange(start, stop)):
             return array[start:stop]  # a view: no gather for in-order data
         xp = _namespace(array)
-        return array[xp.asarray(picked)] if xp is not np else array[picked]
+        if xp is np:
+            return array[picked]
+        # take, not array[index]: cuPyNumeric 25.11's advanced indexing kept ~25 KB per
+        # gather and slowed each one down (a helper's runs: +10 MB and 1.2 -> 10.6 s per
+        # epoch over 150 shuffled epochs of 128 batches)
+        return xp.take(array, xp.asarray(picked), axis=0)
