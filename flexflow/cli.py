@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -533,9 +535,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminated(signum: int, frame) -> None:
+    """SIGTERM (a job scheduler's, `kill`): leave as Ctrl-C does, through the cleanup that
+    stops the search's worker processes."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     console = Console(soft_wrap=True)  # one line per message when piped, for grep
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is not threading.main_thread():  # no signals there
+        return _run(args, console)
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _run(args, console)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    """The command's handler, its errors reported as one line and an exit code."""
     try:
         return args.handler(args, console)
     except FlexFlowError as exc:

@@ -375,6 +375,36 @@ def test_ctrl_c_ends_a_search_with_one_line_and_no_file(tmp_path, workers):
     assert not export.exists() and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGKILL"])
+def test_a_search_killed_leaves_no_worker_behind(tmp_path, signum):
+    """`kill PID` (a scheduler's SIGTERM) or SIGKILL to the search's process alone: a chain
+    worker lived on, orphaned, holding memory and the caller's stdout pipe (helper's run)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    command = [sys.executable, "-m", "flexflow", "search", "nmt", "--machine", "p100:4",
+               "--budget", "60", "--workers", "2", "--quiet"]  # fmt: skip
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    time.sleep(6)  # past the set-up: the chains run
+    os.kill(proc.pid, getattr(signal, signum))
+    _, err = proc.communicate(timeout=60)  # EOF: no worker holds the pipes any more
+    if signum == "SIGTERM":
+        assert proc.returncode == 130 and "flexflow: interrupted" in err, err[-3000:]
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            os.killpg(proc.pid, 0)  # a process of the search's group is alive
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "a worker outlived the search"
+        time.sleep(0.2)
+
+
 def test_a_faster_neighbour_pasted_into_the_strategy_file_simulates_to_its_listed_time(
     capsys, tmp_path
 ):

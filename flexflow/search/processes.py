@@ -7,9 +7,11 @@ only in a process that runs no Legate runtime (the `flexflow` command, not a tra
 
 from __future__ import annotations
 
+import ctypes
 import math
 import multiprocessing
 import os
+import signal
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -97,6 +99,26 @@ def auto_workers(cores: int | None = None, available: int | None = None) -> int:
     return max(1, min(cores, available // WORKER_MEMORY_BYTES))
 
 
+PR_SET_PDEATHSIG = 1
+"""Linux's prctl option: the signal a process gets when its parent exits."""
+
+
+def die_with_parent(parent: int) -> None:
+    """In a forked worker: end when the search's process `parent` ends, however it ends (a
+    SIGTERM or SIGKILL runs none of its cleanup; an orphaned worker went on holding memory
+    and its caller's stdout pipe, blocked on a queue nobody read: a helper's run). Linux
+    only: elsewhere the parent's cleanup alone stops workers."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the CLI's handler (`cli.main`)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops its workers
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl (not Linux)
+        return
+    if os.getppid() != parent:  # it ended before prctl took effect
+        os._exit(1)
+
+
 def run_in_processes(
     starts: Sequence[tuple[str, Strategy]],
     run: ChainRun,
@@ -116,7 +138,7 @@ def run_in_processes(
             while waiting and len(running) < workers:
                 index, (name, start) = waiting.pop(0)
                 process = forking.Process(
-                    target=_serve, args=(queue, run, index, name, start), daemon=True
+                    target=_serve, args=(queue, run, index, name, start, os.getpid()), daemon=True
                 )
                 started[index] = time.perf_counter()
                 process.start()
@@ -136,7 +158,8 @@ def run_in_processes(
     return [results[i] for i in range(len(starts))], [started[i] for i in range(len(starts))]
 
 
-def _serve(queue, run: ChainRun, index: int, name: str, start: Strategy) -> None:
+def _serve(queue, run: ChainRun, index: int, name: str, start: Strategy, parent: int) -> None:
+    die_with_parent(parent)
     try:
         result = run(
             index,

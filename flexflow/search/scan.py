@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import multiprocessing.connection
+import os
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from flexflow.search.collector import fewer_collections
 from flexflow.search.evaluator import Evaluator, FullEvaluator, make_evaluator
+from flexflow.search.processes import die_with_parent
 from flexflow.search.spaces import Space
 from flexflow.simulator import SimContext
 from flexflow.strategy import ParallelConfig, Strategy
@@ -202,7 +204,16 @@ class PoolScanner:
             parent, child = forking.Pipe()
             process = forking.Process(
                 target=_serve,
-                args=(child, context, strategy, space, simulation, self._abandon, count),
+                args=(
+                    child,
+                    context,
+                    strategy,
+                    space,
+                    simulation,
+                    self._abandon,
+                    count,
+                    os.getpid(),
+                ),
                 daemon=True,
             )
             process.start()
@@ -296,8 +307,10 @@ def _serve(
     simulation: str,
     abandon,
     count,
+    parent: int,
 ) -> None:
     """A worker: its own evaluator of the strategy; scans ops and applies changes on request."""
+    die_with_parent(parent)
     try:
         _answer(connection, context, strategy, space, simulation, abandon, count)
     except EOFError:  # the parent went away
