@@ -38,10 +38,11 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class DataPosition:
-    """Where a run saved at an epoch's end stands in its data: the epochs done, in batches of
-    `batch_size`. A run resumed from it starts the next epoch, whatever its own batch size
-    (the iteration count alone would place a run with other batches inside an epoch already
-    trained)."""
+    """Where a run stands in its data: the whole epochs `fit` has done, in batches of
+    `batch_size` (iterations trained one batch at a time, `FFModel.train_on_batch`, are no
+    part of an epoch). A run resumed from it starts the next epoch, whatever its own batch
+    size (the iteration count alone would place a run with other batches inside an epoch
+    already trained)."""
 
     epochs: int
     batch_size: int
@@ -49,7 +50,7 @@ class DataPosition:
     @staticmethod
     def of(meta: Mapping) -> DataPosition | None:
         """The position a checkpoint's record holds (None: saved by an older flexflow, or
-        not at an epoch's end)."""
+        by a run that neither finished an epoch of `fit` nor trained one batch at a time)."""
         epochs, batch = meta.get("epochs"), meta.get("batch_size")
         valid = is_int(epochs) and is_int(batch)
         return DataPosition(epochs, batch) if valid and epochs >= 0 and batch > 0 else None

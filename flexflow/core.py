@@ -258,10 +258,12 @@ class _DataAccess:
         _model_of(ffmodel, self, "set_tensor").set_batch(self, array)
 
     def get_tensor(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
-        return np.asarray(_model_of(ffmodel, self, "get_tensor").batch_data(self))
+        return self.get_array(ffmodel)
 
     def get_array(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
-        return np.asarray(_model_of(ffmodel, self, "get_array").batch_data(self))
+        """A copy of the data: writing into it sets nothing (`set_tensor` does), and the
+        batch an issued iteration may still read stays as it was."""
+        return np.array(_model_of(ffmodel, self, "get_array").batch_data(self), copy=True)
 
     def get_flat_array(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
         return self.get_array(ffmodel).reshape(-1)
@@ -320,24 +322,31 @@ class FFModel(_FFModel):
         self._loop = HandWrittenLoop()
         self._untrainable: str | None = None
         """Why the compiled loss cannot read the model's output (raised when it trains)."""
+        self._compiling_untrainable: str | None = None  # the compile under way's reason
 
     def _check_loss_input(self, loss: str) -> None:
         """FlexFlow compiles a model its loss cannot read (its single-op scripts name a
         cross-entropy, then only run forward()): the problem is raised at the first training
-        or evaluation instead of at compile."""
+        or evaluation instead of at compile (kept once the compile succeeds)."""
         try:
             super()._check_loss_input(loss)
-            self._untrainable = None
+            self._compiling_untrainable = None
         except ShapeError as problem:
-            self._untrainable = str(problem)
+            self._compiling_untrainable = str(problem)
 
-    def _check_trainable(self) -> None:
+    def _check_trainable(self, call: str) -> None:
         if self._untrainable is not None:
-            raise ShapeError(self._untrainable)
+            raise ShapeError(
+                f"{call}: the model was compiled for forward() alone: {self._untrainable}"
+            )
 
     def _issue_train_batch(self, x: Any, y: Any, method: str):
-        self._check_trainable()
+        self._check_trainable(method)
         return super()._issue_train_batch(x, y, method)
+
+    def train_on_batch(self, x: Any, y: Any) -> Metrics:
+        self._loop.check_no_update_pending("train_on_batch")
+        return super().train_on_batch(x, y)
 
     def _handle(self, tid: int, shape: tuple[int, ...], dtype: _DType) -> Tensor:
         return FlexFlowTensor(tid, shape, dtype, id(self))
@@ -385,8 +394,11 @@ class FFModel(_FFModel):
                 f"compile(comp_mode={comp_mode}) is not offered: compile for training, then "
                 "predict(x) runs inference."
             )
+        self._loop.check_no_update_pending("compile")
         first = self._trainer is None
         plan = super().compile(*args, **keywords)
+        self._untrainable = self._compiling_untrainable
+        self._loop.forget_output()  # the weights may change under another strategy's order
         if first and self._drawn:
             shapes = {p.name: p.spec.shape for p in self.graph().parameters}
             self.executor.set_weights({n: i.draw(shapes[n]) for n, i in self._drawn})
@@ -402,7 +414,8 @@ class FFModel(_FFModel):
     def set_sgd_optimizer(self, optimizer: _SGD) -> None:
         self.optimizer = optimizer
 
-    set_adam_optimizer = set_sgd_optimizer
+    def set_adam_optimizer(self, optimizer: _Adam) -> None:
+        self.optimizer = optimizer
 
     # ---- the hand-written loop (flexflow.flexflow_loop) ----------------------------------
     def set_batch(self, tensor: Tensor | _LabelTensor, array: Any) -> None:
@@ -438,21 +451,31 @@ class FFModel(_FFModel):
     def check_readable(self, tensor: Tensor | _LabelTensor, method: str) -> None:
         """Raise NotOfferedError unless `batch_data` reads `tensor`: an input, the labels or
         the model's output."""
-        if not isinstance(tensor, _LabelTensor) and tensor.id != self.graph().ops[-1].outputs[0]:
+        if not isinstance(tensor, _LabelTensor) and tensor.id != self._output_id():
             self._input_of(self.graph(), tensor, method)
+
+    def _output_id(self) -> int | None:
+        """The model's output tensor (the last op's first output; None without ops)."""
+        return self._ops[-1].outputs[0] if self._ops else None
 
     def batch_data(self, tensor: Tensor | _LabelTensor) -> Any:
         """The batch set for an input or the labels, or the model's output after `forward()`."""
         if isinstance(tensor, _LabelTensor):
             if self._loop.labels is None:
-                raise FlexFlowError("the labels have no batch yet: set one first.")
+                raise FlexFlowError(
+                    "the labels have no batch yet: set one with "
+                    "label_tensor.set_tensor(ffmodel, labels) or their loader's next_batch(ffmodel)."
+                )
             return self._loop.labels
         graph = self.graph()
-        if tensor.id == graph.ops[-1].outputs[0]:
+        if tensor.id == self._output_id():
             return self._loop.output(self)
         node = self._input_of(graph, tensor, "get_array")
         if node.name not in self._loop.inputs:
-            raise FlexFlowError(f"input '{node.name}' has no batch yet: set one first.")
+            raise FlexFlowError(
+                f"input '{node.name}' has no batch yet: set one with "
+                "tensor.set_tensor(ffmodel, array) or its loader's next_batch(ffmodel)."
+            )
         return self._loop.inputs[node.name]
 
     def tensor_name(self, tensor: Tensor | _LabelTensor) -> str:
@@ -488,6 +511,13 @@ class FFModel(_FFModel):
         self._loop.update(self)
         self._perf = None  # the loop's, when asked for
 
+    def compute_metrics(self) -> None:
+        """Evaluate the batch forward() ran on (no update), into the loop's metrics:
+        FlexFlow's evaluation loop, forward() then compute_metrics()."""
+        self._check_trainable("compute_metrics")
+        self._loop.compute_metrics(self)
+        self._perf = None
+
     def reset_metrics(self) -> None:
         """Start the loop's metrics (`get_perf_metrics`) afresh."""
         self._loop.reset_metrics()
@@ -517,16 +547,17 @@ class FFModel(_FFModel):
         FlexFlow's) more epochs, x and y as loaders or arrays; `flexflow.FFModel.fit`'s
         keywords (initial_epoch, checkpoint, on_epoch, shuffle) too."""
         self._check_batch(batch_size)
-        self._check_trainable()
+        self._check_trainable("fit")
         self._loop.check_no_update_pending("fit")
         self._loop.reset_metrics()  # FlexFlow's fit and eval reset the metrics too
+        self._loop.forget_output()
         history = super().fit(*self._arrays(x, y), epochs, **keywords)
         self._perf = history[-1] if history else self._perf
         return history
 
     def eval(self, x: Any = None, y: Any = None, batch_size: int | None = None) -> Metrics:
         self._check_batch(batch_size)
-        self._check_trainable()
+        self._check_trainable("eval")
         self._loop.reset_metrics()
         self._perf = super().eval(*self._arrays(x, y))
         return self._perf
@@ -537,7 +568,10 @@ class FFModel(_FFModel):
         if self._perf is None:
             self._perf = self._loop.metrics(self)
         if self._perf is None:
-            raise FlexFlowError("no metrics yet: call fit or eval first.")
+            raise FlexFlowError(
+                "no metrics yet: call fit or eval, or update() in a hand-written loop, first "
+                "(reset_metrics() starts them afresh)."
+            )
         return PerfMetrics(self._perf)
 
     def _check_batch(self, batch_size: int | None) -> None:
@@ -576,7 +610,10 @@ def _model_of(ffmodel: Any, tensor: Any, method: str) -> FFModel:
             f"API), got {type(ffmodel).__name__}."
         )
     if isinstance(tensor, Tensor) and tensor.model != id(ffmodel):
-        raise FlexFlowError(f"{method}: the tensor belongs to another FFModel.")
+        raise FlexFlowError(
+            f"{method}: tensor {tensor.shape} belongs to another FFModel; pass the FFModel "
+            "that created it."
+        )
     return ffmodel
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import enum
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from flexflow.errors import FlexFlowError
+from flexflow.runtime.training import Tally
 
 if TYPE_CHECKING:
     from flexflow.model import FFModel
@@ -43,9 +45,11 @@ class HandWrittenLoop:
         self.inputs: dict[str, Any] = {}
         self.labels: Any = None
         self.stage = Stage.IDLE
-        self.done: list[BatchStats] = []
-        """The iterations updated since `reset_metrics`, read when their metrics are asked
-        for (reading waits: unread, the next iterations are issued while they run)."""
+        self.tally = Tally()
+        """The metrics of the iterations since `reset_metrics` read so far."""
+        self.unread: deque[BatchStats] = deque()
+        """Those not read yet: each update reads the one before it (which waits for it
+        while its own runs, as `fit` reads a launch while the next runs)."""
         self.began: float | None = None  # when the first of them was issued
         self._output: Any = None  # the forward pass's output, once read
 
@@ -117,12 +121,38 @@ class HandWrittenLoop:
         try:
             stats = model._issue_train_batch(dict(self.inputs), self.labels, "update()")
         except Exception:
-            self.stage = Stage.FORWARD  # set other data, then backward() and update() again
+            # back to after forward(): new labels, then backward() and update() again (new
+            # inputs need forward() again)
+            self.stage = Stage.FORWARD
             raise
-        if not self.done:
-            self.began = time.perf_counter()
-        self.done.append(stats)
         self.stage, self._output = Stage.IDLE, None
+        self._add(stats)
+
+    def compute_metrics(self, model: FFModel) -> None:
+        """Issue the evaluation (forward and loss, no update) of the batch forward() ran on,
+        into the metrics (FlexFlow's evaluation loop: forward(), then compute_metrics())."""
+        if self.stage is not Stage.FORWARD:
+            raise FlexFlowError(
+                f"compute_metrics() evaluates the batch forward() ran on (the loop stands at: "
+                f"{self.stage.value}); call forward() first."
+            )
+        if self.labels is None:
+            raise FlexFlowError(
+                "compute_metrics(): no labels were set; call the label loader's "
+                "next_batch(ffmodel) or ffmodel.label_tensor.set_tensor(ffmodel, labels) first."
+            )
+        self._add(model._issue_eval_batch(dict(self.inputs), self.labels))
+
+    def _add(self, stats: BatchStats) -> None:
+        if self.began is None:
+            self.began = time.perf_counter()
+        self.unread.append(stats)
+        while len(self.unread) > 1:
+            self.tally.add(self.unread.popleft())
+
+    def forget_output(self) -> None:
+        """Drop the output read since forward() (the weights it came from changed)."""
+        self._output = None
 
     def output(self, model: FFModel) -> Any:
         """The model's output for the batch `forward()` ran on (computed at the first read;
@@ -148,10 +178,12 @@ class HandWrittenLoop:
         """The iterations since `reset_metrics` as one: the loss and accuracy over all
         their samples, and the seconds since the first was issued (None before the first
         update). Waits for them."""
-        if not self.done:
+        if self.began is None:
             return None
-        seconds = time.perf_counter() - self.began
-        return model._compiled_trainer().batch_metrics(self.done, seconds)
+        while self.unread:
+            self.tally.add(self.unread.popleft())
+        return model._compiled_trainer().tally_metrics(self.tally, time.perf_counter() - self.began)
 
     def reset_metrics(self) -> None:
-        self.done.clear()
+        self.tally, self.began = Tally(), None
+        self.unread.clear()

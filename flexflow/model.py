@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from flexflow.checkpoint import DataPosition
 from flexflow.config import FFConfig
 from flexflow.data import DataLoader
 from flexflow.errors import GraphError, NotOfferedError, ShapeError
@@ -855,6 +854,12 @@ class FFModel:
         stats = self._issue_train_batch(x, y, "train_on_batch")
         return self._compiled_trainer().batch_metrics([stats], time.perf_counter() - begin)
 
+    def _issue_eval_batch(self, x, y):
+        """Issue the forward pass and loss of exactly one batch of `x` and `y` (no update),
+        without waiting; its unread stats."""
+        loader = self._loader(x, y, False, drop_last=False)
+        return self._compiled_trainer().issue_eval_batch(next(iter(loader)))
+
     def _issue_train_batch(self, x, y, method: str):
         """Issue one training iteration on exactly one batch of `x` and `y`, without waiting;
         its unread `flexflow.runtime.batches.BatchStats`."""
@@ -865,11 +870,7 @@ class FFModel:
                 f"batch size), got {loader.samples}; cut the data into batches, or let fit "
                 "do it."
             )
-        trainer = self._compiled_trainer()
-        executor = trainer.executor
-        if executor.position is None:  # fit's epochs are its own: the next one starts whole
-            executor.position = DataPosition(0, self.config.batch_size)
-        return trainer.issue_batch(next(iter(loader)))
+        return self._compiled_trainer().issue_batch(next(iter(loader)))
 
     def predict(self, x) -> np.ndarray:
         """The model's output for every sample of `x` (as `fit` takes it; a DataLoader gives

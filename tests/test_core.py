@@ -131,7 +131,10 @@ def test_a_hand_written_loops_batches_are_checked_as_they_are_set():
         ShapeError, match=r"a batch holds 4 samples .*, got an array of shape \(8, 6\)"
     ):
         x.set_tensor(model, np.zeros((8, 6), np.float32))
-    with pytest.raises(FlexFlowError, match="the tensor belongs to another FFModel"):
+    with pytest.raises(
+        FlexFlowError,
+        match=r"tensor \(4, 6\) belongs to another FFModel; pass the FFModel that created it",
+    ):
         y.set_tensor(model, np.zeros((4, 6), np.float32))
     with pytest.raises(ShapeError, match=r"input 'input_1' takes numbers \(FLOAT32\), got <U1"):
         x.set_tensor(model, np.full((4, 6), "a"))  # a ValueError inside the feed before

@@ -54,8 +54,8 @@ class Metrics:
         )
 
 
-class _Tally:
-    """Running sums of resolved batches' stats."""
+class Tally:
+    """Running sums of resolved batches' stats (reading one waits for its batch)."""
 
     def __init__(self) -> None:
         self.loss = 0.0
@@ -132,7 +132,7 @@ class Trainer:
     ) -> Metrics:
         """`issue(batches)` yields the results of each launch it issues, in order; the
         results of one launch are read while the next one runs."""
-        tally, pending = _Tally(), deque()
+        tally, pending = Tally(), deque()
         accuracy = "accuracy" in self.metrics
         begin = time.perf_counter()
         with self._progress() as bar:
@@ -228,17 +228,32 @@ class Trainer:
         return history
 
     def issue_batch(self, batch: Batch) -> BatchStats:
-        """Issue one training iteration on `batch` without waiting; its stats, unread."""
+        """Issue one training iteration on `batch` without waiting; its stats, unread. Such
+        iterations are no part of `fit`'s epochs: a `fit` after them starts a whole one."""
         (stats,) = self.executor.train_batches(
+            [(batch.inputs, batch.target, batch.valid)], self.loss
+        )
+        if self.executor.position is None:  # else fit would count these in its epoch
+            size = len(next(iter(batch.inputs.values())))
+            self.executor.position = DataPosition(0, size)
+        return stats
+
+    def issue_eval_batch(self, batch: Batch) -> BatchStats:
+        """Issue the forward pass and loss of `batch` (no update) without waiting; its stats."""
+        (stats,) = self.executor.eval_batches(
             [(batch.inputs, batch.target, batch.valid)], self.loss
         )
         return stats
 
     def batch_metrics(self, batches: Sequence[BatchStats], seconds: float) -> Metrics:
         """The loss and metrics over `batches` (waits for them), as one; `seconds` taken."""
-        tally = _Tally()
+        tally = Tally()
         for stats in batches:
             tally.add(stats)
+        return self.tally_metrics(tally, seconds)
+
+    def tally_metrics(self, tally: Tally, seconds: float) -> Metrics:
+        """The loss and metrics `tally` has summed, not of an epoch; `seconds` taken."""
         return tally.metrics(-1, seconds, "accuracy" in self.metrics)
 
     def evaluate(self, data: DataLoader) -> Metrics:

@@ -251,13 +251,17 @@ def hand_written_loop() -> dict:
     looped.backward()
     refused["batch_before_update"] = error(lambda: labels.next_batch(looped))
     refused["zero_after_backward"] = error(looped.zero_gradients)
+    refused["train_on_batch_before_update"] = error(lambda: looped.train_on_batch(X[:16], Y[:16]))
+    refused["compile_before_update"] = error(lambda: looped.compile(SGDOptimizer(None, 0.1)))
 
     by_batch = core_model()[0]
     by_batch.executor.set_weights(start)
-    batch_losses = [
-        by_batch.train_on_batch(X[i : i + 16], Y[i : i + 16]).loss for i in range(0, len(X), 16)
+    batch_metrics = [
+        by_batch.train_on_batch(X[i : i + 16], Y[i : i + 16]) for i in range(0, len(X), 16)
     ]
+    batch_losses = [m.loss for m in batch_metrics]
     refused["short_batch"] = error(lambda: by_batch.train_on_batch(X[:5], Y[:5]))
+    accuracy = sum(m.accuracy for m in batch_metrics) / len(batch_metrics)
     fitted = core_model()[0]
     fitted.executor.set_weights(start)
     fitted.fit(X, Y, epochs=1, shuffle=False)
@@ -273,6 +277,7 @@ def hand_written_loop() -> dict:
         "running_losses": losses_by_batch,
         "batch_losses": batch_losses,
         "perf_accuracy": perf.get_accuracy(),
+        "batch_accuracy": 100 * accuracy,
         "refused": refused,
     }
 
@@ -319,7 +324,21 @@ def loop_edges() -> dict:
     bad[0].backward()
     refused_fit = error(lambda: bad[0].fit(X, Y))
     bad[0].update()
+    evaluated, x = bad  # FlexFlow's evaluation loop: forward(), compute_metrics()
+    evaluated.reset_metrics()
+    for first in range(0, len(X), 16):
+        x.set_tensor(evaluated, X[first : first + 16])
+        evaluated.label_tensor.set_tensor(evaluated, Y[first : first + 16])
+        evaluated.forward()
+        evaluated.compute_metrics()
+    looped_eval = evaluated.get_perf_metrics().metrics
+    whole_eval = evaluated.eval(X, Y)
+    read = x.get_array(evaluated)
+    read[:] = 7.0  # a copy: the batch set stays
     return {
+        "compute_metrics_loss": [looped_eval.loss, whole_eval.loss],
+        "compute_metrics_accuracy": [looped_eval.accuracy, whole_eval.accuracy],
+        "get_array_is_a_copy": bool(np.array_equal(x.get_array(evaluated), X[80:96])),
         "reused_buffer_equals_train_on_batch": same,
         "iterations_after_fit": mixed.executor.iteration,
         "bad_labels": checked,

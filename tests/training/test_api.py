@@ -118,7 +118,7 @@ def test_flexflows_hand_written_loop_trains_as_train_on_batch_and_fit_do(run):
     running = np.array(loop["running_losses"])  # get_perf_metrics: the mean since the start
     means = np.cumsum(loop["batch_losses"]) / np.arange(1, 7)
     np.testing.assert_allclose(running, means, rtol=1e-6)
-    assert 0 <= loop["perf_accuracy"] <= 100  # a percentage, as FlexFlow's
+    assert loop["perf_accuracy"] == pytest.approx(loop["batch_accuracy"])  # a percentage
     refused = loop["refused"]
     assert "update() needs backward() first" in refused["update_first"]
     assert "backward() needs forward() first" in refused["backward_first"]
@@ -129,6 +129,11 @@ def test_flexflows_hand_written_loop_trains_as_train_on_batch_and_fit_do(run):
     assert "between backward() and update()" in refused["batch_before_update"]
     assert "would discard its gradients" in refused["zero_after_backward"]
     assert "takes one batch of 16 samples (the model's batch size), got 5" in refused["short_batch"]
+    for call in ("train_on_batch", "compile"):
+        assert (
+            f"{call} was called between backward() and update()"
+            in (refused[f"{call}_before_update"])
+        )
 
 
 def test_a_model_its_loss_cannot_read_runs_forward_and_is_refused_training(run):
@@ -147,6 +152,10 @@ def test_the_loop_copies_its_batches_and_checks_them_and_fit_after_it_trains_who
     assert "labels must lie in [0, 3), got [7, 7]" in edges["bad_labels"]  # at set_tensor
     assert "fit was called between backward() and update()" in edges["fit_before_update"]
     assert "pass an array of 16 samples, got NoneType" in edges["none_labels"]
+    looped, whole = edges["compute_metrics_loss"]  # forward(), compute_metrics() per batch
+    assert looped == pytest.approx(whole, rel=1e-6)
+    assert edges["compute_metrics_accuracy"][0] == edges["compute_metrics_accuracy"][1]
+    assert edges["get_array_is_a_copy"]
 
 
 def test_batches_do_not_accumulate_in_the_executors_view_cache(run):
