@@ -225,3 +225,15 @@ def test_a_confidently_wrong_prediction_keeps_its_gradient(loss):
         [logits.astype(np.float32)], [], [probabilities], [grad.astype(np.float32)]
     )
     np.testing.assert_allclose(dz, want, rtol=1e-5, atol=1e-9)
+
+
+def test_the_gpu_losses_clip_where_the_reference_does():
+    """The NVRTC source spells the clip as a literal (no <cfloat> there); C uses FLT_MIN."""
+    import re
+
+    from flexflow.gpu.sources_nn import TRAINING
+    from flexflow.runtime.loss import SMALLEST_P
+
+    source = "".join(TRAINING) if isinstance(TRAINING, tuple) else TRAINING
+    (literal,) = re.findall(r"#define FF_SMALLEST_P (\S+)", source)
+    assert float(literal) == SMALLEST_P == float(np.finfo(np.float32).tiny)
