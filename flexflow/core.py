@@ -25,12 +25,12 @@ from flexflow import ActiMode, AggrMode, PoolType
 from flexflow import DataType as _DType
 from flexflow.config import FFConfig as _FFConfig
 from flexflow.errors import FlexFlowError, NotOfferedError, ShapeError
+from flexflow.flexflow_data import LABEL_TENSOR, FlexFlowTensor, LabelTensor, SingleDataLoader
 from flexflow.flexflow_loop import HandWrittenLoop
 from flexflow.model import FFModel as _FFModel
 from flexflow.model import Tensor
 from flexflow.optimizers import AdamOptimizer as _Adam
 from flexflow.optimizers import SGDOptimizer as _SGD
-from flexflow.runtime.loss import check_targets
 from flexflow.runtime.training import Metrics
 
 
@@ -212,89 +212,6 @@ def init_flexflow_runtime(configs_dict: dict | None = None, **settings: Any) -> 
     gives (FlexFlow's scripts call this first, with `get_configs()`)."""
 
 
-class SingleDataLoader:
-    """FlexFlow's data loader: the whole data set of one input (or the labels), which `fit`
-    and `eval` cut into batches, or a hand-written loop takes batch by batch (`next_batch`)."""
-
-    def __init__(self, tensor: Any, array: Any) -> None:
-        self.tensor, self.array = tensor, array
-        self._next = 0  # the first sample of the next batch
-
-    @property
-    def num_samples(self) -> int:
-        return len(self.array)
-
-    def reset(self) -> None:
-        """Start again from the first sample."""
-        self._next = 0
-
-    def next_batch(self, ffmodel: FFModel) -> None:
-        """Set the next batch of the data as the tensor's (the model's batch size of samples,
-        in order)."""
-        model = _model_of(ffmodel, self.tensor, "next_batch")
-        size = model.config.batch_size
-        if self._next + size > self.num_samples:
-            raise FlexFlowError(
-                f"next_batch: the loader of {model.tensor_name(self.tensor)} has given every "
-                f"full batch of "
-                f"{size} of its {self.num_samples} samples; call reset() to start again."
-            )
-        model.set_batch(self.tensor, self.array[self._next : self._next + size])
-        self._next += size
-
-    def __repr__(self) -> str:
-        return f"SingleDataLoader({self.tensor!r}, {self.num_samples} samples)"
-
-
-class _DataAccess:
-    """FlexFlow's access to a tensor's data, for a hand-written loop (`flexflow_loop`): a
-    model input's or the labels' batch is written (`set_tensor`) and read back, the model's
-    output read after `forward()`. Each takes the model first, as FlexFlow's current API."""
-
-    __slots__ = ()
-
-    def set_tensor(self, ffmodel: FFModel, array: Any, *sync: Any) -> None:
-        """Set this input's (or the labels') batch; FlexFlow's sync type changes nothing."""
-        _model_of(ffmodel, self, "set_tensor").set_batch(self, array)
-
-    def get_tensor(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
-        return self.get_array(ffmodel)
-
-    def get_array(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
-        """A copy of the data: writing into it sets nothing (`set_tensor` does), and the
-        batch an issued iteration may still read stays as it was."""
-        return np.array(_model_of(ffmodel, self, "get_array").batch_data(self), copy=True)
-
-    def get_flat_array(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
-        return self.get_array(ffmodel).reshape(-1)
-
-    def inline_map(self, ffmodel: FFModel, *rest: Any) -> None:
-        """Nothing to map (`get_array` copies the data out); refused for the tensors
-        `get_array` cannot read."""
-        _model_of(ffmodel, self, "inline_map").check_readable(self, "inline_map")
-
-    def inline_unmap(self, ffmodel: FFModel, *rest: Any) -> None:
-        _model_of(ffmodel, self, "inline_unmap")
-
-
-@dataclass(frozen=True, slots=True)
-class FlexFlowTensor(_DataAccess, Tensor):
-    """A tensor handle of `flexflow.core.FFModel`: `flexflow.Tensor` with FlexFlow's data
-    access (`_DataAccess`)."""
-
-
-class _LabelTensor(_DataAccess):
-    """FlexFlow's `label_tensor`: marks the loader of the labels (they are fit's y here)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "label_tensor"
-
-
-LABEL_TENSOR = _LabelTensor()
-
-
 @dataclass(frozen=True)
 class PerfMetrics:
     """FlexFlow's performance metrics of the last `fit` epoch or `eval`."""
@@ -405,10 +322,10 @@ class FFModel(_FFModel):
         return plan
 
     @property
-    def label_tensor(self) -> _LabelTensor:
+    def label_tensor(self) -> LabelTensor:
         return LABEL_TENSOR
 
-    def get_label_tensor(self) -> _LabelTensor:
+    def get_label_tensor(self) -> LabelTensor:
         return LABEL_TENSOR
 
     def set_sgd_optimizer(self, optimizer: _SGD) -> None:
@@ -418,83 +335,6 @@ class FFModel(_FFModel):
         self.optimizer = optimizer
 
     # ---- the hand-written loop (flexflow.flexflow_loop) ----------------------------------
-    def set_batch(self, tensor: Tensor | _LabelTensor, array: Any) -> None:
-        """A copy of `array` as the next iteration's batch of model input `tensor` (or the
-        labels), checked as `fit` checks its data (FlexFlow copies at set_tensor, so its
-        scripts refill one buffer while the iteration before runs)."""
-        size = self.config.batch_size
-        what = "the labels" if isinstance(tensor, _LabelTensor) else self.tensor_name(tensor)
-        if not hasattr(array, "shape"):
-            if not isinstance(array, (list, tuple)):
-                raise ShapeError(
-                    f"set_tensor of {what}: pass an array of {size} samples, got "
-                    f"{type(array).__name__}."
-                )
-            array = np.asarray(array)
-        if not array.shape or len(array) != size:
-            raise ShapeError(
-                f"set_tensor of {what}: a batch holds {size} samples (the model's batch size), "
-                f"got an array of shape {tuple(array.shape)}."
-            )
-        array = array.copy()
-        if isinstance(tensor, _LabelTensor):
-            if self._trainer is not None and self._untrainable is None:
-                output = self.graph().ops[-1].sig.output_shape
-                check_targets(self._compiled_trainer().loss, output, array, size)
-            self._loop.set_labels(array)
-            return
-        graph = self.graph()
-        node = self._input_of(graph, tensor, "set_tensor")
-        self._check_input(graph, node, array)
-        self._loop.set_input(node.name, array)
-
-    def check_readable(self, tensor: Tensor | _LabelTensor, method: str) -> None:
-        """Raise NotOfferedError unless `batch_data` reads `tensor`: an input, the labels or
-        the model's output."""
-        if not isinstance(tensor, _LabelTensor) and tensor.id != self._output_id():
-            self._input_of(self.graph(), tensor, method)
-
-    def _output_id(self) -> int | None:
-        """The model's output tensor (the last op's first output; None without ops)."""
-        return self._ops[-1].outputs[0] if self._ops else None
-
-    def batch_data(self, tensor: Tensor | _LabelTensor) -> Any:
-        """The batch set for an input or the labels, or the model's output after `forward()`."""
-        if isinstance(tensor, _LabelTensor):
-            if self._loop.labels is None:
-                raise FlexFlowError(
-                    "the labels have no batch yet: set one with "
-                    "label_tensor.set_tensor(ffmodel, labels) or their loader's next_batch(ffmodel)."
-                )
-            return self._loop.labels
-        graph = self.graph()
-        if tensor.id == self._output_id():
-            return self._loop.output(self)
-        node = self._input_of(graph, tensor, "get_array")
-        if node.name not in self._loop.inputs:
-            raise FlexFlowError(
-                f"input '{node.name}' has no batch yet: set one with "
-                "tensor.set_tensor(ffmodel, array) or its loader's next_batch(ffmodel)."
-            )
-        return self._loop.inputs[node.name]
-
-    def tensor_name(self, tensor: Tensor | _LabelTensor) -> str:
-        """How messages name `tensor`: its graph name, or label_tensor."""
-        if isinstance(tensor, _LabelTensor):
-            return repr(tensor)
-        return f"'{self._tensors[tensor.id].name}'"
-
-    def _input_of(self, graph, tensor: Tensor, method: str):
-        inputs = {t.id: t for t in graph.input_tensors}
-        if tensor.id not in inputs:
-            name = self._tensors[tensor.id].name
-            raise NotOfferedError(
-                f"{method} of '{name}': only the model's inputs, the labels and (after "
-                "forward) the model's output are read or written here; read weights with "
-                "model.executor.get_weights() and set them with set_weights(...)."
-            )
-        return inputs[tensor.id]
-
     def forward(self) -> None:
         """Begin an iteration on the batch set (run by `update`; `flexflow_loop`)."""
         self._loop.forward(self)
@@ -523,9 +363,9 @@ class FFModel(_FFModel):
         self._loop.reset_metrics()
         self._perf = None
 
-    def create_data_loader(self, tensor: Tensor | _LabelTensor, array: Any) -> SingleDataLoader:
+    def create_data_loader(self, tensor: Tensor | LabelTensor, array: Any) -> SingleDataLoader:
         """The data of input `tensor` (or of `label_tensor`: the labels), for `fit`/`eval`."""
-        if not isinstance(tensor, (Tensor, _LabelTensor)):
+        if not isinstance(tensor, (Tensor, LabelTensor)):
             raise ShapeError(
                 f"create_data_loader takes an input tensor or model.label_tensor, got {tensor!r}."
             )
@@ -600,21 +440,6 @@ class FFModel(_FFModel):
         )
 
     get_layer_by_id = get_layer_by_name = get_layers = print_layers = _layer_handles
-
-
-def _model_of(ffmodel: Any, tensor: Any, method: str) -> FFModel:
-    """`ffmodel`, the model of `tensor`, or FlexFlowError naming the call FlexFlow's API takes."""
-    if not isinstance(ffmodel, FFModel):
-        raise FlexFlowError(
-            f"{method} takes the model first ({method}(ffmodel, ...), as FlexFlow's current "
-            f"API), got {type(ffmodel).__name__}."
-        )
-    if isinstance(tensor, Tensor) and tensor.model != id(ffmodel):
-        raise FlexFlowError(
-            f"{method}: tensor {tensor.shape} belongs to another FFModel; pass the FFModel "
-            "that created it."
-        )
-    return ffmodel
 
 
 def SGDOptimizer(  # noqa: N802 (FlexFlow's constructor)

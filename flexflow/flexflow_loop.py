@@ -6,7 +6,9 @@ FlexFlow scripts may train without `fit`: they set a batch (`loader.next_batch(f
 the whole iteration, so the loop is kept as a small state machine: `update()` runs the
 iteration the calls before it asked for, on the batch set before `forward()`. Calls out of
 that order (a `backward` with no `forward`, a new batch between `backward` and `update`)
-are refused rather than run with other data than FlexFlow would use.
+are refused rather than run with other data than FlexFlow would use. The loop is part of
+`flexflow.core.FFModel`, and issues its batches through the model's own (private) entry
+points, `_issue_train_batch` and `_issue_eval_batch`, which check them as `fit` does.
 """
 
 from __future__ import annotations
