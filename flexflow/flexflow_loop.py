@@ -26,10 +26,6 @@ if TYPE_CHECKING:
     from flexflow.runtime.batches import BatchStats
     from flexflow.runtime.training import Metrics
 
-TRAINING_MODE_OPS = frozenset(("dropout", "batch_norm"))
-"""Ops whose forward pass differs in training (dropout drops, batch norm uses the batch's
-statistics): the loop cannot show their training-mode output without a second step."""
-
 
 class Stage(enum.Enum):
     """Where an iteration of the loop stands."""
@@ -165,7 +161,8 @@ class HandWrittenLoop:
                 "the weights it came from); call forward() first, or use predict(x)."
             )
         graph = model.graph()
-        modal = sorted({n.name for n in graph.ops if n.op.kind in TRAINING_MODE_OPS})
+        # their training-mode output would take a training pass of its own
+        modal = sorted({n.name for n in graph.ops if n.op.training_mode})
         if modal:
             raise FlexFlowError(
                 f"the model's training-mode output cannot be read here: {modal} compute "

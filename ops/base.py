@@ -180,6 +180,10 @@ class Op(ABC):
     per-channel sums and sums of squares (`statistics_elements` floats each). The runtime and
     the simulator add that exchange; every other op leaves this empty.
     """
+    training_mode: ClassVar[bool] = False
+    """True when the op computes otherwise in training than in inference (dropout drops,
+    batch norm uses the batch's statistics): an inference-mode forward pass is not what a
+    training step computes."""
     skips_input_grads: ClassVar[bool] = False
     """True when `backward_tile(..., need_input_grads=False)` saves the input gradients' work
     (conv2d's col2im, dense's matmul): the runtime asks so when nothing reads them (the first
@@ -466,6 +470,13 @@ LAYOUT_NAMES: dict[int, tuple[str, ...]] = {
 
 def dim_names(rank: int) -> tuple[str, ...]:
     return LAYOUT_NAMES.get(rank, ("sample",) + tuple(f"attribute{i}" for i in range(1, rank)))
+
+
+def features_last_names(rank: int) -> tuple[str, ...]:
+    """Dimension names of a tensor whose features are its last dimension (a dense layer's
+    input and output): NHWC images, (batch, time, features) sequences. Each name once:
+    strategy files key an op's degrees by them."""
+    return ("sample", "height", "width", "channel") if rank == 4 else dim_names(rank)
 
 
 def sample_dims(rank: int, rest: DimKind | None) -> tuple[Dim, ...]:

@@ -52,6 +52,7 @@ class BatchNorm(GradientsInto, Op):
     """
 
     kind = "batch_norm"
+    training_mode = True
     statistics_dims = ("sample",)
     relu: bool = True
     eps: float = 1e-5

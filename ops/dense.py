@@ -21,11 +21,11 @@ from .base import (
     Signature,
     TensorSpec,
     WeightSpec,
-    dim_names,
     expect_float,
     expect_inputs,
     expect_member,
     expect_positive,
+    features_last_names,
     region_volume,
     writable_into,
 )
@@ -62,9 +62,7 @@ class Dense(GradientsInto, Op):
         ]
         if self.use_bias:
             weights.append(WeightSpec("bias", (self.out_dim,), "zeros"))
-        between = dim_names(len(out.shape))[1:-1]
-        if "channel" in between:  # NCHW's names; a dense layer's features are last (NHWC)
-            between = ("height", "width")
+        between = features_last_names(len(out.shape))[1:-1]
         dims = (
             (Dim("sample", DimKind.SAMPLE),)
             + tuple(Dim(n, DimKind.ATTRIBUTE) for n in between)

@@ -86,6 +86,7 @@ class Dropout(Op):
     """Training-mode inverted dropout y = x * mask / (1 - rate), mask from (seed, element index)."""
 
     kind = "dropout"
+    training_mode = True
     rate: float
     seed: int = 0
 
