@@ -24,6 +24,7 @@ import numpy as np
 from flexflow import ActiMode, AggrMode, PoolType
 from flexflow import DataType as _DType
 from flexflow.config import FFConfig as _FFConfig
+from flexflow.data import Batch
 from flexflow.errors import FlexFlowError, NotOfferedError, ShapeError
 from flexflow.flexflow_data import LABEL_TENSOR, FlexFlowTensor, LabelTensor, SingleDataLoader
 from flexflow.flexflow_loop import HandWrittenLoop
@@ -31,6 +32,7 @@ from flexflow.model import FFModel as _FFModel
 from flexflow.model import Tensor
 from flexflow.optimizers import AdamOptimizer as _Adam
 from flexflow.optimizers import SGDOptimizer as _SGD
+from flexflow.runtime.loss import check_loss_input
 from flexflow.runtime.training import Metrics
 
 
@@ -239,17 +241,11 @@ class FFModel(_FFModel):
         self._loop = HandWrittenLoop()
         self._untrainable: str | None = None
         """Why the compiled loss cannot read the model's output (raised when it trains)."""
-        self._compiling_untrainable: str | None = None  # the compile under way's reason
 
     def _check_loss_input(self, loss: str) -> None:
-        """FlexFlow compiles a model its loss cannot read (its single-op scripts name a
-        cross-entropy, then only run forward()): the problem is raised at the first training
-        or evaluation instead of at compile (kept once the compile succeeds)."""
-        try:
-            super()._check_loss_input(loss)
-            self._compiling_untrainable = None
-        except ShapeError as problem:
-            self._compiling_untrainable = str(problem)
+        """Nothing at compile: FlexFlow compiles a model its loss cannot read (its single-op
+        scripts name a cross-entropy, then only run forward()); `compile` keeps the reason,
+        raised at the first training or evaluation."""
 
     def _check_trainable(self, call: str) -> None:
         if self._untrainable is not None:
@@ -257,9 +253,13 @@ class FFModel(_FFModel):
                 f"{call}: the model was compiled for forward() alone: {self._untrainable}"
             )
 
-    def _issue_train_batch(self, x: Any, y: Any, method: str):
+    def _issue_train_batch(self, batch: Batch, method: str):
         self._check_trainable(method)
-        return super()._issue_train_batch(x, y, method)
+        return super()._issue_train_batch(batch, method)
+
+    def _issue_eval_batch(self, batch: Batch, method: str):
+        self._check_trainable(method)
+        return super()._issue_eval_batch(batch, method)
 
     def train_on_batch(self, x: Any, y: Any) -> Metrics:
         self._loop.check_no_update_pending("train_on_batch")
@@ -314,8 +314,12 @@ class FFModel(_FFModel):
         self._loop.check_no_update_pending("compile")
         first = self._trainer is None
         plan = super().compile(*args, **keywords)
-        self._untrainable = self._compiling_untrainable
-        self._loop.forget_output()  # the weights may change under another strategy's order
+        try:
+            check_loss_input(self.graph(), self._compiled_trainer().loss)
+            self._untrainable = None
+        except ShapeError as problem:
+            self._untrainable = str(problem)
+        self._loop.recompiled()
         if first and self._drawn:
             shapes = {p.name: p.spec.shape for p in self.graph().parameters}
             self.executor.set_weights({n: i.draw(shapes[n]) for n, i in self._drawn})
@@ -354,7 +358,6 @@ class FFModel(_FFModel):
     def compute_metrics(self) -> None:
         """Evaluate the batch forward() ran on (no update), into the loop's metrics:
         FlexFlow's evaluation loop, forward() then compute_metrics()."""
-        self._check_trainable("compute_metrics")
         self._loop.compute_metrics(self)
         self._perf = None
 

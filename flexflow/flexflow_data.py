@@ -123,10 +123,11 @@ def set_batch(model: FFModel, tensor: Tensor | LabelTensor, array: Any) -> None:
         )
     array = array.copy()
     if isinstance(tensor, LabelTensor):
-        if model._trainer is not None and model._untrainable is None:
+        checked = model._trainer is not None and model._untrainable is None
+        if checked:
             output = model.graph().ops[-1].sig.output_shape
             check_targets(model._compiled_trainer().loss, output, array, size)
-        model._loop.set_labels(array)
+        model._loop.set_labels(array, checked)
         return
     graph = model.graph()
     node = _input_of(model, graph, tensor, "set_tensor")

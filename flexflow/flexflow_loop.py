@@ -8,7 +8,8 @@ iteration the calls before it asked for, on the batch set before `forward()`. Ca
 that order (a `backward` with no `forward`, a new batch between `backward` and `update`)
 are refused rather than run with other data than FlexFlow would use. The loop is part of
 `flexflow.core.FFModel`, and issues its batches through the model's own (private) entry
-points, `_issue_train_batch` and `_issue_eval_batch`, which check them as `fit` does.
+points, `_issue_train_batch` and `_issue_eval_batch`; each batch is checked as `fit` checks
+its data once, when it is set (labels set before compile: at `_one_batch` when issued).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from flexflow.data import Batch
 from flexflow.errors import FlexFlowError
 from flexflow.runtime.training import Tally
 
@@ -42,6 +44,9 @@ class HandWrittenLoop:
     def __init__(self) -> None:
         self.inputs: dict[str, Any] = {}
         self.labels: Any = None
+        self.labels_checked = False
+        """Whether the labels were checked against the compiled loss when set (else the
+        batch is checked when it is issued); the inputs always are (`flexflow_data`)."""
         self.stage = Stage.IDLE
         self.tally = Tally()
         """The metrics of the iterations since `reset_metrics` read so far."""
@@ -56,10 +61,16 @@ class HandWrittenLoop:
         self.inputs[name] = array
         self.stage, self._output = Stage.IDLE, None  # a forward pass alone is done with
 
-    def set_labels(self, array: Any) -> None:
+    def set_labels(self, array: Any, checked: bool = False) -> None:
         """The labels' batch: after forward() too (backward reads them, as FlexFlow's)."""
         self._check_not_backward("the labels")
-        self.labels = array
+        self.labels, self.labels_checked = array, checked
+
+    def _batch(self, model: FFModel, method: str) -> Batch:
+        """The batch set, checked once: when set, or here for labels set before compile."""
+        if not self.labels_checked:
+            return model._one_batch(dict(self.inputs), self.labels, method)
+        return Batch(dict(self.inputs), self.labels, len(self.labels))
 
     def _check_not_backward(self, what: str) -> None:
         if self.stage is Stage.BACKWARD:
@@ -117,7 +128,7 @@ class HandWrittenLoop:
                 "call forward(), zero_gradients(), backward(), update() for each batch."
             )
         try:
-            stats = model._issue_train_batch(dict(self.inputs), self.labels, "update()")
+            stats = model._issue_train_batch(self._batch(model, "update()"), "update()")
         except Exception:
             # back to after forward(): new labels, then backward() and update() again (new
             # inputs need forward() again)
@@ -139,7 +150,7 @@ class HandWrittenLoop:
                 "compute_metrics(): no labels were set; call the label loader's "
                 "next_batch(ffmodel) or ffmodel.label_tensor.set_tensor(ffmodel, labels) first."
             )
-        self._add(model._issue_eval_batch(dict(self.inputs), self.labels))
+        self._add(model._issue_eval_batch(self._batch(model, "compute_metrics"), "compute_metrics"))
 
     def _add(self, stats: BatchStats) -> None:
         if self.began is None:
@@ -151,6 +162,10 @@ class HandWrittenLoop:
     def forget_output(self) -> None:
         """Drop the output read since forward() (the weights it came from changed)."""
         self._output = None
+
+    def recompiled(self) -> None:
+        """The model was compiled again: its weights and loss may have changed."""
+        self._output, self.labels_checked = None, False
 
     def output(self, model: FFModel) -> Any:
         """The model's output for the batch `forward()` ran on (computed at the first read;

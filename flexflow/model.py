@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from flexflow.config import FFConfig
-from flexflow.data import DataLoader
+from flexflow.data import Batch, DataLoader
 from flexflow.errors import GraphError, NotOfferedError, ShapeError
 from flexflow.flexflow_arguments import flexflow_only as _flexflow_only
 from flexflow.graph import GraphTensor, OperatorGraph, OpNode, Parameter
@@ -851,18 +851,12 @@ class FFModel:
         `train_on_batch`); that batch's loss and metrics, once the iteration is done.
         `fit` is faster: it issues the next iterations while one runs."""
         begin = time.perf_counter()
-        stats = self._issue_train_batch(x, y, "train_on_batch")
+        stats = self._issue_train_batch(self._one_batch(x, y, "train_on_batch"), "train_on_batch")
         return self._compiled_trainer().batch_metrics([stats], time.perf_counter() - begin)
 
-    def _issue_eval_batch(self, x, y):
-        """Issue the forward pass and loss of exactly one batch of `x` and `y` (no update),
-        without waiting; its unread stats."""
-        loader = self._loader(x, y, False, drop_last=False)
-        return self._compiled_trainer().issue_eval_batch(next(iter(loader)))
-
-    def _issue_train_batch(self, x, y, method: str):
-        """Issue one training iteration on exactly one batch of `x` and `y`, without waiting;
-        its unread `flexflow.runtime.batches.BatchStats`."""
+    def _one_batch(self, x, y, method: str) -> Batch:
+        """`x` and `y` as one batch, checked as `fit` checks its data: exactly the model's
+        batch size of samples."""
         loader = self._loader(x, y, False, drop_last=False)
         if loader.samples != self.config.batch_size:
             raise ShapeError(
@@ -870,7 +864,17 @@ class FFModel:
                 f"batch size), got {loader.samples}; cut the data into batches, or let fit "
                 "do it."
             )
-        return self._compiled_trainer().issue_batch(next(iter(loader)))
+        return next(iter(loader))
+
+    def _issue_train_batch(self, batch: Batch, method: str):
+        """Issue one training iteration on `batch` (checked: `_one_batch`) without waiting;
+        its unread `flexflow.runtime.batches.BatchStats`. `method` names the caller."""
+        return self._compiled_trainer().issue_batch(batch)
+
+    def _issue_eval_batch(self, batch: Batch, method: str):
+        """Issue the forward pass and loss of `batch` (no update) without waiting; its
+        unread stats."""
+        return self._compiled_trainer().issue_eval_batch(batch)
 
     def predict(self, x) -> np.ndarray:
         """The model's output for every sample of `x` (as `fit` takes it; a DataLoader gives

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from flexflow.data import Batch
 from flexflow.errors import FlexFlowError, ShapeError
 from flexflow.flexflow_loop import HandWrittenLoop, Stage
 from flexflow.runtime.training import Metrics
@@ -57,10 +58,13 @@ class _Model:
     def _compiled_trainer(self):
         return _Trainer()
 
-    def _issue_train_batch(self, x, y, method):
+    def _one_batch(self, x, y, method):
         if self.refuse:
             raise ShapeError("sparse_categorical_crossentropy: labels must lie in [0, 3)")
-        self.issued.append((x["x"], y))
+        return Batch(x, y, 4)
+
+    def _issue_train_batch(self, batch, method):
+        self.issued.append((batch.inputs["x"], batch.target))
         return _Stats(float(len(self.issued)))
 
 
