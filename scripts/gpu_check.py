@@ -109,18 +109,23 @@ def main(argv: list[str] | None = None) -> int:
     with Gpu() as gpu:
         report["environment"] = check.environment(gpu)
         results, skipped = check.run_cases(gpu, CASES, available)
+        extras = {
+            "batch_norm statistics": check.check_batch_norm_statistics,
+            "optimizers": check.check_optimizers,
+            "losses": lambda g: check.check_losses(g, check.load_loss_reference(REPO)),
+        }
         if available(("nvrtc", "driver")):
-            for extra in (
-                check.check_batch_norm_statistics,
-                check.check_optimizers,
-                lambda g: check.check_losses(g, check.load_loss_reference(REPO)),
-            ):
-                results.extend(extra(gpu))
+            for name, extra in extras.items():
+                results.extend(check.run_guarded(name, lambda extra=extra: extra(gpu)))
         else:
-            skipped += ["batch_norm statistics", "optimizers", "losses"]
-        report["timings"] = (
-            check.time_kernels(gpu, conv="cudnn" not in missing) if "cublas" not in missing else []
-        )
+            skipped += list(extras)
+        report["timings"] = []
+        if "cublas" not in missing:
+            try:
+                report["timings"] = check.time_kernels(gpu, conv="cudnn" not in missing)
+            except Exception as error:  # the checks above are the point; keep their report
+                report["timing_error"] = f"{type(error).__name__}: {error}"
+                print(f"timing failed: {report['timing_error']}")
     report["results"] = [r.to_json() for r in results]
     report["skipped"] = skipped
     report["seconds"] = time.perf_counter() - started

@@ -338,12 +338,14 @@ def run_cases(
         if not available(tiles.GPU_TILES[case.op.kind].libraries):
             skipped.append(case.name)
             continue
-        try:
-            results.extend(check_tile(gpu, case))
-        except Exception as error:  # one failing kernel must not hide the others' results
-            results.append(
-                Comparison(
-                    case.name, "ran", math.inf, False, note=f"{type(error).__name__}: {error}"
-                )
-            )
+        results.extend(run_guarded(case.name, lambda case=case: check_tile(gpu, case)))
     return results, skipped
+
+
+def run_guarded(name: str, run: Callable[[], list[Comparison]]) -> list[Comparison]:
+    """`run()`'s comparisons, or one failed comparison naming the error: one failing kernel must
+    not hide the others' results."""
+    try:
+        return run()
+    except Exception as error:
+        return [Comparison(name, "ran", math.inf, False, note=f"{type(error).__name__}: {error}")]

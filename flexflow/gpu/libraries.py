@@ -1,10 +1,15 @@
-"""Finds and opens the CUDA 12 libraries (cudart, driver, cuBLAS, NVRTC, cuDNN) with cffi's ABI mode.
+"""Finds and opens the CUDA libraries (cudart, driver, cuBLAS, NVRTC, cuDNN) with cffi's ABI mode.
 
 No CUDA headers or compiler are needed: each library is opened with `ffi.dlopen` and declared by
 the few functions the kernels call (`CDEFS`). Libraries come from the NVIDIA pip wheels
 (`site-packages/nvidia/<wheel>/lib`), else from the system loader path. The driver comes with
 the NVIDIA driver; on a host without one, `import flexflow` has loaded a stand-in `libcuda.so.1`
 whose `cuInit` fails, and `gpu_available()` answers False.
+
+Two CUDA releases are understood: 12 (what Legate's and cuPyNumeric's wheels bring, one wheel
+directory per library) and 13 (the `nvidia-*` wheels of CUDA 13, all under `nvidia/cu13/lib`).
+A process uses one (`cuda_release`: the first whose runtime, cuBLAS and NVRTC all open), and opens
+each of those three from that release only, so no process mixes the two.
 """
 
 from __future__ import annotations
@@ -20,30 +25,64 @@ from cffi import FFI
 
 from flexflow.gpu.errors import CudaCallError, MissingLibraryError
 
+RELEASES: tuple[int, ...] = (12, 13)
+"""CUDA major releases whose libraries the kernels call, in order of preference (12 first: a
+Legate process has CUDA 12's runtime loaded already)."""
+
 
 @dataclass(frozen=True, slots=True)
-class LibrarySpec:
-    """Where one CUDA library lives and what provides it."""
+class LibraryFile:
+    """One release's build of a library: its soname and the wheel that provides it."""
 
-    key: str
+    release: int | None  # CUDA major release; None: any (the driver, cuDNN 9)
     soname: str
     wheel_dir: str | None  # site-packages/nvidia/<wheel_dir>/lib; None: only the system loader
     package: str  # what to install when it is missing
+
+
+@dataclass(frozen=True, slots=True)
+class LibrarySpec:
+    """Where one CUDA library lives, per CUDA release."""
+
+    key: str
+    files: tuple[LibraryFile, ...]
     preload: tuple[str, ...] = ()  # sibling libraries opened first, RTLD_GLOBAL (cuDNN 9's parts)
+
+    def files_for(self, release: int) -> tuple[LibraryFile, ...]:
+        """The builds a process on CUDA `release` may open, in order."""
+        return tuple(f for f in self.files if f.release in (None, release))
+
+
+def _toolkit_library(key: str, stem: str, wheel_12: str, package: str) -> LibrarySpec:
+    """A toolkit library: its own wheel directory in CUDA 12, `cu13` in CUDA 13."""
+    return LibrarySpec(
+        key,
+        (
+            LibraryFile(12, f"{stem}.so.12", wheel_12, f"{package}-cu12"),
+            LibraryFile(13, f"{stem}.so.13", "cu13", package),
+        ),
+    )
 
 
 LIBRARIES: dict[str, LibrarySpec] = {
     spec.key: spec
     for spec in (
-        LibrarySpec("driver", "libcuda.so.1", None, "the NVIDIA driver (a GPU host)"),
-        LibrarySpec("cudart", "libcudart.so.12", "cuda_runtime", "nvidia-cuda-runtime-cu12"),
-        LibrarySpec("cublas", "libcublas.so.12", "cublas", "nvidia-cublas-cu12"),
-        LibrarySpec("nvrtc", "libnvrtc.so.12", "cuda_nvrtc", "nvidia-cuda-nvrtc-cu12"),
+        LibrarySpec(
+            "driver", (LibraryFile(None, "libcuda.so.1", None, "the NVIDIA driver (a GPU host)"),)
+        ),
+        _toolkit_library("cudart", "libcudart", "cuda_runtime", "nvidia-cuda-runtime"),
+        _toolkit_library("cublas", "libcublas", "cublas", "nvidia-cublas"),
+        _toolkit_library("nvrtc", "libnvrtc", "cuda_nvrtc", "nvidia-cuda-nvrtc"),
         LibrarySpec(
             "cudnn",
-            "libcudnn.so.9",
-            "cudnn",
-            "nvidia-cudnn-cu12 (pip install -e '.[gpu]')",
+            (
+                LibraryFile(
+                    None,
+                    "libcudnn.so.9",
+                    "cudnn",
+                    "nvidia-cudnn-cu12 or -cu13, matching CUDA (pip install -e '.[gpu]')",
+                ),
+            ),
             # cuDNN 9's libcudnn.so.9 is a shim that opens these on first use
             preload=(
                 "libcudnn_graph.so.9",
@@ -217,7 +256,7 @@ CDEFS: dict[str, str] = {
             cudnnTensorDescriptor_t dxDesc, void *dx);
     """,
 }
-"""Only the functions the kernels call, per library, as the CUDA 12 / cuDNN 9 headers declare them
+"""Only the functions the kernels call, per library, as the CUDA 12 and 13 / cuDNN 9 headers declare them
 (enums as int, opaque handles as struct pointers, streams as void *)."""
 
 ffi = FFI()
@@ -228,23 +267,35 @@ _OPENED: dict[str, Any] = {}
 """Cache of opened libraries by key (a library is opened once per process)."""
 
 
-def wheel_directories(key: str) -> list[Path]:
-    """The `nvidia/<wheel>/lib` directories on `sys.path` that hold library `key`."""
-    spec = LIBRARIES[key]
-    if spec.wheel_dir is None:
+def _wheel_directories(file: LibraryFile) -> list[Path]:
+    if file.wheel_dir is None:
         return []
     found = []
     for entry in sys.path:
-        lib_dir = Path(entry or ".") / "nvidia" / spec.wheel_dir / "lib"
-        if (lib_dir / spec.soname).is_file() and lib_dir not in found:
+        lib_dir = Path(entry or ".") / "nvidia" / file.wheel_dir / "lib"
+        if (lib_dir / file.soname).is_file() and lib_dir not in found:
             found.append(lib_dir)
     return found
 
 
-def candidate_paths(key: str) -> list[str]:
+def wheel_directories(key: str, release: int | None = None) -> list[Path]:
+    """The `nvidia/<wheel>/lib` directories on `sys.path` that hold library `key` of `release`
+    (this process's CUDA release by default)."""
+    spec = LIBRARIES[key]
+    files = spec.files_for(cuda_release() if release is None else release)
+    return [d for f in files for d in _wheel_directories(f)]
+
+
+def _candidates(files: tuple[LibraryFile, ...]) -> list[str]:
+    return [str(d / f.soname) for f in files for d in _wheel_directories(f)] + [
+        f.soname for f in files
+    ]
+
+
+def candidate_paths(key: str, release: int | None = None) -> list[str]:
     """Where `open_library` looks, in order: the wheel directories, then the system loader."""
     spec = LIBRARIES[key]
-    return [str(d / spec.soname) for d in wheel_directories(key)] + [spec.soname]
+    return _candidates(spec.files_for(cuda_release() if release is None else release))
 
 
 def _preload(directory: Path, names: tuple[str, ...]) -> None:
@@ -257,25 +308,67 @@ def _preload(directory: Path, names: tuple[str, ...]) -> None:
                 pass  # the shim reports the missing part itself, with its name, when it is used
 
 
+def _open_first(spec: LibrarySpec, paths: list[str], errors: list[str]) -> Any | None:
+    sonames = {f.soname for f in spec.files}
+    for path in paths:
+        if spec.preload and path not in sonames:
+            _preload(Path(path).parent, spec.preload)
+        try:
+            return ffi.dlopen(path)
+        except OSError as error:
+            errors.append(f"{path}: {error}")
+    return None
+
+
+_TOOLKIT = ("cudart", "cublas", "nvrtc")
+"""The libraries that come in one build per CUDA release."""
+
+
+@functools.cache
+def cuda_release() -> int:
+    """The CUDA major release this process calls: the first of `RELEASES` whose runtime, cuBLAS
+    and NVRTC all open (from wheels or the system loader), else the first whose runtime opens
+    (`open_library` then names what to install for it), else the first of `RELEASES`."""
+    partial: tuple[int, dict[str, Any]] | None = None
+    for release in RELEASES:
+        opened = {}
+        for key in _TOOLKIT:
+            spec = LIBRARIES[key]
+            library = _open_first(spec, _candidates(spec.files_for(release)), [])
+            if library is None:
+                break
+            opened[key] = library
+        if len(opened) == len(_TOOLKIT):
+            _OPENED.update(opened)
+            return release
+        if opened and partial is None:  # the runtime opened, something after it did not
+            partial = (release, opened)
+    if partial is None:
+        return RELEASES[0]
+    _OPENED.update(partial[1])
+    return partial[0]
+
+
 def open_library(key: str) -> Any:
     """The cffi library object for `key`, opened once; MissingLibraryError names what to install."""
     if key in _OPENED:
         return _OPENED[key]
     spec = LIBRARIES[key]
-    errors = []
-    for path in candidate_paths(key):
-        if spec.preload and path != spec.soname:
-            _preload(Path(path).parent, spec.preload)
-        try:
-            library = ffi.dlopen(path)
-        except OSError as error:
-            errors.append(f"{path}: {error}")
-            continue
+    release = cuda_release()
+    # the runtime picks the release, so a missing runtime is missing from every release
+    files = spec.files if key == "cudart" else spec.files_for(release)
+    errors: list[str] = []
+    library = _open_first(spec, _candidates(files), errors)
+    if library is not None:
         _OPENED[key] = library
         return library
+    packages = " or ".join(dict.fromkeys(f.package for f in files))
+    sonames = " or ".join(f.soname for f in files)
+    bound = key != "cudart" and any(f.release is not None for f in files)
+    of_release = f" (CUDA {release}, the runtime's)" if bound else ""
     raise MissingLibraryError(
-        f"GPU kernels: cannot load {spec.soname} ({key}); tried {'; '.join(errors)}. "
-        f"Install {spec.package}, or put {spec.soname} on the loader path (LD_LIBRARY_PATH)."
+        f"GPU kernels: cannot load {sonames} ({key}){of_release}; tried {'; '.join(errors)}. "
+        f"Install {packages}, or put {sonames} on the loader path (LD_LIBRARY_PATH)."
     )
 
 

@@ -47,9 +47,10 @@ def test_without_a_gpu_it_reports_what_is_missing_and_exits_2(tmp_path):
     assert result.returncode == 3, result.stderr  # 2 is a usage error
     assert result.stdout.startswith("gpu_check: no usable GPU")  # before what is missing
     assert "no usable GPU" in result.stdout
-    assert "nvidia-cuda-runtime-cu12" in result.stdout  # the wheels are out of reach here
+    # the wheels are out of reach; a host may still have a system runtime of either release
+    assert "Install nvidia-cublas" in result.stdout
     report = json.loads((out / "gpu_check.json").read_text())
-    assert set(report["missing_libraries"]) >= {"cudart", "cublas", "nvrtc", "cudnn"}
+    assert set(report["missing_libraries"]) >= {"cublas", "nvrtc", "cudnn"}
     assert report["checked"] is False
     assert "legate" not in result.stderr
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from cffi import FFI
 
@@ -21,10 +24,45 @@ def test_every_library_has_a_declaration():
 
 @pytest.mark.parametrize("key", ["cudart", "cublas", "nvrtc"])
 def test_the_cupynumeric_wheels_provide_cudart_cublas_and_nvrtc(key):
-    directories = libraries.wheel_directories(key)
-    assert directories, f"no nvidia/*/lib directory holds {libraries.LIBRARIES[key].soname}"
-    assert libraries.candidate_paths(key)[0].endswith(libraries.LIBRARIES[key].soname)
-    assert libraries.candidate_paths(key)[-1] == libraries.LIBRARIES[key].soname  # system path
+    assert libraries.cuda_release() == 12  # what Legate's and cuPyNumeric's wheels bring
+    (soname,) = (f.soname for f in libraries.LIBRARIES[key].files_for(12))
+    assert libraries.wheel_directories(key), f"no nvidia/*/lib directory holds {soname}"
+    assert libraries.candidate_paths(key)[0].endswith(soname)
+    assert libraries.candidate_paths(key)[-1] == soname  # the system loader's turn
+
+
+@pytest.mark.parametrize("key", ["cudart", "cublas", "nvrtc"])
+def test_cuda_13_wheels_are_found_under_nvidia_cu13(key, tmp_path, monkeypatch):
+    stem = {"cudart": "libcudart", "cublas": "libcublas", "nvrtc": "libnvrtc"}[key]
+    lib_dir = tmp_path / "nvidia" / "cu13" / "lib"
+    lib_dir.mkdir(parents=True)
+    (lib_dir / f"{stem}.so.13").touch()
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    assert libraries.wheel_directories(key, 13) == [lib_dir]
+    assert libraries.wheel_directories(key, 12) == []
+    assert libraries.candidate_paths(key, 13) == [str(lib_dir / f"{stem}.so.13"), f"{stem}.so.13"]
+
+
+def test_libraries_of_one_release_only_are_opened():
+    release = libraries.cuda_release()
+    assert release in libraries.RELEASES
+    for key in ("cudart", "cublas", "nvrtc"):
+        assert all(p.endswith(f".so.{release}") for p in libraries.candidate_paths(key))
+    assert libraries.candidate_paths("cudnn")[-1] == "libcudnn.so.9"  # one cuDNN 9 for either
+
+
+def test_a_library_missing_from_the_runtimes_release_names_that_release(monkeypatch):
+    absent = libraries._toolkit_library("cublas", "libnosuchblas", "nosuchblas", "nvidia-nosuch")
+    monkeypatch.setitem(libraries.LIBRARIES, "cublas", absent)
+    monkeypatch.delitem(libraries._OPENED, "cublas", raising=False)
+    release = libraries.cuda_release()
+    package = "nvidia-nosuch-cu12" if release == 12 else "nvidia-nosuch"
+    with pytest.raises(
+        MissingLibraryError,
+        match=rf"libnosuchblas\.so\.{release} \(cublas\) \(CUDA {release}, the runtime's\).*"
+        rf"Install {package}",
+    ):
+        libraries.open_library("cublas")
 
 
 @pytest.mark.parametrize("key", ["cudart", "cublas", "nvrtc"])
@@ -36,7 +74,7 @@ def test_nvrtc_reports_its_version_without_a_gpu():
     nvrtc = libraries.open_library("nvrtc")
     major, minor = libraries.ffi.new("int *"), libraries.ffi.new("int *")
     libraries.check("nvrtc", nvrtc.nvrtcVersion(major, minor), "nvrtcVersion")
-    assert major[0] == 12
+    assert major[0] == libraries.cuda_release()
 
 
 def test_gpu_available_is_false_here_and_does_not_raise():
@@ -48,7 +86,7 @@ def test_gpu_available_is_false_here_and_does_not_raise():
 def test_a_missing_library_names_its_pip_package():
     if not isinstance(libraries.missing_libraries().get("cudnn"), str):
         pytest.skip("cuDNN is installed here")
-    with pytest.raises(MissingLibraryError, match=r"libcudnn\.so\.9.*nvidia-cudnn-cu12"):
+    with pytest.raises(MissingLibraryError, match=r"libcudnn\.so\.9.*nvidia-cudnn-cu12 or -cu13"):
         libraries.open_library("cudnn")
 
 
@@ -58,3 +96,42 @@ def test_failed_calls_name_the_call_and_the_status():
         Exception, match=r"nvrtcCompileProgram failed with status 6: NVRTC_ERROR_COMPILATION"
     ):
         libraries.check("nvrtc", 6, "nvrtcCompileProgram")
+
+
+@pytest.fixture
+def fake_loader(monkeypatch):
+    """`cuda_release` decided over a fake set of loadable sonames, with its own cache of opened
+    libraries; the real choice is recomputed afterwards."""
+    loadable: set[str] = set()
+
+    def dlopen(path):
+        if Path(path).name not in loadable:
+            raise OSError(f"{path}: not loadable")
+        return f"opened {Path(path).name}"
+
+    monkeypatch.setattr(libraries, "_OPENED", {})
+    monkeypatch.setattr(libraries.ffi, "dlopen", dlopen)
+    monkeypatch.setattr(sys, "path", [])
+    libraries.cuda_release.cache_clear()
+    yield loadable
+    libraries.cuda_release.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("loadable", "release"),
+    [
+        ({"libcudart.so.12", "libcublas.so.12", "libnvrtc.so.12"}, 12),
+        ({"libcudart.so.12", "libcublas.so.13", "libcudart.so.13", "libnvrtc.so.13"}, 13),
+        ({"libcudart.so.13"}, 13),  # a system runtime alone: the release to name packages for
+        ({"libcudart.so.12", "libcudart.so.13", "libnvrtc.so.13"}, 12),  # neither whole: first
+        (set(), 12),
+    ],
+)
+def test_the_release_is_the_first_whose_runtime_cublas_and_nvrtc_all_open(
+    fake_loader, loadable, release
+):
+    fake_loader.update(loadable)
+    assert libraries.cuda_release() == release
+    for key in ("cudart", "cublas", "nvrtc"):
+        opened = libraries._OPENED.get(key)
+        assert opened is None or opened.endswith(f".so.{release}"), (key, opened)
