@@ -339,14 +339,20 @@ def cuda_release() -> int:
                 break
             opened[key] = library
         if len(opened) == len(_TOOLKIT):
-            _OPENED.update(opened)
+            _remember(opened)
             return release
         if opened and partial is None:  # the runtime opened, something after it did not
             partial = (release, opened)
     if partial is None:
         return RELEASES[0]
-    _OPENED.update(partial[1])
+    _remember(partial[1])
     return partial[0]
+
+
+def _remember(opened: dict[str, Any]) -> None:
+    """Cache what `cuda_release` opened, keeping what was opened (or put there) before."""
+    for key, library in opened.items():
+        _OPENED.setdefault(key, library)
 
 
 def open_library(key: str) -> Any:

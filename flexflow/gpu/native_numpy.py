@@ -1,13 +1,18 @@
-"""A numpy stand-in for `flexflow.ops.native` (the C pooling kernels), for checks without a build.
+"""A numpy stand-in for `flexflow.ops.native` (the C kernels the references call), for checks
+without a build.
 
 `scripts/gpu_check.py` runs from a bare checkout on a GPU machine, where the cffi extension
-`flexflow._kernels` may not be built; it then loads this module as `flexflow.ops.native`. Same
-functions, same semantics (a tile's window starts `pad_before` cells before its slice; cells
-outside the slice are padding: ignored by max, zeros for the average, whose divisor is kh*kw).
-The tests check it against the C kernels value by value.
+`flexflow._kernels` may not be built; it then loads this module as `flexflow.ops.native`. It
+holds what the references call unconditionally (the ops whose C kernels are optional, dense and
+batch norm, fall back to numpy by themselves): pooling, im2col/col2im, and the sparse
+cross-entropy. Same semantics (a tile's window starts `pad_before` cells before its slice;
+cells outside the slice are padding: ignored by max, zeros for the average, whose divisor is
+kh*kw, zeros for im2col). The tests check it against the C kernels value by value.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -68,3 +73,57 @@ def pool2d_backward(x, dy, kernel, stride, pad_before, is_max) -> np.ndarray:
     return dxp[:, :, pad_before[0] : pad_before[0] + h, pad_before[1] : pad_before[1] + w].astype(
         x.dtype
     )
+
+
+def im2col(x, out_hw, kernel, stride, pad_before) -> np.ndarray:
+    """x (N, C, H, W) -> columns (N*H'*W', C*kh*kw); cells in the padding read as zeros."""
+    x = np.asarray(x)
+    xp, _ = _padded(x, out_hw, kernel, stride, pad_before, 0.0)
+    win = _windows(xp, out_hw, kernel, stride)  # (N, C, H', W', kh*kw)
+    n, c = x.shape[:2]
+    return np.ascontiguousarray(win.transpose(0, 2, 3, 1, 4)).reshape(
+        n * out_hw[0] * out_hw[1], c * kernel[0] * kernel[1]
+    )
+
+
+def col2im(cols, x_shape, out_hw, kernel, stride, pad_before) -> np.ndarray:
+    """The adjoint of `im2col`: column gradients summed back onto an (N, C, H, W) input."""
+    n, c, h, w = x_shape
+    kh, kw = kernel
+    cols = np.asarray(cols).reshape(n, out_hw[0], out_hw[1], c, kh, kw)
+    _, (below, right) = _padded(np.empty((1, 1, h, w)), out_hw, kernel, stride, pad_before, 0.0)
+    dxp = np.zeros((n, c, pad_before[0] + h + below, pad_before[1] + w + right), cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i, i + stride[0] * (out_hw[0] - 1) + 1, stride[0])
+            columns = slice(j, j + stride[1] * (out_hw[1] - 1) + 1, stride[1])
+            dxp[:, :, rows, columns] += cols[..., i, j].transpose(0, 3, 1, 2)
+    return np.ascontiguousarray(
+        dxp[:, :, pad_before[0] : pad_before[0] + h, pad_before[1] : pad_before[1] + w]
+    )
+
+
+class ConvWindow:
+    """No direct convolution kernels here: every convolution takes the im2col path."""
+
+    @staticmethod
+    def of(*args: Any) -> None:
+        return None
+
+
+def sparse_xent(probabilities, labels, total: int, valid_rows: int):
+    """(loss, gradient, correct) of sparse categorical cross-entropy on float32 softmax rows and
+    one label per row, over the first `valid_rows`: the C kernel's (native/losses.c) float32
+    gradient -1/(total p) at each label, probabilities clipped at float32's smallest normal;
+    None when a label lies outside [0, classes)."""
+    p = np.ascontiguousarray(probabilities, dtype=np.float32)
+    labels = np.asarray(labels, dtype=np.int64).reshape(-1)[:valid_rows]
+    if np.any((labels < 0) | (labels >= p.shape[1])):
+        return None
+    rows = np.arange(valid_rows)
+    picked = np.maximum(p[rows, labels].astype(np.float64), float(np.finfo(np.float32).tiny))
+    grad = np.zeros_like(p)
+    grad[rows, labels] = (-1.0 / (total * picked)).astype(np.float32)
+    loss = -float(np.sum(np.log(picked))) / total
+    correct = int(np.sum(np.argmax(p[:valid_rows], axis=1) == labels)) if valid_rows else 0
+    return loss, grad, correct

@@ -8,6 +8,7 @@ checked on a GPU by `test_gpu_kernels.py`.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,30 @@ def test_every_emulated_kernel_was_launched(host):
     check.check_optimizers(host)
     check.check_losses(host, check.load_loss_reference(REPO))
     assert {base for base, _ in LAUNCHED} == set(KERNELS)
+
+
+@pytest.fixture
+def unbuilt(monkeypatch):
+    """The references as `scripts/gpu_check.py` runs them where the C kernels are not built:
+    `flexflow.gpu.native_numpy` in place of `flexflow.ops.native`, and no MKL sgemm."""
+    import flexflow.ops
+    from flexflow import optimizers
+    from flexflow.gpu import native_numpy
+    from flexflow.ops import batch_norm, blas, conv2d, dropout, embedding, layer_norm, pool2d
+
+    monkeypatch.setitem(sys.modules, "flexflow.ops.native", native_numpy)
+    for module in (flexflow.ops, batch_norm, conv2d, dropout, embedding, layer_norm, pool2d):
+        monkeypatch.setattr(module, "native", native_numpy)
+    monkeypatch.setattr(optimizers, "native", native_numpy)
+    monkeypatch.setattr(blas, "sgemm_address", lambda: None)
+
+
+def test_every_check_runs_on_the_references_without_the_c_kernels(host, unbuilt):
+    results, _ = check.run_cases(host, CASES, lambda libraries: True)
+    results += check.check_batch_norm_statistics(host)
+    results += check.check_optimizers(host)
+    results += check.check_losses(host, check.load_loss_reference(REPO))
+    assert not _failures(results)  # an AttributeError of the stand-in fails its check
 
 
 def test_activation_codes_follow_the_emulated_order():

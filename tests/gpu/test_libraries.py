@@ -135,3 +135,11 @@ def test_the_release_is_the_first_whose_runtime_cublas_and_nvrtc_all_open(
     for key in ("cudart", "cublas", "nvrtc"):
         opened = libraries._OPENED.get(key)
         assert opened is None or opened.endswith(f".so.{release}"), (key, opened)
+
+
+def test_choosing_the_release_keeps_libraries_opened_before(fake_loader):
+    fake_loader.update({"libcudart.so.12", "libcublas.so.12", "libnvrtc.so.12"})
+    libraries._OPENED["cublas"] = "an emulated cuBLAS"
+    assert libraries.cuda_release() == 12
+    assert libraries._OPENED["cublas"] == "an emulated cuBLAS"
+    assert libraries._OPENED["cudart"] == "opened libcudart.so.12"
