@@ -31,7 +31,7 @@ NO_GPU = 3
 
 class _RepoFinder(importlib.abc.MetaPathFinder):
     """Imports flexflow from this checkout without installing it: `ops/` as `flexflow.ops`
-    (what setup.py's package_dir does), and the numpy pooling stand-in as `flexflow.ops.native`
+    (what setup.py's package_dir does), and the numpy stand-in for the C kernels as `flexflow.ops.native`
     when the C kernels (flexflow/_kernels*.so) are not built."""
 
     def find_spec(self, fullname, path=None, target=None):
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {
         "checked": usable,
         "missing_libraries": missing,
-        "pooling_reference": "C kernels" if kernels_built() else "numpy stand-in (not built)",
+        "reference_kernels": "C kernels" if kernels_built() else "numpy stand-in (not built)",
     }
     if not usable:
         print("gpu_check: no usable GPU (driver, device or CUDA runtime missing); nothing checked.")
