@@ -199,7 +199,9 @@ def cmd_machines(args: argparse.Namespace, console: Console) -> int:
         return 0
     table = Table(
         title="flexflow machines" if args.specs else "flexflow machine presets",
-        caption=None if args.specs else "p100:N, k80:N, dgx-h100:N: N nodes; local: LEGATE_CONFIG",
+        caption=None
+        if args.specs
+        else "p100:N, k80:N, dgx-h100:N, dgx-h200:N: N nodes; local: LEGATE_CONFIG",
         show_lines=True,
     )
     table.add_column("machine", no_wrap=True)
@@ -455,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
         "specs",
         nargs="*",
         metavar="SPEC",
-        help="p100:N, k80:N, dgx-h100:N, local or a machine JSON file (default: the presets)",
+        help="p100:N, k80:N, dgx-h100:N, dgx-h200:N, local or a machine JSON file (default: the presets)",
     )
     machines.add_argument("--json", action="store_true", help="print a JSON list of machine files")
 

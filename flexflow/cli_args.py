@@ -83,7 +83,9 @@ def share(text: str) -> float:
 def add_model_and_machine(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="a zoo name or a .py file defining build(model)")
     parser.add_argument(
-        "--machine", required=True, help="p100:N, k80:N, dgx-h100:N, local or a JSON file"
+        "--machine",
+        required=True,
+        help="p100:N, k80:N, dgx-h100:N, dgx-h200:N, local or a JSON file",
     )
 
 

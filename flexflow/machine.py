@@ -540,7 +540,7 @@ def _machine_from_json(data: Any, source: str) -> Machine:
 
 
 def parse_machine(spec: str) -> Machine:
-    """A preset (`p100:N`, `k80:N`, `dgx-h100:N`, `local`) or the path of a machine JSON file."""
+    """A preset (`p100:N`, `k80:N`, `dgx-h100:N`, `dgx-h200:N`, `local`) or a machine JSON file."""
     from flexflow.machine_presets import NODE_PRESETS, PRESET_HELP, local_machine
 
     name, colon, count = spec.partition(":")

@@ -39,6 +39,9 @@ P100 = DeviceModel("Tesla P100-SXM2", 10.6e12, 732e9, 16 * GiB)
 K80_DIE = DeviceModel("Tesla K80 (one GK210)", 8.73e12 / 2, 480e9 / 2, 12 * GiB)
 # NVIDIA H100 Tensor Core GPU datasheet, SXM5: 67 TFLOP/s FP32, 3.35 TB/s HBM3, 80 GB.
 H100_SXM = DeviceModel("H100 SXM5", 67e12, 3.35e12, 80 * GiB)
+# NVIDIA H200 Tensor Core GPU datasheet, SXM: the H100's 67 TFLOP/s FP32, 4.8 TB/s HBM3e; the
+# "141 GB" read as nvidia-smi shows it on the H200 this project measured on (143771 MiB).
+H200_SXM = DeviceModel("H200 SXM", 67e12, 4.8e12, 143771 * 2**20)
 
 # ---- links (bytes/s per direction, seconds per hop) -------------------------------------------
 # NVLink 1.0 (Tesla P100 whitepaper, "NVLink"): 20 GB/s per link per direction, 4 links per P100.
@@ -175,11 +178,21 @@ def k80_machine(nodes: int = 1) -> Machine:
 
 def dgx_h100_machine(nodes: int = 1) -> Machine:
     """DGX H100 nodes: 8 H100 SXM on NVSwitch, a 400 Gb/s InfiniBand NIC per GPU, one IB switch."""
-    _check_nodes("dgx-h100", nodes)
-    m = _Builder(f"dgx-h100:{nodes}")
+    return _dgx_hopper("dgx-h100", H100_SXM, nodes)
+
+
+def dgx_h200_machine(nodes: int = 1) -> Machine:
+    """DGX H200 nodes: the DGX H100's NVSwitch and NICs around 8 H200 SXM."""
+    return _dgx_hopper("dgx-h200", H200_SXM, nodes)
+
+
+def _dgx_hopper(preset: str, gpu_model: DeviceModel, nodes: int) -> Machine:
+    """8 Hopper GPUs per node on NVSwitch (NVLink 4), a 400 Gb/s NIC per GPU, one IB switch."""
+    _check_nodes(preset, nodes)
+    m = _Builder(f"{preset}:{nodes}")
     ib = m.switch("ib_switch")
     for node in range(nodes):
-        gpus = [m.device(f"n{node}.gpu{i}", "gpu", node, H100_SXM) for i in range(8)]
+        gpus = [m.device(f"n{node}.gpu{i}", "gpu", node, gpu_model) for i in range(8)]
         nvswitch = m.switch(f"n{node}.nvswitch")
         for gpu in gpus:
             m.duplex("nvswitch", gpu, nvswitch, NVLINK4_BYTES_PER_S, NVSWITCH_LATENCY_S)
@@ -409,6 +422,7 @@ NODE_PRESETS: dict[str, Preset] = {
             "k80", k80_machine, "paper §8.1: 4 x K80 die per node, asymmetric PCIe, 56 Gb/s FDR"
         ),
         Preset("dgx-h100", dgx_h100_machine, "8 x H100 SXM per node, NVSwitch, 8 x 400 Gb/s NDR"),
+        Preset("dgx-h200", dgx_h200_machine, "8 x H200 SXM per node, NVSwitch, 8 x 400 Gb/s NDR"),
     )
 }
 LOCAL_DESCRIPTION = (

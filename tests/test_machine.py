@@ -27,11 +27,12 @@ from flexflow.machine_presets import (
 # (devices, switches, links) for N nodes, counted by hand from each preset's docstring:
 # p100: 4 GPUs; NIC per node + IB switch; 6 NVLink pairs + 4 GPU-NIC + 1 NIC-IB, x2 directions.
 # k80: 4 GPUs; 2 PCIe switches + host + NIC per node + IB switch; (4 + 2 + 1 + 1) x 2 links.
-# dgx-h100: 8 GPUs; NVSwitch + 8 NICs per node + IB switch; (8 + 8 + 8) x 2 links.
+# dgx-h100, dgx-h200: 8 GPUs; NVSwitch + 8 NICs per node + IB switch; (8 + 8 + 8) x 2 links.
 COUNTS = {
     "p100": lambda n: (4 * n, n + 1, 22 * n),
     "k80": lambda n: (4 * n, 4 * n + 1, 16 * n),
     "dgx-h100": lambda n: (8 * n, 9 * n + 1, 48 * n),
+    "dgx-h200": lambda n: (8 * n, 9 * n + 1, 48 * n),
 }
 
 
@@ -349,7 +350,10 @@ def test_machine_file_that_is_missing_or_a_directory(tmp_path):
         ("k80:two", "the node count must be an integer >= 1, got 'two'"),
         ("dgx-h100:", "the node count must be an integer >= 1, got ''"),
         ("p100", "machine 'p100' needs a node count; write 'p100:1'"),
-        ("tpu:4", r"unknown machine 'tpu:4'.*p100:N, k80:N, dgx-h100:N \(N nodes >= 1\), local"),
+        (
+            "tpu:4",
+            r"unknown machine 'tpu:4'.*p100:N, k80:N, dgx-h100:N, dgx-h200:N \(N nodes >= 1\), local",
+        ),
         ("missing.json", "unknown machine 'missing.json'.*or the path of a machine JSON file"),
     ],
 )
@@ -359,8 +363,8 @@ def test_parse_machine_errors(spec, message):
 
 
 def test_presets_table_matches_the_builders():
-    assert set(NODE_PRESETS) == {"p100", "k80", "dgx-h100"}
-    assert PRESET_EXAMPLES == ("p100:1", "k80:1", "dgx-h100:1", "local")
+    assert set(NODE_PRESETS) == {"p100", "k80", "dgx-h100", "dgx-h200"}
+    assert PRESET_EXAMPLES == ("p100:1", "k80:1", "dgx-h100:1", "dgx-h200:1", "local")
     with pytest.raises(MachineError, match="nodes must be an integer >= 1, got 0"):
         p100_machine(0)
 
@@ -441,7 +445,7 @@ def test_legate_config_later_flags_win_and_others_are_ignored():
 def test_cli_machines_json_lists_every_preset(capsys):
     assert main(["machines", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert [m["name"] for m in listed] == ["p100:1", "k80:1", "dgx-h100:1", "local"]
+    assert [m["name"] for m in listed] == ["p100:1", "k80:1", "dgx-h100:1", "dgx-h200:1", "local"]
     for data in listed:
         machine = Machine.from_json(data)
         assert len(data["devices"]) == machine.num_devices and len(data["links"]) == len(
@@ -457,7 +461,7 @@ def test_what_machines_json_prints_for_one_machine_reads_back_as_its_file(capsys
     assert Machine.load(path) == parse_machine("p100:1")
     assert main(["machines", "--json"]) == 0
     path.write_text(capsys.readouterr().out)
-    with pytest.raises(MachineError, match="it holds a list of 4 machines"):
+    with pytest.raises(MachineError, match="it holds a list of 5 machines"):
         Machine.load(path)
 
 
