@@ -10,7 +10,7 @@ cost of one Legate Python task (`TASK_OVERHEAD_S`); it also measures the rate of
 update over the model's weights, every processor updating at once. The result is a
 `flexflow.cost.Profile`, which overrides the analytic roofline for every key it holds, so a
 search on `local` optimizes the times this host has.
-GPU devices are left to the analytic model (or to scripts/gpu_check.py's timings).
+GPU devices are measured on a GPU by `flexflow.gpu.profile` (scripts/gpu_profile.py).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ TASK_OVERHEAD_S = DEVICE_CONSTANTS["cpu"].launch_overhead_s
 of copy tasks ran at 110-170 us each; the cost model's 175 us)."""
 
 
-def _inputs(node: OpNode, region: Region, rng: np.random.Generator) -> list[np.ndarray]:
+def tile_inputs(node: OpNode, region: Region, rng: np.random.Generator) -> list[np.ndarray]:
+    """Random float32 inputs (zeros for ids, valid for any table) of the task of `region`."""
     arrays = []
     for spec, r in zip(node.sig.inputs, node.op.input_regions(node.sig, region), strict=True):
         shape = region_shape(r)
@@ -51,7 +52,8 @@ def _inputs(node: OpNode, region: Region, rng: np.random.Generator) -> list[np.n
     return arrays
 
 
-def _weights(node: OpNode, region: Region, rng: np.random.Generator) -> list[np.ndarray]:
+def tile_weights(node: OpNode, region: Region, rng: np.random.Generator) -> list[np.ndarray]:
+    """The initialized weights' parts the task of `region` reads."""
     arrays = []
     for spec, r in zip(node.sig.weights, node.op.weight_regions(node.sig, region), strict=True):
         whole = initialize(spec, rng)
@@ -103,7 +105,7 @@ def measure_tile(
     forwards, backwards = [], []
     for _ in range(concurrent):
         rng = np.random.default_rng(seed)
-        inputs, weights = _inputs(node, region, rng), _weights(node, region, rng)
+        inputs, weights = tile_inputs(node, region, rng), tile_weights(node, region, rng)
         outputs = op.forward_tile(sig, region, inputs, weights)  # also warms both kernels up
         grads = [np.ones_like(o) for o in outputs]
         backward = functools.partial(
@@ -170,7 +172,7 @@ def measure_update(elements: int, repeats: int = 3, concurrent: int = 1) -> floa
     return UPDATE_BYTES_PER_ELEMENT * elements / max(seconds, 1e-9)
 
 
-def _tiles(node: OpNode, machine: Machine, most: int) -> dict[tuple, tuple[Region, int]]:
+def distinct_tiles(node: OpNode, machine: Machine, most: int) -> dict[tuple, tuple[Region, int]]:
     """The op's distinct tile shapes over its configurations on `machine`: a tile of each and
     how many of its configuration's tasks run at once (at most `most`)."""
     tiles: dict[tuple, tuple[Region, int]] = {}
@@ -181,14 +183,14 @@ def _tiles(node: OpNode, machine: Machine, most: int) -> dict[tuple, tuple[Regio
 
 
 def profile_coverage(profile: Profile, graph: OperatorGraph, machine: Machine) -> tuple[int, int]:
-    """(how many of the distinct tasks `profile_graph` would measure for `graph` on `machine`'s
-    CPU devices `profile` holds, how many there are): a profile measured for another model,
-    batch size or machine prices the rest by the analytic model."""
-    models = {d.model for d in machine.devices if d.kind == "cpu"}
+    """(how many of the distinct tasks of `graph` on `machine`'s devices, CPUs and GPUs, `profile`
+    holds, how many there are): a profile measured for another model, batch size or machine
+    prices the rest by the analytic model."""
+    models = {d.model for d in machine.devices}
     keys = {
         cost_key(node, shape, model, graph.computes_input_grads(node.id))
         for node in graph.ops
-        for shape in _tiles(node, machine, 1)
+        for shape in distinct_tiles(node, machine, 1)
         for model in models
     }
     return sum(key in profile.times for key in keys), len(keys)
@@ -199,21 +201,25 @@ def coverage_note(
 ) -> str:
     """What a user should know of `profile` (file `path`) for `graph` (the model `model`) on
     `machine`: empty where it holds every task; else how much it holds and how to measure the
-    rest."""
+    rest (CPU tasks here with `flexflow profile`, GPU tasks on a GPU with
+    scripts/gpu_profile.py)."""
     held, total = profile_coverage(profile, graph, machine)
-    if total == 0:
-        return (
-            f"profile {path} times CPU tasks, and machine '{machine.name}' has none: every task "
-            "is priced by the analytic model."
-        )
     if held == total:
         return ""
     batch = graph.input_tensors[0].spec.shape[0]
+    kinds = {d.kind for d in machine.devices}
+    if "gpu" in kinds:
+        how = (
+            f"on a host with that GPU, python scripts/gpu_profile.py {model} --machine "
+            f"{machine.name} --batch-size {batch} --out FILE"
+        )
+    else:
+        how = f"flexflow profile {model} --machine {machine.name} --batch-size {batch} --out FILE"
+    what = " and ".join(sorted(k.upper() for k in kinds))
     return (
-        f"profile {path} holds {held} of the {total} distinct CPU tasks of this model on "
+        f"profile {path} holds {held} of the {total} distinct {what} tasks of this model on "
         f"'{machine.name}' at batch {batch} (it was measured for another model, batch size or "
-        "machine); the rest are priced by the analytic model. Measure them: flexflow profile "
-        f"{model} --machine {machine.name} --batch-size {batch} --out FILE."
+        f"machine); the rest are priced by the analytic model. Measure them: {how}."
     )
 
 
@@ -229,7 +235,7 @@ def _profile_op(
     """Each distinct tile of the op's configurations, timed with as many copies running at once
     as the configuration has tasks (at most `most`: the processors of a node and this host's
     cores): a tile's shape fixes its degrees, hence its task count."""
-    for shape, (region, concurrent) in _tiles(node, machine, most).items():
+    for shape, (region, concurrent) in distinct_tiles(node, machine, most).items():
         measured = None
         for model in models:
             key = cost_key(node, shape, model, input_grads)

@@ -107,7 +107,9 @@ def test_cli_profile_writes_a_profile_that_simulate_reads(tmp_path, capsys):
         capsys.readouterr().err.split()
     )
     assert main(["simulate", "lenet", "--machine", "p100:1", "--profile", str(path)]) == 0
-    assert "machine 'p100:1' has none" in " ".join(capsys.readouterr().err.split())
+    note = " ".join(capsys.readouterr().err.split())
+    assert "holds 0 of the 79 distinct GPU tasks of this model on 'p100:1' at batch 64" in note
+    assert "scripts/gpu_profile.py lenet --machine p100:1 --batch-size 64" in note
 
 
 def test_a_profiles_coverage_counts_the_tasks_it_holds_and_merging_adds_them():

@@ -124,3 +124,48 @@ def test_row_major_gemm_through_column_major_cublas(host, trans_a, trans_b, batc
         beta=0.5,
     )
     np.testing.assert_allclose(host.to_host(out), 2.0 * op_a @ op_b + 0.5 * c, rtol=1e-5)
+
+
+def _small_cnn(batch: int = 8):
+    from flexflow import FFConfig, FFModel
+
+    model = FFModel(FFConfig(batch_size=batch))
+    x = model.create_tensor((batch, 3, 8, 8), name="image")
+    t = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, activation=ActiMode.AC_MODE_RELU)
+    t = model.pool2d(t, 2, 2, 2, 2, 0, 0)
+    t = model.dense(model.flat(t), 10)
+    model.softmax(t)
+    return model.graph()
+
+
+def test_the_gpu_profile_prices_every_gpu_task_the_simulator_asks_for(host, tmp_path):
+    from flexflow.cost import CostModel, Profile, cost_key
+    from flexflow.gpu.profile import TASK_OVERHEAD_S, profile_graph_gpu
+    from flexflow.machine import parse_machine
+    from flexflow.profiler import distinct_tiles, profile_coverage
+
+    graph, machine = _small_cnn(), parse_machine("p100:1")
+    progress = []
+    profile = profile_graph_gpu(
+        graph, machine, 1, lambda done, total: progress.append((done, total)), lambda: host
+    )
+    held, total = profile_coverage(profile, graph, machine)
+    assert held == total == len(profile.times) == progress[-1][0] == progress[-1][1] > 0
+    assert all(t.forward_s > TASK_OVERHEAD_S < t.backward_s for t in profile.times.values())
+    assert set(profile.update_bytes_per_s) == {"Tesla P100-SXM2"}
+    costs, device = CostModel(profile), machine.devices[0]
+    for node in graph.ops:
+        grads = graph.computes_input_grads(node.id)
+        for shape, (region, _) in distinct_tiles(node, machine, 1).items():
+            measured = profile.times[cost_key(node, shape, device.model, grads)]
+            assert costs.task_time(node, region, device, grads) == measured
+    assert Profile.load(profile.save(tmp_path / "gpu.json")) == profile
+
+
+def test_the_gpu_profile_refuses_a_machine_without_gpus(host):
+    from flexflow.errors import MachineError
+    from flexflow.gpu.profile import profile_graph_gpu
+    from flexflow.machine import parse_machine
+
+    with pytest.raises(MachineError, match="machine 'local' has no GPU devices to measure"):
+        profile_graph_gpu(_small_cnn(), parse_machine("local"), context=lambda: host)

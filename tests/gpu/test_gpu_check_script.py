@@ -80,3 +80,28 @@ def test_without_the_c_kernels_the_references_fall_back_to_the_numpy_stand_in(tm
     assert result.stdout.strip().endswith("flexflow/gpu/native_numpy.py")
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert report["reference_kernels"] == "numpy stand-in (not built)"
+
+
+def _gpu_profile(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "scripts/gpu_profile.py", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.skipif(gpu_available(), reason="this host has a GPU: the script would measure")
+def test_the_gpu_profile_script_without_a_gpu_measures_nothing_and_exits_3(tmp_path):
+    result = _gpu_profile("lenet", "--out", str(tmp_path / "p.json"))
+    assert result.returncode == 3, result.stderr
+    assert "no usable GPU" in result.stdout
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_the_gpu_profile_script_names_a_machine_without_gpus_and_exits_1(tmp_path):
+    result = _gpu_profile("lenet", "--machine", "local", "--out", str(tmp_path / "p.json"))
+    assert result.returncode == 1
+    assert "machine 'local' has no GPU devices to measure" in result.stderr
+    assert _gpu_profile("lenet", "--repeats", "0", "--out", "p.json").returncode == 2

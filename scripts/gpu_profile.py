@@ -1,0 +1,86 @@
+"""Measures a model's GPU task times on this host's GPU, without Legate: a profile for `--profile`.
+
+    python scripts/gpu_profile.py MODEL [MODEL ...] --out FILE [--machine dgx-h200:1]
+                                  [--batch-size N] [--repeats K]
+
+Every distinct tile of every op's configurations on the machine (`flexflow.gpu.profile`) runs
+through the GPU kernels on this host's GPU; the times are keyed by the machine's GPU model, so
+`flexflow simulate|search MODEL --machine M --profile FILE` prices those tasks by them instead
+of the analytic roofline. Several models go into one file. Run it where the machine's GPU is
+(the times are this GPU's, whatever the machine names). Needs numpy, cffi and the NVIDIA wheels,
+as scripts/gpu_check.py does. Exit status: 0 written, 1 a model or machine error, 2 usage,
+3 no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from gpu_check import NO_GPU, make_importable
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", metavar="MODEL", help="zoo names or model files")
+    parser.add_argument("--out", type=Path, required=True, help="the profile file to write")
+    parser.add_argument("--machine", default="dgx-h200:1", help="a GPU machine (dgx-h200:1)")
+    parser.add_argument("--batch-size", type=int, default=None, help="override the batch size")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per tile (5)")
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or (args.batch_size is not None and args.batch_size < 1):
+        parser.error("--repeats and --batch-size must be at least 1")
+    make_importable()
+    from flexflow.config import FFConfig
+    from flexflow.cost import Profile
+    from flexflow.errors import FlexFlowError
+    from flexflow.gpu import libraries
+    from flexflow.gpu.check import environment
+    from flexflow.gpu.device import Gpu
+    from flexflow.gpu.profile import gpu_models, profile_graph_gpu
+    from flexflow.machine import parse_machine
+    from flexflow.zoo import ZOO, load_model
+
+    try:
+        machine = parse_machine(args.machine)
+        models = gpu_models(machine)
+        graphs = []
+        for name in args.models:
+            batch = args.batch_size or (ZOO[name].batch_size if name in ZOO else None)
+            config = FFConfig(batch_size=batch) if batch else None
+            graphs.append((name, load_model(name, config).graph()))
+    except FlexFlowError as error:
+        print(f"gpu_profile: {error}", file=sys.stderr)
+        return 1
+    if not libraries.gpu_available():
+        print("gpu_profile: no usable GPU (the CUDA driver reports no device); nothing measured.")
+        return NO_GPU
+    with Gpu() as gpu:
+        device = environment(gpu)["device"]
+    print(f"measuring on {device}; times keyed as {', '.join(models)} of {machine.name}")
+    from rich.progress import Progress
+
+    profile = Profile()
+    with Progress() as progress:
+        for name, graph in graphs:
+            task = progress.add_task(f"{name}", total=None)
+            began = time.perf_counter()
+
+            def report(done: int, total: int, task=task) -> None:
+                progress.update(task, completed=done, total=total)
+
+            measured = profile_graph_gpu(graph, machine, args.repeats, report)
+            profile = profile.merged(measured)
+            progress.console.print(
+                f"{name}: {len(measured.times) // len(models)} distinct tiles in "
+                f"{time.perf_counter() - began:.1f} s"
+            )
+    path = profile.save(args.out)
+    print(f"wrote {path} ({len(profile.times)} task times)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
