@@ -8,8 +8,8 @@ through the GPU kernels on this host's GPU; the times are keyed by the machine's
 `flexflow simulate|search MODEL --machine M --profile FILE` prices those tasks by them instead
 of the analytic roofline. Several models go into one file. Run it where the machine's GPU is
 (the times are this GPU's, whatever the machine names). Needs numpy, cffi and the NVIDIA wheels,
-as scripts/gpu_check.py does. Exit status: 0 written, 1 a model or machine error, 2 usage,
-3 no GPU.
+as scripts/gpu_check.py does. Exit status: 0 written, 1 a model or machine error or a tile
+whose kernels failed (the file is written without it, and each is named), 2 usage, 3 no GPU.
 """
 
 from __future__ import annotations
@@ -62,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"measuring on {device}; times keyed as {', '.join(models)} of {machine.name}")
     from rich.progress import Progress
 
-    profile = Profile()
+    profile, failures = Profile(), []
+
+    def failed(node, shape, error) -> None:
+        failures.append(f"{node.name} ({node.kind}) tile {shape}: {type(error).__name__}: {error}")
+
     with Progress() as progress:
         for name, graph in graphs:
             task = progress.add_task(f"{name}", total=None)
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             def report(done: int, total: int, task=task) -> None:
                 progress.update(task, completed=done, total=total)
 
-            measured = profile_graph_gpu(graph, machine, args.repeats, report)
+            measured = profile_graph_gpu(graph, machine, args.repeats, report, on_failure=failed)
             profile = profile.merged(measured)
             progress.console.print(
                 f"{name}: {len(measured.times) // len(models)} distinct tiles in "
@@ -79,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             )
     path = profile.save(args.out)
     print(f"wrote {path} ({len(profile.times)} task times)")
-    return 0
+    for failure in failures:
+        print(f"not measured (priced by the analytic model): {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -132,10 +132,13 @@ def profile_graph_gpu(
     repeats: int = 5,
     on_tile: Callable[[int, int], None] | None = None,
     context: Context = Gpu,
+    on_failure: Callable[[OpNode, tuple[int, ...], Exception], None] | None = None,
 ) -> Profile:
     """Measured times of every distinct tile of every op's configurations on `machine`, run on
     this process's GPU and keyed by each of the machine's GPU models, and the rate of an SGD
-    update (`on_tile(done, total)` reports progress)."""
+    update (`on_tile(done, total)` reports progress). A tile whose kernels raise stops the
+    measurement, unless `on_failure(node, tile shape, error)` is given: then it is reported
+    there and left out (the analytic model prices it)."""
     models = gpu_models(machine)
     work: dict[tuple, tuple[OpNode, Region]] = {}  # by cost key without its device model
     for node in graph.ops:
@@ -145,10 +148,17 @@ def profile_graph_gpu(
     times = {}
     with context() as gpu:
         for done, (key, (node, region)) in enumerate(work.items()):
-            measured = measure_tile(gpu, node, region, repeats, context=context)
-            for model in models:
-                times[key[:-1] + (model,)] = measured
-            gpu.close()  # this tile's inputs, weights and outputs
+            try:
+                measured = measure_tile(gpu, node, region, repeats, context=context)
+            except Exception as error:
+                if on_failure is None:
+                    raise
+                on_failure(node, key[3], error)
+            else:
+                for model in models:
+                    times[key[:-1] + (model,)] = measured
+            finally:
+                gpu.close()  # this tile's inputs, weights and outputs
             if on_tile is not None:
                 on_tile(done + 1, len(work))
         elements = sum(int(np.prod(p.spec.shape)) for p in graph.parameters)

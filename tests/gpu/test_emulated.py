@@ -169,3 +169,29 @@ def test_the_gpu_profile_refuses_a_machine_without_gpus(host):
 
     with pytest.raises(MachineError, match="machine 'local' has no GPU devices to measure"):
         profile_graph_gpu(_small_cnn(), parse_machine("local"), context=lambda: host)
+
+
+def test_a_tile_whose_kernels_fail_is_reported_and_left_to_the_analytic_model(host, monkeypatch):
+    from flexflow.gpu import profile as gpu_profile
+    from flexflow.gpu import tiles
+    from flexflow.machine import parse_machine
+    from flexflow.profiler import profile_coverage
+
+    forward = tiles.forward_tile
+
+    def failing(gpu, op, *args):
+        if op.kind == "dense":
+            raise RuntimeError("no kernel")
+        return forward(gpu, op, *args)
+
+    monkeypatch.setattr(gpu_profile.tiles, "forward_tile", failing)
+    graph, machine = _small_cnn(), parse_machine("p100:1")
+    with pytest.raises(RuntimeError, match="no kernel"):
+        gpu_profile.profile_graph_gpu(graph, machine, 1, context=lambda: host)
+    failures = []
+    profile = gpu_profile.profile_graph_gpu(
+        graph, machine, 1, context=lambda: host, on_failure=lambda *f: failures.append(f)
+    )
+    assert failures and {node.kind for node, _, _ in failures} == {"dense"}
+    held, total = profile_coverage(profile, graph, machine)
+    assert held == total - len(failures) and not any(k[0] == "dense" for k in profile.times)
