@@ -82,6 +82,8 @@ CASES: tuple[TileCase, ...] = (
     TileCase("split", Split((1, 3), axis=1), IMAGE, (2, 1, 2, 1), (0, 0, 1, 0)),
     TileCase("stack", Stack(axis=1), (TensorSpec((4, 6)),) * 3),
     TileCase("stack last", Stack(axis=2), (TensorSpec((4, 6)),) * 2, (2, 3, 1), (1, 1, 0)),
+    # more parts than one launch takes (nvrtc.MAX_PARTS): two launches, the second at part 64
+    TileCase("stack many", Stack(axis=1), (TensorSpec((2, 3)),) * 70),
     TileCase("embedding", Embedding(10, 6), (TensorSpec((4, 3), I64),)),
     TileCase("embedding sum tile", Embedding(10, 6, AggrMode.AGGR_MODE_SUM), (TensorSpec((4, 3), I32),), (2, 2), (1, 1)),
     TileCase("embedding avg", Embedding(10, 6, AggrMode.AGGR_MODE_AVG), (TensorSpec((4, 3), I32),)),

@@ -19,6 +19,8 @@ OPTIONS = ("--std=c++17",)
 """NVRTC flags besides the architecture. No fast-math: results must match numpy to 1e-4."""
 
 MAX_RANK = 8
+MAX_PARTS = 64
+"""The most parts one `stack_parts` launch takes (the `Parts` struct of sources.py)."""
 """Largest tensor rank the strided kernels take (their `Dims` struct holds 8 sizes)."""
 
 
@@ -113,6 +115,17 @@ class Arg:
                 f"{MAX_RANK}; reshape the tensor to fewer dimensions."
             )
         return ffi.new(f"long long[{MAX_RANK}]", values + [0] * (MAX_RANK - len(values)))
+
+    @staticmethod
+    def parts(pointers: Sequence[int]) -> Any:
+        """The `Parts` struct (MAX_PARTS device pointers, passed by value), zero-padded."""
+        if len(pointers) > MAX_PARTS:
+            raise CudaCallError(
+                f"GPU kernels: {len(pointers)} parts exceed one launch's {MAX_PARTS}; pass them "
+                "in groups."
+            )
+        values = [int(p) for p in pointers]
+        return ffi.new(f"unsigned long long[{MAX_PARTS}]", values + [0] * (MAX_PARTS - len(values)))
 
 
 BLOCK = 256

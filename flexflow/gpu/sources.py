@@ -66,6 +66,26 @@ __device__ void fill(T *dst, long long n, double value) {
   GRID_STRIDE_LOOP(i, n) dst[i] = (T)value;
 }
 
+// The parts of a stack, passed by value: one launch joins or cuts them all.
+#define MAX_PARTS 64
+struct Parts {
+  unsigned long long p[MAX_PARTS];
+};
+
+// join: whole (outer, whole_count, inner) from part k (outer, inner) at index k of its middle
+// axis, for k < count (stack's forward); else the reverse, each part from its slab of whole
+// (stack's backward).
+template <typename T>
+__device__ void stack_parts(T *whole, Parts parts, long long count, long long outer,
+                            long long inner, long long whole_count, long long join) {
+  GRID_STRIDE_LOOP(i, outer * count * inner) {
+    long long j = i % inner, k = (i / inner) % count, o = i / (inner * count);
+    T *part = (T *)parts.p[k] + o * inner + j;
+    T *w = whole + (o * whole_count + k) * inner + j;
+    if (join) *w = *part; else *part = *w;
+  }
+}
+
 #define LAYOUT_KERNELS(SUFFIX, T)                                                            \
   extern "C" __global__ void copy_strided_##SUFFIX(T *dst, const T *src, long long n,        \
       long long rank, Dims shape, Dims dst_strides, Dims src_strides, double alpha,          \
@@ -74,6 +94,10 @@ __device__ void fill(T *dst, long long n, double value) {
   }                                                                                          \
   extern "C" __global__ void fill_##SUFFIX(T *dst, long long n, double value) {              \
     fill<T>(dst, n, value);                                                                  \
+  }                                                                                          \
+  extern "C" __global__ void stack_parts_##SUFFIX(T *whole, Parts parts, long long count,    \
+      long long outer, long long inner, long long whole_count, long long join) {             \
+    stack_parts<T>(whole, parts, count, outer, inner, whole_count, join);                    \
   }
 LAYOUT_KERNELS(f32, float)
 LAYOUT_KERNELS(f64, double)

@@ -69,6 +69,22 @@ extern "C" __global__ void layer_norm_backward(float *dx, float *dy_xhat, const 
   }
 }
 
+// dx = scale * y * (dy - sum(dy * y)) along each row of (rows, cols): the softmax's backward
+// over its last axis (cuDNN's channel-mode backward took 171 ms on an H200 for 2,560 rows of
+// 32,000 classes, its forward 0.64 ms).
+extern "C" __global__ void softmax_backward_rows(float *dx, const float *y, const float *dy,
+    long long rows, long long cols, double scale) {
+  __shared__ double scratch[BLOCK];
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *yr = y + r * cols, *dyr = dy + r * cols;
+    double s = 0.0;
+    for (long long c = threadIdx.x; c < cols; c += BLOCK) s += (double)dyr[c] * (double)yr[c];
+    double dot = block_sum(s, scratch);
+    for (long long c = threadIdx.x; c < cols; c += BLOCK)
+      dx[r * cols + c] = (float)(scale * (double)yr[c] * ((double)dyr[c] - dot));
+  }
+}
+
 // Batch norm on x (N, C, S) (S = H * W, or 1), statistics (2, C) = per-channel sums over a
 // whole batch of `count` elements per channel.
 __device__ __forceinline__ void channel_norm(const double *stats, long long channels,

@@ -206,7 +206,7 @@ def attention_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
 
 
 def attention_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs) -> Grads:
-    from flexflow.gpu.dnn import softmax_backward
+    from flexflow.gpu.tile_norm import softmax_grad
 
     n = inputs[0].shape[0]
     wq, wk, wv, wo = weights[:4]
@@ -217,7 +217,7 @@ def attention_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad
     d_probs = gemm(gpu, d_context, v, trans_b=True)  # (N*h, Lq, Lk)
     d_v = gemm(gpu, probs, d_context, trans_a=True)  # (N*h, Lk, d)
     d_scores = gpu.empty(probs.shape)
-    softmax_backward(gpu, probs, d_probs, -1, d_scores, scale=1.0 / math.sqrt(op.head_dim))
+    softmax_grad(gpu, probs, d_probs, -1, d_scores, scale=1.0 / math.sqrt(op.head_dim))
     d_q = _merge_heads(gpu, gemm(gpu, d_scores, k), n)  # (N*Lq, E)
     d_k = _merge_heads(gpu, gemm(gpu, d_scores, q, trans_a=True), n)  # (N*Lk, E)
     d_v = _merge_heads(gpu, d_v, n)  # (N*Lk, E)

@@ -158,11 +158,30 @@ def softmax_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
 
 
 def softmax_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
+    dx = gpu.empty(outputs[0].shape)
+    softmax_grad(gpu, outputs[0], grad_outputs[0], op.axis, dx)
+    return (dx,), ()
+
+
+def softmax_grad(
+    gpu: Gpu, y: DeviceArray, dy: DeviceArray, axis: int, dx: DeviceArray, scale: float = 1.0
+) -> None:
+    """dx = scale * y * (dy - sum(dy * y)) along `axis`: a block per row for the last axis (a
+    softmax over classes or keys), cuDNN's backward for another."""
     from flexflow.gpu import dnn
 
-    dx = gpu.empty(outputs[0].shape)
-    dnn.softmax_backward(gpu, outputs[0], grad_outputs[0], op.axis, dx)
-    return (dx,), ()
+    if axis % y.ndim != y.ndim - 1:
+        dnn.softmax_backward(gpu, y, dy, axis, dx, scale)
+        return
+    require_contiguous("softmax_grad", y, dy, dx)
+    cols = y.shape[-1]
+    rows = y.size // cols if cols else 0
+    if rows:
+        launch(
+            gpu, NORMS, "softmax_backward_rows", min(rows, 65535 * 8),
+            [Arg.ptr(dx.ptr), Arg.ptr(y.ptr), Arg.ptr(dy.ptr), Arg.i64(rows), Arg.i64(cols),
+             Arg.f64(scale)],
+        )  # fmt: skip
 
 
 # ---- mean ---------------------------------------------------------------------------------------

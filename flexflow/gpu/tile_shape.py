@@ -5,8 +5,14 @@ Gradients of integer inputs are None, as in the numpy references.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 from flexflow.gpu import prims
 from flexflow.gpu.device import DeviceArray, Gpu
+from flexflow.gpu.nvrtc import MAX_PARTS, Arg, grid_for, launch
+from flexflow.gpu.prims import SUFFIX
+from flexflow.gpu.sources import LAYOUT
 
 Arrays = tuple[DeviceArray, ...]
 
@@ -55,22 +61,41 @@ def split_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_out
     return (grad if _is_float(x) else None,), ()
 
 
+def _stack_parts(gpu: Gpu, whole: DeviceArray, parts: Sequence[DeviceArray], axis: int, join: bool):
+    """whole (.., len(parts), ..) from the equal row-major parts stacked at `axis` (`join`), or
+    the parts from whole: one launch per MAX_PARTS parts (a launch per part cost 2.3 ms for
+    NMT's 40 steps on an H200)."""
+    shape = parts[0].shape
+    outer, inner = math.prod(shape[:axis]), math.prod(shape[axis:])
+    count = len(parts)
+    for first in range(0, count, MAX_PARTS):
+        group = parts[first : first + MAX_PARTS]
+        # the group's slab of whole, seen as (outer, count, inner) starting at part `first`
+        view = whole.ptr + first * inner * whole.itemsize
+        launch(
+            gpu, LAYOUT, f"stack_parts_{SUFFIX[whole.dtype]}", grid_for(outer * len(group) * inner),
+            [Arg.ptr(view), Arg.parts([p.ptr for p in group]), Arg.i64(len(group)),
+             Arg.i64(outer), Arg.i64(inner), Arg.i64(count), Arg.i64(int(join))],
+        )  # fmt: skip
+
+
 def stack_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
     axis = op.axis % (inputs[0].ndim + 1)
-    parts = []
-    for x in inputs:
-        x = prims.contiguous(gpu, x)
-        parts.append(x.reshape(x.shape[:axis] + (1,) + x.shape[axis:]))  # a length-1 slab
-    return (_join(gpu, parts, axis),)
+    parts = [prims.contiguous(gpu, x) for x in inputs]
+    shape = parts[0].shape
+    out = gpu.empty(shape[:axis] + (len(parts),) + shape[axis:], parts[0].dtype)
+    if out.size:
+        _stack_parts(gpu, out, parts, axis, join=True)
+    return (out,)
 
 
 def stack_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
-    (dy,) = grad_outputs
+    dy = prims.contiguous(gpu, grad_outputs[0])
     axis = op.axis % dy.ndim
-    grads = _cut(gpu, dy, [1] * dy.shape[axis], axis)
-    return tuple(
-        g.reshape(x.shape) if _is_float(x) else None for g, x in zip(grads, inputs, strict=True)
-    ), ()
+    grads = [gpu.empty(x.shape, dy.dtype) for x in inputs]
+    if dy.size:
+        _stack_parts(gpu, dy, grads, axis, join=False)
+    return tuple(g if _is_float(x) else None for g, x in zip(grads, inputs, strict=True)), ()
 
 
 def _copy_as(gpu: Gpu, x: DeviceArray, shape) -> DeviceArray:

@@ -39,6 +39,18 @@ def copy_strided(gpu, name, dst, src, n, rank, shape, dst_strides, src_strides, 
     target[where] = target[where] + values if add else values
 
 
+def stack_parts(gpu, name, whole, parts, count, outer, inner, whole_count, join):
+    dtype = _dtype(name)
+    target = gpu.memory(whole, dtype)[: ((outer - 1) * whole_count + count) * inner]
+    for k in range(count):
+        part = gpu.memory(parts[k], dtype)[: outer * inner].reshape(outer, inner)
+        rows = np.arange(outer)[:, None] * whole_count * inner + k * inner + np.arange(inner)
+        if join:
+            target[rows] = part
+        else:
+            part[...] = target[rows]
+
+
 def fill(gpu, name, dst, n, value):
     gpu.memory(dst, _dtype(name))[:n] = value
 
@@ -145,6 +157,12 @@ def layer_norm_backward(gpu, name, dx, dy_xhat, x, gamma, dy, rows, cols, eps):
     gpu.memory(dx, "float32")[: rows * cols] = grad.reshape(-1)
     if dy_xhat:
         gpu.memory(dy_xhat, "float32")[: rows * cols] = (d * xhat).reshape(-1)
+
+
+def softmax_backward_rows(gpu, name, dx, y, dy, rows, cols, scale):
+    v, d = _rows(gpu, y, rows, cols), _rows(gpu, dy, rows, cols)
+    grad = scale * v * (d - (d * v).sum(1, keepdims=True))
+    gpu.memory(dx, "float32")[: rows * cols] = grad.reshape(-1)
 
 
 def _ncs(gpu, pointer, n, channels, spatial):
@@ -301,6 +319,7 @@ def sparse_cce(gpu, name, sums, grad, bad, p, labels, rows, classes, valid, tota
 KERNELS: dict[str, Callable] = {
     "copy_strided": copy_strided,
     "fill": fill,
+    "stack_parts": stack_parts,
     "reduce_sum": reduce_sum,
     "cast_f64": cast,  # cast_f64_f32: the suffix rule strips its "_f32"
     "activation_forward": activation_forward,
@@ -311,6 +330,7 @@ KERNELS: dict[str, Callable] = {
     "lstm_backward": lstm_backward,
     "layer_norm_forward": layer_norm_forward,
     "layer_norm_backward": layer_norm_backward,
+    "softmax_backward_rows": softmax_backward_rows,
     "batch_norm_statistics": batch_norm_statistics,
     "batch_norm_forward": batch_norm_forward,
     "batch_norm_backward_statistics": batch_norm_backward_statistics,

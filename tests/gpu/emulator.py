@@ -113,6 +113,7 @@ _CFFI_KIND = {  # C parameter kind -> the cffi type nvrtc.Arg must have built fo
     "float": "float *",
     "int": "int *",
     "Dims": "long long[8]",
+    "Parts": "unsigned long long[64]",
 }
 
 
@@ -144,7 +145,7 @@ def _decode(kind: str, arg) -> object:
     expected = _CFFI_KIND[kind]
     got = ffi.typeof(arg).cname
     assert got == expected, f"argument of C type {kind} passed as cffi {got}"
-    if kind == "Dims":
+    if kind in ("Dims", "Parts"):
         return [int(v) for v in arg]
     return arg[0]
 

@@ -14,7 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flexflow.gpu import check, libraries, prims, tile_elementwise, tile_linear, tile_norm, training
+from flexflow.gpu import (
+    check,
+    libraries,
+    prims,
+    tile_elementwise,
+    tile_linear,
+    tile_norm,
+    tile_shape,
+    training,
+)
 from flexflow.gpu.blas import gemm
 from flexflow.gpu.cases import CASES
 from flexflow.ops import ActiMode
@@ -28,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 def host(monkeypatch) -> HostGpu:
     gpu = HostGpu()
     launch = make_launch(KERNELS)
-    for module in (prims, tile_elementwise, tile_linear, tile_norm, training):
+    for module in (prims, tile_elementwise, tile_linear, tile_norm, tile_shape, training):
         monkeypatch.setattr(module, "launch", launch)
     monkeypatch.setitem(libraries._OPENED, "cublas", HostCublas(gpu))
     monkeypatch.setitem(libraries._OPENED, "cudnn", HostCudnn(gpu))
