@@ -63,3 +63,11 @@ def test_dims_beyond_the_kernels_rank_limit_are_refused():
     nvrtc.Arg.dims(range(8))
     with pytest.raises(CudaCallError, match="rank 9 .* exceeds the kernels' limit of 8"):
         nvrtc.Arg.dims(range(9))
+
+
+def test_parts_are_passed_by_value_padded_and_refused_beyond_one_launchs_limit():
+    parts = nvrtc.Arg.parts([7, 9])
+    assert len(parts) == nvrtc.MAX_PARTS and [parts[0], parts[1], parts[2]] == [7, 9, 0]
+    assert f"#define MAX_PARTS {nvrtc.MAX_PARTS}" in sources.LAYOUT  # the struct's size
+    with pytest.raises(CudaCallError, match="65 parts exceed one launch's 64"):
+        nvrtc.Arg.parts(range(65))
