@@ -162,9 +162,9 @@ def write_outputs(rows: list[dict], kinds: list[dict], profile: Profile, args) -
         if rate
         else "",
         "",
-        "## Per op kind (measured / analytic, forward + backward, each distinct task)",
+        "## Per op kind (measured / analytic, forward + backward, each op's distinct tiles)",
         "",
-        "| op kind | tasks | median | 10th pct | 90th pct | sum ratio | median measured (us) |",
+        "| op kind | op tiles | median | 10th pct | 90th pct | sum ratio | median measured (us) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for k in kinds:
