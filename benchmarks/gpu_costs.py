@@ -9,13 +9,15 @@ zoo's models on that machine. For each model this prints, side by side in one ru
 - per op kind, measured / analytic time of each distinct task (forward + backward; median and
   10th-90th percentiles, and the ratio of the sums);
 - the simulated iteration time of data parallelism and the expert strategy under each cost
-  model, and of two SOAP searches (seed 0, `--budget` each), one pricing tasks analytically and
-  one by the measured profile, each pick simulated under both: what the analytic model's pick
-  costs in measured times, against the measured model's own pick.
+  model, and of two SOAP searches (seed 0; each `--budget` seconds of chains, then up to as long
+  again descending to a local optimum), one pricing tasks analytically and one by the measured
+  profile, each pick simulated under both: what the analytic model's pick costs in measured
+  times, against the measured model's own pick. The budgets are wall-clock, so the picks (not
+  the simulated times of a given pick) depend on the host's speed and load.
 
 The measured times are this project's GPU task bodies (Python issuing cuBLAS/cuDNN/NVRTC kernels
 through cffi, then a synchronization) on one H200, not the paper's C++ runtime. Writes
-benchmarks/results/gpu-costs-h200.{md,csv,png}.
+benchmarks/results/gpu-costs-h200.{md,csv,png} (gpu-costs-h200-MODEL-....* for a subset).
 """
 
 from __future__ import annotations
@@ -149,7 +151,8 @@ def plot(kinds: list[dict]) -> bytes:
 
 
 def write_outputs(rows: list[dict], kinds: list[dict], profile: Profile, args) -> None:
-    out = RESULTS / "gpu-costs-h200"
+    subset = "" if sorted(args.models) == sorted(MODELS) else "-" + "-".join(args.models)
+    out = RESULTS / f"gpu-costs-h200{subset}"
     write_csv(out.with_suffix(".csv"), rows)
     atomic_write_bytes(out.with_suffix(".png"), plot(kinds))
     rate = next(iter(profile.update_bytes_per_s.values()), None)

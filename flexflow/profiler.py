@@ -40,7 +40,7 @@ TASK_OVERHEAD_S = DEVICE_CONSTANTS["cpu"].launch_overhead_s
 of copy tasks ran at 110-170 us each; the cost model's 175 us)."""
 
 
-def tile_inputs(node: OpNode, region: Region, rng: np.random.Generator) -> list[np.ndarray]:
+def _inputs(node: OpNode, region: Region, rng: np.random.Generator) -> list[np.ndarray]:
     """Random float32 inputs (zeros for ids, valid for any table) of the task of `region`."""
     arrays = []
     for spec, r in zip(node.sig.inputs, node.op.input_regions(node.sig, region), strict=True):
@@ -52,7 +52,7 @@ def tile_inputs(node: OpNode, region: Region, rng: np.random.Generator) -> list[
     return arrays
 
 
-def tile_weights(node: OpNode, region: Region, rng: np.random.Generator) -> list[np.ndarray]:
+def _weights(node: OpNode, region: Region, rng: np.random.Generator) -> list[np.ndarray]:
     """The initialized weights' parts the task of `region` reads."""
     arrays = []
     for spec, r in zip(node.sig.weights, node.op.weight_regions(node.sig, region), strict=True):
@@ -105,7 +105,7 @@ def measure_tile(
     forwards, backwards = [], []
     for _ in range(concurrent):
         rng = np.random.default_rng(seed)
-        inputs, weights = tile_inputs(node, region, rng), tile_weights(node, region, rng)
+        inputs, weights = _inputs(node, region, rng), _weights(node, region, rng)
         outputs = op.forward_tile(sig, region, inputs, weights)  # also warms both kernels up
         grads = [np.ones_like(o) for o in outputs]
         backward = functools.partial(
@@ -208,13 +208,17 @@ def coverage_note(
         return ""
     batch = graph.input_tensors[0].spec.shape[0]
     kinds = {d.kind for d in machine.devices}
-    if "gpu" in kinds:
-        how = (
-            f"on a host with that GPU, python scripts/gpu_profile.py {model} --machine "
-            f"{machine.name} --batch-size {batch} --out FILE"
-        )
-    else:
-        how = f"flexflow profile {model} --machine {machine.name} --batch-size {batch} --out FILE"
+    how = " and ".join(
+        {
+            "cpu": f"CPU tasks here, flexflow profile {model} --machine {machine.name} "
+            f"--batch-size {batch} --out FILE",
+            "gpu": f"GPU tasks on a host with that GPU, python scripts/gpu_profile.py {model} "
+            f"--machine {machine.name} --batch-size {batch} --out FILE",
+        }[kind]
+        for kind in sorted(kinds)
+    )
+    if len(kinds) > 1:
+        how += " (one --profile file holds both: merge them with flexflow.cost.Profile.merged)"
     what = " and ".join(sorted(k.upper() for k in kinds))
     return (
         f"profile {path} holds {held} of the {total} distinct {what} tasks of this model on "

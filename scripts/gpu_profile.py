@@ -1,13 +1,14 @@
 """Measures a model's GPU task times on this host's GPU, without Legate: a profile for `--profile`.
 
     python scripts/gpu_profile.py MODEL [MODEL ...] --out FILE [--machine dgx-h200:1]
-                                  [--batch-size N] [--repeats K]
+                                  [--batch-size N] [--repeats K] [--force]
 
 Every distinct tile of every op's configurations on the machine (`flexflow.gpu.profile`) runs
 through the GPU kernels on this host's GPU; the times are keyed by the machine's GPU model, so
 `flexflow simulate|search MODEL --machine M --profile FILE` prices those tasks by them instead
 of the analytic roofline. Several models go into one file. Run it where the machine's GPU is
-(the times are this GPU's, whatever the machine names). Needs numpy, cffi and the NVIDIA wheels,
+(the times are this GPU's: a GPU whose name lacks the machine's GPU model's chip, e.g. "H200",
+is refused unless --force). Needs numpy, cffi and the NVIDIA wheels,
 as scripts/gpu_check.py does. Exit status: 0 written, 1 a model or machine error or a tile
 whose kernels failed (the file is written without it, and each is named), 2 usage, 3 no GPU.
 """
@@ -15,11 +16,19 @@ whose kernels failed (the file is written without it, and each is named), 2 usag
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
 
 from gpu_check import NO_GPU, make_importable
+
+
+def same_chip(device: str, model: str) -> bool:
+    """Whether GPU `device` (as the driver names it, "NVIDIA H200") is of machine model `model`
+    ("H200 SXM"): the model's first name with a digit in it, its chip, is in the device's."""
+    chips = [t for t in re.split(r"[^0-9A-Za-z]+", model) if any(c.isdigit() for c in t)]
+    return bool(chips) and chips[0].lower() in device.lower()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--machine", default="dgx-h200:1", help="a GPU machine (dgx-h200:1)")
     parser.add_argument("--batch-size", type=int, default=None, help="override the batch size")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per tile (5)")
+    parser.add_argument(
+        "--force", action="store_true", help="key the times as the machine's GPU model even when "
+        "this host's GPU is another"
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.repeats < 1 or (args.batch_size is not None and args.batch_size < 1):
         parser.error("--repeats and --batch-size must be at least 1")
@@ -36,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from flexflow.config import FFConfig
     from flexflow.cost import Profile
     from flexflow.errors import FlexFlowError
+    from flexflow.fileio import check_output_path
     from flexflow.gpu import libraries
     from flexflow.gpu.check import environment
     from flexflow.gpu.device import Gpu
@@ -44,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from flexflow.zoo import ZOO, load_model
 
     try:
+        check_output_path(args.out)  # before minutes of measuring, not after
         machine = parse_machine(args.machine)
         models = gpu_models(machine)
         graphs = []
@@ -59,6 +74,15 @@ def main(argv: list[str] | None = None) -> int:
         return NO_GPU
     with Gpu() as gpu:
         device = environment(gpu)["device"]
+    others = [m for m in models if not same_chip(device, m)]
+    if others and not args.force:
+        print(
+            f"gpu_profile: this host's GPU is {device}, and {machine.name}'s is "
+            f"{', '.join(others)}: its times would be keyed as another GPU's. Pass a machine "
+            "with this GPU (a machine file naming its model), or --force to key them so anyway.",
+            file=sys.stderr,
+        )
+        return 1
     print(f"measuring on {device}; times keyed as {', '.join(models)} of {machine.name}")
     from rich.progress import Progress
 

@@ -47,6 +47,7 @@ class LibrarySpec:
     key: str
     files: tuple[LibraryFile, ...]
     preload: tuple[str, ...] = ()  # sibling libraries opened first, RTLD_GLOBAL (cuDNN 9's parts)
+    bound: bool = True  # must match the process's CUDA release (all but the driver)
 
     def files_for(self, release: int) -> tuple[LibraryFile, ...]:
         """The builds a process on CUDA `release` may open, in order."""
@@ -68,7 +69,9 @@ LIBRARIES: dict[str, LibrarySpec] = {
     spec.key: spec
     for spec in (
         LibrarySpec(
-            "driver", (LibraryFile(None, "libcuda.so.1", None, "the NVIDIA driver (a GPU host)"),)
+            "driver",
+            (LibraryFile(None, "libcuda.so.1", None, "the NVIDIA driver (a GPU host)"),),
+            bound=False,
         ),
         _toolkit_library("cudart", "libcudart", "cuda_runtime", "nvidia-cuda-runtime"),
         _toolkit_library("cublas", "libcublas", "cublas", "nvidia-cublas"),
@@ -81,7 +84,7 @@ LIBRARIES: dict[str, LibrarySpec] = {
                     "libcudnn.so.9",
                     "cudnn",
                     "nvidia-cudnn-cu12 or -cu13, matching CUDA (pip install -e '.[gpu]')",
-                ),
+                ),  # one name for both builds: `open_library` checks the one found
             ),
             # cuDNN 9's libcudnn.so.9 is a shim that opens these on first use
             preload=(
@@ -177,6 +180,7 @@ CDEFS: dict[str, str] = {
             int determinism; int mathType; int reserved[3];
         } cudnnConvolutionAlgoPerf_t;
         size_t cudnnGetVersion(void);
+        size_t cudnnGetCudartVersion(void);
         const char *cudnnGetErrorString(cudnnStatus_t status);
         cudnnStatus_t cudnnCreate(cudnnHandle_t *handle);
         cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, void *stream);
@@ -314,10 +318,28 @@ def _open_first(spec: LibrarySpec, paths: list[str], errors: list[str]) -> Any |
         if spec.preload and path not in sonames:
             _preload(Path(path).parent, spec.preload)
         try:
-            return ffi.dlopen(path)
+            library = ffi.dlopen(path)
         except OSError as error:
             errors.append(f"{path}: {error}")
+            continue
+        mismatch = _cudnn_release_mismatch(library) if spec.key == "cudnn" else None
+        if mismatch:
+            errors.append(f"{path}: {mismatch}")
+            continue
+        return library
     return None
+
+
+def _cudnn_release_mismatch(library: Any) -> str | None:
+    """Why this cuDNN cannot serve this process, if it cannot: cuDNN 9's builds for CUDA 12 and
+    13 share one soname, and one of the other release would load that release's cuBLAS."""
+    built_for = int(library.cudnnGetCudartVersion()) // 1000
+    if built_for == cuda_release():
+        return None
+    return (
+        f"built for CUDA {built_for}, and this process uses CUDA {cuda_release()} (the "
+        f"runtime's): nvidia-cudnn-cu{cuda_release()} is the one to install"
+    )
 
 
 _TOOLKIT = ("cudart", "cublas", "nvrtc")
@@ -360,9 +382,9 @@ def open_library(key: str) -> Any:
     if key in _OPENED:
         return _OPENED[key]
     spec = LIBRARIES[key]
-    release = cuda_release()
+    release = cuda_release() if spec.bound else None  # the driver asks nothing of the toolkit
     # the runtime picks the release, so a missing runtime is missing from every release
-    files = spec.files if key == "cudart" else spec.files_for(release)
+    files = spec.files if key == "cudart" or release is None else spec.files_for(release)
     errors: list[str] = []
     library = _open_first(spec, _candidates(files), errors)
     if library is not None:

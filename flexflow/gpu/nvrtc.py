@@ -19,9 +19,9 @@ OPTIONS = ("--std=c++17",)
 """NVRTC flags besides the architecture. No fast-math: results must match numpy to 1e-4."""
 
 MAX_RANK = 8
+"""Largest tensor rank the strided kernels take (their `Dims` struct holds 8 sizes)."""
 MAX_PARTS = 64
 """The most parts one `stack_parts` launch takes (the `Parts` struct of sources.py)."""
-"""Largest tensor rank the strided kernels take (their `Dims` struct holds 8 sizes)."""
 
 
 @functools.cache
@@ -121,8 +121,8 @@ class Arg:
         """The `Parts` struct (MAX_PARTS device pointers, passed by value), zero-padded."""
         if len(pointers) > MAX_PARTS:
             raise CudaCallError(
-                f"GPU kernels: {len(pointers)} parts exceed one launch's {MAX_PARTS}; pass them "
-                "in groups."
+                f"GPU kernels: {len(pointers)} parts exceed one launch's {MAX_PARTS}; launch "
+                "them in groups of at most that many (as tile_shape._stack_parts does)."
             )
         values = [int(p) for p in pointers]
         return ffi.new(f"unsigned long long[{MAX_PARTS}]", values + [0] * (MAX_PARTS - len(values)))

@@ -13,7 +13,7 @@ synchronization; plus the per-task overhead the analytic model charges a GPU tas
 (`DEVICE_CONSTANTS["gpu"].launch_overhead_s`, Legion's part). Tiles run one at a time: each task
 of a configuration has a GPU of its own. The backward computes input gradients even for an op
 reading only model inputs (the GPU tiles always do), so such a first op's backward is an
-over-estimate. The optimizer's rate is an SGD update of the model's weights on the GPU.
+over-estimate. The optimizer's rate is an SGD update of 256 MiB of weights on the GPU (any model's).
 """
 
 from __future__ import annotations
@@ -75,15 +75,24 @@ def _task(context: Context, body: Callable[[Gpu], object]) -> Callable[[], None]
 
 
 _BLOCK = np.random.default_rng(0).uniform(-1.0, 1.0, 1 << 16).astype(np.float32)
-"""Values for every tile's data: the kernels' times do not depend on them, and drawing hundreds
+"""Values for every tile's float data: the kernels' times do not depend on them, and drawing hundreds
 of megabytes per tile (or initializing whole weights, as the CPU profiler does) took 6 minutes
 of host time for the zoo's tiles on this project's host."""
 
 
-def _filled(gpu: Gpu, shape: tuple[int, ...], dtype: str, scale: float = 1.0) -> DeviceArray:
-    """A device array of `shape`: `_BLOCK`'s values repeated (zeros for ids, valid everywhere)."""
+UPDATE_ELEMENTS = 1 << 26
+"""The SGD update timed for the profile's rate: 256 MiB of weights, so the rate is the GPU's
+streaming rate, not one launch's overhead (`CostModel.update_time` adds that per update)."""
+
+
+def _filled(
+    gpu: Gpu, shape: tuple[int, ...], dtype: str, scale: float = 1.0, ids_below: int = 1
+) -> DeviceArray:
+    """A device array of `shape`: `_BLOCK`'s values repeated, or for ids 0, 1, .. wrapping at
+    `ids_below` (an embedding's rows, so its reads and gradient sums spread as real ids do)."""
     if np.dtype(dtype).kind != "f":
-        return gpu.zeros(shape, np.dtype(dtype).name)
+        ids = np.arange(int(np.prod(shape)), dtype=np.int64) % max(ids_below, 1)
+        return gpu.to_device(ids.astype(dtype).reshape(shape))
     return gpu.to_device(np.resize(_BLOCK * np.float32(scale), shape))
 
 
@@ -92,8 +101,9 @@ def measure_tile(
 ) -> TaskTime:
     """(forward, backward) of the op's task computing `region`, on this GPU (see the module)."""
     op, sig = node.op, node.sig
+    rows = getattr(op, "num_embeddings", 1)  # ids index an embedding's table; else 0 is safe
     xs = [
-        _filled(gpu, region_shape(r), spec.dtype.value)
+        _filled(gpu, region_shape(r), spec.dtype.value, ids_below=rows)
         for spec, r in zip(sig.inputs, op.input_regions(sig, region), strict=True)
     ]
     ws = [  # float32, small, as initialized weights are
@@ -113,7 +123,9 @@ def measure_tile(
     return TaskTime(TASK_OVERHEAD_S + forward, TASK_OVERHEAD_S + backward)
 
 
-def measure_update(gpu: Gpu, elements: int, repeats: int = 5, context: Context = Gpu) -> float:
+def measure_update(
+    gpu: Gpu, elements: int = UPDATE_ELEMENTS, repeats: int = 5, context: Context = Gpu
+) -> float:
     """Bytes per second (`UPDATE_BYTES_PER_ELEMENT` per weight) of an SGD update of `elements`
     float32 weights on this GPU."""
     weight, grad = gpu.zeros((elements,)), gpu.zeros((elements,))
@@ -133,10 +145,11 @@ def profile_graph_gpu(
     on_tile: Callable[[int, int], None] | None = None,
     context: Context = Gpu,
     on_failure: Callable[[OpNode, tuple[int, ...], Exception], None] | None = None,
+    update_elements: int = UPDATE_ELEMENTS,
 ) -> Profile:
     """Measured times of every distinct tile of every op's configurations on `machine`, run on
     this process's GPU and keyed by each of the machine's GPU models, and the rate of an SGD
-    update (`on_tile(done, total)` reports progress). A tile whose kernels raise stops the
+    update of `update_elements` weights (`on_tile(done, total)` reports progress). A tile whose kernels raise stops the
     measurement, unless `on_failure(node, tile shape, error)` is given: then it is reported
     there and left out (the analytic model prices it)."""
     models = gpu_models(machine)
@@ -161,6 +174,5 @@ def profile_graph_gpu(
                 gpu.close()  # this tile's inputs, weights and outputs
             if on_tile is not None:
                 on_tile(done + 1, len(work))
-        elements = sum(int(np.prod(p.spec.shape)) for p in graph.parameters)
-        rate = measure_update(gpu, max(elements, 1), repeats, context)
+        rate = measure_update(gpu, update_elements, repeats, context)
     return Profile(times, dict.fromkeys(models, rate))

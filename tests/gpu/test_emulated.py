@@ -156,7 +156,12 @@ def test_the_gpu_profile_prices_every_gpu_task_the_simulator_asks_for(host, tmp_
     graph, machine = _small_cnn(), parse_machine("p100:1")
     progress = []
     profile = profile_graph_gpu(
-        graph, machine, 1, lambda done, total: progress.append((done, total)), lambda: host
+        graph,
+        machine,
+        1,
+        lambda done, total: progress.append((done, total)),
+        lambda: host,
+        update_elements=1024,
     )
     held, total = profile_coverage(profile, graph, machine)
     assert held == total == len(profile.times) == progress[-1][0] == progress[-1][1] > 0
@@ -199,7 +204,12 @@ def test_a_tile_whose_kernels_fail_is_reported_and_left_to_the_analytic_model(ho
         gpu_profile.profile_graph_gpu(graph, machine, 1, context=lambda: host)
     failures = []
     profile = gpu_profile.profile_graph_gpu(
-        graph, machine, 1, context=lambda: host, on_failure=lambda *f: failures.append(f)
+        graph,
+        machine,
+        1,
+        context=lambda: host,
+        on_failure=lambda *f: failures.append(f),
+        update_elements=1024,
     )
     assert failures and {node.kind for node, _, _ in failures} == {"dense"}
     held, total = profile_coverage(profile, graph, machine)

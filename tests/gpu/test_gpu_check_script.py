@@ -32,7 +32,7 @@ def _bare_site(tmp_path: Path) -> Path:
 
 
 @pytest.mark.skipif(gpu_available(), reason="this host has a GPU: the GPU tests run the checks")
-def test_without_a_gpu_it_reports_what_is_missing_and_exits_2(tmp_path):
+def test_without_a_gpu_it_reports_what_is_missing_and_exits_3(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "LEGATE"))}
     env["PYTHONPATH"] = str(_bare_site(tmp_path))
     out = tmp_path / "out"
@@ -105,3 +105,21 @@ def test_the_gpu_profile_script_names_a_machine_without_gpus_and_exits_1(tmp_pat
     assert result.returncode == 1
     assert "machine 'local' has no GPU devices to measure" in result.stderr
     assert _gpu_profile("lenet", "--repeats", "0", "--out", "p.json").returncode == 2
+
+
+def test_the_gpu_profile_script_checks_its_output_path_before_measuring(tmp_path):
+    result = _gpu_profile("lenet", "--out", str(tmp_path))
+    assert result.returncode == 1
+    assert f"{tmp_path} is a directory; give a file name inside it" in result.stderr
+
+
+def test_a_gpu_of_another_chip_than_the_machines_is_recognised():
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from gpu_profile import same_chip
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    assert same_chip("NVIDIA H200", "H200 SXM")
+    assert same_chip("Tesla P100-SXM2-16GB", "Tesla P100-SXM2")
+    assert not same_chip("NVIDIA H100 80GB HBM3", "H200 SXM")
+    assert not same_chip("NVIDIA H200", "a GPU")  # no chip name: never taken as a match

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from cffi import FFI
@@ -105,9 +106,12 @@ def fake_loader(monkeypatch):
     loadable: set[str] = set()
 
     def dlopen(path):
-        if Path(path).name not in loadable:
+        name = Path(path).name
+        if name not in loadable:
             raise OSError(f"{path}: not loadable")
-        return f"opened {Path(path).name}"
+        if name.startswith("libcudnn"):  # "libcudnn.so.9@12": built for CUDA 12
+            return SimpleNamespace(cudnnGetCudartVersion=lambda: int(path.split("@")[1]) * 1000)
+        return f"opened {name}"
 
     monkeypatch.setattr(libraries, "_OPENED", {})
     monkeypatch.setattr(libraries.ffi, "dlopen", dlopen)
@@ -143,3 +147,35 @@ def test_choosing_the_release_keeps_libraries_opened_before(fake_loader):
     assert libraries.cuda_release() == 12
     assert libraries._OPENED["cublas"] == "an emulated cuBLAS"
     assert libraries._OPENED["cudart"] == "opened libcudart.so.12"
+
+
+def test_the_driver_alone_is_opened_to_ask_for_a_gpu(fake_loader):
+    fake_loader.update({"libcuda.so.1", "libcudart.so.12", "libcublas.so.12", "libnvrtc.so.12"})
+    libraries.open_library("driver")
+    assert set(libraries._OPENED) == {"driver"}  # no runtime, cuBLAS or NVRTC loaded for it
+
+
+@pytest.mark.parametrize("release", [12, 13])
+def test_a_cudnn_built_for_the_other_cuda_release_is_passed_over(fake_loader, monkeypatch, release):
+    fake_loader.update({f"libcudart.so.{release}", f"libcublas.so.{release}"})
+    fake_loader.update({f"libnvrtc.so.{release}", "libcudnn.so.9@12", "libcudnn.so.9@13"})
+    other = 25 - release
+    monkeypatch.setattr(
+        libraries,
+        "_candidates",
+        lambda files: (
+            [f"libcudnn.so.9@{other}", f"libcudnn.so.9@{release}"]
+            if files[0].soname == "libcudnn.so.9"
+            else [f.soname for f in files]
+        ),
+    )
+    assert libraries.cuda_release() == release
+    assert libraries.open_library("cudnn").cudnnGetCudartVersion() == release * 1000
+    libraries._OPENED.pop("cudnn")
+    fake_loader.discard(f"libcudnn.so.9@{release}")
+    with pytest.raises(
+        MissingLibraryError,
+        match=rf"libcudnn.so.9@{other}: built for CUDA {other}, and this process uses CUDA "
+        rf"{release}.*nvidia-cudnn-cu{release} is the one to install",
+    ):
+        libraries.open_library("cudnn")
