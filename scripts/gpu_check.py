@@ -8,9 +8,9 @@
 Runs every op kind's forward and backward tile (halo tiles for conv2d and pool2d), batch norm's
 shared-statistics tiles, the optimizer updates and the losses on the GPU, compares each result
 with the numpy reference (max |gpu - numpy| / max |numpy| <= 1e-4), times a few GEMM and
-convolution sizes, prints a table and writes DIR/gpu_check.json. Exit status: 0 when every
-check passed, 1 on a mismatch, 3 when there is no GPU or the CUDA runtime is missing (nothing
-checked: the JSON's `checked` is false), 2 for a usage error.
+convolution sizes, prints a table and writes DIR/gpu_check.json and DIR/gpu_check.md. Exit
+status: 0 when every check passed, 1 on a mismatch, 3 when there is no GPU or the CUDA runtime
+is missing (nothing checked: the JSON's `checked` is false), 2 for a usage error.
 Checks whose libraries are missing (e.g. no cuDNN wheel) are listed as skipped, not failed.
 """
 
@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     report["skipped"] = skipped
     report["seconds"] = time.perf_counter() - started
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2))
+    (args.out / "gpu_check.md").write_text(check.markdown(report))
 
     rows = [
         [
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\n{len(results) - len(failed)}/{len(results)} results within {check.TOLERANCE:g}; "
         f"{len(skipped)} checks skipped ({', '.join(skipped) or 'none'}); "
-        f"{report['seconds']:.1f} s; wrote {args.out / 'gpu_check.json'}"
+        f"{report['seconds']:.1f} s; wrote {args.out / 'gpu_check.json'} and gpu_check.md"
     )
     return 1 if failed else 0
 

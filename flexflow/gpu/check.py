@@ -349,3 +349,49 @@ def run_guarded(name: str, run: Callable[[], list[Comparison]]) -> list[Comparis
         return run()
     except Exception as error:
         return [Comparison(name, "ran", math.inf, False, note=f"{type(error).__name__}: {error}")]
+
+
+def markdown(report: dict) -> str:
+    """`scripts/gpu_check.py`'s report as markdown: the environment, the count within
+    `TOLERANCE`, each check's worst error and bit-identical results, and the measured op costs."""
+    results = report.get("results", [])
+    env = report.get("environment", {})
+    lines = [f"# GPU kernels against the numpy references: {env.get('device', 'no GPU')}", ""]
+    if not results:
+        return "\n".join(lines + ["Nothing checked."]) + "\n"
+    lines += [
+        f"{env.get('arch')}, driver API {env.get('driver_version')}, CUDA runtime "
+        f"{env.get('runtime_version')}, cuDNN {env.get('cudnn_version')}; references' kernels: "
+        f"{report.get('reference_kernels')}.",
+        "",
+    ]
+    worst = max(r["max_rel_error"] for r in results)
+    lines += [
+        f"**{sum(r['ok'] for r in results)}/{len(results)} results within {TOLERANCE:g}** "
+        "(max |gpu - numpy| / max |numpy|, the reference in float64), "
+        f"{sum(r['exact'] for r in results)} bit-identical, worst {worst:.2e}; "
+        f"{report.get('seconds', 0):.1f} s. Skipped: {', '.join(report.get('skipped', [])) or 'none'}.",
+        "",
+        "| check | results | worst relative error | bit-identical |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    by_check: dict[str, list[dict]] = {}
+    for r in results:
+        by_check.setdefault(r["check"].split("(")[0].strip(), []).append(r)
+    for name, rows in by_check.items():
+        lines.append(
+            f"| {name} | {len(rows)} | {max(r['max_rel_error'] for r in rows):.2e} | "
+            f"{sum(r['exact'] for r in rows)} |"
+        )
+    lines += [
+        "",
+        "Measured op costs (FP32, no TF32; mean of 10 after a warm-up, on zeros):",
+        "",
+        "| kernel | shape | ms | TFLOP/s |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    lines += [
+        f"| {t['kernel']} | {t['shape']} | {t['ms']:.3f} | {t['tflops']:.1f} |"
+        for t in report.get("timings", [])
+    ]
+    return "\n".join(lines) + "\n"

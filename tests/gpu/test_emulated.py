@@ -214,3 +214,20 @@ def test_a_tile_whose_kernels_fail_is_reported_and_left_to_the_analytic_model(ho
     assert failures and {node.kind for node, _, _ in failures} == {"dense"}
     held, total = profile_coverage(profile, graph, machine)
     assert held == total - len(failures) and not any(k[0] == "dense" for k in profile.times)
+
+
+def test_the_check_report_renders_as_markdown(host):
+    results, _ = check.run_cases(host, CASES[:3], lambda libraries: True)
+    report = {
+        "environment": {"device": "an emulated GPU", "arch": "sm_90"},
+        "reference_kernels": "C kernels",
+        "results": [r.to_json() for r in results],
+        "skipped": ["losses"],
+        "timings": [{"kernel": "sgemm", "shape": [8, 8, 8], "ms": 0.5, "tflops": 0.002}],
+        "seconds": 1.0,
+    }
+    text = check.markdown(report)
+    assert f"**{len(results)}/{len(results)} results within 0.0001**" in text
+    assert "| dense relu | 4 |" in text and "Skipped: losses." in text
+    assert "| sgemm | [8, 8, 8] | 0.500 | 0.0 |" in text
+    assert check.markdown({"results": []}).endswith("Nothing checked.\n")
