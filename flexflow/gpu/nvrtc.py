@@ -21,7 +21,7 @@ OPTIONS = ("--std=c++17",)
 MAX_RANK = 8
 """Largest tensor rank the strided kernels take (their `Dims` struct holds 8 sizes)."""
 MAX_PARTS = 64
-"""The most parts one `stack_parts` launch takes (the `Parts` struct of sources.py)."""
+"""The most parts one `join_parts` launch takes (the `Parts` struct of sources.py)."""
 
 
 @functools.cache
@@ -118,11 +118,12 @@ class Arg:
 
     @staticmethod
     def parts(pointers: Sequence[int]) -> Any:
-        """The `Parts` struct (MAX_PARTS device pointers, passed by value), zero-padded."""
+        """The `Parts` struct (MAX_PARTS 64-bit values passed by value: device pointers or
+        cumulative lengths), zero-padded."""
         if len(pointers) > MAX_PARTS:
             raise CudaCallError(
                 f"GPU kernels: {len(pointers)} parts exceed one launch's {MAX_PARTS}; launch "
-                "them in groups of at most that many (as tile_shape._stack_parts does)."
+                "them in groups of at most that many (as tile_shape._move_parts does)."
             )
         values = [int(p) for p in pointers]
         return ffi.new(f"unsigned long long[{MAX_PARTS}]", values + [0] * (MAX_PARTS - len(values)))

@@ -66,22 +66,27 @@ __device__ void fill(T *dst, long long n, double value) {
   GRID_STRIDE_LOOP(i, n) dst[i] = (T)value;
 }
 
-// The parts of a stack, passed by value: one launch joins or cuts them all.
+// Up to MAX_PARTS 64-bit values passed by value: the parts' pointers, or their cumulative lengths.
 #define MAX_PARTS 64
 struct Parts {
   unsigned long long p[MAX_PARTS];
 };
 
-// join: whole (outer, whole_count, inner) from part k (outer, inner) at index k of its middle
-// axis, for k < count (stack's forward); else the reverse, each part from its slab of whole
-// (stack's backward).
+// whole (outer, whole_len, inner) and `count` row-major parts laid along its middle axis from
+// index `start`, part k (outer, ends[k] - ends[k - 1], inner): join fills whole's slabs from
+// the parts (concat's forward, split's and stack's), else the parts from whole.
 template <typename T>
-__device__ void stack_parts(T *whole, Parts parts, long long count, long long outer,
-                            long long inner, long long whole_count, long long join) {
-  GRID_STRIDE_LOOP(i, outer * count * inner) {
-    long long j = i % inner, k = (i / inner) % count, o = i / (inner * count);
-    T *part = (T *)parts.p[k] + o * inner + j;
-    T *w = whole + (o * whole_count + k) * inner + j;
+__device__ void join_parts(T *whole, Parts parts, Parts ends, long long count, long long outer,
+                           long long inner, long long whole_len, long long start,
+                           long long join) {
+  long long span = (long long)ends.p[count - 1];
+  GRID_STRIDE_LOOP(i, outer * span * inner) {
+    long long j = i % inner, a = (i / inner) % span, o = i / (inner * span);
+    long long k = 0;
+    while (a >= (long long)ends.p[k]) ++k;
+    long long begin = k ? (long long)ends.p[k - 1] : 0, length = (long long)ends.p[k] - begin;
+    T *part = (T *)parts.p[k] + (o * length + (a - begin)) * inner + j;
+    T *w = whole + (o * whole_len + start + a) * inner + j;
     if (join) *w = *part; else *part = *w;
   }
 }
@@ -95,9 +100,10 @@ __device__ void stack_parts(T *whole, Parts parts, long long count, long long ou
   extern "C" __global__ void fill_##SUFFIX(T *dst, long long n, double value) {              \
     fill<T>(dst, n, value);                                                                  \
   }                                                                                          \
-  extern "C" __global__ void stack_parts_##SUFFIX(T *whole, Parts parts, long long count,    \
-      long long outer, long long inner, long long whole_count, long long join) {             \
-    stack_parts<T>(whole, parts, count, outer, inner, whole_count, join);                    \
+  extern "C" __global__ void join_parts_##SUFFIX(T *whole, Parts parts, Parts ends,          \
+      long long count, long long outer, long long inner, long long whole_len,                 \
+      long long start, long long join) {                                                      \
+    join_parts<T>(whole, parts, ends, count, outer, inner, whole_len, start, join);           \
   }
 LAYOUT_KERNELS(f32, float)
 LAYOUT_KERNELS(f64, double)

@@ -39,16 +39,20 @@ def copy_strided(gpu, name, dst, src, n, rank, shape, dst_strides, src_strides, 
     target[where] = target[where] + values if add else values
 
 
-def stack_parts(gpu, name, whole, parts, count, outer, inner, whole_count, join):
+def join_parts(gpu, name, whole, parts, ends, count, outer, inner, whole_len, start, join):
     dtype = _dtype(name)
-    target = gpu.memory(whole, dtype)[: ((outer - 1) * whole_count + count) * inner]
+    target = gpu.memory(whole, dtype)[: outer * whole_len * inner].reshape(outer, whole_len, inner)
+    begin = start
     for k in range(count):
-        part = gpu.memory(parts[k], dtype)[: outer * inner].reshape(outer, inner)
-        rows = np.arange(outer)[:, None] * whole_count * inner + k * inner + np.arange(inner)
+        length = ends[k] - (ends[k - 1] if k else 0)
+        if length == 0:
+            continue
+        part = gpu.memory(parts[k], dtype)[: outer * length * inner].reshape(outer, length, inner)
         if join:
-            target[rows] = part
+            target[:, begin : begin + length] = part
         else:
-            part[...] = target[rows]
+            part[...] = target[:, begin : begin + length]
+        begin += length
 
 
 def fill(gpu, name, dst, n, value):
@@ -319,7 +323,7 @@ def sparse_cce(gpu, name, sums, grad, bad, p, labels, rows, classes, valid, tota
 KERNELS: dict[str, Callable] = {
     "copy_strided": copy_strided,
     "fill": fill,
-    "stack_parts": stack_parts,
+    "join_parts": join_parts,
     "reduce_sum": reduce_sum,
     "cast_f64": cast,  # cast_f64_f32: the suffix rule strips its "_f32"
     "activation_forward": activation_forward,
