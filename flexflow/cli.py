@@ -165,6 +165,9 @@ def cmd_info(args: argparse.Namespace, console: Console) -> int:
     info["cpu_matrix_products"] = blas.provider()  # MKL's GEMM, or numpy's without MKL
     # the step tasks with C++ bodies (flexflow.runtime.native_tasks)
     info["cpp_step_tasks"] = str(native_tasks.LIBRARY) if native_tasks.built() else "not built"
+    from flexflow.gpu import libraries
+
+    info["gpu_kernels"] = libraries.summary()  # the CUDA release and libraries they would use
     if args.json:
         print(json.dumps(info, indent=1))
     else:

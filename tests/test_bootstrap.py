@@ -126,6 +126,8 @@ def test_python_m_flexflow_runs(tmp_path):
     assert info["legate"] and info["nvidia-cupynumeric"]
     assert info["cpu_matrix_products"].split()[0] == ("mkl" if info["mkl"] else "numpy")
     assert info["cpp_step_tasks"].endswith("flexflow/lib/libflexflow_legate_tasks.so")  # built
+    # cuPyNumeric's CUDA 12 wheels serve the GPU kernels; cuDNN only with the [gpu] extra
+    assert info["gpu_kernels"].startswith("no GPU; CUDA 12: cudart, cublas, nvrtc")
 
 
 @needs_stand_in

@@ -455,3 +455,21 @@ def check(key: str, status: int, call: str) -> None:
             f"{call} failed with status {status}: {_status_text(key, status)}; check that the "
             "GPU has free memory and that the shapes and pointers passed are valid."
         )
+
+
+def summary() -> str:
+    """One line for `flexflow info`: whether a GPU answers, the CUDA release the GPU kernels use,
+    and which of their libraries open (a missing one with what to install)."""
+    gpu = "a GPU" if gpu_available() else "no GPU"
+    release = cuda_release()
+    missing = [key for key in missing_libraries() if key != "driver"]
+    opened = [key for key in LIBRARIES if key not in missing and key != "driver"]
+    text = f"{gpu}; CUDA {release}: {', '.join(opened) or 'nothing'} open"
+    for key in missing:
+        package = (
+            f"nvidia-cudnn-cu{release}"
+            if key == "cudnn"
+            else LIBRARIES[key].files_for(release)[0].package
+        )
+        text += f"; {key} missing (pip install {package})"
+    return text

@@ -179,3 +179,12 @@ def test_a_cudnn_built_for_the_other_cuda_release_is_passed_over(fake_loader, mo
         rf"{release}.*nvidia-cudnn-cu{release} is the one to install",
     ):
         libraries.open_library("cudnn")
+
+
+def test_the_summary_names_the_release_what_opens_and_what_to_install(fake_loader):
+    fake_loader.update({"libcudart.so.13", "libcublas.so.13", "libnvrtc.so.13"})
+    gpu, rest = libraries.summary().split("; ", 1)  # gpu_available() is cached for the process
+    assert gpu in ("a GPU", "no GPU")
+    assert (
+        rest == "CUDA 13: cudart, cublas, nvrtc open; cudnn missing (pip install nvidia-cudnn-cu13)"
+    )
