@@ -338,8 +338,13 @@ def _cudnn_release_mismatch(library: Any) -> str | None:
         return None
     return (
         f"built for CUDA {built_for}, and this process uses CUDA {cuda_release()} (the "
-        f"runtime's): nvidia-cudnn-cu{cuda_release()} is the one to install"
+        f"runtime's): {cudnn_package(cuda_release())} is the one to install"
     )
+
+
+def cudnn_package(release: int) -> str:
+    """The pip package of cuDNN 9 for CUDA `release`."""
+    return f"nvidia-cudnn-cu{release}"
 
 
 _TOOLKIT = ("cudart", "cublas", "nvrtc")
@@ -467,7 +472,7 @@ def summary() -> str:
     text = f"{gpu}; CUDA {release}: {', '.join(opened) or 'nothing'} open"
     for key in missing:
         package = (
-            f"nvidia-cudnn-cu{release}"
+            cudnn_package(release)
             if key == "cudnn"
             else LIBRARIES[key].files_for(release)[0].package
         )

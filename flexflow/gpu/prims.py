@@ -86,22 +86,6 @@ def broadcast_view(array: DeviceArray, shape: Sequence[int], axes: Sequence[int]
     return array.view(shape, strides)
 
 
-def concat_offsets(sizes: Sequence[int]) -> list[int]:
-    offsets, start = [], 0
-    for size in sizes:
-        offsets.append(start)
-        start += size
-    return offsets
-
-
-def slab(array: DeviceArray, axis: int, start: int, length: int) -> DeviceArray:
-    """The view of `array` holding indices [start, start + length) along `axis`."""
-    strides = array.element_strides
-    shape = list(array.shape)
-    shape[axis] = length
-    return array.view(shape, strides, start * strides[axis])
-
-
 def pad_hw(
     gpu: Gpu, x: DeviceArray, rows: tuple[int, int], cols: tuple[int, int], value: float = 0.0
 ) -> DeviceArray:

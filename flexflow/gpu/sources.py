@@ -74,7 +74,7 @@ struct Parts {
 
 // whole (outer, whole_len, inner) and `count` row-major parts laid along its middle axis from
 // index `start`, part k (outer, ends[k] - ends[k - 1], inner): join fills whole's slabs from
-// the parts (concat's forward, split's and stack's), else the parts from whole.
+// the parts (concat's and stack's forward, split's backward), else the parts from whole.
 template <typename T>
 __device__ void join_parts(T *whole, Parts parts, Parts ends, long long count, long long outer,
                            long long inner, long long whole_len, long long start,

@@ -23,47 +23,52 @@ def _is_float(x: DeviceArray) -> bool:
 
 
 def _move_parts(
-    gpu: Gpu, whole: DeviceArray, parts: Sequence[DeviceArray], axis: int, join: bool
+    gpu: Gpu,
+    whole: DeviceArray,
+    pointers: Sequence[int],
+    lengths: Sequence[int],
+    axis: int,
+    join: bool,
 ) -> None:
-    """whole's slabs along `axis`, in order, from the row-major parts (`join`), or the parts
-    from them: one launch per MAX_PARTS parts (a copy per part cost 0.4-2.3 ms per task on an
-    H200 for Inception-v3's concats and NMT's 40-step stacks)."""
+    """whole's slabs along `axis`, in order, from row-major parts (`join`), or the parts from
+    them; part k at `pointers[k]` holds `lengths[k]` indices along `axis`. One launch per
+    MAX_PARTS parts (a copy per part cost 0.4-2.3 ms per task on an H200 for Inception-v3's
+    concats and NMT's 40-step stacks); pointers, not views, as building a `DeviceArray` per
+    part costs about 4 us of host time."""
     outer, inner = math.prod(whole.shape[:axis]), math.prod(whole.shape[axis + 1 :])
-    lengths = [p.shape[axis] for p in parts]
     start = 0
-    for first in range(0, len(parts), MAX_PARTS):
-        group = parts[first : first + MAX_PARTS]
+    for first in range(0, len(pointers), MAX_PARTS):
         ends = list(itertools.accumulate(lengths[first : first + MAX_PARTS]))
         if outer * ends[-1] * inner:
             launch(
                 gpu, LAYOUT, f"join_parts_{SUFFIX[whole.dtype]}",
                 grid_for(outer * ends[-1] * inner),
-                [Arg.ptr(whole.ptr), Arg.parts([p.ptr for p in group]), Arg.parts(ends),
-                 Arg.i64(len(group)), Arg.i64(outer), Arg.i64(inner), Arg.i64(whole.shape[axis]),
-                 Arg.i64(start), Arg.i64(int(join))],
+                [Arg.ptr(whole.ptr), Arg.parts(pointers[first : first + MAX_PARTS]),
+                 Arg.parts(ends), Arg.i64(len(ends)), Arg.i64(outer), Arg.i64(inner),
+                 Arg.i64(whole.shape[axis]), Arg.i64(start), Arg.i64(int(join))],
             )  # fmt: skip
         start += ends[-1]
 
 
 def _join(gpu: Gpu, parts, axis: int) -> DeviceArray:
-    """parts concatenated along `axis` (concat's forward, split's and stack's backward)."""
+    """parts concatenated along `axis` (concat's forward, split's backward)."""
     parts = [prims.contiguous(gpu, p) for p in parts]
+    lengths = [p.shape[axis] for p in parts]
     shape = list(parts[0].shape)
-    shape[axis] = sum(p.shape[axis] for p in parts)
+    shape[axis] = sum(lengths)
     out = gpu.empty(shape, parts[0].dtype)
-    _move_parts(gpu, out, parts, axis, join=True)
+    _move_parts(gpu, out, [p.ptr for p in parts], lengths, axis, join=True)
     return out
 
 
 def _cut(gpu: Gpu, whole: DeviceArray, sizes, axis: int) -> Arrays:
-    """whole split along `axis` into parts of `sizes` (split's forward, concat's and stack's
-    backward)."""
+    """whole split along `axis` into parts of `sizes` (split's forward, concat's backward)."""
     whole = prims.contiguous(gpu, whole)
     parts = tuple(
         gpu.empty(whole.shape[:axis] + (size,) + whole.shape[axis + 1 :], whole.dtype)
         for size in sizes
     )
-    _move_parts(gpu, whole, parts, axis, join=False)
+    _move_parts(gpu, whole, [p.ptr for p in parts], list(sizes), axis, join=False)
     return parts
 
 
@@ -89,17 +94,19 @@ def split_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_out
 
 def stack_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
     axis = op.axis % (inputs[0].ndim + 1)
-    parts = [x.reshape(x.shape[:axis] + (1,) + x.shape[axis:]) for x in inputs]  # 1-long slabs
-    return (_join(gpu, parts, axis),)
+    parts = [prims.contiguous(gpu, x) for x in inputs]
+    shape = parts[0].shape
+    out = gpu.empty(shape[:axis] + (len(parts),) + shape[axis:], parts[0].dtype)
+    _move_parts(gpu, out, [x.ptr for x in parts], [1] * len(parts), axis, join=True)
+    return (out,)
 
 
 def stack_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
-    (dy,) = grad_outputs
+    dy = prims.contiguous(gpu, grad_outputs[0])
     axis = op.axis % dy.ndim
-    grads = _cut(gpu, dy, [1] * dy.shape[axis], axis)
-    return tuple(
-        g.reshape(x.shape) if _is_float(x) else None for g, x in zip(grads, inputs, strict=True)
-    ), ()
+    grads = [gpu.empty(x.shape, dy.dtype) for x in inputs]
+    _move_parts(gpu, dy, [g.ptr for g in grads], [1] * len(grads), axis, join=False)
+    return tuple(g if _is_float(x) else None for g, x in zip(grads, inputs, strict=True)), ()
 
 
 def _copy_as(gpu: Gpu, x: DeviceArray, shape) -> DeviceArray:
