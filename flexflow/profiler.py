@@ -61,7 +61,7 @@ def _weights(node: OpNode, region: Region, rng: np.random.Generator) -> list[np.
     return arrays
 
 
-def _median_s(runs: Sequence[Callable[[], object]], repeats: int) -> float:
+def median_seconds(runs: Sequence[Callable[[], object]], repeats: int) -> float:
     """The median time of one call of each of `runs`, all started together `repeats` times,
     each in its own thread (one alone runs in this thread)."""
     if len(runs) == 1:
@@ -114,7 +114,7 @@ def measure_tile(
         backward()
         forwards.append(functools.partial(op.forward_tile, sig, region, inputs, weights))
         backwards.append(backward)
-    forward, backward = _median_s(forwards, repeats), _median_s(backwards, repeats)
+    forward, backward = median_seconds(forwards, repeats), median_seconds(backwards, repeats)
     return TaskTime(TASK_OVERHEAD_S + forward, TASK_OVERHEAD_S + backward)
 
 
@@ -168,7 +168,7 @@ def measure_update(elements: int, repeats: int = 3, concurrent: int = 1) -> floa
         partials = [np.ones(elements, np.float32) for _ in range(concurrent)]
         runs.append(functools.partial(SGDOptimizer(1e-9).apply_partials, weight, partials, (), 1))
         runs[-1]()  # warm-up: the pages are touched before timing
-    seconds = _median_s(runs, repeats)
+    seconds = median_seconds(runs, repeats)
     return UPDATE_BYTES_PER_ELEMENT * elements / max(seconds, 1e-9)
 
 

@@ -192,13 +192,13 @@ def test_a_tile_is_timed_with_its_configurations_tasks_running_at_once(monkeypat
 def test_a_failing_copy_stops_the_others_and_its_error_is_raised():
     import pytest
 
-    from flexflow.profiler import _median_s
+    from flexflow.profiler import median_seconds
 
     def fails():
         raise ValueError("tile kernel failed")
 
     with pytest.raises(ValueError, match="tile kernel failed"):
-        _median_s([lambda: None, fails, lambda: None], repeats=3)  # would wait forever
+        median_seconds([lambda: None, fails, lambda: None], repeats=3)  # would wait forever
 
 
 def test_an_update_is_timed_in_bytes_per_second(monkeypatch):
@@ -207,5 +207,5 @@ def test_an_update_is_timed_in_bytes_per_second(monkeypatch):
     from flexflow import profiler
     from flexflow.cost import UPDATE_BYTES_PER_ELEMENT
 
-    monkeypatch.setattr(profiler, "_median_s", lambda runs, repeats: 0.5)
+    monkeypatch.setattr(profiler, "median_seconds", lambda runs, repeats: 0.5)
     assert profiler.measure_update(1000, repeats=1) == UPDATE_BYTES_PER_ELEMENT * 1000 / 0.5

@@ -18,8 +18,6 @@ over-estimate. The optimizer's rate is an SGD update of 256 MiB of weights on th
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -32,7 +30,7 @@ from flexflow.graph import OperatorGraph, OpNode
 from flexflow.machine import Machine
 from flexflow.ops.base import Region, region_shape
 from flexflow.optimizers import SGDOptimizer
-from flexflow.profiler import distinct_tiles
+from flexflow.profiler import distinct_tiles, median_seconds
 
 TASK_OVERHEAD_S = DEVICE_CONSTANTS["gpu"].launch_overhead_s
 """What Legion adds to a GPU task beyond its body (the analytic model's figure)."""
@@ -48,15 +46,6 @@ def gpu_models(machine: Machine) -> list[str]:
             "with GPUs."
         )
     return models
-
-
-def _median_s(run: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - begin)
-    return statistics.median(times)
 
 
 Context = Callable[[], Gpu]
@@ -75,9 +64,9 @@ def _task(context: Context, body: Callable[[Gpu], object]) -> Callable[[], None]
 
 
 _BLOCK = np.random.default_rng(0).uniform(-1.0, 1.0, 1 << 16).astype(np.float32)
-"""Values for every tile's float data: the kernels' times do not depend on them, and drawing hundreds
-of megabytes per tile (or initializing whole weights, as the CPU profiler does) took 6 minutes
-of host time for the zoo's tiles on this project's host."""
+"""Values for every tile's float data: the kernels' times do not depend on them, and drawing
+hundreds of megabytes per tile (or initializing whole weights, as the CPU profiler does) took 6
+minutes of host time for the zoo's tiles on this project's host."""
 
 
 UPDATE_ELEMENTS = 1 << 26
@@ -113,11 +102,11 @@ def measure_tile(
     dys = [_filled(gpu, y.shape, y.dtype) for y in ys]
     tiles.backward_tile(gpu, op, sig, region, xs, ws, ys, dys)
     gpu.synchronize()
-    forward = _median_s(
-        _task(context, lambda g: tiles.forward_tile(g, op, sig, region, xs, ws)), repeats
+    forward = median_seconds(
+        [_task(context, lambda g: tiles.forward_tile(g, op, sig, region, xs, ws))], repeats
     )
-    backward = _median_s(
-        _task(context, lambda g: tiles.backward_tile(g, op, sig, region, xs, ws, ys, dys)),
+    backward = median_seconds(
+        [_task(context, lambda g: tiles.backward_tile(g, op, sig, region, xs, ws, ys, dys))],
         repeats,
     )
     return TaskTime(TASK_OVERHEAD_S + forward, TASK_OVERHEAD_S + backward)
@@ -132,8 +121,8 @@ def measure_update(
     optimizer = SGDOptimizer(1e-9)
     training.update(gpu, optimizer, weight, grad, [], 1)  # warm-up: compiles the kernel
     gpu.synchronize()
-    seconds = _median_s(
-        _task(context, lambda g: training.update(g, optimizer, weight, grad, [], 1)), repeats
+    seconds = median_seconds(
+        [_task(context, lambda g: training.update(g, optimizer, weight, grad, [], 1))], repeats
     )
     return UPDATE_BYTES_PER_ELEMENT * elements / max(seconds, 1e-9)
 
@@ -149,9 +138,9 @@ def profile_graph_gpu(
 ) -> Profile:
     """Measured times of every distinct tile of every op's configurations on `machine`, run on
     this process's GPU and keyed by each of the machine's GPU models, and the rate of an SGD
-    update of `update_elements` weights (`on_tile(done, total)` reports progress). A tile whose kernels raise stops the
-    measurement, unless `on_failure(node, tile shape, error)` is given: then it is reported
-    there and left out (the analytic model prices it)."""
+    update of `update_elements` weights (`on_tile(done, total)` reports progress). A tile whose
+    kernels raise stops the measurement, unless `on_failure(node, tile shape, error)` is given:
+    then it is reported there and left out (the analytic model prices it)."""
     models = gpu_models(machine)
     work: dict[tuple, tuple[OpNode, Region]] = {}  # by cost key without its device model
     for node in graph.ops:
