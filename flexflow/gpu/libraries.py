@@ -47,7 +47,14 @@ class LibrarySpec:
     key: str
     files: tuple[LibraryFile, ...]
     preload: tuple[str, ...] = ()  # sibling libraries opened first, RTLD_GLOBAL (cuDNN 9's parts)
-    bound: bool = True  # must match the process's CUDA release (all but the driver)
+    built_for: str | None = None
+    """The function answering which CUDA runtime a build was made for, where the builds of two
+    releases share one soname (cuDNN 9's): the one found is checked against the process's."""
+
+    @property
+    def bound(self) -> bool:
+        """Whether the process's CUDA release decides which build opens (all but the driver)."""
+        return any(f.release is not None for f in self.files)
 
     def files_for(self, release: int) -> tuple[LibraryFile, ...]:
         """The builds a process on CUDA `release` may open, in order."""
@@ -69,22 +76,16 @@ LIBRARIES: dict[str, LibrarySpec] = {
     spec.key: spec
     for spec in (
         LibrarySpec(
-            "driver",
-            (LibraryFile(None, "libcuda.so.1", None, "the NVIDIA driver (a GPU host)"),),
-            bound=False,
+            "driver", (LibraryFile(None, "libcuda.so.1", None, "the NVIDIA driver (a GPU host)"),)
         ),
         _toolkit_library("cudart", "libcudart", "cuda_runtime", "nvidia-cuda-runtime"),
         _toolkit_library("cublas", "libcublas", "cublas", "nvidia-cublas"),
         _toolkit_library("nvrtc", "libnvrtc", "cuda_nvrtc", "nvidia-cuda-nvrtc"),
         LibrarySpec(
             "cudnn",
-            (
-                LibraryFile(
-                    None,
-                    "libcudnn.so.9",
-                    "cudnn",
-                    "nvidia-cudnn-cu12 or -cu13, matching CUDA (pip install -e '.[gpu]')",
-                ),  # one name for both builds: `open_library` checks the one found
+            tuple(
+                LibraryFile(release, "libcudnn.so.9", "cudnn", f"nvidia-cudnn-cu{release}")
+                for release in RELEASES
             ),
             # cuDNN 9's libcudnn.so.9 is a shim that opens these on first use
             preload=(
@@ -95,6 +96,7 @@ LIBRARIES: dict[str, LibrarySpec] = {
                 "libcudnn_ops.so.9",
                 "libcudnn_cnn.so.9",
             ),
+            built_for="cudnnGetCudartVersion",
         ),
     )
 }
@@ -322,7 +324,7 @@ def _open_first(spec: LibrarySpec, paths: list[str], errors: list[str]) -> Any |
         except OSError as error:
             errors.append(f"{path}: {error}")
             continue
-        mismatch = _cudnn_release_mismatch(library) if spec.key == "cudnn" else None
+        mismatch = _release_mismatch(spec, library)
         if mismatch:
             errors.append(f"{path}: {mismatch}")
             continue
@@ -330,21 +332,19 @@ def _open_first(spec: LibrarySpec, paths: list[str], errors: list[str]) -> Any |
     return None
 
 
-def _cudnn_release_mismatch(library: Any) -> str | None:
-    """Why this cuDNN cannot serve this process, if it cannot: cuDNN 9's builds for CUDA 12 and
-    13 share one soname, and one of the other release would load that release's cuBLAS."""
-    built_for = int(library.cudnnGetCudartVersion()) // 1000
-    if built_for == cuda_release():
+def _release_mismatch(spec: LibrarySpec, library: Any) -> str | None:
+    """Why this build cannot serve this process, if it cannot: one made for the other CUDA
+    release under the same soname would load that release's libraries beside ours."""
+    if spec.built_for is None:
+        return None
+    built_for = int(getattr(library, spec.built_for)()) // 1000
+    release = cuda_release()
+    if built_for == release:
         return None
     return (
-        f"built for CUDA {built_for}, and this process uses CUDA {cuda_release()} (the "
-        f"runtime's): {cudnn_package(cuda_release())} is the one to install"
+        f"built for CUDA {built_for}, and this process uses CUDA {release} (the runtime's): "
+        f"{spec.files_for(release)[0].package} is the one to install"
     )
-
-
-def cudnn_package(release: int) -> str:
-    """The pip package of cuDNN 9 for CUDA `release`."""
-    return f"nvidia-cudnn-cu{release}"
 
 
 _TOOLKIT = ("cudart", "cublas", "nvrtc")
@@ -397,8 +397,7 @@ def open_library(key: str) -> Any:
         return library
     packages = " or ".join(dict.fromkeys(f.package for f in files))
     sonames = " or ".join(f.soname for f in files)
-    bound = key != "cudart" and any(f.release is not None for f in files)
-    of_release = f" (CUDA {release}, the runtime's)" if bound else ""
+    of_release = f" (CUDA {release}, the runtime's)" if spec.bound and key != "cudart" else ""
     raise MissingLibraryError(
         f"GPU kernels: cannot load {sonames} ({key}){of_release}; tried {'; '.join(errors)}. "
         f"Install {packages}, or put {sonames} on the loader path (LD_LIBRARY_PATH)."
@@ -471,10 +470,5 @@ def summary() -> str:
     opened = [key for key in LIBRARIES if key not in missing and key != "driver"]
     text = f"{gpu}; CUDA {release}: {', '.join(opened) or 'nothing'} open"
     for key in missing:
-        package = (
-            cudnn_package(release)
-            if key == "cudnn"
-            else LIBRARIES[key].files_for(release)[0].package
-        )
-        text += f"; {key} missing (pip install {package})"
+        text += f"; {key} missing (pip install {LIBRARIES[key].files_for(release)[0].package})"
     return text

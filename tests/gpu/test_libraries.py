@@ -87,7 +87,10 @@ def test_gpu_available_is_false_here_and_does_not_raise():
 def test_a_missing_library_names_its_pip_package():
     if not isinstance(libraries.missing_libraries().get("cudnn"), str):
         pytest.skip("cuDNN is installed here")
-    with pytest.raises(MissingLibraryError, match=r"libcudnn\.so\.9.*nvidia-cudnn-cu12 or -cu13"):
+    with pytest.raises(
+        MissingLibraryError,
+        match=r"libcudnn\.so\.9 \(cudnn\) \(CUDA 12, the runtime's\).*Install nvidia-cudnn-cu12,",
+    ):
         libraries.open_library("cudnn")
 
 
