@@ -3,8 +3,8 @@
 A search on CPU processors without a measured profile (`examples/train.py --budget` without
 `--profile`, `flexflow search MODEL --machine local`) prices every task with the analytic
 roofline of `flexflow.cost`: max(flops / (peak * efficiency[kind]), bytes / (bandwidth *
-memory_efficiency[kind])). This profiles laptop-size zoo models with `flexflow.profiler` (every
-distinct tile of every configuration on the `local` machine, forward and backward, its
+memory_efficiency[kind])). This profiles laptop-size models (zoo models and the benchmarks'
+MLP and ResNet-20) with `flexflow.profiler` (every distinct tile of every configuration on the `local` machine, forward and backward, its
 configuration's other tasks running at once), then for each op kind picks the (efficiency,
 memory efficiency) pair, on a log grid, that minimizes the mean |log(analytic / measured)| over
 its tiles, and the memory efficiency that prices an optimizer update at the measured rate. It

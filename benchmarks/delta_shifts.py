@@ -11,7 +11,7 @@ change, and the last run of one shift (the rest of the iteration) as a share of 
 Shifts are equal within a relative 1e-12 of the iteration (float sums round). What a replay
 that moved such runs instead of simulating them again could save; see the README.
 
-    .venv/bin/python benchmarks/delta_shifts.py --model resnet101 --machine p100:1 --init random
+    .venv/bin/python benchmarks/delta_shifts.py --models resnet101 --machine p100:1 --inits random
 """
 
 from __future__ import annotations
