@@ -26,7 +26,7 @@ from flexflow.cli_args import (
 )
 from flexflow.errors import FlexFlowError
 from flexflow.figures import picture_file
-from flexflow.fileio import atomic_write_text, output_file
+from flexflow.fileio import STDOUT, atomic_write_text, output_file
 from flexflow.graph import OperatorGraph, OpNode
 from flexflow.machine import Machine, link_groups, parse_machine
 from flexflow.machine_presets import PRESET_EXAMPLES
@@ -277,9 +277,9 @@ def cmd_strategy(args: argparse.Namespace, console: Console) -> int:
     else:
         strategy = named_strategy(args.name, graph, machine, args.seed)
         title = f"strategy '{args.name}' for {args.model} on {machine.name}"
-        if args.export:
-            export_strategy(args.export, strategy, graph, machine, model=args.model)
-            title += f" -> {args.export}"
+    if args.export:  # a checked file is written again in this flexflow's form
+        export_strategy(args.export, strategy, graph, machine, model=args.model)
+        title += f" -> {args.export}"
     if args.quiet:
         console.print(title)
     else:
@@ -477,7 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     strategy.add_argument("--seed", type=seed_int, default=0, help="seed of the random strategy")
     strategy.add_argument(
-        "--export", metavar="FILE", type=output_file, help="write the named strategy (atomically)"
+        "--export",
+        metavar="FILE",
+        type=output_file,
+        help="write the strategy, named or checked, to FILE (atomically)",
     )
     add_batch_size(strategy)
     strategy.add_argument(
@@ -546,9 +549,31 @@ def _terminated(signum: int, frame) -> None:
     raise KeyboardInterrupt
 
 
+OUTPUT_FLAGS = ("json", "dot", "png", "export", "taskgraph", "trace", "out")
+"""Destinations of the flags naming an output file, which `-` sends to standard output."""
+
+
+def _console_for(args: argparse.Namespace) -> Console:
+    """The console for the command's messages: stderr when an output file is standard output
+    (`-`), so what is piped is that file alone. Two outputs on standard output are an error."""
+    files = [f"--{dest}" for dest in OUTPUT_FLAGS if str(getattr(args, dest, None)) == STDOUT]
+    report = ["--json"] if getattr(args, "json", None) is True else []  # a command's report
+    to_stdout = files + report
+    if len(to_stdout) > 1:
+        raise FlexFlowError(
+            f"{' and '.join(to_stdout)} would both write to standard output; give all but one "
+            "a file name."
+        )
+    return Console(soft_wrap=True, stderr=bool(files))  # one line per message, for grep
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    console = Console(soft_wrap=True)  # one line per message when piped, for grep
     args = build_parser().parse_args(argv)
+    try:
+        console = _console_for(args)
+    except FlexFlowError as exc:
+        print(f"flexflow: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if threading.current_thread() is not threading.main_thread():  # no signals there
         return _run(args, console)
     previous = signal.signal(signal.SIGTERM, _terminated)

@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from flexflow.errors import FlexFlowError
+
 
 def positive_int(text: str) -> int:
     try:
@@ -52,6 +54,11 @@ def workers_arg(text: str) -> int:
 
 def seed_int(text: str) -> int:
     """A random seed: numpy's generators take integers >= 0."""
+    return nonnegative_int(text)
+
+
+def nonnegative_int(text: str) -> int:
+    """A count that may be 0."""
     try:
         value = int(text)
     except ValueError:
@@ -101,6 +108,10 @@ def add_profile(parser: argparse.ArgumentParser) -> None:
     )
 
 
+FUSED_LOSS, FUSED_STEPS_PER_EXECUTION = "sparse_categorical_crossentropy", 8
+"""--fused-launches' defaults: examples/train.py's loss for classifiers and FFConfig's steps."""
+
+
 def add_fused_launches(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fused-launches",
@@ -112,7 +123,7 @@ def add_fused_launches(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--loss",
         type=loss_arg,
-        default="sparse_categorical_crossentropy",
+        default=None,
         help="with --fused-launches: the training run's loss, which decides where its steps "
         "run C++ task bodies (default: sparse_categorical_crossentropy, examples/train.py's "
         "for classifiers)",
@@ -120,7 +131,7 @@ def add_fused_launches(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--steps-per-execution",
         type=positive_int,
-        default=8,
+        default=None,
         metavar="K",
         help="with --fused-launches: the run's training steps per Legate launch where the "
         "model allows (default 8, FFConfig's)",
@@ -151,5 +162,17 @@ def fused_context(args: argparse.Namespace, graph, machine, profile):
     from flexflow.simulator import SimContext
 
     if not getattr(args, "fused_launches", False):
+        given = [
+            flag
+            for flag, dest in (("--loss", "loss"), ("--steps-per-execution", "steps_per_execution"))
+            if getattr(args, dest, None) is not None
+        ]
+        if given:
+            raise FlexFlowError(
+                f"{' and '.join(given)} matter only with --fused-launches (the paper's "
+                "simulator models no training run); add --fused-launches or drop them."
+            )
         return SimContext(graph, machine, CostModel(profile))
-    return planning_context(graph, machine, profile, args.loss, args.steps_per_execution)
+    loss = args.loss or FUSED_LOSS
+    steps = args.steps_per_execution or FUSED_STEPS_PER_EXECUTION
+    return planning_context(graph, machine, profile, loss, steps)

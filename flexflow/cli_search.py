@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable
 
 from rich.console import Console
@@ -16,12 +17,14 @@ from flexflow.cli_args import (
     add_profile,
     fused_context,
     load_profile,
+    nonnegative_int,
     positive_float,
     positive_int,
     seed_int,
     share,
     workers_arg,
 )
+from flexflow.errors import FlexFlowError
 from flexflow.fileio import output_file
 from flexflow.search.evaluator import SIMULATIONS
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
@@ -56,14 +59,46 @@ def _export_and_print_json(args: argparse.Namespace, graph, machine, best, data:
     return args.json
 
 
+DEFAULT_INITS = "dp,expert,random,dp-width"
+
+
+def _refuse_unused_search_flags(args: argparse.Namespace) -> None:
+    """Flags that the other flags given make moot are an error, not silently dropped."""
+    if args.no_polish and args.polish_budget is not None:
+        raise FlexFlowError(
+            "search: --polish-budget times the final descent, which --no-polish skips; drop one."
+        )
+    if args.space == "optcnn":
+        given = [
+            flag
+            for flag, value in (
+                ("--init", args.init),
+                ("--proposals", args.proposals),
+                ("--polish-budget", args.polish_budget),
+            )
+            if value is not None
+        ]
+        if given:
+            raise FlexFlowError(
+                f"search --space optcnn runs OptCNN's dynamic programming, with no chains and no "
+                f"descent: {', '.join(given)} would be ignored; drop them."
+            )
+
+
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Search a strategy with MCMC over delta simulations; print, export and summarize it."""
     from flexflow.cli import strategy_table
     from flexflow.simulator import TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
 
+    if math.isinf(args.budget) and args.proposals is None:
+        raise FlexFlowError(
+            "search: --budget inf never ends; give a number of seconds, or --proposals N to stop "
+            "after N proposals."
+        )
+    _refuse_unused_search_flags(args)
     graph, machine, context = _setup(args)
-    inits = [i for i in args.init.split(",") if i]
+    inits = [i for text in args.init or [DEFAULT_INITS] for i in text.split(",") if i]
     dp_s = full_simulate(TaskGraph(context, named_strategy("dp", graph, machine))).iteration_s
     result = search_with_progress(
         console,
@@ -111,6 +146,12 @@ def _exhaustive_line(status: ExhaustiveStatus) -> str:
     )
 
 
+EXHAUSTIVE_REACH_DIGITS = 15
+"""`exhaustive` without --budget refuses a space of more than 10^this strategies: pruning
+proves LeNet's 10^9.7 on p100:1 in about 30 s, while the paper's 10^11 (a 2-step RNNLM) took it
+18 hours; ResNet-101 on p100:1 has 10^353."""
+
+
 def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
     """Branch and bound over every strategy of the space: the simulated global optimum."""
     from flexflow.cli import strategy_table
@@ -119,6 +160,14 @@ def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
 
     graph, machine, context = _setup(args)
     space = make_space(args.space, graph, machine)
+    digits = sum(math.log10(len(space(op))) for op in range(len(graph.ops)))
+    if digits > EXHAUSTIVE_REACH_DIGITS and math.isinf(args.budget):
+        raise FlexFlowError(
+            f"exhaustive: {args.model} on {machine.name} has about 10^{digits:.0f} strategies in "
+            f"the {args.space} space; no proof of a space that size ends (LeNet's 10^9.7 on "
+            "p100:1 takes about 30 s). Run `flexflow search` instead, or pass --budget SECONDS "
+            "to get the best strategy found in that time."
+        )
 
     def run(on_progress: Callable[[ExhaustiveStatus], None] | None):
         return exhaustive_search(
@@ -265,10 +314,11 @@ def register(add: Callable) -> None:
     )
     search.add_argument(
         "--init",
-        default="dp,expert,random,dp-width",
-        help="initial strategies, one chain each: dp, expert, model, random, dp-width (data "
-        "parallelism on the fastest number of devices; no chain when that is all of them), "
-        "optcnn or files",
+        action="append",
+        metavar="LIST",
+        help="initial strategies, one chain each, comma-separated (the flag may repeat): dp, "
+        "expert, model, random, dp-width (data parallelism on the fastest number of devices; no "
+        f"chain when that is all of them), optcnn or files (default {DEFAULT_INITS})",
     )
     search.add_argument(
         "--space",
@@ -362,7 +412,7 @@ def register(add: Callable) -> None:
     )
     exhaustive.add_argument(
         "--seed-proposals",
-        type=int,
+        type=nonnegative_int,
         default=DEFAULT_SEED_PROPOSALS,
         help=f"proposals of that chain (default {DEFAULT_SEED_PROPOSALS}; 0: named strategies only)",
     )

@@ -14,6 +14,21 @@ from flexflow.errors import FlexFlowError
 from flexflow.fileio import output_file
 from flexflow.ops.base import is_int, is_real
 
+FLAGS = {
+    "batch_size": "--batch-size",
+    "epochs": "--epochs",
+    "learning_rate": "--lr",
+    "seed": "--seed",
+    "search_budget": "--budget",
+    "steps_per_execution": "--steps-per-execution",
+}
+"""The command-line flag of each setting (`FFConfig.add_arguments`), named in its errors."""
+
+
+def _named(key: str) -> str:
+    """How an error names a setting: a script's user sets it by its flag, a program by field."""
+    return f"FFConfig: {key} ({FLAGS[key]})"
+
 
 @dataclass(frozen=True, slots=True)
 class FFConfig:
@@ -37,17 +52,17 @@ class FFConfig:
         for key in ("batch_size", "epochs", "steps_per_execution"):
             value = getattr(self, key)
             if not is_int(value) or value <= 0:
-                raise FlexFlowError(f"FFConfig: {key} must be a positive integer, got {value!r}.")
+                raise FlexFlowError(f"{_named(key)} must be a positive integer, got {value!r}.")
         if not (is_real(self.learning_rate) and 0 < self.learning_rate < math.inf):
             raise FlexFlowError(
-                f"FFConfig: learning_rate must be a positive number, got {self.learning_rate!r}."
+                f"{_named('learning_rate')} must be a positive number, got {self.learning_rate!r}."
             )
         if not is_int(self.seed) or self.seed < 0:
-            raise FlexFlowError(f"FFConfig: seed must be an integer >= 0, got {self.seed!r}.")
-        if not (is_real(self.search_budget) and self.search_budget >= 0):
+            raise FlexFlowError(f"{_named('seed')} must be an integer >= 0, got {self.seed!r}.")
+        if not (is_real(self.search_budget) and 0 <= self.search_budget < math.inf):
             raise FlexFlowError(
-                f"FFConfig: search_budget must be a number of seconds >= 0, got "
-                f"{self.search_budget!r}."
+                f"{_named('search_budget')} must be a finite number of seconds >= 0 (a search "
+                f"stops at its budget), got {self.search_budget!r}."
             )
 
     def get_batch_size(self) -> int:

@@ -88,7 +88,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     check_output_path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:  # no temporary file to remove; named after the file asked for
+        raise _not_written(exc, path) from None
     try:
         os.chmod(tmp, mode)  # mkstemp makes 0600
         with os.fdopen(fd, "wb") as handle:
@@ -98,13 +101,18 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         os.replace(tmp, target)
     except OSError as exc:  # named after the file asked for, not the temporary one
         Path(tmp).unlink(missing_ok=True)
-        raise OSError(
-            exc.errno, f"{exc.strerror or exc} (not written; the file is as it was)", str(path)
-        ) from None
+        raise _not_written(exc, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return Path(path)
+
+
+def _not_written(exc: OSError, path: str | os.PathLike[str]) -> OSError:
+    """`exc` named after the file asked for (not the temporary file beside it)."""
+    return OSError(
+        exc.errno, f"{exc.strerror or exc} (not written; the file is as it was)", str(path)
+    )
 
 
 def _umask() -> int:
@@ -150,7 +158,12 @@ def load_json(path: str | os.PathLike[str], what: str, error: type[Exception], f
     if not text.strip():
         raise error(f"{what} {path} is empty; {fix}")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as exc:
+        raise error(
+            f"{what} {path} gives {exc.key!r} twice in one object (JSON readers keep either "
+            f"value); {fix}"
+        ) from None
     except json.JSONDecodeError as exc:
         raise error(
             f"{what} {path} is malformed or truncated: {exc.msg} at line {exc.lineno} column "
@@ -158,3 +171,22 @@ def load_json(path: str | os.PathLike[str], what: str, error: type[Exception], f
         ) from None
     except RecursionError:
         raise error(f"{what} {path}: its JSON nests too deeply to be one; {fix}") from None
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object gives one key twice (`unique_keys`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, refusing a key given twice (`json` would keep the last silently:
+    a hand-edited file's `"devices"` written twice must not pass as the second)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKeyError(key)
+        found[key] = value
+    return found

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from flexflow.errors import MachineError
-from flexflow.fileio import atomic_write_text, read_text
+from flexflow.fileio import DuplicateKeyError, atomic_write_text, read_text, unique_keys
 
 MACHINE_FORMAT = "flexflow-machine"
 MACHINE_VERSION = 1
@@ -283,7 +283,12 @@ class Machine:
     @classmethod
     def loads(cls, text: str, source: str = "machine JSON") -> Machine:
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=unique_keys)
+        except DuplicateKeyError as exc:
+            raise MachineError(
+                f"{source} gives {exc.key!r} twice in one object (JSON readers keep either "
+                "value); keep one."
+            ) from None
         except RecursionError:
             raise MachineError(f"{source}: its JSON nests too deeply to be one.") from None
         except json.JSONDecodeError as exc:

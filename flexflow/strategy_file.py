@@ -26,6 +26,8 @@ from flexflow.strategy import ParallelConfig, Strategy
 STRATEGY_FORMAT = "flexflow-strategy"
 STRATEGY_VERSION = 1
 ENTRY_KEYS = frozenset({"name", "degrees", "devices"})
+FILE_KEYS = frozenset({"format", "version", "model", "machine", "num_devices", "ops"})
+"""The top-level fields of a strategy file (`strategy_to_json`)."""
 
 
 def op_entry(node: OpNode, config: ParallelConfig) -> dict[str, Any]:
@@ -149,12 +151,23 @@ def strategy_from_json(
             f'{source} {got}; this flexflow reads "version": {STRATEGY_VERSION} (a number): '
             "re-export it with `flexflow strategy ... --export`."
         )
+    problems: list[str] = []
+    unknown = sorted(set(data) - FILE_KEYS)
+    if unknown:
+        problems.append(
+            f"unknown top-level field(s) {', '.join(map(repr, unknown))}; a strategy file holds "
+            f"{', '.join(map(repr, sorted(FILE_KEYS)))}."
+        )
+    for key, kind, noun in (("model", str, "a string"), ("machine", str, "a string"),
+                            ("num_devices", int, "an integer")):  # fmt: skip
+        value = data.get(key)
+        if value is not None and type(value) is not kind:
+            problems.append(f'"{key}" must be {noun}, got {value!r}.')
     entries = data.get("ops")
     if not isinstance(entries, list) or not all(
         isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries
     ):
         raise StrategyError(f'{source}: "ops" must be a list of objects with a "name".')
-    problems: list[str] = []
     by_name: dict[str, dict[str, Any]] = {}
     for entry in entries:
         if entry["name"] in by_name:
@@ -185,6 +198,8 @@ def strategy_from_json(
         if config is not None:
             problems += config_problems(node, config, machine)
             configs[node.name] = config
+    if problems and isinstance(data.get("model"), str) and data["model"]:  # whose it is
+        source = f"{source} (written for model {data['model']!r})"
     _raise(problems, source)
     return Strategy.from_mapping(tuple(n.name for n in graph.ops), configs)
 

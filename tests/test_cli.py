@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -438,3 +439,66 @@ def test_simulate_says_when_a_strategy_would_not_fit_in_memory(capsys):
     assert main(args) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["over_memory"] == [] and "would not fit" not in err
+
+
+def test_an_output_on_standard_output_gets_it_alone(capsys):
+    """`-` writes the file to stdout and the command's messages to stderr, so a pipe gets
+    valid JSON; two outputs on stdout are refused before any work."""
+    code, out, err = run(capsys, "graph", "lenet", "--json", "-")
+    assert code == 0
+    assert json.loads(out)["ops"] and "lenet: 8 ops -> -" in err
+    code, out, err = run(
+        capsys, "strategy", "lenet", "--machine", "p100:1", "--name", "dp", "--export", "-"
+    )
+    assert code == 0 and json.loads(out)["model"] == "lenet" and "strategy 'dp'" in err
+    code, out, err = run(capsys, "simulate", "lenet", "--machine", "p100:1", "--trace", "-")
+    assert code == 0 and json.loads(out) and "ms per iteration" in err
+    argv = ["simulate", "lenet", "--machine", "p100:1", "--taskgraph", "-", "--json"]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert "--taskgraph and --json would both write to standard output" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["search", "lenet", "--budget", "inf"], "--budget inf never ends"),
+        (["exhaustive", "resnet101"], r"about 10\^353 strategies .* pass --budget SECONDS"),
+        (["search", "lenet", "--space", "optcnn", "--init", "dp"], "--init would be ignored"),
+        (["search", "lenet", "--space", "optcnn", "--proposals", "9"], "--proposals would be"),
+        (["search", "lenet", "--no-polish", "--polish-budget", "3"], "which --no-polish skips"),
+        (["simulate", "lenet", "--loss", "mse"], "--loss matter only with --fused-launches"),
+        (["search", "lenet", "--steps-per-execution", "2"], "--steps-per-execution matter only"),
+    ],
+)
+def test_flags_that_would_be_ignored_or_never_end_are_refused(capsys, argv, message):
+    code, out, err = run(capsys, *argv[:2], "--machine", "p100:1", *argv[2:])
+    assert code == 2 and out == ""
+    assert re.search(message, err), err
+
+
+def test_a_search_with_an_unbounded_time_stops_at_its_proposals(capsys):
+    argv = ["search", "lenet", "--machine", "p100:1", "--budget", "inf", "--proposals", "40"]
+    code, out, _ = run(capsys, *argv, "--no-polish", "--json")
+    assert code == 0 and 0 < json.loads(out)["proposals"] <= 40  # chains may stop sooner
+
+
+def test_init_may_repeat_and_its_lists_add_up(capsys):
+    argv = ["search", "lenet", "--machine", "p100:1", "--proposals", "60", "--no-polish", "--json"]
+    code, out, _ = run(capsys, *argv, "--init", "dp", "--init", "expert,random")
+    assert code == 0
+    assert [c["init"] for c in json.loads(out)["chains"]] == ["dp", "expert", "random"]
+
+
+def test_a_checked_strategy_file_can_be_exported_again(capsys, tmp_path):
+    source, again = tmp_path / "s.json", tmp_path / "again.json"
+    argv = ["strategy", "lenet", "--machine", "p100:1"]
+    assert run(capsys, *argv, "--name", "expert", "--export", str(source))[0] == 0
+    code, _, _ = run(capsys, *argv, "--check", str(source), "--export", str(again), "--quiet")
+    assert code == 0 and json.loads(again.read_text()) == json.loads(source.read_text())
+
+
+def test_exhaustive_refuses_a_negative_seed_chain(capsys):
+    with pytest.raises(SystemExit):
+        main(["exhaustive", "lenet", "--machine", "p100:1", "--seed-proposals", "-5"])
+    assert "expected an integer >= 0, got -5" in capsys.readouterr().err

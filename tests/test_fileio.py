@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 import time
 
 import pytest
@@ -93,3 +94,16 @@ def test_a_failed_write_names_the_file_asked_for_and_leaves_it_as_it_was(tmp_pat
         atomic_write_text(path, "new")
     assert info.value.filename == str(path) and path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]
+
+
+def test_a_directory_refusing_the_temporary_file_names_the_file_asked_for(tmp_path, monkeypatch):
+    """The temporary file beside it could not be made: the error named that file instead."""
+
+    def refuse(*_, **__):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(OSError, match=r"Permission denied \(not written") as info:
+        atomic_write_text(tmp_path / "x.json", "new")
+    assert info.value.filename == str(tmp_path / "x.json")
+    assert list(tmp_path.iterdir()) == []

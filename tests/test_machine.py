@@ -504,3 +504,12 @@ def test_a_machine_past_the_simulators_size_is_refused_before_it_is_built():
         parse_machine("p100:257")
     assert time.perf_counter() - begin < 5
     assert parse_machine("p100:256").num_devices == 1024
+
+
+def test_a_machine_file_giving_a_field_twice_is_refused(tmp_path):
+    text = parse_machine("p100:1").dumps()
+    doubled = text.replace('"name":', '"name": "x", "name":', 1)
+    path = tmp_path / "twice.json"
+    path.write_text(doubled)
+    with pytest.raises(MachineError, match="gives 'name' twice in one object"):
+        parse_machine(str(path))

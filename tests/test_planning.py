@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from flexflow import FFConfig
@@ -52,14 +54,15 @@ def test_conflicting_or_negative_choices_are_errors(options, match):
 @pytest.mark.parametrize(
     "options, match",
     [
-        ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
-        ({"epochs": 1.5}, "epochs must be a positive integer, got 1.5"),
-        ({"learning_rate": 0.0}, "learning_rate must be a positive number"),
-        ({"seed": -1}, "seed must be an integer >= 0, got -1"),
-        ({"search_budget": -2.0}, "search_budget must be a number of seconds >= 0"),
+        ({"batch_size": 0}, r"batch_size \(--batch-size\) must be a positive integer, got 0"),
+        ({"epochs": 1.5}, r"epochs \(--epochs\) must be a positive integer, got 1.5"),
+        ({"learning_rate": 0.0}, r"learning_rate \(--lr\) must be a positive number"),
+        ({"seed": -1}, r"seed \(--seed\) must be an integer >= 0, got -1"),
+        ({"search_budget": -2.0}, r"search_budget \(--budget\) must be a finite number of sec"),
+        ({"search_budget": math.inf}, r"search_budget \(--budget\) must be a finite .* got inf"),
     ],
 )
-def test_a_bad_training_configuration_names_the_field(options, match):
+def test_a_bad_training_configuration_names_the_field_and_its_flag(options, match):
     with pytest.raises(FlexFlowError, match=match):
         FFConfig(**options)
 

@@ -301,6 +301,15 @@ def _edit(data, name, **fields):
             r"is another model's strategy \(it names model 'rnnlm'\): none of its 1 ops",
         ),
         (lambda d: {**d, "format": "other"}, r"not a strategy file"),
+        (
+            lambda d: {**d, "fo": 1},
+            r"unknown top-level field\(s\) 'fo'; a strategy file holds 'format', 'machine'",
+        ),
+        (lambda d: {**d, "num_devices": "8"}, r'"num_devices" must be an integer, got \'8\''),
+        (
+            lambda d: _edit({**d, "model": "alexnet"}, "fc", devices=[5]),
+            r"bad.json \(written for model 'alexnet'\) is not valid",
+        ),
     ],
 )
 def test_each_bad_file_gets_its_own_clear_error(tmp_path, mutate, match):
@@ -316,6 +325,16 @@ def test_every_problem_is_listed_at_once(tmp_path):
     with pytest.raises(StrategyError, match=r"\(2 problem\(s\)\)") as info:
         load_strategy(_write(tmp_path, data), graph, machine)
     assert "conv2d 'conv'" in str(info.value) and "dense 'fc'" in str(info.value)
+
+
+def test_a_field_given_twice_is_refused_not_read_as_either(tmp_path):
+    """JSON readers keep one of the two values; a hand-edited file must not pass as either."""
+    data, graph, machine = _valid(tmp_path)
+    text = json.dumps(data).replace('"devices": [0, 1, 2, 3]', '"devices": [0, 1, 2, 3], '
+                                    '"devices": [3, 2, 1, 0]', 1)  # fmt: skip
+    assert text.count('"devices": [3, 2, 1, 0]') == 1
+    with pytest.raises(StrategyError, match=r"bad.json gives 'devices' twice in one object"):
+        load_strategy(_write(tmp_path, text), graph, machine)
 
 
 @pytest.mark.parametrize(

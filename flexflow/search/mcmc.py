@@ -217,14 +217,21 @@ def run_chain(
     simulation: str = "delta",
     neighbour_moves: float = DEFAULT_NEIGHBOUR_MOVES,
     path_moves: float | None = None,
+    path_continue: float = PATH_CONTINUE,
 ) -> ChainResult:
     """One Metropolis-Hastings chain from `init`; `simulation` ("delta" or "full") says how
     proposals are evaluated, `patience` ("budget" or "progress") when a stalled chain stops;
-    `path_moves` None takes the graph's default (`path_moves_for`)."""
+    `path_moves` None takes the graph's default (`path_moves_for`); a path move's walk goes on
+    with probability `path_continue` after each step."""
     if path_moves is None:
         path_moves = path_moves_for(context.graph)
     if patience not in PATIENCES:
         raise FlexFlowError(f"unknown patience '{patience}'; choose one of {', '.join(PATIENCES)}.")
+    if not 0.0 <= path_continue < 1.0:
+        raise FlexFlowError(
+            f"path_continue is the chance a path move's walk goes on after each step, in [0, 1); "
+            f"got {path_continue}."
+        )
     shares = (("layer_moves", layer_moves), ("neighbour_moves", neighbour_moves),
               ("path_moves", path_moves))  # fmt: skip
     for name, share in shares:
@@ -244,7 +251,7 @@ def run_chain(
 
     def path_from(op: int, config: ParallelConfig) -> tuple[int, ...]:
         """`op` and a random walk on from it over neighbours that can take `config` (each op
-        once), going on with probability PATH_CONTINUE after each step."""
+        once), going on with probability `path_continue` after each step."""
         path, at = [op], op
         while True:
             steps = [n for n in adjacent[at] if n not in path and config in valid_set(n)]
@@ -252,7 +259,7 @@ def run_chain(
                 break
             at = steps[int(rng.integers(len(steps)))]
             path.append(at)
-            if rng.random() >= PATH_CONTINUE:
+            if rng.random() >= path_continue:
                 break
         return tuple(path)
 

@@ -15,6 +15,7 @@ from flexflow.search.local import DescentStatus, descend
 from flexflow.search.mcmc import (
     DEFAULT_BETA,
     DEFAULT_NEIGHBOUR_MOVES,
+    PATH_CONTINUE,
     ChainResult,
     ChainStatus,
     run_chain,
@@ -160,6 +161,7 @@ def search(
     neighbour_moves: float = DEFAULT_NEIGHBOUR_MOVES,
     path_moves: float | None = None,
     narrow_sweeps: bool = True,
+    path_continue: float = PATH_CONTINUE,
 ) -> SearchResult:
     """Run one chain per initial strategy, each with an equal share of the budget (each with
     its own random stream, seeded by (`seed`, its index)).
@@ -176,7 +178,8 @@ def search(
     instead of by delta simulation: the same result, slower (the paper's Table 4 compares them).
     `neighbour_moves` is the share of one-op proposals taking a neighbour's configuration
     (`flexflow.search.mcmc`), `path_moves` that of one-op proposals extended to a path of
-    neighbours (None: the graph's default, `flexflow.search.mcmc.path_moves_for`).
+    neighbours (None: the graph's default, `flexflow.search.mcmc.path_moves_for`), whose walks
+    go on with probability `path_continue` after each step.
     `space="optcnn"` runs the OptCNN baseline's dynamic programming instead of MCMC (no
     chains, no polish) and reports its strategy's simulated cost.
     """
@@ -222,6 +225,7 @@ def search(
             simulation=simulation,
             neighbour_moves=neighbour_moves,
             path_moves=path_moves,
+            path_continue=path_continue,
         )
 
     if at_once == 1:

@@ -129,7 +129,7 @@ def test_a_bad_steps_per_execution_is_an_error_naming_it(report, value):
 
 @pytest.mark.parametrize("value", [0, -1])
 def test_config_rejects_a_bad_steps_per_execution(value):
-    with pytest.raises(FlexFlowError, match="steps_per_execution must be a positive integer"):
+    with pytest.raises(FlexFlowError, match=r"steps_per_execution \(--steps-per-execution\) must"):
         FFConfig(steps_per_execution=value)
 
 

@@ -77,3 +77,31 @@ def test_the_cli_passes_the_path_share_on(capsys):
     result = search(context, seed=1, max_proposals=90, polish=False, path_moves=1.0)
     assert out["best_iteration_ms"] == pytest.approx(result.best_s * 1e3, rel=1e-12)
     assert out["proposals"] == result.proposals
+
+
+def test_path_continue_sets_how_far_walks_go(monkeypatch):
+    """At 0 a walk stops after its first step; the longer the walks are meant to be, the longer
+    they are on a deep chain (ResNet-101's 279 ops), and never past the op count."""
+    mean_length = {}
+    for value in (0.0, 0.75, 0.97):
+        graph, *_, log, chain = recorded_chain(
+            "resnet101", monkeypatch, path_moves=1.0, neighbour_moves=0.0, path_continue=value
+        )
+        lengths = [len(path) for path, _, _ in log if len(path) > 1]
+        assert len(lengths) > 100
+        if value == 0.0:
+            assert set(lengths) == {2}
+        assert max(lengths) <= len(graph.ops)
+        mean_length[value] = sum(lengths) / len(lengths)
+    assert mean_length[0.0] < mean_length[0.75] < mean_length[0.97]
+    assert mean_length[0.97] > 10
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, 1.5])
+def test_path_continue_must_be_a_probability_below_one(value):
+    graph = load_model("lenet").graph()
+    context = SimContext(graph, parse_machine("p100:1"))
+    dp = named_strategy("dp", graph, context.machine)
+    space = make_space("soap", graph, context.machine)
+    with pytest.raises(mcmc.FlexFlowError, match="path_continue.*in \\[0, 1\\)"):
+        run_chain(context, "dp", dp, space, np.random.default_rng(0), 1.0, path_continue=value)
