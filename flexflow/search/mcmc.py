@@ -103,9 +103,10 @@ DEFAULT_NEIGHBOUR_MOVES = 0.5
 DEFAULT_PATH_MOVES = 0.5
 """The share of one-op proposals extended to a path of neighbours on graphs without unrolled
 layers (see the module doc); `path_moves_for` gives a graph's default."""
-PATH_CONTINUE = 0.75
-"""The chance that a path move's walk goes on to one more op after each step (about 4 steps
-on average where neighbours allow them)."""
+PATH_CONTINUE = (0.75, 0.97)
+"""The chances that a path move's walk goes on to one more op after each step, one drawn
+uniformly per walk: short walks (about 4 ops where neighbours allow them) align an op with its
+neighbourhood, long ones (about 33) a stretch of a deep chain at once (see the module doc)."""
 PATIENCES = ("budget", "progress")
 """When a chain whose best stopped improving gives up (see the module doc)."""
 PROGRESS_FLOOR_PER_OP = 10
@@ -217,20 +218,21 @@ def run_chain(
     simulation: str = "delta",
     neighbour_moves: float = DEFAULT_NEIGHBOUR_MOVES,
     path_moves: float | None = None,
-    path_continue: float = PATH_CONTINUE,
+    path_continue: float | tuple[float, ...] = PATH_CONTINUE,
 ) -> ChainResult:
     """One Metropolis-Hastings chain from `init`; `simulation` ("delta" or "full") says how
     proposals are evaluated, `patience` ("budget" or "progress") when a stalled chain stops;
     `path_moves` None takes the graph's default (`path_moves_for`); a path move's walk goes on
-    with probability `path_continue` after each step."""
+    with probability `path_continue` after each step (one of them, drawn per walk, if several)."""
     if path_moves is None:
         path_moves = path_moves_for(context.graph)
     if patience not in PATIENCES:
         raise FlexFlowError(f"unknown patience '{patience}'; choose one of {', '.join(PATIENCES)}.")
-    if not 0.0 <= path_continue < 1.0:
+    continues = path_continue if isinstance(path_continue, tuple) else (path_continue,)
+    if not continues or not all(0.0 <= c < 1.0 for c in continues):
         raise FlexFlowError(
-            f"path_continue is the chance a path move's walk goes on after each step, in [0, 1); "
-            f"got {path_continue}."
+            f"path_continue is the chance a path move's walk goes on after each step, in [0, 1) "
+            f"(or several, one drawn per walk); got {path_continue}."
         )
     shares = (("layer_moves", layer_moves), ("neighbour_moves", neighbour_moves),
               ("path_moves", path_moves))  # fmt: skip
@@ -251,7 +253,10 @@ def run_chain(
 
     def path_from(op: int, config: ParallelConfig) -> tuple[int, ...]:
         """`op` and a random walk on from it over neighbours that can take `config` (each op
-        once), going on with probability `path_continue` after each step."""
+        once), going on after each step with a probability of `continues`, drawn per walk."""
+        go_on = (
+            continues[0] if len(continues) == 1 else continues[int(rng.integers(len(continues)))]
+        )
         path, at = [op], op
         while True:
             steps = [n for n in adjacent[at] if n not in path and config in valid_set(n)]
@@ -259,7 +264,7 @@ def run_chain(
                 break
             at = steps[int(rng.integers(len(steps)))]
             path.append(at)
-            if rng.random() >= path_continue:
+            if rng.random() >= go_on:
                 break
         return tuple(path)
 

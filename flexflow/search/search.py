@@ -161,7 +161,7 @@ def search(
     neighbour_moves: float = DEFAULT_NEIGHBOUR_MOVES,
     path_moves: float | None = None,
     narrow_sweeps: bool = True,
-    path_continue: float = PATH_CONTINUE,
+    path_continue: float | tuple[float, ...] = PATH_CONTINUE,
 ) -> SearchResult:
     """Run one chain per initial strategy, each with an equal share of the budget (each with
     its own random stream, seeded by (`seed`, its index)).
@@ -179,7 +179,7 @@ def search(
     `neighbour_moves` is the share of one-op proposals taking a neighbour's configuration
     (`flexflow.search.mcmc`), `path_moves` that of one-op proposals extended to a path of
     neighbours (None: the graph's default, `flexflow.search.mcmc.path_moves_for`), whose walks
-    go on with probability `path_continue` after each step.
+    go on with probability `path_continue` after each step (one of them drawn per walk).
     `space="optcnn"` runs the OptCNN baseline's dynamic programming instead of MCMC (no
     chains, no polish) and reports its strategy's simulated cost.
     """

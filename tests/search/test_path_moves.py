@@ -83,7 +83,7 @@ def test_path_continue_sets_how_far_walks_go(monkeypatch):
     """At 0 a walk stops after its first step; the longer the walks are meant to be, the longer
     they are on a deep chain (ResNet-101's 279 ops), and never past the op count."""
     mean_length = {}
-    for value in (0.0, 0.75, 0.97):
+    for value in (0.0, 0.75, 0.97, (0.75, 0.97)):
         graph, *_, log, chain = recorded_chain(
             "resnet101", monkeypatch, path_moves=1.0, neighbour_moves=0.0, path_continue=value
         )
@@ -93,11 +93,12 @@ def test_path_continue_sets_how_far_walks_go(monkeypatch):
             assert set(lengths) == {2}
         assert max(lengths) <= len(graph.ops)
         mean_length[value] = sum(lengths) / len(lengths)
-    assert mean_length[0.0] < mean_length[0.75] < mean_length[0.97]
+    assert mean_length[0.0] < mean_length[0.75] < mean_length[(0.75, 0.97)] < mean_length[0.97]
     assert mean_length[0.97] > 10
+    assert mcmc.PATH_CONTINUE == (0.75, 0.97)  # the default: one of the two per walk
 
 
-@pytest.mark.parametrize("value", [-0.1, 1.0, 1.5])
+@pytest.mark.parametrize("value", [-0.1, 1.0, 1.5, (0.5, 1.0), ()])
 def test_path_continue_must_be_a_probability_below_one(value):
     graph = load_model("lenet").graph()
     context = SimContext(graph, parse_machine("p100:1"))
