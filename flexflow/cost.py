@@ -27,7 +27,7 @@ from flexflow.errors import FlexFlowError
 from flexflow.fileio import atomic_write_text, load_json
 from flexflow.graph import OpNode, op_attributes
 from flexflow.machine import Device
-from flexflow.ops.base import Region, region_shape
+from flexflow.ops.base import Region, is_int, region_shape
 
 PROFILE_FORMAT = "flexflow-profile"
 PROFILE_VERSION = 6
@@ -236,13 +236,20 @@ class Profile:
                     "parallelism's C step); re-measure it (remove "
                     "the file and rerun, or `flexflow profile MODEL --out FILE`)."
                 )
+            if (
+                data.get("format") == PROFILE_FORMAT
+                and is_int(version)
+                and version > PROFILE_VERSION
+            ):
+                raise ValueError(
+                    f"a newer flexflow wrote it (profile version {version}; this one reads "
+                    f"{PROFILE_VERSION}): upgrade flexflow, or re-measure it with this one"
+                )
             if data.get("format") != PROFILE_FORMAT or version != PROFILE_VERSION:
                 raise ValueError(f"expected format {PROFILE_FORMAT!r} version {PROFILE_VERSION}")
             times = _entries(data["entries"])
-            native = _entries(data.get("native_entries", []))
-            rates = {u["device"]: float(u["bytes_per_s"]) for u in data.get("updates", [])}
-            if any(not 0 < rate < math.inf for rate in rates.values()):
-                raise ValueError("an update's bytes_per_s is not a positive finite number")
+            native = _entries(data.get("native_entries", []), "native_entries")
+            rates = _update_rates(data.get("updates", []))
         except KeyError as exc:
             raise FlexFlowError(
                 f"profile file {path} cannot be used: an entry lacks its {exc} field; {fix}"
@@ -267,10 +274,35 @@ def _entries_json(times: Mapping[CostKey, TaskTime]) -> list[dict[str, Any]]:
     ]
 
 
-def _entries(entries: list[dict[str, Any]]) -> dict[CostKey, TaskTime]:
-    """`_entries_json`'s list read back (a malformed entry raises KeyError or ValueError)."""
-    times = {}
-    for e in entries:
+ENTRY_FIELDS = ("kind", "attributes", "inputs", "tile", "device", "forward_s", "backward_s")
+"""The fields of a profile entry (`_entries_json`)."""
+
+
+def _entries(entries: Any, field: str = "entries") -> dict[CostKey, TaskTime]:
+    """`_entries_json`'s list read back; a ValueError names the entry and what is wrong."""
+    if not isinstance(entries, list):
+        raise ValueError(f'"{field}" must be a list of task times, got {type(entries).__name__}')
+    times: dict[CostKey, TaskTime] = {}
+    for index, e in enumerate(entries):
+        where = f'"{field}" entry {index}'
+        if not isinstance(e, dict) or set(e) != set(ENTRY_FIELDS):
+            got = sorted(e) if isinstance(e, dict) else type(e).__name__
+            raise ValueError(f"{where} must be an object with fields {ENTRY_FIELDS}; got {got}")
+        where += f" ({e['kind']!r})" if isinstance(e["kind"], str) else ""
+        if not (isinstance(e["kind"], str) and isinstance(e["device"], str)):
+            raise ValueError(f'{where}: "kind" and "device" must be strings')
+        if not isinstance(e["attributes"], dict):
+            raise ValueError(f'{where}: "attributes" must be an object')
+        if not (
+            _ints(e["tile"]) and isinstance(e["inputs"], list) and all(map(_ints, e["inputs"]))
+        ):
+            raise ValueError(f'{where}: "tile" and each of "inputs" must be lists of integers')
+        for name in ("forward_s", "backward_s"):
+            value = e[name]
+            if not (type(value) in (int, float) and 0 <= value < math.inf):
+                raise ValueError(
+                    f"{where}: {name} must be finite non-negative seconds, got {value!r}"
+                )
         key = (
             e["kind"],
             json.dumps(e["attributes"], sort_keys=True),
@@ -279,13 +311,35 @@ def _entries(entries: list[dict[str, Any]]) -> dict[CostKey, TaskTime]:
             e["device"],
         )
         time = TaskTime(float(e["forward_s"]), float(e["backward_s"]))
-        if not (0 <= time.forward_s < math.inf and 0 <= time.backward_s < math.inf):
-            raise ValueError(
-                f"a {e['kind']} task's times ({e['forward_s']}, {e['backward_s']} s) are not "
-                "finite non-negative seconds"
-            )
+        if times.get(key, time) != time:
+            raise ValueError(f"{where} times the same task as an earlier entry, differently")
         times[key] = time
     return times
+
+
+def _update_rates(updates: Any) -> dict[str, float]:
+    """The "updates" list read back: bytes per second by device model."""
+    if not isinstance(updates, list):
+        raise ValueError(f'"updates" must be a list, got {type(updates).__name__}')
+    rates = {}
+    for index, u in enumerate(updates):
+        if not (
+            isinstance(u, dict)
+            and set(u) == {"device", "bytes_per_s"}
+            and isinstance(u["device"], str)
+            and type(u["bytes_per_s"]) in (int, float)
+            and 0 < u["bytes_per_s"] < math.inf
+        ):
+            raise ValueError(
+                f'"updates" entry {index} must be {{"device": a name, "bytes_per_s": a positive '
+                f"finite number}}, got {u!r}"
+            )
+        rates[u["device"]] = float(u["bytes_per_s"])
+    return rates
+
+
+def _ints(values: Any) -> bool:
+    return isinstance(values, list) and all(type(v) is int for v in values)
 
 
 class CostModel:

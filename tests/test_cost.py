@@ -152,6 +152,39 @@ def test_bad_profile_files(tmp_path, text):
         Profile.load(path)  # infinite, negative and huge times were taken (a search failed)
 
 
+def _profile(entries: str, updates: str = "[]") -> str:
+    return f'{{"format": "flexflow-profile", "version": 6, "entries": {entries}, "updates": {updates}}}'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_profile(f'[{_ENTRY}, "forward_s": "x", "backward_s": 0.1}}]'),
+         r"entry 0 \('dense'\): forward_s must be finite non-negative seconds, got 'x'"),
+        (_profile(f'[{_ENTRY}, "forward_s": "0.5", "backward_s": 0.1}}]'), r"got '0.5'"),
+        (_profile(f'[{_ENTRY}, "forward_s": true, "backward_s": 0.1}}]'), r"got True"),
+        (_profile('"abc"'), r'"entries" must be a list of task times, got str'),
+        (_profile("null"), r'"entries" must be a list of task times, got NoneType'),
+        (_profile("{}"), r'"entries" must be a list of task times, got dict'),
+        (_profile(f'[{_ENTRY.replace("[[8, 4]]", "5")}, "forward_s": 1, "backward_s": 0.1}}]'),
+         r'"tile" and each of "inputs" must be lists of integers'),
+        (_profile(f'[{_ENTRY}, "forward_s": 1, "backward_s": 0.1, "extra": 1}}]'),
+         r"entry 0 must be an object with fields"),
+        (_profile(f'[{_ENTRY}, "forward_s": 1, "backward_s": 0.1}}, '
+                  f'{_ENTRY}, "forward_s": 2, "backward_s": 0.1}}]'),
+         r"entry 1 \('dense'\) times the same task as an earlier entry, differently"),
+        (_profile("[]", '[{"device": "c", "bytes_per_s": "1e9"}]'), r'"updates" entry 0 must be'),
+        ('{"format": "flexflow-profile", "version": 99, "entries": []}',
+         r"a newer flexflow wrote it \(profile version 99; this one reads 6\)"),
+    ],
+)  # fmt: skip
+def test_a_bad_profile_entry_is_named_with_what_is_wrong(tmp_path, text, message):
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(FlexFlowError, match=r"profile file .* cannot be used: .*" + message):
+        Profile.load(path)
+
+
 def test_transfer_time_is_latency_plus_size_over_bandwidth():
     link = parse_machine("p100:1").route(0, 1)[0]
     assert link.transfer_s(20e9) == pytest.approx(
