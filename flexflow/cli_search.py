@@ -63,7 +63,13 @@ DEFAULT_INITS = "dp,expert,random,dp-width"
 
 
 def _refuse_unused_search_flags(args: argparse.Namespace) -> None:
-    """Flags that the other flags given make moot are an error, not silently dropped."""
+    """Flags that the other flags given make moot are an error, not silently dropped, and so
+    is a search that would never end."""
+    if math.isinf(args.budget) and args.proposals is None:
+        raise FlexFlowError(
+            "search: --budget inf never ends; give a number of seconds, or --proposals N to stop "
+            "after N proposals."
+        )
     if args.no_polish and args.polish_budget is not None:
         raise FlexFlowError(
             "search: --polish-budget times the final descent, which --no-polish skips; drop one."
@@ -91,11 +97,6 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     from flexflow.simulator import TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
 
-    if math.isinf(args.budget) and args.proposals is None:
-        raise FlexFlowError(
-            "search: --budget inf never ends; give a number of seconds, or --proposals N to stop "
-            "after N proposals."
-        )
     _refuse_unused_search_flags(args)
     graph, machine, context = _setup(args)
     inits = [i for text in args.init or [DEFAULT_INITS] for i in text.split(",") if i]
