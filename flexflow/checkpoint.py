@@ -171,11 +171,19 @@ def check_checkpoint(
 def _check_weights(
     path: str | os.PathLike[str], held: Iterable[str], weights: Iterable[str]
 ) -> None:
-    missing = sorted(set(weights) - set(held))
+    held, weights = set(held), set(weights)
+    missing = sorted(weights - held)
     if missing:
         raise CheckpointError(
             f"checkpoint {path} lacks {len(missing)} weight(s) of this model "
             f"({', '.join(missing[:5])}); it was saved from another model."
+        )
+    # the other arrays are optimizer states and running statistics (`name@what`), the record
+    extra = sorted(k for k in held - weights if "@" not in k and k != META_KEY)
+    if extra:
+        raise CheckpointError(
+            f"checkpoint {path} holds {len(extra)} weight(s) this model lacks "
+            f"({', '.join(extra[:5])}); it was saved from another model."
         )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -28,7 +29,7 @@ from flexflow.errors import GraphError, NotOfferedError, ShapeError
 from flexflow.flexflow_arguments import flexflow_only as _flexflow_only
 from flexflow.graph import GraphTensor, OperatorGraph, OpNode, Parameter
 from flexflow.ops import ActiMode, DType, Op, TensorSpec
-from flexflow.ops.base import is_int
+from flexflow.ops.base import is_int, python_scalars
 from flexflow.ops.batch_matmul import BatchMatmul
 from flexflow.ops.batch_norm import BatchNorm
 from flexflow.ops.concat import Concat
@@ -164,6 +165,7 @@ class FFModel:
                 f"{op.kind} '{name}': the model is compiled; add layers before compile()."
             )
         layer = layer or name
+        op = python_scalars(op)
         specs = tuple(self._spec(op.kind, name, t) for t in inputs)
         sig = op.infer(name, specs)
         op_id = len(self._ops)
@@ -245,6 +247,11 @@ class FFModel:
         take no gradient here)."""
         _flexflow_only("input", name, create_grad=create_grad)
         name = self._layer_name("input", name)
+        if isinstance(dims, str) or not hasattr(dims, "__iter__"):  # a tuple, list or array
+            raise ShapeError(
+                f"input '{name}': dims must be a sequence of positive integers with the sample "
+                f"first (e.g. (batch, features)), got {dims!r}."
+            )
         shape = tuple(dims)
         if not shape or any(not is_int(d) or d <= 0 for d in shape):
             raise ShapeError(
@@ -743,6 +750,11 @@ class FFModel:
             )
         for tensor in graph.input_tensors:
             self._check_input(graph, tensor, data[tensor.name])
+        if not all(np.shape(value)[0] for value in data.values()):
+            raise ShapeError(
+                f"x holds no samples (inputs of shapes {[np.shape(v) for v in data.values()]}); "
+                "pass at least one."
+            )
         if isinstance(x, DataLoader):
             return x
         return DataLoader(
@@ -829,8 +841,19 @@ class FFModel:
         data orders. With `initial_epoch` (Keras'), the epochs from there until `epochs`: a
         run resumed from a checkpoint continues with `fit(x, y, total,
         initial_epoch=model.executor.epochs_done)`. Saves `checkpoint` after each epoch; the
-        metrics of the epochs run here (a line per epoch where no `on_epoch` takes them)."""
+        metrics of the epochs run here (a line per epoch where no `on_epoch` takes them).
+        Every iteration takes a whole batch (the graph's batch size is fixed): an epoch leaves
+        out the samples past the last whole batch, which shuffling changes from epoch to
+        epoch; with `shuffle=False` the same ones never train, and fit warns of it."""
         loader = self._loader(x, y, shuffle, drop_last=True)
+        rest = loader.samples % self.config.batch_size
+        if rest and not shuffle:
+            warnings.warn(
+                f"fit: the last {rest} of {loader.samples} samples never train (batches of "
+                f"{self.config.batch_size}, shuffle=False); shuffle, or pass a whole number of "
+                "batches.",
+                stacklevel=2,
+            )
         trainer = self._compiled_trainer()
         return trainer.fit(
             loader,
@@ -887,6 +910,44 @@ class FFModel:
         return np.concatenate(outputs)
 
 
+_GRAPH_STATE = ("_tensors", "_ops", "_params", "_counters", "_names", "_next_tensor",
+                "_sequences", "_read")  # fmt: skip
+"""The attributes an FFModel's layer calls change (`_one_layer` restores them on an error)."""
+
+
+def _one_layer(method):
+    """A layer call that raises leaves the model as it was: no half-added ops or tensors, and
+    its name free, so the corrected call (a notebook's retry) takes it."""
+
+    @functools.wraps(method)
+    def build(self: FFModel, *args, **kwargs):
+        before = {key: _copied(getattr(self, key)) for key in _GRAPH_STATE}
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException:
+            for key, value in before.items():
+                setattr(self, key, value)
+            raise
+
+    return build
+
+
+def _copied(value):
+    """A copy of a graph container (list, dict, set); a counter as it is."""
+    return value.copy() if isinstance(value, list | dict | set) else value
+
+
+LAYER_METHODS = (
+    "create_tensor", "conv2d", "pool2d", "dense", "embedding", "lstm", "multihead_attention",
+    "batch_matmul", "concat", "split", "flat", "reshape", "transpose", "add", "subtract",
+    "multiply", "relu", "sigmoid", "tanh", "gelu", "elu", "softmax", "batch_norm", "layer_norm",
+    "dropout", "mean",
+)  # fmt: skip
+"""FFModel's methods adding to the graph, each one step that succeeds or changes nothing."""
+for _name in LAYER_METHODS:
+    setattr(FFModel, _name, _one_layer(getattr(FFModel, _name)))
+
+
 def _check_ids(graph: OperatorGraph, tensor: GraphTensor, given) -> None:
     """Raise ShapeError unless the data of integer input `tensor` are integers inside every
     embedding table reading them (a step found out later, without naming the layer or id)."""
@@ -908,8 +969,12 @@ def _check_ids(graph: OperatorGraph, tensor: GraphTensor, given) -> None:
         rows = node.op.num_embeddings
         if low < 0 or high >= rows:
             bad = low if low < 0 else high
+            fix = (
+                "ids are row numbers from 0: map them into its range"
+                if bad < 0
+                else f"give the embedding num_embeddings > {high} or map the ids into its range"
+            )
             raise ShapeError(
                 f"input '{tensor.name}' holds id {bad}, outside [0, {rows}) of embedding "
-                f"'{node.name}' ({rows} rows); give the embedding num_embeddings > "
-                f"{high} or map the ids into its range."
+                f"'{node.name}' ({rows} rows); {fix}."
             )

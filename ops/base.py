@@ -17,6 +17,7 @@ with numerical gradients.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import numbers
@@ -403,6 +404,28 @@ def is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def python_scalars(op: Op) -> Op:
+    """`op` with numpy scalars among its fields made Python's (`dense(x, labels.max() + 1)`
+    passes an np.int64, which validates as an integer but is no JSON value: compile failed)."""
+    if not dataclasses.is_dataclass(op):
+        return op
+    changes = {}
+    for field in dataclasses.fields(op):
+        value = getattr(op, field.name)
+        plain = _plain(value)
+        if plain is not value:
+            changes[field.name] = plain
+    return dataclasses.replace(op, **changes) if changes else op
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple) and any(isinstance(v, np.generic) for v in value):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
 def is_real(value: object) -> bool:
     """A real number, numpy's included, and not a bool, a string or None: one to compare."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
@@ -439,14 +462,16 @@ def expect_positive_real(kind: str, name: str, **values: float) -> None:
             )
 
 
-def expect_member(kind: str, name: str, **values: enum.Enum) -> None:
-    """Modes given as their enums (`activation=ActiMode.AC_MODE_RELU`): an int or a string was
-    kept and then ignored or misread by the kernels."""
-    for key, value in values.items():
-        if not isinstance(value, enum.Enum):
+def expect_member(kind: str, name: str, **values: tuple[object, type[enum.Enum]]) -> None:
+    """Modes given as members of their enums (`activation=(value, ActiMode)`): an int, a string
+    or another enum's member (FlexFlow's `pool2d` takes the pool type before the activation, so
+    an ActiMode lands there easily) was kept and then ignored or misread by the kernels."""
+    for key, (value, members) in values.items():
+        if not isinstance(value, members):
+            names = ", ".join(f"{members.__name__}.{m.name}" for m in members)
             raise ShapeError(
-                f"{kind} '{name}': {key} must be one of the flexflow enum's members (as "
-                f"ActiMode.AC_MODE_RELU), got {value!r}; pass a member of the enum."
+                f"{kind} '{name}': {key} must be a member of {members.__name__}, got {value!r}; "
+                f"pass one of {names}."
             )
 
 

@@ -77,7 +77,7 @@ class Conv2D(GradientsInto, Window2D):
         (x,) = inputs
         expect_float(self.kind, name, x)
         expect_positive(self.kind, name, out_channels=self.out_channels, groups=self.groups)
-        expect_member(self.kind, name, activation=self.activation)
+        expect_member(self.kind, name, activation=(self.activation, ActiMode))
         out_h, out_w = window_output_hw(
             self.kind, name, x, self._kernel, self._stride, self._padding
         )

@@ -49,7 +49,7 @@ class Dense(GradientsInto, Op):
         (x,) = inputs
         expect_float(self.kind, name, x)
         expect_positive(self.kind, name, out_dim=self.out_dim)
-        expect_member(self.kind, name, activation=self.activation)
+        expect_member(self.kind, name, activation=(self.activation, ActiMode))
         if len(x.shape) < 2:
             raise ShapeError(
                 f"dense '{name}': input must have rank >= 2 (sample, ..., features), got shape "

@@ -62,7 +62,7 @@ class Embedding(Op):
         expect_positive(
             self.kind, name, num_embeddings=self.num_embeddings, embedding_dim=self.embedding_dim
         )
-        expect_member(self.kind, name, aggr=self.aggr)
+        expect_member(self.kind, name, aggr=(self.aggr, AggrMode))
         if ids.dtype.is_float:
             raise ShapeError(
                 f"embedding '{name}': input must be an integer (int32/int64) tensor of ids, got "

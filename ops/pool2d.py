@@ -67,7 +67,12 @@ class Pool2D(Window2D):
         expect_inputs(self.kind, name, inputs, 1)
         (x,) = inputs
         expect_float(self.kind, name, x)
-        expect_member(self.kind, name, pool_type=self.pool_type, activation=self.activation)
+        expect_member(
+            self.kind,
+            name,
+            pool_type=(self.pool_type, PoolType),
+            activation=(self.activation, ActiMode),
+        )
         out_h, out_w = window_output_hw(
             self.kind, name, x, self._kernel, self._stride, self._padding
         )

@@ -187,3 +187,18 @@ def test_a_diverged_run_does_not_save_over_the_last_good_checkpoint(tmp_path):
                        r"file keeps the last checkpoint saved"):  # fmt: skip
         write_checkpoint(path, weights, 4, SGDOptimizer(0.1))
     assert path.read_bytes() == good
+
+
+def test_a_checkpoint_with_weights_this_model_lacks_is_another_models(tmp_path):
+    """A larger model's checkpoint (this model's weights and more) was taken silently: the
+    shared ones loaded, the rest ignored, the other run's epoch count kept."""
+    machine = parse_machine("p100:1")
+    arrays = {p.name: np.zeros(p.spec.shape, np.float32) for p in GRAPH.parameters}
+    arrays["fc3.kernel"] = np.zeros((3, 3), np.float32)
+    path = tmp_path / "c.npz"
+    strategy = strategy_to_json(named_strategy("dp", GRAPH, machine), GRAPH, machine)
+    write_checkpoint(path, arrays, 1, SGDOptimizer(0.1), strategy)
+    with pytest.raises(
+        CheckpointError, match=r"holds 1 weight\(s\) this model lacks \(fc3.kernel\)"
+    ):
+        checkpoint_strategy(path, GRAPH, machine)

@@ -174,8 +174,28 @@ def test_ffconfig_from_args_prints_its_flags_for_help(capsys):
         (lambda m, x: m.dropout(x, "0.5"), r"dropout .*rate must be in \[0, 1\), got '0\.5'"),
         (lambda m, x: m.dropout(x, 0.5, seed=-1), r"dropout: seed must be an integer >= 0"),
         (lambda m, x: m.transpose(m.flat(x), (0.0, 1.0)), r"is not a permutation of \(0, 1\)"),
-        (lambda m, x: m.pool2d(x, 2, 2, 2, 2, 0, 0, pool_type=7), r"pool_type must be one of"),
-        (lambda m, x: m.dense(m.flat(x), 4, activation="relu"), r"activation must be one of"),
+        (
+            lambda m, x: m.pool2d(x, 2, 2, 2, 2, 0, 0, pool_type=7),
+            r"pool_type must be a member of PoolType, got 7; pass one of PoolType\.POOL_MAX",
+        ),
+        (
+            lambda m, x: m.dense(m.flat(x), 4, activation="relu"),
+            r"activation must be a member of ActiMode, got 'relu'; pass one of ActiMode\.AC_MODE_NONE",
+        ),
+        (  # FlexFlow's pool2d takes the pool type before the activation: another enum's member
+            lambda m, x: m.pool2d(x, 2, 2, 2, 2, 0, 0, ActiMode.AC_MODE_RELU),
+            r"pool_type must be a member of PoolType, got <ActiMode\.AC_MODE_RELU",
+        ),
+        (
+            lambda m, x: m.dense(m.flat(x), 4, PoolType.POOL_MAX),
+            r"activation must be a member of ActiMode, got <PoolType\.POOL_MAX",
+        ),
+        (
+            lambda m, x: m.embedding(
+                m.create_tensor((4, 3), DataType.DT_INT32), 10, 4, ActiMode.AC_MODE_RELU
+            ),
+            r"aggr must be a member of AggrMode, got <ActiMode\.AC_MODE_RELU",
+        ),
         (
             lambda m, x: m.create_tensor((4, 2), "float16"),
             r"data type 'float16' is not one flexflow takes",
@@ -376,3 +396,63 @@ def test_a_refused_dropout_seed_leaves_the_layer_name_free():
     with pytest.raises(ShapeError, match="seed must be an integer >= 0"):
         model.dropout(x, 0.5, seed=-1, name="drop")
     model.dropout(x, 0.5, seed=1, name="drop")
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda m, x: m.dense(x, 0, name="fc1"),
+        lambda m, x: m.lstm(x, -1, name="fc1"),
+        lambda m, x: m.split(x, [1, 1], 1, name="fc1"),
+        lambda m, x: m.multihead_attention(x, x, x, 3, 2, name="fc1"),
+    ],
+)
+def test_a_failed_layer_call_leaves_the_model_as_it_was(build):
+    """Its name was taken, so the corrected retry was refused as a duplicate."""
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3), name="x")
+    before = (model.num_ops, model.graph())
+    with pytest.raises(ShapeError):
+        build(model, x)
+    assert (model.num_ops, model.graph()) == before
+    model.dense(x, 4, name="fc1")  # the corrected call takes the name
+    model.dense(x, 4, name="inner")
+    assert [n.name for n in model.graph().ops] == ["fc1", "inner"]
+
+
+def test_numpy_integers_as_sizes_become_python_ones():
+    """`dense(x, labels.max() + 1)` passed an np.int64, accepted, then compile failed on a
+    JSON TypeError."""
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 6), name="x")
+    out = model.dense(x, np.array([0, 2, 1]).max() + 1, name="fc")
+    node = model.graph().ops[0]
+    assert type(node.op.out_dim) is int and out.dims == (4, 3)
+    assert type(node.sig.output_shape[1]) is int
+
+
+def test_no_samples_and_a_dims_number_are_refused_clearly():
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 3), name="x")
+    model.softmax(model.dense(x, 2))
+    with pytest.raises(ShapeError, match=r"x holds no samples .*pass at least one"):
+        model._data(np.zeros((0, 3), np.float32), None, False, False)
+    with pytest.raises(ShapeError, match=r"dims must be a sequence of positive integers .* got 8"):
+        FFModel().create_tensor(8)
+    assert FFModel().create_tensor(np.array([2, 3])).dims == (2, 3)
+
+
+def test_one_metric_given_as_a_string_is_that_metric():
+    from flexflow.runtime.loss import metric_names
+
+    assert metric_names("accuracy", "sparse_categorical_crossentropy") == ("accuracy",)
+
+
+def test_an_id_below_zero_is_named_with_its_own_fix():
+    model = FFModel(FFConfig(batch_size=4))
+    ids = model.create_tensor((4, 3), DataType.DT_INT32, name="tokens")
+    model.softmax(model.dense(model.flat(model.embedding(ids, 20, 8, name="embed")), 5))
+    tokens = np.zeros((8, 3), np.int32)
+    tokens[1, 1] = -1
+    with pytest.raises(ShapeError, match=r"holds id -1, .* ids are row numbers from 0"):
+        model.fit(tokens, np.zeros(8, np.int32))

@@ -318,6 +318,8 @@ LOSS_METRICS = {
 def metric_names(metrics: Sequence[str], loss: str) -> tuple[str, ...]:
     """The metrics to compute, by their names here: FlexFlow's names are taken, and a loss
     named as a metric is the loss `loss` trained on (every epoch reports it), or refused."""
+    if isinstance(metrics, str) or hasattr(metrics, "name"):  # one metric: not its letters
+        metrics = (metrics,)
     names = []
     for metric in metrics:
         name = getattr(metric, "name", metric)
