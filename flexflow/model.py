@@ -834,6 +834,7 @@ class FFModel:
         checkpoint: str | None = None,
         on_epoch=None,
         initial_epoch: int | None = None,
+        validation_data=None,
     ) -> list[Metrics]:
         """Train on `x` (an array for a one-input model, a dict by input name or input
         tensor, a list in input order, or a DataLoader) and `y` for `epochs` (default: the
@@ -844,8 +845,24 @@ class FFModel:
         metrics of the epochs run here (a line per epoch where no `on_epoch` takes them).
         Every iteration takes a whole batch (the graph's batch size is fixed): an epoch leaves
         out the samples past the last whole batch, which shuffling changes from epoch to
-        epoch; with `shuffle=False` the same ones never train, and fit warns of it."""
+        epoch; with `shuffle=False` the same ones never train, and fit warns of it.
+        `validation_data` (Keras'), an (x, y) pair taken as `eval` takes them, is evaluated
+        after each epoch (each epoch's Metrics.validation, and its line); it is checked with
+        the training data, before the first batch."""
         loader = self._loader(x, y, shuffle, drop_last=True)
+        validation = None
+        if validation_data is not None:
+            if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
+                size = (
+                    f" of {len(validation_data)}"
+                    if isinstance(validation_data, tuple | list)
+                    else ""
+                )
+                raise ShapeError(
+                    "fit: validation_data is an (x, y) pair, as eval takes them (no sample "
+                    f"weights); got a {type(validation_data).__name__}{size}."
+                )
+            validation = self._loader(*validation_data, False, drop_last=False)
         rest = loader.samples % self.config.batch_size
         if rest and not shuffle:
             warnings.warn(
@@ -861,6 +878,7 @@ class FFModel:
             checkpoint,
             on_epoch,
             initial_epoch,
+            validation,
         )
 
     def eval(self, x=None, y=None) -> Metrics:

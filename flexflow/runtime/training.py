@@ -13,7 +13,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.console import Console
 from rich.progress import (
@@ -41,6 +41,8 @@ class Metrics:
     accuracy: float | None
     samples: int
     seconds: float
+    validation: Metrics | None = None
+    """An epoch's evaluation on `fit`'s validation_data, after the epoch."""
 
     @property
     def samples_per_s(self) -> float:
@@ -48,10 +50,15 @@ class Metrics:
 
     def describe(self) -> str:
         accuracy = "" if self.accuracy is None else f", accuracy {self.accuracy:.2%}"
-        return (
+        said = (
             f"loss {self.loss:.4f}{accuracy}, {self.samples:,} samples in {self.seconds:.2f} s "
             f"({self.samples_per_s:,.0f} samples/s)"
         )
+        if self.validation is not None:
+            v = self.validation
+            accuracy = "" if v.accuracy is None else f", accuracy {v.accuracy:.2%}"
+            said += f"; validation loss {v.loss:.4f}{accuracy}"
+        return said
 
 
 class Tally:
@@ -161,13 +168,14 @@ class Trainer:
         checkpoint: str | os.PathLike[str] | None = None,
         on_epoch: Callable[[Metrics], None] | None = None,
         initial_epoch: int | None = None,
+        validation: DataLoader | None = None,
     ) -> list[Metrics]:
         """Train `epochs` more epochs (FlexFlow's and Keras' fit), numbered on from those the
         executor has done (earlier calls, a loaded checkpoint), so each draws a new data
         order; with `initial_epoch` (Keras'), the epochs from `initial_epoch` until `epochs`
         instead: a resumed run passes the epochs done (`Executor.epochs_done`) and its
         total. Saves `checkpoint` atomically after each epoch; the metrics of the epochs run
-        here."""
+        here, each with its evaluation on `validation` after it when given."""
         if not is_int(epochs) or epochs < 1:
             raise FlexFlowError(f"fit: epochs must be a positive integer, got {epochs!r}.")
         if initial_epoch is not None and (not is_int(initial_epoch) or initial_epoch < 0):
@@ -216,6 +224,8 @@ class Trainer:
             )
             skip = 0
             self.executor.position = DataPosition(epoch + 1, data.batch_size)
+            if validation is not None:
+                metrics = replace(metrics, validation=self.evaluate(validation))
             history.append(metrics)
             if on_epoch is not None:  # first: the checkpoint keeps what it changes (a rate)
                 on_epoch(metrics)

@@ -9,6 +9,7 @@ import functools
 import json
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -446,6 +447,33 @@ def resumed_schedule() -> dict:
         }
 
 
+def validation() -> dict:
+    """fit's validation_data: evaluated after every epoch, checked before the first batch."""
+    model = build()
+    model.compile(SGDOptimizer(0.1), progress=False)
+    held_x, held_y = X[:40], Y[:40]
+    history = model.fit(X, Y, 2, shuffle=False, validation_data=(held_x, held_y))
+    after = model.eval(held_x, held_y)
+    fresh = build()
+    fresh.compile(SGDOptimizer(0.1), progress=False)
+    bad_shape = error(lambda: fresh.fit(X, Y, 1, validation_data=(held_x[:, :5], held_y)))
+    bad_form = error(lambda: fresh.fit(X, Y, 1, validation_data=(held_x, held_y, held_y)))
+    refused_at = fresh.executor.iteration
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fresh.fit(X[:90], Y[:90], 1, shuffle=False)
+    return {
+        "validation_losses": [m.validation.loss for m in history],
+        "validation_samples": [m.validation.samples for m in history],
+        "eval_after": after.loss,
+        "described": history[-1].describe(),
+        "bad_shape": bad_shape,
+        "bad_form": bad_form,
+        "iterations_after_refusals": refused_at,
+        "partial_batch_warnings": [str(w.message) for w in caught],
+    }
+
+
 def epoch_lines() -> None:
     """fit with progress on and no on_epoch, its console a pipe: one line per epoch."""
     model = build()
@@ -467,6 +495,7 @@ report = {
     "loop_edges": loop_edges(),
     "cached_views": cached_views(),
     "resumed_schedule": resumed_schedule(),
+    "validation": validation(),
 }
 epoch_lines()
 sys.stdout.write(json.dumps(report) + "\n")

@@ -161,3 +161,19 @@ def test_the_loop_copies_its_batches_and_checks_them_and_fit_after_it_trains_who
 def test_batches_do_not_accumulate_in_the_executors_view_cache(run):
     after_one, after_four, after_eval, after_eval_again = run[0]["cached_views"]["sizes"]
     assert after_four == after_one and after_eval_again == after_eval
+
+
+def test_validation_data_is_evaluated_after_every_epoch_and_checked_first(run):
+    """Keras' fit(validation_data=...) was a TypeError."""
+    checks = run[0]["validation"]
+    assert checks["validation_samples"] == [40, 40]
+    assert checks["validation_losses"][0] != checks["validation_losses"][1]
+    assert checks["validation_losses"][1] == checks["eval_after"]  # the weights after epoch 2
+    assert "; validation loss" in checks["described"]
+    assert "input 'x' takes samples of shape (12,)" in checks["bad_shape"]
+    assert "validation_data is an (x, y) pair" in checks["bad_form"]
+    assert checks["iterations_after_refusals"] == 0  # both refused before the first batch
+    assert checks["partial_batch_warnings"] == [
+        "fit: the last 10 of 90 samples never train (batches of 16, shuffle=False); shuffle, "
+        "or pass a whole number of batches."
+    ]
