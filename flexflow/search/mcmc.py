@@ -52,8 +52,9 @@ draws only.
 Half of the one-op proposals on graphs without unrolled layers (DEFAULT_PATH_MOVES,
 `path_moves_for`) are path moves, also ours: after the op's configuration is drawn (uniformly
 or from a neighbour), a random walk goes on from the op to a neighbour that can take the same
-configuration, and from there on with probability PATH_CONTINUE, and every op on the walk gets
-that configuration in one delta simulation (`DeltaSimulator.change_many`). Aligning a stretch
+configuration, and from there on with a probability drawn per walk from PATH_CONTINUE (0.75 or
+0.97: about 4 or 33 ops where neighbours allow), and every op on the walk gets that
+configuration in one delta simulation (`DeltaSimulator.change_many`). Aligning a stretch
 of a deep chain one op at a time pays transfers on both sides of each op, so single-op chains
 from a random strategy stall far from a good one. Chains from random strategies under the
 progress rule (Table 4's protocol, p100:1, seeds 0-2, a throwaway run, 2026-12-01): ResNet-101
@@ -63,6 +64,20 @@ p100:4 (`benchmarks/neighbour_moves.py --move path`, seeds 0-1,
 benchmarks/results/path_moves.md) the CNNs' results moved by -0.2% to +1.1% but RNNLM's fell
 5% with both seeds (RNNTC -2.0% to +0.4%, NMT -3.2% to +6.1%): graphs with unrolled layers,
 whose layer moves already change many ops at once, get none by default.
+The long walks (session 39): with 0.75 alone, ResNet-101's chains from random strategies on 64
+GPUs were still improving when the 120 s cap stopped them (all 3 seeds; 300 s in an earlier
+run), since a stretch of its 279-op chain is aligned four ops at a time. In
+`benchmarks/path_length.py` (Table 4's protocol, seeds 0-2, AlexNet, Inception-v3, ResNet-101
+and the transformer on p100:1 and k80:16; benchmarks/results/path_length-chains.md) 0.97 alone
+made the chains 0.38x as long and found ResNet-101's best strategies (1.62x DP on 64 GPUs in
+15 s, against 1.47x capped), but worse ones for AlexNet (1.89x against 2.32x) and the
+transformer (1.00x against 1.10x) on 64 GPUs, whose best strategies mix configurations a long
+walk overwrites; drawing 0.75 or 0.97 per walk made them 0.51x as long at 1.02x the speedup
+over data parallelism (geometric mean, 15 of 24 better, 8 worse), ResNet-101's 4-GPU chains
+2.8x shorter (1.90 s against 5.25, 0.998x DP against 0.975x) and its 64-GPU ones 1.9x
+(64 s, one of three still at the cap; 1.50x DP). The default searches barely moved: 10 s
+searches of the same models on p100:4 and k80:4 (seeds 0-1, before the final descent;
+benchmarks/results/path_length-searches.md) found 1.001x the speedup (5 better, 4 worse of 16).
 
 A chain stops when its time budget (or proposal budget) is spent, or when its best has not
 improved for half of that budget (as FlexFlow's optimizer does). With `patience="progress"` it
