@@ -15,7 +15,8 @@ side in one process:
   the final descent (polish=False): its best as a speedup over data parallelism.
 
 Only graphs without unrolled layers get path moves by default (`path_moves_for`), so the models
-are the zoo's CNNs and the transformer. Results: benchmarks/results/path_length.{csv,md}.
+are the zoo's CNNs and the transformer. Results: benchmarks/results/OUT.{csv,md}
+(path_length-chains and path_length-searches: session 39's runs).
 
     .venv/bin/python benchmarks/path_length.py [--values 0.75,0.97,0.75/0.97]
         [--models resnet101,inception_v3] [--machines p100:1,k80:16] [--seeds 3]
@@ -35,7 +36,7 @@ from results_io import RESULTS, write_csv, write_markdown
 from flexflow.cli_args import positive_float, positive_int
 from flexflow.machine import parse_machine
 from flexflow.search import search
-from flexflow.search.mcmc import DEFAULT_BETA, run_chain
+from flexflow.search.mcmc import DEFAULT_BETA, path_chances, run_chain
 from flexflow.search.spaces import make_space
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.strategies import named_strategy
@@ -48,10 +49,9 @@ PARTS = ("chain", "search")
 SEEDS, CAP_S, BUDGET_S = 3, 120.0, 10.0
 
 
-def continues(value: str) -> float | tuple[float, ...]:
+def continues(value: str) -> tuple[float, ...]:
     """`path_continue` from its text: one chance, or several (a/b) drawn per walk."""
-    chances = tuple(float(v) for v in value.split("/"))
-    return chances[0] if len(chances) == 1 else chances
+    return path_chances(tuple(float(v) for v in value.split("/")))
 
 
 def chain_row(graph, machine, space, dp_s: float, seed: int, value: str, cap_s: float) -> dict:

@@ -264,7 +264,8 @@ def _ranges(ids: Sequence[int]) -> str:
 
 
 def cmd_strategy(args: argparse.Namespace, console: Console) -> int:
-    """Build a named strategy (and export it), or check a strategy file against a model and machine."""
+    """Build a named strategy, or check a strategy file against a model and machine; either
+    can be exported (a checked file written again in this flexflow's form)."""
     from flexflow.strategies import named_strategy
     from flexflow.strategy_file import export_strategy, load_strategy
     from flexflow.zoo import load_model
@@ -549,14 +550,23 @@ def _terminated(signum: int, frame) -> None:
     raise KeyboardInterrupt
 
 
-OUTPUT_FLAGS = ("json", "dot", "png", "export", "taskgraph", "trace", "out")
-"""Destinations of the flags naming an output file, which `-` sends to standard output."""
+def output_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Every subcommand's flags naming an output file (or picture), by destination: `-` sends
+    them to standard output."""
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found.update(output_flags(sub))
+        elif action.type in (output_file, picture_file):
+            found[action.dest] = action.option_strings[-1]
+    return found
 
 
-def _console_for(args: argparse.Namespace) -> Console:
+def _console_for(args: argparse.Namespace, outputs: dict[str, str]) -> Console:
     """The console for the command's messages: stderr when an output file is standard output
     (`-`), so what is piped is that file alone. Two outputs on standard output are an error."""
-    files = [f"--{dest}" for dest in OUTPUT_FLAGS if str(getattr(args, dest, None)) == STDOUT]
+    files = [flag for dest, flag in outputs.items() if str(getattr(args, dest, None)) == STDOUT]
     report = ["--json"] if getattr(args, "json", None) is True else []  # a command's report
     to_stdout = files + report
     if len(to_stdout) > 1:
@@ -568,9 +578,10 @@ def _console_for(args: argparse.Namespace) -> Console:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        console = _console_for(args)
+        console = _console_for(args, output_flags(parser))
     except FlexFlowError as exc:
         print(f"flexflow: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -108,8 +108,9 @@ def add_profile(parser: argparse.ArgumentParser) -> None:
     )
 
 
-FUSED_LOSS, FUSED_STEPS_PER_EXECUTION = "sparse_categorical_crossentropy", 8
-"""--fused-launches' defaults: examples/train.py's loss for classifiers and FFConfig's steps."""
+FUSED_LOSS = "sparse_categorical_crossentropy"
+"""--fused-launches' default loss: examples/train.py's for classifiers (the steps per launch
+default to FFConfig's)."""
 
 
 def add_fused_launches(parser: argparse.ArgumentParser) -> None:
@@ -157,6 +158,7 @@ def fused_context(args: argparse.Namespace, graph, machine, profile):
     """The simulation context of `simulate`, `search` and `check-local`: the paper's
     simulator, or with --fused-launches this runtime's as planning a training run models it
     (`flexflow.planning.planning_context`)."""
+    from flexflow.config import FFConfig
     from flexflow.cost import CostModel
     from flexflow.planning import planning_context
     from flexflow.simulator import SimContext
@@ -174,5 +176,5 @@ def fused_context(args: argparse.Namespace, graph, machine, profile):
             )
         return SimContext(graph, machine, CostModel(profile))
     loss = args.loss or FUSED_LOSS
-    steps = args.steps_per_execution or FUSED_STEPS_PER_EXECUTION
+    steps = args.steps_per_execution or FFConfig().steps_per_execution
     return planning_context(graph, machine, profile, loss, steps)

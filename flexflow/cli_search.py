@@ -30,6 +30,7 @@ from flexflow.search.evaluator import SIMULATIONS
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
 from flexflow.search.mcmc import DEFAULT_BETA, DEFAULT_NEIGHBOUR_MOVES, DEFAULT_PATH_MOVES
 from flexflow.search.progress import search_with_progress
+from flexflow.search.search import DEFAULT_INITS as SEARCH_INITS
 from flexflow.search.spaces import SPACES
 
 
@@ -59,13 +60,13 @@ def _export_and_print_json(args: argparse.Namespace, graph, machine, best, data:
     return args.json
 
 
-DEFAULT_INITS = "dp,expert,random,dp-width"
+DEFAULT_INITS = ",".join(SEARCH_INITS)
 
 
 def _refuse_unused_search_flags(args: argparse.Namespace) -> None:
     """Flags that the other flags given make moot are an error, not silently dropped, and so
     is a search that would never end."""
-    if math.isinf(args.budget) and args.proposals is None:
+    if math.isinf(args.budget) and args.proposals is None and args.space != "optcnn":
         raise FlexFlowError(
             "search: --budget inf never ends; give a number of seconds, or --proposals N to stop "
             "after N proposals."

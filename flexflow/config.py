@@ -14,20 +14,18 @@ from flexflow.errors import FlexFlowError
 from flexflow.fileio import output_file
 from flexflow.ops.base import is_int, is_real
 
-FLAGS = {
-    "batch_size": "--batch-size",
-    "epochs": "--epochs",
-    "learning_rate": "--lr",
-    "seed": "--seed",
-    "search_budget": "--budget",
-    "steps_per_execution": "--steps-per-execution",
-}
-"""The command-line flag of each setting (`FFConfig.add_arguments`), named in its errors."""
-
 
 def _named(key: str) -> str:
-    """How an error names a setting: a script's user sets it by its flag, a program by field."""
-    return f"FFConfig: {key} ({FLAGS[key]})"
+    """How an error names a setting: a script's user sets it by its flag (the first long one
+    `FFConfig.add_arguments` gives it), a program by field."""
+    parser = argparse.ArgumentParser(add_help=False)
+    FFConfig.add_arguments(parser)
+    (flag,) = [
+        next(o for o in action.option_strings if o.startswith("--"))
+        for action in parser._actions
+        if action.dest == key
+    ]
+    return f"FFConfig: {key} ({flag})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -388,12 +388,16 @@ class FFModel(_FFModel):
     ) -> list[Metrics]:
         """FlexFlow's fit, in its order (x, y, batch_size, epochs): `epochs` (default 1, as
         FlexFlow's) more epochs, x and y as loaders or arrays; `flexflow.FFModel.fit`'s
-        keywords (initial_epoch, checkpoint, on_epoch, shuffle) too."""
+        keywords (initial_epoch, checkpoint, on_epoch, shuffle, validation_data: a pair
+        taken as x and y are) too."""
         self._check_batch(batch_size)
         self._check_trainable("fit")
         self._loop.check_no_update_pending("fit")
         self._loop.reset_metrics()  # FlexFlow's fit and eval reset the metrics too
         self._loop.forget_output()
+        pair = keywords.get("validation_data")
+        if isinstance(pair, (tuple, list)) and len(pair) == 2:  # loaders, as x and y may be
+            keywords["validation_data"] = self._arrays(*pair)
         history = super().fit(*self._arrays(x, y), epochs, **keywords)
         self._perf = history[-1] if history else self._perf
         return history

@@ -247,13 +247,11 @@ class Profile:
                 )
             if data.get("format") != PROFILE_FORMAT or version != PROFILE_VERSION:
                 raise ValueError(f"expected format {PROFILE_FORMAT!r} version {PROFILE_VERSION}")
+            if "entries" not in data:
+                raise ValueError('it has no "entries" list of task times')
             times = _entries(data["entries"])
             native = _entries(data.get("native_entries", []), "native_entries")
             rates = _update_rates(data.get("updates", []))
-        except KeyError as exc:
-            raise FlexFlowError(
-                f"profile file {path} cannot be used: an entry lacks its {exc} field; {fix}"
-            ) from None
         except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             raise FlexFlowError(f"profile file {path} cannot be used: {exc}; {fix}") from None
         return cls(times, rates, native)

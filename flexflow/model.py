@@ -247,7 +247,7 @@ class FFModel:
         take no gradient here)."""
         _flexflow_only("input", name, create_grad=create_grad)
         name = self._layer_name("input", name)
-        if isinstance(dims, str) or not hasattr(dims, "__iter__"):  # a tuple, list or array
+        if isinstance(dims, str) or np.ndim(dims) != 1:  # a tuple, list or 1-D array
             raise ShapeError(
                 f"input '{name}': dims must be a sequence of positive integers with the sample "
                 f"first (e.g. (batch, features)), got {dims!r}."
@@ -257,6 +257,7 @@ class FFModel:
             raise ShapeError(
                 f"input '{name}': dims must be positive integers with the sample first, got {shape}."
             )
+        shape = tuple(int(d) for d in shape)  # numpy's integers too: the handle's dims
         try:  # a DType, or its value ("float32")
             dtype = DType(data_type.value if isinstance(data_type, DType) else data_type)
         except ValueError:
@@ -415,7 +416,7 @@ class FFModel:
         sample = outputs[0].shape[0]
         tid = self._new_tensor_id()
         self._sequences[tid] = tuple(outputs)
-        return self._handle(tid, (sample, length, hidden_size), DType.FLOAT32)
+        return self._handle(tid, (sample, length, int(hidden_size)), DType.FLOAT32)
 
     def multihead_attention(
         self,
@@ -473,7 +474,8 @@ class FFModel:
         """Split along `axis` into `sizes` equal parts (an int) or parts of the given sizes."""
         name = self._layer_name("split", name)
         spec = self._spec("split", name, input)
-        if isinstance(sizes, int):
+        if is_int(sizes):
+            sizes = int(sizes)
             if (
                 sizes <= 0
                 or not -len(spec.shape) <= axis < len(spec.shape)
@@ -843,9 +845,10 @@ class FFModel:
         run resumed from a checkpoint continues with `fit(x, y, total,
         initial_epoch=model.executor.epochs_done)`. Saves `checkpoint` after each epoch; the
         metrics of the epochs run here (a line per epoch where no `on_epoch` takes them).
-        Every iteration takes a whole batch (the graph's batch size is fixed): an epoch leaves
-        out the samples past the last whole batch, which shuffling changes from epoch to
-        epoch; with `shuffle=False` the same ones never train, and fit warns of it.
+        Given arrays, every iteration takes a whole batch (the graph's batch size is fixed):
+        an epoch leaves out the samples past the last whole batch, which shuffling changes
+        from epoch to epoch; without shuffling the same ones never train, and fit warns of it
+        (a DataLoader keeps its own `shuffle` and `drop_last`).
         `validation_data` (Keras'), an (x, y) pair taken as `eval` takes them, is evaluated
         after each epoch (each epoch's Metrics.validation, and its line); it is checked with
         the training data, before the first batch."""
@@ -862,12 +865,15 @@ class FFModel:
                     "fit: validation_data is an (x, y) pair, as eval takes them (no sample "
                     f"weights); got a {type(validation_data).__name__}{size}."
                 )
-            validation = self._loader(*validation_data, False, drop_last=False)
-        rest = loader.samples % self.config.batch_size
-        if rest and not shuffle:
+            try:
+                validation = self._loader(*validation_data, False, drop_last=False)
+            except ShapeError as exc:
+                raise ShapeError(f"fit: validation_data: {exc}") from None
+        rest = loader.samples % loader.batch_size
+        if rest and loader.drop_last and not loader.shuffle:
             warnings.warn(
                 f"fit: the last {rest} of {loader.samples} samples never train (batches of "
-                f"{self.config.batch_size}, shuffle=False); shuffle, or pass a whole number of "
+                f"{loader.batch_size}, shuffle=False); shuffle, or pass a whole number of "
                 "batches.",
                 stacklevel=2,
             )

@@ -167,7 +167,7 @@ def strategy_from_json(
     if not isinstance(entries, list) or not all(
         isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries
     ):
-        raise StrategyError(f'{source}: "ops" must be a list of objects with a "name".')
+        _raise([*problems, '"ops" must be a list of objects with a "name".'], source)
     by_name: dict[str, dict[str, Any]] = {}
     for entry in entries:
         if entry["name"] in by_name:

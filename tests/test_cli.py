@@ -457,6 +457,9 @@ def test_an_output_on_standard_output_gets_it_alone(capsys):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
     assert "--taskgraph and --json would both write to standard output" in err
+    argv = ["simulate", "lenet", "--machine", "p100:1", "--timeline-png", "-", "--json"]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and "--timeline-png and --json would both" in err
 
 
 @pytest.mark.parametrize(

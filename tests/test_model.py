@@ -420,6 +420,36 @@ def test_a_failed_layer_call_leaves_the_model_as_it_was(build):
     assert [n.name for n in model.graph().ops] == ["fc1", "inner"]
 
 
+def test_a_failed_layer_reading_an_lstm_sequence_leaves_it_unstacked():
+    """Reading an LSTM's sequence adds the `stack` op making it; a layer failing after that
+    must take the stack back too."""
+    model = FFModel(FFConfig(batch_size=4))
+    sequence = model.lstm(model.create_tensor((4, 5, 3), name="x"), 6, name="rnn")
+    before = model.num_ops
+    with pytest.raises(ShapeError):
+        model.dense(sequence, 0, name="fc")
+    assert model.num_ops == before and sequence.id in model._sequences
+    model.dense(sequence, 2, name="fc")
+    assert [n.kind for n in model.graph().ops[before:]] == ["stack", "dense"]
+
+
+def test_every_layer_method_is_one_step():
+    """A layer method missing from LAYER_METHODS would keep half its work after an error."""
+    import inspect
+
+    from flexflow.model import LAYER_METHODS
+
+    returns_tensors = {
+        name
+        for name, method in vars(FFModel).items()
+        if not name.startswith("_")
+        and callable(method)
+        and "Tensor" in str(inspect.signature(method).return_annotation)
+    }
+    assert returns_tensors == set(LAYER_METHODS)
+    assert all(hasattr(getattr(FFModel, name), "__wrapped__") for name in LAYER_METHODS)
+
+
 def test_numpy_integers_as_sizes_become_python_ones():
     """`dense(x, labels.max() + 1)` passed an np.int64, accepted, then compile failed on a
     JSON TypeError."""
@@ -429,6 +459,9 @@ def test_numpy_integers_as_sizes_become_python_ones():
     node = model.graph().ops[0]
     assert type(node.op.out_dim) is int and out.dims == (4, 3)
     assert type(node.sig.output_shape[1]) is int
+    handle = model.create_tensor(np.array([4, 2]), name="y")
+    assert all(type(d) is int for d in handle.dims)
+    assert len(model.split(handle, np.int64(2), 1)) == 2
 
 
 def test_no_samples_and_a_dims_number_are_refused_clearly():
@@ -440,6 +473,8 @@ def test_no_samples_and_a_dims_number_are_refused_clearly():
     with pytest.raises(ShapeError, match=r"dims must be a sequence of positive integers .* got 8"):
         FFModel().create_tensor(8)
     assert FFModel().create_tensor(np.array([2, 3])).dims == (2, 3)
+    with pytest.raises(ShapeError, match=r"dims must be a sequence"):
+        FFModel().create_tensor(np.array(8))
 
 
 def test_one_metric_given_as_a_string_is_that_metric():

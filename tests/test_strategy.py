@@ -210,6 +210,20 @@ def test_unknown_strategy_name():
 # ---- strategy files -------------------------------------------------------------------------------
 
 
+def test_the_top_level_fields_checked_are_those_written(tmp_path):
+    from flexflow.strategy_file import FILE_KEYS
+
+    data, _, _ = _valid(tmp_path)
+    assert set(data) == FILE_KEYS
+
+
+def test_top_level_problems_are_listed_with_a_malformed_ops_list(tmp_path):
+    data, graph, machine = _valid(tmp_path)
+    bad = {**data, "extra": 1, "ops": "none"}
+    with pytest.raises(StrategyError, match=r"(?s)\(2 problem\(s\)\).*'extra'.*\"ops\" must be"):
+        load_strategy(_write(tmp_path, bad), graph, machine)
+
+
 def test_export_import_round_trip(tmp_path):
     graph, machine = zoo_graph("inception_v3"), parse_machine("k80:4")
     s = named_strategy("random", graph, machine, seed=1)

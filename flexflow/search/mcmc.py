@@ -73,7 +73,8 @@ made the chains 0.38x as long and found ResNet-101's best strategies (1.62x DP o
 15 s, against 1.47x capped), but worse ones for AlexNet (1.89x against 2.32x) and the
 transformer (1.00x against 1.10x) on 64 GPUs, whose best strategies mix configurations a long
 walk overwrites; drawing 0.75 or 0.97 per walk made them 0.51x as long at 1.02x the speedup
-over data parallelism (geometric mean, 15 of 24 better, 8 worse), ResNet-101's 4-GPU chains
+over data parallelism (geometric mean, 15 of 24 better, 8 worse; the worst, the transformer on
+64 GPUs, 1.04x against 1.10x), ResNet-101's 4-GPU chains
 2.8x shorter (1.90 s against 5.25, 0.998x DP against 0.975x) and its 64-GPU ones 1.9x
 (64 s, one of three still at the cap; 1.50x DP). The default searches barely moved: 10 s
 searches of the same models on p100:4 and k80:4 (seeds 0-1, before the final descent;
@@ -97,13 +98,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from flexflow.errors import FlexFlowError
 from flexflow.graph import OperatorGraph
+from flexflow.ops.base import is_real
 from flexflow.search.collector import fewer_collections
 from flexflow.search.evaluator import make_evaluator
 from flexflow.search.spaces import Space, SpaceSets
@@ -127,6 +129,18 @@ PATIENCES = ("budget", "progress")
 PROGRESS_FLOOR_PER_OP = 10
 """Proposals per op a chain makes before the progress rule may stop it: about ten tries of
 each op, so a chain does not stop on the first proposals that fail to improve."""
+
+
+def path_chances(path_continue: float | Sequence[float]) -> tuple[float, ...]:
+    """`path_continue` as the tuple of chances a walk draws from; a FlexFlowError unless each
+    is in [0, 1) (1 would never end a walk but at a dead end)."""
+    chances = tuple(path_continue) if isinstance(path_continue, Sequence) else (path_continue,)
+    if not chances or not all(is_real(c) and 0.0 <= c < 1.0 for c in chances):
+        raise FlexFlowError(
+            f"path_continue is the chance a path move's walk goes on after each step, in [0, 1) "
+            f"(or several, one drawn per walk); got {path_continue!r}."
+        )
+    return chances
 
 
 def layer_groups(graph: OperatorGraph) -> tuple[tuple[int, ...], ...]:
@@ -233,7 +247,7 @@ def run_chain(
     simulation: str = "delta",
     neighbour_moves: float = DEFAULT_NEIGHBOUR_MOVES,
     path_moves: float | None = None,
-    path_continue: float | tuple[float, ...] = PATH_CONTINUE,
+    path_continue: float | Sequence[float] = PATH_CONTINUE,
 ) -> ChainResult:
     """One Metropolis-Hastings chain from `init`; `simulation` ("delta" or "full") says how
     proposals are evaluated, `patience` ("budget" or "progress") when a stalled chain stops;
@@ -243,12 +257,7 @@ def run_chain(
         path_moves = path_moves_for(context.graph)
     if patience not in PATIENCES:
         raise FlexFlowError(f"unknown patience '{patience}'; choose one of {', '.join(PATIENCES)}.")
-    continues = path_continue if isinstance(path_continue, tuple) else (path_continue,)
-    if not continues or not all(0.0 <= c < 1.0 for c in continues):
-        raise FlexFlowError(
-            f"path_continue is the chance a path move's walk goes on after each step, in [0, 1) "
-            f"(or several, one drawn per walk); got {path_continue}."
-        )
+    continues = path_chances(path_continue)
     shares = (("layer_moves", layer_moves), ("neighbour_moves", neighbour_moves),
               ("path_moves", path_moves))  # fmt: skip
     for name, share in shares:

@@ -18,6 +18,7 @@ from flexflow.search.mcmc import (
     PATH_CONTINUE,
     ChainResult,
     ChainStatus,
+    path_chances,
     run_chain,
 )
 from flexflow.search.optcnn import optcnn_strategy
@@ -161,7 +162,7 @@ def search(
     neighbour_moves: float = DEFAULT_NEIGHBOUR_MOVES,
     path_moves: float | None = None,
     narrow_sweeps: bool = True,
-    path_continue: float | tuple[float, ...] = PATH_CONTINUE,
+    path_continue: float | Sequence[float] = PATH_CONTINUE,
 ) -> SearchResult:
     """Run one chain per initial strategy, each with an equal share of the budget (each with
     its own random stream, seeded by (`seed`, its index)).
@@ -189,6 +190,7 @@ def search(
             f"search: no initial strategy to start a chain from; give one or more of {names} "
             "or a strategy file (--init dp,expert,random)."
         )
+    path_chances(path_continue)  # here, not first in a worker process
     begin = clock()
     graph, machine = context.graph, context.machine
     dp = named_strategy("dp", graph, machine)

@@ -16,6 +16,7 @@ import numpy as np
 
 import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import ActiMode, FFConfig, FFModel
+from flexflow.data import DataLoader
 from flexflow.errors import FlexFlowError
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 
@@ -462,6 +463,9 @@ def validation() -> dict:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fresh.fit(X[:90], Y[:90], 1, shuffle=False)
+        # a DataLoader keeps its own: a short last batch trains unless it drops it
+        fresh.fit(DataLoader({"x": X[:90]}, Y[:90], 16), 1, shuffle=False)
+        fresh.fit(DataLoader({"x": X[:90]}, Y[:90], 16, drop_last=True), 1)
     return {
         "validation_losses": [m.validation.loss for m in history],
         "validation_samples": [m.validation.samples for m in history],

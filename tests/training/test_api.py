@@ -170,10 +170,11 @@ def test_validation_data_is_evaluated_after_every_epoch_and_checked_first(run):
     assert checks["validation_losses"][0] != checks["validation_losses"][1]
     assert checks["validation_losses"][1] == checks["eval_after"]  # the weights after epoch 2
     assert "; validation loss" in checks["described"]
-    assert "input 'x' takes samples of shape (12,)" in checks["bad_shape"]
+    assert "fit: validation_data: input 'x' takes samples of shape (12,)" in checks["bad_shape"]
     assert "validation_data is an (x, y) pair" in checks["bad_form"]
     assert checks["iterations_after_refusals"] == 0  # both refused before the first batch
-    assert checks["partial_batch_warnings"] == [
+    warned = (
         "fit: the last 10 of 90 samples never train (batches of 16, shuffle=False); shuffle, "
         "or pass a whole number of batches."
-    ]
+    )
+    assert checks["partial_batch_warnings"] == [warned, warned]  # arrays; the dropping loader
