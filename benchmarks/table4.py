@@ -9,7 +9,7 @@ the same chain evaluated by full simulation (every proposal's task graph built a
 whole) makes exactly the same proposals and finds the same strategy: it is run again that
 way, each run in a fresh simulation context (every search pays its own cache warm-up).
 
-Full simulation is slow (ResNet-101 on 4 GPUs: about 17x the delta chain's time), so a full
+Full simulation is slow (ResNet-101 on 4 GPUs: about 8-10x the delta chain's time), so a full
 run stops at FULL_CAP_S; its total is then the delta chain's total times the full/delta time
 ratio measured over the proposals both made (marked "est." in the table). Only the first
 FULL_STARTS starts are run with full simulation.
