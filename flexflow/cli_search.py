@@ -148,12 +148,6 @@ def _exhaustive_line(status: ExhaustiveStatus) -> str:
     )
 
 
-EXHAUSTIVE_REACH_DIGITS = 15
-"""`exhaustive` without --budget refuses a space of more than 10^this strategies: pruning
-proves LeNet's 10^9.7 on p100:1 in about 30 s, while the paper's 10^11 (a 2-step RNNLM) took it
-18 hours; ResNet-101 on p100:1 has 10^353."""
-
-
 def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
     """Branch and bound over every strategy of the space: the simulated global optimum."""
     from flexflow.cli import strategy_table
@@ -162,14 +156,6 @@ def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
 
     graph, machine, context = _setup(args)
     space = make_space(args.space, graph, machine)
-    digits = sum(math.log10(len(space(op))) for op in range(len(graph.ops)))
-    if digits > EXHAUSTIVE_REACH_DIGITS and math.isinf(args.budget):
-        raise FlexFlowError(
-            f"exhaustive: {args.model} on {machine.name} has about 10^{digits:.0f} strategies in "
-            f"the {args.space} space; no proof of a space that size ends (LeNet's 10^9.7 on "
-            "p100:1 takes about 30 s). Run `flexflow search` instead, or pass --budget SECONDS "
-            "to get the best strategy found in that time."
-        )
 
     def run(on_progress: Callable[[ExhaustiveStatus], None] | None):
         return exhaustive_search(

@@ -466,7 +466,7 @@ def test_an_output_on_standard_output_gets_it_alone(capsys):
     ("argv", "message"),
     [
         (["search", "lenet", "--budget", "inf"], "--budget inf never ends"),
-        (["exhaustive", "resnet101"], r"about 10\^353 strategies .* pass --budget SECONDS"),
+        (["exhaustive", "resnet101"], r"about 10\^353 strategies .* give a budget"),
         (["search", "lenet", "--space", "optcnn", "--init", "dp"], "--init would be ignored"),
         (["search", "lenet", "--space", "optcnn", "--proposals", "9"], "--proposals would be"),
         (["search", "lenet", "--no-polish", "--polish-budget", "3"], "which --no-polish skips"),

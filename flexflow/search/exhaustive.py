@@ -197,6 +197,12 @@ class _BranchAndBound:
         return self.stopped
 
 
+REACH_DIGITS = 15
+"""Without a time budget, exhaustive search refuses a space of more than 10^this strategies:
+pruning proves LeNet's 10^9.7 on p100:1 in about 30 s, while the paper's 10^11 (a 2-step RNNLM)
+took it 18 hours; ResNet-101 on p100:1 has 10^353 (and tables small enough to build)."""
+
+
 @fewer_collections()
 def exhaustive_search(
     context: SimContext,
@@ -217,7 +223,17 @@ def exhaustive_search(
             "exhaustive search bounds a launch per op; simulate without fused launches "
             "(SimContext(..., fused_launches=False), as `flexflow exhaustive` does)."
         )
-    check_tabulable(context, [space(o) for o in range(len(context.graph.ops))])  # before seeding
+    configs = [space(o) for o in range(len(context.graph.ops))]
+    check_tabulable(context, configs)  # before seeding
+    digits = sum(math.log10(len(c)) for c in configs)
+    if digits > REACH_DIGITS and math.isinf(budget_s):
+        raise FlexFlowError(
+            f"exhaustive search: about 10^{digits:.0f} strategies on {context.machine.name}; no "
+            "proof of a space that size ends (LeNet's 10^9.7 on p100:1 takes about 30 s). "
+            f"Search it with MCMC (`flexflow search MODEL --machine {context.machine.name} "
+            "--budget SECONDS`), or give a budget (--budget SECONDS) for the best strategy "
+            "found in that time."
+        )
     begin = clock()
     incumbent, incumbent_s, seed_from = seed_incumbent(context, space, seed, seed_proposals)
     search = _BranchAndBound(

@@ -464,8 +464,8 @@ def validation() -> dict:
         warnings.simplefilter("always")
         fresh.fit(X[:90], Y[:90], 1, shuffle=False)
         # a DataLoader keeps its own: a short last batch trains unless it drops it
-        fresh.fit(DataLoader({"x": X[:90]}, Y[:90], 16), 1, shuffle=False)
-        fresh.fit(DataLoader({"x": X[:90]}, Y[:90], 16, drop_last=True), 1)
+        fresh.fit(DataLoader({"x": X[:90]}, Y[:90], 16), epochs=1, shuffle=False)
+        fresh.fit(DataLoader({"x": X[:90]}, Y[:90], 16, drop_last=True), epochs=1)
     return {
         "validation_losses": [m.validation.loss for m in history],
         "validation_samples": [m.validation.samples for m in history],
