@@ -30,13 +30,13 @@ import math
 import statistics
 import time
 
-import numpy as np
 from results_io import RESULTS, write_csv, write_markdown
+from table4 import random_start_chain
 
 from flexflow.cli_args import positive_float, positive_int
 from flexflow.machine import parse_machine
 from flexflow.search import search
-from flexflow.search.mcmc import DEFAULT_BETA, path_chances, run_chain
+from flexflow.search.mcmc import path_chances
 from flexflow.search.spaces import make_space
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.strategies import named_strategy
@@ -56,19 +56,9 @@ def continues(value: str) -> tuple[float, ...]:
 
 def chain_row(graph, machine, space, dp_s: float, seed: int, value: str, cap_s: float) -> dict:
     """One Table 4 chain from the seed's random strategy with walks going on at `value`."""
+    context = SimContext(graph, machine)
     begin = time.perf_counter()
-    result = run_chain(
-        SimContext(graph, machine),
-        "random",
-        named_strategy("random", graph, machine, seed),
-        space,
-        np.random.default_rng(seed),
-        dp_s,
-        DEFAULT_BETA,
-        cap_s,
-        patience="progress",
-        path_continue=continues(value),
-    )
+    result = random_start_chain(context, space, dp_s, seed, cap_s, path_continue=continues(value))
     seconds = time.perf_counter() - begin
     return {
         "seconds": round(seconds, 3),

@@ -68,6 +68,26 @@ class Start:
     None in the CSVs of runs before it was recorded."""
 
 
+def random_start_chain(
+    context: SimContext, space, dp_s: float, seed: int, budget_s: float, **options
+) -> ChainResult:
+    """Table 4's chain: one MCMC chain from the seed's random strategy (its own random stream),
+    stopped by the progress rule or after `budget_s`; `options` go to `run_chain`."""
+    graph, machine = context.graph, context.machine
+    return run_chain(
+        context,
+        "random",
+        named_strategy("random", graph, machine, seed),
+        space,
+        np.random.default_rng(seed),
+        dp_s,
+        DEFAULT_BETA,
+        budget_s,
+        patience="progress",
+        **options,
+    )
+
+
 def run_start(model, machine_name, seed, with_full, cap_s, full_cap_s, show) -> Start:
     graph, machine = load_model(model).graph(), parse_machine(machine_name)
     dp = named_strategy("dp", graph, machine)
@@ -81,18 +101,8 @@ def run_start(model, machine_name, seed, with_full, cap_s, full_cap_s, show) -> 
 
         context = SimContext(graph, machine)
         begin = time.perf_counter()
-        result = run_chain(
-            context,
-            "random",
-            named_strategy("random", graph, machine, seed),
-            space,
-            np.random.default_rng(seed),
-            dp_s,
-            DEFAULT_BETA,
-            budget_s,
-            on_status=on_status,
-            patience="progress",
-            simulation=simulation,
+        result = random_start_chain(
+            context, space, dp_s, seed, budget_s, on_status=on_status, simulation=simulation
         )
         return result, time.perf_counter() - begin
 
