@@ -62,6 +62,8 @@ class BatchNorm(GradientsInto, Op):
         (x,) = inputs
         expect_float(self.kind, name, x)
         expect_positive_real(self.kind, name, eps=self.eps)
+        if not isinstance(self.relu, bool):  # "yes" or 0 was kept, read by truth
+            raise ShapeError(f"batch_norm '{name}': relu must be True or False, got {self.relu!r}.")
         if len(x.shape) not in (2, 4):
             raise ShapeError(
                 f"batch_norm '{name}': input must have rank 4 (sample, channel, height, width) or "

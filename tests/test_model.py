@@ -172,6 +172,7 @@ def test_ffconfig_from_args_prints_its_flags_for_help(capsys):
         ),
         (lambda m, x: m.create_tensor((4, True)), r"dims must be positive integers"),
         (lambda m, x: m.dropout(x, "0.5"), r"dropout .*rate must be in \[0, 1\), got '0\.5'"),
+        (lambda m, x: m.batch_norm(x, relu="yes"), r"relu must be True or False, got 'yes'"),
         (lambda m, x: m.dropout(x, 0.5, seed=-1), r"dropout: seed must be an integer >= 0"),
         (lambda m, x: m.transpose(m.flat(x), (0.0, 1.0)), r"is not a permutation of \(0, 1\)"),
         (

@@ -404,13 +404,24 @@ class Executor:
                 f"set_weights: no weight named {', '.join(unknown)} in this model; its weights "
                 f"are {', '.join(sorted(by_name))}."
             )
-        values = {name: np.asarray(value, dtype=np.float32) for name, value in values.items()}
+        values = {name: np.asarray(value) for name, value in values.items()}
         for name, value in values.items():
             param = by_name[name]
+            if value.dtype.kind not in "fiub":
+                raise ShapeError(
+                    f"set_weights: '{name}' takes numbers, got {value.dtype} values; pass a "
+                    "float array."
+                )
             if tuple(value.shape) != param.spec.shape:
                 raise ShapeError(
                     f"set_weights: '{name}' has shape {param.spec.shape}, got {tuple(value.shape)}."
                 )
+            if not np.isfinite(value).all():  # every later step would be NaN too
+                raise ShapeError(
+                    f"set_weights: '{name}' holds {np.size(value) - np.isfinite(value).sum()} "
+                    "non-finite values (NaN or inf); pass finite weights."
+                )
+        values = {name: value.astype(np.float32) for name, value in values.items()}
         self.params.replace_weights({by_name[name].id: value for name, value in values.items()})
 
     @property

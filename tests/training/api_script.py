@@ -466,7 +466,15 @@ def validation() -> dict:
         # a DataLoader keeps its own: a short last batch trains unless it drops it
         fresh.fit(DataLoader({"x": X[:90]}, Y[:90], 16), epochs=1, shuffle=False)
         fresh.fit(DataLoader({"x": X[:90]}, Y[:90], 16, drop_last=True), epochs=1)
+    weights = model.executor.get_weights()
+    name, shape = next((k, v.shape) for k, v in weights.items())
+    text_weights = error(lambda: model.executor.set_weights({name: np.full(shape, "a")}))
+    nan_weights = error(lambda: model.executor.set_weights({name: np.full(shape, np.nan)}))
+    kept = all(np.array_equal(model.executor.get_weights()[k], v) for k, v in weights.items())
     return {
+        "text_weights": text_weights,
+        "nan_weights": nan_weights,
+        "weights_kept": kept,
         "validation_losses": [m.validation.loss for m in history],
         "validation_samples": [m.validation.samples for m in history],
         "eval_after": after.loss,

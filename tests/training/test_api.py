@@ -178,3 +178,11 @@ def test_validation_data_is_evaluated_after_every_epoch_and_checked_first(run):
         "or pass a whole number of batches."
     )
     assert checks["partial_batch_warnings"] == [warned, warned]  # arrays; the dropping loader
+
+
+def test_weights_set_by_hand_must_be_finite_numbers(run):
+    """Strings were a raw numpy ValueError; NaN was taken and every later step was NaN."""
+    checks = run[0]["validation"]
+    assert "takes numbers, got <U1 values; pass a float array" in checks["text_weights"]
+    assert "non-finite values (NaN or inf); pass finite weights" in checks["nan_weights"]
+    assert checks["weights_kept"]
