@@ -82,6 +82,12 @@ def _refuse_unused_search_flags(args: argparse.Namespace) -> None:
                 ("--init", args.init),
                 ("--proposals", args.proposals),
                 ("--polish-budget", args.polish_budget),
+                ("--beta", args.beta),
+                ("--neighbour-moves", args.neighbour_moves),
+                ("--path-moves", args.path_moves),
+                ("--simulation", args.simulation),
+                ("--no-polish", args.no_polish or None),
+                ("--no-narrow-sweeps", args.no_narrow_sweeps or None),
             )
             if value is not None
         ]
@@ -111,14 +117,16 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         seed=args.seed,
         inits=inits,
         space=args.space,
-        beta=args.beta,
-        neighbour_moves=args.neighbour_moves,
+        beta=DEFAULT_BETA if args.beta is None else args.beta,
+        neighbour_moves=(
+            DEFAULT_NEIGHBOUR_MOVES if args.neighbour_moves is None else args.neighbour_moves
+        ),
         path_moves=args.path_moves,
         max_proposals=args.proposals,
         polish=not args.no_polish,
         polish_budget_s=args.polish_budget,
         narrow_sweeps=not args.no_narrow_sweeps,
-        simulation=args.simulation,
+        simulation=args.simulation or "delta",
         workers=args.workers,
     )
     if _export_and_print_json(args, graph, machine, result.best, result.to_json()):
@@ -316,15 +324,18 @@ def register(add: Callable) -> None:
         "(OptCNN's dynamic programming over sample/attribute/parameter splits instead of MCMC)",
     )
     search.add_argument(
-        "--beta", type=positive_float, default=DEFAULT_BETA, help="MCMC inverse temperature"
+        "--beta",
+        type=positive_float,
+        default=None,
+        help=f"MCMC inverse temperature (default {DEFAULT_BETA:g})",
     )
     search.add_argument(
         "--neighbour-moves",
         type=share,
-        default=DEFAULT_NEIGHBOUR_MOVES,
+        default=None,
         metavar="SHARE",
         help="share of one-op proposals that give the op a neighbour's configuration "
-        "(0: only the paper's uniform draws)",
+        f"(default {DEFAULT_NEIGHBOUR_MOVES:g}; 0: only the paper's uniform draws)",
     )
     search.add_argument(
         "--path-moves",
@@ -363,7 +374,7 @@ def register(add: Callable) -> None:
     search.add_argument(
         "--simulation",
         choices=SIMULATIONS,
-        default="delta",
+        default=None,
         help="how proposals are evaluated: delta simulation (default) or each task graph "
         "built and simulated whole (the same result, slower; the paper's Table 4)",
     )

@@ -469,6 +469,10 @@ def test_an_output_on_standard_output_gets_it_alone(capsys):
         (["exhaustive", "resnet101"], r"about 10\^353 strategies .* give a budget"),
         (["search", "lenet", "--space", "optcnn", "--init", "dp"], "--init would be ignored"),
         (["search", "lenet", "--space", "optcnn", "--proposals", "9"], "--proposals would be"),
+        (
+            ["search", "lenet", "--space", "optcnn", "--beta", "9", "--no-polish"],
+            "--beta, --no-polish would be ignored",
+        ),
         (["search", "lenet", "--no-polish", "--polish-budget", "3"], "which --no-polish skips"),
         (["simulate", "lenet", "--loss", "mse"], "--loss matter only with --fused-launches"),
         (["search", "lenet", "--steps-per-execution", "2"], "--steps-per-execution matter only"),
