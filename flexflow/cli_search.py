@@ -54,19 +54,21 @@ def _export_and_print_json(args: argparse.Namespace, graph, machine, best, data:
         export_strategy(args.export, best, graph, machine, model=args.model)
     if args.json:
         header = {"model": args.model, "machine": machine.name, "space": args.space}
-        if "workers" in args:
+        if getattr(args, "workers", None) is not None:  # optcnn runs no workers
             header["workers"] = args.workers
         print(json.dumps(header | data, indent=1))
     return args.json
 
 
 DEFAULT_INITS = ",".join(SEARCH_INITS)
+DEFAULT_BUDGET_S = 30.0
 
 
 def _refuse_unused_search_flags(args: argparse.Namespace) -> None:
     """Flags that the other flags given make moot are an error, not silently dropped, and so
     is a search that would never end."""
-    if math.isinf(args.budget) and args.proposals is None and args.space != "optcnn":
+    chains = args.space != "optcnn"
+    if chains and args.budget is not None and math.isinf(args.budget) and args.proposals is None:
         raise FlexFlowError(
             "search: --budget inf never ends; give a number of seconds, or --proposals N to stop "
             "after N proposals."
@@ -79,6 +81,8 @@ def _refuse_unused_search_flags(args: argparse.Namespace) -> None:
         given = [
             flag
             for flag, value in (
+                ("--budget", args.budget),
+                ("--workers", args.workers),
                 ("--init", args.init),
                 ("--proposals", args.proposals),
                 ("--polish-budget", args.polish_budget),
@@ -105,6 +109,10 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     from flexflow.strategies import named_strategy
 
     _refuse_unused_search_flags(args)
+    # the defaults of flags optcnn refuses (its dynamic programming takes no budget and no workers)
+    args.budget = DEFAULT_BUDGET_S if args.budget is None else args.budget
+    if args.space != "optcnn":
+        args.workers = workers_arg("auto") if args.workers is None else args.workers
     graph, machine, context = _setup(args)
     inits = [i for text in args.init or [DEFAULT_INITS] for i in text.split(",") if i]
     dp_s = full_simulate(TaskGraph(context, named_strategy("dp", graph, machine))).iteration_s
@@ -127,7 +135,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         polish_budget_s=args.polish_budget,
         narrow_sweeps=not args.no_narrow_sweeps,
         simulation=args.simulation or "delta",
-        workers=args.workers,
+        workers=args.workers or 1,  # None with optcnn, which runs none
     )
     if _export_and_print_json(args, graph, machine, result.best, result.to_json()):
         return 0
@@ -217,11 +225,13 @@ def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def add_workers(parser: argparse.ArgumentParser, work: str) -> None:
+def add_workers(parser: argparse.ArgumentParser, work: str, default: str | None = "auto") -> None:
+    """--workers; a `default` of None lets the command tell a given value from its default
+    (`auto`, which the command then resolves)."""
     parser.add_argument(
         "--workers",
         type=workers_arg,
-        default="auto",
+        default=default,
         metavar="N|auto",
         help=f"processes that share the work: {work} (default auto: one per core, at most one "
         "per 4 GiB of available memory)",
@@ -297,7 +307,10 @@ def register(add: Callable) -> None:
     search = add("search", cmd_search, "search a parallelization strategy with MCMC (paper §6)")
     add_model_and_machine(search)
     search.add_argument(
-        "--budget", type=positive_float, default=30.0, help="search time in seconds (default 30)"
+        "--budget",
+        type=positive_float,
+        default=None,
+        help=f"search time in seconds (default {DEFAULT_BUDGET_S:g})",
     )
     search.add_argument(
         "--proposals",
@@ -383,6 +396,7 @@ def register(add: Callable) -> None:
         "that many chains run at once, each given the budget / (waves of chains), and "
         "the final descent tries that many ops' neighbours at once; with --proposals the same "
         "result as with one",
+        default=None,
     )
 
     exhaustive = add(

@@ -469,6 +469,8 @@ def test_an_output_on_standard_output_gets_it_alone(capsys):
         (["exhaustive", "resnet101"], r"about 10\^353 strategies .* give a budget"),
         (["search", "lenet", "--space", "optcnn", "--init", "dp"], "--init would be ignored"),
         (["search", "lenet", "--space", "optcnn", "--proposals", "9"], "--proposals would be"),
+        (["search", "lenet", "--space", "optcnn", "--budget", "inf"], "--budget would be"),
+        (["search", "lenet", "--space", "optcnn", "--workers", "1"], "--workers would be"),
         (
             ["search", "lenet", "--space", "optcnn", "--beta", "9", "--no-polish"],
             "--beta, --no-polish would be ignored",
