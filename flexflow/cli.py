@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,7 @@ from flexflow.cli_args import (
     positive_int,
     seed_int,
 )
-from flexflow.errors import FlexFlowError
+from flexflow.errors import FlexFlowError, FlexFlowWarning
 from flexflow.figures import picture_file
 from flexflow.fileio import STDOUT, atomic_write_text, output_file
 from flexflow.graph import OperatorGraph, OpNode
@@ -594,10 +595,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _note(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """`warnings.showwarning` for the CLI: a FlexFlowWarning as one line on stderr (no source
+    line: it is about the user's input, not the code); any other warning as Python shows it."""
+    if issubclass(category, FlexFlowWarning):
+        print(f"flexflow: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def _run(args: argparse.Namespace, console: Console) -> int:
     """The command's handler, its errors reported as one line and an exit code."""
     try:
-        return args.handler(args, console)
+        with warnings.catch_warnings():
+            warnings.showwarning = _note
+            return args.handler(args, console)
     except FlexFlowError as exc:
         print(f"flexflow: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -11,6 +11,10 @@ class FlexFlowError(Exception):
     """Base of every error a user can cause (bad model, strategy, machine or file)."""
 
 
+class FlexFlowWarning(UserWarning):
+    """Input that works but may not be what the user meant (the CLI prints it as one line)."""
+
+
 class ShapeError(FlexFlowError, ValueError):
     """A layer was given inputs whose shapes, ranks or dtypes it cannot take."""
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
-from flexflow.errors import StrategyError
+from flexflow.errors import FlexFlowWarning, StrategyError
 from flexflow.fileio import atomic_write_text, load_json
 from flexflow.graph import OperatorGraph, OpNode
 from flexflow.machine import Machine
@@ -207,4 +208,16 @@ def strategy_from_json(
 def load_strategy(path: str | os.PathLike[str], graph: OperatorGraph, machine: Machine) -> Strategy:
     fix = "re-export it with `flexflow strategy ... --export`."
     data = load_json(path, "strategy file", StrategyError, fix)
-    return strategy_from_json(data, graph, machine, source=f"strategy file {path}")
+    strategy = strategy_from_json(data, graph, machine, source=f"strategy file {path}")
+    written_for, model = data.get("machine"), data.get("model") or "MODEL"
+    if written_for and written_for != machine.name:
+        warnings.warn(
+            FlexFlowWarning(
+                f"strategy file {path} was written for machine '{written_for}' and is used on "
+                f"'{machine.name}': its configurations fit, but were chosen for the other "
+                f"machine's devices and links; search again (`flexflow search {model} --machine "
+                f"{machine.name} --init {path}`) for one made for this machine."
+            ),
+            stacklevel=2,
+        )
+    return strategy

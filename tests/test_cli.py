@@ -499,6 +499,14 @@ def test_init_may_repeat_and_its_lists_add_up(capsys):
     assert [c["init"] for c in json.loads(out)["chains"]] == ["dp", "expert", "random"]
 
 
+def test_a_strategy_file_for_another_machine_is_a_one_line_warning(capsys, tmp_path):
+    path = str(tmp_path / "s.json")
+    run(capsys, "strategy", "lenet", "--machine", "p100:1", "--name", "dp", "--export", path)
+    code, out, err = run(capsys, "simulate", "lenet", "--machine", "k80:1", "--strategy", path)
+    assert code == 0 and "ms per iteration" in out
+    assert err.startswith("flexflow: warning: strategy file") and err.count("\n") == 1, err
+
+
 def test_a_checked_strategy_file_can_be_exported_again(capsys, tmp_path):
     source, again = tmp_path / "s.json", tmp_path / "again.json"
     argv = ["strategy", "lenet", "--machine", "p100:1"]

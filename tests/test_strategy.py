@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import warnings
 from functools import cache
 
 import pytest
 
 from flexflow import FFConfig, FFModel
-from flexflow.errors import StrategyError
+from flexflow.errors import FlexFlowWarning, StrategyError
 from flexflow.machine import parse_machine
 from flexflow.ops import TensorSpec
 from flexflow.ops.dense import Dense
@@ -230,6 +231,21 @@ def test_export_import_round_trip(tmp_path):
     path = export_strategy(tmp_path / "s.json", s, graph, machine, model="inception_v3")
     assert load_strategy(path, graph, machine) == s
     assert not list(tmp_path.glob(".*.tmp"))  # the atomic write left nothing behind
+
+
+def test_a_strategy_file_written_for_another_machine_loads_with_a_warning(tmp_path):
+    """Configurations that fit another machine of as many devices were used silently, though
+    they were searched for its devices and links."""
+    graph = zoo_graph("lenet")
+    p100, k80 = parse_machine("p100:1"), parse_machine("k80:1")
+    s = named_strategy("dp", graph, p100)
+    path = export_strategy(tmp_path / "s.json", s, graph, p100, model="lenet")
+    with pytest.warns(FlexFlowWarning, match=r"written for machine 'p100:1' and is used on "
+                      r"'k80:1'.*flexflow search lenet --machine k80:1 --init"):  # fmt: skip
+        assert load_strategy(path, graph, k80) == s
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # on its own machine: nothing to say
+        assert load_strategy(path, graph, p100) == s
 
 
 def test_a_dense_layer_on_images_keeps_every_split_in_a_strategy_file(tmp_path):
