@@ -275,6 +275,16 @@ def test_model_file_without_a_callable_build(tmp_path, source):
             "def build(model):\n    pass\n",
             r"empty\.py': build\(model\) added no layers",
         ),
+        (  # exit(0) in build: the command exited 0 with nothing done
+            "exits.py",
+            "import sys\ndef build(model):\n    sys.exit(0)\n",
+            r"exits\.py', line 3: build\(model\) called exit\(0\) instead of returning",
+        ),
+        (
+            "script.py",
+            "import sys\nsys.exit('done')\n",
+            r"script\.py', line 2 called exit\('done'\) while it was imported",
+        ),
     ],
 )
 def test_model_file_that_fails_to_import_or_adds_no_layer(tmp_path, name, source, message):

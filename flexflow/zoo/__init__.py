@@ -110,6 +110,12 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
         build(model, **sizes)
     except FlexFlowError:
         raise
+    except SystemExit as exc:  # a script's exit() in build: not a model, and not success
+        raise ModelError(
+            f"model file '{path}'{_line_in(path, exc)}: build(model) called exit({exc.code!r}) "
+            "instead of returning; build adds the model's layers and returns (a script's own "
+            'code goes under `if __name__ == "__main__":`).'
+        ) from None
     except Exception as exc:
         raise ModelError(
             f"model file '{path}'{_line_in(path, exc)}: build(model) raised "
@@ -148,6 +154,13 @@ def _import_file(path: Path) -> ModuleType:
     except FlexFlowError:
         del sys.modules[spec.name]
         raise
+    except SystemExit as exc:
+        del sys.modules[spec.name]
+        raise ModelError(
+            f"model file '{path}'{_line_in(path, exc)} called exit({exc.code!r}) while it was "
+            "imported; a model file defines build(model) (a script's own code goes under "
+            '`if __name__ == "__main__":`).'
+        ) from None
     except Exception as exc:
         del sys.modules[spec.name]
         raise ModelError(
