@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from flexflow.config import FFConfig
-from flexflow.data import Batch, DataLoader
+from flexflow.data import Batch, DataLoader, check_finite
 from flexflow.errors import GraphError, NotOfferedError, ShapeError
 from flexflow.flexflow_arguments import flexflow_only as _flexflow_only
 from flexflow.graph import GraphTensor, OperatorGraph, OpNode, Parameter
@@ -825,6 +825,7 @@ class FFModel:
                 f"is {tensor.spec.shape}, the batch first), got an array of shape "
                 f"{tuple(np.shape(given))}; pass data whose samples have shape {sample}."
             )
+        check_finite(f"input '{tensor.name}'", given)
 
     def fit(
         self,

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from flexflow.data import check_finite
 from flexflow.errors import FlexFlowError, ShapeError
 from flexflow.graph import OperatorGraph
 from flexflow.ops import native
@@ -240,7 +241,16 @@ def check_targets(loss: str, output_shape: tuple[int, ...], target, samples: int
         )
     shape = (samples, *output_shape[1:])
     if not hasattr(target, "__legate_data_interface__"):
-        check_target(name, shape, np.asarray(target))
+        target = np.asarray(target)
+        check_target(name, shape, target)
+        check_finite(f"{name}: y", target)
+        if name == "categorical_crossentropy" and target.size and target.min() < 0:
+            sample = int(np.argmax((target < 0).reshape(len(target), -1).any(axis=1)))
+            raise ShapeError(
+                f"categorical_crossentropy: targets are probabilities (one-hot, or rows "
+                f"summing to 1), got negative ones (the first in sample {sample}); for class "
+                "indices use sparse_categorical_crossentropy."
+            )
         return
     check_legate_target(name, shape, target)
     if name == "sparse_categorical_crossentropy" and samples:

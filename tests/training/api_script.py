@@ -116,10 +116,23 @@ def data_checks() -> dict:
     model.compile(SGDOptimizer(0.1), progress=False)
     late = Y.copy()
     late[-1] = 7  # in the last batch
+    holey = X.copy()
+    holey[[40, 70], 3] = (np.nan, np.inf)
+    one_hot = np.eye(3, dtype=np.float32)[Y]
+    one_hot[50] = (1.5, -0.5, 0.0)
+    categorical = build()
+    categorical.compile(SGDOptimizer(0.1), loss_type="categorical_crossentropy", progress=False)
+    mse = build()
+    mse.compile(SGDOptimizer(0.1), loss_type="mean_squared_error", progress=False)
+    nan_target = np.eye(3, dtype=np.float32)[Y]
+    nan_target[90, 1] = np.nan
     return {
         "no_targets": error(lambda: model.fit(X, None)),
         "late_label": error(lambda: model.fit(X, late)),
-        "iterations_after_refusals": model.executor.iteration,
+        "nan_input": error(lambda: model.fit(holey, Y)),
+        "negative_probabilities": error(lambda: categorical.fit(X, one_hot)),
+        "nan_target": error(lambda: mse.fit(X, nan_target)),
+        "iterations_after_refusals": [m.executor.iteration for m in (model, categorical, mse)],
         "float_cupynumeric_labels": error(
             lambda: model.fit(cupynumeric.asarray(X), cupynumeric.asarray(Y.astype(np.float32)))
         ),
