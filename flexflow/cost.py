@@ -129,7 +129,7 @@ DEVICE_CONSTANTS: dict[str, DeviceConstants] = {
 # (`flexflow.bootstrap` gives Legate one CPU processor per core), so an iteration can be no
 # shorter than the kernels plus this work spread over the cores (`TaskGraph.iteration_s`).
 # Chosen on this project's 2-core host by ordering measured strategies of LeNet and an MLP
-# (0.8 of 0.4-1.0 ms; benchmarks/fidelity.py and the README's fidelity section).
+# (0.8 of 0.4-1.0 ms; benchmarks/fidelity.py and benchmarks/README.md, "Simulator fidelity").
 LEGATE_CPU_TASK_S = 0.8e-3
 LEGATE_CPP_TASK_S = 0.3e-3
 """The same for a step task whose body is C++ (flexflow.runtime.native_tasks): no Python turns

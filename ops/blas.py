@@ -3,7 +3,7 @@
 
 Why: numpy's bundled OpenBLAS runs the MLP's per-device GEMMs (batch 32, 784 -> 512 -> 512) on
 one core in 871 us against MKL's 627 us (a throwaway timing on this repository's 2-core host;
-README, "Training speed against PyTorch"). MKL runs sequentially
+benchmarks/README.md, "Training speed against PyTorch"). MKL runs sequentially
 (a Legate CPU processor is one core) and in its reproducible mode (MKL_CBWR_AUTO | STRICT): the
 same bits whatever the arrays' alignment, so a resumed run and every strategy's tiles compute
 what they computed before. cffi releases the interpreter lock for each call.
