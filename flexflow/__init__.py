@@ -17,7 +17,8 @@ except RuntimeSetupError as exc:  # the host or the environment, not a bug: no t
 
 from flexflow.config import FFConfig  # noqa: E402
 from flexflow.graph import OperatorGraph  # noqa: E402
-from flexflow.model import FFModel, Tensor  # noqa: E402
+from flexflow.layers import Tensor  # noqa: E402
+from flexflow.model import FFModel  # noqa: E402
 from flexflow.ops import ActiMode, DType  # noqa: E402
 from flexflow.ops.embedding import AggrMode  # noqa: E402
 from flexflow.ops.pool2d import PoolType  # noqa: E402

@@ -28,8 +28,8 @@ from flexflow.data import Batch
 from flexflow.errors import FlexFlowError, NotOfferedError, ShapeError
 from flexflow.flexflow_data import LABEL_TENSOR, FlexFlowTensor, LabelTensor, SingleDataLoader
 from flexflow.flexflow_loop import HandWrittenLoop
+from flexflow.layers import Tensor
 from flexflow.model import FFModel as _FFModel
-from flexflow.model import Tensor
 from flexflow.optimizers import AdamOptimizer as _Adam
 from flexflow.optimizers import SGDOptimizer as _SGD
 from flexflow.runtime.loss import check_loss_input

@@ -13,7 +13,8 @@ import numpy as np
 
 from flexflow.errors import FlexFlowError, NotOfferedError, ShapeError
 from flexflow.flexflow_loop import HandWrittenLoop
-from flexflow.model import Tensor
+from flexflow.layers import Tensor
+from flexflow.model_inputs import check_input
 from flexflow.runtime.loss import check_targets
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def set_batch(model: FFModel, tensor: Tensor | LabelTensor, array: Any) -> None:
         return
     graph = model.graph()
     node = _input_of(model, graph, tensor, "set_tensor")
-    model._check_input(graph, node, array)
+    check_input(graph, model.config.batch_size, node, array)
     model._loop.set_input(node.name, array)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from flexflow import ActiMode, AggrMode, DataType, FFConfig, FFModel, PoolType
 from flexflow.errors import GraphError, ShapeError
+from flexflow.model_inputs import inputs_by_name
 
 
 def test_every_layer_infers_its_shape_when_called():
@@ -384,11 +385,12 @@ def test_a_one_input_models_data_in_a_list_is_read_as_keras_reads_it():
     x = model.create_tensor((4, 3), name="x")
     model.softmax(model.dense(x, 2))
     data = np.zeros((8, 3), np.float32)
-    assert model._inputs_by_name([data], model.graph())["x"] is data
-    rows = model._inputs_by_name(list(data), model.graph())["x"]
+    graph, name = model.graph(), model._input_name
+    assert inputs_by_name([data], graph, name)["x"] is data
+    rows = inputs_by_name(list(data), graph, name)["x"]
     assert rows.shape == (8, 3)
     with pytest.raises(ShapeError, match=r"x gives input 'x' twice"):
-        model._inputs_by_name({"x": data, x: data}, model.graph())
+        inputs_by_name({"x": data, x: data}, graph, name)
 
 
 def test_a_refused_dropout_seed_leaves_the_layer_name_free():
@@ -438,11 +440,12 @@ def test_every_layer_method_is_one_step():
     """A layer method missing from LAYER_METHODS would keep half its work after an error."""
     import inspect
 
-    from flexflow.model import LAYER_METHODS
+    from flexflow.layers import LAYER_METHODS
 
     returns_tensors = {
         name
-        for name, method in vars(FFModel).items()
+        for cls in FFModel.__mro__  # the layer API's and any FFModel adds
+        for name, method in vars(cls).items()
         if not name.startswith("_")
         and callable(method)
         and "Tensor" in str(inspect.signature(method).return_annotation)

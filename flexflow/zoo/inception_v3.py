@@ -14,7 +14,8 @@ values, not shapes or costs).
 
 from __future__ import annotations
 
-from flexflow.model import FFModel, Tensor
+from flexflow.layers import Tensor
+from flexflow.model import FFModel
 from flexflow.ops.pool2d import PoolType
 
 CHANNELS = 1

@@ -12,7 +12,8 @@ per image (15.6 GFLOPs).
 
 from __future__ import annotations
 
-from flexflow.model import FFModel, Tensor
+from flexflow.layers import Tensor
+from flexflow.model import FFModel
 from flexflow.ops.pool2d import PoolType
 
 EXPANSION = 4

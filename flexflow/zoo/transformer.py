@@ -15,7 +15,8 @@ table has BERT's 512 rows and the position ids are a second int input.
 
 from __future__ import annotations
 
-from flexflow.model import FFModel, Tensor
+from flexflow.layers import Tensor
+from flexflow.model import FFModel
 from flexflow.ops import ActiMode, DType
 
 LENGTH = 1
