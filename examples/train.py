@@ -85,6 +85,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="draw the strategy's simulated iteration",
     )
     parser.add_argument(
+        "--search-png",
+        metavar="FILE",
+        type=picture_file,
+        help="draw the search: each chain's best simulated iteration over time, then the final "
+        "descent's (when the strategy was searched)",
+    )
+    parser.add_argument(
         "--measured-trace",
         metavar="FILE",
         type=output_file,
@@ -230,6 +237,26 @@ def write_simulation(args: argparse.Namespace, graph, machine, plan, profile, lo
         render_timeline(tg, schedule, args.timeline_png, title=title)
 
 
+def write_search_picture(args: argparse.Namespace, machine, plan, console) -> None:
+    """--search-png: the search that chose the strategy (a note when none ran)."""
+    if not args.search_png:
+        return
+    if plan.search is None:
+        console.print(
+            f"[yellow]note:[/yellow] no search ran ({plan.source}): {args.search_png} not written."
+        )
+        return
+    from flexflow.search.plot import render_search
+
+    result = plan.search
+    render_search(
+        result,
+        args.search_png,
+        title=f"{args.model} on {machine.name}: search, {result.best_s * 1e3:.3f} ms simulated, "
+        f"{result.speedup_over_dp:.2f}x over data parallelism",
+    )
+
+
 def resumed_line(path: str, executor, config: FFConfig) -> str:
     """What a run resumed from checkpoint `path` continues from, for its log."""
     line = f"resumed from {path} at iteration {executor.iteration}"
@@ -263,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             raise FlexFlowError(
                 "--resume continues from the file --checkpoint names; pass --checkpoint FILE."
             )
-        same = {args.export_strategy, args.trace, args.measured_trace, args.timeline_png}
+        same = {args.export_strategy, args.trace, args.measured_trace, args.timeline_png,
+                args.search_png}  # fmt: skip
         if args.checkpoint and args.checkpoint in same:
             raise FlexFlowError(
                 f"--checkpoint {args.checkpoint} is also another output of this run; give each "
@@ -339,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(trials_table(plan.trials))
         console.print(f"strategy: {plan.describe()}")
         write_simulation(args, graph, machine, plan, profile, loss)
+        write_search_picture(args, machine, plan, console)
         if args.resume and args.checkpoint and Path(args.checkpoint).exists():
             model.executor.load_checkpoint(args.checkpoint)
             console.print(resumed_line(args.checkpoint, model.executor, config))

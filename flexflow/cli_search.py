@@ -25,6 +25,7 @@ from flexflow.cli_args import (
     workers_arg,
 )
 from flexflow.errors import FlexFlowError
+from flexflow.figures import picture_file
 from flexflow.fileio import output_file
 from flexflow.search.evaluator import SIMULATIONS
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
@@ -83,6 +84,7 @@ def _refuse_unused_search_flags(args: argparse.Namespace) -> None:
             for flag, value in (
                 ("--budget", args.budget),
                 ("--workers", args.workers),
+                ("--plot", args.plot),
                 ("--init", args.init),
                 ("--proposals", args.proposals),
                 ("--polish-budget", args.polish_budget),
@@ -137,6 +139,15 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         simulation=args.simulation or "delta",
         workers=args.workers or 1,  # None with optcnn, which runs none
     )
+    if args.plot:
+        from flexflow.search.plot import render_search
+
+        render_search(
+            result,
+            args.plot,
+            title=f"{args.model} on {machine.name}: {result.best_s * 1e3:.3f} ms, "
+            f"{result.speedup_over_dp:.2f}x over data parallelism",
+        )
     if _export_and_print_json(args, graph, machine, result.best, result.to_json()):
         return 0
     if not args.quiet:
@@ -154,6 +165,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
             None: "",
         }[result.locally_optimal]
         + (f"; exported to {args.export}" if args.export else "")
+        + (f"; drawn in {args.plot}" if args.plot else "")
     )
     return 0
 
@@ -366,6 +378,13 @@ def register(add: Callable) -> None:
         "--export", metavar="FILE", type=output_file, help="write the best strategy (atomically)"
     )
     search.add_argument("--json", action="store_true", help="print one JSON object")
+    search.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=picture_file,
+        help="draw each chain's best iteration time over the search, and the final descent's "
+        "(.png, .svg or .pdf)",
+    )
     search.add_argument("--quiet", action="store_true", help="print the summary line only")
     search.add_argument(
         "--no-polish",

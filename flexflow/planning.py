@@ -23,6 +23,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -33,6 +34,9 @@ from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine
 from flexflow.ops import DimKind
 from flexflow.strategy import Strategy
+
+if TYPE_CHECKING:
+    from flexflow.search.search import SearchResult
 
 TRIAL_MARGIN = 0.25
 """Strategies simulated within this fraction of the fastest are timed after a search: about
@@ -71,6 +75,9 @@ class Plan:
     dp_simulated_ms: float
     trials: tuple[Candidate, ...] = ()
     """The candidates timed after the search, with their measured times (none: no trials)."""
+    search: SearchResult | None = None
+    """The search's chains and descent (`flexflow.search.plot` draws them); None when the
+    strategy was imported, resumed or data parallelism without a search."""
 
     def describe(self) -> str:
         ratio = self.dp_simulated_ms / self.simulated_ms
@@ -181,6 +188,7 @@ def plan_strategy(
         raise StrategyError(f"--budget must be >= 0 seconds, got {budget_s}.")
     console = console or Console(stderr=True)
     trials: tuple[Candidate, ...] = ()
+    searched = None
     context = planning_context(graph, machine, profile, loss, steps_per_execution)
     dp = named_strategy("dp", graph, machine)
     dp_s = full_simulate(TaskGraph(context, dp)).iteration_s
@@ -201,7 +209,7 @@ def plan_strategy(
         if agree is not None:
             agree(strategy, dp_s, imported="the checkpoint")
     elif budget_s > 0:
-        result = search_with_progress(
+        result = searched = search_with_progress(
             console,
             console.is_terminal,
             context,
@@ -234,7 +242,7 @@ def plan_strategy(
     simulated_s = full_simulate(TaskGraph(context, strategy)).iteration_s
     if export_path is not None:
         export_strategy(export_path, strategy, graph, machine, model=model_name)
-    return Plan(strategy, source, simulated_s * 1e3, dp_s * 1e3, trials)
+    return Plan(strategy, source, simulated_s * 1e3, dp_s * 1e3, trials, searched)
 
 
 def close_candidates(

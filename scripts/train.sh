@@ -2,8 +2,8 @@
 # The main job on this machine; sets up .venv first (idempotent): search a parallelization
 # strategy for a model on this machine's processors for BUDGET seconds, then train the model with
 # it through Legate (LeNet on scikit-learn's handwritten digits by default). Writes the strategy,
-# the simulated iteration as a Perfetto trace and a timeline picture, the measured tasks of the
-# last epoch as a Perfetto trace, and a checkpoint under out/.
+# the simulated iteration as a Perfetto trace and a timeline picture, the search as a picture,
+# the measured tasks of the last epoch as a Perfetto trace, and a checkpoint under out/.
 # The search prices tasks with times measured on this host (out/MODEL-profile.json, measured on
 # the first run). Usage: bash scripts/train.sh [MODEL] [BUDGET_SECONDS] [EPOCHS] [extra examples/train.py flags]
 set -euo pipefail
@@ -20,7 +20,8 @@ legate --cpus "$cpus" --gpus 0 examples/train.py --model "$model" --epochs "$epo
     --budget "$budget" --export-strategy "out/$model-strategy.json" \
     --profile "out/$model-profile.json" \
     --checkpoint "out/$model-checkpoint.npz" --trace "out/$model-trace.json" \
-    --timeline-png "out/$model-timeline.png" --measured-trace "out/$model-measured-trace.json" "$@"
+    --timeline-png "out/$model-timeline.png" --measured-trace "out/$model-measured-trace.json" \
+    --search-png "out/$model-search.png" "$@"
 echo "wrote out/$model-strategy.json, out/$model-checkpoint.npz, the simulated and measured" \
     "iterations out/$model-trace.json and out/$model-measured-trace.json (open in" \
-    "ui.perfetto.dev) and out/$model-timeline.png"
+    "ui.perfetto.dev), out/$model-timeline.png and the search out/$model-search.png"

@@ -72,6 +72,9 @@ class Descent:
     """The strategy is locally optimal (the descent did not run out of time)."""
     improved_at_s: float | None
     """Seconds into the descent when it last improved the strategy; None if it never did."""
+    history: tuple[tuple[float, float], ...] = ()
+    """(seconds into the descent, simulated iteration time): at its start and after every
+    improvement (what a search's picture draws)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,7 @@ def descend(
         scanner.deadline = None if budget_s is None else begin + budget_s
 
         current_s = scanner.cost_s  # (a serial scanner's own cost is the neighbour's mid-scan)
+        history = [(0.0, current_s)]
 
         def report() -> None:
             if on_status is not None:
@@ -179,6 +183,7 @@ def descend(
                     ahead = 0
                     current_s = scanner.apply(scan.op, scan.best)
                     unchanged, improved_at = 0, clock() - begin
+                    history.append((improved_at, current_s))
                     improvements += 1
                     wide = not narrow  # narrow sweeps again after any change
                 else:
@@ -186,10 +191,10 @@ def descend(
                 report()
                 if not scan.finished:
                     scanner.cancel()
-                    return Descent(scanner.strategy, False, improved_at)
+                    return Descent(scanner.strategy, False, improved_at, tuple(history))
                 if unchanged == num_ops:
                     break
             if unchanged == num_ops:  # a whole sweep changed nothing (no scan is under way)
                 if wide:
-                    return Descent(scanner.strategy, True, improved_at)
+                    return Descent(scanner.strategy, True, improved_at, tuple(history))
                 wide, unchanged = True, 0

@@ -52,6 +52,9 @@ class SearchResult:
     """Seconds from the start when each chain started (one after the other, or at once)."""
     chains_ended_s: float = 0.0
     """Seconds from the start when the last chain ended."""
+    descent_history: tuple[tuple[float, float], ...] = ()
+    """The final descent's (seconds into it, simulated iteration time) at its start and after
+    every improvement; empty without one."""
 
     @property
     def converged_s(self) -> float:
@@ -244,6 +247,7 @@ def search(
     strategy, cost = best.best, best.best_s
     polish_begin = clock()
     local = improved = None
+    descent_history: tuple[tuple[float, float], ...] = ()
     if polish:
         descent = descend(
             context,
@@ -257,6 +261,7 @@ def search(
             narrow_sweeps,
         )
         strategy, local, improved = descent.strategy, descent.finished, descent.improved_at_s
+        descent_history = descent.history
         cost = full_simulate(TaskGraph(context, strategy)).iteration_s
     polish_s = clock() - polish_begin
     return SearchResult(
@@ -270,4 +275,5 @@ def search(
         improved,
         tuple(started),
         polish_begin - begin,
+        descent_history,
     )

@@ -13,16 +13,25 @@ SMALL_LENET = ["--model", "lenet", "--image-size", "16", "--batch-size", "64", "
 
 @pytest.mark.legate
 def test_a_searched_strategy_is_exported_and_trains_when_imported(tmp_path):
-    strategy = tmp_path / "lenet.json"
-    proc, searched = run_train(*SMALL_LENET, "--budget", "2", "--export-strategy", str(strategy))
+    strategy, picture = tmp_path / "lenet.json", tmp_path / "search.png"
+    proc, searched = run_train(
+        *SMALL_LENET, "--budget", "2", "--export-strategy", str(strategy),
+        "--search-png", str(picture),
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert picture.read_bytes().startswith(b"\x89PNG")  # the search, drawn
     assert searched["strategy"].startswith("searched for ")
     assert "of a 2 s budget" in searched["strategy"]
     exported = json.loads(strategy.read_text())
     assert exported["ops"] and exported["model"] == "lenet"  # a strategy file, named
-    proc, imported = run_train(*SMALL_LENET, "--import-strategy", str(strategy))
+    unsearched = tmp_path / "none.png"
+    proc, imported = run_train(
+        *SMALL_LENET, "--import-strategy", str(strategy), "--search-png", str(unsearched)
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert imported["strategy"] == f"imported from {strategy}"
+    assert f"no search ran (imported from {strategy}): {unsearched} not written" in proc.stderr
+    assert not unsearched.exists()
     assert imported["simulated_ms"] == pytest.approx(searched["simulated_ms"])
     # the last epoch's time per iteration, next to the simulated one: 1,437 samples, batch 64
     epoch = imported["epochs"][-1]

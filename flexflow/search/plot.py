@@ -1,0 +1,82 @@
+"""A search as a picture (the paper's Figure 12, for one search): each chain's best simulated
+iteration time over the seconds it ran (a dot where it stopped), then the final descent's,
+against data parallelism's.
+
+Where a chain from a random strategy starts many times slower than data parallelism, the time
+axis is logarithmic, so that the last, small improvements stay visible.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flexflow.figures import save_figure
+from flexflow.search.search import SearchResult
+
+LOG_SPREAD = 4.0
+"""The ratio of the slowest to the fastest time drawn above which the time axis is logarithmic."""
+
+
+def render_search(result: SearchResult, path: str | os.PathLike[str], title: str = "") -> Path:
+    """Draw `result`'s chains and final descent to `path` (.png, .svg or .pdf), atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
+
+    if not result.chains:
+        raise ValueError("render_search draws MCMC chains; this search ran none (optcnn)")
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    drawn: list[float] = [result.dp_s]
+    for index, chain in enumerate(result.chains):
+        start = result.chains_started_s[index] if result.chains_started_s else 0.0
+        points = [*chain.history, (chain.seconds, chain.best_s)]
+        (line,) = ax.step(
+            [start + t for t, _ in points],
+            [cost * 1e3 for _, cost in points],
+            where="post",
+            linewidth=1.6,
+            zorder=3,
+            label=f"chain from {chain.init}: {result.dp_s / chain.best_s:.2f}x DP, "
+            f"{chain.proposals:,} proposals",
+        )
+        ax.plot(start + chain.seconds, chain.best_s * 1e3, "o", color=line.get_color(), zorder=4)
+        drawn += [cost for _, cost in points]
+    if result.descent_history:
+        begin = result.chains_ended_s
+        points = [*result.descent_history, (result.polish_s, result.best_s)]
+        proof = "locally optimal" if result.locally_optimal else "stopped by its budget"
+        ax.step(
+            [begin + t for t, _ in points],
+            [cost * 1e3 for _, cost in points],
+            where="post",
+            color="black",
+            linewidth=1.6,
+            zorder=3,
+            label=f"final descent ({proof})",
+        )
+        drawn += [cost for _, cost in points]
+    ax.axhline(
+        result.dp_s * 1e3,
+        color="gray",
+        linestyle="--",
+        zorder=2,
+        label=f"data parallelism: {result.dp_s * 1e3:.3f} ms",
+    )
+    if max(drawn) > LOG_SPREAD * min(drawn):
+        ax.set_yscale("log")
+        for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+            axis(ScalarFormatter())  # 150, 200, 300 ms rather than powers of ten
+    ax.set_xlim(0, max(result.seconds, 1e-6))
+    ax.set_xlabel("search time (s)")
+    ax.set_ylabel("best simulated iteration (ms)")
+    ax.set_title(
+        title
+        or f"best {result.best_s * 1e3:.3f} ms, {result.speedup_over_dp:.2f}x over data "
+        f"parallelism, in {result.seconds:.1f} s"
+    )
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)
