@@ -16,7 +16,11 @@ FULL_STARTS starts are run with full simulation.
 Results: benchmarks/results/table4.{md,csv}.
 
     .venv/bin/python benchmarks/table4.py [--models alexnet,nmt] [--machines p100:1]
-        [--starts 10] [--full-starts 3] [--cap 120] [--full-cap 30]
+        [--starts 10] [--full-starts 3] [--cap 120] [--full-cap 30] [--space soap|sample]
+
+`--space sample` draws the random strategies and the proposals from each op's sample-only
+configurations (`sample_space`): the space FlexFlow's released code searches, for a comparison
+with the paper's times on the space its code most likely searched.
 """
 
 from __future__ import annotations
@@ -34,16 +38,20 @@ from results_io import RESULTS, write_csv, write_markdown
 from rich.console import Console
 
 from flexflow.cli_args import positive_float, positive_int
+from flexflow.graph import OperatorGraph
 from flexflow.machine import parse_machine
+from flexflow.ops import DimKind
 from flexflow.search.mcmc import DEFAULT_BETA, ChainResult, ChainStatus, run_chain
-from flexflow.search.spaces import make_space
+from flexflow.search.spaces import Space, make_space
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.strategies import named_strategy
+from flexflow.strategy import ParallelConfig, Strategy
 from flexflow.zoo import load_model
 
 MODELS = ("alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt")
 MACHINES = ("p100:1", "p100:4", "k80:16")  # 4, 16 and 64 GPUs, Table 4's columns
 STARTS, FULL_STARTS = 10, 3
+SAMPLE = DimKind.SAMPLE
 CAP_S, FULL_CAP_S = 120.0, 30.0
 
 
@@ -68,16 +76,55 @@ class Start:
     None in the CSVs of runs before it was recorded."""
 
 
+SPACES = ("soap", "sample")
+
+
+def sample_space(graph: OperatorGraph, soap: Space) -> Space:
+    """The SOAP configurations that split an op's sample dimension only: the space FlexFlow's
+    released code draws its random strategies and its proposals from (every op's output split
+    by sample, on contiguous devices in `Op::get_random_parallel_config`, 2020; one dimension,
+    any devices, in the 2018 research simulator `scripts/simulator.cc`; github.com/flexflow/
+    FlexFlow), against which this module compares its SOAP chains."""
+    found: dict[int, tuple[ParallelConfig, ...]] = {}
+
+    def space(op: int) -> tuple[ParallelConfig, ...]:
+        if op not in found:
+            kinds = [d.kind for d in graph.ops[op].sig.dims]
+            found[op] = tuple(
+                c
+                for c in soap(op)
+                if all(n == 1 for n, k in zip(c.degrees, kinds, strict=True) if k != SAMPLE)
+            )
+        return found[op]
+
+    return space
+
+
+def random_in(space: Space, num_ops: int, names: tuple[str, ...], seed: int) -> Strategy:
+    """Every op a uniform draw from `space` (the seed's own stream)."""
+    rng = np.random.default_rng(seed)
+    return Strategy(
+        names, tuple(space(op)[int(rng.integers(len(space(op))))] for op in range(num_ops))
+    )
+
+
 def random_start_chain(
-    context: SimContext, space, dp_s: float, seed: int, budget_s: float, **options
+    context: SimContext,
+    space,
+    dp_s: float,
+    seed: int,
+    budget_s: float,
+    init: Strategy | None = None,
+    **options,
 ) -> ChainResult:
-    """Table 4's chain: one MCMC chain from the seed's random strategy (its own random stream),
-    stopped by the progress rule or after `budget_s`; `options` go to `run_chain`."""
+    """Table 4's chain: one MCMC chain from the seed's random strategy (SOAP's, or `init`; its
+    own random stream), stopped by the progress rule or after `budget_s`; `options` go to
+    `run_chain`."""
     graph, machine = context.graph, context.machine
     return run_chain(
         context,
         "random",
-        named_strategy("random", graph, machine, seed),
+        init or named_strategy("random", graph, machine, seed),
         space,
         np.random.default_rng(seed),
         dp_s,
@@ -88,11 +135,17 @@ def random_start_chain(
     )
 
 
-def run_start(model, machine_name, seed, with_full, cap_s, full_cap_s, show) -> Start:
+def run_start(
+    model, machine_name, seed, with_full, cap_s, full_cap_s, show, space_name="soap"
+) -> Start:
     graph, machine = load_model(model).graph(), parse_machine(machine_name)
     dp = named_strategy("dp", graph, machine)
     dp_s = full_simulate(TaskGraph(SimContext(graph, machine), dp)).iteration_s
     space = make_space("soap", graph, machine)
+    init = None
+    if space_name == "sample":
+        space = sample_space(graph, space)
+        init = random_in(space, len(graph.ops), dp.ops, seed)
 
     def chain(simulation: str, budget_s: float, marks: list) -> tuple[ChainResult, float]:
         def on_status(status: ChainStatus) -> None:
@@ -102,7 +155,7 @@ def run_start(model, machine_name, seed, with_full, cap_s, full_cap_s, show) -> 
         context = SimContext(graph, machine)
         begin = time.perf_counter()
         result = random_start_chain(
-            context, space, dp_s, seed, budget_s, on_status=on_status, simulation=simulation
+            context, space, dp_s, seed, budget_s, init, on_status=on_status, simulation=simulation
         )
         return result, time.perf_counter() - begin
 
@@ -157,7 +210,14 @@ def summary_lines(starts: list[Start], args) -> list[str]:
         "best it returns (the rest of its time is the progress rule's wait); x DP is the "
         "simulated speed-up over data parallelism of the chain's initial and best strategy. "
         "The paper's columns are its Table 4 (search time averaged over 10 random initial "
-        "strategies), keyed by GPU count.",
+        "strategies), keyed by GPU count."
+        + (
+            " Random strategies and proposals in the sample-only space (`--space sample`: "
+            "every op split by sample only, the space FlexFlow's released code searches), "
+            "not SOAP's."
+            if getattr(args, "space", "soap") == "sample"
+            else ""
+        ),
         "",
         "| model | machine (GPUs) | delta s | best in hand after s "
         "| starts run both ways: delta s / full s | full/delta | paper full / delta s "
@@ -221,6 +281,13 @@ def main() -> None:
     parser.add_argument(
         "--full-cap", type=positive_float, default=FULL_CAP_S, help="seconds per full run"
     )
+    parser.add_argument(
+        "--space",
+        choices=SPACES,
+        default="soap",
+        help="soap, or sample: random strategies and proposals splitting each op by sample "
+        "only (the space FlexFlow's released code searches)",
+    )
     parser.add_argument("--out", default="table4", help="results file stem in benchmarks/results")
     parser.add_argument(
         "--render", action="store_true", help="only write the markdown again from the --out CSV"
@@ -247,6 +314,7 @@ def main() -> None:
                         args.cap,
                         args.full_cap,
                         status.update,
+                        args.space,
                     )
                     starts.append(start)
                     console.log(start)
