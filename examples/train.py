@@ -32,7 +32,7 @@ import numpy as np
 
 import flexflow  # noqa: F401  (first: prepares Legate before anything starts it)
 from flexflow import FFConfig
-from flexflow.errors import FlexFlowError
+from flexflow.errors import FlexFlowError, one_line_warnings
 from flexflow.figures import picture_file
 from flexflow.fileio import output_file
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
@@ -460,4 +460,6 @@ if __name__ == "__main__":
     except FlexFlowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    sys.exit(main(arguments))
+    with one_line_warnings("train.py"):  # a strategy file for another machine: one line
+        status = main(arguments)
+    sys.exit(status)

@@ -8,7 +8,6 @@ import json
 import signal
 import sys
 import threading
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -25,7 +24,7 @@ from flexflow.cli_args import (
     positive_int,
     seed_int,
 )
-from flexflow.errors import FlexFlowError, FlexFlowWarning
+from flexflow.errors import FlexFlowError, one_line_warnings
 from flexflow.figures import picture_file
 from flexflow.fileio import STDOUT, atomic_write_text, output_file
 from flexflow.graph import OperatorGraph, OpNode
@@ -344,7 +343,7 @@ def _strategy_arg(value: str, context: SimContext, seed: int) -> Strategy:
     (validated against the model and machine): what `search --init` takes."""
     from flexflow.search.search import initial_strategy
 
-    return initial_strategy(value, context, seed, role="strategy")
+    return initial_strategy(value, context, seed, role="strategy", warn_other_machine=True)
 
 
 def cmd_profile(args: argparse.Namespace, console: Console) -> int:
@@ -595,20 +594,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _note(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
-    """`warnings.showwarning` for the CLI: a FlexFlowWarning as one line on stderr (no source
-    line: it is about the user's input, not the code); any other warning as Python shows it."""
-    if issubclass(category, FlexFlowWarning):
-        print(f"flexflow: warning: {message}", file=sys.stderr)
-    else:
-        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
-
-
 def _run(args: argparse.Namespace, console: Console) -> int:
     """The command's handler, its errors reported as one line and an exit code."""
     try:
-        with warnings.catch_warnings():
-            warnings.showwarning = _note
+        with one_line_warnings():
             return args.handler(args, console)
     except FlexFlowError as exc:
         print(f"flexflow: error: {exc}", file=sys.stderr)

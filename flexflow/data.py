@@ -11,6 +11,7 @@ stopped. The runtime copies each batch in as the first op's configuration partit
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -33,26 +34,33 @@ class Batch:
     """How many leading samples are real (the rest pad a last, short batch)."""
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def check_finite(what: str, values: Array) -> None:
-    """Raise ShapeError naming `what` if float data holds NaN or an infinity: training on it
-    shows only a loss of nan, epochs later. A cuPyNumeric array is left alone (reading it here
-    would wait for it and copy it to this process)."""
-    if hasattr(values, "__legate_data_interface__"):
-        return
-    values = np.asarray(values)
-    if values.dtype.kind != "f" or values.size == 0:
+    """Raise ShapeError naming `what` if float data holds NaN or an infinity, or values beyond
+    float32's range (the model's type: they become infinities there): training on them shows
+    only a loss of nan, epochs later. A cuPyNumeric array is checked by reductions in Legate
+    (one number each comes back, not the data)."""
+    xp = _namespace(values)
+    if xp is np:
+        values = np.asarray(values)
+    if np.dtype(values.dtype).kind != "f" or values.size == 0:
         return
     with np.errstate(all="ignore"):  # NaN and inf survive a sum: checked without a copy
-        if np.isfinite(np.sum(values, dtype=np.float64)):
+        total = float(xp.sum(values, dtype=np.float64))
+        wide = np.dtype(values.dtype).itemsize > 4
+        if math.isfinite(total) and not (wide and float(xp.max(xp.abs(values))) > FLOAT32_MAX):
             return
     rows = values.reshape(values.shape[0] if values.ndim else 1, -1)
-    finite = np.isfinite(rows).all(axis=1)
-    if finite.all():  # finite values whose sum overflowed
+    bad = ~xp.isfinite(rows) | (xp.abs(rows) > FLOAT32_MAX) if wide else ~xp.isfinite(rows)
+    per_sample = np.asarray(bad.any(axis=1))  # one flag per sample comes back
+    if not per_sample.any():  # finite values whose sum overflowed
         return
     raise ShapeError(
-        f"{what} holds NaN or infinite values in {int((~finite).sum()):,} of its "
-        f"{len(rows):,} samples (the first is sample {int(np.argmin(finite))}); clean or drop "
-        "them before training."
+        f"{what} holds NaN, infinite or beyond-float32 values in {int(per_sample.sum()):,} of "
+        f"its {len(per_sample):,} samples (the first is sample {int(np.argmax(per_sample))}); "
+        "clean or drop them first."
     )
 
 

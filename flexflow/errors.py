@@ -6,6 +6,11 @@ sees a traceback for bad input.
 
 from __future__ import annotations
 
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class FlexFlowError(Exception):
     """Base of every error a user can cause (bad model, strategy, machine or file)."""
@@ -50,3 +55,20 @@ class NotOfferedError(FlexFlowError, AttributeError):
 
 class CheckpointError(FlexFlowError, ValueError):
     """A checkpoint file cannot be read, or does not hold what this model and optimizer need."""
+
+
+@contextmanager
+def one_line_warnings(prefix: str = "flexflow") -> Iterator[None]:
+    """Inside the block a FlexFlowWarning prints as one line on stderr (`prefix: warning: ...`,
+    no source line: it is about the user's input, not the code); other warnings as Python
+    shows them. For commands and scripts; a library caller keeps Python's own display."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if issubclass(category, FlexFlowWarning):
+            print(f"{prefix}: warning: {message}", file=sys.stderr)
+        else:
+            sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield

@@ -236,7 +236,8 @@ class FFModel(LayerAPI):
         (a DataLoader keeps its own `shuffle` and `drop_last`).
         `validation_data` (Keras'), an (x, y) pair taken as `eval` takes them, is evaluated
         after each epoch (each epoch's Metrics.validation, and its line); it is checked with
-        the training data, before the first batch."""
+        the training data, before the first batch. Inputs or targets holding NaN or
+        infinities are refused, here as in eval and predict (`flexflow.data.check_finite`)."""
         loader = self._loader(x, y, shuffle, drop_last=True)
         validation = None
         if validation_data is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import warnings
 from pathlib import Path
 from typing import Any
@@ -205,19 +206,43 @@ def strategy_from_json(
     return Strategy.from_mapping(tuple(n.name for n in graph.ops), configs)
 
 
-def load_strategy(path: str | os.PathLike[str], graph: OperatorGraph, machine: Machine) -> Strategy:
+def load_strategy(
+    path: str | os.PathLike[str],
+    graph: OperatorGraph,
+    machine: Machine,
+    warn_other_machine: bool = True,
+) -> Strategy:
+    """The strategy file at `path`, checked against `graph` and `machine`. One written for
+    another machine (by name or device count) is used with a FlexFlowWarning, unless
+    `warn_other_machine` is False (a search's starting point: the search adapts it)."""
     fix = "re-export it with `flexflow strategy ... --export`."
     data = load_json(path, "strategy file", StrategyError, fix)
     strategy = strategy_from_json(data, graph, machine, source=f"strategy file {path}")
-    written_for, model = data.get("machine"), data.get("model") or "MODEL"
-    if written_for and written_for != machine.name:
+    name, devices = data.get("machine"), data.get("num_devices")
+    if warn_other_machine and (
+        (name and name != machine.name) or (devices and devices != machine.num_devices)
+    ):
+        written_for = f"'{name or '?'}'" + (f" ({devices} devices)" if devices else "")
+        used_on = f"'{machine.name}' ({machine.num_devices} devices)"
         warnings.warn(
             FlexFlowWarning(
-                f"strategy file {path} was written for machine '{written_for}' and is used on "
-                f"'{machine.name}': its configurations fit, but were chosen for the other "
-                f"machine's devices and links; search again (`flexflow search {model} --machine "
-                f"{machine.name} --init {path}`) for one made for this machine."
+                f"strategy file {path} was written for machine {written_for} and is used on "
+                f"{used_on}: its configurations fit, but were chosen for the other machine's "
+                f"devices and links; search again ({_search_command(data.get('model'), machine, path)}) "
+                "for one made for this machine."
             ),
             stacklevel=2,
         )
     return strategy
+
+
+def _search_command(model: Any, machine: Machine, path: str | os.PathLike[str]) -> str:
+    """The `flexflow search` that makes a strategy for `machine` from the file at `path`: the
+    file's model where it names a zoo model, else MODEL (a model file's stem is not a name)."""
+    from flexflow.zoo import ZOO
+
+    named = model if isinstance(model, str) and model in ZOO else "MODEL"
+    return (
+        f"`flexflow search {named} --machine {shlex.quote(machine.name)} "
+        f"--init {shlex.quote(str(path))}`"
+    )

@@ -505,6 +505,9 @@ def test_a_strategy_file_for_another_machine_is_a_one_line_warning(capsys, tmp_p
     code, out, err = run(capsys, "simulate", "lenet", "--machine", "k80:1", "--strategy", path)
     assert code == 0 and "ms per iteration" in out
     assert err.startswith("flexflow: warning: strategy file") and err.count("\n") == 1, err
+    argv = ["search", "lenet", "--machine", "k80:1", "--init", path, "--proposals", "20"]
+    code, out, err = run(capsys, *argv, "--quiet")  # a chain's start: the search adapts it
+    assert code == 0 and "warning" not in err
 
 
 def test_a_checked_strategy_file_can_be_exported_again(capsys, tmp_path):

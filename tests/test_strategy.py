@@ -240,9 +240,20 @@ def test_a_strategy_file_written_for_another_machine_loads_with_a_warning(tmp_pa
     p100, k80 = parse_machine("p100:1"), parse_machine("k80:1")
     s = named_strategy("dp", graph, p100)
     path = export_strategy(tmp_path / "s.json", s, graph, p100, model="lenet")
-    with pytest.warns(FlexFlowWarning, match=r"written for machine 'p100:1' and is used on "
-                      r"'k80:1'.*flexflow search lenet --machine k80:1 --init"):  # fmt: skip
+    with pytest.warns(FlexFlowWarning, match=r"written for machine 'p100:1' \(4 devices\) and "
+                      r"is used on 'k80:1' \(4 devices\).*flexflow search lenet --machine k80:1 "
+                      r"--init"):  # fmt: skip
         assert load_strategy(path, graph, k80) == s
+    # the same name, another device count: every host's machine is `local`
+    data = json.loads(path.read_text())
+    data.update(machine="local", num_devices=2)
+    path.write_text(json.dumps(data))
+    with pytest.warns(FlexFlowWarning, match=r"'local' \(2 devices\) and is used on 'p100:1'"):
+        load_strategy(path, graph, p100)
+    with warnings.catch_warnings():  # a search's starting point: the search adapts it
+        warnings.simplefilter("error")
+        assert load_strategy(path, graph, k80, warn_other_machine=False) == s
+    path.write_text(json.dumps({**data, "machine": "p100:1", "num_devices": 4}))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # on its own machine: nothing to say
         assert load_strategy(path, graph, p100) == s

@@ -240,20 +240,21 @@ def check_targets(loss: str, output_shape: tuple[int, ...], target, samples: int
             "of x."
         )
     shape = (samples, *output_shape[1:])
-    if not hasattr(target, "__legate_data_interface__"):
+    in_legate = hasattr(target, "__legate_data_interface__")
+    if in_legate:  # read by reductions here: a task would abort on a bad label
+        check_legate_target(name, shape, target)
+    else:
         target = np.asarray(target)
         check_target(name, shape, target)
-        check_finite(f"{name}: y", target)
-        if name == "categorical_crossentropy" and target.size and target.min() < 0:
-            sample = int(np.argmax((target < 0).reshape(len(target), -1).any(axis=1)))
-            raise ShapeError(
-                f"categorical_crossentropy: targets are probabilities (one-hot, or rows "
-                f"summing to 1), got negative ones (the first in sample {sample}); for class "
-                "indices use sparse_categorical_crossentropy."
-            )
-        return
-    check_legate_target(name, shape, target)
-    if name == "sparse_categorical_crossentropy" and samples:
+    check_finite(f"{name}: y", target)
+    if name == "categorical_crossentropy" and target.size and float(target.min()) < 0:
+        negative = np.asarray((target < 0).reshape(len(target), -1).any(axis=1))
+        raise ShapeError(
+            f"categorical_crossentropy: targets are probabilities (one-hot, or rows summing "
+            f"to 1), got negative ones (the first in sample {int(np.argmax(negative))}); for "
+            "class indices use sparse_categorical_crossentropy."
+        )
+    if in_legate and name == "sparse_categorical_crossentropy" and samples:
         low, high = int(target.min()), int(target.max())
         if low < 0 or high >= shape[-1]:
             raise ShapeError(

@@ -127,12 +127,18 @@ def fastest_dp_width(context: SimContext) -> Strategy:
 
 
 def initial_strategy(
-    init: str, context: SimContext, seed: int, role: str = "initial strategy"
+    init: str,
+    context: SimContext,
+    seed: int,
+    role: str = "initial strategy",
+    warn_other_machine: bool = False,
 ) -> Strategy:
     """A named strategy ("random" is seeded per chain), data parallelism at its fastest width
     ("dp-width", `fastest_dp_width`), the OptCNN baseline's strategy ("optcnn": it lies in the
     SOAP space, so a chain may start from it), or a strategy file. `role` names it in the
-    error for a value that is none of these (the CLI's `--strategy` is not a chain's start)."""
+    error for a value that is none of these (the CLI's `--strategy` is not a chain's start);
+    `warn_other_machine` warns of a file written for another machine (not for a chain's
+    start, which the search adapts)."""
     if init == DP_WIDTH:
         return fastest_dp_width(context)
     if init in NAMED_STRATEGIES:
@@ -144,7 +150,7 @@ def initial_strategy(
     if not Path(init).exists():  # most likely a misspelt name
         names = ", ".join((*NAMED_STRATEGIES, DP_WIDTH, "optcnn"))
         raise StrategyError(f"{role} '{init}' is neither a name ({names}) nor a strategy file.")
-    return load_strategy(init, context.graph, context.machine)
+    return load_strategy(init, context.graph, context.machine, warn_other_machine)
 
 
 def search(

@@ -184,6 +184,17 @@ def test_check_target_accepts_fitting_targets():
         ("sparse_categorical_crossentropy", np.zeros((6, 2), np.int32), "one integer label"),
         ("categorical_crossentropy", np.zeros((6, 3)), "target of the same shape"),
         ("mean_squared_error", np.zeros((5, 4)), "target shape"),
+        (  # NaN or inf showed only as a loss of nan
+            "mean_squared_error",
+            np.array([[0.0] * 4] * 4 + [[np.nan, 0, 0, 0], [np.inf, 0, 0, 0]]),
+            r"mean_squared_error: y holds NaN, infinite or beyond-float32 values in 2 of its 6 "
+            r"samples \(the first is sample 4\)",
+        ),
+        (  # trained, with a loss unbounded below
+            "categorical_crossentropy",
+            np.eye(4)[[0, 1, 2, 3, 0, 1]] - np.eye(4)[[0, 0, 0, 1, 0, 0]] * 2,
+            r"targets are probabilities .* negative ones \(the first in sample 0\)",
+        ),
     ],
 )
 def test_a_data_sets_targets_are_checked_whole(loss, target, match):

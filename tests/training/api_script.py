@@ -130,6 +130,7 @@ def data_checks() -> dict:
         "no_targets": error(lambda: model.fit(X, None)),
         "late_label": error(lambda: model.fit(X, late)),
         "nan_input": error(lambda: model.fit(holey, Y)),
+        "nan_cupynumeric_input": error(lambda: model.fit(cupynumeric.asarray(holey), Y)),
         "negative_probabilities": error(lambda: categorical.fit(X, one_hot)),
         "nan_target": error(lambda: mse.fit(X, nan_target)),
         "iterations_after_refusals": [m.executor.iteration for m in (model, categorical, mse)],

@@ -54,16 +54,18 @@ def test_targets_are_checked_before_any_training(run):
     assert "no targets given (y is None)" in checks["no_targets"]
     assert "labels must lie in [0, 3), got [0, 7]" in checks["late_label"]
     # NaN or inf in data showed only as a loss of nan; negative "probabilities" trained
-    assert (
-        "input 'x' holds NaN or infinite values in 2 of its 96 samples (the first is sample 40)"
-        in checks["nan_input"]
+    nan_input = (
+        "input 'x' holds NaN, infinite or beyond-float32 values in 2 of its 96 samples (the "
+        "first is sample 40); clean or drop them first."
     )
+    assert nan_input in checks["nan_input"]
+    assert nan_input in checks["nan_cupynumeric_input"]  # by reductions in Legate
     assert (
         "categorical_crossentropy: targets are probabilities (one-hot, or rows summing to 1), "
         "got negative ones (the first in sample 50)"
     ) in checks["negative_probabilities"]
-    assert "mean_squared_error: y holds NaN or infinite values in 1 of its 96 samples (the " \
-        "first is sample 90)" in checks["nan_target"]  # fmt: skip
+    assert "mean_squared_error: y holds NaN, infinite or beyond-float32 values in 1 of its 96 " \
+        "samples (the first is sample 90)" in checks["nan_target"]  # fmt: skip
     assert checks["iterations_after_refusals"] == [0, 0, 0]  # refused before the first batch
     # a cuPyNumeric float label aborted the process inside a task before
     assert (
