@@ -34,7 +34,7 @@ import flexflow  # noqa: F401  (first: prepares Legate before anything starts it
 from flexflow import FFConfig
 from flexflow.errors import FlexFlowError, one_line_warnings
 from flexflow.figures import picture_file
-from flexflow.fileio import output_file
+from flexflow.fileio import check_outputs, output_file
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 from flexflow.relaunch import relaunch_with_launcher_flags
 
@@ -290,13 +290,19 @@ def main(argv: list[str] | None = None) -> int:
             raise FlexFlowError(
                 "--resume continues from the file --checkpoint names; pass --checkpoint FILE."
             )
-        same = {args.export_strategy, args.trace, args.measured_trace, args.timeline_png,
-                args.search_png}  # fmt: skip
-        if args.checkpoint and args.checkpoint in same:
+        outputs = {  # each its own file; the profile is written when it is new
+            "--checkpoint": args.checkpoint, "--export-strategy": args.export_strategy,
+            "--trace": args.trace, "--timeline-png": args.timeline_png,
+            "--search-png": args.search_png, "--measured-trace": args.measured_trace,
+            "--profile": args.profile,
+        }  # fmt: skip
+        if args.search_png and (not args.search_budget or args.import_strategy):
             raise FlexFlowError(
-                f"--checkpoint {args.checkpoint} is also another output of this run; give each "
-                "file its own path."
+                "--search-png draws the search, and none will run (it needs --budget SECONDS "
+                "and no --import-strategy); drop --search-png or search."
             )
+        model_file = args.model if args.model.endswith(".py") else None
+        check_outputs(outputs, {"the model file": model_file}, "--json" if args.json else None)
         if args.resume and not Path(args.checkpoint).exists():
             console.print(
                 f"[yellow]note:[/yellow] no checkpoint at {args.checkpoint} yet: training "

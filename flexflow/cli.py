@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import signal
 import sys
 import threading
@@ -26,7 +27,7 @@ from flexflow.cli_args import (
 )
 from flexflow.errors import FlexFlowError, one_line_warnings
 from flexflow.figures import picture_file
-from flexflow.fileio import STDOUT, atomic_write_text, output_file
+from flexflow.fileio import STDOUT, atomic_write_text, check_outputs, output_file
 from flexflow.graph import OperatorGraph, OpNode
 from flexflow.machine import Machine, link_groups, parse_machine
 from flexflow.machine_presets import PRESET_EXAMPLES
@@ -565,15 +566,19 @@ def output_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 def _console_for(args: argparse.Namespace, outputs: dict[str, str]) -> Console:
     """The console for the command's messages: stderr when an output file is standard output
-    (`-`), so what is piped is that file alone. Two outputs on standard output are an error."""
-    files = [flag for dest, flag in outputs.items() if str(getattr(args, dest, None)) == STDOUT]
-    report = ["--json"] if getattr(args, "json", None) is True else []  # a command's report
-    to_stdout = files + report
-    if len(to_stdout) > 1:
-        raise FlexFlowError(
-            f"{' and '.join(to_stdout)} would both write to standard output; give all but one "
-            "a file name."
-        )
+    (`-`), so what is piped is that file alone. Outputs on one file (standard output included)
+    or over a file the command reads (a model or machine file, a profile) are an error."""
+    given = {  # a dest another subcommand uses for a switch (--json) holds a bool here
+        flag: value
+        for dest, flag in outputs.items()
+        if isinstance(value := getattr(args, dest, None), str | os.PathLike)
+    }
+    reads = {"the model file": getattr(args, "model", None),
+             "the --machine file": getattr(args, "machine", None),
+             "the --profile file": getattr(args, "profile", None)}  # fmt: skip
+    report = "--json" if getattr(args, "json", None) is True else None  # a command's report
+    check_outputs(given, reads, report)
+    files = [flag for flag, path in given.items() if path is not None and str(path) == STDOUT]
     return Console(soft_wrap=True, stderr=bool(files))  # one line per message, for grep
 
 

@@ -139,7 +139,8 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         simulation=args.simulation or "delta",
         workers=args.workers or 1,  # None with optcnn, which runs none
     )
-    if args.plot:
+    printed = _export_and_print_json(args, graph, machine, result.best, result.to_json())
+    if args.plot:  # after the strategy is safe: a picture that cannot be written loses nothing
         from flexflow.search.plot import render_search
 
         render_search(
@@ -148,7 +149,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
             title=f"{args.model} on {machine.name}: {result.best_s * 1e3:.3f} ms, "
             f"{result.speedup_over_dp:.2f}x over data parallelism",
         )
-    if _export_and_print_json(args, graph, machine, result.best, result.to_json()):
+    if printed:
         return 0
     if not args.quiet:
         console.print(

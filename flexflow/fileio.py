@@ -15,11 +15,11 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flexflow.errors import OutputPathError
+from flexflow.errors import FlexFlowError, OutputPathError
 
 STDOUT = "-"
 
@@ -66,6 +66,46 @@ output_file = argument_type(check_output_path)
 """argparse `type=` of an output FILE: checked when the arguments are parsed."""
 
 
+def check_outputs(
+    outputs: Mapping[str, object],
+    reads: Mapping[str, object] | None = None,
+    report: str | None = None,
+) -> None:
+    """Raise FlexFlowError when two of a run's `outputs` (flag -> path; None: not given) would
+    write one file, or both standard output (`-`, with `report`, a flag that prints there,
+    such as --json), or when an output would replace a file the run reads (`reads`: what it
+    is -> path, e.g. "the model file"): the later write would silently replace the other, and one over
+    the model file would lose the user's code. Checked before any work."""
+    to_stdout = [flag for flag, path in outputs.items() if path is not None and str(path) == STDOUT]
+    if report is not None:
+        to_stdout.append(report)
+    if len(to_stdout) > 1:
+        raise FlexFlowError(
+            f"{' and '.join(to_stdout)} would both write to standard output; give all but one "
+            "a file name."
+        )
+    claimed: dict[str, str] = {}  # real path -> the flag reading or writing it
+    for flag, path in (reads or {}).items():
+        if path is not None and os.path.isfile(path):
+            claimed[os.path.realpath(path)] = flag
+    for flag, path in outputs.items():
+        if path is None or str(path) == STDOUT:
+            continue
+        real = os.path.realpath(path)
+        other = claimed.get(real)
+        if other is not None and other in (reads or {}):
+            raise FlexFlowError(
+                f"{flag} {path} is {other} this run reads, which writing it would replace; "
+                f"give {flag} another path."
+            )
+        if other is not None:
+            raise FlexFlowError(
+                f"{other} and {flag} both name {path}; the later write would replace the other: "
+                "give each its own file."
+            )
+        claimed[real] = flag
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write `data` to `path` through a temporary file in the same directory and `os.replace`
     (an existing file's permissions kept). `-` writes to standard output, an existing device
@@ -81,8 +121,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         mode = None
     pseudo = Path(path).absolute().parts[1:2] in (("dev",), ("proc",))  # /dev/stdout, /dev/fd/3
     if mode is not None and (pseudo or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))):
-        with open(path, "ab") as handle:  # a stream: appended, as `>> /dev/stdout` would
-            handle.write(data)
+        try:
+            with open(path, "ab") as handle:  # a stream: appended, as `>> /dev/stdout` would
+                handle.write(data)
+        except OSError as exc:  # named: `No space left on device` alone names no file
+            raise OSError(
+                exc.errno, f"{exc.strerror or exc} (writing to it failed)", str(path)
+            ) from None
         return Path(path)
     target = Path(os.path.realpath(path))
     check_output_path(target)

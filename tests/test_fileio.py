@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 import time
@@ -10,9 +11,9 @@ import time
 import pytest
 
 from flexflow.cli import main
-from flexflow.errors import OutputPathError
+from flexflow.errors import FlexFlowError, OutputPathError
 from flexflow.figures import picture_format
-from flexflow.fileio import atomic_write_text, check_output_path
+from flexflow.fileio import atomic_write_text, check_output_path, check_outputs
 
 
 def test_a_path_under_a_file_or_a_directory_is_refused_naming_it(tmp_path):
@@ -107,3 +108,65 @@ def test_a_directory_refusing_the_temporary_file_names_the_file_asked_for(tmp_pa
         atomic_write_text(tmp_path / "x.json", "new")
     assert info.value.filename == str(tmp_path / "x.json")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "make, argv, message",
+    [
+        (  # the user's model file: its code would be lost
+            "model.py",
+            ["search", "{t}/model.py", "--machine", "p100:1", "--export", "{t}/model.py"],
+            r"--export .*model\.py is the model file this run reads",
+        ),
+        (
+            "machine.json",
+            ["simulate", "lenet", "--machine", "{t}/machine.json", "--trace", "{t}/machine.json"],
+            r"--trace .*machine\.json is the --machine file this run reads",
+        ),
+        (
+            "profile.json",
+            ["simulate", "lenet", "--machine", "p100:1", "--profile", "{t}/profile.json",
+             "--taskgraph", "{t}/profile.json"],
+            r"--taskgraph .*profile\.json is the --profile file this run reads",
+        ),
+        (  # the exported strategy was replaced by the picture
+            None,
+            ["search", "lenet", "--machine", "p100:1", "--export", "{t}/x.png", "--plot",
+             "{t}/x.png"],
+            r"--export and --plot both name .*x\.png; the later write would replace the other",
+        ),
+        (
+            None,
+            ["simulate", "lenet", "--machine", "p100:1", "--trace", "{t}/a/../y.png",
+             "--timeline-png", "{t}/y.png"],
+            r"--trace and --timeline-png both name",
+        ),
+    ],
+)  # fmt: skip
+def test_an_output_over_another_output_or_over_a_file_the_run_reads_is_refused(
+    tmp_path, capsys, make, argv, message
+):
+    (tmp_path / "a").mkdir()
+    machine = '{"name": "m", "nodes": 1, "devices_per_node": 2, "device": "p100"}'
+    model = "def build(model):\n    model.softmax(model.dense(model.create_tensor((8, 4)), 2))\n"
+    sources = {"model.py": model, "machine.json": machine, "profile.json": "{}"}
+    if make is not None:
+        (tmp_path / make).write_text(sources[make])
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert main([a.format(t=tmp_path) for a in argv]) == 2
+    assert re.search(message, " ".join(capsys.readouterr().err.split()))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_check_outputs_tells_apart_outputs_reads_and_standard_output(tmp_path):
+    (tmp_path / "m.py").write_text("")
+    check_outputs({"--a": tmp_path / "a", "--b": tmp_path / "b", "--c": None, "--d": "-"})
+    check_outputs({"--a": tmp_path / "m.py"}, {"the model file": "lenet"})  # a name, not a file
+    with pytest.raises(FlexFlowError, match="--a and --b would both write to standard output"):
+        check_outputs({"--a": "-", "--b": "-"})
+    with pytest.raises(FlexFlowError, match="--a and --json would both write"):
+        check_outputs({"--a": "-"}, report="--json")
+    with pytest.raises(FlexFlowError, match="is the model file this run reads"):
+        check_outputs(
+            {"--a": tmp_path / "x" / ".." / "m.py"}, {"the model file": tmp_path / "m.py"}
+        )
