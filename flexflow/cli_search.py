@@ -158,7 +158,8 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     console.print(
         f"{args.model} on {machine.name}: best {result.best_s * 1e3:.3f} ms per iteration, data "
         f"parallel {result.dp_s * 1e3:.3f} ms ([bold]{result.speedup_over_dp:.2f}x[/bold]); "
-        f"{result.proposals:,} proposals in {result.seconds:.1f} s, "
+        f"{result.proposals:,} proposal{'' if result.proposals == 1 else 's'} in "
+        f"{result.seconds:.1f} s, "
         f"{result.acceptance_rate:.0%} accepted"
         + {
             True: "; locally optimal",

@@ -27,8 +27,8 @@ def picture_format(path: str | os.PathLike[str]) -> str:
 
 
 def _check_picture(text: str) -> None:
+    check_output_path(text, ".png")  # first: an empty path or a directory has no format
     picture_format(text)
-    check_output_path(text)
 
 
 picture_file = argument_type(_check_picture)

@@ -24,16 +24,25 @@ from flexflow.errors import FlexFlowError, OutputPathError
 STDOUT = "-"
 
 
-def check_output_path(path: str | os.PathLike[str]) -> Path:
+def check_output_path(path: str | os.PathLike[str], example_suffix: str = ".json") -> Path:
     """Raise OutputPathError unless a file can be written at `path`: it is not a directory, and
     its nearest existing ancestor is a directory this process may write in (the missing ones
-    are created when the file is written). Nothing is created."""
+    are created when the file is written). Nothing is created. `example_suffix` is that of
+    the file name a refusal suggests."""
     target = Path(path)
     if str(path) == STDOUT:
         return target
+    if not str(path):
+        raise OutputPathError(f"an empty path; give a file name (e.g. out{example_suffix})")
     if target.is_dir():
         raise OutputPathError(
-            f"{path} is a directory; give a file name inside it (e.g. {target / 'out.json'})"
+            f"{path} is a directory; give a file name inside it "
+            f"(e.g. {target / f'out{example_suffix}'})"
+        )
+    if str(path).endswith(os.sep):  # Path() drops the slash: it would write the file
+        raise OutputPathError(
+            f"{path} ends with {os.sep}, naming a directory; give a file name (e.g. "
+            f"{str(path).rstrip(os.sep) or '.'}{os.sep}out{example_suffix})"
         )
     ancestor = target.parent
     while not ancestor.exists() and ancestor != ancestor.parent:

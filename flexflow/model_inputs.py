@@ -30,6 +30,8 @@ def model_loader(
     """`x` and `y` as a DataLoader of `config`'s batches for a model of `graph`, each input
     checked against the graph's before any batch is cut or fed; `input_name` gives the input
     name of a key of `x` that is one of the model's Tensor handles (None otherwise)."""
+    if x is None:  # numpy would make an object array of it: "got object data"
+        raise ShapeError("x is None; pass the model's inputs (an array, a list or a dict by name).")
     if isinstance(x, DataLoader):
         if y is not None:
             raise ShapeError(

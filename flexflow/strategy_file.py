@@ -111,7 +111,10 @@ def _config_from_entry(
     degrees_in = entry.get("degrees", {})
     devices = entry.get("devices")
     if not isinstance(degrees_in, dict) or not isinstance(devices, list):
-        problems.append(f'{label}: needs "degrees" (an object) and "devices" (a list).')
+        problems.append(
+            f'{label}: needs "devices" (a list) and, where it splits, "degrees" (an object by '
+            'dimension name; one left out, or no "degrees", is not split).'
+        )
         return None
     found = len(problems)
     names = [d.name for d in node.sig.dims]

@@ -170,3 +170,16 @@ def test_check_outputs_tells_apart_outputs_reads_and_standard_output(tmp_path):
         check_outputs(
             {"--a": tmp_path / "x" / ".." / "m.py"}, {"the model file": tmp_path / "m.py"}
         )
+
+
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("", "an empty path; give a file name (e.g. out.json)"),
+        ("out.json/", "ends with /, naming a directory"),  # it wrote out.json
+    ],
+)
+def test_an_empty_path_or_one_ending_with_a_slash_is_refused(tmp_path, path, message):
+    with pytest.raises(OutputPathError, match=re.escape(message)):
+        check_output_path(path)
+    assert not os.path.exists("out.json") or path != "out.json/"

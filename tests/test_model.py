@@ -7,7 +7,7 @@ import pytest
 
 from flexflow import ActiMode, AggrMode, DataType, FFConfig, FFModel, PoolType
 from flexflow.errors import GraphError, ShapeError
-from flexflow.model_inputs import inputs_by_name
+from flexflow.model_inputs import inputs_by_name, model_loader
 
 
 def test_every_layer_infers_its_shape_when_called():
@@ -495,3 +495,11 @@ def test_an_id_below_zero_is_named_with_its_own_fix():
     tokens[1, 1] = -1
     with pytest.raises(ShapeError, match=r"holds id -1, .* ids are row numbers from 0"):
         model.fit(tokens, np.zeros(8, np.int32))
+
+
+def test_fit_without_inputs_says_x_is_none():
+    """It said "input 'x' takes numbers (float32), got object data"."""
+    model = FFModel(FFConfig(batch_size=4))
+    model.softmax(model.dense(model.create_tensor((4, 3), name="x"), 2))
+    with pytest.raises(ShapeError, match="x is None; pass the model's inputs"):
+        model_loader(model.graph(), model.config, None, None, False, False, model._input_name)

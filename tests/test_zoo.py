@@ -280,6 +280,17 @@ def test_model_file_without_a_callable_build(tmp_path, source):
             "import sys\ndef build(model):\n    sys.exit(0)\n",
             r"exits\.py', line 3: build\(model\) called exit\(0\) instead of returning",
         ),
+        (  # a coroutine's build added nothing: "added no layers", and a RuntimeWarning
+            "async_build.py",
+            "async def build(model):\n    pass\n",
+            r"build is a coroutine \(async def\) function, which adds no layers",
+        ),
+        (  # Python's TypeError from the call
+            "sized.py",
+            "def build(model, hidden_size):\n    pass\n",
+            r"build requires hidden_size without a default; give it one .* or pass "
+            r"--hidden-size N",
+        ),
         (
             "script.py",
             "import sys\nsys.exit('done')\n",

@@ -2,8 +2,8 @@
 iteration time over the seconds it ran (a dot where it stopped), then the final descent's,
 against data parallelism's.
 
-Where a chain from a random strategy starts many times slower than data parallelism, the time
-axis is logarithmic, so that the last, small improvements stay visible.
+Where a chain from a random strategy starts many times slower than data parallelism, the
+iteration-time axis is logarithmic, so that the last, small improvements stay visible.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from flexflow.errors import FlexFlowError
 from flexflow.figures import save_figure
 from flexflow.search.search import SearchResult
 
 LOG_SPREAD = 4.0
-"""The ratio of the slowest to the fastest time drawn above which the time axis is logarithmic."""
+"""The ratio of the slowest to the fastest time drawn above which the iteration-time axis is
+logarithmic."""
 
 
 def render_search(result: SearchResult, path: str | os.PathLike[str], title: str = "") -> Path:
@@ -27,7 +29,10 @@ def render_search(result: SearchResult, path: str | os.PathLike[str], title: str
     from matplotlib.ticker import ScalarFormatter
 
     if not result.chains:
-        raise ValueError("render_search draws MCMC chains; this search ran none (optcnn)")
+        raise FlexFlowError(
+            "render_search draws MCMC chains and this search ran none (the OptCNN baseline's "
+            "dynamic programming); draw a search of the soap or operation space."
+        )
     fig, ax = plt.subplots(figsize=(9, 4.8))
     drawn: list[float] = [result.dp_s]
     for index, chain in enumerate(result.chains):
@@ -40,7 +45,7 @@ def render_search(result: SearchResult, path: str | os.PathLike[str], title: str
             linewidth=1.6,
             zorder=3,
             label=f"chain from {chain.init}: {result.dp_s / chain.best_s:.2f}x DP, "
-            f"{chain.proposals:,} proposals",
+            f"{chain.proposals:,} proposal{'' if chain.proposals == 1 else 's'}",
         )
         ax.plot(start + chain.seconds, chain.best_s * 1e3, "o", color=line.get_color(), zorder=4)
         drawn += [cost for _, cost in points]

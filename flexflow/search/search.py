@@ -216,7 +216,14 @@ def search(
         starts = [(name, project(s, proposal_space)) for name, s in starts]
     at_once = min(workers, len(starts))
     share = budget_s / math.ceil(len(starts) / at_once)  # chains run in waves of `at_once`
-    per_chain = None if max_proposals is None else math.ceil(max_proposals / len(starts))
+
+    def proposals_of(index: int) -> int | None:
+        """The chain's share of `max_proposals`: all of them in all (the first chains take
+        the remainder), so `--proposals N` makes at most N."""
+        if max_proposals is None:
+            return None
+        share, rest = divmod(max_proposals, len(starts))
+        return share + (index < rest)
 
     def run(index: int, name: str, start: Strategy, report, chain_clock) -> ChainResult:
         # a random stream per chain: the same proposals one after the other or at once
@@ -230,7 +237,7 @@ def search(
             dp_s,
             beta,
             share,
-            per_chain,
+            proposals_of(index),
             report,
             chain_clock,
             simulation=simulation,

@@ -94,7 +94,26 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
             f"model file '{path}' has no callable `build`; define "
             "`def build(model: FFModel) -> None` that adds the model's layers."
         )
+    if inspect.iscoroutinefunction(build) or inspect.isgeneratorfunction(build):
+        kind = "a coroutine (async def)" if inspect.iscoroutinefunction(build) else "a generator"
+        raise ModelError(
+            f"model file '{path}': build is {kind} function, which adds no layers when called; "
+            "define it with a plain `def build(model: FFModel) -> None`."
+        )
     params = inspect.signature(build).parameters
+    required = [  # after the model, none may lack a default: the size flags are optional
+        name
+        for name, p in list(params.items())[1:]
+        if p.default is p.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and name not in sizes
+    ]
+    if required:
+        flag = "--" + required[0].replace("_", "-")
+        raise ModelError(
+            f"model file '{path}': build requires {', '.join(required)} without a default; give "
+            f"it one (`def build(model, {required[0]}=...)`) or pass {flag} N."
+        )
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         unknown = sorted(set(sizes) - set(params))
         if unknown:
@@ -112,7 +131,8 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
         raise
     except SystemExit as exc:  # a script's exit() in build: not a model, and not success
         raise ModelError(
-            f"model file '{path}'{_line_in(path, exc)}: build(model) called exit({exc.code!r}) "
+            f"model file '{path}'{_line_in(path, exc)}: build(model) called "
+            f"exit({'' if exc.code is None else repr(exc.code)}) "
             "instead of returning; build adds the model's layers and returns (a script's own "
             'code goes under `if __name__ == "__main__":`).'
         ) from None

@@ -27,6 +27,17 @@ def test_same_seed_and_proposal_budget_give_the_same_result():
     assert a.best == b.best and a.best_s == b.best_s and a.proposals == b.proposals
 
 
+@pytest.mark.parametrize("proposals", [1, 2, 50])
+def test_a_proposal_budget_is_shared_exactly_among_the_chains(proposals):
+    """Each chain took ceil(N / chains): `--proposals 1` made 3, `--proposals 50` 51."""
+    result = search(lenet_context("p100:2"), budget_s=60, max_proposals=proposals, polish=False)
+    k = len(result.chains)  # dp, expert, random and dp-width here
+    shares = [proposals // k + (i < proposals % k) for i in range(k)]
+    assert sum(shares) == proposals and result.proposals <= proposals
+    assert all(c.proposals <= share for c, share in zip(result.chains, shares, strict=True))
+    assert result.chains[0].proposals == shares[0]  # data parallelism's chain: not stalled yet
+
+
 def test_search_is_never_worse_than_its_initial_strategies():
     context = lenet_context()
     result = search(context, budget_s=60, seed=1, max_proposals=600)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flexflow.cli import main
+from flexflow.errors import FlexFlowError
 from flexflow.machine import parse_machine
 from flexflow.search import search
 from flexflow.search.plot import render_search
@@ -41,7 +42,7 @@ def test_a_search_draws_to_the_format_its_file_names(tmp_path, suffix):
 
 def test_an_optcnn_search_has_no_chains_to_draw(tmp_path):
     result = lenet_search(space="optcnn")
-    with pytest.raises(ValueError, match="this search ran none"):
+    with pytest.raises(FlexFlowError, match="this search ran none"):
         render_search(result, tmp_path / "s.png")
 
 
