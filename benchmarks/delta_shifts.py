@@ -9,7 +9,8 @@ Along the new processing order (ready time, then key) it reports the share of th
 tasks whose shift equals the shift of the task before them, the number of distinct shifts per
 change, and the last run of one shift (the rest of the iteration) as a share of the replay.
 Shifts are equal within a relative 1e-12 of the iteration (float sums round). What a replay
-that moved such runs instead of simulating them again could save; see benchmarks/README.md, "Search time".
+that moved such runs instead of simulating them again could save; see benchmarks/README.md,
+"Search time".
 
     .venv/bin/python benchmarks/delta_shifts.py --models resnet101 --machine p100:1 --inits random
 """

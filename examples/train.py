@@ -249,11 +249,14 @@ def write_search_picture(args: argparse.Namespace, machine, plan, console) -> No
     from flexflow.search.plot import render_search
 
     result = plan.search
-    render_search(
+    kept = (  # the trials, or the ranks' agreement, chose another than the search's best
+        "" if plan.strategy == result.best else f"; trained: another ({plan.simulated_ms:.3f} ms)"
+    )
+    render_search(  # each rank draws its own search (seed + rank); the last one written stays
         result,
         args.search_png,
         title=f"{args.model} on {machine.name}: search, {result.best_s * 1e3:.3f} ms simulated, "
-        f"{result.speedup_over_dp:.2f}x over data parallelism",
+        f"{result.speedup_over_dp:.2f}x over data parallelism{kept}",
     )
 
 

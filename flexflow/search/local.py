@@ -118,7 +118,8 @@ def descend(
     proof of local optimality, as without `narrow`). Why: from a chain's strategy a wide-only
     descent climbs through dozens of tiny changes, most of them an op (often one unrolled
     step) taking a neighbour's configuration, each found a wide sweep after the change that
-    made it pay; narrow sweeps find them at a few percent of the cost (benchmarks/README.md, "Search time": NMT on p100:4).
+    made it pay; narrow sweeps find them at a few percent of the cost (NMT on p100:4:
+    benchmarks/README.md, "Search time").
 
     With `budget_s` it stops after that many seconds, and `finished` says whether it got
     there (the strategy is then locally optimal) or ran out of time (it is only no worse).

@@ -88,8 +88,9 @@ paper's rule under which its Table 4 reports searches of 0.04 s. It counts propo
 seconds, so a chain makes the same proposals whichever simulation evaluates them and how
 fast; `benchmarks/table4.py` runs it. The default keeps searching while the budget lasts: a
 rule read against the seconds a chain has run let MCMC find LeNet's proven optimum on
-`p100:1` for only 2 of 5 seeds (its chains stopped after 0.1 s; benchmarks/README.md). The search runs one chain
-per initial strategy with an equal share of the budget and returns the best over all chains.
+`p100:1` for only 2 of 5 seeds (its chains stopped after 0.1 s; benchmarks/README.md). The
+search runs one chain per initial strategy with an equal share of the budget and returns the
+best over all chains.
 Given the same seed and a proposal budget the result is exactly reproducible; with a time
 budget the same proposals are made in the same order, and the budget decides how many.
 """
