@@ -203,6 +203,16 @@ def strategy_from_json(
         if config is not None:
             problems += config_problems(node, config, machine)
             configs[node.name] = config
+    devices = data.get("num_devices")
+    if (
+        problems and type(devices) is int and devices > machine.num_devices
+    ):  # one line, not one per op
+        raise StrategyError(
+            f"{source} was written for machine {data.get('machine', '?')!r} ({devices} devices) "
+            f"and this one, {machine.name!r}, has {machine.num_devices}: {len(problems)} of its "
+            f"entries do not fit (first: {problems[0]}); pass the --machine it was written for, "
+            f"or search a strategy for this one."
+        )
     if problems and isinstance(data.get("model"), str) and data["model"]:  # whose it is
         source = f"{source} (written for model {data['model']!r})"
     _raise(problems, source)

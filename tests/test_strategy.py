@@ -432,3 +432,16 @@ def test_a_changed_strategy_checks_its_new_configuration_and_shares_the_op_index
             s.replace(bad, ParallelConfig.single(2))
         with pytest.raises(StrategyError, match=f"no op number {bad}"):
             s.replace_many([0, bad], ParallelConfig.single(2))
+
+
+def test_a_strategy_for_a_larger_machine_is_one_line_naming_both(tmp_path):
+    """Sixteen lines each saying to lower the degrees or use device ids in range."""
+    graph = zoo_graph("lenet")
+    p100_2 = parse_machine("p100:2")
+    path = export_strategy(tmp_path / "s.json", named_strategy("dp", graph, p100_2), graph, p100_2)
+    with pytest.raises(StrategyError) as info:
+        load_strategy(path, graph, parse_machine("p100:1"))
+    message = str(info.value)
+    assert "\n" not in message
+    assert "written for machine 'p100:2' (8 devices) and this one, 'p100:1', has 4" in message
+    assert "pass the --machine it was written for" in message
