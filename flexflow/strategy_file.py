@@ -93,7 +93,9 @@ def validate_strategy(strategy: Strategy, graph: OperatorGraph, machine: Machine
 def _raise(problems: list[str], source: str) -> None:
     if problems:
         listing = "\n  ".join(problems)
-        raise StrategyError(f"{source} is not valid ({len(problems)} problem(s)):\n  {listing}")
+        error = StrategyError(f"{source} is not valid ({len(problems)} problem(s)):\n  {listing}")
+        error.problems = tuple(problems)
+        raise error
 
 
 def _config_from_entry(
@@ -204,15 +206,15 @@ def strategy_from_json(
             problems += config_problems(node, config, machine)
             configs[node.name] = config
     devices = data.get("num_devices")
-    if (
-        problems and type(devices) is int and devices > machine.num_devices
-    ):  # one line, not one per op
-        raise StrategyError(
+    if problems and type(devices) is int and devices > machine.num_devices:  # one line
+        error = StrategyError(
             f"{source} was written for machine {data.get('machine', '?')!r} ({devices} devices) "
             f"and this one, {machine.name!r}, has {machine.num_devices}: {len(problems)} of its "
             f"entries do not fit (first: {problems[0]}); pass the --machine it was written for, "
             f"or search a strategy for this one."
         )
+        error.problems = tuple(problems)  # for callers that say it their own way (checkpoints)
+        raise error
     if problems and isinstance(data.get("model"), str) and data["model"]:  # whose it is
         source = f"{source} (written for model {data['model']!r})"
     _raise(problems, source)
