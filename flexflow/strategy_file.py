@@ -181,12 +181,17 @@ def strategy_from_json(
             problems.append(f"op '{entry['name']}' is listed twice; keep one entry.")
         by_name[entry["name"]] = entry
     graph_names = {n.name for n in graph.ops}
-    if by_name and not graph_names & set(by_name):  # another model's: one line, not one per op
+    foreign = [name for name in by_name if name not in graph_names]
+    # another model's: one line, not one per op (models of one family share a few op names)
+    if by_name and (
+        len(foreign) == len(by_name) or 2 * len(foreign) > len(by_name) > 0 and data.get("model")
+    ):
         named = f" (it names model {data['model']!r})" if data.get("model") else ""
+        count = "none" if len(foreign) == len(by_name) else f"only {len(by_name) - len(foreign)}"
         raise StrategyError(
-            f"{source} is another model's strategy{named}: none of its {len(by_name)} ops is "
-            f"one of this model's {len(graph_names)}; export one for this model "
-            "(`flexflow strategy MODEL --machine M --export FILE`)."
+            f"{source} is another model's strategy{named}: {count} of its {len(by_name)} ops "
+            f"{'is' if count == 'none' else 'are'} among this model's {len(graph_names)}; "
+            "export one for this model (`flexflow strategy MODEL --machine M --export FILE`)."
         )
     problems += [
         f"unknown op '{name}': model has no such op; remove it."

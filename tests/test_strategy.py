@@ -341,6 +341,14 @@ def _edit(data, name, **fields):
             lambda d: {**d, "model": "rnnlm", "ops": [{"name": "lstm", "devices": [0]}]},
             r"is another model's strategy \(it names model 'rnnlm'\): none of its 1 ops",
         ),
+        (  # one of a family sharing some op names: a line per foreign op before
+            lambda d: {
+                **d,
+                "model": "big",
+                "ops": [*d["ops"][:2], *({"name": f"x{i}", "devices": [0]} for i in range(5))],
+            },
+            r"another model's strategy \(it names model 'big'\): only 2 of its 7 ops are among",
+        ),
         (lambda d: {**d, "format": "other"}, r"not a strategy file"),
         (
             lambda d: {**d, "fo": 1},
