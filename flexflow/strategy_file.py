@@ -184,7 +184,7 @@ def strategy_from_json(
     foreign = [name for name in by_name if name not in graph_names]
     # another model's: one line, not one per op (models of one family share a few op names)
     if by_name and (
-        len(foreign) == len(by_name) or 2 * len(foreign) > len(by_name) > 0 and data.get("model")
+        len(foreign) == len(by_name) or (2 * len(foreign) > len(by_name) and data.get("model"))
     ):
         named = f" (it names model {data['model']!r})" if data.get("model") else ""
         count = "none" if len(foreign) == len(by_name) else f"only {len(by_name) - len(foreign)}"
