@@ -74,6 +74,8 @@ class Start:
     """When the delta chain's best was in hand (its last improvement), from the same start as
     delta_s: the rest of delta_s is the progress rule's wait that shows nothing better comes.
     None in the CSVs of runs before it was recorded."""
+    space: str = "soap"
+    """Where the random strategies and proposals come from (SPACES); soap in older CSVs."""
 
 
 SPACES = ("soap", "sample")
@@ -186,6 +188,7 @@ def run_start(
         dp_s / delta.initial_s,
         dp_s / delta.best_s,
         delta_s - delta.seconds + delta.history[-1][0],  # the set-up, then the chain's clock
+        space_name,
     )
 
 
@@ -215,7 +218,7 @@ def summary_lines(starts: list[Start], args) -> list[str]:
             " Random strategies and proposals in the sample-only space (`--space sample`: "
             "every op split by sample only, the space FlexFlow's released code searches), "
             "not SOAP's."
-            if getattr(args, "space", "soap") == "sample"
+            if any(s.space == "sample" for s in starts)  # as run, also when rendered again
             else ""
         ),
         "",

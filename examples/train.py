@@ -305,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                 "and no --import-strategy); drop --search-png or search."
             )
         model_file = args.model if args.model.endswith(".py") else None
-        check_outputs(outputs, {"the model file": model_file}, "--json" if args.json else None)
+        reads = {"the model file": model_file, "the --import-strategy file": args.import_strategy}
+        rewrites = frozenset({("--export-strategy", "the --import-strategy file")})
+        check_outputs(outputs, reads, "--json" if args.json else None, rewrites)
         if args.resume and not Path(args.checkpoint).exists():
             console.print(
                 f"[yellow]note:[/yellow] no checkpoint at {args.checkpoint} yet: training "

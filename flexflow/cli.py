@@ -25,7 +25,7 @@ from flexflow.cli_args import (
     positive_int,
     seed_int,
 )
-from flexflow.errors import FlexFlowError, one_line_warnings
+from flexflow.errors import FlexFlowError, FlexFlowWarning, one_line_warnings
 from flexflow.figures import picture_file
 from flexflow.fileio import STDOUT, atomic_write_text, check_outputs, output_file
 from flexflow.graph import OperatorGraph, OpNode
@@ -564,6 +564,14 @@ def output_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
     return found
 
 
+READS = {"the model file": "model", "the --machine file": "machine",
+         "the --profile file": "profile", "the --strategy file": "strategy",
+         "the --check file": "check"}  # fmt: skip
+"""What a command reads, by Namespace dest: no output may replace it (`check_outputs`)."""
+REWRITES = frozenset({("--export", "the --check file")})
+"""`strategy --check F --export F` writes the checked strategy back."""
+
+
 def _console_for(args: argparse.Namespace, outputs: dict[str, str]) -> Console:
     """The console for the command's messages: stderr when an output file is standard output
     (`-`), so what is piped is that file alone. Outputs on one file (standard output included)
@@ -573,12 +581,11 @@ def _console_for(args: argparse.Namespace, outputs: dict[str, str]) -> Console:
         for dest, flag in outputs.items()
         if isinstance(value := getattr(args, dest, None), str | os.PathLike)
     }
-    reads = {"the model file": getattr(args, "model", None),
-             "the --machine file": getattr(args, "machine", None),
-             "the --profile file": getattr(args, "profile", None)}  # fmt: skip
+    reads = {what: value for what, dest in READS.items()
+             if isinstance(value := getattr(args, dest, None), str)}  # fmt: skip
     report = "--json" if getattr(args, "json", None) is True else None  # a command's report
-    check_outputs(given, reads, report)
-    files = [flag for flag, path in given.items() if path is not None and str(path) == STDOUT]
+    check_outputs(given, reads, report, REWRITES)
+    files = [flag for flag, path in given.items() if str(path) in (STDOUT, "/dev/stdout")]
     return Console(soft_wrap=True, stderr=bool(files))  # one line per message, for grep
 
 
@@ -604,7 +611,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     try:
         with one_line_warnings():
             return args.handler(args, console)
-    except FlexFlowError as exc:
+    except (FlexFlowError, FlexFlowWarning) as exc:  # a warning too, where -W error makes it one
         print(f"flexflow: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:

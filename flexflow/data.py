@@ -49,8 +49,9 @@ def check_finite(what: str, values: Array) -> None:
         return
     with np.errstate(all="ignore"):  # NaN and inf survive a sum: checked without a copy
         total = float(xp.sum(values, dtype=np.float64))
-        wide = np.dtype(values.dtype).itemsize > 4
-        if math.isfinite(total) and not (wide and float(xp.max(xp.abs(values))) > FLOAT32_MAX):
+        wide = np.dtype(values.dtype).itemsize > 4  # float64 beyond float32's range: inf there
+        largest = max(float(xp.max(values)), -float(xp.min(values))) if wide else 0.0  # no copy
+        if math.isfinite(total) and largest <= FLOAT32_MAX:
             return
     rows = values.reshape(values.shape[0] if values.ndim else 1, -1)
     bad = ~xp.isfinite(rows) | (xp.abs(rows) > FLOAT32_MAX) if wide else ~xp.isfinite(rows)

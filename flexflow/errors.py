@@ -63,11 +63,13 @@ def one_line_warnings(prefix: str = "flexflow") -> Iterator[None]:
     no source line: it is about the user's input, not the code); other warnings as Python
     shows them. For commands and scripts; a library caller keeps Python's own display."""
 
+    previous = warnings.showwarning  # pytest's capture, or Python's own
+
     def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
         if issubclass(category, FlexFlowWarning):
             print(f"{prefix}: warning: {message}", file=sys.stderr)
         else:
-            sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+            previous(message, category, filename, lineno, file, line)
 
     with warnings.catch_warnings():
         warnings.showwarning = show

@@ -211,12 +211,14 @@ def strategy_from_json(
             problems += config_problems(node, config, machine)
             configs[node.name] = config
     devices = data.get("num_devices")
-    if problems and type(devices) is int and devices > machine.num_devices:  # one line
+    too_small = f"machine '{machine.name}'"  # in config_problems' device-count and id problems
+    larger = type(devices) is int and devices > machine.num_devices
+    if problems and larger and all(too_small in problem for problem in problems):  # one line
         error = StrategyError(
             f"{source} was written for machine {data.get('machine', '?')!r} ({devices} devices) "
-            f"and this one, {machine.name!r}, has {machine.num_devices}: {len(problems)} of its "
-            f"entries do not fit (first: {problems[0]}); pass the --machine it was written for, "
-            f"or search a strategy for this one."
+            f"and this one, {machine.name!r}, has {machine.num_devices}: {len(problems)} "
+            f"problem(s) of too few devices (first: {problems[0]}); pass the --machine it was "
+            "written for, or search a strategy for this one."
         )
         error.problems = tuple(problems)  # for callers that say it their own way (checkpoints)
         raise error

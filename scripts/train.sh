@@ -17,14 +17,16 @@ cpus=${FLEXFLOW_CPUS:-$(nproc)}
 mkdir -p out
 rm -f "out/$model-search.png"  # an earlier run's search must not pass for this one's
 search=()
-if [[ "$budget" != 0 && "$budget" != 0.0 ]]; then search=(--search-png "out/$model-search.png"); fi
+if awk -v b="$budget" 'BEGIN { exit !(b + 0 > 0) }'; then  # 0, 00, 0.0: no search to draw
+    search=(--search-png "out/$model-search.png")
+fi
 source .venv/bin/activate
 legate --cpus "$cpus" --gpus 0 examples/train.py --model "$model" --epochs "$epochs" \
     --budget "$budget" --export-strategy "out/$model-strategy.json" \
     --profile "out/$model-profile.json" \
     --checkpoint "out/$model-checkpoint.npz" --trace "out/$model-trace.json" \
     --timeline-png "out/$model-timeline.png" --measured-trace "out/$model-measured-trace.json" \
-    "${search[@]}" "$@"
+    ${search[@]+"${search[@]}"} "$@"
 drawn=""
 if [[ -f "out/$model-search.png" ]]; then drawn=" and the search out/$model-search.png"; fi
 echo "wrote out/$model-strategy.json, out/$model-checkpoint.npz, the simulated and measured" \

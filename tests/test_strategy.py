@@ -453,3 +453,8 @@ def test_a_strategy_for_a_larger_machine_is_one_line_naming_both(tmp_path):
     assert "\n" not in message
     assert "written for machine 'p100:2' (8 devices) and this one, 'p100:1', has 4" in message
     assert "pass the --machine it was written for" in message
+    data = json.loads(path.read_text())  # another problem besides: the whole listing
+    data["ops"] = data["ops"][1:]
+    path.write_text(json.dumps(data))
+    with pytest.raises(StrategyError, match=r"(?s)is not valid .*has no configuration"):
+        load_strategy(path, graph, parse_machine("p100:1"))

@@ -288,8 +288,8 @@ def test_model_file_without_a_callable_build(tmp_path, source):
         (  # Python's TypeError from the call
             "sized.py",
             "def build(model, hidden_size):\n    pass\n",
-            r"build requires hidden_size without a default; give it one .* or pass "
-            r"--hidden-size N",
+            r"build requires hidden_size without a default; give it one .*: a size is passed "
+            r"only where a command has its flag",
         ),
         (
             "script.py",

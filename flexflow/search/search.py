@@ -222,8 +222,8 @@ def search(
         the remainder), so `--proposals N` makes at most N."""
         if max_proposals is None:
             return None
-        share, rest = divmod(max_proposals, len(starts))
-        return share + (index < rest)
+        each, rest = divmod(max_proposals, len(starts))
+        return each + (index < rest)
 
     def run(index: int, name: str, start: Strategy, report, chain_clock) -> ChainResult:
         # a random stream per chain: the same proposals one after the other or at once

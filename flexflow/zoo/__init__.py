@@ -105,14 +105,15 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
         name
         for name, p in list(params.items())[1:]
         if p.default is p.empty
-        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         and name not in sizes
     ]
     if required:
-        flag = "--" + required[0].replace("_", "-")
         raise ModelError(
             f"model file '{path}': build requires {', '.join(required)} without a default; give "
-            f"it one (`def build(model, {required[0]}=...)`) or pass {flag} N."
+            f"it one (`def build(model, {required[0]}=...)`): a size is passed only where a "
+            "command has its flag and it is given (examples/train.py's --image-size, "
+            "--hidden-size, ...)."
         )
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         unknown = sorted(set(sizes) - set(params))
