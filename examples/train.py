@@ -246,13 +246,18 @@ def write_search_picture(args: argparse.Namespace, machine, plan, console) -> No
             f"[yellow]note:[/yellow] no search ran ({plan.source}): {args.search_png} not written."
         )
         return
+    from legate.core import get_legate_runtime
+
     from flexflow.search.plot import render_search
+
+    if get_legate_runtime().node_id != 0:  # each rank searched (seed + rank): rank 0's is drawn
+        return
 
     result = plan.search
     kept = (  # the trials, or the ranks' agreement, chose another than the search's best
         "" if plan.strategy == result.best else f"; trained: another ({plan.simulated_ms:.3f} ms)"
     )
-    render_search(  # each rank draws its own search (seed + rank); the last one written stays
+    render_search(
         result,
         args.search_png,
         title=f"{args.model} on {machine.name}: search, {result.best_s * 1e3:.3f} ms simulated, "
