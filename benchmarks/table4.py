@@ -44,7 +44,7 @@ from flexflow.ops import DimKind
 from flexflow.search.mcmc import DEFAULT_BETA, ChainResult, ChainStatus, run_chain
 from flexflow.search.spaces import Space, make_space
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
-from flexflow.strategies import named_strategy
+from flexflow.strategies import named_strategy, random_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 from flexflow.zoo import load_model
 
@@ -102,14 +102,6 @@ def sample_space(graph: OperatorGraph, soap: Space) -> Space:
     return space
 
 
-def random_in(space: Space, num_ops: int, names: tuple[str, ...], seed: int) -> Strategy:
-    """Every op a uniform draw from `space` (the seed's own stream)."""
-    rng = np.random.default_rng(seed)
-    return Strategy(
-        names, tuple(space(op)[int(rng.integers(len(space(op))))] for op in range(num_ops))
-    )
-
-
 def random_start_chain(
     context: SimContext,
     space,
@@ -147,7 +139,7 @@ def run_start(
     init = None
     if space_name == "sample":
         space = sample_space(graph, space)
-        init = random_in(space, len(graph.ops), dp.ops, seed)
+        init = random_strategy(graph, machine, seed, space)
 
     def chain(simulation: str, budget_s: float, marks: list) -> tuple[ChainResult, float]:
         def on_status(status: ChainStatus) -> None:

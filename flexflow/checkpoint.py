@@ -225,7 +225,7 @@ def checkpoint_strategy(
 
 def _first_of(exc: StrategyError) -> str:
     """'Its N problem(s), the first: ...' of a validation error's listing (a line each)."""
-    problems = getattr(exc, "problems", None) or str(exc).split("\n")[1:] or [str(exc)]
+    problems = exc.problems or [str(exc)]
     return f"Its {len(problems)} problem(s), the first: {problems[0].strip()}"
 
 

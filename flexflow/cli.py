@@ -27,7 +27,7 @@ from flexflow.cli_args import (
 )
 from flexflow.errors import FlexFlowError, FlexFlowWarning, one_line_warnings
 from flexflow.figures import picture_file
-from flexflow.fileio import STDOUT, atomic_write_text, check_outputs, output_file
+from flexflow.fileio import atomic_write_text, check_outputs, output_file
 from flexflow.graph import OperatorGraph, OpNode
 from flexflow.machine import Machine, link_groups, parse_machine
 from flexflow.machine_presets import PRESET_EXAMPLES
@@ -584,9 +584,8 @@ def _console_for(args: argparse.Namespace, outputs: dict[str, str]) -> Console:
     reads = {what: value for what, dest in READS.items()
              if isinstance(value := getattr(args, dest, None), str)}  # fmt: skip
     report = "--json" if getattr(args, "json", None) is True else None  # a command's report
-    check_outputs(given, reads, report, REWRITES)
-    files = [flag for flag, path in given.items() if str(path) in (STDOUT, "/dev/stdout")]
-    return Console(soft_wrap=True, stderr=bool(files))  # one line per message, for grep
+    to_stdout = check_outputs(given, reads, report, REWRITES)
+    return Console(soft_wrap=True, stderr=bool(to_stdout))  # one line per message, for grep
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 
@@ -29,7 +29,12 @@ class GraphError(FlexFlowError, ValueError):
 
 
 class StrategyError(FlexFlowError, ValueError):
-    """A parallelization configuration or strategy does not fit its op, graph or machine."""
+    """A parallelization configuration or strategy does not fit its op, graph or machine;
+    `problems` lists each one found (for callers that word the error their own way)."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = tuple(problems)
 
 
 class MachineError(FlexFlowError, ValueError):

@@ -80,7 +80,7 @@ def check_outputs(
     reads: Mapping[str, object] | None = None,
     report: str | None = None,
     rewrites: frozenset[tuple[str, str]] = frozenset(),
-) -> None:
+) -> list[str]:
     """Raise FlexFlowError when two of a run's `outputs` (flag -> path; None: not given) would
     write one file, or both standard output (`-` or /dev/stdout, with `report`, a flag that
     prints there, such as --json), or when an output would replace a file the run reads
@@ -88,18 +88,17 @@ def check_outputs(
     ((output flag, what it reads): a strategy checked or imported and written back): the later
     write would silently replace the other, and one over the model file would lose the user's
     code. Devices and pipes are written, not replaced (`atomic_write_bytes`): not compared.
-    Checked before any work."""
+    Checked before any work; returns the output flags that write to standard output."""
+    reads = reads or {}
     given = {flag: str(path) for flag, path in outputs.items() if path is not None}
     to_stdout = [flag for flag, path in given.items() if path in (STDOUT, "/dev/stdout")]
-    if report is not None:
-        to_stdout.append(report)
-    if len(to_stdout) > 1:
+    if len(to_stdout) + (report is not None) > 1:
+        both = " and ".join(to_stdout + ([report] if report else []))
         raise FlexFlowError(
-            f"{' and '.join(to_stdout)} would both write to standard output; give all but one "
-            "a file name."
+            f"{both} would both write to standard output; give all but one a file name."
         )
     claimed: dict[str, str] = {}  # real path -> what reads it, or the flag writing it
-    for what, path in (reads or {}).items():
+    for what, path in reads.items():
         if path is not None and os.path.isfile(path):
             claimed[os.path.realpath(path)] = what
     for flag, path in given.items():
@@ -107,17 +106,18 @@ def check_outputs(
             continue  # standard output, a device or a pipe: written to, not replaced
         real = os.path.realpath(path)
         other = claimed.get(real)
-        if other is not None and other in (reads or {}) and (flag, other) not in rewrites:
+        if other is not None and other in reads and (flag, other) not in rewrites:
             raise FlexFlowError(
                 f"{flag} {path} is {other} this run reads, which writing it would replace; "
                 f"give {flag} another path."
             )
-        if other is not None and other not in (reads or {}):
+        if other is not None and other not in reads:
             raise FlexFlowError(
                 f"{other} and {flag} both name {path}; the later write would replace the other: "
                 "give each its own file."
             )
         claimed[real] = flag
+    return to_stdout
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:

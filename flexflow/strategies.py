@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -112,12 +112,19 @@ def expert(graph: OperatorGraph, machine: Machine, seed: int = 0) -> Strategy:
     return _one_weird_trick(graph, machine)
 
 
-def random_strategy(graph: OperatorGraph, machine: Machine, seed: int = 0) -> Strategy:
+def random_strategy(
+    graph: OperatorGraph,
+    machine: Machine,
+    seed: int = 0,
+    space: Callable[[int], Sequence[ParallelConfig]] | None = None,
+) -> Strategy:
+    """Every op a uniform draw from its SOAP configurations, or from `space(op)` (a restricted
+    search space's), by the seed's own stream."""
     rng = np.random.default_rng(seed)
     configs = []
     for node in graph.ops:
-        space = enumerate_configs(node.sig, machine)
-        configs.append(space[int(rng.integers(len(space)))])
+        choices = enumerate_configs(node.sig, machine) if space is None else space(node.id)
+        configs.append(choices[int(rng.integers(len(choices)))])
     return Strategy(tuple(n.name for n in graph.ops), tuple(configs))
 
 

@@ -93,9 +93,9 @@ def validate_strategy(strategy: Strategy, graph: OperatorGraph, machine: Machine
 def _raise(problems: list[str], source: str) -> None:
     if problems:
         listing = "\n  ".join(problems)
-        error = StrategyError(f"{source} is not valid ({len(problems)} problem(s)):\n  {listing}")
-        error.problems = tuple(problems)
-        raise error
+        raise StrategyError(
+            f"{source} is not valid ({len(problems)} problem(s)):\n  {listing}", problems
+        )
 
 
 def _config_from_entry(
@@ -214,14 +214,13 @@ def strategy_from_json(
     too_small = f"machine '{machine.name}'"  # in config_problems' device-count and id problems
     larger = type(devices) is int and devices > machine.num_devices
     if problems and larger and all(too_small in problem for problem in problems):  # one line
-        error = StrategyError(
+        raise StrategyError(
             f"{source} was written for machine {data.get('machine', '?')!r} ({devices} devices) "
             f"and this one, {machine.name!r}, has {machine.num_devices}: {len(problems)} "
             f"problem(s) of too few devices (first: {problems[0]}); pass the --machine it was "
-            "written for, or search a strategy for this one."
+            "written for, or search a strategy for this one.",
+            problems,
         )
-        error.problems = tuple(problems)  # for callers that say it their own way (checkpoints)
-        raise error
     if problems and isinstance(data.get("model"), str) and data["model"]:  # whose it is
         source = f"{source} (written for model {data['model']!r})"
     _raise(problems, source)

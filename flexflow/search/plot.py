@@ -35,34 +35,37 @@ def render_search(result: SearchResult, path: str | os.PathLike[str], title: str
         )
     fig, ax = plt.subplots(figsize=(9, 4.8))
     drawn: list[float] = [result.dp_s]
-    for index, chain in enumerate(result.chains):
-        start = result.chains_started_s[index] if result.chains_started_s else 0.0
-        points = [*chain.history, (chain.seconds, chain.best_s)]
+
+    def steps(begin: float, points: list[tuple[float, float]], **style):
+        """A best-so-far curve: (seconds from `begin`, cost) points, each held until the next."""
+        drawn.extend(cost for _, cost in points)
         (line,) = ax.step(
-            [start + t for t, _ in points],
+            [begin + t for t, _ in points],
             [cost * 1e3 for _, cost in points],
             where="post",
             linewidth=1.6,
             zorder=3,
+            **style,
+        )
+        return line
+
+    for index, chain in enumerate(result.chains):
+        start = result.chains_started_s[index] if result.chains_started_s else 0.0
+        line = steps(
+            start,
+            [*chain.history, (chain.seconds, chain.best_s)],
             label=f"chain from {chain.init}: {result.dp_s / chain.best_s:.2f}x DP, "
             f"{chain.proposals:,} proposal{'' if chain.proposals == 1 else 's'}",
         )
         ax.plot(start + chain.seconds, chain.best_s * 1e3, "o", color=line.get_color(), zorder=4)
-        drawn += [cost for _, cost in points]
     if result.descent_history:
-        begin = result.chains_ended_s
-        points = [*result.descent_history, (result.polish_s, result.best_s)]
         proof = "locally optimal" if result.locally_optimal else "stopped by its budget"
-        ax.step(
-            [begin + t for t, _ in points],
-            [cost * 1e3 for _, cost in points],
-            where="post",
+        steps(
+            result.chains_ended_s,
+            [*result.descent_history, (result.polish_s, result.best_s)],
             color="black",
-            linewidth=1.6,
-            zorder=3,
             label=f"final descent ({proof})",
         )
-        drawn += [cost for _, cost in points]
     ax.axhline(
         result.dp_s * 1e3,
         color="gray",

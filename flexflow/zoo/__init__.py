@@ -132,8 +132,7 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
         raise
     except SystemExit as exc:  # a script's exit() in build: not a model, and not success
         raise ModelError(
-            f"model file '{path}'{_line_in(path, exc)}: build(model) called "
-            f"exit({'' if exc.code is None else repr(exc.code)}) "
+            f"model file '{path}'{_line_in(path, exc)}: build(model) called {_exit_call(exc)} "
             "instead of returning; build adds the model's layers and returns (a script's own "
             'code goes under `if __name__ == "__main__":`).'
         ) from None
@@ -149,6 +148,11 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
             "the FFModel methods (x = model.create_tensor(...); model.dense(x, 10), ...)."
         )
     return model
+
+
+def _exit_call(exc: SystemExit) -> str:
+    """The exit call that raised `exc`, as the file wrote it: exit() or exit(3)."""
+    return f"exit({'' if exc.code is None else repr(exc.code)})"
 
 
 def _line_in(path: Path, exc: BaseException) -> str:
@@ -178,7 +182,7 @@ def _import_file(path: Path) -> ModuleType:
     except SystemExit as exc:
         del sys.modules[spec.name]
         raise ModelError(
-            f"model file '{path}'{_line_in(path, exc)} called exit({exc.code!r}) while it was "
+            f"model file '{path}'{_line_in(path, exc)} called {_exit_call(exc)} while it was "
             "imported; a model file defines build(model) (a script's own code goes under "
             '`if __name__ == "__main__":`).'
         ) from None
