@@ -176,10 +176,12 @@ def test_check_outputs_tells_apart_outputs_reads_and_standard_output(tmp_path):
     "path, message",
     [
         ("", "an empty path; give a file name (e.g. out.json)"),
-        ("out.json/", "ends with /, naming a directory"),  # it wrote out.json
+        ("{t}/out.json/", "ends with /, naming a directory"),  # it wrote out.json
     ],
 )
 def test_an_empty_path_or_one_ending_with_a_slash_is_refused(tmp_path, path, message):
     with pytest.raises(OutputPathError, match=re.escape(message)):
-        check_output_path(path)
-    assert not os.path.exists("out.json") or path != "out.json/"
+        check_output_path(path.format(t=tmp_path))
+    with pytest.raises(SystemExit):  # and through a command: before any work, nothing written
+        main(["simulate", "lenet", "--machine", "p100:1", "--trace", path.format(t=tmp_path)])
+    assert list(tmp_path.iterdir()) == []
