@@ -53,9 +53,9 @@ class ConcurrentLaunch:
 
     def issue(self, pass_id: int, group: int, scalars: Sequence[int]) -> None:
         executor = self.executor
-        first = executor.cpu_range(self.devices).start
+        first = executor.arguments.cpu_range(self.devices).start
         machine = get_machine().only(TaskTarget.CPU)[first : first + len(self.devices)]
-        token = executor.launch_token()
+        token = executor.arguments.launch_token()
         with Scope(machine=machine):
             task = executor.runtime.create_manual_task(
                 executor.library, executor.task_id, (len(self.devices),)
@@ -67,7 +67,7 @@ class ConcurrentLaunch:
             # each processor's element of a token every concurrent launch reads and writes
             # last: Legion orders the launches that share processors, so no two of them wait
             # for each other's points (each point holds its processor while it waits)
-            rows = (executor.tiling(token, (1,)), (dimension(0) + first,))
+            rows = (executor.arguments.tiling(token, (1,)), (dimension(0) + first,))
             task.add_input(*rows)
             for column in zip(*self.outputs, strict=True):
                 task.add_output(*self._argument(column, aliased=False))
@@ -90,7 +90,7 @@ class ConcurrentLaunch:
             if not aliased:
                 raise AssertionError("every point of a concurrent launch would write one tile")
             keep = id(store) not in self.transient
-            return (self.executor.tile(store, first, keep), None)
+            return (self.executor.arguments.tile(store, first, keep), None)
         shape = region_shape(first)
         for point, (_, region) in enumerate(column):  # point i's tile: the i-th along dim 0
             size = shape[0]
@@ -98,7 +98,7 @@ class ConcurrentLaunch:
                 raise AssertionError(f"tiles {[r for _, r in column]} do not stack by point")
         if any(lo != 0 for lo, _ in first[1:]):
             raise AssertionError(f"tile {first} is not at the origin past the first dimension")
-        partition = self.executor.tiling(store, shape, id(store) not in self.transient)
+        partition = self.executor.arguments.tiling(store, shape, id(store) not in self.transient)
         projection = (dimension(0),) + tuple(constant(0) for _ in shape[1:])
         return (partition, projection)
 
@@ -106,7 +106,7 @@ class ConcurrentLaunch:
 def _forward_inputs(launch: ConcurrentLaunch, point: int, layout, device: int) -> None:
     """A fused forward's input slots, less the model inputs read from the staged batch; with
     flat parameters, the device's copy of every weight first instead of its weight slots
-    (`Executor.add_forward_inputs`)."""
+    (`TaskArguments.add_forward_inputs`)."""
     executor, params = launch.executor, launch.executor.params
     flat = params.flat is not None
     if flat:
@@ -115,7 +115,7 @@ def _forward_inputs(launch: ConcurrentLaunch, point: int, layout, device: int) -
         if flat and slot.kind is SlotKind.WEIGHT:
             continue
         if slot.kind is not SlotKind.TENSOR or executor.feeds.key(slot.id) < 0:
-            launch.inputs[point].append(executor.slot_argument(slot, device))
+            launch.inputs[point].append(executor.arguments.slot_argument(slot, device))
 
 
 def issue_forward(executor: Executor, group: int, training: bool, keys: Sequence[int]) -> None:
@@ -124,7 +124,9 @@ def issue_forward(executor: Executor, group: int, training: bool, keys: Sequence
     launch = ConcurrentLaunch(executor, devices)
     for point, (info, device) in enumerate(zip(executor.fused_tasks[group], devices, strict=True)):
         _forward_inputs(launch, point, info.forward, device)
-        launch.outputs[point] += [executor.slot_argument(s, device) for s in info.forward.outputs]
+        launch.outputs[point] += [
+            executor.arguments.slot_argument(s, device) for s in info.forward.outputs
+        ]
     launch.issue(Pass.FUSED_FORWARD, group, (int(training), executor.steps_trained, *keys))
 
 
@@ -157,21 +159,21 @@ def issue_with_loss(
         if not step:  # the activations (`evaluated_outputs`) and the loss gradient go to
             # their stores
             written = evaluated_outputs(executor, group, info.index, loss_args[0], training)
-            outputs += [executor.slot_argument(s, device) for s in written]
+            outputs += [executor.arguments.slot_argument(s, device) for s in written]
             outputs.append((executor.grads[output], region))
         outputs.append((sums, ((point, point + 1), (0, 2))))
         if step:  # the running statistics, then this device's partial weight gradients
-            outputs += [executor.slot_argument(s, device) for s in info.forward.states]
+            outputs += [executor.arguments.slot_argument(s, device) for s in info.forward.states]
             layout = info.backward
             if params.flat is not None:  # every partial gradient in the device's flat row
                 outputs.append(params.flat_argument(params.flat_partials, device))
             else:
                 read = [
-                    executor.partial_grad_argument(s.id, s.region, device)
+                    executor.arguments.partial_grad_argument(s.id, s.region, device)
                     for s in layout.accumulators
                 ]
                 written = [
-                    executor.partial_grad_argument(s.id, s.region, device)
+                    executor.arguments.partial_grad_argument(s.id, s.region, device)
                     for s in layout.overwrites
                 ]
                 inputs += read
@@ -198,13 +200,19 @@ def issue_backward(executor: Executor, group: int, training: bool) -> None:
     launch = ConcurrentLaunch(executor, devices)
     for point, (info, device) in enumerate(zip(executor.fused_tasks[group], devices, strict=True)):
         layout = info.backward
-        read = [executor.partial_grad_argument(s.id, s.region, device) for s in layout.accumulators]
-        written = [
-            executor.partial_grad_argument(s.id, s.region, device) for s in layout.overwrites
+        read = [
+            executor.arguments.partial_grad_argument(s.id, s.region, device)
+            for s in layout.accumulators
         ]
-        launch.inputs[point] += executor.backward_inputs(group, info.index, device)
+        written = [
+            executor.arguments.partial_grad_argument(s.id, s.region, device)
+            for s in layout.overwrites
+        ]
+        launch.inputs[point] += executor.arguments.backward_inputs(group, info.index, device)
         launch.inputs[point] += read
-        launch.outputs[point] += [executor.slot_argument(s, device) for s in layout.outputs]
+        launch.outputs[point] += [
+            executor.arguments.slot_argument(s, device) for s in layout.outputs
+        ]
         launch.outputs[point] += read + written
         key = (group, info.index)
         launch.reductions[point] += [

@@ -42,32 +42,15 @@ from legate.core import types as ty
 from threadpoolctl import threadpool_limits
 
 from flexflow.allocator import keep_freed_memory
-from flexflow.checkpoint import (
-    DataPosition,
-    check_checkpoint,
-    read_checkpoint,
-    recorded_optimizer,
-    write_checkpoint,
-)
-from flexflow.errors import (
-    CheckpointError,
-    FlexFlowError,
-    GraphError,
-    ShapeError,
-    StrategyError,
-)
-from flexflow.fusion import (
-    Slot,
-    SlotKind,
-    TaskLayout,
-)
-from flexflow.gradient_parts import TaskKey
+from flexflow.checkpoint import DataPosition
+from flexflow.errors import FlexFlowError, ShapeError, StrategyError
 from flexflow.graph import OperatorGraph
-from flexflow.launches import consecutive_cpus, iteration_tasks
+from flexflow.launches import iteration_tasks
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region, is_int
 from flexflow.ops.blas import sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer, same_kind
+from flexflow.runtime import trained_state
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.batches import BatchStats, UnreadBatches
 from flexflow.runtime.collection import COLLECTION, collect_due
@@ -90,13 +73,13 @@ from flexflow.runtime.stores import (
     LEGATE_TYPES,
     copied_store,
     read_store,
-    slice_store,
 )
+from flexflow.runtime.task_arguments import TaskArguments
 from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_tasks
 from flexflow.runtime.trace import take_step_logs
 from flexflow.runtime.weights import ParameterStores
 from flexflow.strategy import Strategy
-from flexflow.strategy_file import strategy_to_json, validate_strategy
+from flexflow.strategy_file import validate_strategy
 from flexflow.task_modes import seeded_for_run
 
 
@@ -201,8 +184,6 @@ class Executor:
                 self._tensor_store,
             )
             """Model inputs: staged in this process or fed to stores (`flexflow.runtime.feeding`)."""
-            self._tiles: dict[tuple[int, Region], tuple] = {}  # see `_tile`
-            self._launch_token = None  # see `launch_token`
             self.tensors = {t.id: self._tensor_store(t.spec) for t in graph.tensors}
             self.gradients = GradientStores(
                 self.runtime, graph, self.groups, self.fused_tasks, strategy
@@ -228,6 +209,11 @@ class Executor:
             """Ops with batch statistics (batch norm): their statistics stores and tasks."""
             self.running = self.batch_statistics.running
             """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
+            self.arguments = TaskArguments(
+                self.runtime, strategy, kinds, self.tensors, self.gradients, self.params,
+                self.batch_statistics, self.feeds, self.contributors,
+            )  # fmt: skip
+            """The store views its tasks name, kept (`flexflow.runtime.task_arguments`)."""
             self.sgemm = sgemm_address()
             """MKL's sgemm for the C kernels (flexflow.ops.blas); None without MKL."""
             self.native_steps: dict[tuple[int, int], NativeStep] = {}
@@ -282,7 +268,7 @@ class Executor:
             take_step_logs(self.native_steps, self.groups, self.timeline_entries,
                            self.step_ops_entries)  # fmt: skip
 
-    def _apply_pending(self) -> None:
+    def apply_pending(self) -> None:
         """Apply the update the next step would have applied (before the weights are read,
         replaced, or used for anything but a training step)."""
         if not self.pending_update:
@@ -296,21 +282,8 @@ class Executor:
         for device in self.params.devices:
             with Scope(machine=self.processors[device]):
                 task = self.new_task(device, Pass.FLAT_UPDATE, device, -1, self.iteration)
-                self.add_pending_update(task, device)
+                self.arguments.add_pending_update(task, device)
                 task.execute()
-
-    def add_forward_inputs(self, task, layout: TaskLayout, device: int) -> None:
-        """A fused forward's input slots, less the model inputs it reads from staging; with
-        flat parameters (`flexflow.runtime.flat`), the device's copy of every weight first
-        instead of its weight slots."""
-        flat = self.params.flat is not None
-        if flat:
-            task.add_input(self.params.flat_view(self.params.flat_weights, device))
-        for slot in layout.inputs:
-            if flat and slot.kind is SlotKind.WEIGHT:
-                continue
-            if slot.kind is not SlotKind.TENSOR or self.feeds.key(slot.id) < 0:
-                task.add_input(self.slot_store(slot, device))
 
     def _tensor_store(self, spec):
         return self.runtime.create_store(LEGATE_TYPES[spec.dtype.value], spec.shape)
@@ -387,42 +360,30 @@ class Executor:
         """A task body's tile of a batch staged in this process (`Feeds.staged_tile`)."""
         return self.feeds.staged_tile(key, region)
 
-    # ---- data in and out -----------------------------------------------------------------------
+    # ---- what it has trained (flexflow.runtime.trained_state) ----------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:
         """Every weight by name (`<layer>.<weight>`), as numpy arrays."""
-        self._apply_pending()
-        weights = self.params.weights
-        return {self.graph.parameters[p].name: self.params.value(s) for p, s in weights.items()}
+        return trained_state.weights_of(self)
 
     def set_weights(self, values: Mapping[str, np.ndarray]) -> None:
-        self._apply_pending()  # its optimizer states move on; the weights are replaced
-        self._tiles.clear()  # views of the stores replaced here
-        by_name = {p.name: p for p in self.graph.parameters}
-        unknown = sorted(set(values) - set(by_name))
-        if unknown:
-            raise GraphError(
-                f"set_weights: no weight named {', '.join(unknown)} in this model; its weights "
-                f"are {', '.join(sorted(by_name))}."
-            )
-        values = {name: np.asarray(value) for name, value in values.items()}
-        for name, value in values.items():
-            param = by_name[name]
-            if value.dtype.kind not in "fiub":
-                raise ShapeError(
-                    f"set_weights: '{name}' takes numbers, got {value.dtype} values; pass a "
-                    "float array."
-                )
-            if tuple(value.shape) != param.spec.shape:
-                raise ShapeError(
-                    f"set_weights: '{name}' has shape {param.spec.shape}, got {tuple(value.shape)}."
-                )
-            if not np.isfinite(value).all():  # every later step would be NaN too
-                raise ShapeError(
-                    f"set_weights: '{name}' holds {np.size(value) - np.isfinite(value).sum()} "
-                    "non-finite values (NaN or inf); pass finite weights."
-                )
-        values = {name: value.astype(np.float32) for name, value in values.items()}
-        self.params.replace_weights({by_name[name].id: value for name, value in values.items()})
+        """Replace the weights named in `values` (each checked first: `replace_weights`)."""
+        trained_state.replace_weights(self, values)
+
+    def take_trained_state(self, other: Executor) -> None:
+        """Continue from what `other` (the same model, any strategy) has trained."""
+        trained_state.take_trained_state(self, other)
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
+        """Write what this executor has trained to `path`, atomically."""
+        return trained_state.save_checkpoint(self, path)
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Restore what `save_checkpoint` wrote, so training resumes bit-identically."""
+        trained_state.load_checkpoint(self, path)
+
+    def forget_views(self) -> None:
+        """Drop the kept views of stores (`TaskArguments.forget`): after stores are replaced."""
+        self.arguments.forget()
 
     @property
     def steps_trained(self) -> int:
@@ -445,28 +406,6 @@ class Executor:
             return self.epochs_done
         return self.iteration // batches_per_epoch
 
-    def take_trained_state(self, other: Executor) -> None:
-        """Continue from what `other`, an executor of the same model under any strategy, has
-        trained: its weights, batch norm's running statistics and the epochs done. The
-        optimizer starts afresh (zero states, step count 0), as after Keras' compile."""
-        closed = other.id not in EXECUTORS
-        if closed:  # its stores are still there to read: open it again for that
-            EXECUTORS[other.id] = other
-            COLLECTION.hold()
-        try:
-            self.set_weights(other.get_weights())
-            for op in self.running:
-                value = other.batch_statistics.running_value(
-                    op, read_store(other.store_of(other.running[op]))
-                )
-                self.running[op] = self.store_of(self.batch_statistics.stored_running(op, value))
-        finally:
-            if closed:
-                other.close()
-        self._tiles.clear()  # views of the statistics replaced here
-        self.position = other.position
-        self.steps_before = other.steps_trained
-
     def set_optimizer(self, optimizer: Optimizer) -> None:
         """Train on with `optimizer`: new hyperparameters (a learning rate schedule) for an
         optimizer of the same kind and states, whose states carry over. Iterations issued
@@ -479,61 +418,9 @@ class Executor:
                 f"{', '.join(old.state_names) or 'none'}); a new optimizer must be the same kind "
                 f"with the same states, got {optimizer}; compile the model again to change it."
             )
-        self._apply_pending()
+        self.apply_pending()
         self.runtime.issue_execution_fence(block=True)
         self.optimizer = optimizer
-
-    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
-        """Write every weight, the optimizer's states, batch norm's running statistics, the
-        iteration count and where the run stands in its data (`position`) to `path`
-        atomically (`flexflow.checkpoint`)."""
-        arrays = self.get_weights()  # the pending update applied first
-        for pid, stores in self.params.states.items():
-            name = self.graph.parameters[pid].name
-            for state, store in zip(self.optimizer.state_names, stores, strict=True):
-                arrays[f"{name}@{state}"] = self.params.value(store)
-        for op, store in self.running.items():
-            value = self.batch_statistics.running_value(op, read_store(self.store_of(store)))
-            arrays[f"{self.graph.ops[op].name}@running"] = value
-        strategy = strategy_to_json(self.strategy, self.graph, self.machine)
-        return write_checkpoint(
-            path, arrays, self.iteration, self.optimizer, strategy, self.position,
-            self.steps_before,
-        )  # fmt: skip
-
-    def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore what `save_checkpoint` wrote, so training resumes bit-identically; refuses a
-        checkpoint that lacks anything this model and optimizer need, before changing any.
-        The optimizer's hyperparameters are the checkpoint's (where a learning rate schedule
-        had brought them; `set_optimizer` after this changes them), of the same kind."""
-        values, meta = read_checkpoint(path)
-        saved = recorded_optimizer(path, meta)
-        shapes = {p.name: p.spec.shape for p in self.graph.parameters}
-        names = list(shapes)
-        running = {op: f"{self.graph.ops[op].name}@running" for op in self.running}
-        check_checkpoint(path, values, meta, shapes, self.optimizer, list(running.values()))
-        current = self.optimizer
-        if saved is not None and not same_kind(current, saved):
-            raise CheckpointError(
-                f"checkpoint {path} was saved training with {saved}; this model trains with "
-                f"{current}: compile it with the checkpoint's kind of optimizer to resume (its "
-                "states and step count are that one's)."
-            )
-        self.set_weights({name: values[name] for name in names})
-        for op, key in running.items():
-            self.running[op] = self.store_of(self.batch_statistics.stored_running(op, values[key]))
-        self.params.replace_states(
-            {
-                param.id: [values[f"{param.name}@{state}"] for state in self.optimizer.state_names]
-                for param in self.graph.parameters
-            }
-        )
-        if saved is not None:
-            self.set_optimizer(saved)  # the same kind and states (checked above)
-        self.iteration = int(meta.get("iteration", 0))
-        self.steps_before = int(meta.get("steps_before", 0))
-        self.position = DataPosition.of(meta)
-        self._tiles.clear()  # views of the states and statistics replaced here
 
     # ---- one iteration -----------------------------------------------------------------------
     def new_task(self, device: int, which: Pass, op: int, index: int, *extra: int):
@@ -582,125 +469,17 @@ class Executor:
                     *keys,
                 )
                 if which is Pass.FORWARD:
-                    self.add_forward_inputs(task, layout, device)
+                    self.arguments.add_forward_inputs(task, layout, device)
                 else:
-                    for argument in self.backward_inputs(group_id, task_info.index, device):
-                        task.add_input(self.tile(*argument))
+                    for argument in self.arguments.backward_inputs(
+                        group_id, task_info.index, device
+                    ):
+                        task.add_input(self.arguments.tile(*argument))
                 for slot in layout.outputs:
-                    task.add_output(self.slot_store(slot, device))
-                self.add_reductions(task, layout, (group_id, task_info.index))
-                self.add_partial_grads(task, layout, device)
+                    task.add_output(self.arguments.slot_store(slot, device))
+                self.arguments.add_reductions(task, layout, (group_id, task_info.index))
+                self.arguments.add_partial_grads(task, layout, device)
                 task.execute()
-
-    def add_pending_update(self, task, device: int) -> None:
-        """The last arguments of a step that first applies the pending update to `device`'s
-        replicas of the flat buffers (`updates_in_step`): every device's row of the pending
-        partial gradients and the replica's states read; the replica and its states written
-        (with the step's reading of the weights, read-write: updated in place before the
-        forward pass reads them). Each device's row is its own argument: a task reading the
-        whole store its rows were written through made Legion's analysis of every step cost
-        about 2 ms of runtime work (12x; benchmarks/results/runtime.md)."""
-        params = self.params
-        if params.flat is None:  # a model without weights
-            return
-        read, written = params.pending_update_arguments(device, params.flat_view)
-        for view in read:
-            task.add_input(view)
-        for view in written:
-            task.add_output(view)
-
-    def add_partial_grads(self, task, layout: TaskLayout, device: int) -> None:
-        """This device's partial weight gradients: the accumulators read (after the other
-        inputs), then the accumulators and the overwritten ones written (after the outputs);
-        with flat parameters, where every task writes its device's whole partial gradients,
-        their flat row."""
-        if self.params.flat is not None:
-            task.add_output(self.params.flat_view(self.params.flat_partials, device))
-            return
-        read = [self._partial_grad(s.id, s.region, device) for s in layout.accumulators]
-        written = [self._partial_grad(s.id, s.region, device) for s in layout.overwrites]
-        for tile in read:
-            task.add_input(tile)
-        for tile in read + written:
-            task.add_output(tile)
-
-    def _partial_grad(self, pid: int, region: Region, device: int):
-        return self.tile(*self.partial_grad_argument(pid, region, device))
-
-    def partial_grad_argument(self, pid: int, region: Region, device: int) -> tuple[Any, Region]:
-        """The store of `pid`'s partial gradients and `device`'s row of `region` in it."""
-        k = self.contributors[pid].index(device)
-        return self.params.partials[pid], ((k, k + 1), *region)
-
-    def tile(self, store, region: Region, keep: bool = True):
-        """`_slice`, kept (unless not `keep`: a store of one batch): fused tasks name the
-        same tiles every iteration (the views cost the issuing thread ~10 us each). Stores
-        replaced by set_weights or a checkpoint are dropped with the whole cache."""
-        key = (id(store), region)
-        found = self._tiles.get(key)
-        if found is None or found[0] is not store:
-            found = (store, slice_store(store, region))
-            if keep:
-                self._tiles[key] = found
-        return found[1]
-
-    def slot_store(self, slot: Slot, device: int):
-        """The store view a fused task on `device` names by `slot`."""
-        return self.tile(*self.slot_argument(slot, device))
-
-    def slot_argument(self, slot: Slot, device: int) -> tuple[Any, Region]:
-        """The store a fused task on `device` names by `slot`, and its region of it."""
-        if slot.kind is SlotKind.WEIGHT:
-            store = self.params.view(self.params.weights[slot.id], slot.id, device)
-        elif slot.kind is SlotKind.RUNNING:
-            store = self.running[slot.id]
-            if slot.id in self.batch_statistics.rows:  # the row of the device's point
-                k = self.strategy[slot.id].devices.index(device)
-                return store, ((k, k + 1), *slot.region)
-        else:
-            store = (self.tensors if slot.kind is SlotKind.TENSOR else self.grads)[slot.id]
-        return store, slot.region
-
-    def add_reductions(self, task, layout: TaskLayout, key: TaskKey) -> None:
-        """The gradients fused task `key` adds into (`TaskLayout.reductions`), each into its
-        part (`GradientStores.reduction_argument`)."""
-        for slot in layout.reductions:
-            store = self.tile(*self.gradients.reduction_argument(slot, key))
-            task.add_reduction(store, ty.ReductionOpKind.ADD)
-
-    def backward_inputs(self, group: int, index: int, device: int) -> list[tuple[Any, Region]]:
-        """The store arguments of a fused backward's input slots on `device`, a gradient kept
-        in parts as one per part (`GradientStores.backward_arguments`)."""
-        return self.gradients.backward_arguments(
-            group, index, lambda slot: self.slot_argument(slot, device)
-        )
-
-    def tiling(self, store, shape: tuple[int, ...], keep: bool = True):
-        """`store` partitioned into tiles of `shape`, kept unless not `keep` (a store of one
-        batch; `flexflow.runtime.concurrent`)."""
-        key = (id(store), ("tiling", shape))
-        found = self._tiles.get(key)
-        if found is None or found[0] is not store:
-            found = (store, store.partition_by_tiling(shape))
-            if keep:
-                self._tiles[key] = found
-        return found[1]
-
-    def launch_token(self):
-        """A store of one element per CPU processor that every concurrent launch reads and
-        writes on its processors' elements (`flexflow.runtime.concurrent`), made once."""
-        if self._launch_token is None:
-            cpus = self._kinds.count("cpu")
-            self._launch_token = self.runtime.create_store(ty.float32, (cpus,))
-            self.runtime.issue_fill(self._launch_token, 0.0)
-        return self._launch_token
-
-    def cpu_range(self, devices: Sequence[int]) -> range:
-        """The CPU processors of consecutive CPU `devices` (`flexflow.launches.consecutive_cpus`)."""
-        found = consecutive_cpus(devices, self._kinds)
-        if isinstance(found, str):
-            raise AssertionError(found)
-        return found
 
     def _update(self, partial_grads: Mapping[int, Any]) -> None:
         """The optimizer's update, in place: one task per device over every weight tile it
@@ -712,11 +491,11 @@ class Executor:
                 for pid, region in items:
                     stores = (self.params.weights[pid], *self.params.states[pid])
                     views = [self.params.view(store, pid, device) for store in stores]
-                    tiles = [self.tile(view, region) for view in views]
+                    tiles = [self.arguments.tile(view, region) for view in views]
                     task.add_input(tiles[0])
                     grads = partial_grads[pid]  # every device's partial gradient, row by row
                     for k in range(grads.shape[0]):  # (see add_pending_update)
-                        task.add_input(self.tile(grads, ((k, k + 1), *region)))
+                        task.add_input(self.arguments.tile(grads, ((k, k + 1), *region)))
                     for tile in tiles[1:]:
                         task.add_input(tile)
                     for tile in tiles:
@@ -729,7 +508,7 @@ class Executor:
         """Run the forward pass on `inputs` (by input tensor name); the model's output.
         Dropout drops only in `training` mode."""
         self.check_open()
-        self._apply_pending()
+        self.apply_pending()
         self.feed_inputs(inputs)
         for group_id in range(len(self.groups)):
             self._run_group(group_id, Pass.FORWARD, training)
@@ -777,7 +556,7 @@ class Executor:
     def _in_launches(self, batches: Sequence[tuple], loss: str, issue) -> list[BatchStats]:
         """`issue(self, launch, chunk, loss)` for each chunk of `steps_per_launch` batches,
         after the pending update; their results, in order."""
-        self._apply_pending()
+        self.apply_pending()
         results: list[BatchStats] = []
         for start in range(0, len(batches), self.steps_per_launch):
             chunk = batches[start : start + self.steps_per_launch]
@@ -856,7 +635,7 @@ class Executor:
         for group_id in reversed(range(len(self.groups) - int(stepped))):
             self._run_group(group_id, Pass.BACKWARD, training=True)
         self.iteration += 1
-        if self.updates_in_step:  # the next step applies it (or `_apply_pending`)
+        if self.updates_in_step:  # the next step applies it (or `apply_pending`)
             self.params.swap()
             self.pending_update = True
         else:
@@ -872,7 +651,7 @@ class Executor:
     ) -> BatchStats:
         """Issue the forward pass and the loss of one batch; only its first `valid` samples
         count (the rest pad a last, short batch)."""
-        self._apply_pending()
+        self.apply_pending()
         return self._forward_and_loss(inputs, target, loss, valid, training=False)[0]
 
     def step(

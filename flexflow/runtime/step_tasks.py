@@ -102,7 +102,7 @@ def issue_loss(
             if native is not None and runs_in_cpp(executor, native, loss_id, labels):
                 task = _native_step_task(executor, device, native, key, region, rows, total, held)
                 info = executor.fused_tasks[fused][index]
-                executor.add_forward_inputs(task, info.forward, device)
+                executor.arguments.add_forward_inputs(task, info.forward, device)
             elif fused is None:
                 task = executor.new_task(device, Pass.LOSS, output_op, index, *loss_args)
                 task.add_input(slice_store(output, region))
@@ -116,11 +116,11 @@ def issue_loss(
                     device, which, fused, index, *mode, *loss_args, *update, *keys
                 )
                 info = executor.fused_tasks[fused][index]
-                executor.add_forward_inputs(task, info.forward, device)
+                executor.arguments.add_forward_inputs(task, info.forward, device)
                 if not step:  # a step keeps its activations in memory, an evaluation in C all
                     # but the output (`evaluated_outputs`)
                     for slot in evaluated_outputs(executor, fused, index, loss_id, training):
-                        task.add_output(executor.slot_store(slot, device))
+                        task.add_output(executor.arguments.slot_store(slot, device))
             if not staged:
                 task.add_input(slice_store(target_store, region[:target_rank]))
             if not step:  # ... and its loss gradient
@@ -129,11 +129,11 @@ def issue_loss(
             if step:  # its batch norms' running statistics (TaskLayout.states), then the
                 # backward's: partial weight gradients, input gradients
                 for slot in info.forward.states:
-                    task.add_output(executor.slot_store(slot, device))
-                executor.add_partial_grads(task, info.backward, device)
-                executor.add_reductions(task, info.backward, (fused, index))
+                    task.add_output(executor.arguments.slot_store(slot, device))
+                executor.arguments.add_partial_grads(task, info.backward, device)
+                executor.arguments.add_reductions(task, info.backward, (fused, index))
                 if pending:
-                    executor.add_pending_update(task, device)
+                    executor.arguments.add_pending_update(task, device)
             task.execute()
     return BatchStats(sums, valid, valid * predictions, held=held)
 

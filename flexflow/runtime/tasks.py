@@ -56,7 +56,7 @@ class Pass(enum.IntEnum):
     """FUSED_FORWARD_LOSS, then the group's backward in the same task (training)."""
     FLAT_UPDATE = 12
     """The pending update alone, on one device's copy of the flat buffers (the first part of
-    a step that applies it; `Executor._apply_pending`)."""
+    a step that applies it; `Executor.apply_pending`)."""
 
 
 FUSED_PASSES = {
@@ -506,7 +506,7 @@ def _run_tile(context, executor: Executor, which: Pass, op: int, index: int, ext
             shard = _array(context.inputs[0])
         _array(context.outputs[0])[...] = shard
         return
-    if which == Pass.FLAT_UPDATE:  # every argument one flat row (Executor._apply_pending)
+    if which == Pass.FLAT_UPDATE:  # every argument one flat row (Executor.apply_pending)
         inputs, outputs = list(map(_array, context.inputs)), list(map(_array, context.outputs))
         _apply_pending_update(executor, inputs, outputs, extra[0])
         return

@@ -374,13 +374,13 @@ def cached_views() -> dict:
     model.compile(SGDOptimizer(0.1), progress=False)
     data = np.repeat(X[:, :8], 4, axis=1).reshape(-1, 2, 4, 4)
     model.fit(data, Y, 1)
-    sizes = [len(model.executor._tiles)]
+    sizes = [model.executor.arguments.cached]
     model.fit(data, Y, 3)
-    sizes.append(len(model.executor._tiles))
+    sizes.append(model.executor.arguments.cached)
     model.eval(data, Y)
-    sizes.append(len(model.executor._tiles))
+    sizes.append(model.executor.arguments.cached)
     model.eval(data, Y)
-    sizes.append(len(model.executor._tiles))
+    sizes.append(model.executor.arguments.cached)
     return {"sizes": sizes}
 
 
