@@ -40,6 +40,10 @@ if TYPE_CHECKING:  # the commands import the simulator when they run: a fast --h
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 1
+"""A command whose output's reader went away (`flexflow summary resnet101 --json | head`) ends
+quietly with it: what Python's documentation advises, and what rich's console does when the
+reader of its tables goes."""
 """The shell's code for a command ended by SIGINT (128 + 2)."""
 
 
@@ -613,6 +617,12 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     except (FlexFlowError, FlexFlowWarning) as exc:  # a warning too, where -W error makes it one
         print(f"flexflow: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError as exc:
+        if exc.filename is not None:  # an output file (a FIFO) whose reader went away
+            print(f"flexflow: error: {exc.strerror}: {exc.filename}", file=sys.stderr)
+            return EXIT_USAGE
+        _silence_stdout()  # its reader has what it wanted; nothing to report
+        return EXIT_BROKEN_PIPE
     except OSError as exc:
         print(
             f"flexflow: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
@@ -631,6 +641,16 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+
+
+def _silence_stdout() -> None:
+    """Point standard output at /dev/null: what is still buffered for the closed pipe would
+    otherwise fail again, loudly, when the interpreter flushes it at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -522,3 +522,24 @@ def test_exhaustive_refuses_a_negative_seed_chain(capsys):
     with pytest.raises(SystemExit):
         main(["exhaustive", "lenet", "--machine", "p100:1", "--seed-proposals", "-5"])
     assert "expected an integer >= 0, got -5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("json_flag", [["--json"], []])
+def test_output_piped_to_a_reader_that_goes_ends_quietly(json_flag):
+    """`flexflow summary resnet101 --json | head -1`: the reader closes the pipe; the command
+    ends with exit 1 and nothing on stderr (it printed 'flexflow: error: Broken pipe', exit 2),
+    the JSON printed by print() and the table by rich's console alike."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before the first line
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "flexflow", "summary", "resnet101", *json_flag],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (1, "")
