@@ -62,6 +62,12 @@ class FFConfig:
                 f"{_named('search_budget')} must be a finite number of seconds >= 0 (a search "
                 f"stops at its budget), got {self.search_budget!r}."
             )
+        if self.import_strategy is not None and self.search_budget > 0:  # before any work
+            raise FlexFlowError(
+                "FFConfig: give either import_strategy (--import-strategy) or search_budget "
+                "(--budget), not both; to refine an imported strategy run `flexflow search MODEL "
+                "--init FILE` and import its export."
+            )
 
     def get_batch_size(self) -> int:
         """FlexFlow's accessor, kept so FlexFlow scripts run unchanged."""

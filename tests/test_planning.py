@@ -60,6 +60,10 @@ def test_conflicting_or_negative_choices_are_errors(options, match):
         ({"seed": -1}, r"seed \(--seed\) must be an integer >= 0, got -1"),
         ({"search_budget": -2.0}, r"search_budget \(--budget\) must be a finite number of sec"),
         ({"search_budget": math.inf}, r"search_budget \(--budget\) must be a finite .* got inf"),
+        (
+            {"search_budget": 1.0, "import_strategy": "s.json"},
+            r"either import_strategy \(--import-strategy\) or search_budget \(--budget\), not both",
+        ),
     ],
 )
 def test_a_bad_training_configuration_names_the_field_and_its_flag(options, match):

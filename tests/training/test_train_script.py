@@ -121,7 +121,7 @@ def test_a_language_model_learns_the_copy_task_with_per_token_labels():
     "args, message",
     [
         (["--import-strategy", "/nonexistent.json"], "strategy file /nonexistent.json does not"),
-        (["--budget", "2", "--import-strategy", "x.json"], "either --import-strategy or --budget"),
+        (["--budget", "2", "--import-strategy", "x.json"], "(--import-strategy) or search_budget"),
         (["--model", "lenet", "--seq-length", "4"], "model 'lenet' takes no --seq-length"),
         (["--model", "no_such_model"], "no_such_model"),
         (["--resume"], "--resume continues from the file --checkpoint names"),
@@ -153,6 +153,18 @@ def test_bad_input_is_one_clear_line_and_exit_2(args, message):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert message in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.legate
+def test_conflicting_choices_are_refused_before_a_profile_is_measured(tmp_path):
+    """--import-strategy with --budget: the new profile was measured and written, then the
+    run refused (a helper's walk through the README)."""
+    profile = tmp_path / "p.json"
+    args = ("--import-strategy", "dp", "--budget", "1", "--profile", str(profile))
+    proc, _ = run_train(*SMALL_LENET, *args)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "not both" in proc.stderr and "measured" not in proc.stderr
+    assert not profile.exists()
 
 
 @pytest.mark.legate
