@@ -167,6 +167,7 @@ def test_strategy_needs_a_name_or_a_file(capsys):
     with pytest.raises(SystemExit) as info:
         main(["strategy", "lenet", "--machine", "p100:1"])
     assert info.value.code == 2
+    assert "one of the arguments --name --check is required" in capsys.readouterr().err
 
 
 def test_space_lists_configurations_per_op(capsys):

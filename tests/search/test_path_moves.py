@@ -50,7 +50,7 @@ def test_path_moves_off_are_exactly_the_one_op_proposals(monkeypatch):
     assert mcmc.path_moves_for(load_model("lenet").graph()) == 0.5
 
 
-def test_delta_and_full_simulation_make_the_same_chain_with_path_moves():
+def test_delta_and_full_simulation_make_the_same_chain_with_path_moves(full_simulations):
     graph = load_model("resnet101").graph()
     machine = parse_machine("p100:1")
     space = make_space("soap", graph, machine)
@@ -62,6 +62,8 @@ def test_delta_and_full_simulation_make_the_same_chain_with_path_moves():
             max_proposals=120, simulation=simulation, path_moves=1.0,
         )  # fmt: skip
         found.append((chain.best_s, chain.proposals, chain.accepted, chain.best))
+        simulated = full_simulations.take()
+        assert simulated == (0 if simulation == "delta" else 1 + chain.proposals)
     assert found[0] == found[1]
 
 
