@@ -1,7 +1,9 @@
 """Proposals cut short, side by side: the same search work with and without cutoffs.
 
 A delta simulation given a cutoff stops once a device's or link's end plus the work still
-queued for it passes the cutoff (`flexflow.simulator.native.simulate`): MCMC passes the
+queued for it passes the cutoff (`flexflow.simulator.native.simulate`), and under the
+runtime's per-task cost is not run at all when the cores' whole work passes it
+(`DeltaSimulator.change_many`): MCMC passes the
 acceptance threshold of a draw made first, scans (the final descent, `check-local`) the
 strategy's cost. This runs, for each case, the same work both ways in one process, taking turns
 (ROUNDS rounds after one warm-up of the simulation context's caches), and checks that both give
@@ -29,6 +31,7 @@ from results_io import RESULTS, write_csv, write_markdown
 from flexflow.cli_args import positive_int
 from flexflow.errors import FlexFlowError
 from flexflow.machine import parse_machine
+from flexflow.planning import planning_context
 from flexflow.search import search
 from flexflow.search.evaluator import Evaluator
 from flexflow.search.local import improving_neighbours
@@ -44,9 +47,13 @@ CASES = (
     "inception_v3/p100:4/dp",
     "nmt/p100:4/dp",
     "inception_v3/k80:16/dp/chain",
+    "lenet/local/random",
 )
 """model/machine/initial strategy of the chain, and "/chain" for no check-local (a 64-GPU
-model's neighbours take many minutes to check without cutoffs)."""
+model's neighbours take many minutes to check without cutoffs). On `local`, this host's CPUs
+as LEGATE_CONFIG gives them (else all its cores), the context is a training run's
+(`planning_context`: fused launches and the runtime's per-task cost, so the cores' whole work
+bounds an iteration too)."""
 ROUNDS, PROPOSALS = 3, 600
 
 
@@ -94,6 +101,8 @@ def run_case(case: str, rounds: int, proposals: int, check_local: bool) -> dict:
     check_local = check_local and chain_only != ["chain"]
     graph, machine = load_model(model).graph(), parse_machine(machine_name)
     context = SimContext(graph, machine)
+    if machine.name.startswith("local"):  # as a training run plans on this host's CPUs
+        context = planning_context(graph, machine, None, "sparse_categorical_crossentropy", 8)
     space = make_space("soap", graph, machine)
     dp_s = full_simulate(TaskGraph(context, named_strategy("dp", graph, machine))).iteration_s
     start = named_strategy(init, graph, machine, 0)
@@ -138,6 +147,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=positive_int, default=ROUNDS)
     parser.add_argument("--proposals", type=positive_int, default=PROPOSALS)
     parser.add_argument("--no-check-local", dest="check_local", action="store_false")
+    parser.add_argument("--out", default="cutoffs", help="results file stem under results/")
     args = parser.parse_args()
     for case in args.cases.split(","):
         fields = case.split("/")
@@ -150,7 +160,7 @@ def main() -> None:
         except FlexFlowError as exc:  # an unknown model, machine or initial strategy
             parser.error(f"{case}: {exc}")
         print(rows[-1], flush=True)
-    write_csv(RESULTS / "cutoffs.csv", rows)
+    write_csv(RESULTS / f"{args.out}.csv", rows)
     lines = [
         "# Proposals cut short: the same search work without and with cutoffs",
         "",
@@ -174,7 +184,7 @@ def main() -> None:
             f"| {r['model']} | {r['machine']} | {r['init']} | {r['chain_us_without']:,} "
             f"| {r['chain_us_with']:,} | {r['chain_speedup']}x | {local} |"
         )
-    write_markdown(RESULTS / "cutoffs.md", lines)
+    write_markdown(RESULTS / f"{args.out}.md", lines)
     print("\n".join(lines))
 
 

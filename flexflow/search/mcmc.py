@@ -16,7 +16,8 @@ changed AlexNet or Inception-v3 at that budget (results in benchmarks/results/be
 The acceptance draw is made before the proposal is simulated: it fixes the cost above which the
 proposal is rejected (`acceptance_cutoff`), and the delta simulation stops as soon as a lower
 bound of the iteration passes that cost (a device or link busy until t with w seconds of work
-still queued ends no earlier than t + w; `DeltaSimulator.change_many`). Most proposals are
+still queued ends no earlier than t + w; on CPUs, under the runtime's per-task cost, the cores'
+whole work, known before any task is simulated; `DeltaSimulator.change_many`). Most proposals are
 rejected, and a much slower one shows it at the first task after the change on the device it
 loads. The decisions are those of simulating every proposal whole (a test runs both), so a
 seeded chain is the same either way, and the same as with full simulation.

@@ -75,6 +75,7 @@ class DeltaSimulator:
         self.replayed = 0  # tasks re-simulated by the last change, for benchmarks
         self._before: float | None = None  # the iteration time before the last change
         self._log = TimesLog()  # the times the last change overwrote (`undo`)
+        self._skipped = False  # the last change was not simulated (its cores' bound: `undo`)
 
     @property
     def iteration_s(self) -> float:
@@ -89,12 +90,19 @@ class DeltaSimulator:
         """Several ops' new configurations as one delta (`TaskGraph.set_configs`). Once the
         iteration surely ends after `cutoff` (`native.simulate`'s bounds), the simulation
         stops with `iteration_s` inf; only `undo` may come next (the graph is changed; the
-        times are as before)."""
+        times are as before). Under the runtime's per-task cost a change whose cores' whole
+        work already ends the iteration after `cutoff` (`TaskGraph.cores_bound_s`) is not
+        simulated at all: a third of LeNet's proposals on this host's 2 CPUs, which the
+        timeline's bounds never cut (its cores, not one of them, set the iteration)."""
         if self.iteration_s == math.inf and self._before is not None:
             raise AssertionError("a change stopped at its cutoff must be undone first")
         s = self.schedule
         self._before = s.iteration_s
         change = self.tg.set_configs(changes)
+        if self.tg.cores_bound_s() > cutoff:
+            self._skipped, self.replayed = True, 0
+            s.iteration_s = math.inf
+            return
         if len(s.end) < self.tg.size:  # the schedule grows: the log's view of it goes
             self._log.release()
             s.grow()
@@ -108,7 +116,10 @@ class DeltaSimulator:
     def undo(self) -> None:
         """Take back the last `change`: the task graph and the schedule are as before it."""
         self.tg.undo()
-        restore(self.schedule, self._log)
-        self.tg.edge_index.undone()  # the schedule is the one the change started from
+        if self._skipped:  # neither the times nor the index's kept selection were touched
+            self._skipped = False
+        else:
+            restore(self.schedule, self._log)
+            self.tg.edge_index.undone()  # the schedule is the one the change started from
         self.schedule.iteration_s = self._before
         self._before = None

@@ -176,6 +176,7 @@ class TaskGraph:
         self._undo: _Undo | None = None  # how to take back the last set_config
         self._ops_blocks: dict[tuple[int, ...], tuple[int, ...]] = {}  # affected_blocks
         self._load: _Load | None = None  # `load_bound`'s view of this graph, made when asked
+        self._work_s: float | None = None  # `work_s` of the graph as it is, once asked
         # dependencies: edge_src[e] -> edge_dst[e], source -1 once removed
         self.edge_src = array("i")
         self.edge_dst = array("i")
@@ -246,18 +247,29 @@ class TaskGraph:
         and update tasks' times plus the runtime's, over `SimContext.cores` (a strategy that
         keeps every processor busy leaves the runtime no idle core). Summed exactly (fsum), so
         a graph updated by deltas and one built afresh agree to the last bit."""
+        return max(makespan_s, self.cores_bound_s())
+
+    def cores_bound_s(self) -> float:
+        """The iteration's lower bound under the runtime's per-task cost (0 without it): the
+        cores' whole work, the compute and update tasks' times plus the runtime's, over
+        `SimContext.cores`. Known once the graph is built, before it is simulated: a delta
+        whose bound passes its cutoff is not simulated at all (`DeltaSimulator.change_many`)."""
         if self.runtime_s <= 0:
-            return makespan_s
-        return max(makespan_s, (self.work_s() + self.runtime_s) / self.context.cores)
+            return 0.0
+        return (self.work_s() + self.runtime_s) / self.context.cores
 
     def work_s(self) -> float:
-        """The live compute and update tasks' times, summed exactly. Read through numpy views
-        of the arrays, dropped before returning (an array exporting its buffer cannot grow):
-        a search asks after every proposal, and a loop over ResNet-101's tasks in Python took
-        a fifth of a proposal."""
-        kinds = (np.frombuffer(self.order, dtype=np.uint64) >> np.uint64(KIND_SHIFT)) & np.uint64(7)
-        work = _IS_WORK[kinds] & np.frombuffer(self.live, dtype=np.bool_)  # live: 0 or 1
-        return math.fsum(np.frombuffer(self.exe, dtype=np.float64)[work])
+        """The live compute and update tasks' times, summed exactly (once per graph: a delta
+        asks before and after its simulation). Read through numpy views of the arrays,
+        dropped before returning (an array exporting its buffer cannot grow): a search asks
+        after every proposal, and a loop over ResNet-101's tasks in Python took a fifth of a
+        proposal."""
+        if self._work_s is None:
+            order = np.frombuffer(self.order, dtype=np.uint64)
+            kinds = (order >> np.uint64(KIND_SHIFT)) & np.uint64(7)
+            work = _IS_WORK[kinds] & np.frombuffer(self.live, dtype=np.bool_)  # live: 0 or 1
+            self._work_s = math.fsum(np.frombuffer(self.exe, dtype=np.float64)[work])
+        return self._work_s
 
     @property
     def size(self) -> int:
@@ -464,6 +476,7 @@ class TaskGraph:
             self._splits,
         )
         self._load = None
+        self._work_s = None
         self._splits = splits
         for op, config in changes:
             self.configs[op] = config
@@ -513,6 +526,7 @@ class TaskGraph:
             self.configs[op] = config
         self.runtime_s = self.context.runtime_s(self.configs)  # memoized: the count before
         self._load = undo.load
+        self._work_s = None
         self._splits = undo.splits
 
     def _per_task(self) -> tuple:

@@ -179,3 +179,29 @@ def test_the_op_blocks_equal_the_reference_in_and_out_of_a_c_step():
         assert tg.native == (change is None or change[1] == dp.configs[1])
         for (_, op), block in built_blocks(tg, "op").items():
             assert block == reference_op_block(tg, op)
+
+
+def test_a_change_whose_cores_work_passes_its_cutoff_is_not_simulated(monkeypatch):
+    """Under the runtime's per-task cost the cores' whole work bounds the iteration, and the
+    timeline's bounds never see it: leaving the C step for op-by-op tasks adds work past the
+    cutoff, so the change stops before any simulation, the full simulation agrees it is
+    slower, and undo leaves the timeline as it was; a change under its cutoff is simulated."""
+    import flexflow.simulator.schedule as schedule
+
+    graph = random_graph(3)
+    context = cpu_context(graph, native_profile(graph, CPUS))
+    dp = named_strategy("dp", graph, CPUS)
+    delta = DeltaSimulator(TaskGraph(context, dp))
+    before, cost = timeline(delta.tg, delta.schedule), delta.iteration_s
+    one = ParallelConfig.single(len(dp.configs[0].degrees), 0)
+    slower = full_simulate(TaskGraph(context, dp.replace(0, one)))
+    calls = []
+    monkeypatch.setattr(schedule, "simulate", lambda *a, **k: calls.append(a) or 0)
+    delta.change_many([(0, one)], cutoff=cost)
+    assert delta.tg.cores_bound_s() > cost and slower.iteration_s > cost
+    assert (delta.iteration_s, delta.replayed, calls) == (math.inf, 0, [])
+    delta.undo()
+    assert timeline(delta.tg, delta.schedule) == before and delta.iteration_s == cost
+    monkeypatch.undo()
+    delta.change_many([(0, one)], cutoff=2 * slower.iteration_s)  # simulated, and exact
+    assert delta.iteration_s == slower.iteration_s
