@@ -29,6 +29,6 @@ legate --cpus "$cpus" --gpus 0 examples/train.py --model "$model" --epochs "$epo
     ${search[@]+"${search[@]}"} "$@"
 drawn=""
 if [[ -f "out/$model-search.png" ]]; then drawn=" and the search out/$model-search.png"; fi
-echo "wrote out/$model-strategy.json, out/$model-checkpoint.npz, the simulated and measured" \
-    "iterations out/$model-trace.json and out/$model-measured-trace.json (open in" \
-    "ui.perfetto.dev), out/$model-timeline.png$drawn"
+echo "wrote out/$model-profile.json (the task times measured here), out/$model-strategy.json," \
+    "out/$model-checkpoint.npz, the simulated and measured iterations out/$model-trace.json" \
+    "and out/$model-measured-trace.json (open in ui.perfetto.dev), out/$model-timeline.png$drawn"
