@@ -91,7 +91,7 @@ class LayerAPI:
         self._ops: list[OpNode] = []
         self._params: list[Parameter] = []
         self._counters: dict[str, int] = {}
-        self._names: set[str] = set()
+        self._names: dict[str, str] = {}  # op name -> why it is taken, for errors
         self._next_tensor = 0
         # Sequence outputs of `lstm` not materialized yet: tensor id -> the steps' outputs.
         self._sequences: dict[int, tuple[Tensor, ...]] = {}
@@ -113,10 +113,21 @@ class LayerAPI:
         elif not isinstance(name, str) or not name:
             raise GraphError(f"{kind}: layer name must be a non-empty string, got {name!r}.")
         elif name in self._names:
+            raise GraphError(f"{kind} '{name}': {self._names[name]}; choose another name.")
+        self._names[name] = "a layer with this name exists"
+        return name
+
+    def _step_name(self, layer: str, t: int) -> str:
+        """The name of an unrolled layer's op for step `t`, taken for it (`<layer>_t<t>`): a
+        user's layer of that name, before or after, is refused (two ops of one name, which the
+        graph only found once built, and then at every build)."""
+        name = f"{layer}_t{t}"
+        if name in self._names:
             raise GraphError(
-                f"{kind} '{name}': a layer with this name exists; choose another name."
+                f"lstm '{layer}': its step {t} is an op named '{name}', and "
+                f"{self._names[name]}; name the lstm or that layer otherwise."
             )
-        self._names.add(name)
+        self._names[name] = f"step {t} of lstm '{layer}' is an op of this name"
         return name
 
     def _new_tensor_id(self) -> int:
@@ -394,7 +405,7 @@ class LayerAPI:
             else:
                 x, op = steps_in[t], LSTM(hidden_size)
             inputs = [x] if hidden is None else [x, hidden, cell]
-            hidden, cell = self._add(op, inputs, f"{layer}_t{t}", weights, layer)
+            hidden, cell = self._add(op, inputs, self._step_name(layer, t), weights, layer)
             weights = self._ops[-1].weights  # every step shares the first step's weights
             outputs.append(hidden)
         if not return_sequences:

@@ -45,6 +45,25 @@ def test_duplicate_layer_name_is_refused():
         model.dense(x, 3, name="fc")
 
 
+def test_an_lstm_step_s_op_name_is_taken_before_and_after_it():
+    """An LSTM named 'enc' unrolls into ops enc_t0, enc_t1, ...: a user layer of such a name
+    made two ops of one name, refused only when the graph was built, every time after."""
+    model = FFModel()
+    x = model.create_tensor((2, 3, 4))
+    h = model.lstm(x, 5, return_sequences=False, name="enc")
+    with pytest.raises(GraphError, match=r"dense 'enc_t0': step 0 of lstm 'enc' is an op of"):
+        model.dense(h, 5, name="enc_t0")
+    model.softmax(model.dense(h, 3))  # the refused call changed nothing
+    assert [op.name for op in model.graph().ops] == ["enc_t0", "enc_t1", "enc_t2", "dense_1",
+                                                     "softmax_1"]  # fmt: skip
+    model = FFModel()
+    y = model.dense(model.create_tensor((2, 3, 4)), 4, name="enc_t1")
+    with pytest.raises(GraphError, match=r"lstm 'enc': its step 1 is an op named 'enc_t1', and a"):
+        model.lstm(y, 5, name="enc")
+    model.lstm(y, 5, name="rnn")
+    assert [op.name for op in model.graph().ops][:2] == ["enc_t1", "rnn_t0"]
+
+
 def test_a_tensor_from_another_model_is_refused():
     other_model = FFModel()
     other = other_model.create_tensor((2, 4))
