@@ -145,15 +145,26 @@ def digits(shape: tuple[int, ...], seed: int):
 
 
 def reads_digits(graph, image) -> bool:
-    """Whether the model can learn the digits: one image input (N, C, H, W) and a softmax
-    over 10 or more classes (N, classes) last."""
+    """Whether the model can learn the digits: one image input (N, C, H, W) of at least 8x8
+    (smaller models train on synthetic data) and a softmax over 10 or more classes (N,
+    classes) last."""
     out = graph.ops[-1].sig.outputs[0].shape
     return (
         image is not None
         and len(image.spec.shape) == 4
-        and graph.ops[-1].op.kind == "softmax"
+        and min(image.spec.shape[2:]) >= 8
+        and _softmax_last(graph)
         and len(out) == 2
         and out[1] >= 10
+    )
+
+
+def _softmax_last(graph) -> bool:
+    """Whether the model ends in a softmax over its last axis: its output is probabilities
+    that cross-entropy trains (one over another axis trains on mean squared error)."""
+    last = graph.ops[-1]
+    return last.op.kind == "softmax" and last.op.axis % len(last.sig.output_shape) == (
+        len(last.sig.output_shape) - 1
     )
 
 
@@ -172,7 +183,7 @@ def synthetic(graph, batches: int, seed: int):
             inputs[tensor.name] = rng.integers(0, vocab, shape).astype(np.int32)
     out = graph.ops[-1].sig.outputs[0].shape
     n = batches * out[0]
-    softmax = graph.ops[-1].op.kind == "softmax"  # probabilities: a classifier's labels
+    softmax = _softmax_last(graph)  # probabilities: a classifier's labels
     if softmax and len(out) == 2:
         return inputs, rng.integers(0, out[1], n), "sparse_categorical_crossentropy", False
     if softmax:  # one prediction per position: label each
@@ -332,8 +343,8 @@ def main(argv: list[str] | None = None) -> int:
             data_name = (
                 "synthetic token ids (a copy task: predict each position's id)"
                 if copy
-                else "synthetic data (nothing to learn; the digits need one image input and a "
-                "softmax over 10 or more classes)"
+                else "synthetic data (nothing to learn; the digits need one image input of at "
+                "least 8x8 and a softmax over 10 or more classes)"
             )
         if args.optimizer == "adam":
             optimizer = AdamOptimizer(config.learning_rate, weight_decay=args.weight_decay)

@@ -18,7 +18,7 @@ from flexflow.config import FFConfig
 from flexflow.data import Batch, DataLoader
 from flexflow.errors import GraphError, ShapeError
 from flexflow.layers import LAYER_METHODS, LayerAPI, Tensor
-from flexflow.model_inputs import model_loader
+from flexflow.model_inputs import check_batch, model_loader
 from flexflow.optimizers import Optimizer, chosen_optimizer
 
 if TYPE_CHECKING:
@@ -81,6 +81,8 @@ class FFModel(LayerAPI):
         from flexflow.runtime.loss import check_model_output, loss_name, metric_names
 
         check_model_output(self.graph(), loss_type)  # before Legate starts
+        for tensor in self.graph().input_tensors:  # and before a search for this batch size
+            check_batch(tensor, self.config.batch_size)
         self._check_loss_input(loss_type)
         if metrics is None:  # accuracy where the loss is a classification's
             metrics = ("accuracy",) if "crossentropy" in loss_name(loss_type) else ()

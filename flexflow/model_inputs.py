@@ -109,15 +109,21 @@ def inputs_by_name(x, graph: OperatorGraph, input_name: Callable[[object], str |
     }
 
 
-def check_input(graph: OperatorGraph, batch_size: int, tensor: GraphTensor, given) -> None:
-    """Raise ShapeError unless `given` fits the model input `tensor` (its samples' shape,
-    integer ids within the embeddings reading them) and the input has `batch_size`."""
+def check_batch(tensor: GraphTensor, batch_size: int) -> None:
+    """Raise ShapeError unless the model input `tensor` was created with `batch_size` samples
+    (the config's: every batch fed has it); compile checks it before a search."""
     if tensor.spec.shape[0] != batch_size:
         raise ShapeError(
             f"input '{tensor.name}' was created with batch {tensor.spec.shape[0]} (its "
             f"first dimension, {tensor.spec.shape}), but the batch size is "
             f"{batch_size}; create inputs with model.config.batch_size."
         )
+
+
+def check_input(graph: OperatorGraph, batch_size: int, tensor: GraphTensor, given) -> None:
+    """Raise ShapeError unless `given` fits the model input `tensor` (its samples' shape,
+    integer ids within the embeddings reading them) and the input has `batch_size`."""
+    check_batch(tensor, batch_size)
     if not tensor.spec.dtype.is_float:
         _check_ids(graph, tensor, given)
     elif np.dtype(given.dtype).kind not in "fiub":  # strings, objects: not numbers

@@ -522,3 +522,11 @@ def test_fit_without_inputs_says_x_is_none():
     model.softmax(model.dense(model.create_tensor((4, 3), name="x"), 2))
     with pytest.raises(ShapeError, match="x is None; pass the model's inputs"):
         model_loader(model.graph(), model.config, None, None, False, False, model._input_name)
+
+
+def test_compile_refuses_an_input_of_another_batch_size_before_any_search():
+    """fit refused it, after compile had searched and timed strategies for the wrong batch."""
+    model = FFModel(FFConfig(batch_size=8, search_budget=30.0))
+    model.softmax(model.dense(model.create_tensor((12, 5), name="x"), 3))
+    with pytest.raises(ShapeError, match=r"input 'x' was created with batch 12 .* batch size is 8"):
+        model.compile("sgd")
