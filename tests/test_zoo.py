@@ -349,3 +349,35 @@ def test_a_directory_is_not_a_model_file(tmp_path):
     folder.mkdir()
     with pytest.raises(ModelError, match=r"net\.py' is a directory"):
         load_model(str(folder))
+
+
+FLEXFLOW_STYLE = """
+from flexflow.core import *
+
+
+def build(model):
+    x = model.create_tensor([model.config.batch_size, 1, 8, 8], DataType.DT_FLOAT)
+    t = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU, True,
+                     kernel_initializer=GlorotUniformInitializer(3))
+    t = model.dense(model.flat(t), 10, ActiMode.AC_MODE_NONE, True, DataType.DT_FLOAT, None,
+                    kernel_initializer=UniformInitializer(7, -0.05, 0.05))
+    model.softmax(t)
+"""
+
+
+def test_a_model_file_importing_flexflow_core_gets_flexflow_s_model(tmp_path):
+    """FlexFlow's conventions in a model file (groups=True, an initializer by keyword) were
+    refused by our FFModel ('groups must be a positive integer, got True')."""
+    import flexflow.core
+    from flexflow.model import FFModel
+
+    path = tmp_path / "ff_style.py"
+    path.write_text(FLEXFLOW_STYLE)
+    model = load_model(str(path), FFConfig(batch_size=8))
+    assert type(model) is flexflow.core.FFModel
+    assert [op.op.kind for op in model.graph().ops] == ["conv2d", "flat", "dense", "softmax"]
+    ours = tmp_path / "ours.py"
+    ours.write_text(
+        "def build(model):\n    model.softmax(model.dense(model.create_tensor((8, 4)), 2))\n"
+    )
+    assert type(load_model(str(ours), FFConfig(batch_size=8))) is FFModel

@@ -88,7 +88,8 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
             f"model file '{path}' does not exist; pass the path of an existing .py file that "
             f"defines `def build(model: FFModel) -> None`, or a zoo model ({', '.join(ZOO)})."
         )
-    build = getattr(_import_file(path), "build", None)
+    module = _import_file(path)
+    build = getattr(module, "build", None)
     if not callable(build):
         raise ModelError(
             f"model file '{path}' has no callable `build`; define "
@@ -124,7 +125,7 @@ def load_model(name_or_path: str, config: FFConfig | None = None, **sizes: Any) 
                 f"leave {flags} out or add the parameter, e.g. "
                 f"`def build(model, {unknown[0]}=...)`."
             )
-    model = FFModel(config or FFConfig())
+    model = _model_class(module)(config or FFConfig())
     model.name = path.stem
     try:
         build(model, **sizes)
@@ -164,6 +165,18 @@ def _line_in(path: Path, exc: BaseException) -> str:
         if Path(frame.filename).resolve() == path.resolve()
     ]
     return f", line {inside[-1].lineno}" if inside else ""
+
+
+def _model_class(module: ModuleType) -> type[FFModel]:
+    """FlexFlow's `FFModel` (`flexflow.core`) for a model file that imports FlexFlow's names
+    (`from flexflow.core import *`, `import flexflow.core as ff`): its layer calls follow
+    FlexFlow's conventions (initializers by keyword, applied at compile; groups=True as 1),
+    which ours refuses as arguments it does not implement. Ours for any other file."""
+    core = sys.modules.get("flexflow.core")
+    if core is None:  # the file did not import it
+        return FFModel
+    names = vars(module).values()
+    return core.FFModel if any(v is core or v is core.FFModel for v in names) else FFModel
 
 
 def _import_file(path: Path) -> ModuleType:
