@@ -324,7 +324,8 @@ def register(add: Callable) -> None:
         "--budget",
         type=positive_float,
         default=None,
-        help=f"search time in seconds (default {DEFAULT_BUDGET_S:g})",
+        help=f"the MCMC chains' time in seconds (default {DEFAULT_BUDGET_S:g}); the final descent "
+        "follows, as long as --polish-budget allows",
     )
     search.add_argument(
         "--proposals",
