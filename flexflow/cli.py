@@ -6,6 +6,7 @@ import argparse
 import itertools
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -40,11 +41,11 @@ if TYPE_CHECKING:  # the commands import the simulator when they run: a fast --h
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+"""The shell's code for a command ended by SIGINT (128 + 2)."""
 EXIT_BROKEN_PIPE = 1
 """A command whose output's reader went away (`flexflow summary resnet101 --json | head`) ends
 quietly with it: what Python's documentation advises, and what rich's console does when the
 reader of its tables goes."""
-"""The shell's code for a command ended by SIGINT (128 + 2)."""
 
 
 def _stats(name: str, graph: OperatorGraph, batch_size: int) -> dict[str, object]:
@@ -618,11 +619,14 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         print(f"flexflow: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError as exc:
-        if exc.filename is not None:  # an output file (a FIFO) whose reader went away
-            print(f"flexflow: error: {exc.strerror}: {exc.filename}", file=sys.stderr)
-            return EXIT_USAGE
-        _silence_stdout()  # its reader has what it wanted; nothing to report
-        return EXIT_BROKEN_PIPE
+        if exc.filename is None and _stdout_gone():  # its reader has what it wanted
+            _silence_stdout()
+            return EXIT_BROKEN_PIPE
+        # an output file (a FIFO) or a worker process's pipe: a failure to report
+        print(
+            f"flexflow: error: {exc.strerror}: {exc.filename or ''}".rstrip(": "), file=sys.stderr
+        )
+        return EXIT_USAGE
     except OSError as exc:
         print(
             f"flexflow: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
@@ -641,6 +645,17 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+
+
+def _stdout_gone() -> bool:
+    """Whether standard output is a pipe whose reader went away (its write end polls as an
+    error), not another pipe of the command's (a scan worker's) that broke."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no file descriptor (a test's capture)
+        return False
 
 
 def _silence_stdout() -> None:

@@ -544,3 +544,27 @@ def test_output_piped_to_a_reader_that_goes_ends_quietly(json_flag):
     finally:
         os.close(write)
     assert (proc.returncode, proc.stderr) == (1, "")
+
+
+def test_a_broken_pipe_other_than_standard_output_is_reported(capsys):
+    """A scan worker's pipe that broke (the worker killed for memory) ended the command
+    silently with exit 1, as if the reader of its output had gone."""
+    import argparse
+    import os
+
+    from rich.console import Console
+
+    from flexflow.cli import _run
+
+    read, write = os.pipe()
+    os.close(read)
+
+    def handler(args, console) -> int:
+        os.write(write, b"a task")  # no reader: BrokenPipeError
+        return 0
+
+    try:
+        code = _run(argparse.Namespace(handler=handler), Console())
+    finally:
+        os.close(write)
+    assert (code, capsys.readouterr().err) == (2, "flexflow: error: Broken pipe\n")

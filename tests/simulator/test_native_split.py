@@ -202,6 +202,7 @@ def test_a_change_whose_cores_work_passes_its_cutoff_is_not_simulated(monkeypatc
     assert (delta.iteration_s, delta.replayed, calls) == (math.inf, 0, [])
     delta.undo()
     assert timeline(delta.tg, delta.schedule) == before and delta.iteration_s == cost
+    assert delta.tg.work_s() == TaskGraph(context, dp).work_s()  # not the changed graph's
     monkeypatch.undo()
     delta.change_many([(0, one)], cutoff=2 * slower.iteration_s)  # simulated, and exact
     assert delta.iteration_s == slower.iteration_s
