@@ -100,9 +100,10 @@ def run_case(case: str, rounds: int, proposals: int, check_local: bool) -> dict:
     model, machine_name, init, *chain_only = case.split("/")
     check_local = check_local and chain_only != ["chain"]
     graph, machine = load_model(model).graph(), parse_machine(machine_name)
-    context = SimContext(graph, machine)
     if machine.name.startswith("local"):  # as a training run plans on this host's CPUs
         context = planning_context(graph, machine, None, "sparse_categorical_crossentropy", 8)
+    else:
+        context = SimContext(graph, machine)
     space = make_space("soap", graph, machine)
     dp_s = full_simulate(TaskGraph(context, named_strategy("dp", graph, machine))).iteration_s
     start = named_strategy(init, graph, machine, 0)

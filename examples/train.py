@@ -37,6 +37,7 @@ from flexflow.figures import picture_file
 from flexflow.fileio import check_outputs, output_file
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 from flexflow.relaunch import relaunch_with_launcher_flags
+from flexflow.runtime.loss import ends_in_probabilities
 
 SIZE_FLAGS = (
     "image_size",
@@ -153,18 +154,9 @@ def reads_digits(graph, image) -> bool:
         image is not None
         and len(image.spec.shape) == 4
         and min(image.spec.shape[2:]) >= 8
-        and _softmax_last(graph)
+        and ends_in_probabilities(graph)
         and len(out) == 2
         and out[1] >= 10
-    )
-
-
-def _softmax_last(graph) -> bool:
-    """Whether the model ends in a softmax over its last axis: its output is probabilities
-    that cross-entropy trains (one over another axis trains on mean squared error)."""
-    last = graph.ops[-1]
-    return last.op.kind == "softmax" and last.op.axis % len(last.sig.output_shape) == (
-        len(last.sig.output_shape) - 1
     )
 
 
@@ -183,7 +175,7 @@ def synthetic(graph, batches: int, seed: int):
             inputs[tensor.name] = rng.integers(0, vocab, shape).astype(np.int32)
     out = graph.ops[-1].sig.outputs[0].shape
     n = batches * out[0]
-    softmax = _softmax_last(graph)  # probabilities: a classifier's labels
+    softmax = ends_in_probabilities(graph)  # a classifier's labels (else mean squared error)
     if softmax and len(out) == 2:
         return inputs, rng.integers(0, out[1], n), "sparse_categorical_crossentropy", False
     if softmax:  # one prediction per position: label each

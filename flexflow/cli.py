@@ -618,16 +618,11 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     except (FlexFlowError, FlexFlowWarning) as exc:  # a warning too, where -W error makes it one
         print(f"flexflow: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError as exc:
-        if exc.filename is None and _stdout_gone():  # its reader has what it wanted
+    except OSError as exc:
+        broken = isinstance(exc, BrokenPipeError) and exc.filename is None
+        if broken and _stdout_gone():  # its reader has what it wanted (not a worker's pipe)
             _silence_stdout()
             return EXIT_BROKEN_PIPE
-        # an output file (a FIFO) or a worker process's pipe: a failure to report
-        print(
-            f"flexflow: error: {exc.strerror}: {exc.filename or ''}".rstrip(": "), file=sys.stderr
-        )
-        return EXIT_USAGE
-    except OSError as exc:
         print(
             f"flexflow: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
             file=sys.stderr,

@@ -80,8 +80,9 @@ class FFModel(LayerAPI):
         from flexflow.bootstrap import check_network_library, python_handles_ctrl_c
         from flexflow.runtime.loss import check_model_output, loss_name, metric_names
 
-        check_model_output(self.graph(), loss_type)  # before Legate starts
-        for tensor in self.graph().input_tensors:  # and before a search for this batch size
+        graph = self.graph()
+        check_model_output(graph, loss_type)  # before Legate starts
+        for tensor in graph.input_tensors:  # and before a search for this batch size
             check_batch(tensor, self.config.batch_size)
         self._check_loss_input(loss_type)
         if metrics is None:  # accuracy where the loss is a classification's

@@ -194,23 +194,31 @@ def check_model_output(graph: OperatorGraph, loss: str) -> None:
         )
 
 
+def ends_in_probabilities(graph: OperatorGraph) -> bool:
+    """Whether the model ends in a softmax over its last axis: the probabilities a
+    cross-entropy reads (`check_loss_input`)."""
+    last = graph.ops[-1]
+    rank = len(last.sig.output_shape)
+    return last.kind == "softmax" and last.op.axis % rank == rank - 1
+
+
 def check_loss_input(graph: OperatorGraph, loss: str) -> None:
     """Raise ShapeError unless `loss` can read the model's output: a cross-entropy reads
     probabilities over the last axis, a softmax's (whose backward then turns the loss's
     gradient into the logits', `SMALLEST_P`)."""
     name, last = loss_name(loss), graph.ops[-1]
-    if "crossentropy" in name:
+    if "crossentropy" in name and not ends_in_probabilities(graph):
         rank = len(last.sig.output_shape)
-        axis = getattr(last.op, "axis", -1) % rank if last.kind == "softmax" else None
-        if axis != rank - 1:
-            got = (
-                f"a softmax over axis {axis}" if axis is not None else f"{last.kind} '{last.name}'"
-            )
-            raise ShapeError(
-                f"{name} reads probabilities over the last axis (a softmax's), but the model "
-                f"ends in {got} (output {last.sig.output_shape}): end the model with "
-                "model.softmax(x) (axis -1), or train with mean_squared_error."
-            )
+        got = (
+            f"a softmax over axis {last.op.axis % rank}"
+            if last.kind == "softmax"
+            else f"{last.kind} '{last.name}'"
+        )
+        raise ShapeError(
+            f"{name} reads probabilities over the last axis (a softmax's), but the model "
+            f"ends in {got} (output {last.sig.output_shape}): end the model with "
+            "model.softmax(x) (axis -1), or train with mean_squared_error."
+        )
 
 
 def check_target(name: str, output_shape: tuple[int, ...], target: np.ndarray) -> None:
