@@ -9,7 +9,8 @@ from typing import Any
 
 from flexflow.fileio import atomic_write_text
 from flexflow.simulator.schedule import Schedule
-from flexflow.simulator.taskgraph import BARRIER, TaskGraph
+from flexflow.simulator.task_views import BARRIER
+from flexflow.simulator.taskgraph import TaskGraph
 
 TASKGRAPH_FORMAT = "flexflow-taskgraph"
 TASKGRAPH_VERSION = 2  # 2: update tasks are kind "update"; `cores` added

@@ -10,7 +10,8 @@ import numpy as np
 from flexflow.figures import save_figure
 from flexflow.simulator.export import RUNTIME, tasks_end_s
 from flexflow.simulator.schedule import Schedule
-from flexflow.simulator.taskgraph import BARRIER, TaskGraph
+from flexflow.simulator.task_views import BARRIER
+from flexflow.simulator.taskgraph import TaskGraph
 
 COLORS = {"compute": "#4c78a8", "update": "#54a24b", "comm": "#f58518"}
 BACKWARD_COLOR = "#9ecae9"  # backward compute, lighter than forward

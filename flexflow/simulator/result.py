@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flexflow.simulator.schedule import Schedule
-from flexflow.simulator.taskgraph import BARRIER, COMM, COMPUTE, UPDATE, TaskGraph
+from flexflow.simulator.task_views import BARRIER, COMM, COMPUTE, UPDATE
+from flexflow.simulator.taskgraph import TaskGraph
 
 
 @dataclass(frozen=True, slots=True)

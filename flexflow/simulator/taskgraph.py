@@ -44,7 +44,8 @@ share of a sync block, depend only on its configuration, so they are made once p
 configuration (`SimContext.op_tasks`, `SimContext.op_sync_parts`);
 flexflow/simulator/reference.py specifies every kind. A task's
 name, kind and resources are read back from its key and resource set when asked for (traces,
-exports), never stored: a search builds millions of tasks and names none of them.
+exports; flexflow/simulator/task_views.py), never stored: a search builds millions of tasks
+and names none of them.
 """
 
 from __future__ import annotations
@@ -53,14 +54,13 @@ import itertools
 import math
 from array import array
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from flexflow.fusion import cpu_devices, joins_previous
-from flexflow.ops.base import Region, region_volume
+from flexflow.ops.base import Region
 from flexflow.simulator.blocks import BlockTables
 from flexflow.simulator.context import SimContext
 from flexflow.simulator.keys import (
@@ -70,15 +70,10 @@ from flexflow.simulator.keys import (
     BWD_KEY,
     FIELD_LIMIT,
     FWD_KEY,
-    GATHER_KEY,
     GRAD_XFER_KEY,
     KIND_SHIFT,
-    REDUCED_KEY,
-    RING_KEY,
     UPDATE_KEY,
     XFER_KEY,
-    key_fields,
-    key_kind,
 )
 from flexflow.simulator.native import (
     EdgeIndex,
@@ -91,12 +86,8 @@ from flexflow.simulator.native import (
     resource_load,
     set_flags,
 )
+from flexflow.simulator.task_views import Block, TaskGraphViews
 from flexflow.strategy import ParallelConfig, Strategy
-
-COMPUTE, COMM, UPDATE, BARRIER = "compute", "comm", "update", "barrier"
-FORWARD, BACKWARD = 0, 1
-
-Block = tuple  # ("op", i) | ("edge", consumer, input index) | ("sync", parameter id)
 
 _NO_OVERLAPS = (-1, 0)  # an edge job's overlap set for a model input (`EdgeJobs.add`)
 _MANY_OPS_MEMO = 4096
@@ -148,7 +139,7 @@ class _Undo:
     added: array = field(default_factory=lambda: array("i"))
 
 
-class TaskGraph:
+class TaskGraph(TaskGraphViews):
     """Tasks in parallel arrays indexed by task id; ids of removed tasks are reused."""
 
     def __init__(self, context: SimContext, strategy: Strategy) -> None:
@@ -271,91 +262,8 @@ class TaskGraph:
             self._work_s = math.fsum(np.frombuffer(self.exe, dtype=np.float64)[work])
         return self._work_s
 
-    @property
-    def size(self) -> int:
-        """Number of task ids (including free ones)."""
-        return len(self.exe)
-
     def live_tasks(self) -> Iterable[int]:
         return itertools.compress(range(len(self.exe)), self.live)
-
-    # derived per task on demand (exports, plots, tests), never stored: a search builds
-    # millions of tasks and reads none of these
-    @property
-    def res(self) -> _PerTask:
-        """`res[t]`: the devices (ids) and links (num_devices + link id) task `t` holds."""
-        sets, res_set = self.resource_sets.sets, self.res_set
-        return _PerTask(lambda t: sets[res_set[t]])
-
-    @property
-    def kind(self) -> _PerTask:
-        """`kind[t]`: COMPUTE, COMM, UPDATE or BARRIER."""
-        order = self.order
-        return _PerTask(lambda t: _KIND_NAMES[key_kind(order[t])])
-
-    @property
-    def name(self) -> _PerTask:
-        """`name[t]`: what task `t` is, for traces and exports."""
-        return _PerTask(self.task_name)
-
-    def task_name(self, t: int) -> str:
-        """Task `t`'s name, read from its key (and a transfer's devices)."""
-        kind, a, b, c, d = key_fields(self.order[t])
-        if kind in (FWD_KEY, BWD_KEY):
-            return f"{self.graph.ops[a].name}[{b}].{'fwd' if kind == FWD_KEY else 'bwd'}"
-        if kind in (XFER_KEY, GRAD_XFER_KEY):
-            consumer = self.graph.ops[a]
-            producer = self.graph.ops[self.graph.tensor(consumer.inputs[b]).producer]
-            label = f"{producer.name}[{d}]->{consumer.name}[{c}]"
-            return label if kind == XFER_KEY else f"grad {label}"
-        weight = f"{self.graph.parameters[a].name}#{b}"
-        if kind == GATHER_KEY:
-            return f"{weight} grads ready"
-        if kind == REDUCED_KEY:
-            return f"{weight} all-reduced"
-        if kind == RING_KEY:
-            return f"all-reduce {weight} {self.res_src[t]}->{self.res_dst[t]}"
-        return f"update {weight}@{c}"
-
-    def resource_name(self, r: int) -> str:
-        if r < self.num_devices:
-            return self.machine.devices[r].name
-        return self.machine.links[r - self.num_devices].name
-
-    def parameter_users(self, pid: int) -> list[int]:
-        """The ops that use parameter `pid`, whose tasks its sync block joins."""
-        return self._users[pid]
-
-    def parameters(self) -> list[int]:
-        """The parameters some op uses: each has a sync block."""
-        return list(self._users)
-
-    @property
-    def blocks(self) -> dict[Block, array]:
-        """Every block's task ids, by block name (for tests and exports)."""
-        return dict(zip(self._block_names, self._block_tasks, strict=True))
-
-    def block_edges(self, block: Block) -> tuple[array, array]:
-        """A block's edges: (sources, destinations)."""
-        b = self._block_numbers[block]
-        lo, hi = self._block_ranges[2 * b], self._block_ranges[2 * b + 1]
-        return self.edge_src[lo:hi], self.edge_dst[lo:hi]
-
-    def predecessors(self) -> list[list[int]]:
-        """Each task id's predecessors (none for free ids), for exports and tests."""
-        preds: list[list[int]] = [[] for _ in range(self.size)]
-        for a, b in zip(self.edge_src, self.edge_dst, strict=True):
-            if a >= 0:
-                preds[b].append(a)
-        return preds
-
-    def successors(self) -> list[list[int]]:
-        """Each task id's successors (none for free ids), for exports and tests."""
-        succs: list[list[int]] = [[] for _ in range(self.size)]
-        for a, b in zip(self.edge_src, self.edge_dst, strict=True):
-            if a >= 0:
-                succs[a].append(b)
-        return succs
 
     # ---- delta ---------------------------------------------------------------------------------
     def load_bound(self, changes: Sequence[tuple[int, ParallelConfig]]) -> float:
@@ -610,67 +518,9 @@ class TaskGraph:
         self.edge_index.extend(self.edge_src, self.edge_dst, self.size)
         return new_ids[: task_offsets[len(blocks)]]
 
-    def _weight_holders(self, pid: int) -> dict[Region, set[int]]:
-        """The devices holding each region of parameter `pid` that some task reads (what a
-        sync block groups by: native/blocks.c builds the groups themselves)."""
-        holders: dict[Region, set[int]] = {}
-        for op in self._users[pid]:
-            for region, devices, _ in self.context.op_sync_groups(op, pid, self.configs[op]):
-                holders.setdefault(region, set()).update(devices)
-        return holders
-
-    # ---- memory ---------------------------------------------------------------------------------
-    def memory_per_device(self) -> list[int]:
-        """Bytes each device holds at the end of the forward pass (the peak of an iteration).
-
-        Weights with their gradients and one optimizer state (3 copies of every weight region it
-        holds), every output tile it computed (kept for backward), and every input region it
-        received from another device.
-        """
-        memory = [0] * self.num_devices
-        for pid in self._users:
-            for region, holders in self._weight_holders(pid).items():
-                for device in holders:
-                    memory[device] += 3 * 4 * region_volume(region)
-        for node in self.graph.ops:
-            config = self.configs[node.id]
-            for k, region in enumerate(self.context.regions(node.id, config.degrees)):
-                out = node.op.output_regions(node.sig, region)
-                memory[config.devices[k]] += sum(
-                    region_volume(r) * spec.dtype.itemsize
-                    for r, spec in zip(out, node.sig.outputs, strict=True)
-                )
-        for tasks in self._block_tasks[self._first_edge : self._first_sync]:  # edge blocks
-            for t in tasks:  # forward activations received from another device
-                if key_kind(self.order[t]) == XFER_KEY:
-                    memory[self.res_dst[t]] += self.size_bytes[t]
-        return memory
-
 
 _IS_WORK = np.isin(np.arange(8), (FWD_KEY, BWD_KEY, UPDATE_KEY))
 """By task key kind: the tasks that keep a processor's core busy (compute and update)."""
-_KIND_NAMES = {
-    FWD_KEY: COMPUTE,
-    BWD_KEY: COMPUTE,
-    XFER_KEY: COMM,
-    GRAD_XFER_KEY: COMM,
-    RING_KEY: COMM,
-    GATHER_KEY: BARRIER,
-    REDUCED_KEY: BARRIER,
-    UPDATE_KEY: UPDATE,
-}
-
-
-class _PerTask:
-    """A read-only per-task sequence computed on access (`view[t]`)."""
-
-    __slots__ = ("_get",)
-
-    def __init__(self, get: Callable[[int], Any]) -> None:
-        self._get = get
-
-    def __getitem__(self, t: int) -> Any:
-        return self._get(t)
 
 
 class _TaskTiles:

@@ -15,7 +15,7 @@ from flexflow.cost import DEVICE_CONSTANTS, LEGATE_CPU_TASK_S, CostModel
 from flexflow.launches import iteration_tasks
 from flexflow.machine_presets import LegateRanks, local_machine
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
-from flexflow.simulator.taskgraph import COMPUTE, UPDATE
+from flexflow.simulator.task_views import COMPUTE, UPDATE
 from flexflow.strategies import named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 from tests.simulator.test_delta import GRAPH_SEEDS, PICK, assert_delta_equals_full
