@@ -381,3 +381,28 @@ def test_a_model_file_importing_flexflow_core_gets_flexflow_s_model(tmp_path):
         "def build(model):\n    model.softmax(model.dense(model.create_tensor((8, 4)), 2))\n"
     )
     assert type(load_model(str(ours), FFConfig(batch_size=8))) is FFModel
+
+
+def test_a_model_file_importing_some_of_flexflow_s_own_names_gets_flexflow_s_model(tmp_path):
+    """Only some of flexflow.core's names, none of them FFModel or the module, got our
+    FFModel, which refused FlexFlow's initializer keyword; names both APIs share do not
+    decide it."""
+    import flexflow.core
+    from flexflow.model import FFModel
+
+    some = tmp_path / "some.py"
+    some.write_text(
+        FLEXFLOW_STYLE.replace(
+            "from flexflow.core import *",
+            "from flexflow.core import ActiMode, DataType, GlorotUniformInitializer\n"
+            "from flexflow.core import UniformInitializer",
+        )
+    )
+    model = load_model(str(some), FFConfig(batch_size=8))
+    assert type(model) is flexflow.core.FFModel
+    shared = tmp_path / "shared.py"
+    shared.write_text(
+        "from flexflow.core import ActiMode\n\n\ndef build(model):\n"
+        "    model.dense(model.create_tensor((8, 4)), 2, ActiMode.AC_MODE_RELU)\n"
+    )
+    assert type(load_model(str(shared), FFConfig(batch_size=8))) is FFModel

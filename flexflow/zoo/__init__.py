@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import flexflow
 from flexflow.config import FFConfig
 from flexflow.errors import FlexFlowError, ModelError
 from flexflow.model import FFModel
@@ -169,14 +170,21 @@ def _line_in(path: Path, exc: BaseException) -> str:
 
 def _model_class(module: ModuleType) -> type[FFModel]:
     """FlexFlow's `FFModel` (`flexflow.core`) for a model file that imports FlexFlow's names
-    (`from flexflow.core import *`, `import flexflow.core as ff`): its layer calls follow
-    FlexFlow's conventions (initializers by keyword, applied at compile; groups=True as 1),
-    which ours refuses as arguments it does not implement. Ours for any other file."""
+    (`from flexflow.core import *`, `import flexflow.core as ff`, or only some of the names
+    FlexFlow's API has and ours does not, such as `GlorotUniformInitializer`): its layer calls
+    follow FlexFlow's conventions (initializers by keyword, applied at compile; groups=True as
+    1), which ours refuses as arguments it does not implement. Ours for any other file,
+    including one importing only names both share (`ActiMode`)."""
     core = sys.modules.get("flexflow.core")
     if core is None:  # the file did not import it
         return FFModel
+    flexflow_only = {
+        id(value)
+        for name in core.__all__
+        if (value := getattr(core, name)) is not getattr(flexflow, name, None)
+    }
     names = vars(module).values()
-    return core.FFModel if any(v is core or v is core.FFModel for v in names) else FFModel
+    return core.FFModel if any(v is core or id(v) in flexflow_only for v in names) else FFModel
 
 
 def _import_file(path: Path) -> ModuleType:
