@@ -27,6 +27,7 @@ from flexflow.config import FFConfig as _FFConfig
 from flexflow.data import Batch
 from flexflow.errors import FlexFlowError, NotOfferedError, ShapeError
 from flexflow.flexflow_data import LABEL_TENSOR, FlexFlowTensor, LabelTensor, SingleDataLoader
+from flexflow.flexflow_layers import LayerHandles
 from flexflow.flexflow_loop import HandWrittenLoop
 from flexflow.layers import Tensor
 from flexflow.model import FFModel as _FFModel
@@ -227,9 +228,9 @@ class PerfMetrics:
         return 100.0 * self.metrics.accuracy
 
 
-class FFModel(_FFModel):
+class FFModel(_FFModel, LayerHandles):
     """FlexFlow's FFModel: this package's, with FlexFlow's data loaders, label tensor,
-    `init_layers` and `get_perf_metrics`."""
+    `init_layers`, `get_perf_metrics` and layer handles (`flexflow.flexflow_layers`)."""
 
     _perf: Metrics | None = None
     _pending: tuple[str, _DrawnInitializer] | None = None
@@ -332,11 +333,10 @@ class FFModel(_FFModel):
     def get_label_tensor(self) -> LabelTensor:
         return LABEL_TENSOR
 
-    def set_sgd_optimizer(self, optimizer: _SGD) -> None:
+    def set_optimizer(self, optimizer: _SGD | _Adam) -> None:
         self.optimizer = optimizer
 
-    def set_adam_optimizer(self, optimizer: _Adam) -> None:
-        self.optimizer = optimizer
+    set_sgd_optimizer = set_adam_optimizer = set_optimizer
 
     # ---- the hand-written loop (flexflow.flexflow_loop) ----------------------------------
     def forward(self) -> None:
@@ -438,15 +438,6 @@ class FFModel(_FFModel):
         if isinstance(y, SingleDataLoader):
             y = y.array
         return x, y
-
-    def _layer_handles(self, *args: Any, **keywords: Any) -> None:
-        raise FlexFlowError(
-            "FlexFlow's layer handles (get_layer_by_id, get_layer_by_name, print_layers) are "
-            "not offered: read and write weights by name ('<layer>.kernel', '<layer>.bias') "
-            "with model.executor.get_weights() and set_weights(...) after compile."
-        )
-
-    get_layer_by_id = get_layer_by_name = get_layers = print_layers = _layer_handles
 
 
 def SGDOptimizer(  # noqa: N802 (FlexFlow's constructor)

@@ -65,13 +65,22 @@ def test_flexflows_loaders_become_arrays_by_input_and_labels():
 
 
 def test_the_rest_of_flexflows_surface_says_what_to_use(monkeypatch):
-    model, _ = _mlp()
+    model, x = _mlp()
     with pytest.raises(FlexFlowError, match=r"forward\(\): no batch was set for input\(s\)"):
         model.forward()  # the loop itself runs under Legate: tests/training/test_api.py
     with pytest.raises(FlexFlowError, match="backward\\(\\) needs forward\\(\\) first"):
         model.backward()
-    with pytest.raises(FlexFlowError, match=r"layer handles .* model.executor.get_weights"):
-        model.get_layer_by_id(0)
+    assert repr(model.get_layer_by_id(0)) == "Layer(0, 'dense_1', dense)"  # weights: Legate
+    with pytest.raises(FlexFlowError, match=r"call ffmodel.compile\(...\) first"):
+        model.get_layer_by_id(0).get_weight_tensor().get_weights(model)
+    with pytest.raises(FlexFlowError, match=r"takes its own model first"):
+        model.get_layer_by_id(0).get_weight_tensor().get_weights(None)
+    with pytest.raises(FlexFlowError, match=r"no layer has that name; the model's layers are"):
+        model.get_layer_by_name("conv1")
+    with pytest.raises(NotOfferedError, match=r"FFModel.gather .* is not offered here"):
+        model.gather(x, x, 0)  # a bare AttributeError before
+    assert not hasattr(model, "rms_norm") and not hasattr(model, "no_such_method")
+    model.prefetch()  # FlexFlow's hint: nothing to do
     with pytest.raises(FlexFlowError, match="no metrics yet"):
         model.get_perf_metrics()
     metrics = Metrics(0, 0.5, 0.875, 64, 1.0)

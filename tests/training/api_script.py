@@ -408,6 +408,50 @@ def forward_only() -> dict:
     }
 
 
+def layer_handles() -> dict:
+    """FlexFlow's layer handles: layers by id and name, their tensors, and weights read and
+    written through a parameter (set_weights, and a mapped array written back at unmap),
+    which the next iteration trains from."""
+    from flexflow.core import DataType, FlexFlowConfig, LossType, SGDOptimizer
+    from flexflow.core import FFModel as CoreModel
+
+    model = CoreModel(FlexFlowConfig(batch_size=16, seed=3))
+    x = model.create_tensor([16, 12], DataType.DT_FLOAT)
+    model.softmax(model.dense(model.dense(x, 24, ActiMode.AC_MODE_RELU), 3))
+    dense1 = model.get_layer_by_id(0)
+    before_compile = error(lambda: dense1.get_weight_tensor().get_weights(model))
+    model.optimizer = SGDOptimizer(model, 0.1)
+    model.compile(loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, progress=False)
+    kernel = dense1.get_weight_tensor()
+    read = kernel.get_weights(model)
+    same = bool(np.array_equal(read, model.executor.get_weights()["dense_1.kernel"]))
+    kernel.set_weights(model, np.full(kernel.dims, 0.01, np.float32))
+    bias = model.get_layer_by_name("dense_2").get_bias_tensor()
+    bias.inline_map(model, None)
+    mapped = bias.get_array(model, None)
+    mapped += 2.5  # FlexFlow's scripts write through the mapped array
+    bias.inline_unmap(model, None)
+    weights = model.executor.get_weights()
+    model.fit(X, Y, epochs=1)
+    return {
+        "before_compile": before_compile,
+        "layers": [repr(layer) for layer in model.get_layers().values()],
+        "last": repr(model.get_last_layer()),
+        "dims": [list(kernel.dims), list(bias.dims)],
+        "tensors": [list(dense1.get_input_tensor().dims), list(dense1.get_output_tensor().dims)],
+        "read_is_the_weight": same,
+        "kernel_set": bool(np.all(weights["dense_1.kernel"] == np.float32(0.01))),
+        "bias_written_back": weights["dense_2.bias"].tolist(),
+        "trained_from_them": bool(
+            not np.all(model.executor.get_weights()["dense_1.kernel"] == np.float32(0.01))
+        ),
+        "wrong_shape": error(lambda: kernel.set_weights(model, np.zeros((3, 3), np.float32))),
+        "by_global_id": model.get_tensor_by_id(1).name,
+        "no_layer": error(lambda: model.get_layer_by_id(7)),
+        "unmapped": error(lambda: kernel.get_array(model, None)),
+    }
+
+
 def data_forms() -> dict:
     """Keras' one-element list for a one-input model, and weights given as Python lists."""
     model = build()
@@ -518,6 +562,7 @@ report = {
     "data_forms": data_forms(),
     "hand_written_loop": hand_written_loop(),
     "forward_only": forward_only(),
+    "layer_handles": layer_handles(),
     "loop_edges": loop_edges(),
     "cached_views": cached_views(),
     "resumed_schedule": resumed_schedule(),

@@ -101,6 +101,26 @@ def test_a_script_written_for_flexflow_runs_through_flexflow_core(run):
     assert port["uniform_kernel_drawn"]  # FlexFlow's UniformInitializer, applied at compile
 
 
+def test_flexflows_layer_handles_read_and_write_the_weights_training_starts_from(run):
+    """get_layer_by_id and the rest were refused ('layer handles are not offered'), so
+    FlexFlow's scripts reading or setting weights through them stopped."""
+    handles = run[0]["layer_handles"]
+    assert "call ffmodel.compile(...) first" in handles["before_compile"]
+    assert handles["layers"] == [
+        "Layer(0, 'dense_1', dense)", "Layer(1, 'dense_2', dense)", "Layer(2, 'softmax_1', softmax)"
+    ]  # fmt: skip
+    assert handles["last"] == "Layer(2, 'softmax_1', softmax)"
+    assert handles["dims"] == [[24, 12], [3]]  # FlexFlow's (out_dim, in_dim)
+    assert handles["tensors"] == [[16, 12], [16, 24]]
+    assert handles["read_is_the_weight"] and handles["kernel_set"]
+    assert handles["bias_written_back"] == [2.5, 2.5, 2.5]  # dense_2's bias starts at zero
+    assert handles["trained_from_them"]
+    assert "has shape (24, 12), got an array of shape (3, 3)" in handles["wrong_shape"]
+    assert handles["by_global_id"] == "dense_1.bias"
+    assert "the model has 3 layer(s)" in handles["no_layer"]
+    assert "call inline_map(ffmodel, ffconfig) first" in handles["unmapped"]
+
+
 def test_a_one_input_model_takes_its_array_in_a_list_and_weights_as_lists(run):
     forms = run[0]["data_forms"]
     assert forms["list_equals_array"]  # [x] read as (1, N, ...) data before
