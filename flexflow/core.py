@@ -193,7 +193,7 @@ class NormInitializer(_DrawnInitializer):
 
 
 class CompMode(enum.Enum):
-    """FlexFlow's compile modes: training only here (`predict` is inference)."""
+    """FlexFlow's compile modes: an inference model runs forward() and predict only."""
 
     TRAINING = "training"
     INFERENCE = "inference"
@@ -305,12 +305,12 @@ class FFModel(_FFModel, LayerHandles):
         return out
 
     def compile(self, *args: Any, comp_mode: CompMode = CompMode.TRAINING, **keywords: Any):
-        """FlexFlow's compile: `comp_mode` TRAINING only (inference is `predict`); then the
-        uniform and normal initializers its layers were given are applied."""
-        if comp_mode is not CompMode.TRAINING:
+        """FlexFlow's compile; then the uniform and normal initializers its layers were given
+        are applied. Under `CompMode.INFERENCE` the model runs forward() and predict, and
+        refuses to train (FlexFlow's inference mode has no backward pass)."""
+        if not isinstance(comp_mode, CompMode):
             raise FlexFlowError(
-                f"compile(comp_mode={comp_mode}) is not offered: compile for training, then "
-                "predict(x) runs inference."
+                f"compile(comp_mode={comp_mode!r}): pass CompMode.TRAINING or CompMode.INFERENCE."
             )
         self._loop.check_no_update_pending("compile")
         first = self._trainer is None
@@ -320,6 +320,11 @@ class FFModel(_FFModel, LayerHandles):
             self._untrainable = None
         except ShapeError as problem:
             self._untrainable = str(problem)
+        if comp_mode is CompMode.INFERENCE:
+            self._untrainable = (
+                "it was compiled with comp_mode=CompMode.INFERENCE; compile it with "
+                "CompMode.TRAINING to train it."
+            )
         self._loop.recompiled()
         if first and self._drawn:
             shapes = {p.name: p.spec.shape for p in self.graph().parameters}

@@ -386,8 +386,10 @@ def cached_views() -> dict:
 
 def forward_only() -> dict:
     """FlexFlow's single-op scripts: a model ending in a dense layer compiled with a
-    cross-entropy, run forward() and read; training it is refused then, not at compile."""
-    from flexflow.core import DataType, FlexFlowConfig, LossType
+    cross-entropy, run forward() and read; training it is refused then, not at compile. And
+    a model compiled with CompMode.INFERENCE (FlexFlow's attention scripts): forward() runs,
+    training is refused."""
+    from flexflow.core import CompMode, DataType, FlexFlowConfig, LossType
     from flexflow.core import FFModel as CoreModel
 
     model = CoreModel(FlexFlowConfig(batch_size=16, seed=3))
@@ -401,10 +403,24 @@ def forward_only() -> dict:
     want = np.maximum(X[:16] @ kernel.T + model.executor.get_weights()["dense_1.bias"], 0)
     model.label_tensor.set_tensor(model, Y[:16])
     model.backward()
+    inference = CoreModel(FlexFlowConfig(batch_size=16, seed=3))
+    x = inference.create_tensor([16, 12], DataType.DT_FLOAT)
+    out = inference.softmax(inference.dense(x, 3))
+    inference.compile(
+        loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+        comp_mode=CompMode.INFERENCE,
+        progress=False,
+    )
+    x.set_tensor(inference, X[:16])
+    inference.forward()
     return {
         "output_close": bool(np.allclose(read, want, rtol=1e-5, atol=1e-6)),
         "update": error(model.update),
         "fit": error(lambda: model.fit(X, Y)),
+        "inference_output_is_predict": bool(
+            np.array_equal(out.get_array(inference), inference.predict(X[:16]))
+        ),
+        "inference_fit": error(lambda: inference.fit(X, Y)),
     }
 
 

@@ -175,6 +175,9 @@ def test_a_model_its_loss_cannot_read_runs_forward_and_is_refused_training(run):
     assert forward["output_close"]
     for call in ("update", "fit"):
         assert "reads probabilities over the last axis (a softmax's)" in forward[call]
+    # compile(comp_mode=CompMode.INFERENCE) was refused: FlexFlow's attention scripts stopped
+    assert forward["inference_output_is_predict"]
+    assert "compiled with comp_mode=CompMode.INFERENCE" in forward["inference_fit"]
 
 
 def test_the_loop_copies_its_batches_and_checks_them_and_fit_after_it_trains_whole_epochs(run):
