@@ -70,9 +70,13 @@ class _DataAccess:
         return self.get_array(ffmodel)
 
     def get_array(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
-        """A copy of the data: writing into it sets nothing (`set_tensor` does), and the
-        batch an issued iteration may still read stays as it was."""
-        return np.array(batch_data(_model_of(ffmodel, self, "get_array"), self), copy=True)
+        """A read-only copy of the data: the batch an issued iteration may still read stays
+        as it was, and a write into the array, which would change the tensor in FlexFlow
+        (its mapped region), raises instead of being lost (`set_tensor` sets a batch; a
+        weight's `get_array` writes back at `inline_unmap`, `flexflow_layers`)."""
+        data = np.array(batch_data(_model_of(ffmodel, self, "get_array"), self), copy=True)
+        data.flags.writeable = False
+        return data
 
     def get_flat_array(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
         return self.get_array(ffmodel).reshape(-1)

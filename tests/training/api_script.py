@@ -350,11 +350,16 @@ def loop_edges() -> dict:
     looped_eval = evaluated.get_perf_metrics().metrics
     whole_eval = evaluated.eval(X, Y)
     read = x.get_array(evaluated)
-    read[:] = 7.0  # a copy: the batch set stays
+    try:
+        read[:] = 7.0  # was a writable copy: the write was lost, silently
+        written = "written"
+    except ValueError as exc:
+        written = str(exc)
     return {
         "compute_metrics_loss": [looped_eval.loss, whole_eval.loss],
         "compute_metrics_accuracy": [looped_eval.accuracy, whole_eval.accuracy],
         "get_array_is_a_copy": bool(np.array_equal(x.get_array(evaluated), X[80:96])),
+        "get_array_write": written,
         "reused_buffer_equals_train_on_batch": same,
         "iterations_after_fit": mixed.executor.iteration,
         "bad_labels": checked,

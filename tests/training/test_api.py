@@ -192,6 +192,7 @@ def test_the_loop_copies_its_batches_and_checks_them_and_fit_after_it_trains_who
     assert looped == pytest.approx(whole, rel=1e-6)
     assert edges["compute_metrics_accuracy"][0] == edges["compute_metrics_accuracy"][1]
     assert edges["get_array_is_a_copy"]
+    assert "read-only" in edges["get_array_write"]
 
 
 def test_batches_do_not_accumulate_in_the_executors_view_cache(run):
