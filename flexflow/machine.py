@@ -63,8 +63,23 @@ _INDEX = (
     None,
 )
 _TEXT = (lambda v: isinstance(v, str) and v != "", "a non-empty string", None)
-_POSITIVE = (lambda v: _is_number(v) and v > 0, "a positive finite number", float)
-_NON_NEGATIVE = (lambda v: _is_number(v) and v >= 0, "a non-negative finite number", float)
+
+
+def _within(low: float, high: float, unit: str, strict_low: bool = False) -> tuple:
+    """A rule for a number in [low, high] (`strict_low`: above low): bounds far outside any
+    hardware, so every time the simulator derives stays finite (a bandwidth of 1e-300 B/s or
+    a latency of 1e308 s made iteration times infinite and stopped searches)."""
+    above = "above" if strict_low else "at least"
+
+    def test(v: Any) -> bool:
+        return _is_number(v) and (v > low if strict_low else v >= low) and v <= high
+
+    return (test, f"a number {above} {low:g} and at most {high:g} {unit}", float)
+
+
+_FLOPS = _within(1e3, 1e21, "FLOP/s")
+_BYTES_PER_S = _within(1.0, 1e18, "bytes/s")
+_LATENCY = _within(0.0, 1e3, "seconds")
 _WHOLE = (
     lambda v: _is_number(v) and v > 0 and float(v).is_integer(),
     "a positive whole number",
@@ -81,12 +96,18 @@ def _validate(value: Any, label: str, rules: dict[str, tuple]) -> None:
     problems = []
     for key, (test, expected, _) in rules.items():
         if not test(getattr(value, key)):
-            problems.append(f"{key} must be {expected}, got {getattr(value, key)!r}")
+            problems.append(f"{key} must be {expected}, got {_shown(getattr(value, key))}")
     if problems:
         raise MachineError(f"{label}: {'; '.join(problems)}; fix its description.")
     for key, (_, _, normalize) in rules.items():
         if normalize is not None:
             object.__setattr__(value, key, normalize(getattr(value, key)))
+
+
+def _shown(value: Any) -> str:
+    """`value` as a message quotes it, cut to 40 characters (an int of 400 digits is)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +133,8 @@ _DEVICE_RULES = {
     "kind": _one_of(DEVICE_KINDS),
     "model": _TEXT,
     "node": _INDEX,
-    "peak_flops": _POSITIVE,
-    "memory_bandwidth_bytes_per_s": _POSITIVE,
+    "peak_flops": _FLOPS,
+    "memory_bandwidth_bytes_per_s": _BYTES_PER_S,
     "memory_bytes": _WHOLE,
 }
 
@@ -149,8 +170,8 @@ _LINK_RULES = {
     "kind": _one_of(LINK_KINDS),
     "src": _TEXT,
     "dst": _TEXT,
-    "bandwidth_bytes_per_s": _POSITIVE,
-    "latency_s": _NON_NEGATIVE,
+    "bandwidth_bytes_per_s": _BYTES_PER_S,
+    "latency_s": _LATENCY,
 }
 
 
@@ -388,6 +409,7 @@ def _structure_problems(machine: Machine) -> list[str]:
         problems.append(f"the name {name!r} is used by more than one device or switch")
     for name in _duplicates(link.name for link in machine.links):
         problems.append(f"the link name {name!r} is used more than once")
+    problems += _model_problems(machine.devices)
     endpoints = set(machine.endpoint_names)
     for link in machine.links:
         for end in ("src", "dst"):
@@ -396,6 +418,28 @@ def _structure_problems(machine: Machine) -> list[str]:
                     f"link {link.id} {link.name!r} has unknown {end} {getattr(link, end)!r} "
                     "(neither a device nor a switch)"
                 )
+    return problems
+
+
+_MODEL_SPECS = ("kind", "peak_flops", "memory_bandwidth_bytes_per_s")
+"""What devices of one model share: tasks are priced, and profiles measured, per model."""
+
+
+def _model_problems(devices: Iterable[Device]) -> list[str]:
+    """Devices of one model name whose kind or speeds differ (each run priced them all as
+    the first one the cost model met: results depended on the devices' order)."""
+    first: dict[str, Device] = {}
+    problems = []
+    for device in devices:
+        seen = first.setdefault(device.model, device)
+        differ = [spec for spec in _MODEL_SPECS if getattr(device, spec) != getattr(seen, spec)]
+        if differ:
+            problems.append(
+                f"devices {seen.name!r} and {device.name!r} are both model {device.model!r} "
+                f"but differ in {', '.join(differ)}; a model names one kind of device (tasks "
+                "are priced and profiled per model): give them different model names"
+            )
+            first[device.model] = device  # one problem per pair of differing groups
     return problems
 
 
@@ -421,7 +465,11 @@ def _connectivity_problems(machine: Machine) -> list[str]:
             shown = ", ".join(missing[:4]) + (
                 f" and {len(missing) - 4} more" if len(missing) > 4 else ""
             )
-            problems.append(f"device {device.name!r} has no route to {shown}")
+            problems.append(
+                f"device {device.name!r} has no route to {shown} (a transfer passes through "
+                "switches only, never through another device: link them directly or through "
+                "a switch)"
+            )
     return problems
 
 

@@ -204,7 +204,7 @@ def test_values_are_frozen_hashable_and_read_back():
 def test_device_and_link_check_their_fields():
     with pytest.raises(MachineError, match=r"kind must be one of cpu, gpu, got 'tpu'.*peak_flops"):
         Device(0, "n0.tpu0", "tpu", "x", 0, -1.0, 1e9, 2**30)
-    with pytest.raises(MachineError, match="latency_s must be a non-negative finite number"):
+    with pytest.raises(MachineError, match="latency_s must be a number at least 0 and at most"):
         Link(0, "l", "pcie", "a", "b", 1e9, -1e-6)
     with pytest.raises(MachineError, match="src and dst are both 'a'"):
         Link(0, "l", "pcie", "a", "a", 1e9, 0.0)
@@ -286,8 +286,35 @@ BAD_FILES = {
     ),
     "non-positive bandwidth": (
         _broken(_set(("links", 1, "bandwidth_bytes_per_s"), 0)),
-        "link 1 'n0.nvlink.gpu1->gpu0': bandwidth_bytes_per_s must be a positive finite number, "
-        "got 0",
+        "link 1 'n0.nvlink.gpu1->gpu0': bandwidth_bytes_per_s must be a number at least 1 and "
+        "at most 1e+18 bytes/s, got 0",
+    ),
+    # accepted before: iteration times became infinite and searches stopped in an assertion
+    "vanishing bandwidth": (
+        _broken(_set(("links", 1, "bandwidth_bytes_per_s"), 5e-324)),
+        "bandwidth_bytes_per_s must be a number at least 1 and at most 1e+18 bytes/s, got 5e-324",
+    ),
+    "vast latency": (
+        _broken(_set(("links", 1, "latency_s"), 1e308)),
+        "latency_s must be a number at least 0 and at most 1000 seconds, got 1e+308",
+    ),
+    "vanishing flops": (
+        _broken(_set(("devices", 1, "peak_flops"), 1e-320)),
+        "peak_flops must be a number at least 1000 and at most 1e+21 FLOP/s, got 1e-320",
+    ),
+    "a number of 400 digits": (
+        _broken(_set(("devices", 1, "memory_bytes"), 10**400)),
+        "memory_bytes must be a positive whole number, got 1000000000000000000000000000000000000...;",
+    ),
+    # each run priced both as whichever the cost model met first
+    "one model, two speeds": (
+        _broken(_set(("devices", 2, "peak_flops"), 1e12)),
+        "devices 'n0.gpu0' and 'n0.gpu2' are both model 'Tesla P100-SXM2' but differ in "
+        "peak_flops; a model names one kind of device",
+    ),
+    "one model, two kinds": (
+        _broken(_set(("devices", 1, "kind"), "cpu")),
+        "devices 'n0.gpu0' and 'n0.gpu1' are both model 'Tesla P100-SXM2' but differ in kind",
     ),
     "bad number": (
         _broken(_set(("devices", 2, "memory_bytes"), "16GB")),
@@ -295,7 +322,8 @@ BAD_FILES = {
     ),
     "disconnected device": (
         _broken(_drop_links_into_gpu3),
-        "device 'n0.gpu0' has no route to n0.gpu3",
+        "device 'n0.gpu0' has no route to n0.gpu3 (a transfer passes through switches only, "
+        "never through another device",
     ),
     "duplicate device names": (
         _broken(_set(("devices", 1, "name"), "n0.gpu0")),
