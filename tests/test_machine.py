@@ -8,6 +8,8 @@ import re
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flexflow.cli import main
 from flexflow.errors import FlexFlowError, MachineError
@@ -127,8 +129,12 @@ def test_routes_are_symmetric_and_opposite_directions_share_no_link(spec):
             _check_chain(machine, b, a)
 
 
-def _machine(links: list[tuple[str, str, float]], switches: tuple[str, ...]) -> Machine:
-    devices = tuple(Device(i, f"d{i}", "gpu", "test", 0, 1e12, 1e11, 2**30) for i in range(2))
+def _machine(
+    links: list[tuple[str, str, float]], switches: tuple[str, ...], num_devices: int = 2
+) -> Machine:
+    devices = tuple(
+        Device(i, f"d{i}", "gpu", "test", 0, 1e12, 1e11, 2**30) for i in range(num_devices)
+    )
     return Machine(
         "test",
         devices,
@@ -163,6 +169,52 @@ def test_route_never_passes_through_a_third_device():
     links += [Link(4 + i, f"r{i}", "pcie", d, s, 1e9, 0.0) for i, (s, d) in enumerate(pairs)]
     machine = Machine("t", devices, ("sw",), tuple(links))
     assert [link.name for link in machine.route(0, 2)] == ["l2", "l3"]  # not d0 -> d1 -> d2
+
+
+def _spec_route(machine: Machine, src: int, dst: int) -> tuple[str, ...]:
+    """The route rule by brute force: every path from src to dst through switches only, of
+    the fewest hops, then the widest bottleneck, then the smallest link ids hop by hop."""
+    devices = {d.name for d in machine.devices}
+    start, goal = machine.devices[src].name, machine.devices[dst].name
+    found: list[tuple[Link, ...]] = []
+    stack: list[tuple[str, tuple[Link, ...]]] = [(start, ())]
+    while stack:
+        at, path = stack.pop()
+        for link in machine.links:
+            if link.src != at or any(link.dst == hop.src for hop in path) or link.dst == start:
+                continue
+            if link.dst == goal:
+                found.append((*path, link))
+            elif link.dst not in devices:
+                stack.append((link.dst, (*path, link)))
+    fewest = min(len(p) for p in found)
+    best = min(
+        (p for p in found if len(p) == fewest),
+        key=lambda p: (-min(link.bandwidth_bytes_per_s for link in p), [link.id for link in p]),
+    )
+    return tuple(link.name for link in best)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 6), st.sampled_from([1.0, 2.0, 3.0, 5.0])),
+        min_size=6,
+        max_size=22,
+    )
+)
+def test_routes_follow_the_rule_on_any_topology(edges):
+    """Each endpoint keeps only the paths no other beats on both bottleneck and link ids:
+    the routes are those of the rule itself, found by enumerating every path."""
+    names = ("d0", "d1", "d2", "s0", "s1", "s2", "s3")
+    links = [(names[a], names[b], bw) for a, b, bw in edges if a != b]
+    hub = [(d, "s0", 1.0) for d in names[:3]] + [("s0", d, 1.0) for d in names[:3]]
+    machine = _machine(links + hub, names[3:], 3)  # the hub keeps every device reachable
+    for src in range(3):
+        for dst in range(3):
+            if src != dst:
+                route = tuple(link.name for link in machine.route(src, dst))
+                assert route == _spec_route(machine, src, dst)
 
 
 def test_all_routes_of_64_k80_gpus_take_well_under_a_second():
