@@ -108,6 +108,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Search a strategy with MCMC over delta simulations; print, export and summarize it."""
     from flexflow.cli import strategy_table
     from flexflow.simulator import TaskGraph, full_simulate
+    from flexflow.simulator.result import memory_note, over_memory
     from flexflow.strategies import named_strategy
 
     _refuse_unused_search_flags(args)
@@ -139,7 +140,11 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         simulation=args.simulation or "delta",
         workers=args.workers or 1,  # None with optcnn, which runs none
     )
-    printed = _export_and_print_json(args, graph, machine, result.best, result.to_json())
+    over = over_memory(TaskGraph(context, result.best))  # the search prices time only
+    if over:
+        Console(stderr=True).print(f"[yellow]note:[/yellow] {memory_note(over)}")
+    found = result.to_json() | {"over_memory": list(over)}
+    printed = _export_and_print_json(args, graph, machine, result.best, found)
     if args.plot:  # after the strategy is safe: a picture that cannot be written loses nothing
         from flexflow.search.plot import render_search
 

@@ -442,6 +442,21 @@ def test_simulate_says_when_a_strategy_would_not_fit_in_memory(capsys):
     assert json.loads(out)["over_memory"] == [] and "would not fit" not in err
 
 
+def test_search_says_when_its_strategy_would_not_fit_in_memory(capsys):
+    """The search prices time only: it returned a strategy simulate says would not fit,
+    without a word (a helper's machine with a 1-byte GPU)."""
+    import json
+
+    args = ["search", "lenet", "--machine", "p100:1", "--proposals", "20", "--no-polish"]
+    assert main([*args, "--batch-size", "1048576", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["over_memory"]  # the devices, by name
+    assert "would not fit; use a smaller --batch-size" in " ".join(err.split())
+    assert main([*args, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["over_memory"] == [] and "would not fit" not in err
+
+
 def test_an_output_on_standard_output_gets_it_alone(capsys):
     """`-` writes the file to stdout and the command's messages to stderr, so a pipe gets
     valid JSON; two outputs on stdout are refused before any work."""

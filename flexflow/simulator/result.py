@@ -23,13 +23,7 @@ class SimulationResult:
 
     def memory_note(self) -> str:
         """'' when every device holds its peak, else what exceeds and what to change."""
-        if not self.over_memory:
-            return ""
-        shown = ", ".join(self.over_memory[:4]) + (" ..." if len(self.over_memory) > 4 else "")
-        return (
-            f"the peak memory exceeds the memory of {len(self.over_memory)} device(s) ({shown}): "
-            "this strategy would not fit; use a smaller --batch-size or split the model further"
-        )
+        return memory_note(self.over_memory)
 
     def to_json(self) -> dict:
         return {
@@ -69,9 +63,24 @@ def summarize(tg: TaskGraph, schedule: Schedule) -> SimulationResult:
         busy_ms={tg.resource_name(x): b * 1e3 for x, b in enumerate(busy) if b > 0},
         peak_memory_bytes=peak,
         c_steps=tg.native,
-        over_memory=tuple(
-            d.name
-            for d, need in zip(tg.machine.devices, peak, strict=True)
-            if need > d.memory_bytes
-        ),
+        over_memory=over_memory(tg, peak),
+    )
+
+
+def over_memory(tg: TaskGraph, peak: tuple[int, ...] | None = None) -> tuple[str, ...]:
+    """The devices whose peak memory under `tg`'s strategy (`peak`: computed if None)
+    exceeds what they hold, by name."""
+    peak = tuple(tg.memory_per_device()) if peak is None else peak
+    devices = tg.machine.devices
+    return tuple(d.name for d, need in zip(devices, peak, strict=True) if need > d.memory_bytes)
+
+
+def memory_note(over: tuple[str, ...]) -> str:
+    """'' when no device is `over` its memory, else which are and what to change."""
+    if not over:
+        return ""
+    shown = ", ".join(over[:4]) + (" ..." if len(over) > 4 else "")
+    return (
+        f"the peak memory exceeds the memory of {len(over)} device(s) ({shown}): "
+        "this strategy would not fit; use a smaller --batch-size or split the model further"
     )
