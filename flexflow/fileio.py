@@ -192,20 +192,20 @@ def read_text(path: str | os.PathLike[str], what: str, error: type[Exception]) -
     try:
         mode = os.stat(path).st_mode
         if stat.S_ISDIR(mode):
-            raise error(f"{what} {path} is a directory; pass the path of the file.")
+            raise error(f"{what} '{path}' is a directory; pass the path of the file.")
         if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-            raise error(f"{what} {path} is a device, not a file; pass the path of the file.")
+            raise error(f"{what} '{path}' is a device, not a file; pass the path of the file.")
         raw = Path(path).read_bytes()
     except FileNotFoundError:
-        raise error(f"{what} {path} does not exist; check the path.") from None
+        raise error(f"{what} '{path}' does not exist; check the path.") from None
     except OSError as exc:
-        raise error(f"cannot read {what} {path}: {exc.strerror or exc}.") from None
+        raise error(f"cannot read {what} '{path}': {exc.strerror or exc}.") from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         archive = " (it is a zip archive: a checkpoint?)" if raw[:4] == b"PK\x03\x04" else ""
         raise error(
-            f"{what} {path} is not a JSON text file{archive}: byte {raw[exc.start]:#04x} at "
+            f"{what} '{path}' is not a JSON text file{archive}: byte {raw[exc.start]:#04x} at "
             f"position {exc.start} is not UTF-8; pass the {what} itself."
         ) from None
 

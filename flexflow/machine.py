@@ -156,7 +156,7 @@ class Link:
         if self.src == self.dst:
             raise MachineError(
                 f"link {self.id!r} {self.name!r}: src and dst are both {self.src!r}; "
-                "a link joins two different endpoints."
+                "a link joins two different endpoints; fix its description."
             )
 
     def transfer_s(self, size_bytes: float) -> float:

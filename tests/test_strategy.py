@@ -412,7 +412,7 @@ def test_a_file_that_is_not_json_text_is_named_so(tmp_path):
     path.write_bytes(b"PK\x03\x04\x9e\xff")
     with pytest.raises(StrategyError, match=r"is not a JSON text file \(it is a zip archive"):
         load_strategy(path, graph, machine)
-    with pytest.raises(StrategyError, match=r"/dev/zero is a device, not a file"):
+    with pytest.raises(StrategyError, match=r"'/dev/zero' is a device, not a file"):
         load_strategy("/dev/zero", graph, machine)
     good = tmp_path / "dp.json"
     export_strategy(good, named_strategy("dp", graph, machine), graph, machine)
@@ -422,7 +422,7 @@ def test_a_file_that_is_not_json_text_is_named_so(tmp_path):
 
 
 def test_missing_file():
-    with pytest.raises(StrategyError, match=r"strategy file /nonexistent.json does not exist"):
+    with pytest.raises(StrategyError, match=r"strategy file '/nonexistent.json' does not exist"):
         load_strategy("/nonexistent.json", tiny_graph(), parse_machine("p100:1"))
 
 
