@@ -146,7 +146,7 @@ def test_a_language_model_learns_the_copy_task_with_per_token_labels():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--import-strategy", "/nonexistent.json"], "strategy file /nonexistent.json does not"),
+        (["--import-strategy", "/nonexistent.json"], "strategy file '/nonexistent.json' does not"),
         (["--budget", "2", "--import-strategy", "x.json"], "(--import-strategy) or search_budget"),
         (["--model", "lenet", "--seq-length", "4"], "model 'lenet' takes no --seq-length"),
         (["--model", "no_such_model"], "no_such_model"),
