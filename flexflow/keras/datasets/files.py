@@ -1,0 +1,89 @@
+"""Where the data sets live: Keras' cache directory, filled by download on first use.
+
+A file already there is used as it is (a Keras install's cache is shared), so a machine
+without a network runs once the files are copied in. A download goes to a temporary file
+beside its destination and is renamed into place only once whole and checked, so an
+interrupted one leaves nothing a later run would take for the data set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from flexflow.errors import FlexFlowError
+
+DOWNLOAD_TIMEOUT_S = 60.0
+
+
+def cache_dir() -> Path:
+    """`$KERAS_HOME/datasets`, else `~/.keras/datasets` (where Keras keeps them)."""
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    return Path(home) / "datasets"
+
+
+def cached_file(name: str, origin: str, md5: str | None = None) -> Path:
+    """The data set file `name` in the cache, downloaded from `origin` if absent (and
+    checked against `md5` when given)."""
+    path = cache_dir() / name
+    if not path.exists():
+        _download(origin, path, md5)
+    return path
+
+
+def cached_tree(name: str, origin: str) -> Path:
+    """The directory `name` a .tar.gz archive at `origin` unpacks to, in the cache."""
+    path = cache_dir() / name
+    if path.is_dir():
+        return path
+    archive = cached_file(f"{name}.tar.gz", origin)
+    unpacked = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=path.parent))
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(unpacked, filter="data")  # no paths outside it, no devices
+        inner = unpacked / name
+        if not inner.is_dir():
+            raise FlexFlowError(
+                f"{archive} does not hold a directory {name}; remove it to download it again."
+            )
+        os.replace(inner, path)
+    except (tarfile.TarError, EOFError) as exc:
+        raise FlexFlowError(
+            f"{archive} is not a whole .tar.gz archive ({exc}); remove it to download it again."
+        ) from None
+    finally:
+        shutil.rmtree(unpacked, ignore_errors=True)
+    return path
+
+
+def _download(origin: str, path: Path, md5: str | None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        digest = hashlib.md5(usedforsecurity=False)
+        with (
+            os.fdopen(fd, "wb") as out,
+            urllib.request.urlopen(origin, timeout=DOWNLOAD_TIMEOUT_S) as response,
+        ):
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        if md5 is not None and digest.hexdigest() != md5:
+            raise FlexFlowError(
+                f"the download of {origin} has MD5 {digest.hexdigest()}, not {md5}; try again, "
+                f"or place the file at {path}."
+            )
+        os.replace(tmp, path)
+    except (urllib.error.URLError, OSError) as exc:
+        raise FlexFlowError(
+            f"could not download {origin} ({getattr(exc, 'reason', exc)}); on a machine "
+            f"without a network, copy the file to {path}."
+        ) from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
