@@ -65,10 +65,10 @@ def test_a_download_is_checked_and_renamed_into_place_whole(cache, monkeypatch, 
         return io.BytesIO(payload)
 
     monkeypatch.setattr(files.urllib.request, "urlopen", serve)
-    with pytest.raises(FlexFlowError, match=r"has MD5 .*, not 8a61469f"):
+    with pytest.raises(FlexFlowError, match=r"has SHA-256 .*, not 731c5ac6"):
         mnist.load_data()  # not MNIST's file: refused, nothing kept
     assert not (cache / "mnist.npz").exists() and not list(cache.iterdir())
-    monkeypatch.setattr(mnist, "MD5", hashlib.md5(payload).hexdigest())
+    monkeypatch.setattr(mnist, "SHA256", hashlib.sha256(payload).hexdigest())
     (x_train, _), _ = mnist.load_data()
     assert x_train.shape == (12, 28, 28) and (cache / "mnist.npz").read_bytes() == payload
 

@@ -28,12 +28,12 @@ def cache_dir() -> Path:
     return Path(home) / "datasets"
 
 
-def cached_file(name: str, origin: str, md5: str | None = None) -> Path:
+def cached_file(name: str, origin: str, sha256: str | None = None) -> Path:
     """The data set file `name` in the cache, downloaded from `origin` if absent (and
-    checked against `md5` when given)."""
+    checked against `sha256` when given)."""
     path = cache_dir() / name
     if not path.exists():
-        _download(origin, path, md5)
+        _download(origin, path, sha256)
     return path
 
 
@@ -62,11 +62,11 @@ def cached_tree(name: str, origin: str) -> Path:
     return path
 
 
-def _download(origin: str, path: Path, md5: str | None) -> None:
+def _download(origin: str, path: Path, sha256: str | None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     try:
-        digest = hashlib.md5(usedforsecurity=False)
+        digest = hashlib.sha256()
         with (
             os.fdopen(fd, "wb") as out,
             urllib.request.urlopen(origin, timeout=DOWNLOAD_TIMEOUT_S) as response,
@@ -74,10 +74,10 @@ def _download(origin: str, path: Path, md5: str | None) -> None:
             while chunk := response.read(1 << 20):
                 digest.update(chunk)
                 out.write(chunk)
-        if md5 is not None and digest.hexdigest() != md5:
+        if sha256 is not None and digest.hexdigest() != sha256:
             raise FlexFlowError(
-                f"the download of {origin} has MD5 {digest.hexdigest()}, not {md5}; try again, "
-                f"or place the file at {path}."
+                f"the download of {origin} has SHA-256 {digest.hexdigest()}, not {sha256}; try "
+                f"again, or place the file at {path}."
             )
         os.replace(tmp, path)
     except (urllib.error.URLError, OSError) as exc:
