@@ -46,7 +46,7 @@ def cached_tree(name: str, origin: str) -> Path:
     unpacked = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=path.parent))
     try:
         with tarfile.open(archive) as tar:
-            tar.extractall(unpacked, filter="data")  # no paths outside it, no devices
+            _extract(tar, unpacked)
         inner = unpacked / name
         if not inner.is_dir():
             raise FlexFlowError(
@@ -87,3 +87,17 @@ def _download(origin: str, path: Path, sha256: str | None) -> None:
         ) from None
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _extract(tar: tarfile.TarFile, into: Path) -> None:
+    """Unpack files and directories only, none outside `into` (tarfile's "data" filter,
+    which Pythons before 3.11.4 lack, checked by hand there)."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(into, filter="data")
+        return
+    root = into.resolve()
+    for member in tar.getmembers():
+        target = (into / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or not target.is_relative_to(root):
+            raise tarfile.TarError(f"it holds {member.name!r}, not a data set's file")
+    tar.extractall(into)
