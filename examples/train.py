@@ -416,8 +416,9 @@ def main(argv: list[str] | None = None) -> int:
             title = f"{args.model} on {machine.name}: measured, last epoch"
             executor = model.executor
             write_measured_trace(
-                args.measured_trace, graph, executor.timeline, title, executor.step_ops_timeline
-            )
+                args.measured_trace, graph, executor.timeline, title,
+                executor.step_ops_timeline, executor.strategy, executor.machine,
+            )  # fmt: skip
         result = model.eval(*test)
         per_launch = model.executor.steps_per_launch
         model.executor.close()

@@ -1,9 +1,9 @@
 """The measured timeline of a training run as a Chrome/Perfetto trace, beside the simulated one.
 
 Each task body times itself (`Executor(record_timeline=True)`); here every task becomes a slice
-on the track of the processor (thread) that ran it, named like the simulator's tasks (op and
-pass), so the simulated and the measured iteration can be opened side by side in
-ui.perfetto.dev. A step run as one C call is a slice with each op's forward and backward and
+on the track of the processor (thread) that ran it, named like the simulator's tasks
+(`conv1[0].fwd`) on a track named like its device (`n0.cpu0`), so the simulated and the
+measured iteration can be opened side by side in ui.perfetto.dev. A step run as one C call is a slice with each op's forward and backward and
 the loss nested in it (`Executor.step_ops_timeline`).
 """
 
@@ -17,8 +17,10 @@ from typing import Any
 
 from flexflow.fileio import atomic_write_text
 from flexflow.graph import OperatorGraph
+from flexflow.machine import Machine
 from flexflow.runtime.native_step import LOG_OPS, LOG_STEP, LOG_UPDATE, NativeStep
 from flexflow.runtime.tasks import Pass
+from flexflow.strategy import Strategy
 
 _STEP_PASSES = {LOG_UPDATE: Pass.UPDATE, LOG_STEP: Pass.FUSED_STEP}
 _PASSES_INSIDE = {"forward": Pass.FORWARD, "backward": Pass.BACKWARD, "loss": Pass.LOSS}
@@ -47,14 +49,41 @@ def take_step_logs(
 
 def _task_name(graph: OperatorGraph, op: int, index: int, which: Pass) -> str:
     if which is Pass.UPDATE:  # an update task (op: its processor) or one inside a step (-1)
-        return f"update (processor {op})" if op >= 0 else f"update inside step [{index}]"
+        # (one run with the step after it, beside its slice, or alone after the last step)
+        return f"update (processor {op})" if op >= 0 else f"update [{index}] (one C call)"
     if which is Pass.FEED:
         return f"feed {graph.tensors[op].name}[{index}]" if op >= 0 else "store fill"
     if which is Pass.FUSED_STEP:  # a step run as one C call (flexflow.runtime.native_step)
         return f"step up to {graph.ops[op].name}[{index}] (one C call)"
     if which is Pass.FUSED_FORWARD_LOSS:  # an evaluation batch run so (NativeStep.evaluate)
         return f"evaluation up to {graph.ops[op].name}[{index}] (one C call)"
-    return f"{graph.ops[op].name}[{index}] {which.name.lower()}"
+    part = _PART_NAMES.get(which, which.name.lower())
+    return f"{graph.ops[op].name}[{index}].{part}"  # the simulator's names (TaskGraph.task_name)
+
+
+_PART_NAMES = {Pass.FORWARD: "fwd", Pass.BACKWARD: "bwd"}
+_OP_TASKS = (Pass.FORWARD, Pass.BACKWARD, Pass.LOSS, Pass.FUSED_STEP, Pass.FUSED_FORWARD_LOSS)
+"""The passes whose (op, tile) entries tell which device's processor a thread is."""
+
+
+def _track_names(
+    timeline: Sequence[tuple], strategy: Strategy | None, machine: Machine | None
+) -> dict[int, str]:
+    """Each thread's track name, in track order: the device whose tiles it ran, as the
+    simulated trace names it (n0.cpu1), by device id; "processor thread N" when unknown.
+    Threads are numbered by when they first ran a task, which differs from run to run."""
+    threads = list(dict.fromkeys(e[5] for e in timeline))
+    device: dict[int, int] = {}
+    if strategy is not None and machine is not None:
+        for op, index, which, _, _, thread in timeline:
+            if op >= 0 and which in _OP_TASKS and thread not in device:
+                device[thread] = strategy[op].devices[index]
+    named = sorted((t for t in threads if t in device), key=lambda t: device[t])
+    names = {t: machine.devices[device[t]].name for t in named} if machine else {}
+    if len(set(names.values())) < len(names):  # two threads for one device: say which
+        names = {t: f"{name} (thread {threads.index(t)})" for t, name in names.items()}
+    rest = [t for t in threads if t not in device]
+    return names | {t: f"processor thread {threads.index(t)}" for t in rest}
 
 
 def _is_fill(entry: tuple) -> bool:
@@ -67,9 +96,13 @@ def measured_trace(
     timeline: list[tuple],
     title: str = "",
     inside: Sequence[tuple] = (),
+    strategy: Strategy | None = None,
+    machine: Machine | None = None,
 ) -> dict[str, Any]:
     """Trace Event Format: one track per processor thread, times in microseconds from the first
     recorded task; `inside`: the ops' passes inside C steps (nested in their steps' slices).
+    With the `strategy` trained and the `machine` its devices are numbered on, each track is
+    named after its device and the tracks are in device order, as in the simulated trace.
     Store fills that end before any other task begins are set-up (new stores zeroed, the
     first launch's compilation after them), not the timeline's: they are left out."""
     events: list[dict[str, Any]] = [
@@ -82,15 +115,16 @@ def measured_trace(
     if not timeline:
         return {"traceEvents": events, "displayTimeUnit": "ms"}
     origin = min(entry[3] for entry in timeline)
-    tracks = {thread: i for i, thread in enumerate(dict.fromkeys(e[5] for e in timeline))}
-    for track in tracks.values():
+    names = _track_names(timeline, strategy, machine)
+    tracks = {thread: i for i, thread in enumerate(names)}
+    for thread, track in tracks.items():
         events.append(
             {
                 "ph": "M",
                 "pid": 0,
                 "tid": track,
                 "name": "thread_name",
-                "args": {"name": f"processor thread {track}"},
+                "args": {"name": names[thread]},
             }
         )
     for entries, category in ((timeline, ""), (inside, " in C step")):
@@ -117,5 +151,8 @@ def write_measured_trace(
     timeline: list[tuple],
     title: str = "",
     inside: Sequence[tuple] = (),
+    strategy: Strategy | None = None,
+    machine: Machine | None = None,
 ) -> Path:
-    return atomic_write_text(path, json.dumps(measured_trace(graph, timeline, title, inside)))
+    trace = measured_trace(graph, timeline, title, inside, strategy, machine)
+    return atomic_write_text(path, json.dumps(trace))

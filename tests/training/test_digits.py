@@ -36,6 +36,6 @@ def test_lenet_learns_the_digits_in_two_epochs(tmp_path):
         inside = [e for e in events if e["cat"] == "backward in C step"]
         assert sum(e["name"].startswith("conv2[") for e in inside) == 2 * batches
     else:  # op by op: each with a forward of conv1's tiles
-        steps = sum(e["name"].startswith("conv1[") and "forward" in e["name"] for e in events)
+        steps = sum(e["name"].startswith("conv1[") and e["name"].endswith(".fwd") for e in events)
     assert steps == 2 * batches
     assert all(e["dur"] >= 0 for e in events) and {e["tid"] for e in events} == {0, 1}
