@@ -1,11 +1,13 @@
 """Strategy files (JSON, versioned): export atomically, import with every problem reported by op name.
 
     {"format": "flexflow-strategy", "version": 1, "model": "lenet", "machine": "p100:1",
-     "num_devices": 4,
+     "num_devices": 4, "batch_size": 64,
      "ops": [{"name": "conv2d_1", "degrees": {"sample": 2, "channel": 2}, "devices": [0, 1, 2, 3]},
              ...]}
 
-Degrees are keyed by dimension name; a dimension left out has degree 1.
+Degrees are keyed by dimension name; a dimension left out has degree 1. `batch_size` (the
+model inputs' samples per batch; files written before it have none) is checked as the machine
+is: a strategy searched for another batch size or machine loads with a warning.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from flexflow.strategy import ParallelConfig, Strategy
 STRATEGY_FORMAT = "flexflow-strategy"
 STRATEGY_VERSION = 1
 ENTRY_KEYS = frozenset({"name", "degrees", "devices"})
-FILE_KEYS = frozenset({"format", "version", "model", "machine", "num_devices", "ops"})
+FILE_KEYS = frozenset({"format", "version", "model", "machine", "num_devices", "batch_size", "ops"})
 """The top-level fields of a strategy file (`strategy_to_json`)."""
 
 
@@ -53,8 +55,15 @@ def strategy_to_json(
         "model": model,
         "machine": machine.name,
         "num_devices": machine.num_devices,
+        "batch_size": batch_size(graph),
         "ops": ops,
     }
+
+
+def batch_size(graph: OperatorGraph) -> int | None:
+    """The samples per batch of the model's inputs (their first dimension); None without any."""
+    inputs = graph.input_tensors
+    return inputs[0].spec.shape[0] if inputs and inputs[0].spec.shape else None
 
 
 def export_strategy(
@@ -166,7 +175,8 @@ def strategy_from_json(
             f"{', '.join(map(repr, sorted(FILE_KEYS)))}."
         )
     for key, kind, noun in (("model", str, "a string"), ("machine", str, "a string"),
-                            ("num_devices", int, "an integer")):  # fmt: skip
+                            ("num_devices", int, "an integer"),
+                            ("batch_size", int, "an integer")):  # fmt: skip
         value = data.get(key)
         if value is not None and type(value) is not kind:
             problems.append(f'"{key}" must be {noun}, got {value!r}.')
@@ -251,6 +261,16 @@ def load_strategy(
                 f"{used_on}: its configurations fit, but were chosen for the other machine's "
                 f"devices and links; search again ({_search_command(data.get('model'), machine, path)}) "
                 "for one made for this machine."
+            ),
+            stacklevel=2,
+        )
+    searched_for, batch = data.get("batch_size"), batch_size(graph)
+    if warn_other_machine and searched_for and batch and searched_for != batch:
+        warnings.warn(
+            FlexFlowWarning(
+                f"strategy file {path} was written for batches of {searched_for} and this model "
+                f"takes batches of {batch}: its configurations fit, but were chosen for the "
+                "other batch size's task times; search again for this batch size."
             ),
             stacklevel=2,
         )
