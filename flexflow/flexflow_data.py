@@ -67,7 +67,8 @@ class _DataAccess:
         set_batch(_model_of(ffmodel, self, "set_tensor"), self, array)
 
     def get_tensor(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
-        return self.get_array(ffmodel)
+        """A writable copy of the data (FlexFlow's fills a new array), unlike `get_array`."""
+        return np.array(batch_data(_model_of(ffmodel, self, "get_tensor"), self), copy=True)
 
     def get_array(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
         """A read-only copy of the data: the batch an issued iteration may still read stays

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexflow.errors import FlexFlowError, NotOfferedError, ShapeError
+from flexflow.flexflow_loop import Stage
 from flexflow.graph import OpNode
 from flexflow.graph import Parameter as GraphParameter
 from flexflow.layers import LAYER_METHODS
@@ -33,7 +34,8 @@ class Parameter:
 
     def __init__(self, model: FFModel, name: str, shape: tuple[int, ...]) -> None:
         self._model, self.name, self.dims = model, name, shape
-        self._mapped: np.ndarray | None = None  # the array `inline_map` handed out
+        self._mapped: tuple[np.ndarray, np.ndarray] | None = None
+        """The array `inline_map` handed out, and its values then."""
 
     @property
     def num_dims(self) -> int:
@@ -45,20 +47,33 @@ class Parameter:
 
     def set_weights(self, ffmodel: FFModel, np_array: Any) -> None:
         """Replace the weight's values with `np_array` (shape `dims`)."""
-        executor = self._executor(ffmodel, "set_weights")
-        ffmodel._loop.check_no_update_pending(f"set_weights of '{self.name}'")
+        self._write(ffmodel, np_array, "set_weights")
+
+    def _write(self, ffmodel: FFModel, np_array: Any, call: str) -> None:
+        executor = self._executor(ffmodel, call)
+        if ffmodel._loop.stage is not Stage.IDLE:  # the iteration begun reads the weights
+            raise FlexFlowError(
+                f"{call} of '{self.name}' between forward() and update(): FlexFlow's forward "
+                "pass has read the weights by then (here the iteration runs whole at update()); "
+                "call it before forward() or after update()."
+            )
         array = np.asarray(np_array)
         if array.shape != self.dims:
             raise ShapeError(
-                f"set_weights of '{self.name}': the weight has shape {self.dims}, got an array "
+                f"{call} of '{self.name}': the weight has shape {self.dims}, got an array "
                 f"of shape {array.shape}; pass one of shape {self.dims}."
             )
         executor.set_weights({self.name: array})
 
     def inline_map(self, ffmodel: FFModel, *config: Any) -> None:
-        """Map the weight: `get_array` then gives its values, and writes into that array are
-        the weight's once `inline_unmap` is called (as a FlexFlow region's are)."""
-        self._mapped = self.get_weights(ffmodel)
+        """Map the weight: `get_array` then gives its values, and what is written into that
+        array becomes the weight's at `inline_unmap` (as a FlexFlow region's writes do)."""
+        if self._mapped is not None:
+            raise FlexFlowError(
+                f"inline_map of '{self.name}': it is mapped already; inline_unmap it first."
+            )
+        values = self.get_weights(ffmodel)
+        self._mapped = (values, values.copy())
 
     def get_array(self, ffmodel: FFModel, *config: Any) -> np.ndarray:
         """The mapped values (`inline_map` first)."""
@@ -68,17 +83,20 @@ class Parameter:
                 f"get_array of '{self.name}': call inline_map(ffmodel, ffconfig) first, and "
                 "inline_unmap(ffmodel, ffconfig) to write the array back."
             )
-        return self._mapped
+        return self._mapped[0]
 
     def get_flat_array(self, ffmodel: FFModel, *config: Any) -> np.ndarray:
         return self.get_array(ffmodel).reshape(-1)
 
     def inline_unmap(self, ffmodel: FFModel, *config: Any) -> None:
-        """Write the mapped array back into the weight, and unmap it."""
+        """Unmap the weight, writing the mapped array back if it was written to (a map only
+        read leaves the weight as training made it meanwhile)."""
         if self._mapped is None:
             raise FlexFlowError(f"inline_unmap of '{self.name}': it is not mapped.")
-        mapped, self._mapped = self._mapped, None
-        self.set_weights(ffmodel, mapped)
+        values, when_mapped = self._mapped
+        if not np.array_equal(values, when_mapped, equal_nan=True):
+            self._write(ffmodel, values, "inline_unmap")  # still mapped if it fails
+        self._mapped = None
 
     def is_mapped(self) -> bool:
         return self._mapped is not None
@@ -122,10 +140,24 @@ class Layer:
         return Parameter(self._model, param.name, param.spec.shape)
 
     def get_weight_tensor(self) -> Parameter:
-        return self.get_parameter_by_id(0)
+        """The kernel (a layer without one: its first weight, as FlexFlow's parameter 0)."""
+        return self._named("kernel", fallback=0)
 
     def get_bias_tensor(self) -> Parameter:
-        return self.get_parameter_by_id(1)
+        return self._named("bias")
+
+    def _named(self, weight: str, fallback: int | None = None) -> Parameter:
+        names = [self._model._params[pid].name for pid in self._ops[0].weights]
+        wanted = f"{self.name}.{weight}"
+        if wanted in names:
+            return self.get_parameter_by_id(names.index(wanted))
+        if fallback is not None and names:
+            return self.get_parameter_by_id(fallback)
+        listed = ", ".join(f"{i}: '{n}'" for i, n in enumerate(names)) or "none"
+        raise FlexFlowError(
+            f"{self.kind} layer {self.idx} '{self.name}' has no {weight}; its weights are "
+            f"{listed} (get_parameter_by_id(i))."
+        )
 
     def get_number_inputs(self) -> int:
         return len(self._ops[0].inputs)
@@ -185,7 +217,7 @@ def layers_of(model: FFModel) -> dict[int, Layer]:
 
 def layer_by_id(model: FFModel, layer_id: int) -> Layer:
     layers = layers_of(model)
-    if layer_id not in layers:
+    if type(layer_id) is not int or layer_id not in layers:
         raise FlexFlowError(
             f"get_layer_by_id({layer_id!r}): the model has {len(layers)} layer(s), numbered "
             "from 0 in the order they were added."
@@ -253,7 +285,10 @@ class LayerHandles:
         return layer_by_name(self, layer_name)
 
     def get_last_layer(self) -> Layer:
-        return layer_by_id(self, len(layers_of(self)) - 1)
+        layers = layers_of(self)
+        if not layers:
+            raise FlexFlowError("get_last_layer(): the model has no layers yet; add them first.")
+        return layers[len(layers) - 1]
 
     def print_layers(self, id: int = -1) -> None:  # noqa: A002 (FlexFlow's keyword)
         print_layers(self, id)
@@ -271,7 +306,15 @@ class LayerHandles:
     def prefetch(self) -> None:
         """Nothing to do: a batch set is copied into the iteration that reads it."""
 
-    def __getattr__(self, name: str) -> Any:
-        if name in NOT_OFFERED_LAYERS:
-            raise not_offered(name)
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+def _refused(name: str) -> property:
+    def refuse(self: LayerHandles) -> Any:
+        raise not_offered(name)
+
+    return property(refuse, doc=f"FlexFlow's {name}: not offered here (NotOfferedError).")
+
+
+# properties, not a __getattr__: an AttributeError inside another property (a model's
+# `executor` before compile) keeps its own message, and hasattr(model, "gather") is False
+for _name in NOT_OFFERED_LAYERS:
+    setattr(LayerHandles, _name, _refused(_name))

@@ -65,16 +65,15 @@ _INDEX = (
 _TEXT = (lambda v: isinstance(v, str) and v != "", "a non-empty string", None)
 
 
-def _within(low: float, high: float, unit: str, strict_low: bool = False) -> tuple:
-    """A rule for a number in [low, high] (`strict_low`: above low): bounds far outside any
-    hardware, so every time the simulator derives stays finite (a bandwidth of 1e-300 B/s or
-    a latency of 1e308 s made iteration times infinite and stopped searches)."""
-    above = "above" if strict_low else "at least"
+def _within(low: float, high: float, unit: str) -> tuple:
+    """A rule for a number in [low, high]: bounds far outside any hardware, so every time the
+    simulator derives stays finite (a bandwidth of 1e-300 B/s or a latency of 1e308 s made
+    iteration times infinite and stopped searches)."""
 
     def test(v: Any) -> bool:
-        return _is_number(v) and (v > low if strict_low else v >= low) and v <= high
+        return _is_number(v) and low <= v <= high
 
-    return (test, f"a number {above} {low:g} and at most {high:g} {unit}", float)
+    return (test, f"a number at least {low:g} and at most {high:g} {unit}", float)
 
 
 _FLOPS = _within(1e3, 1e21, "FLOP/s")

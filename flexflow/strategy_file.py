@@ -244,11 +244,11 @@ def load_strategy(
     warn_other_machine: bool = True,
 ) -> Strategy:
     """The strategy file at `path`, checked against `graph` and `machine`. One written for
-    another machine (by name or device count) is used with a FlexFlowWarning, unless
-    `warn_other_machine` is False (a search's starting point: the search adapts it)."""
+    another machine (by name or device count) or batch size is used with a FlexFlowWarning,
+    unless `warn_other_machine` is False (a search's starting point: the search adapts it)."""
     fix = "re-export it with `flexflow strategy ... --export`."
     data = load_json(path, "strategy file", StrategyError, fix)
-    strategy = strategy_from_json(data, graph, machine, source=f"strategy file {path}")
+    strategy = strategy_from_json(data, graph, machine, source=f"strategy file '{path}'")
     name, devices = data.get("machine"), data.get("num_devices")
     if warn_other_machine and (
         (name and name != machine.name) or (devices and devices != machine.num_devices)
@@ -257,33 +257,39 @@ def load_strategy(
         used_on = f"'{machine.name}' ({machine.num_devices} devices)"
         warnings.warn(
             FlexFlowWarning(
-                f"strategy file {path} was written for machine {written_for} and is used on "
+                f"strategy file '{path}' was written for machine {written_for} and is used on "
                 f"{used_on}: its configurations fit, but were chosen for the other machine's "
                 f"devices and links; search again ({_search_command(data.get('model'), machine, path)}) "
                 "for one made for this machine."
             ),
             stacklevel=2,
         )
-    searched_for, batch = data.get("batch_size"), batch_size(graph)
-    if warn_other_machine and searched_for and batch and searched_for != batch:
+    written, batch = data.get("batch_size"), batch_size(graph)
+    if warn_other_machine and written and batch and written != batch:
         warnings.warn(
             FlexFlowWarning(
-                f"strategy file {path} was written for batches of {searched_for} and this model "
-                f"takes batches of {batch}: its configurations fit, but were chosen for the "
-                "other batch size's task times; search again for this batch size."
+                f"strategy file '{path}' was written for batches of {written} and this model "
+                f"takes batches of {batch}: its configurations fit, but a strategy searched for "
+                "one batch size's task times may not suit another; search again "
+                f"({_search_command(data.get('model'), machine, path, batch)}) for one made for "
+                "this batch size."
             ),
             stacklevel=2,
         )
     return strategy
 
 
-def _search_command(model: Any, machine: Machine, path: str | os.PathLike[str]) -> str:
-    """The `flexflow search` that makes a strategy for `machine` from the file at `path`: the
-    file's model where it names a zoo model, else MODEL (a model file's stem is not a name)."""
+def _search_command(
+    model: Any, machine: Machine, path: str | os.PathLike[str], batch: int | None = None
+) -> str:
+    """The `flexflow search` that makes a strategy for `machine` (and `batch` samples a batch)
+    from the file at `path`: the file's model where it names a zoo model, else MODEL (a model
+    file's stem is not a name)."""
     from flexflow.zoo import ZOO
 
     named = model if isinstance(model, str) and model in ZOO else "MODEL"
+    batch_flag = f" --batch-size {batch}" if batch else ""
     return (
-        f"`flexflow search {named} --machine {shlex.quote(machine.name)} "
+        f"`flexflow search {named} --machine {shlex.quote(machine.name)}{batch_flag} "
         f"--init {shlex.quote(str(path))}`"
     )

@@ -444,7 +444,7 @@ def test_simulate_says_when_a_strategy_would_not_fit_in_memory(capsys):
 
 def test_search_says_when_its_strategy_would_not_fit_in_memory(capsys):
     """The search prices time only: it returned a strategy simulate says would not fit,
-    without a word (a helper's machine with a 1-byte GPU)."""
+    without a word (a helper's machine file gave a GPU 1 byte; here the batch is too big)."""
     import json
 
     args = ["search", "lenet", "--machine", "p100:1", "--proposals", "20", "--no-polish"]

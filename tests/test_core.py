@@ -79,6 +79,22 @@ def test_the_rest_of_flexflows_surface_says_what_to_use(monkeypatch):
     with pytest.raises(NotOfferedError, match=r"FFModel.gather .* is not offered here"):
         model.gather(x, x, 0)  # a bare AttributeError before
     assert not hasattr(model, "rms_norm") and not hasattr(model, "no_such_method")
+    with pytest.raises(GraphError, match=r"call FFModel.compile\(...\) before fit"):
+        model.executor  # noqa: B018 (its own message, not a refused FlexFlow name's)
+    with pytest.raises(FlexFlowError, match=r"the model has 2 layer\(s\)"):
+        model.get_layer_by_id(0.0)
+    assert model.get_layer_by_id(0).get_bias_tensor().name == "dense_1.bias"
+    with pytest.raises(FlexFlowError, match=r"softmax layer 1 'softmax_1' has no bias; its "):
+        model.get_layer_by_id(1).get_bias_tensor()
+    attention = FFModel(FlexFlowConfig(batch_size=4))
+    q = attention.create_tensor([4, 5, 16], DataType.DT_FLOAT)
+    attention.multihead_attention(q, q, q, 16, 4)
+    layer = attention.get_layer_by_id(0)
+    assert layer.get_weight_tensor().name == layer.get_parameter_by_id(0).name  # no kernel
+    with pytest.raises(FlexFlowError, match=r"has no bias; its weights are 0: "):
+        layer.get_bias_tensor()  # was its parameter 1, the key projection
+    with pytest.raises(FlexFlowError, match=r"the model has no layers yet"):
+        FFModel(FlexFlowConfig(batch_size=4)).get_last_layer()
     model.prefetch()  # FlexFlow's hint: nothing to do
     with pytest.raises(FlexFlowError, match="no metrics yet"):
         model.get_perf_metrics()
@@ -148,6 +164,11 @@ def test_a_hand_written_loops_batches_are_checked_as_they_are_set():
         x.set_tensor(model, np.full((4, 6), "a"))  # a ValueError inside the feed before
     x.set_tensor(model, np.ones((4, 6), np.float32))
     assert x.get_array(model).sum() == 24.0  # an input's batch reads back
+    with pytest.raises(ValueError, match="read-only"):
+        x.get_array(model)[:] = 2.0  # FlexFlow would write the tensor: not lost silently
+    copied = x.get_tensor(model)
+    copied *= 2  # FlexFlow's get_tensor fills a new array: the script's own
+    assert x.get_array(model).sum() == 24.0
     with pytest.raises(
         ShapeError, match=r"set_tensor of the labels: a batch holds 4 samples .* shape \(3, 1\)"
     ):

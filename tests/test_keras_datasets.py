@@ -71,6 +71,9 @@ def test_a_download_is_checked_and_renamed_into_place_whole(cache, monkeypatch, 
     monkeypatch.setattr(mnist, "SHA256", hashlib.sha256(payload).hexdigest())
     (x_train, _), _ = mnist.load_data()
     assert x_train.shape == (12, 28, 28) and (cache / "mnist.npz").read_bytes() == payload
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (cache / "mnist.npz").stat().st_mode & 0o777 == 0o666 & ~mask  # was mkstemp's 0600
 
 
 def _cifar_archive(path, batches=6):
@@ -117,3 +120,19 @@ def test_a_cifar_batch_that_would_run_code_is_refused(cache):
         (folder / name).write_bytes(pickle.dumps({b"data": Runs(), b"labels": []}, protocol=2))
     with pytest.raises(FlexFlowError, match=r"not a CIFAR-10 batch \(it names posix.system"):
         cifar10.load_data(10_000)
+
+
+def test_two_ranks_unpacking_cifar_at_once_both_read_it(cache, monkeypatch):
+    """Legate runs a script on every rank: the second to rename the unpacked folder into place
+    met the first's (OSError: Directory not empty)."""
+    cache.mkdir(parents=True)
+    _cifar_archive(cache / "cifar-10-batches-py.tar.gz")
+    unpack = files._extract
+
+    def other_rank_first(tar, into):
+        unpack(tar, into)
+        unpack(tar, cache)  # the other rank's folder lands first
+
+    monkeypatch.setattr(files, "_extract", other_rank_first)
+    (x_train, _), _ = cifar10.load_data(10_000)
+    assert x_train.shape == (10_000, 3, 32, 32)

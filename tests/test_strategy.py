@@ -271,7 +271,8 @@ def test_a_strategy_file_written_for_another_batch_size_loads_with_a_warning(tmp
     path = export_strategy(tmp_path / "s.json", s, large, machine, model="lenet")
     assert json.loads(path.read_text())["batch_size"] == 128
     with pytest.warns(FlexFlowWarning, match=r"written for batches of 128 and this model takes "
-                      r"batches of 64: .* search again for this batch size"):  # fmt: skip
+                      r"batches of 64: .* search again \(`flexflow search lenet --machine "
+                      r"p100:1 --batch-size 64 --init "):  # fmt: skip
         assert load_strategy(path, small, machine) == s
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # its own batch size; and a file without one
@@ -353,9 +354,9 @@ def _edit(data, name, **fields):
         ),
         (
             lambda d: {**d, "version": 9},
-            r'bad.json has version 9; this flexflow reads "version": 1',
+            r"bad.json' has version 9; this flexflow reads \"version\": 1",
         ),
-        (lambda d: {**d, "version": "1"}, r"bad.json has version '1'; .* \(a number\)"),
+        (lambda d: {**d, "version": "1"}, r"bad.json' has version '1'; .* \(a number\)"),
         (
             lambda d: _edit(d, "fc", degree={"sample": 1}),
             r"dense 'fc': unknown field\(s\) 'degree'; an entry holds",
@@ -380,7 +381,7 @@ def _edit(data, name, **fields):
         (lambda d: {**d, "num_devices": "8"}, r'"num_devices" must be an integer, got \'8\''),
         (
             lambda d: _edit({**d, "model": "alexnet"}, "fc", devices=[5]),
-            r"bad.json \(written for model 'alexnet'\) is not valid",
+            r"bad.json' \(written for model 'alexnet'\) is not valid",
         ),
     ],
 )

@@ -454,7 +454,23 @@ def layer_handles() -> dict:
     bias.inline_unmap(model, None)
     weights = model.executor.get_weights()
     model.fit(X, Y, epochs=1)
+    read_only = dense1.get_weight_tensor()
+    read_only.inline_map(model, None)
+    mapped_twice = error(lambda: read_only.inline_map(model, None))
+    trained = model.executor.get_weights()["dense_1.kernel"]
+    model.fit(X, Y, epochs=1)  # the map only read: unmapping keeps what training made
+    read_only.inline_unmap(model, None)
+    kept = not np.array_equal(model.executor.get_weights()["dense_1.kernel"], trained)
+    x.set_tensor(model, X[:16])
+    model.forward()
+    after_forward = error(lambda: kernel.set_weights(model, np.zeros(kernel.dims, np.float32)))
+    model.label_tensor.set_tensor(model, Y[:16])
+    model.backward()
+    model.update()
     return {
+        "mapped_twice": mapped_twice,
+        "read_only_map_kept_training": bool(kept),
+        "set_after_forward": after_forward,
         "before_compile": before_compile,
         "layers": [repr(layer) for layer in model.get_layers().values()],
         "last": repr(model.get_last_layer()),

@@ -119,6 +119,12 @@ def test_flexflows_layer_handles_read_and_write_the_weights_training_starts_from
     assert handles["by_global_id"] == "dense_1.bias"
     assert "the model has 3 layer(s)" in handles["no_layer"]
     assert "call inline_map(ffmodel, ffconfig) first" in handles["unmapped"]
+    assert "it is mapped already; inline_unmap it first" in handles["mapped_twice"]
+    assert handles["read_only_map_kept_training"]  # unmapping wrote back the old weights
+    assert (
+        "set_weights of 'dense_1.kernel' between forward() and update()"
+        in (handles["set_after_forward"])
+    )
 
 
 def test_a_one_input_model_takes_its_array_in_a_list_and_weights_as_lists(run):

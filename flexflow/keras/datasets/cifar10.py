@@ -49,7 +49,10 @@ def _batch(path: Path) -> Split:
             f"{path} is not a CIFAR-10 batch ({exc}); remove {path.parent} to download it again."
         ) from None
     if len(data) != len(labels):
-        raise FlexFlowError(f"{path} has {len(data)} images but {len(labels)} labels.")
+        raise FlexFlowError(
+            f"{path} has {len(data)} images but {len(labels)} labels; remove {path.parent} to "
+            "download it again."
+        )
     return data, labels
 
 

@@ -9,6 +9,7 @@ interrupted one leaves nothing a later run would take for the data set.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import shutil
 import tarfile
@@ -52,7 +53,11 @@ def cached_tree(name: str, origin: str) -> Path:
             raise FlexFlowError(
                 f"{archive} does not hold a directory {name}; remove it to download it again."
             )
-        os.replace(inner, path)
+        try:
+            os.replace(inner, path)
+        except OSError:  # another process (a rank of this run) unpacked it first
+            if not path.is_dir():
+                raise
     except (tarfile.TarError, EOFError) as exc:
         raise FlexFlowError(
             f"{archive} is not a whole .tar.gz archive ({exc}); remove it to download it again."
@@ -63,30 +68,44 @@ def cached_tree(name: str, origin: str) -> Path:
 
 
 def _download(origin: str, path: Path, sha256: str | None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    except OSError as exc:
+        raise FlexFlowError(
+            f"cannot write the data set cache {path.parent} ({exc.strerror or exc}); set "
+            "KERAS_HOME to a writable directory."
+        ) from None
     try:
         digest = hashlib.sha256()
-        with (
-            os.fdopen(fd, "wb") as out,
-            urllib.request.urlopen(origin, timeout=DOWNLOAD_TIMEOUT_S) as response,
-        ):
-            while chunk := response.read(1 << 20):
-                digest.update(chunk)
-                out.write(chunk)
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(origin, timeout=DOWNLOAD_TIMEOUT_S) as response:
+                    while chunk := response.read(1 << 20):
+                        digest.update(chunk)
+                        out.write(chunk)
+            except (urllib.error.URLError, http.client.HTTPException, TimeoutError) as exc:
+                raise FlexFlowError(
+                    f"could not download {origin} ({getattr(exc, 'reason', exc)}); on a machine "
+                    f"without a network, copy the file to {path}."
+                ) from None
         if sha256 is not None and digest.hexdigest() != sha256:
             raise FlexFlowError(
                 f"the download of {origin} has SHA-256 {digest.hexdigest()}, not {sha256}; try "
                 f"again, or place the file at {path}."
             )
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600: the cache is shared, as Keras'
         os.replace(tmp, path)
-    except (urllib.error.URLError, OSError) as exc:
-        raise FlexFlowError(
-            f"could not download {origin} ({getattr(exc, 'reason', exc)}); on a machine "
-            f"without a network, copy the file to {path}."
-        ) from None
+    except OSError as exc:  # writing it: a full disk
+        raise FlexFlowError(f"could not write {path} ({exc.strerror or exc}).") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _extract(tar: tarfile.TarFile, into: Path) -> None:

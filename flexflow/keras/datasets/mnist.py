@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zipfile
+
 import numpy as np
 
 from flexflow.errors import FlexFlowError
@@ -21,7 +23,7 @@ def load_data(path: str = "mnist.npz") -> tuple[Split, Split]:
     try:
         with np.load(file, allow_pickle=False) as data:
             return (data["x_train"], data["y_train"]), (data["x_test"], data["y_test"])
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
         raise FlexFlowError(
             f"{file} is not MNIST's mnist.npz ({exc}); remove it to download it again."
         ) from None
