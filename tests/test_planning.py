@@ -227,5 +227,5 @@ def test_a_named_strategy_can_be_imported_by_name(tmp_path, monkeypatch):
     assert plan.strategy == named_strategy("expert", graph, machine)
     assert plan.source == "the named strategy 'expert'"
     (tmp_path / "dp").write_text("{}")  # a file of that name is the file
-    with pytest.raises(StrategyError, match=r"strategy file dp: not a strategy file"):
+    with pytest.raises(StrategyError, match=r"strategy file 'dp': not a strategy file"):
         plan_strategy(graph, machine, import_path="dp")
