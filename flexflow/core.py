@@ -344,15 +344,31 @@ class FFModel(_FFModel, LayerHandles):
     set_sgd_optimizer = set_adam_optimizer = set_optimizer
 
     # ---- the hand-written loop (flexflow.flexflow_loop) ----------------------------------
-    def forward(self) -> None:
-        """Begin an iteration on the batch set (run by `update`; `flexflow_loop`)."""
+    def forward(self, seq_length: int | None = None) -> None:
+        """Begin an iteration on the batch set (run by `update`; `flexflow_loop`).
+        `seq_length`: FlexFlow's, taken where it is the whole sequence (`_check_seq_length`)."""
+        self._check_seq_length("forward", seq_length)
         self._loop.forward(self)
 
     def zero_gradients(self) -> None:
         self._loop.zero_gradients()
 
-    def backward(self) -> None:
+    def backward(self, seq_length: int | None = None) -> None:
+        self._check_seq_length("backward", seq_length)
         self._loop.backward()
+
+    def _check_seq_length(self, call: str, seq_length: int | None) -> None:
+        """FlexFlow runs the first `seq_length` positions of a sequence model; here every
+        iteration runs whole, so only the inputs' whole length (their dimension 1) is taken."""
+        if seq_length is None:
+            return
+        lengths = {t.spec.shape[1] for t in self.graph().input_tensors if len(t.spec.shape) > 1}
+        if lengths != {seq_length}:
+            whole = ", ".join(map(str, sorted(lengths))) or "none (no input has a dimension 1)"
+            raise NotOfferedError(
+                f"{call}(seq_length={seq_length!r}): running part of a sequence is not offered; "
+                f"the inputs' sequence length is {whole}: leave seq_length out or pass it."
+            )
 
     def update(self) -> None:
         """Run the iteration: forward, loss, backward and the optimizer's update (issued;

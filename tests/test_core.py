@@ -96,6 +96,11 @@ def test_the_rest_of_flexflows_surface_says_what_to_use(monkeypatch):
     with pytest.raises(FlexFlowError, match=r"the model has no layers yet"):
         FFModel(FlexFlowConfig(batch_size=4)).get_last_layer()
     model.prefetch()  # FlexFlow's hint: nothing to do
+    with pytest.raises(NotOfferedError, match=r"forward\(seq_length=2\): running part of a "
+                       r"sequence is not offered; the inputs' sequence length is 6"):  # fmt: skip
+        model.forward(seq_length=2)  # a TypeError before (FlexFlow's bert_proxy passes it)
+    with pytest.raises(FlexFlowError, match=r"forward\(\): no batch was set"):
+        model.forward(seq_length=6)  # the whole length: taken
     with pytest.raises(FlexFlowError, match="no metrics yet"):
         model.get_perf_metrics()
     metrics = Metrics(0, 0.5, 0.875, 64, 1.0)
