@@ -358,12 +358,13 @@ class FFModel(_FFModel, LayerHandles):
         self._loop.backward()
 
     def _check_seq_length(self, call: str, seq_length: int | None) -> None:
-        """FlexFlow runs the first `seq_length` positions of a sequence model; here every
-        iteration runs whole, so only the inputs' whole length (their dimension 1) is taken."""
-        if seq_length is None:
+        """FlexFlow runs the first `seq_length` positions of a sequence model (all of them when
+        it is negative, None or the whole length or more); here every iteration runs whole,
+        so only those values are taken."""
+        if seq_length is None or (isinstance(seq_length, int) and seq_length < 0):
             return
         lengths = {t.spec.shape[1] for t in self.graph().input_tensors if len(t.spec.shape) > 1}
-        if lengths != {seq_length}:
+        if not lengths or not isinstance(seq_length, int) or seq_length < max(lengths):
             whole = ", ".join(map(str, sorted(lengths))) or "none (no input has a dimension 1)"
             raise NotOfferedError(
                 f"{call}(seq_length={seq_length!r}): running part of a sequence is not offered; "

@@ -99,8 +99,9 @@ def test_the_rest_of_flexflows_surface_says_what_to_use(monkeypatch):
     with pytest.raises(NotOfferedError, match=r"forward\(seq_length=2\): running part of a "
                        r"sequence is not offered; the inputs' sequence length is 6"):  # fmt: skip
         model.forward(seq_length=2)  # a TypeError before (FlexFlow's bert_proxy passes it)
-    with pytest.raises(FlexFlowError, match=r"forward\(\): no batch was set"):
-        model.forward(seq_length=6)  # the whole length: taken
+    for whole in (6, 9, -1):  # the whole length, more, or FlexFlow's -1: taken
+        with pytest.raises(FlexFlowError, match=r"forward\(\): no batch was set"):
+            model.forward(seq_length=whole)
     with pytest.raises(FlexFlowError, match="no metrics yet"):
         model.get_perf_metrics()
     metrics = Metrics(0, 0.5, 0.875, 64, 1.0)
