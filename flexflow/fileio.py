@@ -146,7 +146,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     target = Path(os.path.realpath(path))
     check_output_path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~_umask()
+    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else new_file_mode()
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:  # no temporary file to remove; named after the file asked for
@@ -174,10 +174,12 @@ def _not_written(exc: OSError, path: str | os.PathLike[str]) -> OSError:
     )
 
 
-def _umask() -> int:
+def new_file_mode() -> int:
+    """The permissions a file created now gets (0o666 less the umask): a temporary file
+    renamed into place is given them (mkstemp makes 0600)."""
     mask = os.umask(0)
     os.umask(mask)
-    return mask
+    return 0o666 & ~mask
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:

@@ -68,16 +68,19 @@ class _DataAccess:
 
     def get_tensor(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
         """A writable copy of the data (FlexFlow's fills a new array), unlike `get_array`."""
-        return np.array(batch_data(_model_of(ffmodel, self, "get_tensor"), self), copy=True)
+        return self._copy(ffmodel, "get_tensor")
 
     def get_array(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
         """A read-only copy of the data: the batch an issued iteration may still read stays
         as it was, and a write into the array, which would change the tensor in FlexFlow
         (its mapped region), raises instead of being lost (`set_tensor` sets a batch; a
         weight's `get_array` writes back at `inline_unmap`, `flexflow_layers`)."""
-        data = np.array(batch_data(_model_of(ffmodel, self, "get_array"), self), copy=True)
+        data = self._copy(ffmodel, "get_array")
         data.flags.writeable = False
         return data
+
+    def _copy(self, ffmodel: FFModel, method: str) -> np.ndarray:
+        return np.array(batch_data(_model_of(ffmodel, self, method), self), copy=True)
 
     def get_flat_array(self, ffmodel: FFModel, *rest: Any) -> np.ndarray:
         return self.get_array(ffmodel).reshape(-1)

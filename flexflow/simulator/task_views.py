@@ -128,19 +128,19 @@ class TaskGraphViews:
 
     def predecessors(self) -> list[list[int]]:
         """Each task id's predecessors (none for free ids), for exports and tests."""
-        preds: list[list[int]] = [[] for _ in range(self.size)]
-        for a, b in zip(self.edge_src, self.edge_dst, strict=True):
-            if a >= 0:
-                preds[b].append(a)
-        return preds
+        return self._neighbours(self.edge_dst, self.edge_src)
 
     def successors(self) -> list[list[int]]:
         """Each task id's successors (none for free ids), for exports and tests."""
-        succs: list[list[int]] = [[] for _ in range(self.size)]
-        for a, b in zip(self.edge_src, self.edge_dst, strict=True):
-            if a >= 0:
-                succs[a].append(b)
-        return succs
+        return self._neighbours(self.edge_src, self.edge_dst)
+
+    def _neighbours(self, of: array, listed: array) -> list[list[int]]:
+        """Per task id, the `listed` ends of the live edges whose `of` end it is."""
+        found: list[list[int]] = [[] for _ in range(self.size)]
+        for src, task, other in zip(self.edge_src, of, listed, strict=True):
+            if src >= 0:  # a removed edge's source is -1
+                found[task].append(other)
+        return found
 
     def _weight_holders(self, pid: int) -> dict[Region, set[int]]:
         """The devices holding each region of parameter `pid` that some task reads (what a

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from flexflow.errors import FlexFlowError
+from flexflow.fileio import new_file_mode
 
 DOWNLOAD_TIMEOUT_S = 60.0
 
@@ -94,18 +95,12 @@ def _download(origin: str, path: Path, sha256: str | None) -> None:
                 f"the download of {origin} has SHA-256 {digest.hexdigest()}, not {sha256}; try "
                 f"again, or place the file at {path}."
             )
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600: the cache is shared, as Keras'
+        os.chmod(tmp, new_file_mode())  # the cache is shared, as Keras'
         os.replace(tmp, path)
     except OSError as exc:  # writing it: a full disk
         raise FlexFlowError(f"could not write {path} ({exc.strerror or exc}).") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _extract(tar: tarfile.TarFile, into: Path) -> None:
