@@ -43,7 +43,14 @@ from flexflow.simulator.keys import (
     FWD_KEY,
     KIND_SHIFT,
 )
-from flexflow.simulator.native import OverlapPool, Routes, SyncTable, SyncTemplate, grid_overlaps
+from flexflow.simulator.native import (
+    OverlapArrays,
+    OverlapPool,
+    Routes,
+    SyncTable,
+    SyncTemplate,
+    grid_overlap_arrays,
+)
 from flexflow.strategies import sample_split
 from flexflow.strategy import ParallelConfig
 
@@ -340,7 +347,16 @@ class SimContext:
         parts = []
         for region, on, ks in self.op_sync_groups(op, pid, config):
             volume = region_volume(region)
-            update_s = [self.update_time(volume, devices[d]) for d in on]
+            # an update's time depends on the device's model alone (`Machine` holds devices
+            # of one model alike): once per model, not per device of a 64-GPU group
+            times: dict[str, float] = {}
+            update_s = []
+            for d in on:
+                device = devices[d]
+                time = times.get(device.model)
+                if time is None:
+                    time = times[device.model] = self.update_time(volume, device)
+                update_s.append(time)
             parts.append((sum(region, ()), volume, on, update_s, ks))
         return self.sync_table.add(parts)
 
@@ -351,13 +367,13 @@ class SimContext:
         key = (self._edge_kinds[consumer][j], p_degrees, c_degrees)
         found = self._overlaps.get(key)
         if found is None:
-            found = self._compute_overlaps(consumer, j, p_degrees, c_degrees)
-            self._overlaps[key] = found
+            columns = self._compute_overlaps(consumer, j, p_degrees, c_degrees)
+            found = self._overlaps[key] = tuple(zip(*columns, strict=True))
         return found
 
     def _compute_overlaps(
         self, consumer: int, j: int, p_degrees: tuple[int, ...], c_degrees: tuple[int, ...]
-    ) -> tuple[Overlap, ...]:
+    ) -> OverlapArrays:
         node = self.graph.ops[consumer]
         tensor = self.graph.tensor(node.inputs[j])
         producer = self.graph.ops[tensor.producer]
@@ -374,7 +390,7 @@ class SimContext:
             regions = self.input_regions(consumer, c_degrees)
             needs = array("q", [x for tile in regions for bounds in tile[j] for x in bounds])
             self._needs[needs_key] = needs
-        return grid_overlaps(needs, math.prod(c_degrees), steps, grid)
+        return grid_overlap_arrays(needs, math.prod(c_degrees), steps, grid)
 
     def overlap_set(
         self, consumer: int, j: int, p_degrees: tuple[int, ...], c_degrees: tuple[int, ...]
@@ -384,8 +400,8 @@ class SimContext:
         key = (self._edge_kinds[consumer][j], p_degrees, c_degrees)
         found = self._overlap_sets.get(key)
         if found is None:
-            overlaps = self.overlaps(consumer, j, p_degrees, c_degrees)
-            found = self._overlap_sets[key] = (self.overlap_pool.add(overlaps), len(overlaps))
+            columns = self._compute_overlaps(consumer, j, p_degrees, c_degrees)
+            found = self._overlap_sets[key] = (self.overlap_pool.add(columns), len(columns[0]))
         return found
 
     def routes(self) -> Routes:

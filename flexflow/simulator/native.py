@@ -387,15 +387,15 @@ class OverlapPool(_CTable):
     def _sizes(self) -> tuple[int, ...]:
         return (len(self.at),)
 
-    def add(self, overlaps: Sequence[tuple[int, int, int]]) -> int:
-        """A new set of (consumer task, producer task, volume) overlaps; returns its number."""
+    def add(self, overlaps: OverlapArrays) -> int:
+        """A new set of overlaps (three columns, `grid_overlap_arrays`); returns its number."""
+        consumer, producer, volume = overlaps
         self._grow()
         self.at.append(len(self.consumer))
-        self.count.append(len(overlaps))
-        for kc, kp, volume in overlaps:
-            self.consumer.append(kc)
-            self.producer.append(kp)
-            self.volume.append(volume)
+        self.count.append(len(consumer))
+        self.consumer += consumer
+        self.producer += producer
+        self.volume += volume
         return len(self.at) - 1
 
 
@@ -455,22 +455,28 @@ class SyncTable(_CTable):
         self._grow()
         self.template_first.append(len(self.part_dims))
         self.template_parts.append(len(parts))
-        max_tasks = max_edges = 0
-        for bounds, elements, devices, update_s, tasks in parts:
-            self.part_dims.append(len(bounds) // 2)
-            self.bounds_at.append(len(self.bounds))
-            self.bounds.extend(bounds)
-            self.elements.append(elements)
-            self.part_devices.append(len(devices))
-            self.device_at.append(len(self.device))
-            self.device.extend(devices)
-            self.update_s.extend(update_s)
-            self.part_tasks.append(len(tasks))
-            self.task_at.append(len(self.task))
-            self.task.extend(tasks)
-            max_tasks += 2 + 2 * len(devices)
-            max_edges += len(tasks) + 3 * len(devices)
+        # column by column: a template of a layer split over 64 GPUs has 64 parts
+        bounds, elements, devices, update_s, tasks = zip(*parts, strict=True)
+        self.part_dims.extend([len(b) // 2 for b in bounds])
+        self._append_runs(self.bounds_at, self.bounds, bounds)
+        self.elements.extend(elements)
+        self.part_devices.extend(map(len, devices))
+        self._append_runs(self.device_at, self.device, devices)
+        for times in update_s:
+            self.update_s.extend(times)
+        self.part_tasks.extend(map(len, tasks))
+        self._append_runs(self.task_at, self.task, tasks)
+        num_devices, num_tasks = sum(map(len, devices)), sum(map(len, tasks))
+        max_tasks = 2 * len(parts) + 2 * num_devices
+        max_edges = num_tasks + 3 * num_devices
         return SyncTemplate(len(self.template_first) - 1, max_tasks, max_edges)
+
+    @staticmethod
+    def _append_runs(at: array, values: array, runs: Sequence[Sequence[int]]) -> None:
+        """Append each of `runs` to `values`, and where it starts to `at`."""
+        for run in runs:
+            at.append(len(values))
+            values.extend(run)
 
 
 class SyncJobs:
@@ -598,11 +604,23 @@ def build_blocks(
     return new_ids, task_offsets, edge_offsets
 
 
+OverlapArrays = tuple[array, array, array]
+"""Overlaps as columns: consumer tiles ("i"), producer tiles ("i"), volumes ("q")."""
+
+
 def grid_overlaps(
     needs: array, num_needs: int, steps: list[int], grid: tuple[int, ...]
 ) -> tuple[tuple[int, int, int], ...]:
     """(consumer tile, producer tile, volume) for every consumer tile's region meeting a tile of
     the producer grid; `needs` holds each consumer tile's (lo, hi) per dimension ("q")."""
+    return tuple(zip(*grid_overlap_arrays(needs, num_needs, steps, grid), strict=True))
+
+
+def grid_overlap_arrays(
+    needs: array, num_needs: int, steps: list[int], grid: tuple[int, ...]
+) -> OverlapArrays:
+    """`grid_overlaps` as columns, as the overlap pool keeps them: a set of thousands of
+    overlaps (an unrolled layer's tiles on 64 GPUs) costs three copies, not a tuple each."""
     ndim = len(grid)
     capacity = num_needs * math.prod(grid)
     consumer, producer = array("i", bytes(4 * capacity)), array("i", bytes(4 * capacity))
@@ -620,4 +638,5 @@ def grid_overlaps(
     )
     if count < 0:
         raise AssertionError(f"tiles of {ndim} dimensions: more than the C overlaps handle")
-    return tuple(zip(consumer[:count], producer[:count], volume[:count], strict=True))
+    del consumer[count:], producer[count:], volume[count:]
+    return consumer, producer, volume
