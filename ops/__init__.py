@@ -36,6 +36,7 @@ OP_MODULES = (
     "mean",
     "multihead_attention",
     "pool2d",
+    "reduce_sum",
     "reshape",
     "softmax",
     "split",

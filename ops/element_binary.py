@@ -1,4 +1,4 @@
-"""Element-wise add, subtract, multiply of same-shaped tensors: sample, attribute dims (Table 1)."""
+"""Element-wise add, subtract, multiply, divide, max, min of same-shaped tensors: sample, attribute dims (Table 1)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,14 @@ from .registry import register
 
 
 class BinaryOp(enum.Enum):
-    """The element-wise binary operations FFModel exposes (`add`, `subtract`, `multiply`)."""
+    """The element-wise binary operations FFModel exposes, by its method names."""
 
     ADD = "add"
     SUBTRACT = "subtract"
     MULTIPLY = "multiply"
+    DIVIDE = "divide"
+    MAX = "max"
+    MIN = "min"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +42,31 @@ class BinaryRule:
     grads: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
     """grads(x, y, dz) -> (dx, dy) for z = forward(x, y)."""
     backward_flops_per_element: int
-    """Forward is 1 FLOP per element; backward: add copies, subtract negates, multiply: 2."""
+    """Forward is 1 FLOP per element; backward: add copies, subtract negates, multiply: 2,
+    divide: 4 (dz / y, then -dx x / y), max and min: a compare and a select."""
+
+
+def _divide_grads(x: np.ndarray, y: np.ndarray, dz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # z = x / y: dz/dx = 1 / y, dz/dy = -x / y^2 (a zero y gives inf or NaN, as the forward)
+    dx = dz / y
+    return dx, -dx * x / y
+
+
+def _select_grads(first: np.ndarray, dz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """dz to x where `first` (x was chosen), to y elsewhere. Ties go to x alone, so the two
+    gradients sum to dz (FlexFlow gives each tied input all of dz, counting it twice)."""
+    zero = np.zeros((), dz.dtype)
+    return np.where(first, dz, zero), np.where(first, zero, dz)
 
 
 BINARY_RULES: dict[BinaryOp, BinaryRule] = {
     BinaryOp.ADD: BinaryRule(np.add, lambda x, y, dz: (dz.copy(), dz.copy()), 0),
     BinaryOp.SUBTRACT: BinaryRule(np.subtract, lambda x, y, dz: (dz.copy(), -dz), 1),
     BinaryOp.MULTIPLY: BinaryRule(np.multiply, lambda x, y, dz: (dz * y, dz * x), 2),
+    BinaryOp.DIVIDE: BinaryRule(np.divide, _divide_grads, 4),
+    # np.maximum and np.minimum propagate NaN from either input
+    BinaryOp.MAX: BinaryRule(np.maximum, lambda x, y, dz: _select_grads(x >= y, dz), 2),
+    BinaryOp.MIN: BinaryRule(np.minimum, lambda x, y, dz: _select_grads(x <= y, dz), 2),
 }
 
 

@@ -29,12 +29,14 @@ from flexflow.ops.lstm import LSTM
 from flexflow.ops.mean import Mean
 from flexflow.ops.multihead_attention import MultiHeadAttention
 from flexflow.ops.pool2d import Pool2D, PoolType
+from flexflow.ops.reduce_sum import ReduceSum
 from flexflow.ops.reshape import Reshape
 from flexflow.ops.shapes import tile_region
 from flexflow.ops.softmax import Softmax
 from flexflow.ops.split import Split
 from flexflow.ops.stack import Stack
 from flexflow.ops.transpose import Transpose
+from flexflow.ops.unary_functions import UNARY_FUNCTIONS, UnaryFunction
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,8 @@ class TileCase:
     inputs: tuple[TensorSpec, ...]
     degrees: tuple[int, ...] | None = None
     coords: tuple[int, ...] | None = None
+    positive: bool = False
+    """Float inputs drawn in [0.5, ...) instead of normal: a function's domain (rsqrt)."""
 
     def signature(self) -> Signature:
         return self.op.infer(self.name, self.inputs)
@@ -54,6 +58,13 @@ class TileCase:
         shape = self.signature().output_shape
         degrees = self.degrees or (1,) * len(shape)
         return tile_region(shape, degrees, self.coords or (0,) * len(shape))
+
+
+def _function(function: UnaryFunction) -> ElementUnary:
+    """FlexFlow's element-wise `function`, with a scalar of 3 where it takes one (pow: a cube,
+    defined on negative inputs)."""
+    scalar = None if UNARY_FUNCTIONS[function].scalar is None else 3.0
+    return ElementUnary(function=function, scalar=scalar)
 
 
 IMAGE = (TensorSpec((4, 4, 8, 8)),)
@@ -101,14 +112,25 @@ CASES: tuple[TileCase, ...] = (
     TileCase("element_binary add", ElementBinary(BinaryOp.ADD), (TensorSpec((4, 6)),) * 2),
     TileCase("element_binary subtract", ElementBinary(BinaryOp.SUBTRACT), (TensorSpec((4, 6)),) * 2),
     TileCase("element_binary multiply", ElementBinary(BinaryOp.MULTIPLY), (TensorSpec((4, 6)),) * 2, (2, 3), (1, 2)),
+    TileCase("element_binary divide", ElementBinary(BinaryOp.DIVIDE), (TensorSpec((4, 6)),) * 2),
+    TileCase("element_binary max", ElementBinary(BinaryOp.MAX), (TensorSpec((4, 6)),) * 2, (2, 3), (1, 2)),
+    TileCase("element_binary min", ElementBinary(BinaryOp.MIN), (TensorSpec((4, 6)),) * 2),
     *(
         TileCase(f"element_unary {mode.value}", ElementUnary(mode), SEQ)
         for mode in ActiMode
     ),
+    # rsqrt is NaN on the normal inputs' negative half: its case draws positive ones
+    *(
+        TileCase(f"element_unary {function.value}", _function(function), SEQ, (2, 1, 2), (1, 0, 1))
+        for function in UnaryFunction if function is not UnaryFunction.RSQRT
+    ),
+    TileCase("element_unary rsqrt", _function(UnaryFunction.RSQRT), (TensorSpec((4, 6)),), positive=True),
     TileCase("dropout", Dropout(0.3, seed=5), SEQ),
     TileCase("dropout tile", Dropout(0.5, seed=11), SEQ, (2, 2, 3), (1, 0, 2)),
     TileCase("mean", Mean((2,)), SEQ),
     TileCase("mean keepdims", Mean((1, 2), keepdims=True), IMAGE, (2, 1, 1, 1), (1, 0, 0, 0)),
+    TileCase("reduce_sum", ReduceSum((1,)), SEQ, (2, 3), (1, 2)),
+    TileCase("reduce_sum keepdims", ReduceSum((2, 3), keepdims=True), IMAGE),
     TileCase("reshape", Reshape((4, 12, 2)), SEQ, (2, 1, 1), (1, 0, 0)),
     TileCase("transpose", Transpose((0, 2, 1)), SEQ),
     TileCase("transpose 4d tile", Transpose((0, 3, 1, 2)), IMAGE, (2, 2, 1, 2), (1, 0, 0, 1)),
@@ -137,7 +159,9 @@ def tile_data(case: TileCase, seed: int = 0) -> TileData:
     whole_inputs = []
     for spec in sig.inputs:
         if spec.dtype.is_float:
-            whole_inputs.append(_float32_values(rng.standard_normal(spec.shape)))
+            values = rng.standard_normal(spec.shape)
+            values = np.abs(values) + 0.5 if case.positive else values
+            whole_inputs.append(_float32_values(values))
         else:
             high = getattr(case.op, "num_embeddings", 10)
             whole_inputs.append(rng.integers(0, high, spec.shape).astype(spec.dtype.value))

@@ -14,6 +14,7 @@ from flexflow.gpu.errors import UnsupportedTileError
 from flexflow.gpu.nvrtc import Arg, grid_for, launch
 from flexflow.gpu.sources import ELEMENTWISE, LAYOUT
 from flexflow.ops.activations import ACTIVATIONS, ActiMode
+from flexflow.ops.unary_functions import UnaryFunction
 
 SUFFIX = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64"}
 """Kernel name suffix of each element type."""
@@ -183,7 +184,45 @@ def activation_backward(
     return dx
 
 
-BINARY_CODES = {"add": 0, "subtract": 1, "multiply": 2}
+FUNCTION_CODES: dict[UnaryFunction, int] = {function: code for code, function in enumerate(
+    (UnaryFunction.EXP, UnaryFunction.SIN, UnaryFunction.COS, UnaryFunction.POW,
+     UnaryFunction.RSQRT, UnaryFunction.SCALAR_MULTIPLY, UnaryFunction.SCALAR_ADD,
+     UnaryFunction.SCALAR_SUB, UnaryFunction.SCALAR_TRUE_DIVIDE)
+)}  # fmt: skip
+"""The `FN_*` codes of sources.ELEMENTWISE, one per function of `flexflow.ops.UNARY_FUNCTIONS`."""
+
+
+def function_forward(gpu: Gpu, function: UnaryFunction, scalar: float, x: DeviceArray):
+    """function(x, scalar) as a new array (`UNARY_FUNCTIONS[function].forward`)."""
+    require_contiguous("function_forward", x)
+    y = gpu.empty(x.shape)
+    if x.size:
+        launch(
+            gpu, ELEMENTWISE, "function_forward", grid_for(x.size),
+            [Arg.ptr(y.ptr), Arg.ptr(x.ptr), Arg.i64(x.size), Arg.i64(FUNCTION_CODES[function]),
+             Arg.f64(scalar)],
+        )  # fmt: skip
+    return y
+
+
+def function_backward(
+    gpu: Gpu, function: UnaryFunction, scalar: float, x: DeviceArray, y: DeviceArray,
+    dy: DeviceArray,
+) -> DeviceArray:  # fmt: skip
+    """dL/dx of y = function(x, scalar) (`UNARY_FUNCTIONS[function].grad(x, y, dy, scalar)`)."""
+    require_contiguous("function_backward", x, y, dy)
+    dx = gpu.empty(x.shape)
+    if x.size:
+        launch(
+            gpu, ELEMENTWISE, "function_backward", grid_for(x.size),
+            [Arg.ptr(dx.ptr), Arg.ptr(x.ptr), Arg.ptr(y.ptr), Arg.ptr(dy.ptr), Arg.i64(x.size),
+             Arg.i64(FUNCTION_CODES[function]), Arg.f64(scalar)],
+        )  # fmt: skip
+    return dx
+
+
+BINARY_CODES = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3, "max": 4, "min": 5}
+"""The `BINARY_*` codes of sources.ELEMENTWISE, by `BinaryOp` value."""
 
 
 def binary(gpu: Gpu, op: str, a: DeviceArray, b: DeviceArray) -> DeviceArray:
@@ -202,3 +241,18 @@ def binary(gpu: Gpu, op: str, a: DeviceArray, b: DeviceArray) -> DeviceArray:
              Arg.dims(b.element_strides), Arg.i64(BINARY_CODES[op])],
         )  # fmt: skip
     return out
+
+
+def binary_backward(
+    gpu: Gpu, op: str, a: DeviceArray, b: DeviceArray, dz: DeviceArray
+) -> tuple[DeviceArray, DeviceArray]:
+    """(dL/da, dL/db) of a (op) b for divide, max and min (`BINARY_RULES[op].grads`)."""
+    require_contiguous(f"binary_backward {op}", a, b, dz)
+    da, db = gpu.empty(a.shape), gpu.empty(a.shape)
+    if a.size:
+        launch(
+            gpu, ELEMENTWISE, "binary_backward", grid_for(a.size),
+            [Arg.ptr(da.ptr), Arg.ptr(db.ptr), Arg.ptr(a.ptr), Arg.ptr(b.ptr), Arg.ptr(dz.ptr),
+             Arg.i64(a.size), Arg.i64(BINARY_CODES[op])],
+        )  # fmt: skip
+    return da, db

@@ -4,7 +4,7 @@ Each source is compiled once per process (see `nvrtc.py`). Every kernel is `exte
 name is the symbol), takes sizes as `long long`, loops grid-stride over its elements, and reads
 shapes and strides through the by-value `Dims` struct. Sums accumulate in double. The math
 follows the numpy references in `flexflow.ops` formula by formula (sigmoid as
-0.5 * (1 + tanh(x / 2)), GELU's tanh approximation, ELU with alpha 1).
+0.5 * (1 + tanh(x / 2)), GELU's tanh approximation, ELU with alpha 1, rsqrt as 1 / sqrt(x)).
 """
 
 from __future__ import annotations
@@ -181,16 +181,102 @@ extern "C" __global__ void activation_backward(float *dx, const float *x, const 
   GRID_STRIDE_LOOP(i, n) dx[i] = act_grad(mode, x[i], y[i], dy[i]);
 }
 
-// out = a (op) b with broadcasting: a and b are read through their own strides (0 = broadcast).
+// FlexFlow's other element-wise functions, in the order of flexflow.gpu.prims.FUNCTION_CODES;
+// s is the scalar (pow's exponent, the scalar_* operand), as flexflow.ops.unary_functions.
+#define FN_EXP 0
+#define FN_SIN 1
+#define FN_COS 2
+#define FN_POW 3
+#define FN_RSQRT 4
+#define FN_SCALAR_MULTIPLY 5
+#define FN_SCALAR_ADD 6
+#define FN_SCALAR_SUB 7
+#define FN_SCALAR_TRUE_DIVIDE 8
+
+__device__ float fn_forward(long long fn, float x, float s) {
+  switch (fn) {
+    case FN_EXP: return expf(x);
+    case FN_SIN: return sinf(x);
+    case FN_COS: return cosf(x);
+    case FN_POW: return powf(x, s);
+    case FN_RSQRT: return 1.0f / sqrtf(x);  // inf at 0, NaN below (rsqrtf is approximate)
+    case FN_SCALAR_MULTIPLY: return x * s;
+    case FN_SCALAR_ADD: return x + s;
+    case FN_SCALAR_SUB: return x - s;
+    default: return x / s;  // FN_SCALAR_TRUE_DIVIDE
+  }
+}
+
+// dL/dx from the input x, the output y = fn(x, s) and dL/dy.
+__device__ float fn_grad(long long fn, float x, float y, float dy, float s) {
+  switch (fn) {
+    case FN_EXP: return dy * y;
+    case FN_SIN: return dy * cosf(x);
+    case FN_COS: return -dy * sinf(x);
+    case FN_POW: return s == 0.0f ? 0.0f : dy * (s * powf(x, s - 1.0f));  // x^0: constant
+    case FN_RSQRT: return -0.5f * dy * y * y * y;
+    case FN_SCALAR_MULTIPLY: return dy * s;
+    case FN_SCALAR_ADD: return dy;
+    case FN_SCALAR_SUB: return dy;
+    default: return dy / s;  // FN_SCALAR_TRUE_DIVIDE
+  }
+}
+
+extern "C" __global__ void function_forward(float *y, const float *x, long long n, long long fn,
+                                            double s) {
+  GRID_STRIDE_LOOP(i, n) y[i] = fn_forward(fn, x[i], (float)s);
+}
+
+extern "C" __global__ void function_backward(float *dx, const float *x, const float *y,
+    const float *dy, long long n, long long fn, double s) {
+  GRID_STRIDE_LOOP(i, n) dx[i] = fn_grad(fn, x[i], y[i], dy[i], (float)s);
+}
+
+// Binary ops, in the order of flexflow.gpu.prims.BINARY_CODES.
 #define BINARY_ADD 0
 #define BINARY_SUBTRACT 1
 #define BINARY_MULTIPLY 2
+#define BINARY_DIVIDE 3
+#define BINARY_MAX 4
+#define BINARY_MIN 5
+
+__device__ float binary_op(long long op, float x, float y) {
+  switch (op) {
+    case BINARY_ADD: return x + y;
+    case BINARY_SUBTRACT: return x - y;
+    case BINARY_MULTIPLY: return x * y;
+    case BINARY_DIVIDE: return x / y;
+    // NaN from either input, as numpy's maximum and minimum (fmaxf drops it)
+    case BINARY_MAX: return (isnan(x) || x >= y) ? x : y;
+    default: return (isnan(x) || x <= y) ? x : y;  // BINARY_MIN
+  }
+}
+
+// out = a (op) b with broadcasting: a and b are read through their own strides (0 = broadcast).
 extern "C" __global__ void binary(float *out, const float *a, const float *b, long long n,
     long long rank, Dims shape, Dims a_strides, Dims b_strides, long long op) {
   GRID_STRIDE_LOOP(i, n) {
     float x = a[strided_offset(i, rank, shape, a_strides)];
     float y = b[strided_offset(i, rank, shape, b_strides)];
-    out[i] = op == BINARY_ADD ? x + y : op == BINARY_SUBTRACT ? x - y : x * y;
+    out[i] = binary_op(op, x, y);
+  }
+}
+
+// dL/da and dL/db of out = a (op) b for divide, max and min, on row-major a, b and dz. Ties of
+// max and min send dz to a alone, as flexflow.ops.element_binary.
+extern "C" __global__ void binary_backward(float *da, float *db, const float *a, const float *b,
+                                           const float *dz, long long n, long long op) {
+  GRID_STRIDE_LOOP(i, n) {
+    float x = a[i], y = b[i], g = dz[i];
+    if (op == BINARY_DIVIDE) {
+      float d = g / y;
+      da[i] = d;
+      db[i] = -d * x / y;
+    } else {
+      bool first = op == BINARY_MAX ? x >= y : x <= y;
+      da[i] = first ? g : 0.0f;
+      db[i] = first ? 0.0f : g;
+    }
   }
 }
 

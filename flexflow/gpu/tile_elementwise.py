@@ -19,12 +19,16 @@ Arrays = tuple[DeviceArray, ...]
 
 # ---- element_unary ------------------------------------------------------------------------------
 def unary_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
+    if op.function is not None:  # exp, pow, scalar_add, ...
+        return (prims.function_forward(gpu, op.function, op._scalar, inputs[0]),)
     return (prims.activation_forward(gpu, op.activation, inputs[0]),)
 
 
 def unary_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
-    dx = prims.activation_backward(gpu, op.activation, inputs[0], outputs[0], grad_outputs[0])
-    return (dx,), ()
+    x, y, dy = inputs[0], outputs[0], grad_outputs[0]
+    if op.function is not None:
+        return (prims.function_backward(gpu, op.function, op._scalar, x, y, dy),), ()
+    return (prims.activation_backward(gpu, op.activation, x, y, dy),), ()
 
 
 # ---- element_binary -----------------------------------------------------------------------------
@@ -36,6 +40,8 @@ def binary_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_ou
     x, y = inputs
     (dz,) = grad_outputs
     kind = op.op_type.value
+    if kind in ("divide", "max", "min"):  # one kernel reads x, y and dz together
+        return prims.binary_backward(gpu, kind, x, y, dz), ()
     if kind == "multiply":
         return (prims.binary(gpu, "multiply", dz, y), prims.binary(gpu, "multiply", dz, x)), ()
     dx = prims.copy(gpu, gpu.empty(dz.shape), dz)

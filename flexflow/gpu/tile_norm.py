@@ -1,5 +1,5 @@
 """GPU tiles of the normalizing and reducing ops: batch_norm (with shared statistics), layer_norm,
-softmax (cuDNN) and mean.
+softmax (cuDNN), mean and reduce_sum.
 
 Batch norm mirrors the reference's two protocols: `forward_tile`/`backward_tile` normalize a
 tile by its own statistics, and the `*_with_statistics` functions take the per-channel float64
@@ -185,23 +185,41 @@ def softmax_grad(
 
 
 # ---- mean ---------------------------------------------------------------------------------------
-def mean_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
-    (x,) = inputs
+def _reduced(op, x: DeviceArray, average: bool) -> tuple[tuple[int, ...], float]:
+    """The axes `op` (mean or reduce_sum) reduces, and the scale of its sum: 1 / count or 1."""
     reduced = op.reduced_axes(x.shape)
     count = math.prod(x.shape[a] for a in reduced)
+    return reduced, (1.0 / count if count else 0.0) if average else 1.0
+
+
+def _reduce_forward(gpu: Gpu, op, x: DeviceArray, average: bool) -> Arrays:
+    reduced, scale = _reduced(op, x, average)
     out_shape = tuple(
         1 if a in reduced else s for a, s in enumerate(x.shape) if op.keepdims or a not in reduced
     )
-    out = prims.reduce_sum(gpu, x, reduced, scale=1.0 / count if count else 0.0)
-    return (out.reshape(out_shape),)
+    return (prims.reduce_sum(gpu, x, reduced, scale=scale).reshape(out_shape),)
 
 
-def mean_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
-    (x,), (dy,) = inputs, grad_outputs
-    reduced = op.reduced_axes(x.shape)
-    count = math.prod(x.shape[a] for a in reduced)
+def _reduce_backward(gpu: Gpu, op, x: DeviceArray, dy: DeviceArray, average: bool):
+    reduced, scale = _reduced(op, x, average)
     kept = [a for a in range(x.ndim) if a not in reduced]
     dy_kept = dy.reshape([x.shape[a] for a in kept])  # keepdims' size-1 dims dropped
     dx = gpu.empty(x.shape)
-    prims.copy(gpu, dx, prims.broadcast_view(dy_kept, x.shape, kept), alpha=1.0 / count)
+    prims.copy(gpu, dx, prims.broadcast_view(dy_kept, x.shape, kept), alpha=scale)
     return (dx,), ()
+
+
+def mean_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
+    return _reduce_forward(gpu, op, inputs[0], average=True)
+
+
+def mean_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
+    return _reduce_backward(gpu, op, inputs[0], grad_outputs[0], average=True)
+
+
+def reduce_sum_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
+    return _reduce_forward(gpu, op, inputs[0], average=False)
+
+
+def reduce_sum_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
+    return _reduce_backward(gpu, op, inputs[0], grad_outputs[0], average=False)

@@ -57,6 +57,7 @@ GPU_TILES: dict[str, GpuTile] = {
         linear.attention_forward, linear.attention_backward, CUBLAS + ("cudnn",)
     ),
     "pool2d": GpuTile(window.pool2d_forward, window.pool2d_backward, CUDNN),
+    "reduce_sum": GpuTile(norm.reduce_sum_forward, norm.reduce_sum_backward, NVRTC),
     "reshape": GpuTile(shape.reshape_forward, shape.reshape_backward, NVRTC),
     "softmax": GpuTile(norm.softmax_forward, norm.softmax_backward, CUDNN),
     "split": GpuTile(shape.split_forward, shape.split_backward, NVRTC),

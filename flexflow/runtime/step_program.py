@@ -227,10 +227,14 @@ def _elementwise_op(step: OpStep, op, reads, x_shape, y_shape) -> ProgramOp | No
     """An activation of its own, an element-wise binary op, a layer norm, a split in two, a mean
     over adjacent axes or a concatenation, on any tile (each reads its inputs' tiles whole)."""
     if isinstance(op, ElementUnary):
+        if op.function is not None:
+            return None  # exp, pow, ...: native/step.c computes activations only
         elements = int(np.prod(y_shape, dtype=np.int64))
         code = ACTIVATION_CODES[op.activation]
         return ProgramOp(lib.FF_STEP_UNARY, code, (elements, 0, 0, 0), step, reads)
     if isinstance(op, ElementBinary):
+        if op.op_type not in BINARY_CODES:
+            return None  # divide, max, min: not among native/step.c's binary ops
         elements = int(np.prod(y_shape, dtype=np.int64))
         return ProgramOp(lib.FF_STEP_BINARY, 0, (elements, 0, 0, BINARY_CODES[op.op_type]), step,
                          reads)  # fmt: skip

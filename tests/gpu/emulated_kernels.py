@@ -12,6 +12,8 @@ import numpy as np
 
 from flexflow.ops.activations import ACTIVATIONS, ActiMode
 from flexflow.ops.dropout import _mix64
+from flexflow.ops.element_binary import BINARY_RULES, BinaryOp
+from flexflow.ops.unary_functions import UNARY_FUNCTIONS, UnaryFunction
 
 
 # ---- kernel emulations --------------------------------------------------------------------------
@@ -85,10 +87,32 @@ def activation_backward(gpu, name, dx, x, y, dy, n, mode):
     gpu.memory(dx, "float32")[:n] = ACTIVATIONS[_MODES[mode]].grad(*f)
 
 
+_FUNCTIONS = list(UnaryFunction)  # in FN_* order (checked by a test against prims.FUNCTION_CODES)
+
+
+def function_forward(gpu, name, y, x, n, fn, s):
+    rule = UNARY_FUNCTIONS[_FUNCTIONS[fn]]
+    gpu.memory(y, "float32")[:n] = rule.forward(gpu.memory(x, "float32")[:n], np.float32(s))
+
+
+def function_backward(gpu, name, dx, x, y, dy, n, fn, s):
+    f = [gpu.memory(a, "float32")[:n] for a in (x, y, dy)]
+    gpu.memory(dx, "float32")[:n] = UNARY_FUNCTIONS[_FUNCTIONS[fn]].grad(*f, np.float32(s))
+
+
+_BINARY = list(BinaryOp)  # in BINARY_* order (checked by a test against prims.BINARY_CODES)
+
+
 def binary(gpu, name, out, a, b, n, rank, shape, a_strides, b_strides, op):
     x = gpu.memory(a, "float32")[_offsets(n, rank, shape, a_strides)]
     y = gpu.memory(b, "float32")[_offsets(n, rank, shape, b_strides)]
-    gpu.memory(out, "float32")[:n] = (x + y, x - y, x * y)[op]
+    gpu.memory(out, "float32")[:n] = BINARY_RULES[_BINARY[op]].forward(x, y)
+
+
+def binary_backward(gpu, name, da, db, a, b, dz, n, op):
+    x, y, g = (gpu.memory(p, "float32")[:n] for p in (a, b, dz))
+    gx, gy = BINARY_RULES[_BINARY[op]].grads(x, y, g)
+    gpu.memory(da, "float32")[:n], gpu.memory(db, "float32")[:n] = gx, gy
 
 
 def dropout_apply(gpu, name, y, x, n, rank, tile, start, full, key, rate, scale):
@@ -328,7 +352,10 @@ KERNELS: dict[str, Callable] = {
     "cast_f64": cast,  # cast_f64_f32: the suffix rule strips its "_f32"
     "activation_forward": activation_forward,
     "activation_backward": activation_backward,
+    "function_forward": function_forward,
+    "function_backward": function_backward,
     "binary": binary,
+    "binary_backward": binary_backward,
     "dropout_apply": dropout_apply,
     "lstm_forward": lstm_forward,
     "lstm_backward": lstm_backward,

@@ -27,6 +27,8 @@ from flexflow.gpu import (
 from flexflow.gpu.blas import gemm
 from flexflow.gpu.cases import CASES
 from flexflow.ops import ActiMode
+from flexflow.ops.element_binary import BinaryOp
+from flexflow.ops.unary_functions import UnaryFunction
 
 from .emulator import KERNELS, LAUNCHED, HostCublas, HostCudnn, HostGpu, make_launch
 
@@ -106,6 +108,11 @@ def test_every_check_runs_on_the_references_without_the_c_kernels(host, unbuilt)
 
 def test_activation_codes_follow_the_emulated_order():
     assert [prims.ACTIVATION_CODES[mode] for mode in ActiMode] == list(range(len(ActiMode)))
+
+
+def test_function_and_binary_codes_follow_the_emulated_order():
+    assert [prims.FUNCTION_CODES[f] for f in UnaryFunction] == list(range(len(UnaryFunction)))
+    assert [prims.BINARY_CODES[op.value] for op in BinaryOp] == list(range(len(BinaryOp)))
 
 
 @pytest.mark.parametrize("trans_a", [False, True])

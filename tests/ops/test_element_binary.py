@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flexflow.errors import ShapeError
 from flexflow.ops import DimKind, DType, TensorSpec
@@ -14,6 +16,9 @@ REFERENCE = {
     BinaryOp.ADD: lambda x, y: x + y,
     BinaryOp.SUBTRACT: lambda x, y: x - y,
     BinaryOp.MULTIPLY: lambda x, y: x * y,
+    BinaryOp.DIVIDE: lambda x, y: x / y,
+    BinaryOp.MAX: lambda x, y: np.where(x > y, x, y),
+    BinaryOp.MIN: lambda x, y: np.where(x < y, x, y),
 }
 
 
@@ -35,8 +40,9 @@ def test_rank_one_is_just_samples():
 
 @pytest.mark.parametrize(
     "op_type, backward_per_element",
-    [(BinaryOp.ADD, 0), (BinaryOp.SUBTRACT, 1), (BinaryOp.MULTIPLY, 2)],
-)
+    [(BinaryOp.ADD, 0), (BinaryOp.SUBTRACT, 1), (BinaryOp.MULTIPLY, 2), (BinaryOp.DIVIDE, 4),
+     (BinaryOp.MAX, 2), (BinaryOp.MIN, 2)],
+)  # fmt: skip
 def test_flops(op_type, backward_per_element):
     op = ElementBinary(op_type)
     sig = op.infer("e", [TensorSpec((4, 6))] * 2)
@@ -52,7 +58,46 @@ def test_flops(op_type, backward_per_element):
 def test_gradients(op_type, shape):
     op = ElementBinary(op_type)
     sig = op.infer("e", [TensorSpec(shape)] * 2)
-    assert_gradients(op, random_inputs(sig, np.random.default_rng(1)), [])
+    x, y = random_inputs(sig, np.random.default_rng(1))
+    if op_type is BinaryOp.DIVIDE:  # away from y = 0, where finite differences break down
+        y = np.where(y < 0, y - 0.5, y + 0.5)
+    assert_gradients(op, [x, y], [])
+
+
+@pytest.mark.parametrize("op_type, first", [(BinaryOp.MAX, np.greater_equal),
+                                            (BinaryOp.MIN, np.less_equal)])  # fmt: skip
+def test_max_and_min_send_the_gradient_to_the_chosen_input_ties_to_x(op_type, first):
+    x = np.array([[1.0, 2.0, 3.0, -1.0]])
+    y = np.array([[2.0, 2.0, 1.0, -1.0]])  # x below, tied, above, tied
+    dz = np.array([[10.0, 20.0, 30.0, 40.0]])
+    (z,) = ElementBinary(op_type).forward([x, y], [])
+    (dx, dy), _ = ElementBinary(op_type).backward([x, y], [], [z], [dz])
+    np.testing.assert_array_equal(dx, np.where(first(x, y), dz, 0.0))
+    np.testing.assert_array_equal(dy, np.where(first(x, y), 0.0, dz))
+    np.testing.assert_array_equal(dx + dy, dz)  # a tie counts dz once (FlexFlow's: twice)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    op_type=st.sampled_from([BinaryOp.MAX, BinaryOp.MIN]),
+    pairs=st.lists(st.tuples(st.integers(-3, 3), st.integers(-3, 3)), min_size=1, max_size=8),
+)
+def test_max_and_min_gradients_sum_to_dz_and_follow_the_output(op_type, pairs):
+    """Small integers tie often: every element's dz goes to exactly one input, one whose value
+    is the output's."""
+    x = np.array([[float(a) for a, _ in pairs]])
+    y = np.array([[float(b) for _, b in pairs]])
+    dz = np.arange(1.0, x.size + 1).reshape(x.shape)
+    (z,) = ElementBinary(op_type).forward([x, y], [])
+    (dx, dy), _ = ElementBinary(op_type).backward([x, y], [], [z], [dz])
+    np.testing.assert_array_equal(dx + dy, dz)
+    assert np.all(np.where(dx != 0, x, y) == z)
+
+
+def test_divide_by_zero_is_inf_as_flexflows():
+    with np.errstate(divide="ignore"):
+        (z,) = ElementBinary(BinaryOp.DIVIDE).forward([np.ones((1, 2)), np.zeros((1, 2))], [])
+    assert np.all(np.isinf(z))
 
 
 @pytest.mark.parametrize("op_type", list(BinaryOp))
@@ -100,3 +145,13 @@ def test_regions_are_sufficient(op_type):
 def test_shape_errors(inputs, match):
     with pytest.raises(ShapeError, match=match):
         ElementBinary(BinaryOp.ADD).infer("e", inputs)
+
+
+@pytest.mark.parametrize("op_type", [BinaryOp.DIVIDE, BinaryOp.MAX, BinaryOp.MIN])
+def test_divide_max_min_name_themselves_in_shape_errors(op_type):
+    match = (
+        rf"element_binary 'e' \({op_type.value}\): inputs must have identical shapes, got "
+        r"\(4, 3\) and \(4, 3, 1\); broadcasting is not supported"
+    )
+    with pytest.raises(ShapeError, match=match):
+        ElementBinary(op_type).infer("e", [TensorSpec((4, 3)), TensorSpec((4, 3, 1))])
