@@ -245,9 +245,8 @@ def print_layers(model: FFModel, layer_id: int = -1) -> None:
 
 
 NOT_OFFERED_LAYERS = frozenset(
-    ("exp", "sin", "cos", "pow", "rsqrt", "divide", "max", "min", "reduce_sum", "identity",
-     "reverse", "gather", "argmax", "arg_top_k", "beam_top_k", "sampling", "scalar_multiply",
-     "scalar_add", "scalar_sub", "scalar_true_divide", "rms_norm", "residual_rms_norm",
+    ("reverse", "gather", "argmax", "arg_top_k", "beam_top_k", "sampling", "rms_norm",
+     "residual_rms_norm",
      "residual_layer_norm", "add_bias_residual_layer_norm", "sigmoid_silu_multi",
      "inc_multihead_self_attention", "spec_inc_multihead_self_attention",
      "inc_multihead_self_attention_verify", "inc_multiquery_self_attention",
@@ -255,8 +254,8 @@ NOT_OFFERED_LAYERS = frozenset(
      "add_lora_layer", "create_constant", "map_tensor", "add_layer", "generate",
      "generate_inf_only", "set_position_offset", "set_transformer_layer_id")
 )  # fmt: skip
-"""FlexFlow's FFModel methods this API does not offer: its other element-wise and reduction
-layers, and its LLM-serving (incremental decoding) API."""
+"""FlexFlow's FFModel methods this API does not offer: reverse, gather, the arg/top-k and
+sampling layers, its fused normalizations, and its LLM-serving (incremental decoding) API."""
 
 
 def not_offered(name: str) -> NotOfferedError:

@@ -26,7 +26,7 @@ from flexflow.errors import GraphError, NotOfferedError, ShapeError
 from flexflow.flexflow_arguments import flexflow_only as _flexflow_only
 from flexflow.graph import GraphTensor, OperatorGraph, OpNode, Parameter
 from flexflow.ops import ActiMode, DType, Op, TensorSpec
-from flexflow.ops.base import is_int, python_scalars
+from flexflow.ops.base import is_int, is_real, python_scalars
 from flexflow.ops.batch_matmul import BatchMatmul
 from flexflow.ops.batch_norm import BatchNorm
 from flexflow.ops.concat import Concat
@@ -42,11 +42,13 @@ from flexflow.ops.lstm import LSTM
 from flexflow.ops.mean import Mean
 from flexflow.ops.multihead_attention import MultiHeadAttention
 from flexflow.ops.pool2d import Pool2D, PoolType
+from flexflow.ops.reduce_sum import ReduceSum
 from flexflow.ops.reshape import Reshape
 from flexflow.ops.softmax import Softmax
 from flexflow.ops.split import Split
 from flexflow.ops.stack import Stack
 from flexflow.ops.transpose import Transpose
+from flexflow.ops.unary_functions import UnaryFunction
 
 _FLEXFLOW_TENSOR_ACCESS = frozenset(
     ("set_tensor", "get_tensor", "attach_numpy_array", "detach_numpy_array", "inline_map",
@@ -510,6 +512,81 @@ class LayerAPI:
         _flexflow_only("multiply", name, inplace_a=inplace_a)
         return self._layer(ElementBinary(BinaryOp.MULTIPLY), [x, y], name)
 
+    def divide(
+        self, x: Tensor, y: Tensor, inplace_a: bool = False, name: str | None = None
+    ) -> Tensor:
+        """x / y element by element (a zero in y gives inf or NaN there, as FlexFlow's)."""
+        _flexflow_only("divide", name, inplace_a=inplace_a)
+        return self._layer(ElementBinary(BinaryOp.DIVIDE), [x, y], name)
+
+    def max(self, x: Tensor, y: Tensor, inplace_a: bool = False, name: str | None = None) -> Tensor:
+        """The larger of x and y element by element; the gradient goes to the one chosen, to
+        x where they are equal."""
+        _flexflow_only("max", name, inplace_a=inplace_a)
+        return self._layer(ElementBinary(BinaryOp.MAX), [x, y], name)
+
+    def min(self, x: Tensor, y: Tensor, inplace_a: bool = False, name: str | None = None) -> Tensor:
+        """The smaller of x and y element by element; the gradient goes to the one chosen, to
+        x where they are equal."""
+        _flexflow_only("min", name, inplace_a=inplace_a)
+        return self._layer(ElementBinary(BinaryOp.MIN), [x, y], name)
+
+    def _function(
+        self, function: UnaryFunction, x: Tensor, name: str | None, scalar: object = None
+    ) -> Tensor:
+        """One of FlexFlow's element-wise functions (`flexflow.ops.unary_functions`); a
+        number as `scalar` is taken as a float, anything else is refused by the op."""
+        scalar = float(scalar) if is_real(scalar) else scalar
+        return self._layer(ElementUnary(function=function, scalar=scalar), [x], name)
+
+    def exp(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self._function(UnaryFunction.EXP, x, name)
+
+    def sin(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self._function(UnaryFunction.SIN, x, name)
+
+    def cos(self, x: Tensor, name: str | None = None) -> Tensor:
+        return self._function(UnaryFunction.COS, x, name)
+
+    def pow(self, input: Tensor, exponent: float, name: str | None = None) -> Tensor:
+        """input ** exponent element by element (NaN where a negative input meets a
+        non-integer exponent, as FlexFlow's powf)."""
+        return self._function(UnaryFunction.POW, input, name, exponent)
+
+    def rsqrt(self, input: Tensor, name: str | None = None) -> Tensor:
+        """1 / sqrt(input) element by element: inf where the input is 0, NaN below."""
+        return self._function(UnaryFunction.RSQRT, input, name)
+
+    def scalar_multiply(
+        self, input: Tensor, scalar: float, inplace: bool = True, name: str | None = None
+    ) -> Tensor:
+        _flexflow_only("scalar_multiply", name, inplace=inplace)
+        return self._function(UnaryFunction.SCALAR_MULTIPLY, input, name, scalar)
+
+    def scalar_add(
+        self, input: Tensor, scalar: float, inplace: bool = True, name: str | None = None
+    ) -> Tensor:
+        _flexflow_only("scalar_add", name, inplace=inplace)
+        return self._function(UnaryFunction.SCALAR_ADD, input, name, scalar)
+
+    def scalar_sub(
+        self, input: Tensor, scalar: float, inplace: bool = True, name: str | None = None
+    ) -> Tensor:
+        """input - scalar."""
+        _flexflow_only("scalar_sub", name, inplace=inplace)
+        return self._function(UnaryFunction.SCALAR_SUB, input, name, scalar)
+
+    def scalar_true_divide(
+        self, input: Tensor, scalar: float, inplace: bool = True, name: str | None = None
+    ) -> Tensor:
+        """input / scalar (a scalar of 0 is refused)."""
+        _flexflow_only("scalar_true_divide", name, inplace=inplace)
+        return self._function(UnaryFunction.SCALAR_TRUE_DIVIDE, input, name, scalar)
+
+    def identity(self, input: Tensor, name: str | None = None) -> Tensor:
+        """A copy of input (an element_unary of no activation)."""
+        return self._layer(ElementUnary(ActiMode.AC_MODE_NONE), [input], name)
+
     def relu(self, input: Tensor, inplace: bool = True, name: str | None = None) -> Tensor:
         _flexflow_only("relu", name, inplace=inplace)
         return self._layer(ElementUnary(ActiMode.AC_MODE_RELU), [input], name)
@@ -564,7 +641,27 @@ class LayerAPI:
     def mean(
         self, input: Tensor, dims: Sequence[int], keepdims: bool = False, name: str | None = None
     ) -> Tensor:
-        return self._layer(Mean(tuple(dims), keepdims), [input], name)
+        return self._layer(Mean(_axes("mean", dims, name), keepdims), [input], name)
+
+    def reduce_sum(
+        self, input: Tensor, axes: Sequence[int], keepdims: bool = False, name: str | None = None
+    ) -> Tensor:
+        """The sum over `axes` (not the sample's); `keepdims` leaves them as size 1."""
+        return self._layer(ReduceSum(_axes("reduce_sum", axes, name), keepdims), [input], name)
+
+
+def _axes(kind: str, axes: object, name: str | None) -> tuple:
+    """`axes` as a tuple: a single integer is one axis; a string or a non-sequence is refused
+    here (tuple() would split a string into letters)."""
+    if is_int(axes):
+        return (axes,)
+    if isinstance(axes, str) or np.ndim(axes) != 1:
+        layer = kind if name is None else f"{kind} '{name}'"
+        raise ShapeError(
+            f"{layer}: the dimensions to reduce must be a list of integers, got {axes!r}; pass "
+            "e.g. [1, 2]."
+        )
+    return tuple(axes)
 
 
 _GRAPH_STATE = ("_tensors", "_ops", "_params", "_counters", "_names", "_next_tensor",
@@ -597,8 +694,9 @@ def _copied(value):
 LAYER_METHODS = (
     "create_tensor", "conv2d", "pool2d", "dense", "embedding", "lstm", "multihead_attention",
     "batch_matmul", "concat", "split", "flat", "reshape", "transpose", "add", "subtract",
-    "multiply", "relu", "sigmoid", "tanh", "gelu", "elu", "softmax", "batch_norm", "layer_norm",
-    "dropout", "mean",
+    "multiply", "divide", "max", "min", "exp", "sin", "cos", "pow", "rsqrt", "scalar_multiply",
+    "scalar_add", "scalar_sub", "scalar_true_divide", "identity", "relu", "sigmoid", "tanh",
+    "gelu", "elu", "softmax", "batch_norm", "layer_norm", "dropout", "mean", "reduce_sum",
 )  # fmt: skip
 """The methods adding to the graph, each one step that succeeds or changes nothing."""
 for _name in LAYER_METHODS:
