@@ -1,0 +1,148 @@
+"""Run in a Legate process by test_elementwise.py: a small model of FlexFlow's element-wise and
+reduce_sum layers trained under several strategies against one device and the numpy reference
+(numerics_script's comparison), and FlexFlow's per-op script flow through flexflow.core
+(forward, then inline_map and get_array of the output), as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numerics_script  # (imports flexflow first, which prepares Legate)
+import numpy as np
+
+import flexflow  # noqa: F401  (first: prepares Legate)
+from flexflow import FFConfig, FFModel
+from flexflow.errors import FlexFlowError
+
+numerics_script.STRATEGIES = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+
+
+def elementwise() -> FFModel:
+    """Every new layer between two dense layers, on a (sample, length, features) sequence
+    whose attribute dims the random strategies split."""
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 3, 6), name="x")
+    h = model.scalar_multiply(model.dense(x, 8), 0.5)  # (8, 3, 8)
+    positive = model.scalar_add(model.pow(model.sin(h), 2.0), 1.0)  # sin^2 + 1 >= 1
+    a = model.max(model.rsqrt(positive), model.cos(h))
+    b = model.min(model.exp(model.scalar_true_divide(h, 2.0)), model.identity(a))
+    c = model.divide(model.scalar_sub(b, 0.25), positive)
+    total = model.reduce_sum(c, axes=[1])  # (8, 8)
+    model.dense(total, 4)
+    return model
+
+
+def kept(model: FFModel) -> FFModel:
+    """reduce_sum with keepdims into a dense layer over the kept size-1 dim's neighbours."""
+    x = model.create_tensor((8, 4, 6), name="x")
+    s = model.reduce_sum(model.exp(model.scalar_multiply(model.dense(x, 6), 0.1)), [1], True)
+    model.dense(model.flat(s), 3)  # (8, 1, 6) -> (8, 6) -> (8, 3)
+    return model
+
+
+def flexflow_op_flow() -> dict:
+    """FlexFlow's examples/python/native/ops scripts' flow (pow.py, reduce_sum.py, divide.py,
+    scalar_add.py, ...): build one layer, compile with their loss and metrics, feed the inputs
+    by data loaders, forward(), then read the output by inline_map and get_array."""
+    from flexflow.core import (
+        DataType,
+        FlexFlowConfig,
+        LossType,
+        MetricsType,
+        SGDOptimizer,
+        init_flexflow_runtime,
+    )
+    from flexflow.core import FFModel as CoreModel
+
+    init_flexflow_runtime()
+    config = FlexFlowConfig(batch_size=8)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((8, 5, 10, 10)).astype(np.float32)
+    y = rng.standard_normal((8, 5, 10, 10)).astype(np.float32)
+    y = np.where(np.abs(y) < 1e-3, 1.0, y).astype(np.float32)
+    layers = {
+        "pow": (lambda m, a, b: m.pow(a, 2.0, name="pow_layer"), lambda: x**2),
+        "reduce_sum": (lambda m, a, b: m.reduce_sum(a, axes=[1, 2], keepdims=False,
+                                                    name="reduce_sum_layer"),
+                       lambda: x.sum(axis=(1, 2))),
+        "reduce_sum_keepdims": (lambda m, a, b: m.reduce_sum(a, [3], True), lambda: x.sum(axis=3, keepdims=True)),
+        "divide": (lambda m, a, b: m.divide(a, b), lambda: x / y),
+        "max": (lambda m, a, b: m.max(a, b), lambda: np.maximum(x, y)),
+        "min": (lambda m, a, b: m.min(a, b), lambda: np.minimum(x, y)),
+        "exp": (lambda m, a, b: m.exp(a), lambda: np.exp(x)),
+        "sin": (lambda m, a, b: m.sin(a), lambda: np.sin(x)),
+        "cos": (lambda m, a, b: m.cos(a), lambda: np.cos(x)),
+        "rsqrt": (lambda m, a, b: m.rsqrt(m.scalar_add(m.pow(a, 2.0), 1.0)),
+                  lambda: 1 / np.sqrt(x**2 + 1)),
+        "identity": (lambda m, a, b: m.identity(a), lambda: x),
+        "scalar_multiply": (lambda m, a, b: m.scalar_multiply(a, 2.0, inplace=True, name="sm"), lambda: x * 2),
+        "scalar_add": (lambda m, a, b: m.scalar_add(a, 2.0, inplace=True, name="sa"), lambda: x + 2),
+        "scalar_sub": (lambda m, a, b: m.scalar_sub(a, 2.0, inplace=True, name="ss"), lambda: x - 2),
+        "scalar_true_divide": (lambda m, a, b: m.scalar_true_divide(a, 2.0, inplace=True, name="sd"), lambda: x / 2),
+    }  # fmt: skip
+    errors = {}
+    for name, (build, expected) in layers.items():
+        model = CoreModel(config)
+        first = model.create_tensor(x.shape, DataType.DT_FLOAT)
+        second = (
+            model.create_tensor(y.shape, DataType.DT_FLOAT)
+            if name in ("divide", "max", "min")
+            else None
+        )
+        out = build(model, first, second)
+        model.optimizer = SGDOptimizer(model, 0.001)
+        model.compile(
+            loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+            metrics=[MetricsType.METRICS_ACCURACY, MetricsType.METRICS_SPARSE_CATEGORICAL_CROSSENTROPY],
+        )  # fmt: skip
+        loaders = [model.create_data_loader(first, x)]
+        if second is not None:
+            loaders.append(model.create_data_loader(second, y))
+        model.init_layers()
+        for loader in loaders:
+            loader.reset()
+            loader.next_batch(model)
+        model.forward()
+        out.inline_map(model, config)
+        got = out.get_array(model, config)
+        out.inline_unmap(model, config)
+        want = expected()
+        errors[name] = {
+            "shape": list(got.shape),
+            "want_shape": list(want.shape),
+            "max_error": float(np.max(np.abs(got - want) / (1e-5 * np.abs(want) + 1e-5))),
+        }
+    return errors
+
+
+def refusals() -> dict:
+    """Bad arguments from a FlexFlow script: errors naming the layer (no Legate run needed,
+    but the messages are what a script under Legate prints)."""
+    from flexflow.core import DataType, FlexFlowConfig
+    from flexflow.core import FFModel as CoreModel
+
+    model = CoreModel(FlexFlowConfig(batch_size=8))
+    x = model.create_tensor([8, 5, 10, 10], DataType.DT_FLOAT)
+    said = {}
+    for name, call in {
+        "pow": lambda: model.pow(x, "2", name="pow_layer"),
+        "reduce_sum": lambda: model.reduce_sum(x, axes=[1, 4], name="reduce_sum_layer"),
+        "divide": lambda: model.divide(x, model.create_tensor([8, 5], DataType.DT_FLOAT)),
+    }.items():
+        try:
+            call()
+            said[name] = ""
+        except FlexFlowError as error:
+            said[name] = f"{type(error).__name__}: {error}"
+    return said
+
+
+if __name__ == "__main__":
+    report = {
+        "elementwise": numerics_script.run(elementwise),
+        "kept": numerics_script.run(lambda: kept(FFModel(FFConfig(batch_size=8)))),
+        "flexflow_ops": flexflow_op_flow(),
+        "refusals": refusals(),
+    }
+    print(json.dumps(report))

@@ -1,0 +1,61 @@
+"""FlexFlow's element-wise and reduce_sum layers under Legate (2 CPUs): a model of them trains
+under any strategy as on one device and as numpy does, and FlexFlow's per-op script flow
+(forward, then inline_map/get_array) reads what numpy computes (tests/runtime/elementwise_script.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.runtime.scripts import run_legate_script
+
+STRATEGIES = 4
+MODELS = ["elementwise", "kept"]
+
+pytestmark = pytest.mark.legate
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return run_legate_script("elementwise_script.py", str(STRATEGIES), timeout=900)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_one_device_matches_the_numpy_reference(report, model):
+    assert report[model]["single_vs_numpy_loss"] <= 1.0
+    assert report[model]["single_vs_numpy_weights"] <= 1.0
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_strategy_trains_like_one_device(report, model):
+    strategies = report[model]["strategies"]
+    assert len(strategies) == 3 + STRATEGIES  # one device, data parallel, mixed, random ones
+    failing = {name: r for name, r in strategies.items() if r["loss"] > 1.0 or r["weights"] > 1.0}
+    assert failing == {}
+    assert len(report[model]["splits"]) >= 3  # the random strategies split ops several ways
+
+
+def test_the_strategies_split_attribute_dims_too(report):
+    """Not only data parallelism: some op's tiles split a dim other than the sample."""
+    splits = [eval(degrees) for degrees in report["elementwise"]["splits"]]  # noqa: S307 (tuples)
+    assert any(max(degrees[1:], default=1) > 1 for degrees in splits)
+
+
+@pytest.mark.parametrize(
+    "layer",
+    ["pow", "reduce_sum", "reduce_sum_keepdims", "divide", "max", "min", "exp", "sin", "cos",
+     "rsqrt", "identity", "scalar_multiply", "scalar_add", "scalar_sub", "scalar_true_divide"],
+)  # fmt: skip
+def test_flexflows_op_script_flow_reads_numpys_values(report, layer):
+    result = report["flexflow_ops"][layer]
+    assert result["shape"] == result["want_shape"]
+    assert result["max_error"] <= 1.0
+
+
+def test_bad_arguments_from_a_flexflow_script_name_the_layer(report):
+    said = report["refusals"]
+    assert said["pow"].startswith("ShapeError: pow 'pow_layer' (input (8, 5, 10, 10)): exponent")
+    assert "reduce_sum 'reduce_sum_layer': axis 4 is out of range" in said["reduce_sum"]
+    assert (
+        "(divide): inputs must have identical shapes, got (8, 5, 10, 10) and (8, 5)"
+        in (said["divide"])
+    )
