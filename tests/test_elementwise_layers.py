@@ -124,3 +124,37 @@ def test_a_small_model_of_the_new_layers_computes_what_numpy_does():
     cv = np.exp(0.5 * bv) / (av + 1)
     expected = np.minimum(cv, bv).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(values[graph.ops[-1].outputs[0]], expected, rtol=1e-12)
+
+
+def test_a_graph_of_the_new_layers_is_priced_and_simulated_under_any_strategy():
+    from flexflow.cost import CostModel
+    from flexflow.machine import parse_machine
+    from flexflow.ops.base import full_region
+    from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
+    from flexflow.space import enumerate_configs
+    from flexflow.strategies import named_strategy
+
+    model = FFModel(FFConfig(batch_size=64))
+    x = model.create_tensor((64, 16, 32), name="x")
+    h = model.dense(x, 32)
+    a = model.exp(model.scalar_multiply(h, 0.1), name="e")
+    b = model.scalar_add(h, 1.0, name="s")
+    t = model.reduce_sum(model.divide(model.max(a, b), model.min(a, b)), [1], name="r")
+    model.dense(model.pow(t, 2.0), 8)
+    graph, machine, costs = model.graph(), parse_machine("p100:4"), CostModel()
+    gpu = machine.device(0)
+    priced = {
+        n: costs.task_time(graph.op(n), full_region(graph.op(n).sig.output_shape), gpu)
+        for n in ("e", "s", "r")
+    }
+    assert all(t.forward_s > 0 and t.backward_s > 0 for t in priced.values())
+    context = SimContext(graph, machine, costs)
+    for name in ("dp", "model", "random"):
+        strategy = named_strategy(name, graph, machine, seed=1)
+        delta = DeltaSimulator(TaskGraph(context, strategy))
+        assert delta.iteration_s == full_simulate(TaskGraph(context, strategy)).iteration_s > 0
+        op = [n.name for n in graph.ops].index("r")
+        space = enumerate_configs(graph.ops[op].sig, machine)
+        delta.change(op, space[-1])  # reduce_sum split another way: delta == full still
+        fresh = TaskGraph(context, strategy.replace(op, space[-1]))
+        assert delta.iteration_s == full_simulate(fresh).iteration_s
