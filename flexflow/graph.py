@@ -236,8 +236,13 @@ def _to_plain(value: Any) -> Any:
 
 
 def op_attributes(op: Op) -> dict[str, Any]:
-    """The hyperparameters of an op as JSON-ready values (enums by value, tuples as lists)."""
-    return {f.name: _to_plain(getattr(op, f.name)) for f in dataclasses.fields(op)}
+    """The hyperparameters of an op as JSON-ready values (enums by value, tuples as lists);
+    a field added later is left out at its default (`SAVED_AT_DEFAULT_ONLY_IF_SET`)."""
+    return {
+        f.name: _to_plain(getattr(op, f.name))
+        for f in dataclasses.fields(op)
+        if not (f.metadata.get("omit_at_default") and getattr(op, f.name) == f.default)
+    }
 
 
 def _from_plain(hint: Any, value: Any) -> Any:

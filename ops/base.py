@@ -30,6 +30,12 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
+SAVED_AT_DEFAULT_ONLY_IF_SET = {"omit_at_default": True}
+"""Field metadata of a hyperparameter added to an op kind after its ops were saved (graph
+files, measured profiles keyed by `op_attributes`): at its default it is left out of the
+attributes, so ops saved before still match (`dataclasses.field(default=...,
+metadata=SAVED_AT_DEFAULT_ONLY_IF_SET)`)."""
+
 Shape = tuple[int, ...]
 Region = tuple[tuple[int, int], ...]
 """A box in a tensor: one half-open `(start, stop)` range per dimension."""

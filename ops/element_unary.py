@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -12,6 +12,7 @@ from flexflow.errors import ShapeError
 
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
+    SAVED_AT_DEFAULT_ONLY_IF_SET,
     Arrays,
     DimKind,
     Op,
@@ -37,8 +38,10 @@ class ElementUnary(Op):
 
     kind = "element_unary"
     activation: ActiMode = ActiMode.AC_MODE_NONE
-    function: UnaryFunction | None = None
-    scalar: float | None = None
+    # saved only when set: an activation's attributes stay {"activation": ...}, as measured
+    # profiles and graph files written before these fields hold them
+    function: UnaryFunction | None = field(default=None, metadata=SAVED_AT_DEFAULT_ONLY_IF_SET)
+    scalar: float | None = field(default=None, metadata=SAVED_AT_DEFAULT_ONLY_IF_SET)
     """pow's exponent or the scalar_* operand; None for every other function and activation."""
 
     def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:

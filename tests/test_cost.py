@@ -190,3 +190,17 @@ def test_transfer_time_is_latency_plus_size_over_bandwidth():
     assert link.transfer_s(20e9) == pytest.approx(
         link.latency_s + 20e9 / link.bandwidth_bytes_per_s
     )
+
+
+def test_a_profile_measured_before_element_wise_functions_still_prices_activations():
+    """Element_unary gained `function` and `scalar`; at their defaults they stay out of the
+    cost key, so the H200 profile's relu entries (keyed {"activation": "relu"}) still match."""
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks/results/gpu-profiles-h200/zoo-dgx-h200.json"
+    model = FFModel()
+    x = model.create_tensor((64, 256, 56, 56))
+    model.relu(x, name="act")
+    act, h200 = model.graph().op("act"), parse_machine("dgx-h200:1").device(0)
+    measured = CostModel(Profile.load(path)).task_time(act, full_region((64, 256, 56, 56)), h200)
+    assert measured == TaskTime(0.000280010000001264, 0.0002645429999969429)
