@@ -34,6 +34,13 @@ def test_every_strategy_trains_like_one_device(report, model):
     assert len(report[model]["splits"]) >= 3  # the random strategies split ops several ways
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_the_launch_count_predicts_the_tasks_each_step_issues(report, model):
+    """What the simulator charges the runtime's per-task cost on (flexflow.launches)."""
+    counts = report[model]["task_counts"]
+    assert {name: c for name, c in counts.items() if set(c[0]) != {c[1]}} == {}
+
+
 def test_the_strategies_split_attribute_dims_too(report):
     """Not only data parallelism: some op's tiles split a dim other than the sample."""
     splits = [eval(degrees) for degrees in report["elementwise"]["splits"]]  # noqa: S307 (tuples)
