@@ -104,7 +104,7 @@ class ElementUnary(Op):
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         (x,) = inputs
         if self.function is not None:
-            return (UNARY_FUNCTIONS[self.function].forward(x, self._scalar),)
+            return (UNARY_FUNCTIONS[self.function].forward(x, self.scalar_value),)
         y = ACTIVATIONS[self.activation].forward(x)
         return (y.copy() if y is x else y,)  # AC_MODE_NONE must not alias its input
 
@@ -113,10 +113,11 @@ class ElementUnary(Op):
         (y,) = outputs
         dy = grad_outputs[0]
         if self.function is not None:
-            return (UNARY_FUNCTIONS[self.function].grad(x, y, dy, self._scalar),), ()
+            return (UNARY_FUNCTIONS[self.function].grad(x, y, dy, self.scalar_value),), ()
         dx = ACTIVATIONS[self.activation].grad(x, y, dy)
         return (dx.copy() if dx is dy else dx,), ()
 
     @property
-    def _scalar(self) -> float:
+    def scalar_value(self) -> float:
+        """The scalar as the kernels take it: a float, 0.0 for a function that takes none."""
         return 0.0 if self.scalar is None else float(self.scalar)

@@ -20,14 +20,14 @@ Arrays = tuple[DeviceArray, ...]
 # ---- element_unary ------------------------------------------------------------------------------
 def unary_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
     if op.function is not None:  # exp, pow, scalar_add, ...
-        return (prims.function_forward(gpu, op.function, op._scalar, inputs[0]),)
+        return (prims.function_forward(gpu, op.function, op.scalar_value, inputs[0]),)
     return (prims.activation_forward(gpu, op.activation, inputs[0]),)
 
 
 def unary_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
     x, y, dy = inputs[0], outputs[0], grad_outputs[0]
     if op.function is not None:
-        return (prims.function_backward(gpu, op.function, op._scalar, x, y, dy),), ()
+        return (prims.function_backward(gpu, op.function, op.scalar_value, x, y, dy),), ()
     return (prims.activation_backward(gpu, op.activation, x, y, dy),), ()
 
 
