@@ -12,6 +12,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 
+def shown(value: object) -> str:
+    """`value` as a message quotes it, cut to 40 characters (an int of 400 digits is)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 class FlexFlowError(Exception):
     """Base of every error a user can cause (bad model, strategy, machine or file)."""
 

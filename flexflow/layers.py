@@ -536,7 +536,11 @@ class LayerAPI:
     ) -> Tensor:
         """One of FlexFlow's element-wise functions (`flexflow.ops.unary_functions`); a
         number as `scalar` is taken as a float, anything else is refused by the op."""
-        scalar = float(scalar) if is_real(scalar) else scalar
+        if is_real(scalar):
+            try:
+                scalar = float(scalar)
+            except OverflowError:  # an int past float's range: the op refuses it by name
+                pass
         return self._layer(ElementUnary(function=function, scalar=scalar), [x], name)
 
     def exp(self, x: Tensor, name: str | None = None) -> Tensor:
@@ -655,7 +659,11 @@ def _axes(kind: str, axes: object, name: str | None) -> tuple:
     here (tuple() would split a string into letters)."""
     if is_int(axes):
         return (axes,)
-    if isinstance(axes, str) or np.ndim(axes) != 1:
+    if (
+        not isinstance(axes, (Sequence, np.ndarray))
+        or isinstance(axes, str)
+        or not all(is_int(axis) for axis in axes)
+    ):
         layer = kind if name is None else f"{kind} '{name}'"
         raise ShapeError(
             f"{layer}: the dimensions to reduce must be a list of integers, got {axes!r}; pass "

@@ -26,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from flexflow.errors import MachineError
+from flexflow.errors import MachineError, shown
 from flexflow.fileio import DuplicateKeyError, atomic_write_text, read_text, unique_keys
 
 MACHINE_FORMAT = "flexflow-machine"
@@ -95,18 +95,12 @@ def _validate(value: Any, label: str, rules: dict[str, tuple]) -> None:
     problems = []
     for key, (test, expected, _) in rules.items():
         if not test(getattr(value, key)):
-            problems.append(f"{key} must be {expected}, got {_shown(getattr(value, key))}")
+            problems.append(f"{key} must be {expected}, got {shown(getattr(value, key))}")
     if problems:
         raise MachineError(f"{label}: {'; '.join(problems)}; fix its description.")
     for key, (_, _, normalize) in rules.items():
         if normalize is not None:
             object.__setattr__(value, key, normalize(getattr(value, key)))
-
-
-def _shown(value: Any) -> str:
-    """`value` as a message quotes it, cut to 40 characters (an int of 400 digits is)."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,11 +455,11 @@ def _connectivity_problems(machine: Machine) -> list[str]:
             frontier = step
         missing = [d.name for d in machine.devices if d.name not in seen]
         if missing:
-            shown = ", ".join(missing[:4]) + (
+            unreached = ", ".join(missing[:4]) + (
                 f" and {len(missing) - 4} more" if len(missing) > 4 else ""
             )
             problems.append(
-                f"device {device.name!r} has no route to {shown} (a transfer passes through "
+                f"device {device.name!r} has no route to {unreached} (a transfer passes through "
                 "switches only, never through another device: link them directly or through "
                 "a switch)"
             )

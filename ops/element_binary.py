@@ -46,10 +46,17 @@ class BinaryRule:
     divide: 4 (dz / y, then -dx x / y), max and min: a compare and a select."""
 
 
+def _divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    # a zero y gives inf or NaN there, as FlexFlow's: data, not an error (nor a warning)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.divide(x, y)
+
+
 def _divide_grads(x: np.ndarray, y: np.ndarray, dz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # z = x / y: dz/dx = 1 / y, dz/dy = -x / y^2 (a zero y gives inf or NaN, as the forward)
-    dx = dz / y
-    return dx, -dx * x / y
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dx = dz / y
+        return dx, -dx * x / y
 
 
 def _select_grads(first: np.ndarray, dz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -59,14 +66,24 @@ def _select_grads(first: np.ndarray, dz: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.where(first, dz, zero), np.where(first, zero, dz)
 
 
+def _x_chosen(x: np.ndarray, y: np.ndarray, x_wins: np.ndarray) -> np.ndarray:
+    """Where max or min outputs x: where `x_wins` (ties included) or x is NaN, which numpy's
+    maximum and minimum pass on (a NaN y is output where x is not NaN)."""
+    return x_wins | np.isnan(x)
+
+
 BINARY_RULES: dict[BinaryOp, BinaryRule] = {
     BinaryOp.ADD: BinaryRule(np.add, lambda x, y, dz: (dz.copy(), dz.copy()), 0),
     BinaryOp.SUBTRACT: BinaryRule(np.subtract, lambda x, y, dz: (dz.copy(), -dz), 1),
     BinaryOp.MULTIPLY: BinaryRule(np.multiply, lambda x, y, dz: (dz * y, dz * x), 2),
-    BinaryOp.DIVIDE: BinaryRule(np.divide, _divide_grads, 4),
-    # np.maximum and np.minimum propagate NaN from either input
-    BinaryOp.MAX: BinaryRule(np.maximum, lambda x, y, dz: _select_grads(x >= y, dz), 2),
-    BinaryOp.MIN: BinaryRule(np.minimum, lambda x, y, dz: _select_grads(x <= y, dz), 2),
+    BinaryOp.DIVIDE: BinaryRule(_divide, _divide_grads, 4),
+    # np.maximum and np.minimum propagate NaN from either input; the gradient follows it
+    BinaryOp.MAX: BinaryRule(
+        np.maximum, lambda x, y, dz: _select_grads(_x_chosen(x, y, x >= y), dz), 2
+    ),
+    BinaryOp.MIN: BinaryRule(
+        np.minimum, lambda x, y, dz: _select_grads(_x_chosen(x, y, x <= y), dz), 2
+    ),
 }
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flexflow.errors import ShapeError
+from flexflow.errors import ShapeError, shown
 
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
@@ -78,9 +78,9 @@ class ElementUnary(Op):
             if self.scalar is not None:
                 raise ShapeError(f"{label}: takes no scalar, got {self.scalar!r}; pass None.")
             return
-        if not is_real(self.scalar) or not math.isfinite(self.scalar):
+        if not _finite_real(self.scalar):
             raise ShapeError(
-                f"{label}: {wanted} must be a finite number, got {self.scalar!r}; pass a float "
+                f"{label}: {wanted} must be a finite number, got {shown(self.scalar)}; pass a float "
                 "such as 2.0."
             )
         if self.function is UnaryFunction.SCALAR_TRUE_DIVIDE and self.scalar == 0:
@@ -121,3 +121,13 @@ class ElementUnary(Op):
     def scalar_value(self) -> float:
         """The scalar as the kernels take it: a float, 0.0 for a function that takes none."""
         return 0.0 if self.scalar is None else float(self.scalar)
+
+
+def _finite_real(value: object) -> bool:
+    """A real number within float's range (an int past it is refused, not an OverflowError)."""
+    if not is_real(value):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

@@ -46,6 +46,11 @@ class Reduction(Op):
         (x,) = inputs
         expect_float(self.kind, name, x)
         rank = len(x.shape)
+        if rank < 2:
+            raise ShapeError(
+                f"{self.kind} '{name}': input {x.shape} has no dimension but the sample's, and "
+                "reducing over samples is not supported; reduce an input of rank 2 or more."
+            )
         if not self.dims:
             raise ShapeError(
                 f"{self.kind} '{name}': {self.dims_argument} is empty for input {x.shape}; name "

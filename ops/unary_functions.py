@@ -43,11 +43,19 @@ class UnaryRule:
     """The scalar's name in FlexFlow's signature, or None for a function that takes none."""
 
 
+def _pow(x: np.ndarray, e: float) -> np.ndarray:
+    # a negative x with a non-integer e gives NaN, 0 with a negative e inf, as FlexFlow's
+    # powf: data, not an error (nor a warning)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.power(x, e)
+
+
 def _pow_grad(x: np.ndarray, y: np.ndarray, dy: np.ndarray, e: float) -> np.ndarray:
     # d/dx x^e = e x^(e-1); for e == 0 the output is constant, and 0 * 0^-1 would be NaN
     if e == 0:
         return np.zeros_like(dy)
-    return dy * (e * np.power(x, e - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return dy * (e * np.power(x, e - 1))
 
 
 def _rsqrt(x: np.ndarray, s: float) -> np.ndarray:
@@ -61,7 +69,7 @@ UNARY_FUNCTIONS: dict[UnaryFunction, UnaryRule] = {
     UnaryFunction.SIN: UnaryRule(lambda x, s: np.sin(x), lambda x, y, dy, s: dy * np.cos(x), 4),
     UnaryFunction.COS: UnaryRule(lambda x, s: np.cos(x), lambda x, y, dy, s: -dy * np.sin(x), 4),
     # negative x with a non-integer exponent gives NaN, as FlexFlow's powf
-    UnaryFunction.POW: UnaryRule(lambda x, e: np.power(x, e), _pow_grad, 4, "exponent"),
+    UnaryFunction.POW: UnaryRule(_pow, _pow_grad, 4, "exponent"),
     # d/dx x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2 (FlexFlow's rule too)
     UnaryFunction.RSQRT: UnaryRule(_rsqrt, lambda x, y, dy, s: -0.5 * dy * y * y * y, 2),
     UnaryFunction.SCALAR_MULTIPLY: UnaryRule(

@@ -82,6 +82,12 @@ def test_reduce_sum_takes_flexflows_axes_and_keepdims(axes, keepdims, shape):
          r"reduce_sum 's': axes \(0, 1\) include dimension 0, the sample dimension"),
         (lambda m, x, y: m.reduce_sum(x, "12", name="s"),
          r"reduce_sum 's': the dimensions to reduce must be a list of integers, got '12'"),
+        (lambda m, x, y: m.reduce_sum(x, (1, [2]), name="s"),
+         r"reduce_sum 's': the dimensions to reduce must be a list of integers, got \(1, \[2\]\)"),
+        (lambda m, x, y: m.mean(m.create_tensor((4,), name="v"), [], name="s"),
+         r"mean 's': input \(4,\) has no dimension but the sample's"),
+        (lambda m, x, y: m.scalar_add(x, 10**400, name="s"),
+         r"scalar_add 's' .*: scalar must be a finite number, got 1000000000000000000000000000000000000\.\.\.;"),
         (lambda m, x, y: m.pow(x, "2", name="p"),
          r"pow 'p' \(input \(4, 5, 6\)\): exponent must be a finite number, got '2'; pass a float "
          r"such as 2.0"),

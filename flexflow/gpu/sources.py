@@ -262,8 +262,9 @@ extern "C" __global__ void binary(float *out, const float *a, const float *b, lo
   }
 }
 
-// dL/da and dL/db of out = a (op) b for divide, max and min, on row-major a, b and dz. Ties of
-// max and min send dz to a alone, as flexflow.ops.element_binary.
+// dL/da and dL/db of out = a (op) b for divide, max and min, on row-major a, b and dz. Max and
+// min send dz to the input they output: a on ties and where a is NaN, as
+// flexflow.ops.element_binary.
 extern "C" __global__ void binary_backward(float *da, float *db, const float *a, const float *b,
                                            const float *dz, long long n, long long op) {
   GRID_STRIDE_LOOP(i, n) {
@@ -273,7 +274,7 @@ extern "C" __global__ void binary_backward(float *da, float *db, const float *a,
       da[i] = d;
       db[i] = -d * x / y;
     } else {
-      bool first = op == BINARY_MAX ? x >= y : x <= y;
+      bool first = isnan(x) || (op == BINARY_MAX ? x >= y : x <= y);  // x is output
       da[i] = first ? g : 0.0f;
       db[i] = first ? 0.0f : g;
     }

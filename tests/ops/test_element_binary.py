@@ -1,5 +1,7 @@
 """ElementBinary: shapes, SOAP dims, FLOPs, gradients, regions and shape errors."""
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -94,10 +96,29 @@ def test_max_and_min_gradients_sum_to_dz_and_follow_the_output(op_type, pairs):
     assert np.all(np.where(dx != 0, x, y) == z)
 
 
-def test_divide_by_zero_is_inf_as_flexflows():
-    with np.errstate(divide="ignore"):
-        (z,) = ElementBinary(BinaryOp.DIVIDE).forward([np.ones((1, 2)), np.zeros((1, 2))], [])
-    assert np.all(np.isinf(z))
+@pytest.mark.parametrize("op_type", [BinaryOp.MAX, BinaryOp.MIN])
+def test_max_and_min_send_the_gradient_to_the_nan_they_output(op_type):
+    """numpy's maximum and minimum output a NaN of either input; the gradient goes to it."""
+    x = np.array([[np.nan, 1.0, np.nan, 2.0]])
+    y = np.array([[1.0, np.nan, np.nan, 1.0]])
+    dz = np.array([[10.0, 20.0, 30.0, 40.0]])
+    (z,) = ElementBinary(op_type).forward([x, y], [])
+    (dx, dy), _ = ElementBinary(op_type).backward([x, y], [], [z], [dz])
+    assert np.isnan(z[0, :3]).all()
+    np.testing.assert_array_equal(dx[0, :3], [10.0, 0.0, 30.0])  # x's NaN; y's; both: x's
+    np.testing.assert_array_equal(dy[0, :3], [0.0, 20.0, 0.0])
+    np.testing.assert_array_equal(dx + dy, dz)
+
+
+def test_divide_by_zero_is_inf_as_flexflows_without_a_warning():
+    op = ElementBinary(BinaryOp.DIVIDE)
+    x, y = np.array([[1.0, 0.0]]), np.zeros((1, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # data, not an error: no RuntimeWarning either
+        (z,) = op.forward([x, y], [])
+        (dx, dy), _ = op.backward([x, y], [], [z], [np.ones((1, 2))])
+    assert np.isinf(z[0, 0]) and np.isnan(z[0, 1])
+    assert np.isinf(dx).all()
 
 
 @pytest.mark.parametrize("op_type", list(BinaryOp))

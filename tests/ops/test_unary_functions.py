@@ -2,6 +2,7 @@
 FLOPs, regions and the errors naming the layer."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -169,3 +170,17 @@ def test_the_op_round_trips_through_a_graph_file():
 def test_errors_name_the_layer_the_shape_and_the_fix(op, match):
     with pytest.raises(ShapeError, match=match):
         op.infer("f", [TensorSpec((4, 3))])
+
+
+def test_pow_outside_its_domain_is_nan_and_inf_without_a_warning():
+    """A negative input to a non-integer exponent, or 0 to a negative one: data (FlexFlow's
+    powf gives the same), not a RuntimeWarning from every task."""
+    x = np.array([[-1.0, 0.0, 4.0]], dtype=np.float32)
+    for exponent, expected in ((0.5, [np.nan, 0.0, 2.0]), (-1.0, [-1.0, np.inf, 0.25])):
+        op = ElementUnary(function=UnaryFunction.POW, scalar=exponent)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            (y,) = op.forward([x], [])
+            (dx,), _ = op.backward([x], [], [y], [np.ones_like(x)])
+        np.testing.assert_array_equal(y, np.array([expected], dtype=np.float32))
+        assert dx.dtype == np.float32

@@ -41,6 +41,35 @@ def kept(model: FFModel) -> FFModel:
     return model
 
 
+def attribute_split(graph, machine) -> list:
+    """Every op split in two along its first splittable non-sample dim of even size (the
+    random strategies may split the new ops by sample only), on the two CPUs."""
+    from flexflow.strategy import ParallelConfig, Strategy
+
+    configs = []
+    for node in graph.ops:
+        shape, dims = node.sig.output_shape, node.sig.dims
+        split = next(
+            (i for i in range(1, len(shape)) if dims[i].partitionable and shape[i] % 2 == 0),
+            None,
+        )
+        if split is None:
+            configs.append(ParallelConfig.single(len(shape), 0))
+        else:
+            degrees = tuple(2 if i == split else 1 for i in range(len(shape)))
+            configs.append(ParallelConfig(degrees, (0, 1)))
+    return [("attribute", Strategy(tuple(n.name for n in graph.ops), tuple(configs)))]
+
+
+def attribute_degrees(graph) -> dict:
+    """Each op's degrees under `attribute_split`, by kind and name."""
+    ((_, strategy),) = attribute_split(graph, None)
+    return {
+        f"{n.op.kind} {n.name}": list(c.degrees)
+        for n, c in zip(graph.ops, strategy.configs, strict=True)
+    }
+
+
 def flexflow_op_flow() -> dict:
     """FlexFlow's examples/python/native/ops scripts' flow (pow.py, reduce_sum.py, divide.py,
     scalar_add.py, ...): build one layer, compile with their loss and metrics, feed the inputs
@@ -140,8 +169,14 @@ def refusals() -> dict:
 
 if __name__ == "__main__":
     report = {
-        "elementwise": numerics_script.run(elementwise),
-        "kept": numerics_script.run(lambda: kept(FFModel(FFConfig(batch_size=8)))),
+        "elementwise": numerics_script.run(elementwise, more=attribute_split),
+        "kept": numerics_script.run(
+            lambda: kept(FFModel(FFConfig(batch_size=8))), more=attribute_split
+        ),
+        "attribute_degrees": {
+            "elementwise": attribute_degrees(elementwise().graph()),
+            "kept": attribute_degrees(kept(FFModel(FFConfig(batch_size=8))).graph()),
+        },
         "flexflow_ops": flexflow_op_flow(),
         "refusals": refusals(),
     }

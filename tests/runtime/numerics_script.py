@@ -203,7 +203,8 @@ def partial_gradients_read_whole(executor: Executor, read: list[int]) -> int:
     return sum(r in ids for r in read)
 
 
-def run(build, loss: str = "mean_squared_error") -> dict:
+def run(build, loss: str = "mean_squared_error", more=None) -> dict:
+    """`more(graph, machine)`: named strategies to train beside the usual ones."""
     graph = build().graph()
     machine = parse_machine("local")
     rng = np.random.default_rng(1)
@@ -230,6 +231,7 @@ def run(build, loss: str = "mean_squared_error") -> dict:
     strategies += [
         (f"random{s}", named_strategy("random", graph, machine, s)) for s in range(STRATEGIES)
     ]
+    strategies += list(more(graph, machine)) if more is not None else []
     results, task_counts, whole_reads, native, own = {}, {}, {}, {}, {}
     for name, strategy in strategies:
         with Executor(graph, strategy, seed=0, learning_rate=LR) as executor:

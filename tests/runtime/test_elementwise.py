@@ -1,6 +1,8 @@
 """FlexFlow's element-wise and reduce_sum layers under Legate (2 CPUs): a model of them trains
-under any strategy as on one device and as numpy does, and FlexFlow's per-op script flow
-(forward, then inline_map/get_array) reads what numpy computes (tests/runtime/elementwise_script.py)."""
+under any strategy, split by sample or by attribute dims, as on one device and as the numpy
+reference of the same rules does (the rules' derivatives are checked by finite differences in
+tests/ops), and FlexFlow's per-op script flow (forward, then inline_map/get_array) reads what
+numpy computes (tests/runtime/elementwise_script.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ def test_one_device_matches_the_numpy_reference(report, model):
 @pytest.mark.parametrize("model", MODELS)
 def test_every_strategy_trains_like_one_device(report, model):
     strategies = report[model]["strategies"]
-    assert len(strategies) == 3 + STRATEGIES  # one device, data parallel, mixed, random ones
+    # one device, data parallel, mixed, random ones, every op split along an attribute dim
+    assert len(strategies) == 4 + STRATEGIES
     failing = {name: r for name, r in strategies.items() if r["loss"] > 1.0 or r["weights"] > 1.0}
     assert failing == {}
     assert len(report[model]["splits"]) >= 3  # the random strategies split ops several ways
@@ -41,10 +44,17 @@ def test_the_launch_count_predicts_the_tasks_each_step_issues(report, model):
     assert {name: c for name, c in counts.items() if set(c[0]) != {c[1]}} == {}
 
 
-def test_the_strategies_split_attribute_dims_too(report):
-    """Not only data parallelism: some op's tiles split a dim other than the sample."""
-    splits = [eval(degrees) for degrees in report["elementwise"]["splits"]]  # noqa: S307 (tuples)
-    assert any(max(degrees[1:], default=1) > 1 for degrees in splits)
+@pytest.mark.parametrize(
+    "model, op, degrees",
+    [("elementwise", "reduce_sum reduce_sum_1", [1, 2]), ("kept", "reduce_sum reduce_sum_1", [1, 1, 2]),
+     ("elementwise", "element_binary element_binary_1", [1, 1, 2]),
+     ("elementwise", "element_binary element_binary_2", [1, 1, 2]),
+     ("elementwise", "element_binary element_binary_3", [1, 1, 2])],
+)  # fmt: skip
+def test_the_attribute_strategy_splits_the_new_ops_by_attribute(report, model, op, degrees):
+    """The "attribute" strategy (trained like one device above) splits max, min, divide and
+    reduce_sum along a non-sample dim, which the random ones need not."""
+    assert report["attribute_degrees"][model][op] == degrees
 
 
 @pytest.mark.parametrize(
