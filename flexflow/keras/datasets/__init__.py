@@ -2,6 +2,6 @@
 the arrays and layouts FlexFlow's own loaders return, read from Keras' cache directory
 (`$KERAS_HOME/datasets`, else `~/.keras/datasets`) and downloaded there on first use."""
 
-from flexflow.keras.datasets import cifar10, mnist
+from flexflow.keras.datasets import cifar10, mnist, reuters
 
-__all__ = ["cifar10", "mnist"]
+__all__ = ["cifar10", "mnist", "reuters"]
