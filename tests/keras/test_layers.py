@@ -106,6 +106,7 @@ def test_a_functional_cnn_with_concat_builds_the_graph_of_the_same_ffmodel_calls
         (lambda: Flatten(), (2, 3, 4), "flat", (None, 24)),
         (lambda: Reshape((6, 4)), (2, 3, 4), "reshape", (None, 6, 4)),
         (lambda: Permute((2, 1)), (3, 4), "transpose", (None, 4, 3)),
+        (lambda: Permute((0, 2, 1)), (3, 4), "transpose", (None, 4, 3)),  # FlexFlow's
         (lambda: BatchNormalization(), (3, 4, 4), "batch_norm", (None, 3, 4, 4)),
         (lambda: Activation("tanh"), (3,), "element_unary", (None, 3)),
         (lambda: Dropout(0.5), (3,), "dropout", (None, 3)),

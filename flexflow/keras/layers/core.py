@@ -149,26 +149,31 @@ class Reshape(Layer):
 
 
 class Permute(Layer):
-    """Keras' Permute: `dims` orders the dimensions after the sample's, numbered from 1."""
+    """The input's dimensions reordered. Keras' `dims` order those after the sample's,
+    numbered from 1 ((2, 1) swaps them); FlexFlow's Keras Permute takes the whole order,
+    sample included ((0, 2, 1)): a `dims` holding 0 is read as FlexFlow's."""
 
     kind, default_name = "Permute", "permute"
 
     def __init__(self, dims: Sequence[int], **keywords: Any) -> None:
         super().__init__(**keywords)
         self.dims = tuple(dims)
-        if sorted(self.dims) != list(range(1, len(self.dims) + 1)):
+        first = 0 if 0 in self.dims else 1
+        if sorted(self.dims) != list(range(first, first + len(self.dims))):
             raise ShapeError(
                 f"Permute '{self.name}': dims must order 1..{len(self.dims)} (the dimensions "
-                f"after the sample's), got {self.dims}."
+                f"after the sample's, Keras') or 0..{len(self.dims) - 1} (all of them, "
+                f"FlexFlow's), got {self.dims}."
             )
 
     def build_ff(self, api: LayerAPI, inputs: list[Tensor], final: bool = False) -> Tensor:
-        if len(self.dims) != len(inputs[0].shape) - 1:
+        perm = self.dims if 0 in self.dims else (0, *self.dims)
+        if len(perm) != len(inputs[0].shape):
             raise ShapeError(
-                f"dims {self.dims} order {len(self.dims)} dimensions, the input has "
-                f"{len(inputs[0].shape) - 1} after the sample's; pass one entry for each."
+                f"dims {self.dims} order {len(perm)} dimensions with the sample's, the input "
+                f"has {len(inputs[0].shape)}; pass one entry for each."
             )
-        return api.transpose(inputs[0], (0, *self.dims), name=self.name)
+        return api.transpose(inputs[0], perm, name=self.name)
 
 
 class Embedding(Layer):
