@@ -14,6 +14,7 @@ from flexflow.keras import (
     metrics,
     models,
     optimizers,
+    preprocessing,
     regularizers,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "metrics",
     "models",
     "optimizers",
+    "preprocessing",
     "regularizers",
 ]

@@ -13,6 +13,7 @@ from flexflow.keras.datasets import reuters
 from flexflow.keras.layers import Add, Conv2D, Dense, Flatten, Input, MaxPooling2D
 from flexflow.keras.models import Model, Sequential
 from flexflow.keras.models.base import check_callbacks
+from flexflow.keras.preprocessing.text import Tokenizer
 
 
 def mlp() -> Sequential:
@@ -74,6 +75,8 @@ def test_what_flexflow_keras_does_not_offer_is_refused_by_name():
         gather(Input(shape=(3,)), Input(shape=(3,), dtype="int32"), 1)
     with pytest.raises(NotOfferedError, match="reuters"):
         reuters.load_data()
+    with pytest.raises(NotOfferedError, match="Tokenizer is not offered"):
+        Tokenizer(num_words=1000)
     with pytest.raises(NotOfferedError, match="float16"):
         Input(shape=(3,), dtype="float16")
     with pytest.raises(NotOfferedError, match="pop"):
