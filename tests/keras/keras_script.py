@@ -140,7 +140,7 @@ def weights_copied(teacher, x, y) -> dict:
         kernel, bias = teacher.get_layer(index=index).get_weights(teacher.ffmodel)
         student.get_layer(index=index).set_weights(student.ffmodel, kernel, bias)
     return {
-        "teacher": teacher.evaluate(x, y),
+        "teacher": teacher.evaluate({teacher.inputs[0].name: x}, y),  # by input name too
         "student": student.evaluate(x, y),
         "kernel_shape": list(teacher.get_layer(name="h").get_weights(teacher.ffmodel)[0].shape),
     }

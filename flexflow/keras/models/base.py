@@ -189,7 +189,7 @@ class BaseModel:
         refuse_fit_arguments(rest)
         callbacks = list(callbacks or [])
         check_callbacks(callbacks)
-        x = list(x) if isinstance(x, (list, tuple)) else [x]
+        x = model_inputs(x)
         for callback in callbacks:
             callback.set_model(self)
             callback.set_params({"epochs": epochs, "verbose": verbose})
@@ -231,7 +231,7 @@ class BaseModel:
         refuse_unknown(
             "evaluate", {"sample_weight": sample_weight, "steps": steps, "callbacks": callbacks}
         )
-        x = list(x) if isinstance(x, (list, tuple)) else [x]
+        x = model_inputs(x)
         logs = epoch_logs(ffmodel.eval(x, y, batch_size))
         return logs if return_dict else list(logs.values())
 
@@ -239,7 +239,15 @@ class BaseModel:
         """The model's output for every sample of `x`."""
         ffmodel = self._compiled("predict")
         ffmodel._check_batch(batch_size)
-        return ffmodel.predict(list(x) if isinstance(x, (list, tuple)) else [x])
+        return ffmodel.predict(model_inputs(x))
+
+
+def model_inputs(x: Any) -> Any:
+    """`x` as FFModel.fit takes it: a list in the model's input order, or a dict by input
+    name (Keras takes both; one array is the one input's)."""
+    if isinstance(x, dict):
+        return x
+    return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
 def refuse_fit_arguments(rest: dict[str, Any]) -> None:
