@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -101,10 +102,11 @@ class ElementBinary(Op):
         expect_float(self.kind, name, x, "first input")
         expect_float(self.kind, name, y, "second input")
         if x.shape != y.shape:
+            larger = max((x.shape, y.shape), key=math.prod)  # repeat the smaller to the larger
             raise ShapeError(
                 f"element_binary '{name}' ({self.op_type.value}): inputs must have identical "
                 f"shapes, got {x.shape} and {y.shape}; broadcasting is not supported, reshape "
-                f"or repeat one input to {x.shape} first."
+                f"or repeat the smaller input to {larger} first."
             )
         if len(x.shape) < 1:
             raise ShapeError(

@@ -70,7 +70,7 @@ def test_reduce_sum_takes_flexflows_axes_and_keepdims(axes, keepdims, shape):
     [
         (lambda m, x, y: m.divide(x, m.create_tensor((4, 5), name="z"), name="d"),
          r"element_binary 'd' \(divide\): inputs must have identical shapes, got \(4, 5, 6\) "
-         r"and \(4, 5\); broadcasting is not supported, reshape or repeat one input"),
+         r"and \(4, 5\); broadcasting is not supported, reshape or repeat the smaller input"),
         (lambda m, x, y: m.max(x, m.create_tensor((4, 6, 5), name="z"), name="m"),
          r"element_binary 'm' \(max\): inputs must have identical shapes"),
         (lambda m, x, y: m.min(x, m.create_tensor((4, 5, 6, 1), name="z"), name="m"),
