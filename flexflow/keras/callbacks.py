@@ -71,7 +71,7 @@ class LearningRateScheduler(Callback):
                 f"LearningRateScheduler: schedule({epoch}) returned {rate!r}; it must return "
                 "a float learning rate."
             )
-        self.model.optimizer.set_learning_rate(float(rate))
+        self.model.optimizer.set_learning_rate(float(rate))  # the model it is compiled into
         _log.info("epoch %d: learning rate %g", epoch, rate)
 
 

@@ -4,7 +4,8 @@ from their seeds and set when the model is compiled (`flexflow.core.FFModel.comp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, replace
 from typing import Any
 
 from flexflow.errors import NotOfferedError
@@ -17,6 +18,13 @@ class Initializer:
     @property
     def ffhandle(self) -> Any:
         return None
+
+    def for_layer(self, name: str) -> Initializer:
+        """This initializer for the layer `name`: one drawing from a seed it was not given
+        takes one of the layer's name, so two layers draw different values (as Keras')."""
+        if getattr(self, "seed", 0) is None and self.ffhandle is not None:
+            return replace(self, seed=zlib.crc32(name.encode()))  # type: ignore[type-var]
+        return self
 
 
 @dataclass(frozen=True)
@@ -39,7 +47,7 @@ class Zeros(Initializer):
 
 @dataclass(frozen=True)
 class RandomUniform(Initializer):
-    """Values uniform in [minval, maxval), drawn from `seed` (0 when None)."""
+    """Values uniform in [minval, maxval), drawn from `seed` (the layer's when None: `for_layer`)."""
 
     minval: float = -0.05
     maxval: float = 0.05
@@ -54,7 +62,8 @@ class RandomUniform(Initializer):
 
 @dataclass(frozen=True)
 class RandomNormal(Initializer):
-    """Normal values of `mean` and `stddev`, drawn from `seed` (0 when None)."""
+    """Normal values of `mean` and `stddev`, drawn from `seed` (the layer's when None:
+    `for_layer`)."""
 
     mean: float = 0.0
     stddev: float = 0.05

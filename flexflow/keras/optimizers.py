@@ -58,14 +58,15 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam (epsilon 1e-8 as FlexFlow's, not Keras' 1e-7)."""
+    """Adam (epsilon 1e-7 as Keras' and FlexFlow's Keras Adam; its core AdamOptimizer's is
+    1e-8)."""
 
     def __init__(
         self,
         learning_rate: float = 0.001,
         beta_1: float = 0.9,
         beta_2: float = 0.999,
-        epsilon: float = 1e-8,
+        epsilon: float = 1e-7,
         amsgrad: bool = False,
         weight_decay: float = 0.0,
         lr: float | None = None,

@@ -146,6 +146,64 @@ def weights_copied(teacher, x, y) -> dict:
     }
 
 
+class StopAfterTwo(Callback):
+    """Keras' way to stop: set the model's stop_training."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1:
+            self.model.stop_training = True
+
+
+class FlexFlowStyle(Callback):
+    """A callback as FlexFlow writes them: on_epoch_end(self, logs), given the epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list = []
+
+    def on_epoch_end(self, logs=None):
+        self.seen.append(logs)
+
+
+def fixes(x, y) -> dict:
+    """What a review found: recompiling keeps the weights; a schedule's rate is the one
+    trained with; stop_training and FlexFlow-style callbacks; an optimizer of another model;
+    Keras arguments evaluate and predict take or refuse; verbose=0."""
+    said = {}
+    model = Sequential([Dense(8, input_shape=(12,), name="r_h"), Dense(CLASSES, name="r_out"),
+                        Activation("softmax", name="r_probs")])  # fmt: skip
+    model.compile(SGD(learning_rate=0.1), "sparse_categorical_crossentropy", ["accuracy"])
+    model.fit(x, y, epochs=7, verbose=0)  # no line 'epoch k/7'
+    trained = model.get_layer(name="r_h").get_weights(model.ffmodel)[0]
+    before = model.evaluate(x, y)
+    model.compile(SGD(learning_rate=1e-12), "sparse_categorical_crossentropy", ["accuracy"])
+    said["recompiled_kernel_kept"] = bool(
+        np.array_equal(model.get_layer(name="r_h").get_weights(model.ffmodel)[0], trained)
+    )
+    said["recompiled_evaluation"] = [model.evaluate(x, y), before]
+    model.fit(x, y, epochs=1, callbacks=[LearningRateScheduler(lambda epoch: 1e-12)])
+    said["tiny_rate_kept_kernel"] = bool(
+        np.allclose(model.get_layer(name="r_h").get_weights(model.ffmodel)[0], trained,
+                    rtol=0, atol=1e-9)
+    )  # fmt: skip
+    said["stopped_after"] = model.fit(x, y, epochs=5, callbacks=[StopAfterTwo()]).epoch
+    style = FlexFlowStyle()
+    model.fit(x, y, epochs=2, initial_epoch=0, callbacks=[style])
+    said["flexflow_style_given"] = style.seen
+    other = Sequential([Dense(CLASSES, input_shape=(12,), name="o_out")])
+    try:
+        other.compile(model.optimizer, "sparse_categorical_crossentropy")
+    except FlexFlowError as problem:
+        said["shared_optimizer"] = str(problem)
+    try:
+        model.evaluate(x, y, batch_sizee=999)
+    except FlexFlowError as problem:
+        said["evaluate_typo"] = str(problem)
+    said["predict_shape"] = list(model.predict(x, verbose=0, workers=2).shape)
+    model.compile("sgd", "sparse_categorical_crossentropy", ["accuracy"], run_eagerly=False)
+    return said
+
+
 def main() -> None:
     x, y = data((12,), seed=1)
     keras_mlp = mlp_keras(x, y)
@@ -159,6 +217,7 @@ def main() -> None:
         "weights": weights_copied(keras_mlp["model"], x, y),
         "callbacks": callbacks_of_flexflow(keras_mlp["model"], x, y),
         "summary": keras_mlp["model"].summary(),
+        "fixes": fixes(x, y),
     }
     print(json.dumps(report))
 

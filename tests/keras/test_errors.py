@@ -112,3 +112,35 @@ def test_callbacks_with_batch_hooks_are_refused_since_an_epoch_is_one_call():
         check_callbacks([PerBatch()])
     with pytest.raises(FlexFlowError, match="a percentage"):
         VerifyMetrics("high")
+
+
+def test_an_embedding_initializer_object_is_refused_not_ignored():
+    from flexflow.keras.initializers import RandomNormal
+    from flexflow.keras.layers import Embedding
+
+    with pytest.raises(NotOfferedError, match=r"Embedding 'e': embeddings_initializer Random"):
+        Embedding(10, 4, embeddings_initializer=RandomNormal(), name="e")
+
+
+def test_average_pooling_with_padding_is_refused():
+    """pool2d's average counts padded cells; Keras' 'same' leaves them out."""
+    from flexflow.keras.layers import AveragePooling2D
+
+    x = Input(shape=(1, 4, 4))
+    with pytest.raises(NotOfferedError, match=r"AveragePooling2D 'p': padding 'same' pads"):
+        AveragePooling2D(pool_size=3, strides=1, padding="same", name="p")(x)
+    assert AveragePooling2D(pool_size=2)(x).shape == (1, 2, 2)
+    assert MaxPooling2D(pool_size=3, strides=1, padding="same")(x).shape == (1, 4, 4)
+
+
+def test_a_failed_first_add_leaves_the_sequential_empty():
+    model = Sequential()
+    with pytest.raises(ShapeError):
+        model.add(Conv2D(4, input_shape=(10,), kernel_size=3, name="c"))
+    model.add(Dense(3, input_shape=(5,), name="d"))  # a corrected first layer is taken
+    assert model.output.shape == (3,)
+
+
+def test_metrics_given_as_a_string_are_refused_as_one():
+    with pytest.raises(FlexFlowError, match=r"compile: metrics is a list, e\.g\. metrics="):
+        mlp().compile("sgd", "sparse_categorical_crossentropy", metrics="accuracy")

@@ -207,3 +207,32 @@ def test_same_padding_keeps_the_size_at_stride_one(size, kernel):
     x = Input(shape=(1, size, size))
     assert Conv2D(2, kernel_size=kernel, padding="same")(x).shape == (2, size, size)
     assert MaxPooling2D(kernel, strides=1, padding="same")(x).shape == (1, size, size)
+
+
+def test_functional_concatenate_joins_on_flexflows_axis_1_by_default():
+    """FlexFlow's `concatenate(input_tensors, _axis=1)`: its CNN scripts join channels."""
+    from flexflow.keras.layers import concatenate
+
+    a, b = Input(shape=(32, 28, 28)), Input(shape=(32, 28, 28))
+    assert concatenate([a, b]).shape == (64, 28, 28)
+    assert concatenate([a, b], _axis=3).shape == (32, 28, 56)  # FlexFlow's keyword
+    assert concatenate([a, b], axis=-1).shape == (32, 28, 56)  # Keras'
+
+
+def test_unseeded_random_initializers_draw_per_layer():
+    """Two layers of one unseeded RandomUniform start from different values, as in Keras;
+    a seed given is kept."""
+    from flexflow.keras.initializers import GlorotUniform, RandomNormal, RandomUniform
+
+    init = RandomUniform()
+    first, second = init.for_layer("dense_1"), init.for_layer("dense_2")
+    assert None not in (first.seed, second.seed) and first.seed != second.seed
+    assert first == init.for_layer("dense_1")  # a layer's draw is the same in every run
+    assert RandomNormal(seed=5).for_layer("dense_1").seed == 5
+    assert GlorotUniform().for_layer("dense_1") == GlorotUniform()  # the layer's own draw
+
+
+def test_adam_takes_keras_and_flexflows_keras_epsilon():
+    from flexflow.keras.optimizers import Adam
+
+    assert Adam().ffhandle.epsilon == 1e-7

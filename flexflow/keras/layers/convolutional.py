@@ -107,7 +107,7 @@ class Conv2D(Layer):
             self.groups,
             self.use_bias,
             name=self.name,
-            **drawn(self.kernel_initializer, final),
+            **drawn(self.kernel_initializer, final, self.name),
         )
         if after is None:
             return out

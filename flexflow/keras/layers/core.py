@@ -25,10 +25,11 @@ def refuse_regularizers(layer: str, **given: Any) -> None:
         )
 
 
-def drawn(init: Initializer, final: bool) -> dict[str, Any]:
-    """The kernel initializer to pass the layer API: only one that draws values, and only
-    when building the model to train (the probe's LayerAPI takes none)."""
-    handle = init.ffhandle if final else None
+def drawn(init: Initializer, final: bool, layer: str) -> dict[str, Any]:
+    """The kernel initializer to pass the layer API for the layer named `layer`: only one
+    that draws values, and only when building the model to train (the probe's LayerAPI takes
+    none)."""
+    handle = init.for_layer(layer).ffhandle if final else None
     return {} if handle is None else {"kernel_initializer": handle}
 
 
@@ -76,7 +77,7 @@ class Dense(Layer):
             fused,
             self.use_bias,
             name=self.name,
-            **drawn(self.kernel_initializer, final),
+            **drawn(self.kernel_initializer, final, self.name),
         )
         if after is None:
             return out
@@ -193,12 +194,10 @@ class Embedding(Layer):
         if input_length is not None and "input_shape" not in keywords:
             keywords["input_shape"] = (input_length,)
         super().__init__(**keywords)
-        if embeddings_initializer not in ("uniform", None) and not isinstance(
-            embeddings_initializer, Initializer
-        ):
+        if embeddings_initializer not in ("uniform", None):  # an object would be ignored
             raise NotOfferedError(
                 f"Embedding '{self.name}': embeddings_initializer {embeddings_initializer!r} "
-                "is not offered; leave it out (the layer's own draw)."
+                "is not offered; leave it out (the layer's own draw, uniform in [-0.05, 0.05))."
             )
         self.input_dim, self.output_dim = input_dim, output_dim
 

@@ -73,8 +73,13 @@ class Concatenate(Layer):
         return api.concat(inputs, self.axis % rank, name=self.name)
 
 
-def concatenate(inputs: Sequence[KerasTensor], axis: int = -1, **keywords: Any) -> KerasTensor:
-    return Concatenate(axis=axis, **keywords)(list(inputs))
+def concatenate(
+    inputs: Sequence[KerasTensor], _axis: int = 1, axis: int | None = None, **keywords: Any
+) -> KerasTensor:
+    """FlexFlow's functional concatenate: along axis 1 (the channels of its images) unless
+    `_axis` (FlexFlow's keyword) or `axis` says otherwise; the Concatenate layer's default is
+    Keras' -1."""
+    return Concatenate(axis=_axis if axis is None else axis, **keywords)(list(inputs))
 
 
 def add(inputs: Sequence[KerasTensor], **keywords: Any) -> KerasTensor:

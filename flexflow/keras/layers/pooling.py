@@ -44,6 +44,12 @@ class Pooling2D(Layer):
                 f"{x.shape}; reshape the input to channels-first images."
             )
         pad = padding_of(self, self.padding, self.pool_size, self.strides, x.shape[2:])
+        if self.pool_type is PoolType.POOL_AVG and any(pad):
+            raise NotOfferedError(
+                f"{self.kind} '{self.name}': padding {self.padding!r} pads input {x.shape} by "
+                f"{tuple(pad)}, and pool2d's average counts padded cells as zeros where Keras "
+                "leaves them out; pad the input yourself or use padding='valid'."
+            )
         return api.pool2d(x, *self.pool_size, *self.strides, *pad, self.pool_type, name=self.name)
 
 

@@ -8,8 +8,11 @@ and an EpochVerifyMetrics callback stops training once an epoch's accuracy passe
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
 
 from flexflow.errors import FlexFlowError, NotOfferedError
 from flexflow.keras import losses, optimizers
@@ -51,6 +54,8 @@ class BaseModel:
         self._ffmodel: FFModel | None = None
         self._optimizer: optimizers.Optimizer | None = None
         self._loss: losses.Loss | None = None
+        self.stop_training = False
+        """Set by a callback (Keras' way, as EarlyStopping does): fit stops after the epoch."""
 
     # ---- what a subclass gives -------------------------------------------------------------
     def _nodes(self) -> list[Node]:
@@ -124,7 +129,7 @@ class BaseModel:
             {
                 "loss_weights": loss_weights,
                 "weighted_metrics": weighted_metrics,
-                "run_eagerly": run_eagerly,
+                "run_eagerly": run_eagerly or None,  # False is Keras' default: not used
                 **unknown,
             },
         )
@@ -132,9 +137,20 @@ class BaseModel:
             raise FlexFlowError(
                 "compile: name a loss, e.g. loss='sparse_categorical_crossentropy'."
             )
+        if metrics is not None and not isinstance(metrics, (list, tuple)):
+            raise FlexFlowError(
+                f"compile: metrics is a list, e.g. metrics=['accuracy'], got {metrics!r}."
+            )
         loss = losses.get(loss)
         chosen = [keras_metrics.get(m) for m in (metrics or [])]
         optimizer = optimizers.get(optimizer)
+        if optimizer.model is not None and optimizer.model is not self._ffmodel:
+            raise FlexFlowError(
+                f"compile: this {type(optimizer).__name__} optimizer already trains another "
+                "model (its learning rate and states are that model's); give each model its "
+                "own optimizer object."
+            )
+        trained = self._trained_weights()
         from flexflow.core import CompMode, FFConfig, FFModel  # flexflow.core imports legate
 
         ffmodel = FFModel(FFConfig())
@@ -145,8 +161,21 @@ class BaseModel:
             [m.type for m in chosen],
             comp_mode=comp_mode or CompMode.TRAINING,
         )
+        for layer, weights in trained.items():  # a model compiled again keeps its weights
+            layer.set_weights(ffmodel, list(weights))
+        if self._optimizer is not None and self._optimizer is not optimizer:
+            self._optimizer.model = None  # free for another model
         optimizer.model = ffmodel
         self._ffmodel, self._optimizer, self._loss = ffmodel, optimizer, loss
+
+    def _trained_weights(self) -> dict[Layer, tuple]:
+        """Each layer's weights in the model compiled before (none before the first compile):
+        Keras keeps them when a model is compiled again (to fine-tune at another rate)."""
+        if self._ffmodel is None:
+            return {}
+        return {
+            layer: weights for layer in self.layers if (weights := layer.get_weights(self._ffmodel))
+        }
 
     def build_into(self, api: LayerAPI, batch_size: int) -> Tensor:
         """Add the model's inputs (batches of `batch_size`) and layers to `api`, in the
@@ -194,20 +223,25 @@ class BaseModel:
             callback.set_model(self)
             callback.set_params({"epochs": epochs, "verbose": verbose})
         history = History()
+        self.stop_training = False
+        console = Console(stderr=True)
         for callback in callbacks:
             callback.on_train_begin()
         for epoch in range(initial_epoch, epochs):
             for callback in callbacks:
                 callback.on_epoch_begin(epoch)
             (measured,) = ffmodel.fit(
-                x, y, batch_size, 1, shuffle=shuffle, validation_data=validation_data
-            )
+                x, y, batch_size, 1, shuffle=shuffle, validation_data=validation_data,
+                on_epoch=lambda metrics: None,  # this loop says the epoch's line, or not
+            )  # fmt: skip
+            if verbose:
+                console.print(f"epoch {epoch + 1}/{epochs}: {measured.describe()}", soft_wrap=True)
             logs = epoch_logs(measured)
             history.epoch.append(epoch)
             for key, value in logs.items():
                 history.history.setdefault(key, []).append(value)
-            stop = [callback.on_epoch_end(epoch, logs) for callback in callbacks]
-            if any(s is True for s in stop):
+            stop = [epoch_end(callback, epoch, logs) for callback in callbacks]
+            if any(s is True for s in stop) or self.stop_training:
                 break
         for callback in callbacks:
             callback.on_train_end()
@@ -223,21 +257,34 @@ class BaseModel:
         steps: int | None = None,
         callbacks: Any = None,
         return_dict: bool = False,
-        **ignored: Any,
+        **rest: Any,
     ) -> Any:
         """Loss and metrics over every sample of `x`, `y`: [loss, accuracy] (or a dict);
-        Keras' queue and worker settings are ignored."""
+        Keras' queue and worker settings are ignored, its other arguments refused."""
         ffmodel = self._compiled("evaluate")
         refuse_unknown(
-            "evaluate", {"sample_weight": sample_weight, "steps": steps, "callbacks": callbacks}
-        )
+            "evaluate",
+            {"sample_weight": sample_weight, "steps": steps, "callbacks": callbacks,
+             **without_queue_settings(rest)},
+        )  # fmt: skip
         x = model_inputs(x)
         logs = epoch_logs(ffmodel.eval(x, y, batch_size))
         return logs if return_dict else list(logs.values())
 
-    def predict(self, x: Any, batch_size: int | None = None) -> Any:
-        """The model's output for every sample of `x`."""
+    def predict(
+        self,
+        x: Any,
+        batch_size: int | None = None,
+        verbose: Any = "auto",
+        steps: int | None = None,
+        callbacks: Any = None,
+        **rest: Any,
+    ) -> Any:
+        """The model's output for every sample of `x` (`verbose` taken, not used)."""
         ffmodel = self._compiled("predict")
+        refuse_unknown(
+            "predict", {"steps": steps, "callbacks": callbacks, **without_queue_settings(rest)}
+        )
         ffmodel._check_batch(batch_size)
         return ffmodel.predict(model_inputs(x))
 
@@ -250,12 +297,31 @@ def model_inputs(x: Any) -> Any:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
+QUEUE_SETTINGS = frozenset(("max_queue_size", "workers", "use_multiprocessing"))
+"""Keras' data-queue arguments of fit, evaluate and predict: no queue here, so ignored."""
+
+
+def without_queue_settings(rest: dict[str, Any]) -> dict[str, Any]:
+    """`rest` without Keras' queue settings (which `None` values would hide from refusal)."""
+    return {k: (True if v is None else v) for k, v in rest.items() if k not in QUEUE_SETTINGS}
+
+
+def epoch_end(callback: Callback, epoch: int, logs: dict[str, float]) -> Any:
+    """`callback.on_epoch_end(epoch, logs)`, or `(epoch)` alone for a callback written for
+    FlexFlow, which calls it so (`def on_epoch_end(self, logs=None)` then gets the epoch)."""
+    method = callback.on_epoch_end
+    try:
+        inspect.signature(method).bind(epoch, logs)
+    except TypeError:
+        return method(epoch)
+    return method(epoch, logs)
+
+
 def refuse_fit_arguments(rest: dict[str, Any]) -> None:
     given = {k: v for k, v in rest.items() if UNSUPPORTED_FIT.get(k, object()) != v}
     unknown = sorted(k for k in given if k not in UNSUPPORTED_FIT)
-    ignored = {"max_queue_size", "workers", "use_multiprocessing"}
     named = sorted(k for k in given if k in UNSUPPORTED_FIT) + [
-        k for k in unknown if k not in ignored
+        k for k in unknown if k not in QUEUE_SETTINGS
     ]
     if named:
         raise NotOfferedError(

@@ -69,7 +69,11 @@ class Sequential(BaseModel):
                     "input_shape; pass input_shape=(...) (without the sample dimension) to it, "
                     "or add an Input(shape=...) first."
                 )
-            self._input = Input(shape=item.input_shape)
+            first = Input(shape=item.input_shape)
+            item(first)  # the model's input only once the layer takes it
+            self._input = first
+            self._extend_from(first)
+            return
         before = self.output
         item(before)
         self._extend_from(before)
