@@ -18,7 +18,8 @@ _log = logging.getLogger(__name__)
 
 class Callback:
     """Hooks around training. fit calls on_train_begin/end and on_epoch_begin/end; an
-    on_epoch_end that returns True stops training after that epoch (FlexFlow's early stop).
+    on_epoch_end that returns True (FlexFlow's early stop) or sets `self.model.stop_training`
+    (Keras') stops training after that epoch.
     on_batch_begin/end are not called: an epoch runs as one call of this package's fit, so
     a callback that defines them is refused by fit."""
 
