@@ -443,6 +443,12 @@ class FFModel(_FFModel, LayerHandles):
             )
         return PerfMetrics(self._perf)
 
+    def predict(self, x: Any, batch_size: int | None = None) -> np.ndarray:
+        """`flexflow.FFModel.predict`, with FlexFlow's and Keras' `batch_size` (which must
+        be the model's, as fit's and eval's)."""
+        self._check_batch(batch_size)
+        return super().predict(x)
+
     def _check_batch(self, batch_size: int | None) -> None:
         if batch_size is not None and batch_size != self.config.batch_size:
             raise ShapeError(

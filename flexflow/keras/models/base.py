@@ -285,8 +285,7 @@ class BaseModel:
         refuse_unknown(
             "predict", {"steps": steps, "callbacks": callbacks, **without_queue_settings(rest)}
         )
-        ffmodel._check_batch(batch_size)
-        return ffmodel.predict(model_inputs(x))
+        return ffmodel.predict(model_inputs(x), batch_size)
 
 
 def model_inputs(x: Any) -> Any:
