@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
 from flexflow.errors import ShapeError
 
 from .base import (
@@ -45,6 +47,11 @@ class Reduction(Op):
         expect_inputs(self.kind, name, inputs, 1)
         (x,) = inputs
         expect_float(self.kind, name, x)
+        if not isinstance(self.keepdims, (bool, np.bool_)):
+            raise ShapeError(
+                f"{self.kind} '{name}': keepdims must be True or False, got "
+                f"{self.keepdims!r} (input {x.shape}); pass a bool."
+            )
         rank = len(x.shape)
         if rank < 2:
             raise ShapeError(

@@ -82,6 +82,8 @@ def test_reduce_sum_takes_flexflows_axes_and_keepdims(axes, keepdims, shape):
          r"reduce_sum 's': axes \(0, 1\) include dimension 0, the sample dimension"),
         (lambda m, x, y: m.reduce_sum(x, "12", name="s"),
          r"reduce_sum 's': the dimensions to reduce must be a list of integers, got '12'"),
+        (lambda m, x, y: m.reduce_sum(x, [1], "yes", name="s"),
+         r"reduce_sum 's': keepdims must be True or False, got 'yes' \(input \(4, 5, 6\)\)"),
         (lambda m, x, y: m.reduce_sum(x, (1, [2]), name="s"),
          r"reduce_sum 's': the dimensions to reduce must be a list of integers, got \(1, \[2\]\)"),
         (lambda m, x, y: m.mean(m.create_tensor((4,), name="v"), [], name="s"),

@@ -87,6 +87,7 @@ def test_arguments_an_optimizer_of_another_model_and_predict_take(report):
     assert "already trains another model" in said["shared_optimizer"]
     assert "evaluate: argument(s) batch_sizee are not offered" in said["evaluate_typo"]
     assert said["predict_shape"] == [256, 4]
+    assert isinstance(said["evaluate_without_metrics"], float)  # Keras': the loss, a scalar
 
 
 def test_verbose_zero_prints_no_epoch_line_and_the_lines_count_to_the_total(said):

@@ -259,8 +259,9 @@ class BaseModel:
         return_dict: bool = False,
         **rest: Any,
     ) -> Any:
-        """Loss and metrics over every sample of `x`, `y`: [loss, accuracy] (or a dict);
-        Keras' queue and worker settings are ignored, its other arguments refused."""
+        """Loss and metrics over every sample of `x`, `y`: [loss, accuracy], the loss alone
+        without metrics, or a dict; Keras' queue and worker settings are ignored, its other
+        arguments refused."""
         ffmodel = self._compiled("evaluate")
         refuse_unknown(
             "evaluate",
@@ -269,7 +270,10 @@ class BaseModel:
         )  # fmt: skip
         x = model_inputs(x)
         logs = epoch_logs(ffmodel.eval(x, y, batch_size))
-        return logs if return_dict else list(logs.values())
+        if return_dict:
+            return logs
+        values = list(logs.values())
+        return values[0] if len(values) == 1 else values  # Keras': the loss alone, a scalar
 
     def predict(
         self,
