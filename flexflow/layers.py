@@ -26,7 +26,7 @@ from flexflow.errors import GraphError, NotOfferedError, ShapeError
 from flexflow.flexflow_arguments import flexflow_only as _flexflow_only
 from flexflow.graph import GraphTensor, OperatorGraph, OpNode, Parameter
 from flexflow.ops import ActiMode, DType, Op, TensorSpec
-from flexflow.ops.base import is_int, is_real, python_scalars
+from flexflow.ops.base import is_int, python_scalars
 from flexflow.ops.batch_matmul import BatchMatmul
 from flexflow.ops.batch_norm import BatchNorm
 from flexflow.ops.concat import Concat
@@ -534,13 +534,8 @@ class LayerAPI:
     def _function(
         self, function: UnaryFunction, x: Tensor, name: str | None, scalar: object = None
     ) -> Tensor:
-        """One of FlexFlow's element-wise functions (`flexflow.ops.unary_functions`); a
-        number as `scalar` is taken as a float, anything else is refused by the op."""
-        if is_real(scalar):
-            try:
-                scalar = float(scalar)
-            except OverflowError:  # an int past float's range: the op refuses it by name
-                pass
+        """One of FlexFlow's element-wise functions (`flexflow.ops.unary_functions`); the
+        op takes a number as a float and refuses anything else."""
         return self._layer(ElementUnary(function=function, scalar=scalar), [x], name)
 
     def exp(self, x: Tensor, name: str | None = None) -> Tensor:

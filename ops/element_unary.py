@@ -44,6 +44,15 @@ class ElementUnary(Op):
     scalar: float | None = field(default=None, metadata=SAVED_AT_DEFAULT_ONLY_IF_SET)
     """pow's exponent or the scalar_* operand; None for every other function and activation."""
 
+    def __post_init__(self) -> None:
+        # a number is kept as a float (graph files, cost keys and kernels take one); an int
+        # past float's range stays as given, for `infer` to refuse by name
+        if is_real(self.scalar) and type(self.scalar) is not float:
+            try:
+                object.__setattr__(self, "scalar", float(self.scalar))
+            except OverflowError:
+                pass
+
     def infer(self, name: str, inputs: Sequence[TensorSpec]) -> Signature:
         expect_inputs(self.kind, name, inputs, 1)
         (x,) = inputs

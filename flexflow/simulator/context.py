@@ -366,9 +366,13 @@ class SimContext:
         """Every (consumer task, producer task, volume) whose tiles meet along input `j`."""
         key = (self._edge_kinds[consumer][j], p_degrees, c_degrees)
         found = self._overlaps.get(key)
-        if found is None:
-            columns = self._compute_overlaps(consumer, j, p_degrees, c_degrees)
-            found = self._overlaps[key] = tuple(zip(*columns, strict=True))
+        if found is None:  # the pool's set as tuples: computed once for both readers
+            number, count = self.overlap_set(consumer, j, p_degrees, c_degrees)
+            pool, at = self.overlap_pool, self.overlap_pool.at[number]
+            found = self._overlaps[key] = tuple(
+                zip(pool.consumer[at : at + count], pool.producer[at : at + count],
+                    pool.volume[at : at + count], strict=True)
+            )  # fmt: skip
         return found
 
     def _compute_overlaps(

@@ -31,8 +31,8 @@ class ScalarOp(Layer):
 
     kind = "ScalarOp"
 
-    def __init__(self, method: str, scalar: float, **keywords: Any) -> None:
-        self.default_name, self.method, self.scalar = method, method, float(scalar)
+    def __init__(self, method: str, scalar: Real, **keywords: Any) -> None:
+        self.default_name, self.method, self.scalar = method, method, scalar
         super().__init__(**keywords)
 
     def build_ff(self, api: LayerAPI, inputs: list[Tensor], final: bool = False) -> Tensor:
