@@ -283,7 +283,7 @@ def resumed_line(path: str, executor, config: FFConfig) -> str:
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
-    from flexflow.cli import strategy_table
+    from flexflow.cli_strategy import strategy_table
     from flexflow.machine import parse_machine
     from flexflow.search.processes import usable_cores
 

@@ -1,12 +1,17 @@
-"""Argument types and the arguments most `flexflow` subcommands share (model, machine, batch, profile)."""
+"""Argument types and the arguments most `flexflow` subcommands share (model, machine, batch, profile, strategy)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from flexflow.errors import FlexFlowError
+
+if TYPE_CHECKING:  # the commands import the simulator when they run: a fast --help
+    from flexflow.simulator import SimContext
+    from flexflow.strategy import Strategy
 
 
 def positive_int(text: str) -> int:
@@ -102,6 +107,13 @@ def add_batch_size(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def batch_config(args: argparse.Namespace):
+    """The FFConfig of --batch-size, or None where it is not given (the model's own)."""
+    from flexflow.config import FFConfig
+
+    return FFConfig(batch_size=args.batch_size) if args.batch_size else None
+
+
 def add_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile", metavar="FILE", help="measured task times overriding the analytic model"
@@ -178,3 +190,11 @@ def fused_context(args: argparse.Namespace, graph, machine, profile):
     loss = args.loss or FUSED_LOSS
     steps = args.steps_per_execution or FFConfig().steps_per_execution
     return planning_context(graph, machine, profile, loss, steps)
+
+
+def strategy_arg(value: str, context: SimContext, seed: int) -> Strategy:
+    """A named strategy, data parallelism at its fastest width, OptCNN's, or a strategy file
+    (validated against the model and machine): what `search --init` takes."""
+    from flexflow.search.search import initial_strategy
+
+    return initial_strategy(value, context, seed, role="strategy", warn_other_machine=True)

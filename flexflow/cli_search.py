@@ -15,6 +15,7 @@ from flexflow.cli_args import (
     add_fused_launches,
     add_model_and_machine,
     add_profile,
+    batch_config,
     fused_context,
     load_profile,
     nonnegative_int,
@@ -22,8 +23,10 @@ from flexflow.cli_args import (
     positive_int,
     seed_int,
     share,
+    strategy_arg,
     workers_arg,
 )
+from flexflow.cli_strategy import config_text, strategy_table
 from flexflow.errors import FlexFlowError
 from flexflow.figures import picture_file
 from flexflow.fileio import output_file
@@ -37,11 +40,10 @@ from flexflow.search.spaces import SPACES
 
 def _setup(args: argparse.Namespace):
     """The model's graph, the machine and a simulation context (with --profile if given)."""
-    from flexflow.cli import _config
     from flexflow.machine import parse_machine
     from flexflow.zoo import load_model
 
-    graph = load_model(args.model, _config(args)).graph()
+    graph = load_model(args.model, batch_config(args)).graph()
     machine = parse_machine(args.machine)
     profile = load_profile(args.profile, graph, machine, args.model)
     return graph, machine, fused_context(args, graph, machine, profile)
@@ -106,7 +108,6 @@ def _refuse_unused_search_flags(args: argparse.Namespace) -> None:
 
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Search a strategy with MCMC over delta simulations; print, export and summarize it."""
-    from flexflow.cli import strategy_table
     from flexflow.simulator import TaskGraph, full_simulate
     from flexflow.simulator.result import memory_note, over_memory
     from flexflow.strategies import named_strategy
@@ -185,7 +186,6 @@ def _exhaustive_line(status: ExhaustiveStatus) -> str:
 
 def cmd_exhaustive(args: argparse.Namespace, console: Console) -> int:
     """Branch and bound over every strategy of the space: the simulated global optimum."""
-    from flexflow.cli import strategy_table
     from flexflow.search.exhaustive import exhaustive_search
     from flexflow.search.spaces import make_space
 
@@ -259,13 +259,12 @@ def add_workers(parser: argparse.ArgumentParser, work: str, default: str | None 
 
 def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
     """Try every single-op change of a strategy; list those that are faster (empty: locally optimal)."""
-    from flexflow.cli import _strategy_arg, config_text
     from flexflow.search.local import improving_neighbours
     from flexflow.search.spaces import make_space
     from flexflow.strategy_file import op_entry
 
     graph, machine, context = _setup(args)
-    strategy = _strategy_arg(args.strategy, context, 0)
+    strategy = strategy_arg(args.strategy, context, 0)
     space = make_space(args.space, graph, machine)
     if args.json or not console.is_terminal:
         base, better = improving_neighbours(context, strategy, space, workers=args.workers)
