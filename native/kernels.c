@@ -7,7 +7,9 @@
 
 /* One implementation per element type. The first maximal cell wins ties, as in the numpy
  * reference (argmax over the window in row-major order). Each window's in-bounds rows and
- * columns [i0, i1) x [j0, j1) are found once, so the inner loops run without bounds checks. */
+ * columns [i0, i1) x [j0, j1) are found once, so the inner loops run without bounds checks;
+ * an average divides by their number, (i1 - i0) * (j1 - j0), never by kh * kw (FlexFlow's
+ * CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING). */
 #define FF_POOL_WINDOW                                                                         \
   long top = r * sh - pad_top, left = q * sw - pad_left;                                       \
   int i0 = top < 0 ? (int)-top : 0, j0 = left < 0 ? (int)-left : 0;                            \
@@ -34,7 +36,7 @@
             } else {                                                                           \
               for (int i = i0; i < i1; ++i, cell += w)                                         \
                 for (int j = j0; j < j1; ++j) acc += cell[j];                                  \
-              acc /= (T)(kh * kw);                                                              \
+              acc /= (T)((i1 - i0) * (j1 - j0)); /* the cells inside: padding not counted */   \
             }                                                                                  \
           }                                                                                    \
           yp[r * ow + q] = acc;                                                                \
@@ -72,7 +74,7 @@
               }                                                                                \
             dxp[best] += g;                                                                    \
           } else {                                                                             \
-            T share = g / (T)(kh * kw);                                                        \
+            T share = g / (T)((i1 - i0) * (j1 - j0));                                          \
             for (int i = i0; i < i1; ++i)                                                      \
               for (int j = j0; j < j1; ++j) dxp[first + (long)(i - i0) * w + j] += share;      \
           }                                                                                    \

@@ -4,8 +4,11 @@
 
 /* Pooling over a tile: `x` is the tile's input slice (halo included), h x w; the output is
  * oh x ow. pad_top/pad_left are the padding rows/columns before the slice (only at the
- * tensor's border); cells outside the slice are padding: ignored by max pooling, counted as
- * zeros by average pooling (count_include_pad). is_max: 1 max, 0 average. */
+ * tensor's border); cells outside the slice are padding, left out: ignored by max pooling,
+ * and not counted by average pooling, which divides each window's sum by its cells inside
+ * the slice (FlexFlow's CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING). The slice holds its
+ * halo, so those are the window's cells inside the whole tensor, for any tile of it.
+ * is_max: 1 max, 0 average. */
 void ff_pool2d_forward_f32(const float *x, float *y, long n, long c, long h, long w, long oh,
                            long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left,
                            int is_max);
@@ -13,7 +16,8 @@ void ff_pool2d_forward_f64(const double *x, double *y, long n, long c, long h, l
                            long ow, int kh, int kw, int sh, int sw, int pad_top, int pad_left,
                            int is_max);
 /* The input gradient: max pooling routes each output's gradient to the first maximal cell of
- * its window (row-major), average pooling spreads it evenly; dx is overwritten. */
+ * its window (row-major), average pooling spreads it evenly over the window's cells inside
+ * the slice; dx is overwritten. */
 void ff_pool2d_backward_f32(const float *x, const float *dy, float *dx, long n, long c, long h,
                             long w, long oh, long ow, int kh, int kw, int sh, int sw, int pad_top,
                             int pad_left, int is_max);
@@ -164,8 +168,8 @@ void ff_softmax_rows_backward_f32(const float *y, const float *dy, float *dx, lo
 
 /* A convolution or pooling window over a whole NCHW tile (native/step.c): n samples, c
  * channels of h x w in, o channels of oh x ow out (a pooling: o = c), kh x kw windows at
- * strides sh, sw, ph and pw rows and columns of zero padding before the input; is_max: 1 max
- * pooling, 0 average. */
+ * strides sh, sw, ph and pw rows and columns of zero padding before the input (an average
+ * pooling leaves them out of its divisor); is_max: 1 max pooling, 0 average. */
 typedef struct {
   long n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, is_max;
 } ff_window_dims;

@@ -30,6 +30,7 @@ from .window import (
     accumulate_windows,
     crop_hw,
     pad_hw,
+    window_cell_counts,
     window_output_hw,
     windowed_input_region,
     windows,
@@ -48,8 +49,12 @@ class PoolType(enum.Enum):
 class Pool2D(Window2D):
     """x (N, C, H, W) -> (N, C, H', W'), each output the max or mean of one kh x kw window.
 
-    Max pooling ignores padded cells (they hold -inf); average pooling counts them as zeros and
-    always divides by kh*kw (cuDNN's CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING). Channels are
+    Padded cells never count: max pooling ignores them (they hold -inf), and average pooling
+    divides each window's sum by the number of its cells inside the input, as FlexFlow's
+    kernel does (cuDNN's CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, src/ops/kernels/
+    pool_2d_kernels.cu) and as Keras' AveragePooling2D(padding='same'): a 3x3 stride-1 pad-1
+    average (Inception-v3's) of an all-ones image is all ones, corners included. Every window
+    holds a real cell (`infer` refuses padding >= kernel), so no divisor is zero. Channels are
     independent, so a channel split is an attribute split: pooling has no parameters.
     """
 
@@ -76,7 +81,7 @@ class Pool2D(Window2D):
         out_h, out_w = window_output_hw(
             self.kind, name, x, self._kernel, self._stride, self._padding
         )
-        # With padding >= kernel some windows hold padding only: -inf for max, 0 for average.
+        # With padding >= kernel some windows hold padding only: no maximum, no cell to average.
         for axis, pad, kernel in (
             ("h", self.padding_h, self.kernel_h),
             ("w", self.padding_w, self.kernel_w),
@@ -119,14 +124,29 @@ class Pool2D(Window2D):
         win = windows(pad_hw(x, self._padding, fill), self._kernel, self._stride)
         return win.reshape(win.shape[:4] + (-1,))  # (N, C, H', W', kh*kw)
 
+    def _cell_counts(self, x: np.ndarray, out_hw: tuple[int, ...]) -> np.ndarray:
+        """(H', W'): how many of each window's cells lie inside x, the average's divisors (in
+        x's type: a float32 average stays float32)."""
+        rows, cols = (
+            window_cell_counts(size, out, k, s, p)
+            for size, out, k, s, p in zip(
+                x.shape[2:], out_hw, self._kernel, self._stride, self._padding, strict=True
+            )
+        )
+        return np.outer(rows, cols).astype(x.dtype)  # (H', W')
+
     def _pre_activation(self, x: np.ndarray) -> np.ndarray:
         win = self._windows(x)
         if self.pool_type is PoolType.POOL_MAX:
             return win.max(axis=-1)
-        return win.sum(axis=-1) / (self.kernel_h * self.kernel_w)  # padding counts
+        # the padded zeros add nothing to a sum, and are not counted in its divisor
+        return win.sum(axis=-1) / self._cell_counts(x, win.shape[2:4])
 
     def forward_tile(self, sig, region, inputs, weights) -> Arrays:
-        """A tile with the C kernel: padding only where the tile meets the tensor's border."""
+        """A tile with the C kernel: padding only where the tile meets the tensor's border. The
+        slice holds its halo (the neighbouring tiles' rows), so the cells outside it are exactly
+        the tensor's padding, and the kernel's divisor, the window's cells inside the slice,
+        is the whole tensor's: any height or width split gives the same values."""
         return (
             ACTIVATIONS[self.activation].forward(self._tile_pre_activation(sig, region, inputs[0])),
         )
@@ -168,7 +188,9 @@ class Pool2D(Window2D):
             route = first_max[..., None] == np.arange(window)  # (N, C, H', W', kh*kw)
             grad_windows = route * dz[..., None]
         else:
-            grad_windows = np.broadcast_to(dz[..., None] / window, dz.shape + (window,))
+            # each real cell gets its share; the padded cells' shares are cropped away below
+            share = dz / self._cell_counts(x, dz.shape[2:])  # (N, C, H', W')
+            grad_windows = np.broadcast_to(share[..., None], dz.shape + (window,))
         grad_windows = grad_windows.reshape(dz.shape + self._kernel)  # (N, C, H', W', kh, kw)
         padded_hw = (x.shape[2] + 2 * self.padding_h, x.shape[3] + 2 * self.padding_w)
         dx = crop_hw(accumulate_windows(grad_windows, padded_hw, self._stride), self._padding)

@@ -94,6 +94,17 @@ def windowed_input_region(
     return (region[0], channels, rows, cols)
 
 
+def window_cell_counts(
+    size: int, out: int, kernel: int, stride: int, pad_before: int
+) -> np.ndarray:
+    """(out,): how many cells of each of `out` windows along one axis lie inside [0, size),
+    window i starting at i * stride - pad_before: an average pooling's divisor along that
+    axis, the padding left out of it (a 2-D window's count is the product of its row's and
+    its column's)."""
+    starts = np.arange(out) * stride - pad_before
+    return np.minimum(starts + kernel, size) - np.maximum(starts, 0)
+
+
 def pad_hw(x: np.ndarray, padding: tuple[int, int], value: float = 0.0) -> np.ndarray:
     """x (N, C, H, W) -> (N, C, H + 2*ph, W + 2*pw), borders filled with `value`."""
     ph, pw = padding
