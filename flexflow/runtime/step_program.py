@@ -285,7 +285,8 @@ def _strided_whole(step: OpStep, x_shape: tuple[int, ...]) -> tuple[int, ...] | 
 
 def _window_op(step: OpStep, op, reads, x_shape, y_shape) -> ProgramOp | None:
     """A convolution (one group, relu or none) or a pooling (no activation) over whole
-    images: the tile holds every row and column, so its padding is the op's."""
+    images: the tile holds every row and column, so its padding is the op's (and an average
+    pooling's divisor, its window's cells inside the tile, the whole image's)."""
     if len(x_shape) != 4 or x_shape[2:] != step.node.sig.inputs[0].shape[2:]:
         return None
     n, c, h, w = x_shape

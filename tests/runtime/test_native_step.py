@@ -2,9 +2,11 @@
 the call computes what the op-by-op step (flexflow.fused_run with the CPU tiles) computes: the
 same weight gradients and loss to the softmax's float32 rounding, the same correct count; for
 dense chains and for unrolled RNNs, whose tensors have several readers and whose layers' steps
-share weights."""
+share weights; for CNNs with the op-by-op step's poolings computed by brute-force loops."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, native_step
 from flexflow.runtime.step_program import ADD, PART, WRITE, program, why_not
 from flexflow.runtime.tasks import Pass, _CpuTiles
 from flexflow.strategies import named_strategy
+from tests.ops.pool_loops import loop_pool2d_backward, loop_pool2d_forward
 
 pytestmark = pytest.mark.skipif(blas.sgemm_address() is None, reason="MKL is not installed")
 
@@ -290,9 +293,23 @@ def test_a_step_the_c_program_cannot_run_runs_op_by_op():
     assert program(_task(model.graph(), "p100:1")) is None
 
 
+@pytest.fixture
+def loop_pools(monkeypatch):
+    """The op-by-op step's poolings by the one-cell-at-a-time loops (tests/ops/pool_loops.py)
+    instead of the C kernels the C step also calls: the C step's average must leave the padding
+    out of its divisor on its own, not merely agree with the kernel it shares."""
+    import flexflow.ops.pool2d as pool2d
+
+    loops = SimpleNamespace(
+        pool2d_forward=loop_pool2d_forward, pool2d_backward=loop_pool2d_backward
+    )
+    monkeypatch.setattr(pool2d, "native", loops)
+
+
 def _cnn(padded: bool):
     """LeNet's shape (convolutions, max pooling, a flat, dense layers), or AlexNet's: with
-    padding, strides, a relu convolution without bias, average pooling and dropouts."""
+    padding, strides, a relu convolution without bias, average pooling with padding (the
+    border windows' divisors count their real cells only) and dropouts."""
     model = FFModel(FFConfig(batch_size=8))
     x = model.create_tensor((8, 2, 12, 12), name="image")
     if padded:
@@ -310,7 +327,7 @@ def _cnn(padded: bool):
 
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("index", [0, 1])
-def test_the_c_step_of_a_cnn_computes_the_op_by_op_step(padded, index):
+def test_the_c_step_of_a_cnn_computes_the_op_by_op_step(padded, index, loop_pools):
     task = _task(_cnn(padded), "p100:1", index)  # 2 of the 8 images
     made = program(task)
     assert made is not None
@@ -484,7 +501,9 @@ def _normalized_input(rank: int):
         ("input_norm4", "one", False),
     ],
 )
-def test_the_c_step_of_a_batch_norm_network_computes_the_op_by_op_step(model, machine, relu_first):
+def test_the_c_step_of_a_batch_norm_network_computes_the_op_by_op_step(
+    model, machine, relu_first, loop_pools
+):
     """Each point's C step, its batch norms summing their statistics with the others' through
     the exchange, computes the op-by-op step's gradients, loss and running statistics; and on
     one device (no exchange) likewise."""
