@@ -84,6 +84,10 @@ CASES: tuple[TileCase, ...] = (
     TileCase("pool2d max", Pool2D(3, 3, 2, 2, 1, 1, PoolType.POOL_MAX), IMAGE),
     TileCase("pool2d max halo", Pool2D(3, 3, 2, 2, 1, 1, PoolType.POOL_MAX), IMAGE, (1, 1, 2, 2), (0, 0, 1, 1)),
     TileCase("pool2d avg", Pool2D(2, 2, 2, 2, 0, 0, PoolType.POOL_AVG), IMAGE),
+    # averages with padding left out of the divisor: cuDNN's own (EXCLUDE_PADDING) padding on a
+    # whole image, and a border tile padded on one side only (explicitly, its divisor restored)
+    TileCase("pool2d avg padded", Pool2D(3, 3, 1, 1, 1, 1, PoolType.POOL_AVG), IMAGE),
+    TileCase("pool2d avg stride 2 padded", Pool2D(3, 3, 2, 2, 1, 1, PoolType.POOL_AVG), IMAGE),
     TileCase("pool2d avg halo", Pool2D(3, 3, 1, 1, 1, 1, PoolType.POOL_AVG, ActiMode.AC_MODE_TANH), IMAGE, (1, 2, 2, 2), (0, 1, 0, 1)),
     TileCase("batch_norm", BatchNorm(relu=True), IMAGE),
     TileCase("batch_norm channel tile", BatchNorm(relu=False), (TensorSpec((6, 4)),), (1, 2), (0, 1)),

@@ -20,7 +20,10 @@ from flexflow.gpu.libraries import check, ffi, open_library
 _NCHW, _FLOAT = 0, 0  # CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT
 _CROSS_CORRELATION = 1  # what the numpy reference computes (no kernel flip)
 _FMA_MATH = 3  # CUDNN_FMA_MATH: no tensor-core TF32 rounding
-POOL_MAX, POOL_AVG_INCLUDE_PADDING = 0, 1  # CUDNN_POOLING_MAX, ..._AVERAGE_COUNT_INCLUDE_PADDING
+# cudnnPoolingMode_t: CUDNN_POOLING_MAX = 0, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING = 1
+# (not used: it divides by kh*kw), CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING = 2 (FlexFlow's,
+# src/ops/kernels/pool_2d_kernels.cu: the window's cells inside the input)
+POOL_MAX, POOL_AVG_EXCLUDE_PADDING = 0, 2
 _SOFTMAX_ACCURATE, _SOFTMAX_CHANNEL = 1, 1  # max-subtracted softmax over the C dim
 _FALLBACK_ALGO = {"forward": 0, "data": 1, "filter": 1}  # IMPLICIT_GEMM, BWD_*_ALGO_1
 
@@ -219,7 +222,8 @@ def pool_forward(
     gpu: Gpu, mode: int, kernel: tuple[int, int], padding: tuple[int, int],
     stride: tuple[int, int], x: DeviceArray, y: DeviceArray,
 ) -> None:  # fmt: skip
-    """y = max or average (padding counted, divisor kh*kw) pooling of x."""
+    """y = max or average pooling of x (`mode`; an average of POOL_AVG_EXCLUDE_PADDING divides
+    by the window's cells inside x, the padding left out)."""
     require_contiguous("pool_forward", x, y)
     with (
         _pooling(mode, kernel, padding, stride) as pool,
@@ -238,7 +242,8 @@ def pool_backward(
     gpu: Gpu, mode: int, kernel: tuple[int, int], padding: tuple[int, int],
     stride: tuple[int, int], x: DeviceArray, y: DeviceArray, dy: DeviceArray, dx: DeviceArray,
 ) -> None:  # fmt: skip
-    """dx of pooling (max: each window's gradient to its maximum; average: spread evenly)."""
+    """dx of pooling (max: each window's gradient to its maximum; average: spread evenly over
+    the cells its divisor counts)."""
     require_contiguous("pool_backward", x, y, dy, dx)
     with (
         _pooling(mode, kernel, padding, stride) as pool,

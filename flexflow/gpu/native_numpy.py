@@ -6,8 +6,9 @@ without a build.
 holds what the references call unconditionally (the ops whose C kernels are optional, dense and
 batch norm, fall back to numpy by themselves): pooling, im2col/col2im, and the sparse
 cross-entropy. Same semantics (a tile's window starts `pad_before` cells before its slice;
-cells outside the slice are padding: ignored by max, zeros for the average, whose divisor is
-kh*kw, zeros for im2col). The tests check it against the C kernels value by value.
+cells outside the slice are padding: ignored by max, left out of the average, whose divisor
+is the window's cells inside the slice, zeros for im2col). The tests check it against the C
+kernels value by value.
 """
 
 from __future__ import annotations
@@ -42,13 +43,22 @@ def _windows(xp: np.ndarray, out_hw, kernel, stride) -> np.ndarray:
     return view[:, :, : out_hw[0], : out_hw[1]].reshape(view.shape[:2] + tuple(out_hw) + (-1,))
 
 
+def _cell_counts(x: np.ndarray, out_hw, kernel, stride, pad_before) -> np.ndarray:
+    """(H', W'): each window's cells inside the slice (an average's divisor), counted by
+    pooling a ones slice padded with zeros as x is."""
+    ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
+    mask, _ = _padded(ones, out_hw, kernel, stride, pad_before, 0.0)
+    return _windows(mask, out_hw, kernel, stride).sum(axis=-1)[0, 0]
+
+
 def pool2d_forward(x, out_hw, kernel, stride, pad_before, is_max) -> np.ndarray:
+    x = np.asarray(x)
     fill = -np.inf if is_max else 0.0
-    xp, _ = _padded(np.asarray(x), out_hw, kernel, stride, pad_before, fill)
+    xp, _ = _padded(x, out_hw, kernel, stride, pad_before, fill)
     win = _windows(xp, out_hw, kernel, stride)  # (N, C, H', W', kh*kw)
     if is_max:
         return win.max(axis=-1)
-    return win.sum(axis=-1) / (kernel[0] * kernel[1])
+    return win.sum(axis=-1) / _cell_counts(x, out_hw, kernel, stride, pad_before)
 
 
 def pool2d_backward(x, dy, kernel, stride, pad_before, is_max) -> np.ndarray:
@@ -61,7 +71,8 @@ def pool2d_backward(x, dy, kernel, stride, pad_before, is_max) -> np.ndarray:
         first_max = _windows(xp, out_hw, kernel, stride).argmax(axis=-1)  # ties: first cell
         grads = (first_max[..., None] == np.arange(kh * kw)) * dy[..., None]
     else:
-        grads = np.broadcast_to(dy[..., None] / (kh * kw), dy.shape + (kh * kw,))
+        share = dy / _cell_counts(x, out_hw, kernel, stride, pad_before)  # (N, C, H', W')
+        grads = np.broadcast_to(share[..., None], dy.shape + (kh * kw,))
     grads = grads.reshape(dy.shape + (kh, kw))
     dxp = np.zeros(xp.shape, dtype=np.result_type(x.dtype, dy.dtype))
     for i in range(kh):

@@ -5,7 +5,10 @@ A tile's input slice is padded only where the tile touches the tensor's border, 
 code pads it. cuDNN pads both sides of a dim by one amount p; running it with p = top gives the
 same windows whenever 0 <= top - bottom < stride (the extra bottom rows are never reached).
 Otherwise the slice is padded explicitly (zeros; -inf for max pooling), cuDNN runs unpadded,
-and the input gradient is cropped back.
+and the input gradient is cropped back. An average leaves the padding out of its divisor, as
+the numpy tile does (FlexFlow's CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING): cuDNN does so
+for the padding it applies itself; over an explicitly padded slice, which cuDNN sees as all
+cells, the tile divides by the fraction of each window that is real.
 """
 
 from __future__ import annotations
@@ -121,7 +124,31 @@ def _pool_setup(op, sig, region, inputs) -> tuple[TilePadding, int, float]:
     padding = _tile_padding(op, sig, region)
     if op.pool_type is PoolType.POOL_MAX:
         return padding, dnn.POOL_MAX, float("-inf")  # padded cells never win a max
-    return padding, dnn.POOL_AVG_INCLUDE_PADDING, 0.0  # padded cells count as zeros
+    # cuDNN's own padding is left out of the divisor, as the numpy tile leaves it out; a slice
+    # padded explicitly has zeros cuDNN takes for cells, which `_real_fraction` undoes
+    return padding, dnn.POOL_AVG_EXCLUDE_PADDING, 0.0
+
+
+def _real_fraction(
+    gpu: Gpu, op, region, padding: TilePadding, x: DeviceArray
+) -> DeviceArray | None:
+    """(H', W'): the fraction of each window's cells inside the slice, where an average runs
+    over an explicitly padded slice (cuDNN unpadded: its divisor is kh*kw, zeros included);
+    None where cuDNN pads itself or the pooling is a max. cuDNN computes it, averaging a ones
+    image padded as the slice is; the tile divides its output, and its output's gradient,
+    by it, so its divisor is the window's real cells, as in the numpy tile."""
+    if op.pool_type is PoolType.POOL_MAX or not padding.explicit:
+        return None
+    ones = prims.fill(gpu, gpu.empty((1, 1) + x.shape[2:]), 1.0)
+    fraction = _pool(gpu, op, region, dnn.POOL_AVG_EXCLUDE_PADDING, padding, padding.pad(gpu, ones))
+    return fraction.reshape(fraction.shape[2:])  # (H', W')
+
+
+def _divide(gpu: Gpu, a: DeviceArray, fraction) -> DeviceArray:
+    """a (N, C, H', W') divided by a (H', W') fraction of real cells, or `a` where None."""
+    if fraction is None:
+        return a
+    return prims.binary(gpu, "divide", a, prims.broadcast_view(fraction, a.shape, (2, 3)))
 
 
 def _pool(gpu: Gpu, op, region, mode: int, padding: TilePadding, xp: DeviceArray) -> DeviceArray:
@@ -133,7 +160,9 @@ def _pool(gpu: Gpu, op, region, mode: int, padding: TilePadding, xp: DeviceArray
 
 def pool2d_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
     padding, mode, fill = _pool_setup(op, sig, region, inputs)
+    fraction = _real_fraction(gpu, op, region, padding, inputs[0])
     z = _pool(gpu, op, region, mode, padding, padding.pad(gpu, inputs[0], fill))
+    z = _divide(gpu, z, fraction)
     if op.activation is ActiMode.AC_MODE_NONE:
         return (z,)
     return (prims.activation_forward(gpu, op.activation, z),)
@@ -141,14 +170,18 @@ def pool2d_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
 
 def pool2d_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
     padding, mode, fill = _pool_setup(op, sig, region, inputs)
+    fraction = _real_fraction(gpu, op, region, padding, inputs[0])
     xp = padding.pad(gpu, inputs[0], fill)
     (y,), (dy,) = outputs, grad_outputs
     if op.activation is ActiMode.AC_MODE_NONE:
         z, dz = y, dy
     else:
-        z = _pool(gpu, op, region, mode, padding, xp)
+        z = _divide(gpu, _pool(gpu, op, region, mode, padding, xp), fraction)
         dz = prims.activation_backward(gpu, op.activation, z, y, dy)
     dxp = gpu.empty(xp.shape)
     kernel, stride = (op.kernel_h, op.kernel_w), (op.stride_h, op.stride_w)
+    # cuDNN spreads an average's gradient as dz / (kh*kw) over the padded slice: dz / fraction
+    # makes each real cell's share dz / (real cells); an average's backward reads no y
+    dz = _divide(gpu, dz, fraction)
     dnn.pool_backward(gpu, mode, kernel, padding.symmetric, stride, xp, z, dz, dxp)
     return (padding.crop(gpu, dxp),), ()

@@ -12,6 +12,7 @@ import numpy as np
 from flexflow.gpu.libraries import ffi
 from flexflow.ops.conv2d import Conv2D
 from flexflow.ops.pool2d import Pool2D, PoolType
+from flexflow.ops.window import crop_hw, pad_hw
 
 if TYPE_CHECKING:
     from .emulator import HostGpu
@@ -160,24 +161,34 @@ class HostCudnn:
         return 0
 
     def cudnnSetPooling2dDescriptor(self, desc, mode, nan, kh, kw, ph, pw, sh, sw):
-        assert mode in (0, 1)
+        # cudnnPoolingMode_t: 0 max, 1 AVERAGE_COUNT_INCLUDE_PADDING (padded cells are zeros
+        # of the window, divisor kh*kw), 2 AVERAGE_COUNT_EXCLUDE_PADDING (divisor: the window's
+        # cells inside x, Pool2D's own rule)
+        assert mode in (0, 1, 2), f"cudnnPoolingMode_t {mode}"
         kind = PoolType.POOL_MAX if mode == 0 else PoolType.POOL_AVG
-        self._get(desc)["op"] = Pool2D(kh, kw, sh, sw, ph, pw, kind)
+        if mode == 1:  # the zero-padded x pooled without padding: every cell counted
+            self._get(desc).update(op=Pool2D(kh, kw, sh, sw, 0, 0, kind), zeros=(ph, pw))
+        else:
+            self._get(desc).update(op=Pool2D(kh, kw, sh, sw, ph, pw, kind), zeros=(0, 0))
         return 0
 
     def cudnnPoolingForward(self, handle, pool, alpha, x_desc, x, beta, y_desc, y):
-        (z,) = self._get(pool)["op"].forward([self._array(x_desc, x)], [])
+        state = self._get(pool)
+        (z,) = state["op"].forward([pad_hw(self._array(x_desc, x), state["zeros"])], [])
         self._array(y_desc, y)[...] = z
         return 0
 
     def cudnnPoolingBackward(
         self, handle, pool, alpha, y_desc, y, dy_desc, dy, x_desc, x, beta, dx_desc, dx
     ):
-        op = self._get(pool)["op"]
-        (grad,), _ = op.backward(
-            [self._array(x_desc, x)], [], [self._array(y_desc, y)], [self._array(dy_desc, dy)]
+        state = self._get(pool)
+        (grad,), _ = state["op"].backward(
+            [pad_hw(self._array(x_desc, x), state["zeros"])],
+            [],
+            [self._array(y_desc, y)],
+            [self._array(dy_desc, dy)],
         )
-        self._array(dx_desc, dx)[...] = grad
+        self._array(dx_desc, dx)[...] = crop_hw(grad, state["zeros"])
         return 0
 
     def cudnnSoftmaxForward(self, handle, algo, mode, alpha, x_desc, x, beta, y_desc, y):

@@ -26,9 +26,13 @@ from flexflow.gpu import (
 )
 from flexflow.gpu.blas import gemm
 from flexflow.gpu.cases import CASES
-from flexflow.ops import ActiMode
+from flexflow.ops import ActiMode, TensorSpec
+from flexflow.ops.base import region_slices
 from flexflow.ops.element_binary import BinaryOp
+from flexflow.ops.pool2d import Pool2D, PoolType
+from flexflow.ops.shapes import tile_region
 from flexflow.ops.unary_functions import UnaryFunction
+from tests.ops.pool_loops import loop_pool2d, loop_pool2d_grad
 
 from .emulator import KERNELS, LAUNCHED, HostCublas, HostCudnn, HostGpu, make_launch
 
@@ -56,6 +60,39 @@ def _failures(results):
 def test_tile_matches_the_numpy_reference(host, case):
     results = check.check_tile(host, case)
     assert results and not _failures(results)
+
+
+@pytest.mark.parametrize(
+    "op, shape",
+    [
+        (Pool2D(3, 3, 1, 1, 1, 1, PoolType.POOL_AVG), (2, 3, 8, 8)),  # Inception-v3's
+        (Pool2D(3, 3, 2, 2, 1, 1, PoolType.POOL_AVG), (1, 2, 8, 8)),
+        (Pool2D(3, 2, 1, 2, 2, 1, PoolType.POOL_AVG), (1, 2, 6, 6)),  # output (8, 4)
+    ],
+)
+def test_padded_average_tiles_leave_the_padding_out(host, op, shape):
+    """Each tile of a 2x2 height-width split, padded by cuDNN (EXCLUDE_PADDING) or explicitly
+    (stride 1, one side only), pools and back-propagates the brute-force loops' values over
+    the whole image: its divisor is the window's real cells, never kh*kw."""
+    from flexflow.gpu import tiles
+
+    sig = op.infer("pool1", [TensorSpec(shape)])
+    assert all(size % 2 == 0 for size in sig.output_shape[2:])  # the split's tiles cover it
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = loop_pool2d(x, op)
+    for coords in [(0, 0, i, j) for i in range(2) for j in range(2)]:
+        region = tile_region(sig.output_shape, (1, 1, 2, 2), coords)
+        (in_region,) = op.input_regions(sig, region)
+        dy = np.zeros_like(y)
+        dy[region_slices(region)] = rng.standard_normal(dy[region_slices(region)].shape)
+        xs = [host.to_device(x[region_slices(in_region)])]
+        (out,) = tiles.forward_tile(host, op, sig, region, xs, [])
+        np.testing.assert_allclose(host.to_host(out), y[region_slices(region)], rtol=1e-5)
+        ys, dys = [out], [host.to_device(dy[region_slices(region)])]
+        (dx,), _ = tiles.backward_tile(host, op, sig, region, xs, [], ys, dys)
+        want = loop_pool2d_grad(x, dy, op)[region_slices(in_region)]
+        np.testing.assert_allclose(host.to_host(dx), want, rtol=1e-5, atol=1e-6)
 
 
 def test_batch_norm_shared_statistics(host):

@@ -7,6 +7,7 @@ import pytest
 
 from flexflow.gpu import native_numpy
 from flexflow.ops import native
+from tests.ops.pool_loops import loop_pool2d_backward, loop_pool2d_forward
 
 SHAPES = [  # (H, W), kernel, stride, pad_before, output (H', W'): border tiles and interior ones
     ((8, 8), 3, 2, (1, 1), (4, 4)),
@@ -30,6 +31,21 @@ def test_stand_in_matches_the_c_kernels(hw, k, s, pad, out, is_max, dtype, atol)
     got = native_numpy.pool2d_backward(x, dy, *args)
     assert got.dtype == dx.dtype
     np.testing.assert_allclose(got, dx, rtol=1e-6, atol=atol)
+
+
+@pytest.mark.parametrize("is_max", [True, False])
+@pytest.mark.parametrize("hw, k, s, pad, out", SHAPES)
+def test_stand_in_pools_as_the_loops_do(hw, k, s, pad, out, is_max):
+    """Padding left out: a max ignores it, an average divides by the window's cells inside
+    the slice (the border tiles' windows hang over the slice before and after it)."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3) + hw)
+    args = ((k, k), (s, s), pad, is_max)
+    y = native_numpy.pool2d_forward(x, out, *args)
+    np.testing.assert_allclose(y, loop_pool2d_forward(x, out, *args), rtol=1e-12)
+    dy = rng.standard_normal(y.shape)
+    dx = native_numpy.pool2d_backward(x, dy, *args)
+    np.testing.assert_allclose(dx, loop_pool2d_backward(x, dy, *args), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
