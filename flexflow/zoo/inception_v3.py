@@ -8,8 +8,9 @@ dropout 0.5 and a dense layer 2048 -> 1000. At 299x299 it has 23,834,568 paramet
 (torchvision's `Inception_V3_Weights.IMAGENET1K_V1.meta["num_params"]` of 27,161,264 less the
 auxiliary head's 3,326,696) and 5.71 G multiply-adds per image (11.4 GFLOPs).
 
-Branch average pools are 3x3/1 with padding 1 (torchvision counts the padding, which changes
-values, not shapes or costs).
+Branch average pools are 3x3/1 with padding 1, averaging each window's real cells as FlexFlow's
+(cuDNN's COUNT_EXCLUDE_PADDING); torchvision's counts the padding (count_include_pad=True),
+which changes values at the border, not shapes or costs.
 """
 
 from __future__ import annotations

@@ -122,17 +122,6 @@ def test_an_embedding_initializer_object_is_refused_not_ignored():
         Embedding(10, 4, embeddings_initializer=RandomNormal(), name="e")
 
 
-def test_average_pooling_with_padding_is_refused():
-    """pool2d's average counts padded cells; Keras' 'same' leaves them out."""
-    from flexflow.keras.layers import AveragePooling2D
-
-    x = Input(shape=(1, 4, 4))
-    with pytest.raises(NotOfferedError, match=r"AveragePooling2D 'p': padding 'same' pads"):
-        AveragePooling2D(pool_size=3, strides=1, padding="same", name="p")(x)
-    assert AveragePooling2D(pool_size=2)(x).shape == (1, 2, 2)
-    assert MaxPooling2D(pool_size=3, strides=1, padding="same")(x).shape == (1, 4, 4)
-
-
 def test_a_failed_first_add_leaves_the_sequential_empty():
     model = Sequential()
     with pytest.raises(ShapeError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -207,6 +208,33 @@ def test_same_padding_keeps_the_size_at_stride_one(size, kernel):
     x = Input(shape=(1, size, size))
     assert Conv2D(2, kernel_size=kernel, padding="same")(x).shape == (2, size, size)
     assert MaxPooling2D(kernel, strides=1, padding="same")(x).shape == (1, size, size)
+    assert AveragePooling2D(kernel, strides=1, padding="same")(x).shape == (1, size, size)
+
+
+@pytest.mark.parametrize(
+    ("size", "pool", "stride", "want"),
+    [
+        # Keras' values (TensorFlow's avg_pool, SAME): a corner averages its 4 real cells,
+        # an edge its 6; dividing by 9 (the padding counted) would give 10/9 at (0, 0)
+        (4, 3, 1, [[2.5, 3, 4, 4.5], [4.5, 5, 6, 6.5], [8.5, 9, 10, 10.5], [10.5, 11, 12, 12.5]]),
+        (5, 3, 2, [[3, 4.5, 6], [10.5, 12, 13.5], [18, 19.5, 21]]),
+    ],
+)
+def test_average_pooling_same_leaves_the_padding_out_as_keras_does(size, pool, stride, want):
+    """AveragePooling2D(padding='same') is pool2d's average with 'same''s padding, which
+    divides each window by its cells inside the image, as Keras' does."""
+    x = Input(shape=(1, size, size), name="image")
+    out = AveragePooling2D(pool_size=pool, strides=stride, padding="same", name="avg")(x)
+    assert out.shape == (1, len(want), len(want))
+    ff = FFModel()
+    t = ff.create_tensor((BATCH, 1, size, size), name="image")
+    ff.pool2d(t, pool, pool, stride, stride, 1, 1, PoolType.POOL_AVG, name="avg")
+    api = built(Model(x, out))
+    assert ops_of(api) == ops_of(ff)
+    (node,) = api.graph().ops
+    image = np.arange(size * size, dtype=np.float32).reshape(1, 1, size, size)
+    (y,) = node.op.forward([image], [])
+    np.testing.assert_array_equal(y[0, 0], want)
 
 
 def test_functional_concatenate_joins_on_flexflows_axis_1_by_default():

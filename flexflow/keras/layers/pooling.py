@@ -12,7 +12,9 @@ from flexflow.ops.pool2d import PoolType
 
 
 class Pooling2D(Layer):
-    """Pooling over windows of `pool_size` every `strides` (default: `pool_size`)."""
+    """Pooling over windows of `pool_size` every `strides` (default: `pool_size`); padded cells
+    never count (a max ignores them, an average divides by the window's cells inside the
+    image), as in Keras."""
 
     kind, default_name, pool_type = "Pooling2D", "pool2d", PoolType.POOL_MAX
 
@@ -43,13 +45,8 @@ class Pooling2D(Layer):
                 f"{self.kind} takes (sample, channel, height, width) images, got shape "
                 f"{x.shape}; reshape the input to channels-first images."
             )
+        # pool2d's average leaves padded cells out of its divisor, as Keras' 'same' does
         pad = padding_of(self, self.padding, self.pool_size, self.strides, x.shape[2:])
-        if self.pool_type is PoolType.POOL_AVG and any(pad):
-            raise NotOfferedError(
-                f"{self.kind} '{self.name}': padding {self.padding!r} pads input {x.shape} by "
-                f"{tuple(pad)}, and pool2d's average counts padded cells as zeros where Keras "
-                "leaves them out; pad the input yourself or use padding='valid'."
-            )
         return api.pool2d(x, *self.pool_size, *self.strides, *pad, self.pool_type, name=self.name)
 
 
