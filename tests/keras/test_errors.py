@@ -83,8 +83,8 @@ def test_what_flexflow_keras_does_not_offer_is_refused_by_name():
         mlp().pop()
 
 
-def test_same_padding_that_cannot_be_split_evenly_says_to_pass_it():
-    with pytest.raises(ShapeError, match=r"padding='same'.*pass padding=\(height, width\)"):
+def test_same_padding_that_cannot_be_split_evenly_is_refused_with_why():
+    with pytest.raises(ShapeError, match=r"padding='same'.*odd one at the bottom or right"):
         MaxPooling2D(pool_size=2, strides=1, padding="same")(Input(shape=(1, 4, 4)))
 
 

@@ -27,8 +27,10 @@ def padding_of(layer: Layer, padding: Any, kernel: tuple[int, int], stride: tupl
         if total % 2:
             raise ShapeError(
                 f"{layer.kind} '{layer.name}': padding='same' with kernel {kernel}, strides "
-                f"{stride} on {size} needs {total} rows or columns, which cannot be split "
-                "evenly on both sides here; pass padding=(height, width) explicitly."
+                f"{stride} on {size} needs {total} rows or columns: Keras puts the odd one "
+                "at the bottom or right, which FlexFlow's padding (the same on both sides) "
+                "cannot express, and a symmetric padding=(height, width) computes other "
+                "values; choose a kernel, stride or input size that pads evenly, or 'valid'."
             )
         sides.append(total // 2)
     return sides[0], sides[1]
