@@ -1,7 +1,7 @@
 """Proposals cut short, side by side: the same search work with and without cutoffs.
 
 A delta simulation given a cutoff stops once a device's or link's end plus the work still
-queued for it passes the cutoff (`flexflow.simulator.native.simulate`), and under the
+queued for it passes the cutoff (`flexflow.simulator.native_loop.simulate`), and under the
 runtime's per-task cost is not run at all when the cores' whole work passes it
 (`DeltaSimulator.change_many`): MCMC passes the
 acceptance threshold of a draw made first, scans (the final descent, `check-local`) the

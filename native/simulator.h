@@ -4,7 +4,8 @@
  *
  * cffi reads this file as its cdef and the C files include it, so Python and C share one
  * declaration. It must stay plain declarations (no preprocessor lines): cffi parses it.
- * flexflow/simulator/native.py fills these structs with views of a TaskGraph's arrays.
+ * flexflow/simulator/native_loop.py and native_blocks.py fill these structs with views of a
+ * TaskGraph's arrays.
  */
 
 /* A task graph, read only. Task ids run 0 .. num_tasks - 1, free ids included (live 0). */

@@ -13,7 +13,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 
-from flexflow.simulator.native import SyncTemplate
+from flexflow.simulator.native_blocks import SyncTemplate
 
 
 class BlockTables:

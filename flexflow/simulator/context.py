@@ -43,14 +43,8 @@ from flexflow.simulator.keys import (
     FWD_KEY,
     KIND_SHIFT,
 )
-from flexflow.simulator.native import (
-    OverlapArrays,
-    OverlapPool,
-    Routes,
-    SyncTable,
-    SyncTemplate,
-    grid_overlap_arrays,
-)
+from flexflow.simulator.native_blocks import OverlapPool, Routes, SyncTable, SyncTemplate
+from flexflow.simulator.native_overlaps import OverlapArrays, grid_overlap_arrays
 from flexflow.strategies import sample_split
 from flexflow.strategy import ParallelConfig
 

@@ -13,7 +13,7 @@ that can be affected (see its docstring). Because every task on a device or link
 positive time, the order in which tasks are taken never contradicts a device's FIFO order, so
 both produce the same timeline (tests/simulator checks this property with hypothesis).
 
-Both run in C (native/simulator.c through flexflow/simulator/native.py);
+Both run in C (native/simulator.c through flexflow/simulator/native_loop.py);
 flexflow/simulator/reference.py keeps the event loop in Python as the specification.
 """
 
@@ -23,7 +23,7 @@ import math
 from array import array
 from collections.abc import Sequence
 
-from flexflow.simulator.native import TimesLog, restore, simulate
+from flexflow.simulator.native_loop import TimesLog, restore, simulate
 from flexflow.simulator.taskgraph import TaskGraph
 from flexflow.strategy import ParallelConfig
 
@@ -88,7 +88,7 @@ class DeltaSimulator:
         self, changes: Sequence[tuple[int, ParallelConfig]], cutoff: float = math.inf
     ) -> None:
         """Several ops' new configurations as one delta (`TaskGraph.set_configs`). Once the
-        iteration surely ends after `cutoff` (`native.simulate`'s bounds), the simulation
+        iteration surely ends after `cutoff` (`native_loop.simulate`'s bounds), the simulation
         stops with `iteration_s` inf; only `undo` may come next (the graph is changed; the
         times are as before). Under the runtime's per-task cost a change whose cores' whole
         work already ends the iteration after `cutoff` (`TaskGraph.cores_bound_s`) is not

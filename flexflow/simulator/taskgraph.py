@@ -75,17 +75,8 @@ from flexflow.simulator.keys import (
     UPDATE_KEY,
     XFER_KEY,
 )
-from flexflow.simulator.native import (
-    EdgeIndex,
-    EdgeJobs,
-    EdgeTable,
-    OpJobs,
-    SyncJobs,
-    build_blocks,
-    load_bound,
-    resource_load,
-    set_flags,
-)
+from flexflow.simulator.native_blocks import EdgeJobs, EdgeTable, OpJobs, SyncJobs, build_blocks
+from flexflow.simulator.native_loop import EdgeIndex, load_bound, resource_load, set_flags
 from flexflow.simulator.task_views import Block, TaskGraphViews
 from flexflow.strategy import ParallelConfig, Strategy
 

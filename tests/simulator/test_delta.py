@@ -15,7 +15,7 @@ from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.cost import CostModel
 from flexflow.machine import parse_machine
 from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
-from flexflow.simulator.native import resource_load
+from flexflow.simulator.native_loop import resource_load
 from flexflow.space import enumerate_configs
 from flexflow.strategies import named_strategy
 from flexflow.strategy import ParallelConfig, Strategy

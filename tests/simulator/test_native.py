@@ -17,7 +17,8 @@ from flexflow.machine import parse_machine
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.simulator.context import ResourceSets
 from flexflow.simulator.keys import BWD_KEY, DEVICE_TASK, FWD_KEY, key_kind
-from flexflow.simulator.native import grid_overlaps, simulate
+from flexflow.simulator.native_loop import simulate
+from flexflow.simulator.native_overlaps import grid_overlaps
 from flexflow.simulator.reference import (
     reference_edge_block,
     reference_grid_overlaps,

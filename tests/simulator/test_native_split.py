@@ -14,7 +14,7 @@ from flexflow.cost import DEVICE_CONSTANTS, CostModel, Profile, TaskTime, cost_k
 from flexflow.machine_presets import LegateRanks, local_machine
 from flexflow.ops.base import region_shape
 from flexflow.simulator import DeltaSimulator, SimContext, TaskGraph, full_simulate
-from flexflow.simulator.native import resource_load
+from flexflow.simulator.native_loop import resource_load
 from flexflow.step_profiler import sample_degrees
 from flexflow.strategies import data_parallel_over, named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
