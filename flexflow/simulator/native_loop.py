@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from flexflow._simulator import ffi, lib
 
 if TYPE_CHECKING:
-    from flexflow.simulator.context import ResourceSets
+    from flexflow.simulator.resources import ResourceSets
     from flexflow.simulator.taskgraph import GraphChange
 
 

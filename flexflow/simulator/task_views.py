@@ -16,7 +16,7 @@ from typing import Any
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine
 from flexflow.ops.base import Region, region_volume
-from flexflow.simulator.context import ResourceSets, SimContext
+from flexflow.simulator.context import SimContext
 from flexflow.simulator.keys import (
     BWD_KEY,
     FWD_KEY,
@@ -29,6 +29,7 @@ from flexflow.simulator.keys import (
     key_fields,
     key_kind,
 )
+from flexflow.simulator.resources import ResourceSets
 from flexflow.strategy import ParallelConfig
 
 COMPUTE, COMM, UPDATE, BARRIER = "compute", "comm", "update", "barrier"

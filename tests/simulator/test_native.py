@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from flexflow.cost import CostModel
 from flexflow.machine import parse_machine
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
-from flexflow.simulator.context import ResourceSets
 from flexflow.simulator.keys import BWD_KEY, DEVICE_TASK, FWD_KEY, key_kind
 from flexflow.simulator.native_loop import simulate
 from flexflow.simulator.native_overlaps import grid_overlaps
@@ -27,6 +26,7 @@ from flexflow.simulator.reference import (
     reference_simulate,
     reference_sync_block,
 )
+from flexflow.simulator.resources import ResourceSets
 from flexflow.simulator.taskgraph import GraphChange
 from flexflow.space import enumerate_configs
 from flexflow.strategies import named_strategy
