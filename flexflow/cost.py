@@ -26,7 +26,7 @@ from typing import Any
 from flexflow.errors import FlexFlowError
 from flexflow.fileio import atomic_write_text, load_json
 from flexflow.graph import OpNode, op_attributes
-from flexflow.machine import Device
+from flexflow.machine_parts import Device
 from flexflow.ops.base import Region, is_int, region_shape
 
 PROFILE_FORMAT = "flexflow-profile"

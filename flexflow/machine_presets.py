@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from flexflow.errors import MachineError
-from flexflow.machine import Device, Link, Machine
+from flexflow.machine import Machine
+from flexflow.machine_parts import Device, Link
 
 GiB = 2**30
 

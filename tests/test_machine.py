@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from flexflow.cli import main
 from flexflow.errors import FlexFlowError, MachineError
-from flexflow.machine import Device, Link, Machine, parse_machine
+from flexflow.machine import Machine, parse_machine
+from flexflow.machine_parts import Device, Link
 from flexflow.machine_presets import (
     NODE_PRESETS,
     PRESET_EXAMPLES,

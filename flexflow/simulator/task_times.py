@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from flexflow.cost import DEVICE_CONSTANTS, CostModel, TaskTime
 from flexflow.graph import OperatorGraph
-from flexflow.machine import Device, Machine
+from flexflow.machine import Machine
+from flexflow.machine_parts import Device
 from flexflow.simulator.keys import (
     A_SHIFT,
     B_SHIFT,
