@@ -1,6 +1,6 @@
 """Running a fused task's body (`flexflow.fusion`), the same on every task variant.
 
-The CPU variant (flexflow.runtime.tasks) and the GPU variant (flexflow.gpu.variant) turn the
+The CPU variant (flexflow.runtime.fused_body) and the GPU variant (flexflow.gpu.variant) turn the
 task's arguments into arrays by `TaskLayout` and supply a `TileBackend`: their op tile kernels
 and how they write an output or add into a reduction. Nothing here imports Legate.
 """

@@ -11,9 +11,10 @@ from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.fused_run import run_fused_task
 from flexflow.fusion import fuse, fused_task, sole_gradients
 from flexflow.machine import parse_machine
+from flexflow.runtime.cpu_tiles import CpuTiles
 from flexflow.runtime.loss import loss_tile
 from flexflow.runtime.native_step import SPARSE_CROSSENTROPY
-from flexflow.runtime.tasks import Pass, _CpuTiles
+from flexflow.runtime.passes import Pass
 from flexflow.strategies import named_strategy
 
 
@@ -64,7 +65,7 @@ def _step(task, outputs_of):
     extra = (1, 1, SPARSE_CROSSENTROPY, 8, samples, -1)
     passes = (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD)
     arguments = ([*inputs, labels], [np.zeros(2), *grads], [])
-    run_fused_task(task, _CpuTiles, "step", arguments, extra, None, passes, lambda a: a, loss_into)
+    run_fused_task(task, CpuTiles, "step", arguments, extra, None, passes, lambda a: a, loss_into)
     return grads
 
 

@@ -26,7 +26,7 @@ unrolled RNN is one task per device.
 
 A fused task's store arguments are named by `Slot`s; `TaskLayout` fixes their order, once per
 (group, task, pass), for both the issuing side (flexflow.runtime.executor) and the task bodies
-(flexflow.runtime.tasks, flexflow.gpu.variant), which run it with `flexflow.fused_run`.
+(flexflow.runtime.fused_body, flexflow.gpu.variant), which run it with `flexflow.fused_run`.
 
 The package: `groups` (which ops fuse), `layout` (a fused task's store arguments), `steps`
 (what one device's fused task computes, op by op); their names are re-exported here.

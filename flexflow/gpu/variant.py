@@ -1,4 +1,4 @@
-"""The GPU variant of the op-tile task: `flexflow.runtime.tasks._run_tile` on device memory.
+"""The GPU variant of the op-tile task (`flexflow.runtime.tasks`): its bodies on device memory.
 
 Legate maps a GPU task's stores to GPU memory and exposes each as an inline allocation with
 `__cuda_array_interface__` (pointer, shape, byte strides). This wraps them as `DeviceArray`s,
@@ -61,7 +61,7 @@ def _run(
     gpu: Gpu, context: Any, executor: Executor, which: int, op: int, index: int, extra
 ) -> None:
     from flexflow.fused_run import summed_parts
-    from flexflow.runtime.tasks import FUSED_PASSES, Pass
+    from flexflow.runtime.passes import FUSED_PASSES, Pass
 
     which = Pass(which)
     if which in FUSED_PASSES:
@@ -158,8 +158,9 @@ def _run(
 def _loss_into(
     gpu: Gpu, executor: Executor, op: int, index: int, loss_args, prediction, stored, grad, sums
 ) -> DeviceArray:
-    """The CPU body's `_loss_into` on the device: the gradient (returned, and written into
-    `grad` unless None), (loss, correct) into `sums`, this task's row (task arguments)."""
+    """The CPU body's `loss_into` (flexflow.runtime.unfused_body) on the device: the gradient
+    (returned, and written into `grad` unless None), (loss, correct) into `sums`, this task's
+    row (task arguments)."""
     from flexflow.runtime.loss import LOSS_IDS
 
     loss_id, total, valid, key = loss_args
@@ -235,7 +236,7 @@ def _run_fused(
 ) -> None:
     """A fused task on device arrays (flexflow.fused_run.run_fused_task)."""
     from flexflow.fused_run import run_fused_task
-    from flexflow.runtime.tasks import FUSED_PASSES, Pass
+    from flexflow.runtime.passes import FUSED_PASSES, Pass
 
     def read_back(physical: Any) -> DeviceArray:
         return prims.contiguous(gpu, device_array(physical))

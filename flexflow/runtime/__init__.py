@@ -3,8 +3,8 @@
 `Executor` (flexflow.runtime.executor), the tasks, the launches of several steps
 (flexflow.runtime.step_launches) and the stores import Legate, which starts
 the Legate runtime (configured by `flexflow.bootstrap`); importing `Executor` from here does so
-on first use. The package's plain modules (loss, flat, native_step, plan) import no Legate, so the
-simulator can ask them what the runtime will run (flexflow.launches).
+on first use. The package's plain modules (loss, flat, native_step, plan, passes) import no
+Legate, so the simulator can ask them what the runtime will run (flexflow.launches).
 """
 
 from __future__ import annotations

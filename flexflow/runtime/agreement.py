@@ -29,7 +29,7 @@ from flexflow.strategy import ParallelConfig, Strategy
 
 OFFERS: dict[int, np.ndarray] = {}
 """This process's rows by agreement id, for the offer task's body (Legate hands it only
-stores and scalars), as `flexflow.runtime.tasks.EXECUTORS` does for executors."""
+stores and scalars), as `flexflow.runtime.task_context.EXECUTORS` does for executors."""
 _IDS = itertools.count()
 
 

@@ -21,7 +21,7 @@ from legate.core import types as ty
 
 from flexflow.fusion import Slot, SlotKind, TaskLayout
 from flexflow.graph import OperatorGraph
-from flexflow.runtime.tasks import Pass
+from flexflow.runtime.passes import Pass
 
 if TYPE_CHECKING:
     from flexflow.runtime.executor import Executor

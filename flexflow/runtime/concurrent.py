@@ -28,7 +28,7 @@ from legate.core import types as ty
 from flexflow.fusion import SlotKind
 from flexflow.ops.base import Region, region_shape
 from flexflow.runtime.native_step import evaluated_outputs
-from flexflow.runtime.tasks import Pass
+from flexflow.runtime.passes import Pass
 
 if TYPE_CHECKING:
     from flexflow.runtime.executor import Executor
@@ -141,8 +141,8 @@ def issue_with_loss(
 ) -> None:
     """The group's forward pass and loss, and with `step` its backward, as one concurrent
     launch (the arguments `flexflow.runtime.step_tasks.issue_loss` gives each task). The loss's
-    valid count is the batch's: each point takes its tile's share (flexflow.runtime.tasks).
-    `target`: its store and rank, unless staged."""
+    valid count is the batch's: each point takes its tile's share
+    (flexflow.runtime.fused_body.run_point). `target`: its store and rank, unless staged."""
     output = executor.graph.ops[-1].outputs[0]
     devices = executor.strategy[executor.groups[group].ops[0]].devices
     launch = ConcurrentLaunch(executor, devices)

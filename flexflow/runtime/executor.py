@@ -60,6 +60,7 @@ from flexflow.runtime.gradients import GradientStores
 from flexflow.runtime.kernel_report import describe_kernels
 from flexflow.runtime.loss import loss_name
 from flexflow.runtime.native_step import NativeStep, native_steps_of
+from flexflow.runtime.passes import Pass
 from flexflow.runtime.plan import execution_plan
 from flexflow.runtime.statistics_exchange import StatisticsExchange
 from flexflow.runtime.step_launches import (
@@ -75,7 +76,8 @@ from flexflow.runtime.stores import (
     read_store,
 )
 from flexflow.runtime.task_arguments import TaskArguments
-from flexflow.runtime.tasks import EXECUTOR_IDS, EXECUTORS, Pass, library_and_tasks
+from flexflow.runtime.task_context import EXECUTOR_IDS, EXECUTORS
+from flexflow.runtime.tasks import library_and_tasks
 from flexflow.runtime.trace import take_step_logs
 from flexflow.runtime.weights import ParameterStores
 from flexflow.strategy import Strategy

@@ -14,8 +14,8 @@ from legate.core import Scope
 from flexflow.errors import ShapeError
 from flexflow.graph import OperatorGraph
 from flexflow.ops.base import Region, TensorSpec
+from flexflow.runtime.passes import Pass
 from flexflow.runtime.stores import slice_store, source_store
-from flexflow.runtime.tasks import Pass
 from flexflow.strategy import Strategy
 from flexflow.tiling import input_shards
 

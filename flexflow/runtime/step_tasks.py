@@ -25,8 +25,8 @@ from flexflow.runtime.loss import (
 )
 from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, NativeStep, evaluated_outputs
 from flexflow.runtime.native_tasks import StepScalars, address
+from flexflow.runtime.passes import Pass
 from flexflow.runtime.stores import slice_store
-from flexflow.runtime.tasks import Pass
 
 if TYPE_CHECKING:
     from flexflow.runtime.executor import Executor

@@ -9,7 +9,7 @@ from legate.core import LogicalStore
 from legate.core import types as ty
 
 from flexflow.ops.base import Region
-from flexflow.runtime.tasks import Pass
+from flexflow.runtime.passes import Pass
 
 LEGATE_TYPES = {
     "float32": ty.float32,

@@ -19,7 +19,7 @@ from flexflow.fileio import atomic_write_text
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine
 from flexflow.runtime.native_step import LOG_OPS, LOG_STEP, LOG_UPDATE, NativeStep
-from flexflow.runtime.tasks import Pass
+from flexflow.runtime.passes import Pass
 from flexflow.strategy import Strategy
 
 _STEP_PASSES = {LOG_UPDATE: Pass.UPDATE, LOG_STEP: Pass.FUSED_STEP}

@@ -28,7 +28,7 @@ from flexflow.errors import CheckpointError, GraphError, ShapeError
 from flexflow.optimizers import same_kind
 from flexflow.runtime.collection import COLLECTION
 from flexflow.runtime.stores import read_store
-from flexflow.runtime.tasks import EXECUTORS
+from flexflow.runtime.task_context import EXECUTORS
 from flexflow.strategy_file import strategy_to_json
 
 if TYPE_CHECKING:

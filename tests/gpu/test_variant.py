@@ -1,13 +1,13 @@
 """run_tile_gpu's body on the host emulation: strided Legate allocations in, outputs written and
 reductions added in place, for every pass of the CPU task body.
 
-Legate is not started: `flexflow.runtime.tasks` (which imports it) is replaced by a module
-holding its `Pass` enum, read from the source, and `flexflow.runtime.loss` is loaded alone.
+Legate is not started: `flexflow.runtime` is replaced by an empty package holding
+`flexflow.runtime.passes` and `flexflow.runtime.loss`, each loaded alone from its file.
 """
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 import sys
 import types
 from dataclasses import dataclass, field
@@ -29,33 +29,26 @@ from .test_emulated import host  # noqa: F401  (the emulation fixture)
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _task_module() -> dict:
-    """`Pass` and `FUSED_PASSES` from flexflow/runtime/tasks.py's source, without importing
-    Legate."""
-    tree = ast.parse((REPO / "flexflow" / "runtime" / "tasks.py").read_text())
-    wanted = [
-        n
-        for n in tree.body
-        if (isinstance(n, ast.ClassDef) and n.name == "Pass")
-        or (isinstance(n, ast.Assign) and [t.id for t in n.targets] == ["FUSED_PASSES"])
-    ]
-    namespace: dict = {"enum": __import__("enum")}
-    exec(compile(ast.Module(wanted, []), "tasks.py", "exec"), namespace)
-    return namespace
+def _passes_module() -> types.ModuleType:
+    """flexflow/runtime/passes.py (`Pass`, `FUSED_PASSES`) as its own module, without the
+    `flexflow.runtime` package."""
+    path = REPO / "flexflow" / "runtime" / "passes.py"
+    spec = importlib.util.spec_from_file_location("flexflow_passes_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-TASKS = _task_module()
-Pass = TASKS["Pass"]
+PASSES = _passes_module()
+Pass = PASSES.Pass
 
 
 @pytest.fixture(autouse=True)
 def runtime_without_legate(monkeypatch):
     package = types.ModuleType("flexflow.runtime")
     package.__path__ = []
-    tasks = types.ModuleType("flexflow.runtime.tasks")
-    tasks.Pass, tasks.FUSED_PASSES = Pass, TASKS["FUSED_PASSES"]
     monkeypatch.setitem(sys.modules, "flexflow.runtime", package)
-    monkeypatch.setitem(sys.modules, "flexflow.runtime.tasks", tasks)
+    monkeypatch.setitem(sys.modules, "flexflow.runtime.passes", PASSES)
     monkeypatch.setitem(sys.modules, "flexflow.runtime.loss", check.load_loss_reference(REPO))
 
 
@@ -330,7 +323,7 @@ def test_update_loss_and_feed_passes(host):  # noqa: F811
 
 def test_every_pass_of_the_task_body_is_handled():
     source = (REPO / "flexflow" / "gpu" / "variant.py").read_text()
-    fused = TASKS["FUSED_PASSES"]  # dispatched as a whole to flexflow.fused_run
+    fused = PASSES.FUSED_PASSES  # dispatched as a whole to flexflow.fused_run
     assert "if which in FUSED_PASSES:" in source
     for member in Pass:
         handled = f"Pass.{member.name}" in source or member in fused

@@ -13,7 +13,7 @@ import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import FFConfig, FFModel
 from flexflow.errors import FlexFlowError
 from flexflow.runtime import Executor
-from flexflow.runtime.tasks import Pass
+from flexflow.runtime.passes import Pass
 from flexflow.strategy import ParallelConfig, Strategy
 
 model = FFModel(FFConfig(batch_size=256))

@@ -13,8 +13,8 @@ import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.machine import parse_machine
 from flexflow.runtime import Executor
+from flexflow.runtime.passes import Pass
 from flexflow.runtime.stores import read_store
-from flexflow.runtime.tasks import Pass
 from flexflow.strategies import data_parallel_over, named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 

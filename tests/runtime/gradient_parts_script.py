@@ -14,7 +14,7 @@ import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import FFConfig, FFModel
 from flexflow.machine import parse_machine
 from flexflow.runtime import Executor
-from flexflow.runtime.tasks import Pass
+from flexflow.runtime.passes import Pass
 from flexflow.strategies import named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 

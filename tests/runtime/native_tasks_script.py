@@ -15,7 +15,7 @@ from flexflow.launches import iteration_tasks
 from flexflow.machine import parse_machine
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 from flexflow.runtime import Executor
-from flexflow.runtime.tasks import Pass
+from flexflow.runtime.passes import Pass
 from flexflow.strategies import named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 

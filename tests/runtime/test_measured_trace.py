@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flexflow.machine import parse_machine
-from flexflow.runtime.tasks import Pass
+from flexflow.runtime.passes import Pass
 from flexflow.runtime.trace import measured_trace
 from flexflow.strategies import named_strategy
 from flexflow.zoo import load_model

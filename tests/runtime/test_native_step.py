@@ -19,10 +19,11 @@ from flexflow.fusion import SlotKind, fuse, fused_task, sole_gradients
 from flexflow.machine import parse_machine
 from flexflow.ops import blas
 from flexflow.ops.pool2d import PoolType
+from flexflow.runtime.cpu_tiles import CpuTiles
 from flexflow.runtime.loss import loss_tile
 from flexflow.runtime.native_step import SPARSE_CROSSENTROPY, native_step
+from flexflow.runtime.passes import Pass
 from flexflow.runtime.step_program import ADD, PART, WRITE, program, why_not
-from flexflow.runtime.tasks import Pass, _CpuTiles
 from flexflow.strategies import named_strategy
 from tests.ops.pool_loops import loop_pool2d_backward, loop_pool2d_forward
 
@@ -93,7 +94,7 @@ def _op_by_op(task, values, labels, total, valid):
     extra = (1, 1, SPARSE_CROSSENTROPY, total, valid, -1)
     passes = (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD)
     run_fused_task(
-        task, _CpuTiles, "step", (inputs, outputs, []), extra, None, passes, lambda a: a, loss_into
+        task, CpuTiles, "step", (inputs, outputs, []), extra, None, passes, lambda a: a, loss_into
     )
     return grads, sums
 
@@ -551,7 +552,7 @@ def test_the_c_step_of_a_batch_norm_network_computes_the_op_by_op_step(
 
     def op_by_op(point):
         task, (values, _, labels) = tasks[point], arrays[point]
-        tiles = _CpuTiles(reference_exchange, point)
+        tiles = CpuTiles(reference_exchange, point)
         grads = {s: np.full_like(a, np.nan) for s, a in arrays[point][1].items()}
         states = {s: np.full_like(values[s], np.nan) for s in task.forward.states}
         sums = np.zeros(2)
@@ -623,7 +624,7 @@ def _evaluated_op_by_op(task, values, labels, total, valid):
     sums = np.zeros(2)
     inputs = [values[s] for s in task.forward.inputs] + [labels]
     run_fused_task(
-        task, _CpuTiles(), "forward+loss", (inputs, [*outputs.values(), grad, sums], []),
+        task, CpuTiles(), "forward+loss", (inputs, [*outputs.values(), grad, sums], []),
         (0, 1, SPARSE_CROSSENTROPY, total, valid, -1), None,
         (Pass.FORWARD, Pass.LOSS, Pass.BACKWARD), lambda a: a, loss_into,
     )  # fmt: skip
