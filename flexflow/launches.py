@@ -6,7 +6,7 @@ turning its stores into arrays), on the same cores as the kernels (`flexflow.boo
 Legate one processor per core): a strategy that keeps every processor busy leaves that work
 no idle core. So the count below is what the simulator charges that cost on
 (`SimContext(fused_launches=True)`, `TaskGraph.iteration_s`), and what the Executor reports;
-both read it from here, without Legate. It follows `flexflow.runtime.executor`:
+both read it from here, without Legate. It follows `flexflow.runtime.iteration`:
 
 - a fused group (`flexflow.fusion`) issues a forward and a backward task per device; the last
   group's forward also computes the loss, and where its tasks can run forward, loss and

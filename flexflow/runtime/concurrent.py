@@ -194,8 +194,9 @@ def issue_with_loss(
 
 
 def issue_backward(executor: Executor, group: int, training: bool) -> None:
-    """The group's backward pass as one concurrent launch (the arguments `Executor._run_group`
-    gives each task; a model with batch norms has no flat parameters)."""
+    """The group's backward pass as one concurrent launch (the arguments
+    `flexflow.runtime.pass_tasks.issue_group` gives each task; a model with batch norms has no
+    flat parameters)."""
     devices = executor.strategy[executor.groups[group].ops[0]].devices
     launch = ConcurrentLaunch(executor, devices)
     for point, (info, device) in enumerate(zip(executor.fused_tasks[group], devices, strict=True)):

@@ -7,25 +7,10 @@ processors. Consecutive ops whose tiles line up run as one task per device
 (`flexflow.fusion`, as FlexFlow's FusedOp): LeNet under data parallelism is one task per
 device and iteration; intermediate tensors' gradients never leave the task.
 
-Gradients of tensors read across fused groups are added into their stores with ADD reductions
-(which also sum halos); where tasks on different devices would add into overlapping regions
-(which Legate runs one after the other), into several parts that the reading tasks sum
-(`flexflow.runtime.gradients`). Weight gradients are not: each device writes its own partial gradient
-(`flexflow.runtime.weights`), and the update sums them: one task per device over the weight
-rows it owns (`flexflow.tiling`), or, where the whole model is one training-step task per
-device reading its weights whole (data parallelism), inside each device's next step, on that
-device's own copy of the weights (`updates_in_step`). Batch norm's tiles normalize with the
-whole batch's statistics under any sample split (`flexflow.runtime.batch_statistics`).
-
-The loss (`flexflow.runtime.loss`) runs on each tile of the model's output, on that tile's
-device, inside the last fused group's forward tasks (or as its own tasks after a batch norm):
-each writes its share of the loss and correct predictions into its row of a small store, and
-its tile of the loss gradient, which seeds the backward pass (in memory when the backward runs
-in the same task). The model's output is the first output of the last op; other outputs
-nothing reads (an LSTM's last cell state) get zero gradients. Model inputs are fed by copy
-tasks into double-buffered stores, so the next batch's feed overlaps this iteration, or, in a
-one-rank run whose step tasks read them, straight from the batch held in this process
-(`flexflow.runtime.feeding`).
+`Executor` holds one model's stores under one strategy and runs its iterations: what an
+iteration issues, in which order, is `flexflow.runtime.iteration`'s; a fused group's pass and
+the updates, `flexflow.runtime.pass_tasks`'; the tasks' bodies, `flexflow.runtime.tasks`';
+what a model has trained, `flexflow.runtime.trained_state`'s.
 """
 
 from __future__ import annotations
@@ -37,44 +22,34 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from legate.core import Scope, TaskTarget, get_legate_runtime, get_machine
+from legate.core import Scope, get_legate_runtime
 from legate.core import types as ty
 from threadpoolctl import threadpool_limits
 
 from flexflow.allocator import keep_freed_memory
 from flexflow.checkpoint import DataPosition
-from flexflow.errors import FlexFlowError, ShapeError, StrategyError
+from flexflow.errors import FlexFlowError, ShapeError
 from flexflow.graph import OperatorGraph
 from flexflow.launches import iteration_tasks
 from flexflow.machine import parse_machine
 from flexflow.ops.base import Region, is_int
 from flexflow.ops.blas import sgemm_address
 from flexflow.optimizers import Optimizer, SGDOptimizer, same_kind
-from flexflow.runtime import trained_state
+from flexflow.runtime import iteration, trained_state
 from flexflow.runtime.batch_statistics import BatchStatistics
 from flexflow.runtime.batches import BatchStats, UnreadBatches
 from flexflow.runtime.collection import COLLECTION, collect_due
-from flexflow.runtime.concurrent import issue_backward, issue_forward
 from flexflow.runtime.feeding import Feeds
 from flexflow.runtime.gradients import GradientStores
 from flexflow.runtime.kernel_report import describe_kernels
-from flexflow.runtime.loss import loss_name
 from flexflow.runtime.native_step import NativeStep, native_steps_of
+from flexflow.runtime.pass_tasks import issue_pending_update
 from flexflow.runtime.passes import Pass
 from flexflow.runtime.plan import execution_plan
+from flexflow.runtime.processors import device_processors
 from flexflow.runtime.statistics_exchange import StatisticsExchange
-from flexflow.runtime.step_launches import (
-    StepLaunch,
-    issue_evaluations,
-    issue_steps,
-    plan_step_launch,
-)
-from flexflow.runtime.step_tasks import checked_target, issue_loss
-from flexflow.runtime.stores import (
-    LEGATE_TYPES,
-    copied_store,
-    read_store,
-)
+from flexflow.runtime.step_launches import StepLaunch, plan_step_launch
+from flexflow.runtime.stores import LEGATE_TYPES, copied_store
 from flexflow.runtime.task_arguments import TaskArguments
 from flexflow.runtime.task_context import EXECUTOR_IDS, EXECUTORS
 from flexflow.runtime.tasks import library_and_tasks
@@ -140,7 +115,7 @@ class Executor:
         validate_strategy(strategy, graph, local)
         self.machine = local
         """The `local` machine the strategy's devices are numbered on."""
-        self.processors = self._processors(local, strategy)
+        self.processors = device_processors(local, strategy)
         """Per device id of the `local` machine, the one Legate processor its tasks run on."""
         (
             self.library,
@@ -164,9 +139,9 @@ class Executor:
             self.plan = plan = execution_plan(graph, strategy, kinds, staging)
             """What runs where (`flexflow.runtime.plan.ExecutionPlan`, which documents each part);
             its parts are also this executor's attributes of the same names."""
-            self._regions, self.groups, self._sole = plan.regions, plan.groups, plan.sole
+            self._regions, self.groups = plan.regions, plan.groups
             self.fused_tasks, self.step_ready = plan.fused_tasks, plan.step_ready
-            self._reduced_grads, self.contributors = plan.reduced_grads, plan.contributors
+            self.contributors = plan.contributors
             self.updates_in_step, self.update_groups = plan.updates_in_step, plan.update_groups
             self.exchanges = {
                 g: StatisticsExchange(strategy[group.ops[0]].num_tasks)
@@ -278,40 +253,10 @@ class Executor:
         self.pending_update = False
         if self.params.flat is None:  # a model without weights (copies of weights are flat)
             return
-        # as a step applies it first: one task per device naming each flat row once, not every
-        # weight's views of them (a small transformer's 200 weights' views cost Legion 240-310
-        # ms of analysis, one task per device 5 ms)
-        for device in self.params.devices:
-            with Scope(machine=self.processors[device]):
-                task = self.new_task(device, Pass.FLAT_UPDATE, device, -1, self.iteration)
-                self.arguments.add_pending_update(task, device)
-                task.execute()
+        issue_pending_update(self)
 
     def _tensor_store(self, spec):
         return self.runtime.create_store(LEGATE_TYPES[spec.dtype.value], spec.shape)
-
-    @staticmethod
-    def _processors(local, strategy: Strategy) -> list:
-        """Each device of the `local` machine as a one-processor Legate machine: CPU devices on
-        CPU processors, GPU devices on GPU processors (where Legate picks the GPU variant)."""
-        legate_machine = get_machine()
-        targets = {"cpu": TaskTarget.CPU, "gpu": TaskTarget.GPU}
-        processors = []
-        for device, (kind, index) in enumerate(local.kind_ordinals()):
-            target = targets[kind]
-            available = legate_machine.count(target)
-            if index >= available:
-                if device in strategy.devices_used():
-                    raise StrategyError(
-                        f"the strategy places tasks on device {device} ({kind} {index}) but "
-                        f"this process has {available} {kind.upper()} processor(s); run with "
-                        f"`legate --{kind}s {index + 1}` or search for this machine "
-                        f"(--machine local)."
-                    )
-                processors.append(None)
-                continue
-            processors.append(legate_machine.only(target)[index : index + 1])
-        return processors
 
     def describe_kernels(self) -> str:
         """What runs this executor's CPU tiles, for a run's log (`flexflow.runtime.kernel_report`)."""
@@ -347,7 +292,7 @@ class Executor:
             self.graph, self.strategy, self._kinds, self.feeds.staging, self._regions
         ).total
 
-    def _has_statistics(self, group_id: int) -> bool:
+    def has_statistics(self, group_id: int) -> bool:
         """Whether the group is an op whose tasks share batch statistics (alone, run by
         `batch_statistics`; `flexflow.fusion.shared_statistics`)."""
         return self.groups[group_id].shared_statistics
@@ -441,80 +386,12 @@ class Executor:
         self.tasks_issued += 1
         return task
 
-    def _run_group(self, group_id: int, which: Pass, training: bool) -> None:
-        """Every task of a fused group for one pass; an op with batch statistics alone."""
-        group = self.groups[group_id]
-        if self._has_statistics(group_id):
-            self.batch_statistics.run(self, group.ops[0], which, training)
-            return
-        fused = Pass.FUSED_FORWARD if which is Pass.FORWARD else Pass.FUSED_BACKWARD
-        devices = self.strategy[group.ops[0]].devices
-        keys = ()
-        if which is Pass.FORWARD and group_id == len(self.groups) - 1:
-            keys = self.feeds.staged_keys()
-        if group.exchanges:  # one concurrent launch (flexflow.runtime.concurrent)
-            if which is Pass.FORWARD:
-                issue_forward(self, group_id, training, keys)
-            else:
-                issue_backward(self, group_id, training)
-            return
-        for task_info, device in zip(self.fused_tasks[group_id], devices, strict=True):
-            layout = task_info.forward if which is Pass.FORWARD else task_info.backward
-            with Scope(machine=self.processors[device]):
-                task = self.new_task(
-                    device,
-                    fused,
-                    group_id,
-                    task_info.index,
-                    int(training),
-                    self.steps_trained,
-                    *keys,
-                )
-                if which is Pass.FORWARD:
-                    self.arguments.add_forward_inputs(task, layout, device)
-                else:
-                    for argument in self.arguments.backward_inputs(
-                        group_id, task_info.index, device
-                    ):
-                        task.add_input(self.arguments.tile(*argument))
-                for slot in layout.outputs:
-                    task.add_output(self.arguments.slot_store(slot, device))
-                self.arguments.add_reductions(task, layout, (group_id, task_info.index))
-                self.arguments.add_partial_grads(task, layout, device)
-                task.execute()
-
-    def _update(self, partial_grads: Mapping[int, Any]) -> None:
-        """The optimizer's update, in place: one task per device over every weight tile it
-        owns (`flexflow.tiling`; under `updates_in_step`, every weight's replica there),
-        reading the tiles of the weights, gradients and states."""
-        for device, items in self.update_groups.items():
-            with Scope(machine=self.processors[device]):
-                task = self.new_task(device, Pass.UPDATE, device, -1, self.iteration)
-                for pid, region in items:
-                    stores = (self.params.weights[pid], *self.params.states[pid])
-                    views = [self.params.view(store, pid, device) for store in stores]
-                    tiles = [self.arguments.tile(view, region) for view in views]
-                    task.add_input(tiles[0])
-                    grads = partial_grads[pid]  # every device's partial gradient, row by row
-                    for k in range(grads.shape[0]):  # (see add_pending_update)
-                        task.add_input(self.arguments.tile(grads, ((k, k + 1), *region)))
-                    for tile in tiles[1:]:
-                        task.add_input(tile)
-                    for tile in tiles:
-                        task.add_output(tile)
-                task.execute()
-
     def forward(
         self, inputs: Mapping[str, np.ndarray], read: bool = True, training: bool = False
     ) -> np.ndarray | None:
         """Run the forward pass on `inputs` (by input tensor name); the model's output.
         Dropout drops only in `training` mode."""
-        self.check_open()
-        self.apply_pending()
-        self.feed_inputs(inputs)
-        for group_id in range(len(self.groups)):
-            self._run_group(group_id, Pass.FORWARD, training)
-        return read_store(self.store_of(self.tensors[self.output])) if read else None
+        return iteration.forward(self, inputs, read, training)
 
     @property
     def device_kinds(self) -> tuple[str, ...]:
@@ -530,40 +407,7 @@ class Executor:
         `steps_per_launch` in each Legate launch where they can (`flexflow.runtime.
         step_launches`: sparse categorical cross-entropy on numpy labels), else one each as
         `train_batch`; their results, in order."""
-        self.check_open()
-        if not self._launches(batches, loss):
-            return [
-                self.train_batch(inputs, target, loss, valid) for inputs, target, valid in batches
-            ]
-        return self._in_launches(batches, loss, issue_steps)
-
-    def _launches(self, batches: Sequence[tuple], loss: str) -> bool:
-        """Whether `batches` go `steps_per_launch` to a Legate launch: where training steps
-        launch so, under sparse categorical cross-entropy on inputs and labels in this
-        process (a launch reads its inputs staged from the batch; cuPyNumeric inputs with
-        numpy labels were looked up there and not found)."""
-
-        def legate(value) -> bool:
-            return hasattr(value, "__legate_data_interface__")
-
-        return (
-            self.steps_per_launch > 1
-            and loss_name(loss) == "sparse_categorical_crossentropy"
-            and not any(
-                legate(target) or any(legate(v) for v in inputs.values())
-                for inputs, target, _ in batches
-            )
-        )
-
-    def _in_launches(self, batches: Sequence[tuple], loss: str, issue) -> list[BatchStats]:
-        """`issue(self, launch, chunk, loss)` for each chunk of `steps_per_launch` batches,
-        after the pending update; their results, in order."""
-        self.apply_pending()
-        results: list[BatchStats] = []
-        for start in range(0, len(batches), self.steps_per_launch):
-            chunk = batches[start : start + self.steps_per_launch]
-            results.extend(issue(self, self.step_launch, chunk, loss))
-        return results
+        return iteration.train_batches(self, batches, loss)
 
     def eval_batches(
         self,
@@ -574,12 +418,7 @@ class Executor:
         `steps_per_launch` batches in each Legate launch where training steps launch so
         (`flexflow.runtime.step_launches.issue_evaluations`: sparse categorical cross-entropy
         on numpy labels), else one each as `eval_batch`; their results, in order."""
-        self.check_open()
-        if not self._launches(batches, loss):
-            return [
-                self.eval_batch(inputs, target, loss, valid) for inputs, target, valid in batches
-            ]
-        return self._in_launches(batches, loss, issue_evaluations)
+        return iteration.eval_batches(self, batches, loss)
 
     def feed_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         for tensor in self.graph.input_tensors:
@@ -589,31 +428,6 @@ class Executor:
                     f"got {sorted(map(str, inputs))}."
                 )
             self.feeds.feed(self, tensor.id, inputs[tensor.name])
-
-    def _forward_and_loss(
-        self,
-        inputs: Mapping[str, np.ndarray],
-        target,
-        loss: str,
-        valid: int | None,
-        training: bool,
-    ) -> tuple[BatchStats, bool]:
-        """The forward pass and the loss; the last fused group computes the loss in its own
-        tasks (one task and one dependence less per device and iteration), and in training
-        its backward pass too where it can (`FusedTask.step_ready`). Whether it did."""
-        checked = checked_target(self.graph, loss, target, valid)
-        began = self.tasks_issued
-        self.feed_inputs(inputs)
-        last = len(self.groups) - 1
-        fused = None if self._has_statistics(last) else last
-        for group_id in range(last if fused is not None else last + 1):
-            self._run_group(group_id, Pass.FORWARD, training)
-        step = training and fused is not None and self.step_ready[fused]
-        stats = issue_loss(self, checked, target, fused, training, step)
-        if step:  # it applied the pending update first
-            self.pending_update = False
-        self.unread.add(stats, began, self.tasks_issued)
-        return stats, step
 
     @property
     def output(self) -> int:
@@ -629,20 +443,7 @@ class Executor:
     ) -> BatchStats:
         """Issue one training iteration (forward, loss, backward, update) without waiting;
         samples past `valid` (padding) add nothing to the loss or the gradients."""
-        self.gradients.fill_zeros(self._reduced_grads)
-        for pid, store in self.params.partials.items():
-            if pid not in self._sole:
-                self.runtime.issue_fill(store, 0.0)
-        stats, stepped = self._forward_and_loss(inputs, target, loss, valid, training=True)
-        for group_id in reversed(range(len(self.groups) - int(stepped))):
-            self._run_group(group_id, Pass.BACKWARD, training=True)
-        self.iteration += 1
-        if self.updates_in_step:  # the next step applies it (or `apply_pending`)
-            self.params.swap()
-            self.pending_update = True
-        else:
-            self._update(self.params.partials)
-        return stats
+        return iteration.train_batch(self, inputs, target, loss, valid)
 
     def eval_batch(
         self,
@@ -653,8 +454,7 @@ class Executor:
     ) -> BatchStats:
         """Issue the forward pass and the loss of one batch; only its first `valid` samples
         count (the rest pad a last, short batch)."""
-        self.apply_pending()
-        return self._forward_and_loss(inputs, target, loss, valid, training=False)[0]
+        return iteration.eval_batch(self, inputs, target, loss, valid)
 
     def step(
         self,

@@ -96,11 +96,11 @@ def reads_only_copies() -> dict:
     (`flexflow.runtime.stores.read_store`: Legate would remap it around every one of them);
     on a model with batch norm, whose running statistics a checkpoint reads too."""
     import flexflow.runtime.batches as batches_module
-    import flexflow.runtime.executor as executor_module
+    import flexflow.runtime.iteration as iteration_module
     import flexflow.runtime.trained_state as trained_state_module
     import flexflow.runtime.weights as weights_module
 
-    modules = (batches_module, executor_module, trained_state_module, weights_module)
+    modules = (batches_module, iteration_module, trained_state_module, weights_module)
     bn_model = FFModel(FFConfig(batch_size=8))
     images = bn_model.create_tensor((8, 2, 4, 4), name="images")
     normalized = bn_model.batch_norm(bn_model.conv2d(images, 3, 3, 3, 1, 1, 1, 1))
@@ -108,7 +108,7 @@ def reads_only_copies() -> dict:
     bn_graph = bn_model.graph()
     bn_inputs = {"images": rng.standard_normal((8, 2, 4, 4)).astype(np.float32)}
     read = []
-    original = executor_module.read_store
+    original = iteration_module.read_store
 
     def recording(store):
         read.append(store)
