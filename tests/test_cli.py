@@ -8,6 +8,7 @@ import re
 import pytest
 
 from flexflow.cli import main
+from tests.foreground import default_sigint
 
 PUBLISHED_PARAMETERS = {
     "alexnet": 61_100_840,  # torchvision.models.alexnet
@@ -367,7 +368,12 @@ def test_ctrl_c_ends_a_search_with_one_line_and_no_file(tmp_path, workers):
     command = [sys.executable, "-m", "flexflow", "search", "nmt", "--machine", "p100:4",
                "--budget", "60", "--workers", workers, "--quiet", "--export", str(export)]  # fmt: skip
     proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_sigint,
     )
     time.sleep(6)  # past the set-up: the chains run
     os.killpg(proc.pid, signal.SIGINT)
@@ -390,7 +396,12 @@ def test_a_search_killed_leaves_no_worker_behind(tmp_path, signum):
     command = [sys.executable, "-m", "flexflow", "search", "nmt", "--machine", "p100:4",
                "--budget", "60", "--workers", "2", "--quiet"]  # fmt: skip
     proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_sigint,
     )
     time.sleep(6)  # past the set-up: the chains run
     os.kill(proc.pid, getattr(signal, signum))
