@@ -10,6 +10,11 @@ checked against; `apply_partials` is what a data-parallel step runs: the devices
 gradients summed and the update applied in one pass of C (native/optimizers.c), the same bits
 as `apply` to their sum. Both work in float32 like the stores, in a fixed order of operations, so every
 tiling gives bit-identical weights.
+
+Each of them takes `l2`, the lambda of the parameter's L2 regularizer
+(`flexflow.graph.Parameter.l2`, a dense kernel's kernel_regularizer): the summed gradient
+first gains l2 * w, then the optimizer's own weight_decay (g' = (g + l2 * w) + weight_decay *
+w), once per step whatever the tiling, as `flexflow.regularizers` explains.
 """
 
 from __future__ import annotations
@@ -33,10 +38,16 @@ class Optimizer(Protocol):
     def state_names(self) -> tuple[str, ...]: ...
 
     def apply(
-        self, weight: np.ndarray, grad: np.ndarray, states: Sequence[np.ndarray], step: int
+        self,
+        weight: np.ndarray,
+        grad: np.ndarray,
+        states: Sequence[np.ndarray],
+        step: int,
+        l2: float = 0.0,
     ) -> None:
         """Update number `step` (1, 2, ...) of a float32 weight tile and its state tiles, in
-        place; `grad` (float32) is scratch space afterwards."""
+        place, the gradient first gaining `l2` * weight (the module doc); `grad` (float32) is
+        scratch space afterwards."""
         ...
 
     def apply_partials(
@@ -45,6 +56,7 @@ class Optimizer(Protocol):
         partials: Sequence[np.ndarray],
         states: Sequence[np.ndarray],
         step: int,
+        l2: float = 0.0,
     ) -> None:
         """`apply` with the gradient `sum_in_order(partials)` (the devices' partial gradients,
         each shaped like the weight), in one pass where the arrays allow it; bit-identical to
@@ -58,9 +70,15 @@ class Optimizer(Protocol):
         ...
 
     def update(
-        self, weight: np.ndarray, grad: np.ndarray, states: Sequence[np.ndarray], step: int
+        self,
+        weight: np.ndarray,
+        grad: np.ndarray,
+        states: Sequence[np.ndarray],
+        step: int,
+        l2: float = 0.0,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-        """The new weight tile and state tiles after update number `step`, as new arrays."""
+        """The new weight tile and state tiles after update number `step` (with the
+        parameter's L2 lambda `l2`), as new arrays."""
         ...
 
     def to_json(self) -> dict: ...
@@ -78,22 +96,32 @@ def sum_in_order(partials: Sequence[np.ndarray]) -> np.ndarray:
     return total
 
 
-def _apply_partials(optimizer: Optimizer, weight, partials, states, step: int) -> None:
+def _apply_partials(optimizer: Optimizer, weight, partials, states, step: int, l2: float) -> None:
     """`apply_partials` in one pass of C where the arrays allow it, else numpy's `apply`."""
     if not native.updatable_in_place(weight, partials, *states):
-        optimizer.apply(weight, sum_in_order(partials), states, step)
+        optimizer.apply(weight, sum_in_order(partials), states, step, l2)
         return
-    native.apply_update(*optimizer.native_update(step), weight, partials, states)
+    native.apply_update(*optimizer.native_update(step), weight, partials, states, l2)
 
 
 def _update_copies(
-    optimizer: Optimizer, weight, grad, states: Sequence, step: int
+    optimizer: Optimizer, weight, grad, states: Sequence, step: int, l2: float
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """`optimizer.apply` on float32 copies: the new weight and states, the arguments untouched."""
     new_weight = np.array(weight, dtype=_F32)
     new_states = tuple(np.array(state, dtype=_F32) for state in states)
-    optimizer.apply(new_weight, np.array(grad, dtype=_F32), new_states, step)
+    optimizer.apply(new_weight, np.array(grad, dtype=_F32), new_states, step, l2)
     return new_weight, new_states
+
+
+def _decayed(grad: np.ndarray, weight: np.ndarray, l2: float, weight_decay: float) -> None:
+    """grad += l2 * weight (the parameter's L2 regularizer), then grad += weight_decay *
+    weight (the optimizer's), in float32 and in that order, as native/optimizers.c and the
+    GPU kernels add them."""
+    if l2:
+        grad += _F32(l2) * weight
+    if weight_decay:
+        grad += _F32(weight_decay) * weight
 
 
 _BOUNDS: dict[str, tuple[Callable[[float], bool], str]] = {
@@ -157,10 +185,9 @@ class SGDOptimizer:
     def state_names(self) -> tuple[str, ...]:
         return ("momentum",) if self.momentum else ()
 
-    def apply(self, weight, grad, states, step):
-        lr, mu, wd = _F32(self.learning_rate), _F32(self.momentum), _F32(self.weight_decay)
-        if wd:
-            grad += wd * weight
+    def apply(self, weight, grad, states, step, l2=0.0):
+        lr, mu = _F32(self.learning_rate), _F32(self.momentum)
+        _decayed(grad, weight, l2, self.weight_decay)
         direction = grad
         if mu:
             velocity = states[0]
@@ -172,15 +199,15 @@ class SGDOptimizer:
                 direction = velocity
         weight -= np.multiply(direction, lr, out=grad)
 
-    def apply_partials(self, weight, partials, states, step):
-        _apply_partials(self, weight, partials, states, step)
+    def apply_partials(self, weight, partials, states, step, l2=0.0):
+        _apply_partials(self, weight, partials, states, step, l2)
 
     def native_update(self, step):
         hyper = (self.learning_rate, self.momentum, self.weight_decay, float(self.nesterov))
         return native.UPDATE_SGD, tuple(_F32(value) for value in hyper)
 
-    def update(self, weight, grad, states, step):
-        return _update_copies(self, weight, grad, states, step)
+    def update(self, weight, grad, states, step, l2=0.0):
+        return _update_copies(self, weight, grad, states, step, l2)
 
     def to_json(self) -> dict:
         return {
@@ -220,10 +247,9 @@ class AdamOptimizer:
     def state_names(self) -> tuple[str, ...]:
         return ("m", "v")
 
-    def apply(self, weight, grad, states, step):
+    def apply(self, weight, grad, states, step, l2=0.0):
         b1, b2 = _F32(self.beta1), _F32(self.beta2)
-        if self.weight_decay:
-            grad += _F32(self.weight_decay) * weight
+        _decayed(grad, weight, l2, self.weight_decay)
         m, v = states
         m *= b1
         m += (_F32(1) - b1) * grad
@@ -237,16 +263,16 @@ class AdamOptimizer:
         denominator += _F32(self.epsilon)
         weight -= np.divide(step_size, denominator, out=step_size)
 
-    def apply_partials(self, weight, partials, states, step):
-        _apply_partials(self, weight, partials, states, step)
+    def apply_partials(self, weight, partials, states, step, l2=0.0):
+        _apply_partials(self, weight, partials, states, step, l2)
 
     def native_update(self, step):
         hyper = (self.learning_rate, self.beta1, self.beta2, self.epsilon, self.weight_decay)
         corrections = (1 - self.beta1**step, 1 - self.beta2**step)
         return native.UPDATE_ADAM, tuple(_F32(value) for value in (*hyper, *corrections))
 
-    def update(self, weight, grad, states, step):
-        return _update_copies(self, weight, grad, states, step)
+    def update(self, weight, grad, states, step, l2=0.0):
+        return _update_copies(self, weight, grad, states, step, l2)
 
     def to_json(self) -> dict:
         return {

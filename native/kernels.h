@@ -87,17 +87,20 @@ int ff_bn_train_backward_f32(const float *x, const float *y, const float *dy,
                                  double count, double eps, int relu, ff_exchange *exchange,
                                  int point, double timeout_s);
 
-/* Optimizer updates (native/optimizers.c), in place on contiguous float32 arrays of n elements:
- * the gradient is the sum of `copies` partial gradients (partials[0..copies), n elements each)
- * in that order, then SGD (velocity unused when momentum is 0) or Adam (m1, m2: the moments;
- * correction1/2: 1 - beta^step rounded to float32), operation by operation as
+/* Optimizer updates (native/optimizers.c), in place on elements [begin, end) of contiguous
+ * float32 arrays (weight, each partial, the states, all indexed from their first element):
+ * the gradient is the sum of `copies` partial gradients (partials[0..copies)) in that order,
+ * plus l2 * weight (the parameter's L2 regularizer, flexflow.regularizers) and then
+ * weight_decay * weight, then SGD (velocity unused when momentum is 0) or Adam (m1, m2: the
+ * moments; correction1/2: 1 - beta^step rounded to float32), operation by operation as
  * flexflow.optimizers computes them in numpy, so the bits agree. */
-void ff_sgd_update_f32(float *weight, const float *const *partials, long copies, long n,
-                       float *velocity, float lr, float momentum, float weight_decay,
-                       int nesterov);
-void ff_adam_update_f32(float *weight, const float *const *partials, long copies, long n,
-                        float *m1, float *m2, float lr, float beta1, float beta2, float epsilon,
-                        float weight_decay, float correction1, float correction2);
+void ff_sgd_update_f32(float *weight, const float *const *partials, long copies, long begin,
+                       long end, float *velocity, float lr, float momentum, float weight_decay,
+                       int nesterov, float l2);
+void ff_adam_update_f32(float *weight, const float *const *partials, long copies, long begin,
+                        long end, float *m1, float *m2, float lr, float beta1, float beta2,
+                        float epsilon, float weight_decay, float correction1, float correction2,
+                        float l2);
 
 /* Activations (native/activations.c) of flexflow.ops.activations on count float32 values:
  * y = act(z) (y may be z); dz = dy through the activation, from the pre-activation `pre`
@@ -395,6 +398,16 @@ int ff_eval_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_ste
  * log of its calls (NULL when not recording), and which op reads each model input (as its
  * x[0]), in the call's order: at most FF_STEP_MAX_INPUTS. */
 enum { FF_STEP_MAX_INPUTS = 8 };
+/* The L2 regularizers of a flat buffer's parameters (flexflow.runtime.flat.FlatLayout.runs):
+ * `count` runs, run i the elements [stop[i - 1] (0 for the first), stop[i]) with lambda l2[i];
+ * elements past the last run have none. */
+typedef struct {
+  long count;
+  const long *stop;
+  const float *l2;
+} ff_l2_runs;
+/* l2: NULL, or the L2 regularizers of the flat weights the plan's update updates (last in
+ * the struct: the C++ task library, built against the fields before it, reads those alone). */
 typedef struct {
   ff_sgemm_fn gemm;
   ff_step_op *ops;
@@ -403,6 +416,7 @@ typedef struct {
   ff_step_log *log;
   const long *inputs;
   long num_inputs;
+  const ff_l2_runs *l2;
 } ff_step_plan;
 /* One iteration's arrays: the model inputs' tiles xs (float32, or an embedding's int32 ids),
  * the int64 labels of the predictions, the first `valid` predictions count toward a loss
@@ -420,12 +434,14 @@ typedef struct {
   ff_update update;
   long iteration;
 } ff_step_call;
-void ff_apply_update_f32(const ff_update *update);
+/* The update, with the L2 regularizers `runs` (NULL: none) run by run. */
+void ff_apply_update_runs_f32(const ff_update *update, const ff_l2_runs *runs);
 int ff_native_step_f32(const ff_step_plan *plan, const ff_step_call *call);
 /* An evaluation batch as ff_eval_step_f32 (no update, no gradients: the call's grads,
  * update and iteration are not read), the model inputs and loss values as for a step. */
 int ff_native_eval_f32(const ff_step_plan *plan, const ff_step_call *call);
-/* The update alone (logged as FF_LOG_UPDATE); 0, or -3 for an update of an unknown kind. */
+/* The update alone (logged as FF_LOG_UPDATE), with the plan's L2 regularizers; 0, or -3 for an
+ * update of an unknown kind. */
 int ff_native_update_f32(const ff_step_plan *plan, const ff_update *update);
 /* Entries the log holds that the reader has not taken, copied into out (room for `capacity`
  * entries); their number. */

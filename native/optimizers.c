@@ -21,17 +21,24 @@ static void ff_sum_partials(const float *const *partials, long copies, long base
   }
 }
 
+/* g[0..m) += l2 * w[0..m), then += weight_decay * w[0..m) (each skipped when 0). */
+static inline void ff_decay(float *g, const float *w, long m, float l2, float weight_decay) {
+  if (l2 != 0.0f)
+    for (long j = 0; j < m; ++j) g[j] = g[j] + l2 * w[j];
+  if (weight_decay != 0.0f)
+    for (long j = 0; j < m; ++j) g[j] = g[j] + weight_decay * w[j];
+}
+
 FF_CLONES
-void ff_sgd_update_f32(float *weight, const float *const *partials, long copies, long n,
-                       float *velocity, float lr, float momentum, float weight_decay,
-                       int nesterov) {
+void ff_sgd_update_f32(float *weight, const float *const *partials, long copies, long begin,
+                       long end, float *velocity, float lr, float momentum, float weight_decay,
+                       int nesterov, float l2) {
   float g[FF_BLOCK];
-  for (long base = 0; base < n; base += FF_BLOCK) {
-    long m = n - base < FF_BLOCK ? n - base : FF_BLOCK;
+  for (long base = begin; base < end; base += FF_BLOCK) {
+    long m = end - base < FF_BLOCK ? end - base : FF_BLOCK;
     float *w = weight + base;
     ff_sum_partials(partials, copies, base, m, g);
-    if (weight_decay != 0.0f)
-      for (long j = 0; j < m; ++j) g[j] = g[j] + weight_decay * w[j];
+    ff_decay(g, w, m, l2, weight_decay);
     if (momentum != 0.0f) {
       float *v = velocity + base;
       for (long j = 0; j < m; ++j) {
@@ -46,17 +53,17 @@ void ff_sgd_update_f32(float *weight, const float *const *partials, long copies,
 }
 
 FF_CLONES
-void ff_adam_update_f32(float *weight, const float *const *partials, long copies, long n,
-                        float *m1, float *m2, float lr, float beta1, float beta2, float epsilon,
-                        float weight_decay, float correction1, float correction2) {
+void ff_adam_update_f32(float *weight, const float *const *partials, long copies, long begin,
+                        long end, float *m1, float *m2, float lr, float beta1, float beta2,
+                        float epsilon, float weight_decay, float correction1, float correction2,
+                        float l2) {
   float g[FF_BLOCK];
   const float c1 = 1.0f - beta1, c2 = 1.0f - beta2;
-  for (long base = 0; base < n; base += FF_BLOCK) {
-    long m = n - base < FF_BLOCK ? n - base : FF_BLOCK;
+  for (long base = begin; base < end; base += FF_BLOCK) {
+    long m = end - base < FF_BLOCK ? end - base : FF_BLOCK;
     float *w = weight + base, *mo = m1 + base, *ve = m2 + base;
     ff_sum_partials(partials, copies, base, m, g);
-    if (weight_decay != 0.0f)
-      for (long j = 0; j < m; ++j) g[j] = g[j] + weight_decay * w[j];
+    ff_decay(g, w, m, l2, weight_decay);
     for (long j = 0; j < m; ++j) {
       float mj = mo[j] * beta1;
       mj = mj + c1 * g[j];

@@ -562,13 +562,25 @@ int ff_train_step_f32(ff_sgemm_fn gemm, ff_step_op *ops, long count, const ff_st
   return 0;
 }
 
-void ff_apply_update_f32(const ff_update *u) {
+/* The update of elements [begin, end) with L2 lambda l2. */
+static void ff_update_range(const ff_update *u, long begin, long end, float l2) {
   if (u->kind == FF_UPDATE_SGD)
-    ff_sgd_update_f32(u->weight, u->partials, u->copies, u->n, u->state0, u->h[0], u->h[1],
-                      u->h[2], u->h[3] != 0.0f);
+    ff_sgd_update_f32(u->weight, u->partials, u->copies, begin, end, u->state0, u->h[0],
+                      u->h[1], u->h[2], u->h[3] != 0.0f, l2);
   else if (u->kind == FF_UPDATE_ADAM)
-    ff_adam_update_f32(u->weight, u->partials, u->copies, u->n, u->state0, u->state1, u->h[0],
-                       u->h[1], u->h[2], u->h[3], u->h[4], u->h[5], u->h[6]);
+    ff_adam_update_f32(u->weight, u->partials, u->copies, begin, end, u->state0, u->state1,
+                       u->h[0], u->h[1], u->h[2], u->h[3], u->h[4], u->h[5], u->h[6], l2);
+}
+
+void ff_apply_update_runs_f32(const ff_update *u, const ff_l2_runs *runs) {
+  long begin = 0;
+  for (long i = 0; runs && i < runs->count; ++i) {
+    long end = runs->stop[i] < u->n ? runs->stop[i] : u->n;
+    if (end <= begin) continue; /* an empty run, or one past the buffer */
+    ff_update_range(u, begin, end, runs->l2[i]);
+    begin = end;
+  }
+  if (begin < u->n) ff_update_range(u, begin, u->n, 0.0f);
 }
 
 long ff_step_log_take(ff_step_log *log, double *out) {
@@ -587,7 +599,7 @@ int ff_native_update_f32(const ff_step_plan *plan, const ff_update *update) {
     return -3;
   ff_step_log *log = plan->log;
   double begin = log ? ff_now() : 0.0;
-  ff_apply_update_f32(update);
+  ff_apply_update_runs_f32(update, plan->l2);
   if (log && update->kind != FF_UPDATE_NONE) ff_log_entry(log, begin, ff_now(), FF_LOG_UPDATE);
   return 0;
 }

@@ -350,10 +350,13 @@ UPDATE_SGD, UPDATE_ADAM = lib.FF_UPDATE_SGD, lib.FF_UPDATE_ADAM
 nesterov), Adam's (lr, beta1, beta2, epsilon, weight decay, correction1, correction2)."""
 
 
-def apply_update(kind: int, hyper: Sequence[float], weight, partials, states) -> None:
+def apply_update(
+    kind: int, hyper: Sequence[float], weight, partials, states, l2: float = 0.0
+) -> None:
     """Update `weight` in place from the partial gradients' sum and its `states` (SGD: the
-    velocity, if any; Adam: m and v), in one pass of native/optimizers.c: the bits of
-    flexflow.optimizers' numpy `apply`. Arrays as `updatable_in_place` accepts them."""
+    velocity, if any; Adam: m and v), the gradient first gaining `l2` * weight (its L2
+    regularizer), in one pass of native/optimizers.c: the bits of flexflow.optimizers' numpy
+    `apply`. Arrays as `updatable_in_place` accepts them."""
     update = ffi.new("ff_update *")
     update.kind, update.n, update.copies = kind, weight.size, len(partials)
     update.weight = _pointer(weight, _F32_POINTER)
@@ -364,7 +367,19 @@ def apply_update(kind: int, hyper: Sequence[float], weight, partials, states) ->
     if len(states) > 1:
         update.state1 = _pointer(states[1], _F32_POINTER)
     update.h = [float(value) for value in hyper] + [0.0] * (7 - len(hyper))
-    lib.ff_apply_update_f32(update)
+    runs = L2Runs(((weight.size, l2),)) if l2 else None
+    lib.ff_apply_update_runs_f32(update, ffi.NULL if runs is None else runs.struct)
+
+
+class L2Runs:
+    """An `ff_l2_runs` (native/kernels.h: the L2 regularizers of a flat buffer) of (stop,
+    lambda) runs, and the arrays it points at, alive as long as this object."""
+
+    def __init__(self, runs: Sequence[tuple[int, float]]) -> None:
+        self._stops = ffi.new("long[]", [int(stop) for stop, _ in runs])
+        self._lambdas = ffi.new("float[]", [float(np.float32(lam)) for _, lam in runs])
+        self.struct = ffi.new("ff_l2_runs *")
+        self.struct.count, self.struct.stop, self.struct.l2 = len(runs), self._stops, self._lambdas
 
 
 # ---- dense layers on float32 tiles, products through a CBLAS sgemm ----------------------------

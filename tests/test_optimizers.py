@@ -18,10 +18,10 @@ from flexflow.optimizers import (
 )
 
 
-def run(optimizer, weight, grads):
+def run(optimizer, weight, grads, l2=0.0):
     states = tuple(np.zeros_like(weight) for _ in optimizer.state_names)
     for step, grad in enumerate(grads, start=1):
-        weight, states = optimizer.update(weight, grad, states, step)
+        weight, states = optimizer.update(weight, grad, states, step, l2)
     return weight
 
 
@@ -66,6 +66,52 @@ def test_adam_follows_kingma_and_ba():
         w = w - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
     got = run(AdamOptimizer(lr, beta1=b1, beta2=b2, epsilon=eps, weight_decay=wd), w0, grads)
     np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+
+
+def test_an_l2_regularizer_adds_lambda_times_the_weight_to_the_gradient():
+    """FlexFlow's REG_MODE_L2: the gradient gains lambda * W (that of lambda/2 * ||W||^2), by
+    hand: g' = (0.5, 0.25) + 0.1 * (1, -2) = (0.6, 0.05); w' = w - 0.1 g'."""
+    w = np.array([1.0, -2.0], dtype=np.float32)
+    g = np.array([0.5, 0.25], dtype=np.float32)
+    new, _ = SGDOptimizer(0.1).update(w, g, (), 1, l2=0.1)
+    np.testing.assert_allclose(new, [0.94, -2.005], rtol=1e-6)
+    unregularized, _ = SGDOptimizer(0.1).update(w, g, (), 1)
+    np.testing.assert_allclose(unregularized, [0.95, -2.025], rtol=1e-6)
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_momentum_with_an_l2_regularizer_follows_the_recurrence(nesterov):
+    """The regularizer's lambda * w joins the gradient before momentum, beside weight decay."""
+    rng = np.random.default_rng(5)
+    w0 = rng.standard_normal((3, 4)).astype(np.float32)
+    grads = grads_for(rng, (3, 4))
+    lr, mu, wd, l2 = 0.05, 0.9, 1e-2, 0.2
+    w, v = w0.astype(np.float64), np.zeros((3, 4))
+    for g in grads:
+        g = g + l2 * w + wd * w
+        v = mu * v + g
+        w = w - lr * (g + mu * v if nesterov else v)
+    optimizer = SGDOptimizer(lr, momentum=mu, weight_decay=wd, nesterov=nesterov)
+    got = run(optimizer, w0, grads, l2=l2)
+    np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+    assert np.abs(run(optimizer, w0, grads) - got).max() > 1e-3  # it changes the weights
+
+
+def test_adam_with_an_l2_regularizer_follows_kingma_and_ba():
+    rng = np.random.default_rng(6)
+    w0 = rng.standard_normal((5,)).astype(np.float32)
+    grads = grads_for(rng, (5,), steps=6)
+    lr, b1, b2, eps, wd, l2 = 1e-2, 0.8, 0.99, 1e-8, 1e-3, 0.5
+    w, m, v = w0.astype(np.float64), np.zeros(5), np.zeros(5)
+    for t, g in enumerate(grads, start=1):
+        g = g + l2 * w + wd * w
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        w = w - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+    optimizer = AdamOptimizer(lr, beta1=b1, beta2=b2, epsilon=eps, weight_decay=wd)
+    got = run(optimizer, w0, grads, l2=l2)
+    np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+    assert np.abs(run(optimizer, w0, grads) - got).max() > 1e-4
 
 
 def test_adam_first_step_moves_every_weight_by_about_the_learning_rate():
@@ -135,9 +181,10 @@ OPTIMIZERS = st.one_of(
     size=st.sampled_from([1, 7, 1023, 1024, 1025, 2500]),
     step=st.integers(1, 50),
     seed=st.integers(0, 2**16),
+    l2=st.sampled_from([0.0, 1e-3, 0.5]),
 )
 def test_a_data_parallel_update_in_one_pass_gives_the_bits_of_the_reference(
-    optimizer, devices, size, step, seed
+    optimizer, devices, size, step, seed, l2
 ):
     """The step task's fused C update (summing the devices' partial gradients on the way) must
     give what numpy's update of their sum gives, bit for bit: the runtime mixes both paths
@@ -149,9 +196,9 @@ def test_a_data_parallel_update_in_one_pass_gives_the_bits_of_the_reference(
     states = [rng.random(size).astype(np.float32) for _ in optimizer.state_names]
     assert native.updatable_in_place(weight, partials, *states)  # the C path
     want_weight, want_states = weight.copy(), [s.copy() for s in states]
-    optimizer.apply(want_weight, sum_in_order(partials), want_states, step)
+    optimizer.apply(want_weight, sum_in_order(partials), want_states, step, l2)
     before = partials.copy()
-    optimizer.apply_partials(weight, partials, states, step)
+    optimizer.apply_partials(weight, partials, states, step, l2)
     np.testing.assert_array_equal(weight, want_weight)
     for got, want in zip(states, want_states, strict=True):
         np.testing.assert_array_equal(got, want)
@@ -169,6 +216,12 @@ def test_a_strided_tile_is_updated_through_numpy_with_the_same_bits():
     tile, tile_velocity = weight[:, 2:5], velocity[:, 2:5]
     assert not native.updatable_in_place(tile, partials[:, :, 2:5], tile_velocity)
     optimizer.apply_partials(tile, partials[:, :, 2:5], (tile_velocity,), 4)
+    np.testing.assert_array_equal(weight[:, 2:5], want)
+    np.testing.assert_array_equal(velocity[:, 2:5], want_velocity[0])
+    # ... and with an L2 regularizer
+    want, want_velocity = optimizer.update(weight[:, 2:5], sum_in_order(partials[:, :, 2:5]),
+                                           (velocity[:, 2:5],), 5, l2=0.3)  # fmt: skip
+    optimizer.apply_partials(tile, partials[:, :, 2:5], (tile_velocity,), 5, l2=0.3)
     np.testing.assert_array_equal(weight[:, 2:5], want)
     np.testing.assert_array_equal(velocity[:, 2:5], want_velocity[0])
 

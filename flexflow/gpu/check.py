@@ -156,28 +156,32 @@ def check_batch_norm_statistics(gpu: Gpu) -> list[Comparison]:
 
 
 OPTIMIZERS = (
-    SGDOptimizer(0.1),
-    SGDOptimizer(0.05, momentum=0.9, weight_decay=1e-3),
-    SGDOptimizer(0.05, momentum=0.9, weight_decay=1e-3, nesterov=True),
-    AdamOptimizer(1e-3),
-    AdamOptimizer(1e-2, beta1=0.8, beta2=0.99, weight_decay=1e-2),
+    (SGDOptimizer(0.1), 0.0),
+    (SGDOptimizer(0.05, momentum=0.9, weight_decay=1e-3), 0.0),
+    (SGDOptimizer(0.05, momentum=0.9, weight_decay=1e-3, nesterov=True), 0.0),
+    (AdamOptimizer(1e-3), 0.0),
+    (AdamOptimizer(1e-2, beta1=0.8, beta2=0.99, weight_decay=1e-2), 0.0),
+    # a parameter with an L2 regularizer (flexflow.regularizers), alone and with weight decay
+    (SGDOptimizer(0.05, momentum=0.9), 3e-2),
+    (AdamOptimizer(1e-2, weight_decay=1e-2), 5e-2),
 )
+"""Each optimizer checked, with the L2 lambda of the parameter it updates."""
 
 
 def check_optimizers(gpu: Gpu) -> list[Comparison]:
     """Three updates of each optimizer on the GPU against `Optimizer.update` (float32, exact order)."""
     results = []
     rng = np.random.default_rng(4)
-    for optimizer in OPTIMIZERS:
-        name = f"{type(optimizer).__name__}({optimizer.to_json()})"
+    for optimizer, l2 in OPTIMIZERS:
+        name = f"{type(optimizer).__name__}({optimizer.to_json()}, l2={l2})"
         weight = rng.standard_normal((5, 7)).astype(np.float32)
         states = [np.zeros_like(weight) for _ in optimizer.state_names]
         d_weight, d_states = gpu.to_device(weight), [gpu.to_device(s) for s in states]
         for step in (1, 2, 3):
             grad = rng.standard_normal(weight.shape).astype(np.float32)
-            weight, states = optimizer.update(weight, grad, states, step)
+            weight, states = optimizer.update(weight, grad, states, step, l2)
             d_weight, d_states = training.update(
-                gpu, optimizer, d_weight, gpu.to_device(grad), d_states, step
+                gpu, optimizer, d_weight, gpu.to_device(grad), d_states, step, l2
             )
         results.append(compare(name, "weight after 3 steps", gpu.to_host(d_weight), weight))
         for state_name, got, want in zip(optimizer.state_names, d_states, states, strict=True):

@@ -216,12 +216,14 @@ EMBEDDING_KERNELS(i64, long long)
 TRAINING = (
     COMMON
     + r"""
-// SGD as flexflow.optimizers.SGDOptimizer.update, in float32, one rounding per operation.
+// SGD as flexflow.optimizers.SGDOptimizer.update, in float32, one rounding per operation;
+// l2: the parameter's L2 regularizer, added to the gradient before the weight decay.
 extern "C" __global__ void sgd_update(float *w_out, float *v_out, const float *w,
     const float *g, const float *v, long long n, float lr, float momentum, float weight_decay,
-    long long nesterov) {
+    long long nesterov, float l2) {
   GRID_STRIDE_LOOP(i, n) {
     float grad = g[i];
+    if (l2 != 0.0f) grad = __fadd_rn(grad, __fmul_rn(l2, w[i]));
     if (weight_decay != 0.0f) grad = __fadd_rn(grad, __fmul_rn(weight_decay, w[i]));
     float direction = grad;
     if (v) {  // momentum > 0: the velocity is the state
@@ -234,13 +236,14 @@ extern "C" __global__ void sgd_update(float *w_out, float *v_out, const float *w
 }
 
 // Adam as flexflow.optimizers.AdamOptimizer.update; one_minus_* and bias* are float32 values
-// the host computed like the reference (1 - b1, 1 - b1^t, ...).
+// the host computed like the reference (1 - b1, 1 - b1^t, ...); l2 as for sgd_update.
 extern "C" __global__ void adam_update(float *w_out, float *m_out, float *v_out,
     const float *w, const float *g, const float *m, const float *v, long long n, float lr,
     float beta1, float beta2, float one_minus_beta1, float one_minus_beta2, float bias1,
-    float bias2, float eps, float weight_decay) {
+    float bias2, float eps, float weight_decay, float l2) {
   GRID_STRIDE_LOOP(i, n) {
     float grad = g[i];
+    if (l2 != 0.0f) grad = __fadd_rn(grad, __fmul_rn(l2, w[i]));
     if (weight_decay != 0.0f) grad = __fadd_rn(grad, __fmul_rn(weight_decay, w[i]));
     float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(one_minus_beta1, grad));
     float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(one_minus_beta2, grad), grad));

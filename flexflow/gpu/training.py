@@ -1,7 +1,8 @@
 """GPU optimizer updates and losses for the runtime's UPDATE and LOSS tasks.
 
 `update` computes `flexflow.optimizers`' `Optimizer.update` on one weight tile (float32, in the
-reference's order of operations, so bit-identical to it); `loss_tile` computes
+reference's order of operations, so bit-identical to it; with the parameter's L2 regularizer
+`l2`, added to the summed gradient first, `flexflow.regularizers`); `loss_tile` computes
 `flexflow.runtime.loss.loss_tile`: the tile's loss share and correct-prediction count (as a
 float64 pair the task adds into its reduction) and the gradient tile.
 """
@@ -25,7 +26,7 @@ def _f32(value: float) -> object:
     return Arg.f32(float(_F32(value)))  # the float32 the reference computes with
 
 
-def sgd_update(gpu: Gpu, optimizer: SGDOptimizer, weight, grad, states, step: int):
+def sgd_update(gpu: Gpu, optimizer: SGDOptimizer, weight, grad, states, step: int, l2: float):
     require_contiguous("sgd update", weight, grad, *states)
     new_weight = gpu.empty(weight.shape)
     velocity = gpu.empty(weight.shape) if optimizer.momentum else None
@@ -35,12 +36,12 @@ def sgd_update(gpu: Gpu, optimizer: SGDOptimizer, weight, grad, states, step: in
             [Arg.ptr(new_weight.ptr), Arg.ptr(velocity.ptr if velocity else 0),
              Arg.ptr(weight.ptr), Arg.ptr(grad.ptr), Arg.ptr(states[0].ptr if velocity else 0),
              Arg.i64(weight.size), _f32(optimizer.learning_rate), _f32(optimizer.momentum),
-             _f32(optimizer.weight_decay), Arg.i64(int(optimizer.nesterov))],
+             _f32(optimizer.weight_decay), Arg.i64(int(optimizer.nesterov)), _f32(l2)],
         )  # fmt: skip
     return new_weight, ((velocity,) if velocity else ())
 
 
-def adam_update(gpu: Gpu, optimizer: AdamOptimizer, weight, grad, states, step: int):
+def adam_update(gpu: Gpu, optimizer: AdamOptimizer, weight, grad, states, step: int, l2: float):
     require_contiguous("adam update", weight, grad, *states)
     new_weight, m, v = (gpu.empty(weight.shape) for _ in range(3))
     b1, b2 = _F32(optimizer.beta1), _F32(optimizer.beta2)
@@ -52,7 +53,7 @@ def adam_update(gpu: Gpu, optimizer: AdamOptimizer, weight, grad, states, step: 
              Arg.i64(weight.size), _f32(optimizer.learning_rate), _f32(b1), _f32(b2),
              _f32(_F32(1) - b1), _f32(_F32(1) - b2), _f32(1 - optimizer.beta1**step),
              _f32(1 - optimizer.beta2**step), _f32(optimizer.epsilon),
-             _f32(optimizer.weight_decay)],
+             _f32(optimizer.weight_decay), _f32(l2)],
         )  # fmt: skip
     return new_weight, (m, v)
 
@@ -67,15 +68,17 @@ def update(
     grad: DeviceArray,
     states: Sequence[DeviceArray],
     step: int,
+    l2: float = 0.0,
 ) -> tuple[DeviceArray, tuple[DeviceArray, ...]]:
-    """The new weight tile and state tiles after update number `step` (GPU `Optimizer.update`)."""
+    """The new weight tile and state tiles after update number `step` (GPU `Optimizer.update`,
+    the parameter's L2 lambda `l2` included)."""
     kernel = UPDATES.get(type(optimizer))
     if kernel is None:
         raise FlexFlowError(
             f"{type(optimizer).__name__}: no GPU update kernel; add one to "
             "flexflow.gpu.training.UPDATES or train on CPU processors."
         )
-    return kernel(gpu, optimizer, weight, grad, tuple(states), step)
+    return kernel(gpu, optimizer, weight, grad, tuple(states), step, l2)
 
 
 # ---- losses -------------------------------------------------------------------------------------

@@ -272,9 +272,11 @@ def embedding_backward(gpu, name, grad_table, ids, dy, rows, bag, dim, entries, 
     )
 
 
-def sgd_update(gpu, name, w_out, v_out, w, g, v, n, lr, momentum, weight_decay, nesterov):
+def sgd_update(gpu, name, w_out, v_out, w, g, v, n, lr, momentum, weight_decay, nesterov, l2):
     f32 = np.float32
     weight, grad = gpu.memory(w, "float32")[:n], gpu.memory(g, "float32")[:n]
+    if l2:
+        grad = grad + f32(l2) * weight
     if weight_decay:
         grad = grad + f32(weight_decay) * weight
     direction = grad
@@ -286,9 +288,11 @@ def sgd_update(gpu, name, w_out, v_out, w, g, v, n, lr, momentum, weight_decay, 
 
 
 def adam_update(gpu, name, w_out, m_out, v_out, w, g, m, v, n, lr, beta1, beta2, one_minus_beta1,
-                one_minus_beta2, bias1, bias2, eps, weight_decay):  # fmt: skip
+                one_minus_beta2, bias1, bias2, eps, weight_decay, l2):  # fmt: skip
     f32 = np.float32
     weight, grad = gpu.memory(w, "float32")[:n], gpu.memory(g, "float32")[:n]
+    if l2:
+        grad = grad + f32(l2) * weight
     if weight_decay:
         grad = grad + f32(weight_decay) * weight
     mi = f32(beta1) * gpu.memory(m, "float32")[:n] + f32(one_minus_beta1) * grad

@@ -96,11 +96,12 @@ def test_updates_pools_and_layer_norm_give_the_baseline_bits(baseline):
         lib_, out = module.lib, []
         parts = module.ffi.new("const float *[]", [f(module, grads[0]), f(module, grads[1])])
         w, m1, m2 = weight.copy(), np.full(n, 0.1, np.float32), np.full(n, 0.2, np.float32)
-        lib_.ff_adam_update_f32(f(module, w), parts, 2, n, f(module, m1), f(module, m2), 1e-3,
-                                0.9, 0.999, 1e-8, 1e-4, 0.1, 0.001)  # fmt: skip
+        lib_.ff_adam_update_f32(f(module, w), parts, 2, 0, n, f(module, m1), f(module, m2),
+                                1e-3, 0.9, 0.999, 1e-8, 1e-4, 0.1, 0.001, 2e-3)  # fmt: skip
         out += [w, m1, m2]
         w, v = weight.copy(), np.full(n, 0.3, np.float32)
-        lib_.ff_sgd_update_f32(f(module, w), parts, 2, n, f(module, v), 0.01, 0.9, 1e-4, True)
+        lib_.ff_sgd_update_f32(f(module, w), parts, 2, 0, n, f(module, v), 0.01, 0.9, 1e-4, True,
+                               2e-3)  # fmt: skip
         out += [w, v]
         for is_max in (0, 1):
             y = np.empty((2, 3, 5, 5), np.float32)
