@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import types
 import typing
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from typing import Any
 
 from flexflow.errors import GraphError, ShapeError
 from flexflow.ops import OP_KINDS, DType, Op, Signature, TensorSpec, WeightSpec
-from flexflow.ops.base import full_region
+from flexflow.ops.base import full_region, is_real
 
 GRAPH_FORMAT = "flexflow-operator-graph"
 GRAPH_VERSION = 1
@@ -43,6 +44,18 @@ class Parameter:
     id: int
     name: str
     spec: WeightSpec
+    l2: float = 0.0
+    """The lambda of an L2 regularizer on this weight (a dense layer's kernel_regularizer):
+    its update's gradient gains l2 * weight once per training step (`flexflow.regularizers`);
+    0.0: none. Here, not on the op, so the op's attributes and costs stay an unregularized
+    one's."""
+
+    def __post_init__(self) -> None:
+        if not (is_real(self.l2) and 0 <= self.l2 < math.inf):
+            raise GraphError(
+                f"parameter '{self.name}': its L2 lambda must be a finite number >= 0, got "
+                f"{self.l2!r}; give its layer's kernel_regularizer e.g. L2(0.001)."
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +204,7 @@ class OperatorGraph:
                 for t in self.tensors
                 if t.producer is None
             ],
-            "parameters": [
-                {"id": p.id, "name": p.name, "weight": p.spec.name} for p in self.parameters
-            ],
+            "parameters": [_parameter_json(p) for p in self.parameters],
             "ops": [
                 {
                     "name": node.name,
@@ -225,6 +236,15 @@ class OperatorGraph:
 
 
 # ---- op attributes <-> JSON -----------------------------------------------------------------------
+
+
+def _parameter_json(param: Parameter) -> dict[str, Any]:
+    """A parameter's entry in a graph file; its L2 lambda only where it has one, so the files
+    of unregularized models read as before."""
+    entry: dict[str, Any] = {"id": param.id, "name": param.name, "weight": param.spec.name}
+    if param.l2:
+        entry["l2"] = param.l2
+    return entry
 
 
 def _to_plain(value: Any) -> Any:
@@ -287,6 +307,7 @@ def _graph_from_json(data: Any) -> OperatorGraph:
         spec = TensorSpec(tuple(t["shape"]), DType(t["dtype"]))
         tensors[t["id"]] = GraphTensor(t["id"], t["name"], spec)
     param_names = {p["id"]: p["name"] for p in data["parameters"]}
+    param_l2 = {p["id"]: p.get("l2", 0.0) for p in data["parameters"]}
     params: dict[int, Parameter] = {}
     ops: list[OpNode] = []
     for position, entry in enumerate(data["ops"]):
@@ -309,7 +330,7 @@ def _graph_from_json(data: Any) -> OperatorGraph:
         for pid, wspec in zip(entry["weights"], sig.weights, strict=True):
             if pid in params and params[pid].spec.shape != wspec.shape:
                 raise GraphError(f"op '{name}' shares parameter {pid} with a different shape.")
-            params.setdefault(pid, Parameter(pid, param_names[pid], wspec))
+            params.setdefault(pid, Parameter(pid, param_names[pid], wspec, param_l2[pid]))
         ops.append(
             OpNode(
                 position,

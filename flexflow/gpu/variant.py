@@ -87,8 +87,9 @@ def _run(
             for _ in executor.contributors[pid][1:]:
                 prims.reduce_sum(gpu, next(inputs), (0,), out=grad, add=True)
             old = [next(inputs) for _ in range(states)]
+            l2 = executor.graph.parameters[pid].l2  # its L2 regularizer's lambda
             new_weight, new_states = training.update(
-                gpu, executor.optimizer, weight, grad, old, extra[0]
+                gpu, executor.optimizer, weight, grad, old, extra[0], l2
             )
             for value in (new_weight, *new_states):
                 _write(gpu, next(outputs), value)

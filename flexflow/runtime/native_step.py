@@ -22,7 +22,7 @@ from flexflow.errors import ShapeError
 from flexflow.fusion import FusedTask, Slot
 from flexflow.ops import blas
 from flexflow.ops.base import region_shape
-from flexflow.ops.native import EXCHANGE_TIMEOUT_S, exchange_failed
+from flexflow.ops.native import EXCHANGE_TIMEOUT_S, L2Runs, exchange_failed
 from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import (
     LOSS_IDS,
@@ -78,6 +78,9 @@ class NativeStep:
         self._plan.log = ffi.NULL
         self._readers = ffi.new("long[]", [op for _, op in made.inputs])
         self._plan.inputs, self._plan.num_inputs = self._readers, len(made.inputs)
+        self._l2 = None if flat is None or not flat.l2 else L2Runs([r[1:] for r in flat.runs])
+        """The flat weights' L2 regularizers, which the plan's update adds (none: NULL)."""
+        self._plan.l2 = ffi.NULL if self._l2 is None else self._l2.struct
         self.buffers: list[np.ndarray] = []
         """The arrays the structs point at."""
         self._held: list = []  # the cffi arrays of pointers the structs point at

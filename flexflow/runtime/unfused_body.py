@@ -24,8 +24,10 @@ def apply_pending_update(executor: Executor, inputs: list, outputs: list, update
     """Update number `update` of this device's replica of the flat buffers
     (Executor.updates_in_step), from the arguments at the end of `inputs` (every device's
     partial gradients, the states) and `outputs` (the replica, its states), which it removes;
-    the flat buffer updates as one weight (the optimizer is elementwise)."""
-    if executor.params.flat is None:  # a model without weights: nothing was passed
+    the flat buffer updates as one weight (the optimizer is elementwise), run by run of
+    parameters with the same L2 regularizer (`FlatLayout.runs`)."""
+    flat = executor.params.flat
+    if flat is None:  # a model without weights: nothing was passed
         return
     states = len(executor.optimizer.state_names)
     count = len(executor.params.devices) + states
@@ -33,7 +35,12 @@ def apply_pending_update(executor: Executor, inputs: list, outputs: list, update
     written = [row.reshape(-1) for row in outputs[-(1 + states) :]]
     del inputs[-count:], outputs[-(1 + states) :]
     weight, *state_rows = written
-    executor.optimizer.apply_partials(weight, read[: count - states], state_rows, update)
+    partials = read[: count - states]
+    for start, stop, l2 in flat.runs:  # contiguous slices: each still one pass of C
+        run = slice(start, stop)
+        executor.optimizer.apply_partials(
+            weight[run], [p[run] for p in partials], [s[run] for s in state_rows], update, l2
+        )
 
 
 def loss_into(
@@ -85,7 +92,8 @@ def run_unfused(context, executor: Executor, which: Pass, op: int, index: int, e
             for _ in range(states):
                 next(inputs)
             weight, *state_tiles = (array_of(next(outputs)) for _ in range(1 + states))
-            executor.optimizer.apply_partials(weight, rows, state_tiles, extra[0])
+            l2 = executor.graph.parameters[pid].l2  # its L2 regularizer's lambda
+            executor.optimizer.apply_partials(weight, rows, state_tiles, extra[0], l2)
         return
     if which == Pass.LOSS:  # this tile's share of the loss and its tile of the loss gradient
         stored = array_of(context.inputs[1]) if len(context.inputs) > 1 else None

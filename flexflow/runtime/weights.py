@@ -78,7 +78,8 @@ class ParameterStores:
             )
         self.devices: tuple[int, ...] = devices.pop()
         """The devices that keep a copy, in the order of the copy axis."""
-        self.flat = FlatLayout.of([p.spec.shape for p in self.graph.parameters])
+        params = self.graph.parameters
+        self.flat = FlatLayout.of([p.spec.shape for p in params], [p.l2 for p in params])
         self.flat_weights = self._store_of(self._copies(self.flat.join(initial)))
         self.flat_states = [
             self._zeros((len(self.devices), self.flat.size)) for _ in range(state_count)

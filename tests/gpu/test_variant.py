@@ -105,6 +105,8 @@ class Executor:
     staged: dict = field(default_factory=dict)
     timeline_entries: list | None = None
     gradients: object = field(default_factory=lambda: OnePartGradients())
+    l2: tuple = ()
+    """Each parameter's L2 regularizer's lambda (flexflow.graph.Parameter.l2)."""
 
     @property
     def fused_tasks(self):
@@ -117,7 +119,8 @@ class Executor:
     def graph(self):
         # every tensor made by some earlier op, so its gradient leaves the task
         made = types.SimpleNamespace(producer=-1)
-        return types.SimpleNamespace(ops={0: self.node}, tensor=lambda tid: made)
+        params = tuple(types.SimpleNamespace(l2=lam) for lam in self.l2)
+        return types.SimpleNamespace(ops={0: self.node}, tensor=lambda tid: made, parameters=params)
 
     def regions(self, op):
         return (self.region,)
@@ -271,13 +274,14 @@ def test_update_loss_and_feed_passes(host):  # noqa: F811
     partials = (grad[None], np.zeros_like(grad)[None])
     ins = tuple(Physical(strided(host, a)) for a in (weight, *partials, *states))
     # two weight tiles on this device, one task: inputs (w, g..., m, v) per tile, outputs (w, m, v)
+    # weight 1 has an L2 regularizer (flexflow.regularizers): its gradient gains 0.5 * w
     updater = Executor(None, (), optimizer, update_groups={0: [(0, ()), (1, ())]},
-                       contributors={0: (0, 1), 1: (0,)})  # fmt: skip
+                       contributors={0: (0, 1), 1: (0,)}, l2=(0.0, 0.5))  # fmt: skip
     outs += [Physical(strided(host, np.zeros_like(weight))) for _ in range(3)]
     ins = ins + tuple(Physical(strided(host, a)) for a in (weight, 2 * grad[None], *states))
     variant._run(host, Context(ins, tuple(outs)), updater, Pass.UPDATE, 0, -1, (1,))
     first = optimizer.update(weight, grad, states, 1)
-    second = optimizer.update(weight, 2 * grad, states, 1)
+    second = optimizer.update(weight, 2 * grad, states, 1, l2=0.5)
     wants = (first[0], *first[1], second[0], *second[1])
     for physical, want in zip(outs, wants, strict=True):
         np.testing.assert_array_equal(host_of(host, physical.array), want)
