@@ -33,6 +33,7 @@ from flexflow.layers import Tensor
 from flexflow.model import FFModel as _FFModel
 from flexflow.optimizers import AdamOptimizer as _Adam
 from flexflow.optimizers import SGDOptimizer as _SGD
+from flexflow.regularizers import RegularizerMode
 from flexflow.runtime.loss import check_loss_input
 from flexflow.runtime.training import Metrics
 
@@ -508,6 +509,7 @@ __all__ = [
     "NormInitializer",
     "ParameterSyncType",
     "PoolType",
+    "RegularizerMode",
     "SGDOptimizer",
     "UniformInitializer",
     "ZeroInitializer",

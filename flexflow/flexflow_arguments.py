@@ -42,7 +42,6 @@ FLEXFLOW_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
         "embeddings start from a normal draw here; set other initial weights with "
         "model.executor.set_weights(...) after compile",
     ),
-    "kernel_regularizer": (lambda v: v is None, "give the optimizer a weight_decay instead"),
     "inplace": (lambda v: isinstance(v, bool), "pass True or False: the result is the same"),
     "inplace_a": (lambda v: isinstance(v, bool), "pass True or False: the result is the same"),
     "create_grad": (lambda v: isinstance(v, bool), "pass True or False: inputs take none"),

@@ -10,7 +10,7 @@ or leaves every one of these as it was.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from flexflow.errors import GraphError, NotOfferedError, ShapeError
@@ -122,10 +122,12 @@ class GraphBuilder:
         name: str,
         shared_weights: tuple[int, ...] | None = None,
         layer: str | None = None,
+        l2: Mapping[str, float] | None = None,
     ) -> tuple[Tensor, ...]:
         """Infer `op` on `inputs` and append it as part of `layer` (default: its own name).
 
-        Its weights are new (named `<layer>.<weight>`) unless `shared_weights` gives the ids of
+        Its weights are new (named `<layer>.<weight>`, with the L2 lambda `l2` gives by the
+        weight's name, e.g. {"kernel": 0.001}) unless `shared_weights` gives the ids of
         existing parameters to reuse.
         """
         if self._compiled:
@@ -146,7 +148,8 @@ class GraphBuilder:
             weights = []
             for wspec in sig.weights:
                 pid = len(self._params)
-                self._params.append(Parameter(pid, f"{layer}.{wspec.name}", wspec))
+                lam = (l2 or {}).get(wspec.name, 0.0)
+                self._params.append(Parameter(pid, f"{layer}.{wspec.name}", wspec, lam))
                 weights.append(pid)
             shared_weights = tuple(weights)
         self._read.update(t.id for t in inputs)
@@ -168,8 +171,14 @@ class GraphBuilder:
         """The handle of tensor `tid` given to the user (`flexflow.core` gives FlexFlow's)."""
         return Tensor(tid, shape, dtype, id(self))
 
-    def _layer(self, op: Op, inputs: Sequence[Tensor], name: str | None) -> Tensor:
-        (out,) = self._add(op, inputs, self._layer_name(op.kind, name))
+    def _layer(
+        self,
+        op: Op,
+        inputs: Sequence[Tensor],
+        name: str | None,
+        l2: Mapping[str, float] | None = None,
+    ) -> Tensor:
+        (out,) = self._add(op, inputs, self._layer_name(op.kind, name), l2=l2)
         return out
 
     def _materialize(self, tensor: Tensor) -> None:

@@ -45,6 +45,7 @@ from flexflow.ops.reshape import Reshape
 from flexflow.ops.softmax import Softmax
 from flexflow.ops.split import Split
 from flexflow.ops.transpose import Transpose
+from flexflow.regularizers import kernel_l2
 
 
 class LayerAPI(ElementwiseLayers):
@@ -157,7 +158,10 @@ class LayerAPI(ElementwiseLayers):
         kernel_regularizer: object | None = None,
         name: str | None = None,
     ) -> Tensor:
-        """FlexFlow's dense; its arguments after `use_bias` take their defaults only."""
+        """FlexFlow's dense; of its arguments after `use_bias`, `kernel_regularizer` takes an
+        L2 regularizer (`flexflow.regularizers.L2(l)`, or any object with FlexFlow's `type`
+        RegularizerMode.REG_MODE_L2 and `_lambda`): the kernel's gradient gains l * W once per
+        training step; the others take their defaults only."""
         _flexflow_only(
             "dense",
             name,
@@ -165,9 +169,10 @@ class LayerAPI(ElementwiseLayers):
             shared_op=shared_op,
             kernel_initializer=kernel_initializer,
             bias_initializer=bias_initializer,
-            kernel_regularizer=kernel_regularizer,
         )
-        return self._layer(Dense(out_dim, activation, use_bias), [input], name)
+        lam = kernel_l2("dense" if name is None else f"dense '{name}'", kernel_regularizer)
+        l2 = {"kernel": lam} if lam else None
+        return self._layer(Dense(out_dim, activation, use_bias), [input], name, l2=l2)
 
     def embedding(
         self,

@@ -17,6 +17,7 @@ from flexflow.core import (
     NetConfig,
     NormInitializer,
     PerfMetrics,
+    RegularizerMode,
     SingleDataLoader,
     UniformInitializer,
     ZeroInitializer,
@@ -116,6 +117,37 @@ def test_the_rest_of_flexflows_surface_says_what_to_use(monkeypatch):
     before = FlexFlowConfig.get_current_time()
     time.sleep(0.01)
     assert 9_000 < FlexFlowConfig.get_current_time() - before < 1_000_000  # microseconds
+
+
+class _FlexFlowRegularizer:
+    """A regularizer as FlexFlow's dense reads one: a `type` and a `_lambda` (its
+    flexflow.keras.regularizers classes set just these)."""
+
+    def __init__(self, mode: RegularizerMode, lam: float) -> None:
+        self.type, self._lambda = mode, lam
+
+
+def test_dense_takes_flexflows_l2_kernel_regularizer_and_refuses_the_rest():
+    model, x = _mlp()
+    model.dense(x, 5, kernel_regularizer=_FlexFlowRegularizer(RegularizerMode.REG_MODE_L2, 0.01))
+    # by position, as FlexFlow's dense(input, out_dim, activation, use_bias, datatype,
+    # shared_op, kernel_initializer, bias_initializer, kernel_regularizer)
+    model.dense(x, 5, ActiMode.AC_MODE_NONE, True, DataType.DT_FLOAT, None, None, None,
+                _FlexFlowRegularizer(RegularizerMode.REG_MODE_L2, 0.5), name="d")  # fmt: skip
+    model.dense(x, 5, kernel_regularizer=_FlexFlowRegularizer(RegularizerMode.REG_MODE_NONE, 1))
+    lambdas = {p.name: p.l2 for p in model.graph().parameters if p.l2}
+    assert lambdas == {"dense_2.kernel": 0.01, "d.kernel": 0.5}
+    with pytest.raises(NotOfferedError, match=r"dense 'e': kernel_regularizer .* is an L1 "
+                       r"penalty, which is not offered \(FlexFlow's kernels compute only L2\)"):  # fmt: skip
+        model.dense(x, 5, kernel_regularizer=_FlexFlowRegularizer(RegularizerMode.REG_MODE_L1,
+                                                                  0.1), name="e")  # fmt: skip
+    for bad in (-1.0, float("inf"), None):
+        with pytest.raises(FlexFlowError, match=r"dense 'e': kernel_regularizer's lambda must "
+                           r"be a finite number >= 0"):  # fmt: skip
+            model.dense(x, 5, kernel_regularizer=_FlexFlowRegularizer(
+                RegularizerMode.REG_MODE_L2, bad), name="e")  # fmt: skip
+    assert "e" not in {node.name for node in model.graph().ops}  # refused before it was added
+    assert RegularizerMode.REG_MODE_L2.value == 19  # FlexFlow's flexflow.type values
 
 
 def test_flexflows_other_forms_are_taken_or_refused_naming_the_way():

@@ -8,7 +8,8 @@ import pytest
 
 from flexflow import FFModel
 from flexflow.errors import GraphError, ShapeError
-from flexflow.graph import OperatorGraph
+from flexflow.graph import OperatorGraph, op_attributes
+from flexflow.regularizers import L2
 from flexflow.render import render_png, to_dot
 from flexflow.zoo import load_model
 
@@ -29,6 +30,27 @@ def test_json_round_trip_is_exact():
     assert again.ops == graph.ops
     assert again.tensors == graph.tensors
     assert again.parameters == graph.parameters
+
+
+def test_a_kernels_l2_regularizer_lives_on_its_parameter_not_on_the_op():
+    """The lambda travels in the graph file with its parameter; the dense op's attributes
+    (measured profiles' keys) and the file of an unregularized model stay as they were."""
+    plain, regularized = FFModel(), FFModel()
+    for model, regularizer in ((plain, None), (regularized, L2(0.001))):
+        x = model.create_tensor((2, 6), name="x")
+        model.dense(x, 4, kernel_regularizer=regularizer, name="fc")
+    graph = regularized.graph()
+    assert [(p.name, p.l2) for p in graph.parameters] == [("fc.kernel", 0.001), ("fc.bias", 0.0)]
+    assert op_attributes(graph.ops[0].op) == op_attributes(plain.graph().ops[0].op)
+    assert graph.ops[0].op == plain.graph().ops[0].op
+    data = graph.to_json()
+    assert data["parameters"][0]["l2"] == 0.001 and "l2" not in data["parameters"][1]
+    assert all("l2" not in p for p in plain.graph().to_json()["parameters"])
+    assert OperatorGraph.from_json(json.loads(graph.dumps())).parameters == graph.parameters
+    data["parameters"][0]["l2"] = -1.0
+    with pytest.raises(GraphError, match=r"parameter 'fc.kernel': its L2 lambda must be a "
+                       r"finite number >= 0, got -1.0"):  # fmt: skip
+        OperatorGraph.from_json(data)
 
 
 def test_round_trip_keeps_shared_lstm_weights():
