@@ -1,30 +1,11 @@
-"""FlexFlow's Keras regularizers, as values a layer can be given; a layer given one refuses
-it by name (no per-layer penalty here: the optimizer's weight_decay is an L2 on every
-weight)."""
+"""FlexFlow's Keras regularizers (its flexflow.keras.regularizers: L1 and L2, each a `type`
+and a `_lambda`; Keras' L1L2 too). A Dense layer takes an L2 one as its kernel_regularizer
+(`flexflow.regularizers`: its kernel's gradient gains l2 * W once per step); an L1 one, a
+bias or activity regularizer, and a regularizer on any other layer are refused by name, as
+FlexFlow's kernels compute only L2 on a dense kernel."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-class Regularizer:
-    """Base of the regularizers."""
-
-
-@dataclass(frozen=True)
-class L1(Regularizer):
-    l1: float = 0.01
-
-
-@dataclass(frozen=True)
-class L2(Regularizer):
-    l2: float = 0.01
-
-
-@dataclass(frozen=True)
-class L1L2(Regularizer):
-    l1: float = 0.0
-    l2: float = 0.0
-
+from flexflow.regularizers import L1, L1L2, L2, Regularizer
 
 __all__ = ["L1", "L1L2", "L2", "Regularizer"]

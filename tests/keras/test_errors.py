@@ -66,9 +66,30 @@ def test_training_before_compile_says_to_compile(call):
         getattr(mlp(), call)([[1.0, 2.0, 3.0]])
 
 
+def test_regularizers_other_than_a_dense_kernels_l2_are_refused_naming_the_layer():
+    """As FlexFlow's: only a Dense layer's kernel_regularizer, an L2 one, is taken."""
+    Dense(2, kernel_regularizer=regularizers.L2(0.01))  # taken
+    with pytest.raises(NotOfferedError, match=r"Dense 'd': kernel_regularizer L1\(l1=0.01\) "
+                       r"is an L1 penalty.*only L2.*L2\(0.001\)"):  # fmt: skip
+        Dense(2, kernel_regularizer=regularizers.L1(0.01), name="d")
+    with pytest.raises(NotOfferedError, match="Dense 'd': kernel_regularizer L1L2"):
+        Dense(2, kernel_regularizer=regularizers.L1L2(l1=0.01, l2=0.01), name="d")
+    for keyword in ("bias_regularizer", "activity_regularizer"):
+        with pytest.raises(NotOfferedError, match=rf"Dense 'd': {keyword} not offered.*only a "
+                           "Dense layer's kernel_regularizer"):  # fmt: skip
+            Dense(2, name="d", **{keyword: regularizers.L2(0.01)})
+    with pytest.raises(NotOfferedError, match=r"Conv2D 'c': kernel_regularizer not offered"):
+        Conv2D(2, kernel_size=3, kernel_regularizer=regularizers.L2(0.01), name="c")
+    for bad in (-0.1, float("nan"), float("inf"), "0.1"):
+        with pytest.raises(FlexFlowError, match=r"Dense 'd': kernel_regularizer's lambda must "
+                           r"be a finite number >= 0, got"):  # fmt: skip
+            Dense(2, kernel_regularizer=regularizers.L2(bad), name="d")
+    with pytest.raises(FlexFlowError, match=r"Dense 'd': kernel_regularizer must be a "
+                       r"regularizer.*got 'l2'"):  # fmt: skip
+        Dense(2, kernel_regularizer="l2", name="d")
+
+
 def test_what_flexflow_keras_does_not_offer_is_refused_by_name():
-    with pytest.raises(NotOfferedError, match="kernel_regularizer.*weight_decay"):
-        Dense(2, kernel_regularizer=regularizers.L2(0.01))
     with pytest.raises(NotOfferedError, match="channels_last"):
         Conv2D(2, kernel_size=3, data_format="channels_last")
     with pytest.raises(NotOfferedError, match="gather"):

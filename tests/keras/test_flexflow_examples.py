@@ -63,6 +63,7 @@ SCRIPTS = {
     "rsqrt.py": 2,
     "func_mnist_mlp.py": 1,  # 20 epochs asked; EpochVerifyMetrics stops after one at >90%
     "seq_mnist_mlp_net2net.py": 2,  # teacher, then the student from its weights
+    "regularizer.py": 2,  # a Dense with kernel_regularizer=L2(0.001), Adam, two epochs
 }
 
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from flexflow import ActiMode, FFModel, PoolType
 from flexflow.keras import backend as K
+from flexflow.keras import regularizers
 from flexflow.keras.backend.internal import rsqrt
 from flexflow.keras.layers import (
     Activation,
@@ -66,6 +67,25 @@ def test_a_sequential_mlp_builds_the_graph_of_the_same_ffmodel_calls():
     assert ops_of(built(model)) == ops_of(ff)
     assert [layer.name for layer in model.layers] == ["d1", "drop", "d2", "out"]
     assert model.output.batch_shape == (None, 4)
+
+
+def test_a_dense_kernel_regularizer_builds_the_same_ffmodel_call():
+    """FlexFlow's examples/python/keras/regularizer.py: Dense(16, 'relu',
+    kernel_regularizer=keras.regularizers.L2(0.001)), passed on to FFModel.dense as FlexFlow's
+    Keras Dense passes it: the kernel's parameter carries the lambda."""
+    x = Input(shape=(10,), name="x")
+    hidden = Dense(16, activation="relu", kernel_regularizer=regularizers.L2(0.001), name="d1")
+    model = Model(x, Dense(1, name="d2")(hidden(x)))
+
+    ff = FFModel()
+    t = ff.create_tensor((BATCH, 10), name="x")
+    t = ff.dense(t, 16, ActiMode.AC_MODE_RELU, kernel_regularizer=regularizers.L2(0.001),
+                 name="d1")  # fmt: skip
+    ff.dense(t, 1, name="d2")
+    api = built(model)
+    assert ops_of(api) == ops_of(ff)
+    assert api.graph().parameters == ff.graph().parameters
+    assert [p.l2 for p in api.graph().parameters] == [0.001, 0.0, 0.0, 0.0]
 
 
 def test_a_functional_cnn_with_concat_builds_the_graph_of_the_same_ffmodel_calls():

@@ -13,15 +13,18 @@ from flexflow.keras.initializers import Initializer
 from flexflow.keras.layers.base import Layer, refuse_unknown
 from flexflow.layers import LayerAPI, Tensor
 from flexflow.ops.embedding import AggrMode
+from flexflow.regularizers import kernel_l2
 
 
 def refuse_regularizers(layer: str, **given: Any) -> None:
-    """Regularizers and constraints: refused by name (weight decay is the optimizer's)."""
+    """Regularizers and constraints a layer does not take: refused by name. As in FlexFlow,
+    only a Dense layer's kernel_regularizer (an L2 one) is taken."""
     named = sorted(k for k, v in given.items() if v is not None)
     if named:
         raise NotOfferedError(
-            f"{layer}: {', '.join(named)} not offered by flexflow.keras; for an L2 penalty on "
-            "every weight pass weight_decay to the optimizer (flexflow.optimizers)."
+            f"{layer}: {', '.join(named)} not offered by flexflow.keras (as in FlexFlow, only "
+            "a Dense layer's kernel_regularizer, an L2 one, is); leave it out, or for an L2 "
+            "penalty on every weight pass weight_decay to the optimizer (flexflow.optimizers)."
         )
 
 
@@ -34,7 +37,9 @@ def drawn(init: Initializer, final: bool, layer: str) -> dict[str, Any]:
 
 
 class Dense(Layer):
-    """A fully connected layer of `units` outputs (`dense`)."""
+    """A fully connected layer of `units` outputs (`dense`); an L2 `kernel_regularizer`
+    (`regularizers.L2(l)`) adds l * W to its kernel's gradient once per step
+    (`flexflow.regularizers`)."""
 
     kind, default_name = "Dense", "dense"
 
@@ -57,12 +62,14 @@ class Dense(Layer):
         label = f"Dense '{self.name}'"
         refuse_regularizers(
             label,
-            kernel_regularizer=kernel_regularizer,
             bias_regularizer=bias_regularizer,
             activity_regularizer=activity_regularizer,
             kernel_constraint=kernel_constraint,
             bias_constraint=bias_constraint,
         )
+        kernel_l2(label, kernel_regularizer)  # an L1 or a bad lambda is refused here, early
+        self.kernel_regularizer = kernel_regularizer
+        """Passed on to the layer API's dense as FlexFlow's Keras Dense passes it."""
         self.units = units
         self.activation = activations.check_activation(label, activation)
         self.use_bias = use_bias
@@ -76,6 +83,7 @@ class Dense(Layer):
             self.units,
             fused,
             self.use_bias,
+            kernel_regularizer=self.kernel_regularizer,
             name=self.name,
             **drawn(self.kernel_initializer, final, self.name),
         )
