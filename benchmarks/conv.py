@@ -27,7 +27,7 @@ from flexflow._kernels import lib
 from flexflow.cli_args import positive_int
 from flexflow.ops import ActiMode
 from flexflow.ops.conv2d import Conv2D
-from flexflow.ops.native import ConvWindow
+from flexflow.ops.native_windows import ConvWindow
 
 # (label, samples, channels, image, out channels, kernel, padding)
 SHAPES = (

@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from flexflow.errors import FlexFlowError
-from flexflow.ops import native
+from flexflow.ops import native_updates as native
 from flexflow.ops.base import is_real
 
 
@@ -65,7 +65,7 @@ class Optimizer(Protocol):
 
     def native_update(self, step: int) -> tuple[int, tuple[np.float32, ...]]:
         """Update number `step` as native/optimizers.c runs it: its kind
-        (flexflow.ops.native.UPDATE_*) and float32 hyperparameters, in the order ff_update
+        (flexflow.ops.native_updates.UPDATE_*) and float32 hyperparameters, in the order ff_update
         takes them."""
         ...
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import native
+from . import native_norms
 from .base import (
     Arrays,
     Dim,
@@ -176,7 +176,7 @@ class BatchNorm(GradientsInto, Op):
         own, or with `exchange`, a cffi exchange pointer, summed over the points of a
         concurrent launch as point `point`), the running statistics after it written to
         `running_out`; and those statistics, which its backward takes."""
-        y, stats = native.bn_train_forward(
+        y, stats = native_norms.bn_train_forward(
             x, *weights, running, running_out, self.batch_count(sig), self.eps, self.relu,
             RUNNING_MOMENTUM, exchange, point,
         )  # fmt: skip
@@ -185,7 +185,7 @@ class BatchNorm(GradientsInto, Op):
     def train_backward_tile(self, sig, x, weights, y, dy, stats, exchange=None, point: int = 0):
         """The backward of `train_forward_tile`'s tile from its statistics: (dx,), (its
         partial gamma and beta gradients)."""
-        dx, dgamma, dbeta = native.bn_train_backward(
+        dx, dgamma, dbeta = native_norms.bn_train_backward(
             x, y, dy, weights[0], stats, self.batch_count(sig), self.eps, self.relu, exchange, point
         )
         return (dx,), (dgamma, dbeta)
@@ -216,7 +216,7 @@ class BatchNorm(GradientsInto, Op):
     def statistics_forward(self, x: np.ndarray) -> np.ndarray:
         """(2, C_t): this tile's per-channel sum and sum of squares (float64)."""
         if x.dtype == np.float32:
-            return native.bn_stats(x)
+            return native_norms.bn_stats(x)
         return self.numpy_statistics_forward(x)
 
     def numpy_statistics_forward(self, x: np.ndarray) -> np.ndarray:
@@ -236,7 +236,7 @@ class BatchNorm(GradientsInto, Op):
         elements per channel (default: the batch's)."""
         if x.dtype == np.float32:
             count = count or self.batch_count(sig)
-            return (native.bn_forward(x, stats, *weights, count, self.eps, self.relu),)
+            return (native_norms.bn_forward(x, stats, *weights, count, self.eps, self.relu),)
         return self.numpy_forward_tile_with_statistics(sig, x, weights, stats, count)
 
     def numpy_forward_tile_with_statistics(self, sig, x, weights, stats, count=None) -> Arrays:
@@ -249,7 +249,7 @@ class BatchNorm(GradientsInto, Op):
         """(2, C_t): this tile's per-channel sums of dz and dz * xhat (dz: dy through the relu)."""
         if x.dtype == np.float32:
             count = count or self.batch_count(sig)
-            return native.bn_stats_backward(x, y, dy, stats, count, self.eps, self.relu)
+            return native_norms.bn_stats_backward(x, y, dy, stats, count, self.eps, self.relu)
         return self.numpy_statistics_backward(sig, x, weights, y, dy, stats, count)
 
     def numpy_statistics_backward(self, sig, x, weights, y, dy, stats, count=None) -> np.ndarray:
@@ -266,7 +266,7 @@ class BatchNorm(GradientsInto, Op):
         holds the batch), spares the C kernel a pass over the tile."""
         count = count or self.batch_count(sig)
         if x.dtype == np.float32:
-            dx, dgamma, dbeta = native.bn_backward(
+            dx, dgamma, dbeta = native_norms.bn_backward(
                 x, y, dy, weights[0], stats, grad_stats, count, self.eps, self.relu, tile_sums
             )
             return (dx,), (dgamma, dbeta)

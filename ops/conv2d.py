@@ -9,7 +9,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import blas, native
+from . import blas, native_windows
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
     Arrays,
@@ -159,7 +159,7 @@ class Conv2D(GradientsInto, Window2D):
 
     def _columns(self, x: np.ndarray) -> np.ndarray:
         """im2col: x (N, C, H, W) -> (N*H'*W', C*kh*kw); group g owns the g-th column block."""
-        return native.im2col(x, self._out_hw(x), self._kernel, self._stride, self._padding)
+        return native_windows.im2col(x, self._out_hw(x), self._kernel, self._stride, self._padding)
 
     def _by_group(self, rows: np.ndarray) -> np.ndarray:
         """(R, G*k) -> a (G, R, k) view: each group's columns as one matrix."""
@@ -190,12 +190,12 @@ class Conv2D(GradientsInto, Window2D):
             x = x[:, :, :: self.stride_h, :: self.stride_w]
         return _to_channel_major(x)
 
-    def _direct(self, x: np.ndarray) -> native.ConvWindow | None:
+    def _direct(self, x: np.ndarray) -> native_windows.ConvWindow | None:
         """native/conv.c's direct kernels for this convolution of x, where they run it: float32,
-        stride 1, one group, small products (`native.ConvWindow.of`); None for im2col."""
+        stride 1, one group, small products (`native_windows.ConvWindow.of`); None for im2col."""
         if x.dtype != np.float32 or self._pointwise:
             return None
-        return native.ConvWindow.of(
+        return native_windows.ConvWindow.of(
             x.shape, self.out_channels, self._out_hw(x), self._kernel, self._stride,
             self._padding, self.groups,
         )  # fmt: skip
@@ -334,7 +334,7 @@ class Conv2D(GradientsInto, Window2D):
         if need_input_grads:
             dcols_g = blas.grouped_matmul(dz_g, self._grouped_kernel(kernel))
             dcols = self._from_groups(dcols_g)  # (N*H'*W', C*kh*kw)
-            dx = native.col2im(
+            dx = native_windows.col2im(
                 dcols, x.shape, dz.shape[2:], self._kernel, self._stride, self._padding
             )  # fmt: skip
         grads = [grad_kernel]

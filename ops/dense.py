@@ -9,7 +9,8 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import blas, native
+from . import blas
+from . import native_gemm as native
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
     Arrays,

@@ -10,7 +10,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import native
+from . import native_dropout
 from .base import (
     Arrays,
     DimKind,
@@ -119,11 +119,11 @@ class Dropout(Op):
     def _apply(self, x: np.ndarray, shape: Shape, region: Region) -> np.ndarray:
         """x (the `region` of a tensor of `shape`) times its mask / (1 - rate), in float64,
         rounded to x's type (as the C step does, and as a store of x's type would). A float32
-        tile of whole samples goes through the C kernel (ops/native.py `dropout`), the same
+        tile of whole samples goes through the C kernel (ops/native_dropout.py `dropout`), the same
         bits: numpy's uint64 hashing took 0.2-0.8 ms for a transformer's 32k-value tile."""
         if x.dtype == np.float32 and region_shape(region)[1:] == tuple(shape[1:]):
             base = region[0][0] * math.prod(shape[1:])
-            return native.dropout(self.seed & _UINT64_MASK, self.rate, base, x)
+            return native_dropout.dropout(self.seed & _UINT64_MASK, self.rate, base, x)
         scale = dropout_mask(self.seed, self.rate, shape, region) / (1.0 - self.rate)
         return (x * scale).astype(x.dtype)
 

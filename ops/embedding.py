@@ -10,7 +10,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import native
+from . import native_sparse
 from .base import (
     Arrays,
     Dim,
@@ -140,7 +140,7 @@ class Embedding(Op):
             scale = 1.0 / bag if self.aggr is AggrMode.AGGR_MODE_AVG else 1.0
             dy = np.broadcast_to(dy[:, None, :] * scale, ids.shape + dy.shape[-1:])  # (N, K, E)
         if table.dtype == np.float32 and ids.dtype == np.int32:  # numpy's add.at, 30x slower
-            grad = native.embedding_backward(ids, dy, table.shape[0])
+            grad = native_sparse.embedding_backward(ids, dy, table.shape[0])
             if grad is None:
                 self.check_ids(ids)  # names the ids out of range
             return (None,), (grad,)

@@ -9,7 +9,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import native
+from . import native_norms
 from .base import (
     Arrays,
     Dim,
@@ -99,7 +99,7 @@ class LayerNorm(GradientsInto, Op):
     def _c_forward(self, x: np.ndarray, weights: Sequence[np.ndarray]):
         width = int(np.prod(x.shape[x.ndim - len(self.axes) :], dtype=np.int64))
         gamma, beta = weights if self.elementwise_affine else (None, None)
-        y, saved = native.layer_norm_forward(x, gamma, beta, width, self.eps)
+        y, saved = native_norms.layer_norm_forward(x, gamma, beta, width, self.eps)
         return y.reshape(x.shape), saved
 
     def forward_tile(self, sig, region, inputs, weights) -> Arrays:
@@ -124,7 +124,7 @@ class LayerNorm(GradientsInto, Op):
         if saved is None:
             saved = self._c_forward(x, weights)[1]
         gamma = weights[0] if self.elementwise_affine else None
-        dx, dgamma, dbeta = native.layer_norm_backward(
+        dx, dgamma, dbeta = native_norms.layer_norm_backward(
             saved, gamma, grad_outputs[0], need_input_grads
         )
         grads = () if gamma is None else (dgamma.reshape(gamma.shape), dbeta.reshape(gamma.shape))

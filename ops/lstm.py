@@ -12,7 +12,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import blas, native
+from . import blas, native_gemm
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
     Arrays,
@@ -186,7 +186,9 @@ class LSTM(Op):
             return op.forward(inputs, weights), None
         x, h_prev, c_prev = op._native_step_inputs(inputs)
         w_ih, w_hh, bias = weights
-        h, c, gates = native.lstm_forward(gemm, x, h_prev, c_prev, _rows(w_ih), _rows(w_hh), bias)
+        h, c, gates = native_gemm.lstm_forward(
+            gemm, x, h_prev, c_prev, _rows(w_ih), _rows(w_hh), bias
+        )
         return (h, c), gates
 
     def backward_tile(self, sig, region, inputs, weights, outputs, grad_outputs):
@@ -206,7 +208,7 @@ class LSTM(Op):
         x, h_prev, c_prev = op._native_step_inputs(inputs)
         w_ih, w_hh, bias = weights
         dh, dc = grad_outputs
-        dx, dh_prev, dc_prev, dw_ih, dw_hh, db = native.lstm_backward(
+        dx, dh_prev, dc_prev, dw_ih, dw_hh, db = native_gemm.lstm_backward(
             gemm, x, h_prev, c_prev, _rows(w_ih), _rows(w_hh), bias, outputs[1], dh, dc, gates
         )
         grad_weights = (

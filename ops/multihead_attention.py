@@ -10,7 +10,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import blas, native
+from . import blas, native_gemm
 from .base import (
     Arrays,
     Dim,
@@ -196,7 +196,7 @@ class MultiHeadAttention(GradientsInto, Op):
         gemm = self._host_gemm(inputs, weights)
         if gemm is None:
             return self.forward(inputs, weights), None
-        y, scratch = native.attention_forward(gemm, inputs, weights, self.num_heads)
+        y, scratch = native_gemm.attention_forward(gemm, inputs, weights, self.num_heads)
         return (y,), scratch
 
     def backward_tile_into(
@@ -207,8 +207,8 @@ class MultiHeadAttention(GradientsInto, Op):
         if gemm is None:
             return self.backward(inputs, weights, outputs, grad_outputs)
         if saved is None:
-            saved = native.attention_forward(gemm, inputs, weights, self.num_heads)[1]
-        return native.attention_backward(
+            saved = native_gemm.attention_forward(gemm, inputs, weights, self.num_heads)[1]
+        return native_gemm.attention_backward(
             gemm, inputs, weights, self.num_heads, saved, grad_outputs[0], need_input_grads
         )
 

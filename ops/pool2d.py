@@ -10,7 +10,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import native
+from . import native_windows
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
     Arrays,
@@ -157,7 +157,7 @@ class Pool2D(Window2D):
         z = self._tile_pre_activation(sig, region, x) if activation.grad_needs_input else y
         dz = activation.grad(z, y, grad_outputs[0])
         rows, cols = self._tile_padding(sig, region)
-        dx = native.pool2d_backward(
+        dx = native_windows.pool2d_backward(
             x, dz, self._kernel, self._stride, (rows[0], cols[0]),
             self.pool_type is PoolType.POOL_MAX,
         )  # fmt: skip
@@ -166,7 +166,7 @@ class Pool2D(Window2D):
     def _tile_pre_activation(self, sig, region, x: np.ndarray) -> np.ndarray:
         rows, cols = self._tile_padding(sig, region)
         out_hw = (region[2][1] - region[2][0], region[3][1] - region[3][0])
-        return native.pool2d_forward(
+        return native_windows.pool2d_forward(
             x, out_hw, self._kernel, self._stride, (rows[0], cols[0]),
             self.pool_type is PoolType.POOL_MAX,
         )  # fmt: skip

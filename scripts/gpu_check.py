@@ -31,8 +31,9 @@ NO_GPU = 3
 
 class _RepoFinder(importlib.abc.MetaPathFinder):
     """Imports flexflow from this checkout without installing it: `ops/` as `flexflow.ops`
-    (what setup.py's package_dir does), and the numpy stand-in for the C kernels as `flexflow.ops.native`
-    when the C kernels (flexflow/_kernels*.so) are not built."""
+    (what setup.py's package_dir does), and the numpy stand-in for the C kernels as every
+    `flexflow.ops.native_*` module (ops/native_*.py call into them) when the C kernels
+    (flexflow/_kernels*.so) are not built."""
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname == "flexflow.ops":
@@ -40,7 +41,7 @@ class _RepoFinder(importlib.abc.MetaPathFinder):
             return importlib.util.spec_from_file_location(
                 fullname, init, submodule_search_locations=[str(init.parent)]
             )
-        if fullname == "flexflow.ops.native" and not kernels_built():
+        if fullname.startswith("flexflow.ops.native_") and not kernels_built():
             stand_in = REPO / "flexflow" / "gpu" / "native_numpy.py"
             return importlib.util.spec_from_file_location(fullname, stand_in)
         return None

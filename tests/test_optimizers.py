@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexflow.errors import FlexFlowError
-from flexflow.ops import native
+from flexflow.ops import native_updates
 from flexflow.optimizers import (
     AdamOptimizer,
     SGDOptimizer,
@@ -194,7 +194,7 @@ def test_a_data_parallel_update_in_one_pass_gives_the_bits_of_the_reference(
     partials = (rng.standard_normal((devices, size)) * scale).astype(np.float32)
     weight = rng.standard_normal(size).astype(np.float32)
     states = [rng.random(size).astype(np.float32) for _ in optimizer.state_names]
-    assert native.updatable_in_place(weight, partials, *states)  # the C path
+    assert native_updates.updatable_in_place(weight, partials, *states)  # the C path
     want_weight, want_states = weight.copy(), [s.copy() for s in states]
     optimizer.apply(want_weight, sum_in_order(partials), want_states, step, l2)
     before = partials.copy()
@@ -214,7 +214,7 @@ def test_a_strided_tile_is_updated_through_numpy_with_the_same_bits():
     want, want_velocity = optimizer.update(weight[:, 2:5], sum_in_order(partials[:, :, 2:5]),
                                            (velocity[:, 2:5],), 4)  # fmt: skip
     tile, tile_velocity = weight[:, 2:5], velocity[:, 2:5]
-    assert not native.updatable_in_place(tile, partials[:, :, 2:5], tile_velocity)
+    assert not native_updates.updatable_in_place(tile, partials[:, :, 2:5], tile_velocity)
     optimizer.apply_partials(tile, partials[:, :, 2:5], (tile_velocity,), 4)
     np.testing.assert_array_equal(weight[:, 2:5], want)
     np.testing.assert_array_equal(velocity[:, 2:5], want_velocity[0])

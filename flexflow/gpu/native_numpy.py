@@ -1,11 +1,11 @@
-"""A numpy stand-in for `flexflow.ops.native` (the C kernels the references call), for checks
-without a build.
+"""A numpy stand-in for the `flexflow.ops.native_*` modules (the C kernels the references call),
+for checks without a build.
 
 `scripts/gpu_check.py` runs from a bare checkout on a GPU machine, where the cffi extension
-`flexflow._kernels` may not be built; it then loads this module as `flexflow.ops.native`. It
-holds what the references call unconditionally (the ops whose C kernels are optional, dense and
-batch norm, fall back to numpy by themselves): pooling, im2col/col2im, and the sparse
-cross-entropy. Same semantics (a tile's window starts `pad_before` cells before its slice;
+`flexflow._kernels` may not be built; it then loads this module as each
+`flexflow.ops.native_*`. It holds what the references call unconditionally (the ops whose C
+kernels are optional, dense and batch norm, fall back to numpy by themselves): pooling,
+im2col/col2im, and the sparse cross-entropy. Same semantics (a tile's window starts `pad_before` cells before its slice;
 cells outside the slice are padding: ignored by max, left out of the average, whose divisor
 is the window's cells inside the slice, zeros for im2col). The tests check it against the C
 kernels value by value.

@@ -18,7 +18,7 @@ import numpy as np
 from flexflow.data import check_finite
 from flexflow.errors import FlexFlowError, ShapeError
 from flexflow.graph import OperatorGraph
-from flexflow.ops import native
+from flexflow.ops import native_sparse as native
 
 Loss = Callable[..., tuple[float, np.ndarray]]
 

@@ -22,7 +22,8 @@ from flexflow.errors import ShapeError
 from flexflow.fusion import FusedTask, Slot
 from flexflow.ops import blas
 from flexflow.ops.base import region_shape
-from flexflow.ops.native import EXCHANGE_TIMEOUT_S, L2Runs, exchange_failed
+from flexflow.ops.native_norms import EXCHANGE_TIMEOUT_S, exchange_failed
+from flexflow.ops.native_updates import L2Runs
 from flexflow.runtime.flat import FlatLayout
 from flexflow.runtime.loss import (
     LOSS_IDS,

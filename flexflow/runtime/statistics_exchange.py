@@ -12,7 +12,7 @@ import numpy as np
 
 from flexflow._kernels import ffi, lib
 from flexflow.errors import StrategyError
-from flexflow.ops.native import EXCHANGE_TIMEOUT_S, exchange_failed
+from flexflow.ops.native_norms import EXCHANGE_TIMEOUT_S, exchange_failed
 
 
 class StatisticsExchange:

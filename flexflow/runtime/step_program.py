@@ -46,7 +46,7 @@ from flexflow.ops.layer_norm import LayerNorm
 from flexflow.ops.lstm import GATES, LSTM
 from flexflow.ops.mean import Mean
 from flexflow.ops.multihead_attention import MultiHeadAttention
-from flexflow.ops.native import ACTIVATION_CODES
+from flexflow.ops.native_gemm import ACTIVATION_CODES
 from flexflow.ops.pool2d import Pool2D, PoolType
 from flexflow.ops.reshape import Reshape
 from flexflow.ops.softmax import Softmax

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -122,16 +123,23 @@ def test_every_emulated_kernel_was_launched(host):
 @pytest.fixture
 def unbuilt(monkeypatch):
     """The references as `scripts/gpu_check.py` runs them where the C kernels are not built:
-    `flexflow.gpu.native_numpy` in place of `flexflow.ops.native`, and no MKL sgemm."""
+    `flexflow.gpu.native_numpy` in place of every `flexflow.ops.native_*` module, and no MKL
+    sgemm."""
     import flexflow.ops
     from flexflow import optimizers
     from flexflow.gpu import native_numpy
     from flexflow.ops import batch_norm, blas, conv2d, dropout, embedding, layer_norm, pool2d
 
-    monkeypatch.setitem(sys.modules, "flexflow.ops.native", native_numpy)
-    for module in (flexflow.ops, batch_norm, conv2d, dropout, embedding, layer_norm, pool2d):
-        monkeypatch.setattr(module, "native", native_numpy)
-    monkeypatch.setattr(optimizers, "native", native_numpy)
+    def calls_kernels(value: object) -> bool:
+        return isinstance(value, ModuleType) and value.__name__.startswith("flexflow.ops.native_")
+
+    for name in [name for name in sys.modules if name.startswith("flexflow.ops.native_")]:
+        monkeypatch.setitem(sys.modules, name, native_numpy)
+    users = (flexflow.ops, batch_norm, conv2d, dropout, embedding, layer_norm, pool2d, optimizers)
+    for module in users:
+        for attribute, value in list(vars(module).items()):
+            if calls_kernels(value):
+                monkeypatch.setattr(module, attribute, native_numpy)
     monkeypatch.setattr(blas, "sgemm_address", lambda: None)
 
 

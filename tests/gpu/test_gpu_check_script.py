@@ -64,7 +64,7 @@ def test_without_the_c_kernels_the_references_fall_back_to_the_numpy_stand_in(tm
         "spec.loader.exec_module(script)\n"
         "script.kernels_built = lambda: False  # as in a checkout nobody built\n"
         f"script.main(['--out', {str(tmp_path)!r}])\n"
-        "print('native:', sys.modules['flexflow.ops.native'].__file__)\n"
+        "print('native:', sys.modules['flexflow.ops.native_windows'].__file__)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "LEGATE"))}
     env["PYTHONPATH"] = str(_bare_site(tmp_path))

@@ -1,7 +1,7 @@
 """Pooling by brute force, one window cell at a time with an explicit bounds check: the value
 the numpy reference, the C kernels, the fused C step and the GPU tiles are checked against.
 
-The functions take the C kernels' arguments (`flexflow.ops.native.pool2d_forward/backward`):
+The functions take the C kernels' arguments (`flexflow.ops.native_windows.pool2d_forward/backward`):
 an NCHW slice, its windows starting `pad_before` cells before it, every cell outside it
 padding; a whole tensor is the slice with pad_before = the op's padding. Padding never
 counts: a max is over the window's cells inside the slice, an average divides by their

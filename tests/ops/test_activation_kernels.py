@@ -9,7 +9,7 @@ import pytest
 
 from flexflow._kernels import ffi, lib
 from flexflow.ops.activations import ACTIVATIONS, ActiMode
-from flexflow.ops.native import ACTIVATION_CODES
+from flexflow.ops.native_gemm import ACTIVATION_CODES
 
 
 def _floats(array: np.ndarray):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from flexflow._kernels import lib
 from flexflow.ops import ActiMode
 from flexflow.ops.conv2d import Conv2D
-from flexflow.ops.native import ConvWindow
+from flexflow.ops.native_windows import ConvWindow
 
 from .test_conv2d import naive_conv2d
 

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flexflow.ops import native
+from flexflow.ops import native_updates as native
 from flexflow.optimizers import AdamOptimizer, sum_in_order
 from flexflow.runtime.flat import FlatLayout
 

@@ -1,6 +1,7 @@
-"""The sparse cross-entropy's C tile (float32 outputs, ops/native.py `sparse_xent`) against the
-numpy reference it replaces in `loss_tile`: the same gradient bits and correct count, the loss
-to rounding, for padded tiles, per-token outputs, ties and NaNs; bad labels still refused."""
+"""The sparse cross-entropy's C tile (float32 outputs, ops/native_sparse.py `sparse_xent`)
+against the numpy reference it replaces in `loss_tile`: the same gradient bits and correct
+count, the loss to rounding, for padded tiles, per-token outputs, ties and NaNs; bad labels
+still refused."""
 
 from __future__ import annotations
 

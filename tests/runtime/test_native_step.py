@@ -304,7 +304,7 @@ def loop_pools(monkeypatch):
     loops = SimpleNamespace(
         pool2d_forward=loop_pool2d_forward, pool2d_backward=loop_pool2d_backward
     )
-    monkeypatch.setattr(pool2d, "native", loops)
+    monkeypatch.setattr(pool2d, "native_windows", loops)
 
 
 def _cnn(padded: bool):
