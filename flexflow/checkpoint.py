@@ -26,7 +26,7 @@ from flexflow.errors import CheckpointError, FlexFlowError, StrategyError
 from flexflow.fileio import atomic_write_bytes
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine
-from flexflow.ops.base import is_int
+from flexflow.ops.checks import is_int
 from flexflow.optimizers import Optimizer, optimizer_from_json
 from flexflow.strategy import Strategy
 from flexflow.strategy_file import strategy_from_json

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from flexflow.errors import FlexFlowError
 from flexflow.fileio import output_file
-from flexflow.ops.base import is_int, is_real
+from flexflow.ops.checks import is_int, is_real
 
 
 def _named(key: str) -> str:

@@ -27,7 +27,8 @@ from flexflow.errors import FlexFlowError
 from flexflow.fileio import atomic_write_text, load_json
 from flexflow.graph import OpNode, op_attributes
 from flexflow.machine_parts import Device
-from flexflow.ops.base import Region, is_int, region_shape
+from flexflow.ops.base import Region, region_shape
+from flexflow.ops.checks import is_int
 
 PROFILE_FORMAT = "flexflow-profile"
 PROFILE_VERSION = 6

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from flexflow.errors import FlexFlowError, ShapeError
-from flexflow.ops.base import is_int
+from flexflow.ops.checks import is_int
 
 Array = Any
 """A numpy array or a cuPyNumeric array (anything with shape, indexing and len)."""

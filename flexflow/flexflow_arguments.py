@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from flexflow.errors import ShapeError
 from flexflow.ops import DType
-from flexflow.ops.base import is_int
+from flexflow.ops.checks import is_int
 
 FLEXFLOW_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
     # FlexFlow's layer arguments this API does not implement: a call written for FlexFlow

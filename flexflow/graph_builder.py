@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from flexflow.errors import GraphError, NotOfferedError, ShapeError
 from flexflow.graph import GraphTensor, OperatorGraph, OpNode, Parameter
 from flexflow.ops import DType, Op, TensorSpec
-from flexflow.ops.base import python_scalars
+from flexflow.ops.checks import python_scalars
 from flexflow.ops.stack import Stack
 
 _FLEXFLOW_TENSOR_ACCESS = frozenset(

@@ -26,9 +26,9 @@ from flexflow.flexflow_arguments import flexflow_only as _flexflow_only
 from flexflow.graph import GraphTensor
 from flexflow.graph_builder import Tensor, one_layer
 from flexflow.ops import ActiMode, DType, TensorSpec
-from flexflow.ops.base import is_int
 from flexflow.ops.batch_matmul import BatchMatmul
 from flexflow.ops.batch_norm import BatchNorm
+from flexflow.ops.checks import is_int
 from flexflow.ops.concat import Concat
 from flexflow.ops.conv2d import Conv2D
 from flexflow.ops.dense import Dense

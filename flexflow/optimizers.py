@@ -28,7 +28,7 @@ import numpy as np
 
 from flexflow.errors import FlexFlowError
 from flexflow.ops import native_updates as native
-from flexflow.ops.base import is_real
+from flexflow.ops.checks import is_real
 
 
 class Optimizer(Protocol):

@@ -13,22 +13,21 @@ and how many FLOPs it costs (`flops`). Bytes read and written follow from those 
 The numpy `forward`/`backward` kernels are the reference every runtime kernel is checked
 against. They are dtype-generic (float64 inputs give float64 results) so tests can compare them
 with numerical gradients.
+
+What the op kinds share beside: the checks `infer` runs (checks.py), the conventional dimension
+names (layouts.py), shape arithmetic (shapes.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import math
-import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-
-from flexflow.errors import ShapeError
 
 SAVED_AT_DEFAULT_ONLY_IF_SET = {"omit_at_default": True}
 """Field metadata of a hyperparameter added to an op kind after its ops were saved (graph
@@ -373,144 +372,3 @@ def writable_into(array: np.ndarray | None, shape: tuple[int, ...], *operands: n
     if not array.flags.writeable or array.dtype != np.result_type(*operands):
         return None
     return array
-
-
-# ---- validation helpers shared by every op -------------------------------------------------------
-
-
-def expect_inputs(kind: str, name: str, inputs: Sequence[TensorSpec], count: int) -> None:
-    if len(inputs) != count:
-        raise ShapeError(
-            f"{kind} '{name}': expected {count} input tensor(s), got {len(inputs)}; "
-            f"pass exactly {count}."
-        )
-
-
-def expect_rank(
-    kind: str, name: str, spec: TensorSpec, ranks: Sequence[int], what: str = "input"
-) -> None:
-    if len(spec.shape) not in ranks:
-        want = " or ".join(str(r) for r in ranks)
-        raise ShapeError(
-            f"{kind} '{name}': {what} must have rank {want}, got shape {spec.shape} "
-            f"(rank {len(spec.shape)}); reshape or flatten it first."
-        )
-
-
-def expect_float(kind: str, name: str, spec: TensorSpec, what: str = "input") -> None:
-    if not spec.dtype.is_float:
-        raise ShapeError(
-            f"{kind} '{name}': {what} must be float32, got {spec.dtype.value} tensor of shape "
-            f"{spec.shape}; only embedding takes integer inputs."
-        )
-
-
-def is_int(value: object) -> bool:
-    """An integer, numpy's included, and not a bool (True is 1 to Python, never a size here)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def python_scalars(op: Op) -> Op:
-    """`op` with numpy scalars among its fields made Python's (`dense(x, labels.max() + 1)`
-    passes an np.int64, which validates as an integer but is no JSON value: compile failed)."""
-    if not dataclasses.is_dataclass(op):
-        return op
-    changes = {}
-    for field in dataclasses.fields(op):
-        value = getattr(op, field.name)
-        plain = _plain(value)
-        if plain is not value:
-            changes[field.name] = plain
-    return dataclasses.replace(op, **changes) if changes else op
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, tuple) and any(isinstance(v, np.generic) for v in value):
-        return tuple(_plain(v) for v in value)
-    return value
-
-
-def is_real(value: object) -> bool:
-    """A real number, numpy's included, and not a bool, a string or None: one to compare."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def expect_positive(kind: str, name: str, **values: int) -> None:
-    """Sizes, kernels and strides: whole numbers >= 1 (a float 2.5 was truncated or kept)."""
-    for key, value in values.items():
-        if not is_int(value) or value <= 0:
-            raise ShapeError(
-                f"{kind} '{name}': {key} must be a positive integer, got {value!r}; pass a whole "
-                "number >= 1."
-            )
-
-
-def expect_non_negative(kind: str, name: str, **values: int) -> None:
-    """Paddings and optional sizes: whole numbers >= 0."""
-    for key, value in values.items():
-        if not is_int(value) or value < 0:
-            raise ShapeError(
-                f"{kind} '{name}': {key} must be an integer >= 0, got {value!r}; pass a whole "
-                "number (0 for none)."
-            )
-
-
-def expect_positive_real(kind: str, name: str, **values: float) -> None:
-    """Epsilons: finite numbers > 0 (NaN compares false with everything and passed `<= 0`)."""
-    for key, value in values.items():
-        real = is_real(value)
-        if not real or not math.isfinite(value) or value <= 0:
-            raise ShapeError(
-                f"{kind} '{name}': {key} must be a positive finite number, got {value!r}; pass "
-                "a small positive number such as 1e-5."
-            )
-
-
-def expect_member(kind: str, name: str, **values: tuple[object, type[enum.Enum]]) -> None:
-    """Modes given as members of their enums (`activation=(value, ActiMode)`): an int, a string
-    or another enum's member (FlexFlow's `pool2d` takes the pool type before the activation, so
-    an ActiMode lands there easily) was kept and then ignored or misread by the kernels."""
-    for key, (value, members) in values.items():
-        if not isinstance(value, members):
-            names = ", ".join(f"{members.__name__}.{m.name}" for m in members)
-            raise ShapeError(
-                f"{kind} '{name}': {key} must be a member of {members.__name__}, got {value!r}; "
-                f"pass one of {names}."
-            )
-
-
-def normalize_axis(kind: str, name: str, axis: int, rank: int, shape: Shape) -> int:
-    if not is_int(axis) or not -rank <= axis < rank:
-        raise ShapeError(
-            f"{kind} '{name}': axis {axis!r} is out of range for input shape {shape} (rank "
-            f"{rank}); pass an integer axis from {-rank} to {rank - 1}."
-        )
-    return axis % rank
-
-
-LAYOUT_NAMES: dict[int, tuple[str, ...]] = {
-    1: ("sample",),
-    2: ("sample", "channel"),
-    3: ("sample", "length", "channel"),
-    4: ("sample", "channel", "height", "width"),
-}
-"""Conventional dimension names by rank: NCHW images, (batch, time, features) sequences."""
-
-
-def dim_names(rank: int) -> tuple[str, ...]:
-    return LAYOUT_NAMES.get(rank, ("sample",) + tuple(f"attribute{i}" for i in range(1, rank)))
-
-
-def features_last_names(rank: int) -> tuple[str, ...]:
-    """Dimension names of a tensor whose features are its last dimension (a dense layer's
-    input and output): NHWC images, (batch, time, features) sequences. Each name once:
-    strategy files key an op's degrees by them."""
-    return ("sample", "height", "width", "channel") if rank == 4 else dim_names(rank)
-
-
-def sample_dims(rank: int, rest: DimKind | None) -> tuple[Dim, ...]:
-    """Dims of a rank-`rank` output whose first dim is the sample and every other dim has kind `rest`."""
-    names = dim_names(rank)
-    return (Dim("sample", DimKind.SAMPLE),) + tuple(Dim(n, rest) for n in names[1:])

@@ -9,18 +9,8 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from .base import (
-    Arrays,
-    Dim,
-    DimKind,
-    Op,
-    Region,
-    Signature,
-    TensorSpec,
-    expect_float,
-    expect_inputs,
-    region_volume,
-)
+from .base import Arrays, Dim, DimKind, Op, Region, Signature, TensorSpec, region_volume
+from .checks import expect_float, expect_inputs
 from .registry import register
 
 

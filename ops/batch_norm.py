@@ -20,11 +20,9 @@ from .base import (
     Signature,
     TensorSpec,
     WeightSpec,
-    expect_float,
-    expect_inputs,
-    expect_positive_real,
     region_volume,
 )
+from .checks import expect_float, expect_inputs, expect_positive_real
 from .registry import register
 
 _FORWARD_FLOPS_PER_ELEMENT = 7

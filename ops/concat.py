@@ -9,17 +9,9 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from .base import (
-    Arrays,
-    Dim,
-    DimKind,
-    Op,
-    Region,
-    Signature,
-    TensorSpec,
-    dim_names,
-    normalize_axis,
-)
+from .base import Arrays, Dim, DimKind, Op, Region, Signature, TensorSpec
+from .checks import normalize_axis
+from .layouts import dim_names
 from .registry import register
 
 

@@ -20,13 +20,10 @@ from .base import (
     Signature,
     TensorSpec,
     WeightSpec,
-    expect_float,
-    expect_inputs,
-    expect_member,
-    expect_positive,
     region_volume,
     writable_into,
 )
+from .checks import expect_float, expect_inputs, expect_member, expect_positive
 from .registry import register
 from .shapes import window_output_size
 from .window import (

@@ -22,14 +22,11 @@ from .base import (
     Signature,
     TensorSpec,
     WeightSpec,
-    expect_float,
-    expect_inputs,
-    expect_member,
-    expect_positive,
-    features_last_names,
     region_volume,
     writable_into,
 )
+from .checks import expect_float, expect_inputs, expect_member, expect_positive
+from .layouts import features_last_names
 from .registry import register
 
 _FLOAT32 = np.dtype(np.float32)

@@ -19,13 +19,12 @@ from .base import (
     Shape,
     Signature,
     TensorSpec,
-    expect_float,
-    expect_inputs,
     full_region,
     region_shape,
     region_volume,
-    sample_dims,
 )
+from .checks import expect_float, expect_inputs
+from .layouts import sample_dims
 from .registry import register
 
 # splitmix64 constants (Steele, Lea & Flood, "Fast splittable pseudorandom number generators", 2014)

@@ -11,18 +11,9 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from .base import (
-    Arrays,
-    DimKind,
-    Op,
-    Region,
-    Signature,
-    TensorSpec,
-    expect_float,
-    expect_inputs,
-    region_volume,
-    sample_dims,
-)
+from .base import Arrays, DimKind, Op, Region, Signature, TensorSpec, region_volume
+from .checks import expect_float, expect_inputs
+from .layouts import sample_dims
 from .registry import register
 
 

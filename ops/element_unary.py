@@ -19,12 +19,10 @@ from .base import (
     Region,
     Signature,
     TensorSpec,
-    expect_float,
-    expect_inputs,
-    is_real,
     region_volume,
-    sample_dims,
 )
+from .checks import expect_float, expect_inputs, is_real
+from .layouts import sample_dims
 from .registry import register
 from .unary_functions import UNARY_FUNCTIONS, UnaryFunction
 

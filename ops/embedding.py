@@ -11,22 +11,9 @@ import numpy as np
 from flexflow.errors import ShapeError
 
 from . import native_sparse
-from .base import (
-    Arrays,
-    Dim,
-    DimKind,
-    Op,
-    Region,
-    Signature,
-    TensorSpec,
-    WeightSpec,
-    dim_names,
-    expect_inputs,
-    expect_member,
-    expect_positive,
-    expect_rank,
-    region_volume,
-)
+from .base import Arrays, Dim, DimKind, Op, Region, Signature, TensorSpec, WeightSpec, region_volume
+from .checks import expect_inputs, expect_member, expect_positive, expect_rank
+from .layouts import dim_names
 from .registry import register
 
 

@@ -10,16 +10,8 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from .base import (
-    Arrays,
-    Dim,
-    DimKind,
-    Op,
-    Region,
-    Signature,
-    TensorSpec,
-    expect_inputs,
-)
+from .base import Arrays, Dim, DimKind, Op, Region, Signature, TensorSpec
+from .checks import expect_inputs
 from .registry import register
 
 

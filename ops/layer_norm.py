@@ -20,13 +20,10 @@ from .base import (
     Signature,
     TensorSpec,
     WeightSpec,
-    dim_names,
-    expect_float,
-    expect_inputs,
-    expect_positive_real,
-    normalize_axis,
     region_volume,
 )
+from .checks import expect_float, expect_inputs, expect_positive_real, normalize_axis
+from .layouts import dim_names
 from .registry import register
 
 FORWARD_FLOPS = 8

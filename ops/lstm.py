@@ -14,19 +14,8 @@ from flexflow.errors import ShapeError
 
 from . import blas, native_gemm
 from .activations import ACTIVATIONS, ActiMode
-from .base import (
-    Arrays,
-    Dim,
-    DimKind,
-    Op,
-    Region,
-    Signature,
-    TensorSpec,
-    WeightSpec,
-    expect_float,
-    expect_positive,
-    region_volume,
-)
+from .base import Arrays, Dim, DimKind, Op, Region, Signature, TensorSpec, WeightSpec, region_volume
+from .checks import expect_float, expect_positive
 from .registry import register
 
 GATES = 4

@@ -11,22 +11,8 @@ import numpy as np
 from flexflow.errors import ShapeError
 
 from . import blas, native_gemm
-from .base import (
-    Arrays,
-    Dim,
-    DimKind,
-    GradientsInto,
-    Op,
-    Region,
-    Signature,
-    TensorSpec,
-    WeightSpec,
-    expect_float,
-    expect_inputs,
-    expect_non_negative,
-    expect_positive,
-    expect_rank,
-)
+from .base import Arrays, Dim, DimKind, GradientsInto, Op, Region, Signature, TensorSpec, WeightSpec
+from .checks import expect_float, expect_inputs, expect_non_negative, expect_positive, expect_rank
 from .registry import register
 
 SOFTMAX_FLOPS = 5

@@ -12,18 +12,8 @@ from flexflow.errors import ShapeError
 
 from . import native_windows
 from .activations import ACTIVATIONS, ActiMode
-from .base import (
-    Arrays,
-    Dim,
-    DimKind,
-    Region,
-    Signature,
-    TensorSpec,
-    expect_float,
-    expect_inputs,
-    expect_member,
-    region_volume,
-)
+from .base import Arrays, Dim, DimKind, Region, Signature, TensorSpec, region_volume
+from .checks import expect_float, expect_inputs, expect_member
 from .registry import register
 from .window import (
     Window2D,

@@ -15,18 +15,9 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from .base import (
-    Dim,
-    DimKind,
-    Op,
-    Region,
-    Signature,
-    TensorSpec,
-    dim_names,
-    expect_float,
-    expect_inputs,
-    normalize_axis,
-)
+from .base import Dim, DimKind, Op, Region, Signature, TensorSpec
+from .checks import expect_float, expect_inputs, normalize_axis
+from .layouts import dim_names
 
 
 @dataclass(frozen=True, slots=True)

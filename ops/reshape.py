@@ -10,18 +10,9 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from .base import (
-    Arrays,
-    Dim,
-    DimKind,
-    Op,
-    Region,
-    Shape,
-    Signature,
-    TensorSpec,
-    dim_names,
-    expect_inputs,
-)
+from .base import Arrays, Dim, DimKind, Op, Region, Shape, Signature, TensorSpec
+from .checks import expect_inputs
+from .layouts import dim_names
 from .registry import register
 
 

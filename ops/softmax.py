@@ -9,20 +9,9 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from .base import (
-    Arrays,
-    Dim,
-    DimKind,
-    Op,
-    Region,
-    Signature,
-    TensorSpec,
-    dim_names,
-    expect_float,
-    expect_inputs,
-    normalize_axis,
-    region_volume,
-)
+from .base import Arrays, Dim, DimKind, Op, Region, Signature, TensorSpec, region_volume
+from .checks import expect_float, expect_inputs, normalize_axis
+from .layouts import dim_names
 from .registry import register
 
 FORWARD_FLOPS = 5

@@ -9,15 +9,8 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from .base import (
-    Arrays,
-    Op,
-    Region,
-    Signature,
-    TensorSpec,
-    expect_inputs,
-    normalize_axis,
-)
+from .base import Arrays, Op, Region, Signature, TensorSpec
+from .checks import expect_inputs, normalize_axis
 from .concat import joined_axis_dims
 from .registry import register
 

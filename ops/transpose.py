@@ -9,18 +9,9 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from .base import (
-    Arrays,
-    Dim,
-    DimKind,
-    Op,
-    Region,
-    Signature,
-    TensorSpec,
-    dim_names,
-    expect_inputs,
-    is_int,
-)
+from .base import Arrays, Dim, DimKind, Op, Region, Signature, TensorSpec
+from .checks import expect_inputs, is_int
+from .layouts import dim_names
 from .registry import register
 
 

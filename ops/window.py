@@ -7,7 +7,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from flexflow.errors import ShapeError
 
-from .base import Op, Region, TensorSpec, expect_non_negative, expect_positive
+from .base import Op, Region, TensorSpec
+from .checks import expect_non_negative, expect_positive
 from .shapes import window_input_range, window_output_size
 
 

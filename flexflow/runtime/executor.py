@@ -32,8 +32,9 @@ from flexflow.errors import FlexFlowError, ShapeError
 from flexflow.graph import OperatorGraph
 from flexflow.launches import iteration_tasks
 from flexflow.machine import parse_machine
-from flexflow.ops.base import Region, is_int
+from flexflow.ops.base import Region
 from flexflow.ops.blas import sgemm_address
+from flexflow.ops.checks import is_int
 from flexflow.optimizers import Optimizer, SGDOptimizer, same_kind
 from flexflow.runtime import iteration, trained_state
 from flexflow.runtime.batch_statistics import BatchStatistics

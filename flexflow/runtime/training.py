@@ -27,7 +27,7 @@ from rich.progress import (
 from flexflow.checkpoint import DataPosition
 from flexflow.data import Batch, DataLoader
 from flexflow.errors import FlexFlowError
-from flexflow.ops.base import is_int
+from flexflow.ops.checks import is_int
 from flexflow.runtime.executor import BatchStats, Executor
 from flexflow.runtime.loss import loss_name, metric_names
 

@@ -107,7 +107,7 @@ import numpy as np
 
 from flexflow.errors import FlexFlowError
 from flexflow.graph import OperatorGraph
-from flexflow.ops.base import is_real
+from flexflow.ops.checks import is_real
 from flexflow.search.collector import fewer_collections
 from flexflow.search.evaluator import make_evaluator
 from flexflow.search.spaces import Space, SpaceSets
