@@ -16,7 +16,7 @@ from flexflow._simulator import ffi, lib
 
 if TYPE_CHECKING:
     from flexflow.simulator.resources import ResourceSets
-    from flexflow.simulator.taskgraph import GraphChange
+    from flexflow.simulator.task_deltas import GraphChange
 
 
 class GraphArrays(Protocol):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections import Counter
 from dataclasses import dataclass
 
 from flexflow.cost import DEVICE_CONSTANTS, CostModel, TaskTime
@@ -197,3 +198,8 @@ class TaskTimes:
         hops = zip(devices, devices[1:] + devices[:1], strict=True)
         worst = max((self.transfer(a, b, size)[1] for a, b in hops if a != b), default=0.0)
         return worst * (ring - 1)
+
+
+def one_native_split(splits: Counter) -> bool:
+    """Whether every op of a count of `native_split`s has one, the same (`TaskGraph.native`)."""
+    return len(splits) == 1 and next(iter(splits)) is not None

@@ -27,7 +27,7 @@ from flexflow.simulator.reference import (
     reference_sync_block,
 )
 from flexflow.simulator.resources import ResourceSets
-from flexflow.simulator.taskgraph import GraphChange
+from flexflow.simulator.task_deltas import GraphChange
 from flexflow.space import enumerate_configs
 from flexflow.strategies import named_strategy
 from flexflow.strategy import Strategy
