@@ -20,7 +20,8 @@ from typing import Any
 
 from flexflow.errors import GraphError, ShapeError
 from flexflow.ops import OP_KINDS, DType, Op, Signature, TensorSpec, WeightSpec
-from flexflow.ops.base import full_region, is_real
+from flexflow.ops.base import full_region
+from flexflow.ops.checks import is_real
 
 GRAPH_FORMAT = "flexflow-operator-graph"
 GRAPH_VERSION = 1

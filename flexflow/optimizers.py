@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from flexflow.errors import FlexFlowError
-from flexflow.ops import native_updates as native
+from flexflow.ops import native_updates
 from flexflow.ops.checks import is_real
 
 
@@ -65,8 +65,8 @@ class Optimizer(Protocol):
 
     def native_update(self, step: int) -> tuple[int, tuple[np.float32, ...]]:
         """Update number `step` as native/optimizers.c runs it: its kind
-        (flexflow.ops.native_updates.UPDATE_*) and float32 hyperparameters, in the order ff_update
-        takes them."""
+        (flexflow.ops.native_updates.UPDATE_*) and float32 hyperparameters, in the order
+        ff_update takes them."""
         ...
 
     def update(
@@ -98,10 +98,10 @@ def sum_in_order(partials: Sequence[np.ndarray]) -> np.ndarray:
 
 def _apply_partials(optimizer: Optimizer, weight, partials, states, step: int, l2: float) -> None:
     """`apply_partials` in one pass of C where the arrays allow it, else numpy's `apply`."""
-    if not native.updatable_in_place(weight, partials, *states):
+    if not native_updates.updatable_in_place(weight, partials, *states):
         optimizer.apply(weight, sum_in_order(partials), states, step, l2)
         return
-    native.apply_update(*optimizer.native_update(step), weight, partials, states, l2)
+    native_updates.apply_update(*optimizer.native_update(step), weight, partials, states, l2)
 
 
 def _update_copies(
@@ -204,7 +204,7 @@ class SGDOptimizer:
 
     def native_update(self, step):
         hyper = (self.learning_rate, self.momentum, self.weight_decay, float(self.nesterov))
-        return native.UPDATE_SGD, tuple(_F32(value) for value in hyper)
+        return native_updates.UPDATE_SGD, tuple(_F32(value) for value in hyper)
 
     def update(self, weight, grad, states, step, l2=0.0):
         return _update_copies(self, weight, grad, states, step, l2)
@@ -269,7 +269,7 @@ class AdamOptimizer:
     def native_update(self, step):
         hyper = (self.learning_rate, self.beta1, self.beta2, self.epsilon, self.weight_decay)
         corrections = (1 - self.beta1**step, 1 - self.beta2**step)
-        return native.UPDATE_ADAM, tuple(_F32(value) for value in (*hyper, *corrections))
+        return native_updates.UPDATE_ADAM, tuple(_F32(value) for value in (*hyper, *corrections))
 
     def update(self, weight, grad, states, step, l2=0.0):
         return _update_copies(self, weight, grad, states, step, l2)

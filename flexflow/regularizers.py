@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 
 from flexflow.errors import FlexFlowError, NotOfferedError
-from flexflow.ops.base import is_real
+from flexflow.ops.checks import is_real
 
 
 class RegularizerMode(enum.Enum):

@@ -9,8 +9,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from . import blas
-from . import native_gemm as native
+from . import blas, native_gemm
 from .activations import ACTIVATIONS, ActiMode
 from .base import (
     Arrays,
@@ -95,8 +94,8 @@ class Dense(GradientsInto, Op):
         return (ACTIVATIONS[self.activation].forward(self._pre_activation(x, weights)),)
 
     def _host_gemm(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> int | None:
-        """The sgemm for the C kernels (ops/native.py `dense_forward`) when they take this tile:
-        float32 and MKL present (ops/blas.py); else None: numpy."""
+        """The sgemm for the C kernels (ops/native_gemm.py `dense_forward`) when they take this
+        tile: float32 and MKL present (ops/blas.py); else None: numpy."""
         if x.dtype != _FLOAT32:
             return None
         if weights[0].dtype != _FLOAT32 or (self.use_bias and weights[1].dtype != _FLOAT32):
@@ -116,8 +115,10 @@ class Dense(GradientsInto, Op):
         (x,) = inputs
         bias = weights[1] if self.use_bias else None
         keep = ACTIVATIONS[self.activation].grad_needs_input
-        act = native.ACTIVATION_CODES[self.activation]
-        made = native.dense_forward(gemm, x.reshape(-1, x.shape[-1]), weights[0], bias, act, keep)
+        act = native_gemm.ACTIVATION_CODES[self.activation]
+        made = native_gemm.dense_forward(
+            gemm, x.reshape(-1, x.shape[-1]), weights[0], bias, act, keep
+        )
         y, kept = made if keep else (made, None)  # kept: (pre-activation, GELU's tanh)
         return (y.reshape(x.shape[:-1] + y.shape[-1:]),), kept  # (..., out)
 
@@ -162,9 +163,9 @@ class Dense(GradientsInto, Op):
         pre = kept = None
         if ACTIVATIONS[self.activation].grad_needs_input:  # GELU's: kept by the forward
             pre, kept = saved if saved is not None else (self._pre_activation(x2, weights), None)
-        dx = native.dense_backward(
+        dx = native_gemm.dense_backward(
             gemm, x2, weights[0], outputs[0].reshape(-1, n), pre, grad_outputs[0].reshape(-1, n),
             grads[0], grads[1] if self.use_bias else None,
-            native.ACTIVATION_CODES[self.activation], need_input_grads, kept,
+            native_gemm.ACTIVATION_CODES[self.activation], need_input_grads, kept,
         )  # fmt: skip
         return (None if dx is None else dx.reshape(x.shape),), tuple(grads)

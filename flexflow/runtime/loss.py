@@ -18,7 +18,7 @@ import numpy as np
 from flexflow.data import check_finite
 from flexflow.errors import FlexFlowError, ShapeError
 from flexflow.graph import OperatorGraph
-from flexflow.ops import native_sparse as native
+from flexflow.ops import native_sparse
 
 Loss = Callable[..., tuple[float, np.ndarray]]
 
@@ -310,13 +310,13 @@ def _sparse_tile(
     prediction: np.ndarray, labels, total: int, valid: int
 ) -> tuple[float, np.ndarray, int]:
     """`loss_tile` of sparse categorical cross-entropy on float32 outputs in one C pass
-    (ops/native.py `sparse_xent`): the reference's float32 gradient and correct count (its
+    (ops/native_sparse.py `sparse_xent`): the reference's float32 gradient and correct count (its
     loss to the last bits: another summation order and log)."""
     labels = shaped_labels(prediction.shape, labels)
     classes = prediction.shape[-1]
     per_sample = predictions_per_sample(prediction.shape)
     rows = prediction.reshape(-1, classes)  # (N * positions, classes)
-    result = native.sparse_xent(rows, labels.reshape(-1), total, valid * per_sample)
+    result = native_sparse.sparse_xent(rows, labels.reshape(-1), total, valid * per_sample)
     if result is None:  # a label out of range: the reference's error names them
         checked_labels(prediction.shape, labels)
         raise ShapeError(f"sparse_categorical_crossentropy: labels outside [0, {classes})")
