@@ -1,9 +1,16 @@
-"""Element-wise add, subtract, multiply, divide, max, min of same-shaped tensors: sample, attribute dims (Table 1)."""
+"""Element-wise add, subtract, multiply, divide, max, min, broadcasting dims of size 1: sample, attribute dims (Table 1).
+
+As FlexFlow's `ElementBinary` (src/ops/element_binary.cc, `broadcastable`): the operands have
+one rank, and each dimension is equal in both or 1 in one of them, which is repeated along it;
+the output has the larger size of each. FlexFlow's kernels broadcast add, subtract and multiply
+only (they assert for the others); numpy's broadcasting gives the six their rules here alike.
+The sample dimension is never broadcast: every tensor of a model holds one row per sample of the
+batch, which the data loader feeds and a sample split divides.
+"""
 
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -11,7 +18,7 @@ import numpy as np
 
 from flexflow.errors import ShapeError
 
-from .base import Arrays, DimKind, Op, Region, Signature, TensorSpec, region_volume
+from .base import Arrays, DimKind, Op, Region, Shape, Signature, TensorSpec, region_volume
 from .checks import expect_float, expect_inputs
 from .layouts import sample_dims
 from .registry import register
@@ -79,10 +86,56 @@ BINARY_RULES: dict[BinaryOp, BinaryRule] = {
 }
 
 
+def broadcast_shape(name: str, op_type: BinaryOp, x: Shape, y: Shape) -> Shape:
+    """The output shape of x (op) y: each dimension equal in both, or 1 in one of them (that
+    operand is repeated along it); the rank and the sample dimension equal in both."""
+    what = f"element_binary '{name}' ({op_type.value})"
+    if len(x) != len(y):
+        raise ShapeError(
+            f"{what}: inputs must have the same rank, got {x} (rank {len(x)}) and {y} (rank "
+            f"{len(y)}); broadcasting (as FlexFlow's) repeats dimensions of size 1 of operands of "
+            f"one rank: reshape one input to the other's rank, with 1 where it repeats."
+        )
+    if x[:1] != y[:1]:
+        raise ShapeError(
+            f"{what}: inputs must have the same sample dimension (0), got {x} and {y}; the "
+            "sample dimension is never broadcast (every tensor holds one row per sample of the "
+            "batch): give both inputs the batch's samples."
+        )
+    for d, (a, b) in enumerate(zip(x, y, strict=True)):
+        if a != b and 1 not in (a, b):
+            raise ShapeError(
+                f"{what}: inputs {x} and {y} cannot be broadcast: dimension {d} is {a} in one "
+                f"and {b} in the other; each dimension must be equal in both or 1 in one of "
+                "them (that input is repeated along it): reshape or repeat the inputs first."
+            )
+    return tuple(max(a, b) for a, b in zip(x, y, strict=True))
+
+
+def broadcast_region(shape: Shape, region: Region) -> Region:
+    """The region of an input of `shape` an output tile `region` reads: the tile's range in
+    each dimension the input has whole, [0, 1) in those it is repeated along (size 1)."""
+    return tuple(
+        (0, 1) if size == 1 else bounds for size, bounds in zip(shape, region, strict=True)
+    )
+
+
+def unbroadcast(grad: np.ndarray, shape: Shape) -> np.ndarray:
+    """The gradient of an input of `shape` repeated into `grad`'s shape: `grad` summed over the
+    dimensions it was repeated along (kept, of size 1); `grad` itself where none was."""
+    axes = tuple(
+        d for d, (size, full) in enumerate(zip(shape, grad.shape, strict=True)) if size != full
+    )
+    return grad.sum(axis=axes, keepdims=True) if axes else grad
+
+
 @register
 @dataclass(frozen=True, slots=True)
 class ElementBinary(Op):
-    """z = x (op) y for x, y of identical shape (sample, ...); no broadcasting."""
+    """z = x (op) y for x, y of one rank (sample, ...), each dimension equal or 1 in one of them
+    (`broadcast_shape`). The output's dimensions are all partitionable; a tile reads the
+    repeated input's single row along its broadcast dimensions (`broadcast_region`), so every
+    tile along one reads the same row and their gradients of it are summed (as halos)."""
 
     kind = "element_binary"
     op_type: BinaryOp
@@ -92,34 +145,34 @@ class ElementBinary(Op):
         x, y = inputs
         expect_float(self.kind, name, x, "first input")
         expect_float(self.kind, name, y, "second input")
-        if x.shape != y.shape:
-            larger = max((x.shape, y.shape), key=math.prod)  # repeat the smaller to the larger
+        if len(x.shape) < 1 or len(y.shape) < 1:
             raise ShapeError(
-                f"element_binary '{name}' ({self.op_type.value}): inputs must have identical "
-                f"shapes, got {x.shape} and {y.shape}; broadcasting is not supported, reshape "
-                f"or repeat the smaller input to {larger} first."
+                f"element_binary '{name}': inputs must have rank >= 1 (sample first), got shapes "
+                f"{x.shape} and {y.shape}; add a batch dimension."
             )
-        if len(x.shape) < 1:
-            raise ShapeError(
-                f"element_binary '{name}': inputs must have rank >= 1 (sample first), got shape "
-                f"{x.shape}; add a batch dimension."
-            )
-        out = TensorSpec(x.shape)
+        out = TensorSpec(broadcast_shape(name, self.op_type, x.shape, y.shape))
         return Signature((x, y), (out,), (), sample_dims(len(out.shape), DimKind.ATTRIBUTE))
 
     def input_regions(self, sig: Signature, region: Region) -> tuple[Region, ...]:
-        return (region, region)  # element-wise: each output element reads the same element of x, y
+        # element-wise: each output element reads the same element of x and y, or of the row
+        # an input of size 1 along a dimension repeats
+        return tuple(broadcast_region(spec.shape, region) for spec in sig.inputs)
 
     def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
         outputs = region_volume(region)
+        # a repeated input's gradient sums the tile's into its region: one add per output left
+        sums = sum(outputs - region_volume(r) for r in self.input_regions(sig, region))
         return float(outputs), float(
-            BINARY_RULES[self.op_type].backward_flops_per_element * outputs
+            BINARY_RULES[self.op_type].backward_flops_per_element * outputs + sums
         )
 
     def forward(self, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> Arrays:
         x, y = inputs
-        return (BINARY_RULES[self.op_type].forward(x, y),)
+        return (BINARY_RULES[self.op_type].forward(x, y),)  # numpy broadcasts the size-1 dims
 
     def backward(self, inputs, weights, outputs, grad_outputs):
+        # each rule on the repeated values gives the gradient of every output element; a
+        # repeated input's is their sum over the dimensions it was repeated along
         x, y = inputs
-        return BINARY_RULES[self.op_type].grads(x, y, grad_outputs[0]), ()
+        dx, dy = BINARY_RULES[self.op_type].grads(x, y, grad_outputs[0])
+        return (unbroadcast(dx, x.shape), unbroadcast(dy, y.shape)), ()

@@ -24,6 +24,18 @@ def _model():
     return model, model.create_tensor((4, 5, 6), name="x"), model.create_tensor((4, 5, 6), name="y")
 
 
+@pytest.mark.parametrize("method", ["add", "subtract", "multiply", "divide", "max", "min"])
+def test_binary_layers_broadcast_dimensions_of_size_1(method):
+    """As FlexFlow's FFModel.binary: one rank, each dimension equal or 1 in one input."""
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 5, 1), name="x")
+    y = model.create_tensor((4, 1, 6), name="y")
+    out = getattr(model, method)(x, y, name="b")
+    node = model.graph().ops[-1]
+    assert out.shape == (4, 5, 6) and node.op == ElementBinary(BinaryOp(method))
+    assert node.sig.inputs[0].shape == (4, 5, 1) and node.sig.inputs[1].shape == (4, 1, 6)
+
+
 def test_the_layers_flexflow_offers_are_no_longer_refused():
     assert not set(OFFERED) & NOT_OFFERED_LAYERS
     assert {"gather", "rms_norm"} <= NOT_OFFERED_LAYERS
@@ -69,12 +81,17 @@ def test_reduce_sum_takes_flexflows_axes_and_keepdims(axes, keepdims, shape):
     "build, message",
     [
         (lambda m, x, y: m.divide(x, m.create_tensor((4, 5), name="z"), name="d"),
-         r"element_binary 'd' \(divide\): inputs must have identical shapes, got \(4, 5, 6\) "
-         r"and \(4, 5\); broadcasting is not supported, reshape or repeat the smaller input"),
+         r"element_binary 'd' \(divide\): inputs must have the same rank, got \(4, 5, 6\) "
+         r"\(rank 3\) and \(4, 5\) \(rank 2\); broadcasting \(as FlexFlow's\) repeats dimensions "
+         r"of size 1 of operands of one rank: reshape one input to the other's rank"),
         (lambda m, x, y: m.max(x, m.create_tensor((4, 6, 5), name="z"), name="m"),
-         r"element_binary 'm' \(max\): inputs must have identical shapes"),
+         r"element_binary 'm' \(max\): inputs \(4, 5, 6\) and \(4, 6, 5\) cannot be broadcast: "
+         r"dimension 1 is 5 in one and 6 in the other"),
         (lambda m, x, y: m.min(x, m.create_tensor((4, 5, 6, 1), name="z"), name="m"),
-         r"element_binary 'm' \(min\): inputs must have identical shapes"),
+         r"element_binary 'm' \(min\): inputs must have the same rank"),
+        (lambda m, x, y: m.add(x, m.create_tensor((1, 5, 6), name="z"), name="a"),
+         r"element_binary 'a' \(add\): inputs must have the same sample dimension \(0\), got "
+         r"\(4, 5, 6\) and \(1, 5, 6\); the sample dimension is never broadcast"),
         (lambda m, x, y: m.reduce_sum(x, [3], name="s"),
          r"reduce_sum 's': axis 3 is out of range for input shape \(4, 5, 6\) \(rank 3\); pass "
          r"an integer axis from -3 to 2"),
