@@ -235,6 +235,8 @@ def _elementwise_op(step: OpStep, op, reads, x_shape, y_shape) -> ProgramOp | No
     if isinstance(op, ElementBinary):
         if op.op_type not in BINARY_CODES:
             return None  # divide, max, min: not among native/step.c's binary ops
+        if any(spec.shape != step.node.sig.output_shape for spec in step.node.sig.inputs):
+            return None  # broadcasting: native/step.c's binary op takes operands of one shape
         elements = int(np.prod(y_shape, dtype=np.int64))
         return ProgramOp(lib.FF_STEP_BINARY, 0, (elements, 0, 0, BINARY_CODES[op.op_type]), step,
                          reads)  # fmt: skip

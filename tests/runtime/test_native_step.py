@@ -279,6 +279,26 @@ def test_a_run_is_told_why_a_step_is_not_one_c_call():
     )
 
 
+def _gated(width: int):
+    """A dense layer's output (8, 5, 2) times another's (8, 5, width), as FlexFlow's Keras
+    example elementwise_mul_broadcast (width 1: repeated along the last dimension)."""
+    model = FFModel(FFConfig(batch_size=8))
+    h = model.dense(model.create_tensor((8, 6), name="x"), 10, ActiMode.AC_MODE_RELU)
+    gate = model.reshape(model.dense(h, 5 * width), (8, 5, width))
+    x = model.multiply(gate, model.reshape(h, (8, 5, 2)), name="times")
+    model.softmax(model.dense(model.reshape(x, (8, 10)), CLASSES))
+    return model.graph()
+
+
+def test_a_broadcasting_binary_op_is_not_one_c_call():
+    """native/step.c's binary op reads operands of the output's shape: a broadcasting one
+    runs op by op (flexflow.ops.element_binary's numpy rules), never read past its input."""
+    assert program_reason(_gated(2)) is None
+    assert program_reason(_gated(1)) == (
+        "the C step has no kernel for element_binary 'times' as configured"
+    )
+
+
 def program_reason(graph, machine="local"):
     return why_not(_task(graph, machine))
 
