@@ -119,6 +119,13 @@ CASES: tuple[TileCase, ...] = (
     TileCase("element_binary divide", ElementBinary(BinaryOp.DIVIDE), (TensorSpec((4, 6)),) * 2),
     TileCase("element_binary max", ElementBinary(BinaryOp.MAX), (TensorSpec((4, 6)),) * 2, (2, 3), (1, 2)),
     TileCase("element_binary min", ElementBinary(BinaryOp.MIN), (TensorSpec((4, 6)),) * 2),
+    # broadcasting: a tile along a repeated dimension reads the small input's one row
+    TileCase("element_binary multiply broadcast", ElementBinary(BinaryOp.MULTIPLY), (TensorSpec((4, 3, 1)), TensorSpec((4, 3, 2)))),
+    TileCase("element_binary add both broadcast", ElementBinary(BinaryOp.ADD), (TensorSpec((4, 1, 2)), TensorSpec((4, 3, 1))), (2, 3, 1), (1, 2, 0)),
+    TileCase("element_binary subtract broadcast tile", ElementBinary(BinaryOp.SUBTRACT), (TensorSpec((4, 3, 4)), TensorSpec((4, 1, 4))), (1, 1, 2), (0, 0, 1)),
+    TileCase("element_binary divide broadcast", ElementBinary(BinaryOp.DIVIDE), (TensorSpec((4, 6)), TensorSpec((4, 1)))),
+    TileCase("element_binary max broadcast tile", ElementBinary(BinaryOp.MAX), (TensorSpec((4, 1, 6)), TensorSpec((4, 3, 6))), (2, 3, 1), (0, 1, 0)),
+    TileCase("element_binary min broadcast", ElementBinary(BinaryOp.MIN), (TensorSpec((4, 3, 1)), TensorSpec((4, 3, 5)))),
     *(
         TileCase(f"element_unary {mode.value}", ElementUnary(mode), SEQ)
         for mode in ActiMode

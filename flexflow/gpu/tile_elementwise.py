@@ -32,8 +32,34 @@ def unary_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_out
 
 
 # ---- element_binary -----------------------------------------------------------------------------
+# An input of size 1 along a dimension the output has longer (`flexflow.ops.element_binary`'s
+# broadcasting) is read through stride 0 there, and its gradient is the output tile's summed
+# over those dimensions.
+def _repeated(a: DeviceArray, shape: tuple[int, ...]) -> DeviceArray:
+    """`a` seen as `shape`: stride 0 along each dimension of size 1 it is repeated along."""
+    if a.shape == shape:
+        return a
+    strides = [
+        0 if n != m else s for n, m, s in zip(a.shape, shape, a.element_strides, strict=True)
+    ]
+    return a.view(shape, strides)
+
+
+def _summed(gpu: Gpu, grad: DeviceArray, shape: tuple[int, ...], scale: float = 1.0):
+    """The gradient of an input of `shape` from the output tile's `grad` (scaled): summed over
+    the dimensions it was repeated along; `grad` itself where none was and the scale is 1."""
+    axes = [d for d, (n, m) in enumerate(zip(shape, grad.shape, strict=True)) if n != m]
+    if axes:
+        return prims.reduce_sum(gpu, grad, axes, scale=scale).reshape(shape)
+    if scale == 1.0:
+        return grad
+    return prims.copy(gpu, gpu.empty(grad.shape), grad, alpha=scale)
+
+
 def binary_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
-    return (prims.binary(gpu, op.op_type.value, *inputs),)
+    x, y = inputs
+    shape = tuple(max(a, b) for a, b in zip(x.shape, y.shape, strict=True))
+    return (prims.binary(gpu, op.op_type.value, _repeated(x, shape), _repeated(y, shape)),)
 
 
 def binary_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
@@ -41,12 +67,18 @@ def binary_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_ou
     (dz,) = grad_outputs
     kind = op.op_type.value
     if kind in ("divide", "max", "min"):  # one kernel reads x, y and dz together
-        return prims.binary_backward(gpu, kind, x, y, dz), ()
-    if kind == "multiply":
-        return (prims.binary(gpu, "multiply", dz, y), prims.binary(gpu, "multiply", dz, x)), ()
-    dx = prims.copy(gpu, gpu.empty(dz.shape), dz)
-    dy = prims.copy(gpu, gpu.empty(dz.shape), dz, alpha=-1.0 if kind == "subtract" else 1.0)
-    return (dx, dy), ()
+        wide_x = prims.contiguous(gpu, _repeated(x, dz.shape))
+        wide_y = prims.contiguous(gpu, _repeated(y, dz.shape))
+        dx, dy = prims.binary_backward(gpu, kind, wide_x, wide_y, dz)
+    elif kind == "multiply":
+        dx = prims.binary(gpu, "multiply", dz, _repeated(y, dz.shape))
+        dy = prims.binary(gpu, "multiply", dz, _repeated(x, dz.shape))
+    else:  # add, subtract: dz itself (negated for y), copied where nothing is summed
+        sign = -1.0 if kind == "subtract" else 1.0
+        dx, dy = _summed(gpu, dz, x.shape), _summed(gpu, dz, y.shape, sign)
+        dx, dy = (prims.copy(gpu, gpu.empty(g.shape), g) if g is dz else g for g in (dx, dy))
+        return (dx, dy), ()
+    return (_summed(gpu, dx, x.shape), _summed(gpu, dy, y.shape)), ()
 
 
 # ---- dropout ------------------------------------------------------------------------------------
