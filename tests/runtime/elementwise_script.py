@@ -41,6 +41,58 @@ def kept(model: FFModel) -> FFModel:
     return model
 
 
+def broadcasting(model: FFModel) -> FFModel:
+    """The six binary ops broadcasting dims of size 1 (FlexFlow's elementwise_mul_broadcast:
+    (B, 4, 1) times (B, 4, 8)), one input repeated along the last dim, the middle one, or each
+    input along one: split along a repeated dim, every tile reads the small input's one row
+    and their gradients of it are summed."""
+    x = model.create_tensor((8, 4, 6), name="x")
+    h = model.dense(x, 8)  # (8, 4, 8)
+    col = model.dense(x, 1)  # (8, 4, 1): repeated along the last dim
+    row = model.reduce_sum(model.scalar_multiply(h, 0.5), [1], True)  # (8, 1, 8): the middle
+    a = model.multiply(col, h)
+    b = model.subtract(row, a)
+    c = model.add(col, row)  # both repeated
+    positive = model.scalar_add(model.pow(col, 2.0), 1.0)  # (8, 4, 1), >= 1
+    d = model.divide(model.max(b, col), positive)
+    e = model.min(row, model.add(c, d))
+    model.dense(model.reduce_sum(e, axes=[1]), 4)  # (8, 8) -> (8, 4)
+    return model
+
+
+def broadcast_split(graph, machine) -> list:
+    """`attribute_split`, and every binary op split in two along the first dim one of its
+    inputs is repeated along (the other ops on device 0 whole): the simulator's transfers of
+    the small input to each tile, the runtime's sum of its gradient over them."""
+    from flexflow.strategy import ParallelConfig, Strategy
+
+    configs = []
+    for node in graph.ops:
+        shape = node.sig.output_shape
+        repeated = [
+            i
+            for i in range(1, len(shape))
+            if any(spec.shape[i] == 1 < shape[i] for spec in node.sig.inputs)
+        ]
+        if node.op.kind == "element_binary" and repeated and shape[repeated[0]] % 2 == 0:
+            degrees = tuple(2 if i == repeated[0] else 1 for i in range(len(shape)))
+            configs.append(ParallelConfig(degrees, (0, 1)))
+        else:
+            configs.append(ParallelConfig.single(len(shape), 0))
+    split = Strategy(tuple(n.name for n in graph.ops), tuple(configs))
+    return attribute_split(graph, machine) + [("broadcast", split)]
+
+
+def broadcast_degrees(graph) -> dict:
+    """Each binary op's degrees under `broadcast_split`'s "broadcast" strategy."""
+    strategy = dict(broadcast_split(graph, None))["broadcast"]
+    return {
+        n.name: list(c.degrees)
+        for n, c in zip(graph.ops, strategy.configs, strict=True)
+        if n.op.kind == "element_binary"
+    }
+
+
 def attribute_split(graph, machine) -> list:
     """Every op split in two along its first splittable non-sample dim of even size (the
     random strategies may split the new ops by sample only), on the two CPUs."""
@@ -90,6 +142,8 @@ def flexflow_op_flow() -> dict:
     x = rng.standard_normal((8, 5, 10, 10)).astype(np.float32)
     y = rng.standard_normal((8, 5, 10, 10)).astype(np.float32)
     y = np.where(np.abs(y) < 1e-3, 1.0, y).astype(np.float32)
+    y_row = y[:, :, :1, :]  # (8, 5, 1, 10): repeated along the third dim
+    seconds = {"divide": y, "max": y, "min": y, "multiply_broadcast": y_row}
     layers = {
         "pow": (lambda m, a, b: m.pow(a, 2.0, name="pow_layer"), lambda: x**2),
         "reduce_sum": (lambda m, a, b: m.reduce_sum(a, axes=[1, 2], keepdims=False,
@@ -97,6 +151,7 @@ def flexflow_op_flow() -> dict:
                        lambda: x.sum(axis=(1, 2))),
         "reduce_sum_keepdims": (lambda m, a, b: m.reduce_sum(a, [3], True), lambda: x.sum(axis=3, keepdims=True)),
         "divide": (lambda m, a, b: m.divide(a, b), lambda: x / y),
+        "multiply_broadcast": (lambda m, a, b: m.multiply(a, b), lambda: x * y_row),
         "max": (lambda m, a, b: m.max(a, b), lambda: np.maximum(x, y)),
         "min": (lambda m, a, b: m.min(a, b), lambda: np.minimum(x, y)),
         "exp": (lambda m, a, b: m.exp(a), lambda: np.exp(x)),
@@ -115,9 +170,7 @@ def flexflow_op_flow() -> dict:
         model = CoreModel(config)
         first = model.create_tensor(x.shape, DataType.DT_FLOAT)
         second = (
-            model.create_tensor(y.shape, DataType.DT_FLOAT)
-            if name in ("divide", "max", "min")
-            else None
+            model.create_tensor(seconds[name].shape, DataType.DT_FLOAT) if name in seconds else None
         )
         out = build(model, first, second)
         model.optimizer = SGDOptimizer(model, 0.001)
@@ -127,7 +180,7 @@ def flexflow_op_flow() -> dict:
         )  # fmt: skip
         loaders = [model.create_data_loader(first, x)]
         if second is not None:
-            loaders.append(model.create_data_loader(second, y))
+            loaders.append(model.create_data_loader(second, seconds[name]))
         model.init_layers()
         for loader in loaders:
             loader.reset()
@@ -172,6 +225,12 @@ if __name__ == "__main__":
         "elementwise": numerics_script.run(elementwise, more=attribute_split),
         "kept": numerics_script.run(
             lambda: kept(FFModel(FFConfig(batch_size=8))), more=attribute_split
+        ),
+        "broadcast": numerics_script.run(
+            lambda: broadcasting(FFModel(FFConfig(batch_size=8))), more=broadcast_split
+        ),
+        "broadcast_degrees": broadcast_degrees(
+            broadcasting(FFModel(FFConfig(batch_size=8))).graph()
         ),
         "attribute_degrees": {
             "elementwise": attribute_degrees(elementwise().graph()),

@@ -1,7 +1,8 @@
-"""FlexFlow's element-wise and reduce_sum layers under Legate (2 CPUs): a model of them trains
-under any strategy, split by sample or by attribute dims, as on one device and as the numpy
-reference of the same rules does (the rules' derivatives are checked by finite differences in
-tests/ops), and FlexFlow's per-op script flow (forward, then inline_map/get_array) reads what
+"""FlexFlow's element-wise and reduce_sum layers under Legate (2 CPUs): a model of them, and one
+of the binary ops broadcasting dims of size 1, train under any strategy, split by sample or by
+attribute dims (a broadcasting op along a dim one input is repeated along), as on one device
+and as the numpy reference of the same rules does (the rules' derivatives are checked by
+finite differences in tests/ops), and FlexFlow's per-op script flow (forward, then inline_map/get_array) reads what
 numpy computes (tests/runtime/elementwise_script.py)."""
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import pytest
 from tests.runtime.scripts import run_legate_script
 
 STRATEGIES = 4
-MODELS = ["elementwise", "kept"]
+MODELS = ["elementwise", "kept", "broadcast"]
+ADDED = {"elementwise": 1, "kept": 1, "broadcast": 2}
+"""Strategies each model trains under beside the usual ones: "attribute", and "broadcast"."""
 
 pytestmark = pytest.mark.legate
 
@@ -31,7 +34,8 @@ def test_one_device_matches_the_numpy_reference(report, model):
 def test_every_strategy_trains_like_one_device(report, model):
     strategies = report[model]["strategies"]
     # one device, data parallel, mixed, random ones, every op split along an attribute dim
-    assert len(strategies) == 4 + STRATEGIES
+    # (and every broadcasting op along a dim an input is repeated along)
+    assert len(strategies) == 3 + STRATEGIES + ADDED[model]
     failing = {name: r for name, r in strategies.items() if r["loss"] > 1.0 or r["weights"] > 1.0}
     assert failing == {}
     assert len(report[model]["splits"]) >= 3  # the random strategies split ops several ways
@@ -57,10 +61,22 @@ def test_the_attribute_strategy_splits_the_new_ops_by_attribute(report, model, o
     assert report["attribute_degrees"][model][op] == degrees
 
 
+def test_the_broadcast_strategy_splits_ops_along_a_repeated_dim(report):
+    """The "broadcast" strategy (trained like one device above) splits each broadcasting op
+    along the last dim (one input (8, 4, 1)) or the middle one (one input (8, 1, 8)): its
+    tiles read the small input's one row, and their gradients of it are summed."""
+    assert report["broadcast_degrees"] == {
+        "element_binary_1": [1, 1, 2], "element_binary_2": [1, 2, 1],
+        "element_binary_3": [1, 2, 1], "element_binary_4": [1, 1, 2],
+        "element_binary_5": [1, 1, 2], "element_binary_6": [1, 1, 1],
+        "element_binary_7": [1, 2, 1],
+    }  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "layer",
-    ["pow", "reduce_sum", "reduce_sum_keepdims", "divide", "max", "min", "exp", "sin", "cos",
-     "rsqrt", "identity", "scalar_multiply", "scalar_add", "scalar_sub", "scalar_true_divide"],
+    ["pow", "reduce_sum", "reduce_sum_keepdims", "divide", "multiply_broadcast", "max", "min",
+     "exp", "sin", "cos", "rsqrt", "identity", "scalar_multiply", "scalar_add", "scalar_sub", "scalar_true_divide"],
 )  # fmt: skip
 def test_flexflows_op_script_flow_reads_numpys_values(report, layer):
     result = report["flexflow_ops"][layer]
@@ -73,6 +89,6 @@ def test_bad_arguments_from_a_flexflow_script_name_the_layer(report):
     assert said["pow"].startswith("ShapeError: pow 'pow_layer' (input (8, 5, 10, 10)): exponent")
     assert "reduce_sum 'reduce_sum_layer': axis 4 is out of range" in said["reduce_sum"]
     assert (
-        "(divide): inputs must have identical shapes, got (8, 5, 10, 10) and (8, 5)"
-        in (said["divide"])
+        "(divide): inputs must have the same rank, got (8, 5, 10, 10) (rank 4) and (8, 5) "
+        "(rank 2)" in said["divide"]
     )
