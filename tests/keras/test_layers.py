@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexflow import ActiMode, FFModel, PoolType
+from flexflow.errors import ShapeError
 from flexflow.keras import backend as K
 from flexflow.keras import regularizers
 from flexflow.keras.backend.internal import rsqrt
@@ -159,6 +160,36 @@ def test_merge_layers_add_their_element_wise_op(layer, kind):
     model = Model([a, b], layer()([a, b]))
     graph = built(model).graph()
     assert [n.op.op_type.value for n in graph.ops] == [kind]
+
+
+def test_multiply_broadcasts_as_flexflows_elementwise_mul_broadcast_example():
+    """FlexFlow's examples/python/keras/elementwise_mul_broadcast.py: (B, 10, 1) times
+    (B, 10, 2), either way round, and (B, 1, 2) times (B, 10, 1): the FFModel call's graph."""
+    for first, second, out in [((10, 1), (10, 2), (10, 2)), ((10, 2), (10, 1), (10, 2)),
+                               ((1, 2), (10, 1), (10, 2))]:  # fmt: skip
+        a, b = Input(shape=(2 * 16,)), Input(shape=(10,))
+        x0 = Reshape(first, name="r0")(Dense(first[0] * first[1], name="d0")(a))
+        x1 = Reshape(second, name="r1")(Dense(second[0] * second[1], name="d1")(b))
+        m = Multiply(name="times")([x0, x1])
+        assert m.batch_shape == (None, *out)
+        keras = built(Model([a, b], Dense(1, name="out")(Reshape((20,), name="flat")(m))))
+
+        ff = LayerAPI()
+        fa = ff.create_tensor((BATCH, 32), name=a.name)
+        fb = ff.create_tensor((BATCH, 10), name=b.name)
+        y0 = ff.reshape(ff.dense(fa, first[0] * first[1], name="d0"), (BATCH, *first), name="r0")
+        y1 = ff.reshape(ff.dense(fb, second[0] * second[1], name="d1"), (BATCH, *second), name="r1")
+        y = ff.multiply(y0, y1, name="times")
+        ff.dense(ff.reshape(y, (BATCH, 20), name="flat"), 1, name="out")
+        assert ops_of(keras) == ops_of(ff)
+
+
+@pytest.mark.parametrize("layer", [Add, Subtract, Multiply, Maximum, Minimum])
+def test_merge_layers_refuse_shapes_that_do_not_broadcast(layer):
+    a, b = Input(shape=(10, 2)), Input(shape=(10, 3))
+    match = r"called on \(None, 10, 2\), \(None, 10, 3\): .* cannot be broadcast: dimension 2"
+    with pytest.raises(ShapeError, match=match):
+        layer()([a, b])
 
 
 def test_backend_functions_and_tensor_arithmetic_build_flexflows_element_wise_ops():

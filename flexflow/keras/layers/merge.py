@@ -14,7 +14,9 @@ from flexflow.layers import LayerAPI, Tensor
 
 class Merge(Layer):
     """An element-wise binary op (`method` of the layer API) over two or more tensors of one
-    shape, applied left to right; `at_most_two` for those Keras defines on two only."""
+    rank, applied left to right; `at_most_two` for those Keras defines on two only. As
+    FlexFlow's merge layers, each dimension may be 1 in one tensor and is repeated to the
+    other's (its elementwise_mul_broadcast example: (B, 10, 1) times (B, 10, 2))."""
 
     takes_list, method, at_most_two = True, "add", False
 
