@@ -58,6 +58,7 @@ def scripts(tmp_path_factory) -> Path:
 
 SCRIPTS = {
     "elementwise_max_min.py": 4,  # two models, two epochs each
+    "elementwise_mul_broadcast.py": 6,  # (B, 10, 1) x (B, 10, 2) three ways, two epochs each
     "unary.py": 0,  # compiles and init_layers only
     "reduce_sum.py": 6,
     "rsqrt.py": 2,
@@ -72,6 +73,10 @@ def test_flexflows_keras_example_runs_unchanged(scripts, name):
     legate = shutil.which("legate", path=str(Path(sys.executable).parent))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LEGATE_", "LEGION_"))}
     env["KERAS_HOME"] = str(scripts / "keras")
+    # the scripts run in a temporary folder: this checkout's flexflow, whatever PYTHONPATH says
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]), *filter(None, [env.get("PYTHONPATH")])]
+    )
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run(
         [legate, "--cpus", "2", "--gpus", "0", name, "-b", "64", "-e", "1"],
