@@ -12,7 +12,10 @@ from flexflow.ops.unary_functions import UnaryFunction
 
 class ElementwiseLayers(GraphBuilder):
     """The element-wise layer methods, each adding one `element_binary` or `element_unary` op;
-    `flexflow.layers.LayerAPI` offers them with the other layers."""
+    `flexflow.layers.LayerAPI` offers them with the other layers. The binary ones (add,
+    subtract, multiply, divide, max, min) broadcast as FlexFlow's: inputs of one rank, each
+    dimension equal in both or 1 in one, which is repeated along it; never the sample's
+    (`flexflow.ops.element_binary.broadcast_shape`)."""
 
     def add(self, x: Tensor, y: Tensor, inplace_a: bool = False, name: str | None = None) -> Tensor:
         _flexflow_only("add", name, inplace_a=inplace_a)
