@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import math
 import types
 import typing
 from collections.abc import Iterator
@@ -18,10 +17,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from flexflow.errors import GraphError, ShapeError
+from flexflow.errors import GraphError, ShapeError, shown
 from flexflow.ops import OP_KINDS, DType, Op, Signature, TensorSpec, WeightSpec
 from flexflow.ops.base import full_region
-from flexflow.ops.checks import is_real
+from flexflow.ops.checks import is_float32_lambda
 
 GRAPH_FORMAT = "flexflow-operator-graph"
 GRAPH_VERSION = 1
@@ -52,11 +51,13 @@ class Parameter:
     one's."""
 
     def __post_init__(self) -> None:
-        if not (is_real(self.l2) and 0 <= self.l2 < math.inf):
+        if not is_float32_lambda(self.l2):
             raise GraphError(
-                f"parameter '{self.name}': its L2 lambda must be a finite number >= 0, got "
-                f"{self.l2!r}; give its layer's kernel_regularizer e.g. L2(0.001)."
+                f"parameter '{self.name}': its L2 lambda must be a number >= 0 that float32 "
+                f"holds (finite, nonzero unless 0), got {shown(self.l2)}; give its layer's "
+                'kernel_regularizer e.g. L2(0.001), or fix its "l2" in a graph file.'
             )
+        object.__setattr__(self, "l2", float(self.l2))  # a numpy scalar would not be JSON
 
 
 @dataclass(frozen=True, slots=True)

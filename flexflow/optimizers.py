@@ -56,11 +56,11 @@ class Optimizer(Protocol):
         partials: Sequence[np.ndarray],
         states: Sequence[np.ndarray],
         step: int,
-        l2: float = 0.0,
+        l2: L2 = 0.0,
     ) -> None:
         """`apply` with the gradient `sum_in_order(partials)` (the devices' partial gradients,
-        each shaped like the weight), in one pass where the arrays allow it; bit-identical to
-        `apply` either way."""
+        each shaped like the weight) and the L2 lambda `l2` (or a flat buffer's runs), in one
+        pass where the arrays allow it; bit-identical to `apply` either way."""
         ...
 
     def native_update(self, step: int) -> tuple[int, tuple[np.float32, ...]]:
@@ -96,12 +96,23 @@ def sum_in_order(partials: Sequence[np.ndarray]) -> np.ndarray:
     return total
 
 
-def _apply_partials(optimizer: Optimizer, weight, partials, states, step: int, l2: float) -> None:
-    """`apply_partials` in one pass of C where the arrays allow it, else numpy's `apply`."""
-    if not native_updates.updatable_in_place(weight, partials, *states):
-        optimizer.apply(weight, sum_in_order(partials), states, step, l2)
+L2 = float | Sequence[tuple[int, int, float]]
+"""A weight's L2 lambda, or (start, stop, lambda) runs covering a flat buffer of several
+weights (`flexflow.runtime.flat.FlatLayout.runs`)."""
+
+
+def _apply_partials(optimizer: Optimizer, weight, partials, states, step: int, l2: L2) -> None:
+    """`apply_partials` in one pass of C where the arrays allow it (a flat buffer's runs too:
+    one call, not one per run), else numpy's `apply`, run by run."""
+    if native_updates.updatable_in_place(weight, partials, *states):
+        update = optimizer.native_update(step)
+        native_updates.apply_update(*update, weight, partials, states, l2)
         return
-    native_updates.apply_update(*optimizer.native_update(step), weight, partials, states, l2)
+    runs = ((0, weight.size, l2),) if isinstance(l2, float | int) else l2
+    for start, stop, lam in runs:
+        run = slice(start, stop)
+        grad = sum_in_order([p[run] for p in partials])
+        optimizer.apply(weight[run], grad, [s[run] for s in states], step, lam)
 
 
 def _update_copies(

@@ -25,11 +25,10 @@ lambda/2 * ||W||^2 is not added to it.
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass
 
-from flexflow.errors import FlexFlowError, NotOfferedError
-from flexflow.ops.checks import is_real
+from flexflow.errors import FlexFlowError, NotOfferedError, shown
+from flexflow.ops.checks import is_float32_lambda
 
 
 class RegularizerMode(enum.Enum):
@@ -46,10 +45,9 @@ class Regularizer:
     (RegularizerMode) and a `_lambda`, which FlexFlow's dense reads."""
 
     type: RegularizerMode = RegularizerMode.REG_MODE_NONE
-
-    @property
-    def _lambda(self) -> float:
-        return 0.0
+    _lambda: float = 0.0
+    """A plain class attribute, so a subclass written as FlexFlow's (`self.type = ...;
+    self._lambda = l2` in its __init__) can set it; the values below compute it."""
 
 
 @dataclass(frozen=True)
@@ -96,12 +94,13 @@ class L1L2(Regularizer):
 
 
 def check_l2(layer: str, value: object) -> float:
-    """`value` as an L2 lambda of `layer`'s kernel: a finite number >= 0, as a Python float;
-    else FlexFlowError naming the layer."""
-    if not (is_real(value) and 0 <= value < math.inf):
+    """`value` as an L2 lambda of `layer`'s kernel: a number >= 0 that float32 holds
+    (`is_float32_lambda`), as a Python float; else FlexFlowError naming the layer."""
+    if not is_float32_lambda(value):
         raise FlexFlowError(
-            f"{layer}: kernel_regularizer's lambda must be a finite number >= 0, got "
-            f"{value!r}; pass e.g. L2(0.001) (0 adds no penalty)."
+            f"{layer}: kernel_regularizer's lambda must be a number >= 0 that float32 holds "
+            f"(finite, nonzero unless 0), got {shown(value)}; pass e.g. L2(0.001) (0 adds no "
+            "penalty)."
         )
     return float(value)
 

@@ -74,6 +74,20 @@ def is_real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def is_float32_lambda(value: object) -> bool:
+    """A penalty's lambda the float32 kernels can hold: a real number >= 0 that stays finite
+    and, unless 0, nonzero as a float32 (1e39 would be inf there and 1e-46 would be 0, which
+    would blow the weights up or add no penalty, without a word)."""
+    if not is_real(value) or not 0 <= value < math.inf:
+        return False
+    try:
+        with np.errstate(over="ignore", under="ignore"):
+            single = np.float32(value)
+    except OverflowError:  # an int past float64's range
+        return False
+    return bool(np.isfinite(single)) and (value == 0 or single != 0)
+
+
 def expect_positive(kind: str, name: str, **values: int) -> None:
     """Sizes, kernels and strides: whole numbers >= 1 (a float 2.5 was truncated or kept)."""
     for key, value in values.items():

@@ -35,12 +35,18 @@ nesterov), Adam's (lr, beta1, beta2, epsilon, weight decay, correction1, correct
 
 
 def apply_update(
-    kind: int, hyper: Sequence[float], weight, partials, states, l2: float = 0.0
+    kind: int,
+    hyper: Sequence[float],
+    weight,
+    partials,
+    states,
+    l2: float | Sequence[tuple[int, int, float]] = 0.0,
 ) -> None:
     """Update `weight` in place from the partial gradients' sum and its `states` (SGD: the
     velocity, if any; Adam: m and v), the gradient first gaining `l2` * weight (its L2
-    regularizer), in one pass of native/optimizers.c: the bits of flexflow.optimizers' numpy
-    `apply`. Arrays as `updatable_in_place` accepts them."""
+    regularizer; or per (start, stop, lambda) run of a flat buffer of several weights), in one
+    pass of native/optimizers.c: the bits of flexflow.optimizers' numpy `apply`. Arrays as
+    `updatable_in_place` accepts them."""
     update = ffi.new("ff_update *")
     update.kind, update.n, update.copies = kind, weight.size, len(partials)
     update.weight = pointer(weight, F32_POINTER)
@@ -51,7 +57,10 @@ def apply_update(
     if len(states) > 1:
         update.state1 = pointer(states[1], F32_POINTER)
     update.h = [float(value) for value in hyper] + [0.0] * (7 - len(hyper))
-    runs = L2Runs(((weight.size, l2),)) if l2 else None
+    if isinstance(l2, float | int):
+        runs = L2Runs(((weight.size, l2),)) if l2 else None
+    else:
+        runs = L2Runs([(stop, lam) for _, stop, lam in l2]) if any(r[2] for r in l2) else None
     lib.ff_apply_update_runs_f32(update, ffi.NULL if runs is None else runs.struct)
 
 

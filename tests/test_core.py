@@ -141,13 +141,27 @@ def test_dense_takes_flexflows_l2_kernel_regularizer_and_refuses_the_rest():
                        r"penalty, which is not offered \(FlexFlow's kernels compute only L2\)"):  # fmt: skip
         model.dense(x, 5, kernel_regularizer=_FlexFlowRegularizer(RegularizerMode.REG_MODE_L1,
                                                                   0.1), name="e")  # fmt: skip
-    for bad in (-1.0, float("inf"), None):
+    # past float32's range (inf there), an int past float64's, below its smallest (0 there)
+    for bad in (-1.0, float("inf"), None, 1e39, 10**400, 1e-46):
         with pytest.raises(FlexFlowError, match=r"dense 'e': kernel_regularizer's lambda must "
-                           r"be a finite number >= 0"):  # fmt: skip
+                           r"be a number >= 0 that float32 holds"):  # fmt: skip
             model.dense(x, 5, kernel_regularizer=_FlexFlowRegularizer(
                 RegularizerMode.REG_MODE_L2, bad), name="e")  # fmt: skip
     assert "e" not in {node.name for node in model.graph().ops}  # refused before it was added
     assert RegularizerMode.REG_MODE_L2.value == 19  # FlexFlow's flexflow.type values
+
+
+def test_a_regularizer_subclassed_as_flexflows_own_sets_its_lambda():
+    """FlexFlow's keras.regularizers.L2 sets `self.type` and `self._lambda` in __init__."""
+    from flexflow.regularizers import Regularizer
+
+    class MyL2(Regularizer):
+        def __init__(self, l2: float) -> None:
+            self.type, self._lambda = RegularizerMode.REG_MODE_L2, l2
+
+    model, x = _mlp()
+    model.dense(x, 5, kernel_regularizer=MyL2(0.25), name="d")
+    assert {p.name: p.l2 for p in model.graph().parameters if p.l2} == {"d.kernel": 0.25}
 
 
 def test_flexflows_other_forms_are_taken_or_refused_naming_the_way():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from flexflow import FFModel
 from flexflow.errors import GraphError, ShapeError
-from flexflow.graph import OperatorGraph, op_attributes
+from flexflow.graph import OperatorGraph, Parameter, op_attributes
 from flexflow.regularizers import L2
 from flexflow.render import render_png, to_dot
 from flexflow.zoo import load_model
@@ -47,10 +48,15 @@ def test_a_kernels_l2_regularizer_lives_on_its_parameter_not_on_the_op():
     assert data["parameters"][0]["l2"] == 0.001 and "l2" not in data["parameters"][1]
     assert all("l2" not in p for p in plain.graph().to_json()["parameters"])
     assert OperatorGraph.from_json(json.loads(graph.dumps())).parameters == graph.parameters
-    data["parameters"][0]["l2"] = -1.0
-    with pytest.raises(GraphError, match=r"parameter 'fc.kernel': its L2 lambda must be a "
-                       r"finite number >= 0, got -1.0"):  # fmt: skip
-        OperatorGraph.from_json(data)
+    for bad in (-1.0, 1e39, "0.1", True, None):
+        data["parameters"][0]["l2"] = bad
+        with pytest.raises(GraphError, match=r"parameter 'fc.kernel': its L2 lambda must be a "
+                           r"number >= 0 that float32 holds .*fix its \"l2\" in a graph file"):  # fmt: skip
+            OperatorGraph.from_json(data)
+    # a numpy scalar is kept as a Python float, which the file can hold
+    kernel = graph.parameters[0]
+    again = Parameter(kernel.id, kernel.name, kernel.spec, np.float32(0.5))
+    assert type(again.l2) is float and json.dumps(again.l2) == "0.5"
 
 
 def test_round_trip_keeps_shared_lstm_weights():

@@ -82,7 +82,7 @@ def test_regularizers_other_than_a_dense_kernels_l2_are_refused_naming_the_layer
         Conv2D(2, kernel_size=3, kernel_regularizer=regularizers.L2(0.01), name="c")
     for bad in (-0.1, float("nan"), float("inf"), "0.1"):
         with pytest.raises(FlexFlowError, match=r"Dense 'd': kernel_regularizer's lambda must "
-                           r"be a finite number >= 0, got"):  # fmt: skip
+                           r"be a number >= 0 that float32 holds"):  # fmt: skip
             Dense(2, kernel_regularizer=regularizers.L2(bad), name="d")
     with pytest.raises(FlexFlowError, match=r"Dense 'd': kernel_regularizer must be a "
                        r"regularizer.*got 'l2'"):  # fmt: skip
