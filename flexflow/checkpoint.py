@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from flexflow.errors import CheckpointError, FlexFlowError, StrategyError
+from flexflow.errors import CheckpointError, FlexFlowError, StrategyError, shown
 from flexflow.fileio import atomic_write_bytes
 from flexflow.graph import OperatorGraph
 from flexflow.machine import Machine
@@ -64,9 +64,11 @@ def write_checkpoint(
     strategy: Mapping | None = None,
     position: DataPosition | None = None,
     steps_before: int = 0,
+    l2: Mapping[str, float] | None = None,
 ) -> Path:
     """Write the named arrays and the record atomically (a killed save keeps the old file;
-    non-finite arrays are refused, so a diverged run keeps it too);
+    non-finite arrays are refused, so a diverged run keeps it too); `l2`: the L2 lambdas of
+    the regularized weights, by name (recorded only when there are some);
     `strategy`: the run's, as `flexflow.strategy_file.strategy_to_json` writes it; `position`:
     where in its data the run stands, when it saves at an epoch's end; `steps_before`: the
     training steps taken before the optimizer's first (`Executor.steps_before`)."""
@@ -81,6 +83,8 @@ def write_checkpoint(
     meta = {"format": FORMAT, "iteration": iteration, "optimizer": optimizer.to_json()}
     if steps_before:
         meta["steps_before"] = steps_before
+    if l2:
+        meta["l2"] = dict(l2)
     if strategy is not None:
         meta["strategy"] = dict(strategy)
     if position is not None:
@@ -121,6 +125,8 @@ def _checked_record(path: str | os.PathLike[str], meta: object) -> dict:
         problem = f"its steps_before {meta.get('steps_before')!r} is not a count (an integer >= 0)"
     elif not isinstance(meta.get("optimizer", {}), dict):
         problem = f"its optimizer {meta.get('optimizer')!r} is not a JSON object"
+    elif not isinstance(meta.get("l2", {}), dict):
+        problem = f"its L2 lambdas {shown(meta.get('l2'))} are not a JSON object"
     if problem:
         raise CheckpointError(
             f"cannot read checkpoint {path}: {problem}. The file was changed after it was saved, "

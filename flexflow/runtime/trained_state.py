@@ -11,6 +11,7 @@ iterations another. The checkpoint file itself (format, atomic writes, checks) i
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from flexflow.checkpoint import (
     recorded_optimizer,
     write_checkpoint,
 )
-from flexflow.errors import CheckpointError, GraphError, ShapeError
+from flexflow.errors import CheckpointError, FlexFlowWarning, GraphError, ShapeError
 from flexflow.optimizers import same_kind
 from flexflow.runtime.collection import COLLECTION
 from flexflow.runtime.stores import read_store
@@ -113,8 +114,14 @@ def save_checkpoint(ex: Executor, path: str | os.PathLike[str]) -> Path:
         arrays[f"{ex.graph.ops[op].name}@running"] = value
     strategy = strategy_to_json(ex.strategy, ex.graph, ex.machine)
     return write_checkpoint(
-        path, arrays, ex.iteration, ex.optimizer, strategy, ex.position, ex.steps_before
-    )
+        path, arrays, ex.iteration, ex.optimizer, strategy, ex.position, ex.steps_before,
+        regularized(ex.graph),
+    )  # fmt: skip
+
+
+def regularized(graph) -> dict[str, float]:
+    """The L2 lambdas of `graph`'s regularized weights, by name (`Parameter.l2`)."""
+    return {p.name: p.l2 for p in graph.parameters if p.l2}
 
 
 def load_checkpoint(ex: Executor, path: str | os.PathLike[str]) -> None:
@@ -146,6 +153,17 @@ def load_checkpoint(ex: Executor, path: str | os.PathLike[str]) -> None:
     )
     if saved is not None:
         ex.set_optimizer(saved)  # the same kind and states (checked above)
+    trained_with, has = meta.get("l2", {}), regularized(graph)
+    if trained_with != has:  # a choice the model's code makes: a note, not a refusal
+        warnings.warn(
+            FlexFlowWarning(
+                f"checkpoint {path} was trained with L2 lambdas {trained_with or 'none'} and "
+                f"this model has {has or 'none'}: training goes on with this model's; build "
+                "its dense layers with the checkpoint's kernel_regularizer to resume as it "
+                "trained."
+            ),
+            stacklevel=2,
+        )
     ex.iteration = int(meta.get("iteration", 0))
     ex.steps_before = int(meta.get("steps_before", 0))
     ex.position = DataPosition.of(meta)

@@ -163,7 +163,30 @@ def main() -> None:
                 for k in ("d1.bias", "d2.bias")
             },
         }
+    report["checkpoint"] = checkpoint_notes(graph, x, labels)
     print(json.dumps(report))
+
+
+def checkpoint_notes(graph, x, labels) -> dict:
+    """A checkpoint of the regularized model records its lambdas: loaded by the same model
+    it says nothing, by the model without regularizers it warns (FlexFlowWarning)."""
+    import tempfile
+    import warnings
+
+    strategy, optimizer = data_parallel_over(graph, 1), SGDOptimizer(0.1)
+    notes = {}
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/ckpt.npz"
+        with Executor(graph, strategy, seed=0, optimizer=optimizer) as executor:
+            executor.step({"x": x}, labels, LOSS)
+            executor.save_checkpoint(path)
+        for name, other in (("same", graph), ("unregularized", classifier())):
+            with Executor(other, strategy, seed=1, optimizer=optimizer) as executor:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    executor.load_checkpoint(path)
+                notes[name] = [str(w.message) for w in caught]
+    return notes
 
 
 if __name__ == "__main__":

@@ -51,3 +51,12 @@ def test_the_regularizer_changes_the_weights_and_not_the_reported_loss(report, o
     run = report[optimizer]
     assert run["unregularized_first_loss"] <= 1.0
     assert min(run["unregularized_kernels"].values()) > 100.0
+
+
+@pytest.mark.legate
+def test_a_checkpoint_records_the_lambdas_and_a_model_with_others_is_warned(report):
+    notes = report["checkpoint"]
+    assert notes["same"] == []
+    (note,) = notes["unregularized"]
+    assert "was trained with L2 lambdas {'d1.kernel': 0.3, 'd2.kernel': 0.05}" in note
+    assert "this model has none" in note
