@@ -2,8 +2,10 @@
 
 As FlexFlow's `ElementBinary` (src/ops/element_binary.cc, `broadcastable`): the operands have
 one rank, and each dimension is equal in both or 1 in one of them, which is repeated along it;
-the output has the larger size of each. FlexFlow's kernels broadcast add, subtract and multiply
-only (they assert for the others); numpy's broadcasting gives the six their rules here alike.
+the output has the larger size of each. FlexFlow's cuDNN forward broadcasts the second input
+for add, subtract, multiply, max and min and the first only for the first three
+(element_binary_kernels.cu), its max/min backward indexes both inputs at the output's size and
+its divide asserts; numpy's broadcasting gives the six their rules here alike, either input.
 The sample dimension is never broadcast: every tensor of a model holds one row per sample of the
 batch, which the data loader feeds and a sample split divides.
 """
