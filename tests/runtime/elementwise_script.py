@@ -83,6 +83,53 @@ def broadcast_split(graph, machine) -> list:
     return attribute_split(graph, machine) + [("broadcast", split)]
 
 
+def excitation() -> FFModel:
+    """A squeeze-and-excitation block: batch norm's output times a per-channel gate
+    (B, C, 1, 1) made from the convolution's sums, plus its sum over channels (B, 1, H, W)
+    repeated along them: broadcast inputs produced by ops split otherwise."""
+    model = FFModel(FFConfig(batch_size=8))
+    x = model.create_tensor((8, 3, 4, 4), name="x")
+    c = model.conv2d(x, 4, 3, 3, 1, 1, 1, 1, name="conv")
+    b = model.batch_norm(c, name="bn")
+    squeezed = model.reduce_sum(c, [2, 3], True, name="squeeze")  # (8, 4, 1, 1)
+    gate = model.sigmoid(model.scalar_multiply(squeezed, 0.1, name="scale"), name="gate")
+    y = model.multiply(b, gate, name="excite")  # (8, 4, 4, 4) x (8, 4, 1, 1)
+    z = model.add(y, model.reduce_sum(y, [1], True, name="csum"), name="plus")  # x (8, 1, 4, 4)
+    model.dense(model.flat(z, name="fl"), 3, name="out")
+    return model
+
+
+EXCITATION_SPLITS = (
+    ("sample", (2, 1, 1, 1), {"bn", "excite", "plus", "csum"}),
+    ("height", (1, 1, 2, 1), {"excite", "plus"}),
+    ("channel", (1, 2, 1, 1), {"bn", "excite", "plus"}),
+    ("height and width", (1, 1, 2, 2), {"conv", "excite", "plus"}),
+    ("sample and height", (2, 1, 2, 1), {"excite", "plus"}),
+)
+"""Splits of the excitation block's ops (the others on device 0 whole): the gate and the
+channel sum, each produced whole or split by sample, read by tiles split along the dims they
+are repeated along, across them, or both."""
+
+
+def excitation_splits(graph, machine) -> list:
+    """`EXCITATION_SPLITS` that fit the machine's devices."""
+    from flexflow.strategy import ParallelConfig, Strategy
+
+    found = []
+    for label, degrees, ops in EXCITATION_SPLITS:
+        tasks = int(np.prod(degrees))
+        if tasks > machine.num_devices:
+            continue
+        configs = tuple(
+            ParallelConfig(degrees, tuple(range(tasks)))
+            if node.name in ops
+            else ParallelConfig.single(len(node.sig.output_shape), 0)
+            for node in graph.ops
+        )
+        found.append((label, Strategy(tuple(n.name for n in graph.ops), configs)))
+    return found
+
+
 def broadcast_degrees(graph) -> dict:
     """Each binary op's degrees under `broadcast_split`'s "broadcast" strategy."""
     strategy = dict(broadcast_split(graph, None))["broadcast"]
@@ -229,6 +276,7 @@ if __name__ == "__main__":
         "broadcast": numerics_script.run(
             lambda: broadcasting(FFModel(FFConfig(batch_size=8))), more=broadcast_split
         ),
+        "excitation": numerics_script.run(excitation, more=excitation_splits),
         "broadcast_degrees": broadcast_degrees(
             broadcasting(FFModel(FFConfig(batch_size=8))).graph()
         ),

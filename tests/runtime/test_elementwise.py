@@ -12,9 +12,10 @@ import pytest
 from tests.runtime.scripts import run_legate_script
 
 STRATEGIES = 4
-MODELS = ["elementwise", "kept", "broadcast"]
-ADDED = {"elementwise": 1, "kept": 1, "broadcast": 2}
-"""Strategies each model trains under beside the usual ones: "attribute", and "broadcast"."""
+MODELS = ["elementwise", "kept", "broadcast", "excitation"]
+ADDED = {"elementwise": 1, "kept": 1, "broadcast": 2, "excitation": 3}
+"""Strategies each model trains under beside the usual ones: "attribute", and "broadcast";
+the excitation block's splits that fit 2 devices (elementwise_script.EXCITATION_SPLITS)."""
 
 pytestmark = pytest.mark.legate
 
