@@ -65,6 +65,7 @@ class LossType(enum.Enum):
     LOSS_CATEGORICAL_CROSSENTROPY = "categorical_crossentropy"
     LOSS_SPARSE_CATEGORICAL_CROSSENTROPY = "sparse_categorical_crossentropy"
     LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE = "mean_squared_error"
+    LOSS_IDENTITY = "identity"  # the model's output is its loss (`flexflow.runtime.loss`)
 
 
 class MetricsType(enum.Enum):

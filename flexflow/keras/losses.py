@@ -1,11 +1,10 @@
-"""FlexFlow's Keras losses: each names the loss `flexflow.core` compiles with (`type`).
-FlexFlow's Identity loss (the output itself as the loss) is refused."""
+"""FlexFlow's Keras losses: each names the loss `flexflow.core` compiles with (`type`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from flexflow.errors import FlexFlowError, NotOfferedError
+from flexflow.errors import FlexFlowError
 
 
 class Loss:
@@ -30,7 +29,8 @@ class MeanSquaredError(Loss):
 
 
 class Identity(Loss):
-    """FlexFlow's identity loss: refused when compiled (no such loss here)."""
+    """FlexFlow's identity loss: the model's output is its loss (the mean over the samples of
+    each one's output summed), the labels are ignored (`flexflow.runtime.loss.identity`)."""
 
     type = "identity"
 
@@ -47,13 +47,8 @@ NAMES: dict[str, type[Loss]] = {
 def get(value: Any) -> Loss:
     """A loss from an object or Keras' name."""
     loss = NAMES[value]() if isinstance(value, str) and value in NAMES else value
-    if isinstance(loss, Identity):
-        raise NotOfferedError(
-            "compile: the identity loss (FlexFlow's: the model's output as its loss) is not "
-            "offered; use mean_squared_error against zeros, or a cross-entropy."
-        )
     if not isinstance(loss, Loss):
-        choices = ", ".join(n for n in NAMES if n != "identity")
+        choices = ", ".join(NAMES)
         raise FlexFlowError(f"compile: unknown loss {value!r}; choose one of {choices}.")
     return loss
 

@@ -7,6 +7,9 @@ output's tiles each compute their share of the loss and their tile of its gradie
 The cross-entropies take outputs of any rank whose last dimension holds the classes: (sample,
 classes), or (sample, position, classes) for a language model's per-token predictions, with
 one label (or target distribution) per prediction, averaged over all of them as Keras does.
+
+The identity loss (FlexFlow's LOSS_IDENTITY) takes the model's output as the loss: the model
+computes its own loss in the graph, and its labels are ignored.
 """
 
 from __future__ import annotations
@@ -81,6 +84,31 @@ def mean_squared_error(
     return float(np.sum(diff**2) / total), 2.0 * diff / total
 
 
+def identity(
+    prediction: np.ndarray, target: np.ndarray | None = None, total: int | None = None
+) -> tuple[float, np.ndarray]:
+    """FlexFlow's identity loss: the model's output is the loss, the mean over the samples of
+    each sample's output summed over its elements (a (B,) output: its mean; a (B, k) one: the
+    mean of its rows' sums); `target` is ignored. Its gradient is 1 / samples for every output
+    element, as FlexFlow's: its identity_loss_backward writes 1.0 and then scales by the loss's
+    scale_factor, 1 / batch size (loss_functions.cc), which also divides our other losses.
+    `total` is the samples of the whole batch (a tile holds some of them), so the tiles'
+    shares add up to the batch's loss whichever dimensions split the output."""
+    total = (prediction.shape[0] if prediction.ndim else 1) if total is None else total
+    value = float(np.sum(prediction, dtype=np.float64) / total)
+    return value, np.full(prediction.shape, 1.0 / total)
+
+
+def _check_identity_target(output_shape: tuple[int, ...], target) -> None:
+    shape = np.shape(target)
+    if len(output_shape) and (not shape or shape[0] != output_shape[0]):
+        raise ShapeError(
+            f"identity: expects one (ignored) target per sample, {output_shape[0]} along the "
+            f"first dimension, got a target shaped {shape}; pass zeros shaped "
+            f"({output_shape[0]},)."
+        )
+
+
 SMALLEST_P = float(np.finfo(np.float32).tiny)
 """Where the cross-entropies clip a probability (log(0) guard): float32's smallest normal
 number, 1.18e-38, so that a label's gradient -1 / (total p) still fits a float32 and the
@@ -143,6 +171,7 @@ LOSSES: dict[str, Loss] = {
     "mean_squared_error": mean_squared_error,
     "sparse_categorical_crossentropy": sparse_categorical_crossentropy,
     "categorical_crossentropy": categorical_crossentropy,
+    "identity": identity,
 }
 
 TARGET_RANK: dict[str, Callable[[int], int]] = {
@@ -150,6 +179,7 @@ TARGET_RANK: dict[str, Callable[[int], int]] = {
     "mean_squared_error": lambda output_rank: output_rank,
     "sparse_categorical_crossentropy": lambda output_rank: output_rank - 1,
     "categorical_crossentropy": lambda output_rank: output_rank,
+    "identity": lambda output_rank: 1,  # ignored: its samples only
 }
 
 ALIASES = {
@@ -157,6 +187,7 @@ ALIASES = {
     "LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE": "mean_squared_error",
     "LOSS_SPARSE_CATEGORICAL_CROSSENTROPY": "sparse_categorical_crossentropy",
     "LOSS_CATEGORICAL_CROSSENTROPY": "categorical_crossentropy",
+    "LOSS_IDENTITY": "identity",
     "mse": "mean_squared_error",
 }
 
@@ -230,6 +261,8 @@ def check_target(name: str, output_shape: tuple[int, ...], target: np.ndarray) -
         _check_distributions(output_shape, target)
     elif name == "sparse_categorical_crossentropy":
         checked_labels(output_shape, target)
+    elif name == "identity":
+        _check_identity_target(output_shape, target)
     else:
         _check_elementwise(output_shape, target)
 
@@ -274,6 +307,9 @@ def check_targets(loss: str, output_shape: tuple[int, ...], target, samples: int
 def check_legate_target(name: str, output_shape: tuple[int, ...], target) -> None:
     """Raise ShapeError unless a cuPyNumeric `target` has the shape and type the loss `name`
     takes for an output of `output_shape`, without reading its data."""
+    if name == "identity":
+        _check_identity_target(output_shape, target)
+        return
     expected = output_shape[: TARGET_RANK[name](len(output_shape))]
     if tuple(target.shape) != expected:
         raise ShapeError(f"{name}: target shape {tuple(target.shape)}, expected {expected}.")
@@ -302,7 +338,10 @@ def loss_tile(
     grad = np.zeros(prediction.shape)
     if valid == 0:
         return 0.0, grad, 0
-    value, grad[:valid] = LOSSES[LOSS_IDS[loss_id]](prediction[:valid], target[:valid], total)
+    name = LOSS_IDS[loss_id]
+    value, grad[:valid] = LOSSES[name](prediction[:valid], target[:valid], total)
+    if name == "identity":  # no predictions to count (accuracy is refused)
+        return value, grad, 0
     return value, grad, correct_predictions(prediction[:valid], target[:valid])
 
 
@@ -355,5 +394,11 @@ def metric_names(metrics: Sequence[str], loss: str) -> tuple[str, ...]:
             )
         if name not in METRICS:
             raise FlexFlowError(f"unknown metric '{name}'; choose from {', '.join(METRICS)}.")
+        if loss == "identity":  # the output is a loss, not predictions of a class
+            raise FlexFlowError(
+                f"metric '{name}' does not apply to the identity loss (the model's output is "
+                "its own loss, there are no predictions to score); drop the metric: every "
+                "epoch reports the loss."
+            )
         names.append(name)
     return tuple(names)

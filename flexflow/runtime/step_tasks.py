@@ -69,7 +69,11 @@ def issue_loss(
     config = executor.strategy[output_op]
     shape = graph.ops[output_op].sig.outputs[0].shape
     predictions = predictions_per_sample(shape)
-    per_sample = int(np.prod(shape[1:])) if name == "mean_squared_error" else predictions
+    # what the loss divides by, per sample: its elements (MSE), its predictions (the
+    # cross-entropies), the sample itself (identity: the mean of the samples' summed outputs)
+    per_sample = {"mean_squared_error": int(np.prod(shape[1:])), "identity": 1}.get(
+        name, predictions
+    )
     total = valid * per_sample
     tiles = executor.regions(output_op)
     on_host = not hasattr(target, "__legate_data_interface__")

@@ -47,7 +47,8 @@ def test_unknown_activation_names_the_choices():
     [
         ({"optimizer": "adagrad", "loss": "mse"}, "unknown optimizer 'adagrad'"),
         ({"optimizer": "sgd", "loss": "hinge"}, "unknown loss 'hinge'"),
-        ({"optimizer": "sgd", "loss": "identity"}, "identity loss"),
+        ({"optimizer": "sgd", "loss": "identity", "metrics": ["accuracy"]},
+         "'accuracy' does not apply to the identity loss"),
         ({"optimizer": "sgd"}, "name a loss"),
         ({"optimizer": "sgd", "loss": "mse", "metrics": ["mean_absolute_error"]},
          "MeanAbsoluteError is not offered"),
