@@ -212,6 +212,9 @@ def _loss_inputs(
         return probs, rng.integers(0, 5, predictions).astype(label_dtype)
     if name == "categorical_crossentropy":
         return probs, np.eye(5, dtype=np.float32)[rng.integers(0, 5, predictions)]
+    if name == "identity":  # without positions a (sample,) output; labels one (unread) a sample
+        shape = (*predictions, 5) if positions else predictions
+        return rng.standard_normal(shape).astype(np.float32), np.zeros(6, np.float32)
     shape = (*predictions, 5)
     return rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(
         np.float32
@@ -231,6 +234,8 @@ def check_losses(gpu: Gpu, loss_module: ModuleType) -> list[Comparison]:
         ("mean_squared_error", "int32", (3,)),
         ("sparse_categorical_crossentropy", "int32", (3,)),
         ("categorical_crossentropy", "int32", (3,)),
+        ("identity", "int32", ()),  # the model's output is its loss: labels unread
+        ("identity", "int32", (3,)),
     ]
     for name, label_dtype, positions in cases:
         prediction, target = _loss_inputs(rng, name, label_dtype, positions)

@@ -375,5 +375,27 @@ LOSS_KERNELS(f64, double)
   }
 SPARSE_KERNELS(i32, int)
 SPARSE_KERNELS(i64, long long)
+
+// identity (FlexFlow's LOSS_IDENTITY): the output is the loss, sum(p) / total over the first
+// `valid` rows, grad 1 / total there (0 past them); the labels are not read, nothing is correct.
+extern "C" __global__ void identity_loss(double *sums, float *grad, const float *p,
+                                         long long rows, long long per_row, long long valid,
+                                         double total) {
+  __shared__ double scratch[BLOCK];
+  double loss = 0.0;
+  long long n = rows * per_row;
+  for (long long base = blockIdx.x * (long long)BLOCK; base < n; base += (long long)BLOCK * gridDim.x) {
+    long long i = base + threadIdx.x;
+    if (i < n) {
+      if (i / per_row < valid) {
+        loss += (double)p[i];
+        grad[i] = (float)(1.0 / total);
+      } else {
+        grad[i] = 0.0f;
+      }
+    }
+  }
+  add_sums(sums, loss / total, 0.0, scratch);
+}
 """
 )

@@ -123,7 +123,21 @@ def _sparse_loss(gpu: Gpu, prediction, labels, sums, grad, rows, valid, total) -
         )
 
 
-LOSS_NAMES = ("mean_squared_error", "sparse_categorical_crossentropy", "categorical_crossentropy")
+def _identity_loss(gpu: Gpu, prediction, sums, grad, rows, valid, total) -> None:
+    per_row = prediction.size // rows
+    launch(
+        gpu, TRAINING, "identity_loss", grid_for(prediction.size),
+        [Arg.ptr(sums.ptr), Arg.ptr(grad.ptr), Arg.ptr(prediction.ptr), Arg.i64(rows),
+         Arg.i64(per_row), Arg.i64(valid), Arg.f64(total)],
+    )  # fmt: skip
+
+
+LOSS_NAMES = (
+    "mean_squared_error",
+    "sparse_categorical_crossentropy",
+    "categorical_crossentropy",
+    "identity",
+)
 
 
 def loss_tile(
@@ -133,7 +147,7 @@ def loss_tile(
     divided by `total`) and its correct predictions; grad = the loss gradient (zero past `valid`)."""
     if name not in LOSS_NAMES:
         raise ShapeError(f"unknown loss '{name}' on GPU; choose one of {', '.join(LOSS_NAMES)}.")
-    require_contiguous(name, prediction, target)
+    require_contiguous(name, prediction, None if name == "identity" else target)
     rows = prediction.shape[0] if prediction.ndim else 0
     valid = max(0, min(valid, rows))
     sums = gpu.zeros((2,), "float64")
@@ -141,6 +155,9 @@ def loss_tile(
     if valid == 0 or prediction.size == 0:
         return sums, grad
     shape = prediction.shape
+    if name == "identity":  # any rank: the labels are not read
+        _identity_loss(gpu, prediction, sums, grad, rows, valid, total)
+        return sums, grad
     if prediction.ndim > 2:  # one prediction per position: rows of classes, as the CPU counts
         positions = prediction.size // (rows * shape[-1])
         prediction, grad = prediction.reshape((-1, shape[-1])), grad.reshape((-1, shape[-1]))

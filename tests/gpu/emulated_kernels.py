@@ -348,6 +348,13 @@ def sparse_cce(gpu, name, sums, grad, bad, p, labels, rows, classes, valid, tota
     )
 
 
+def identity_loss(gpu, name, sums, grad, p, rows, per_row, valid, total):
+    prediction = gpu.memory(p, "float32")[: rows * per_row].reshape(rows, per_row)
+    g = gpu.memory(grad, "float32")[: rows * per_row].reshape(rows, per_row)
+    g[:valid], g[valid:] = 1 / total, 0
+    _add_sums(gpu, sums, prediction[:valid].astype(np.float64).sum(), total, 0)
+
+
 KERNELS: dict[str, Callable] = {
     "copy_strided": copy_strided,
     "fill": fill,
@@ -377,4 +384,5 @@ KERNELS: dict[str, Callable] = {
     "mse": mse,
     "cce": cce,
     "sparse_cce": sparse_cce,
+    "identity_loss": identity_loss,
 }

@@ -109,7 +109,7 @@ def test_optimizer_updates_are_bit_identical_to_the_reference(host):
 
 def test_losses(host):
     results = check.check_losses(host, check.load_loss_reference(REPO))
-    assert len(results) == 42 and not _failures(results)  # 7 cases x 2 valid counts x 3
+    assert len(results) == 54 and not _failures(results)  # 9 cases x 2 valid counts x 3
 
 
 def test_every_emulated_kernel_was_launched(host):
