@@ -22,6 +22,8 @@ def test_keras_and_ffmodel_train_on_the_identity_loss_alike():
     assert report["keras_object"] == keras
     assert report["keras_other_labels"] == keras  # the labels are ignored
     assert report["ffmodel"] == keras
+    evaluated = report["evaluated"]  # the last batch padded: only its samples count
+    assert evaluated["loss"] == pytest.approx(evaluated["mean_output"], rel=1e-5)
 
 
 def test_keras_identity_refuses_accuracy_before_starting_legate():

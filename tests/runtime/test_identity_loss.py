@@ -109,3 +109,6 @@ def test_every_strategy_trains_on_the_identity_loss_like_one_device_and_numpy(re
     failing = {name: r for name, r in strategies.items() if r["loss"] > 1.0 or r["weights"] > 1.0}
     assert failing == {}
     assert len(report[model]["splits"]) >= 3  # split by sample and by attribute
+    # the launch count the simulator charges is the tasks each step issues (flexflow.launches)
+    counts = report[model]["task_counts"]
+    assert {name: c for name, c in counts.items() if set(c[0]) != {c[1]}} == {}
