@@ -9,12 +9,11 @@ import json
 import sys
 
 import numpy as np
+from numerics_script import run  # (this folder: the script runs from it; imports flexflow first)
 
-import flexflow  # noqa: F401  (first: prepares Legate)
 from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.ops import DimKind
 from flexflow.strategy import ParallelConfig, Strategy
-from tests.runtime.numerics_script import run
 
 
 def summed() -> FFModel:
