@@ -100,7 +100,16 @@ def identity(
 
 
 def _check_identity_target(output_shape: tuple[int, ...], target) -> None:
+    """One target per sample, of numbers (ignored, but a store of several nodes copies them
+    as float32: strings would fail there); NaN ones are not refused (never read)."""
     shape = np.shape(target)
+    dtype = getattr(target, "dtype", None)
+    dtype = np.asarray(target).dtype if dtype is None else dtype
+    if dtype.kind not in "biuf":
+        raise ShapeError(
+            f"identity: its targets are ignored but must be numbers, got dtype {dtype}; pass "
+            f"zeros shaped ({output_shape[0] if output_shape else 1},)."
+        )
     if len(output_shape) and (not shape or shape[0] != output_shape[0]):
         raise ShapeError(
             f"identity: expects one (ignored) target per sample, {output_shape[0]} along the "
@@ -287,7 +296,8 @@ def check_targets(loss: str, output_shape: tuple[int, ...], target, samples: int
     else:
         target = np.asarray(target)
         check_target(name, shape, target)
-    check_finite(f"{name}: y", target)
+    if name != "identity":  # its targets are never read
+        check_finite(f"{name}: y", target)
     if name == "categorical_crossentropy" and target.size and float(target.min()) < 0:
         negative = np.asarray((target < 0).reshape(len(target), -1).any(axis=1))
         raise ShapeError(

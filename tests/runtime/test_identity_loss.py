@@ -77,6 +77,11 @@ def test_identity_takes_targets_of_any_shape_one_per_sample():
         check_target("identity", (4, 3), np.zeros(3))
     with pytest.raises(ShapeError, match="identity: expects one"):
         check_targets("identity", (2,), np.zeros(5), 6)
+    check_targets("identity", (4,), np.array([np.nan, np.inf, 0.0, 1.0]), 4)  # never read
+    for other in (np.array(list("abcd")), np.array([None] * 4), np.zeros(4, complex)):
+        with pytest.raises(ShapeError, match=r"identity: its targets are ignored but must be "
+                           r"numbers, got dtype .*; pass zeros shaped \(4,\)"):  # fmt: skip
+            check_targets("identity", (4,), other, 4)
 
 
 @pytest.mark.parametrize("metric", ["accuracy", "METRICS_ACCURACY"])
