@@ -147,6 +147,29 @@ def residual() -> FFModel:
     return model
 
 
+def loss_and_gradients(graph, values: dict, weights: dict, loss_name: str, target):
+    """One numpy forward and backward pass over whole tensors from the inputs in `values`
+    (by tensor id): the loss and every weight's gradient (by parameter id)."""
+    for node in graph.ops:
+        outs = node.op.forward([values[i] for i in node.inputs], [weights[w] for w in node.weights])
+        values.update(zip(node.outputs, outs, strict=True))
+    out = graph.ops[-1].outputs[0]
+    loss, grad = LOSSES[loss_name](values[out], target)
+    grads = {out: grad.astype(np.float32)}
+    wgrads = {p: np.zeros_like(w) for p, w in weights.items()}
+    for node in reversed(graph.ops):
+        ins = [values[i] for i in node.inputs]
+        outs = [values[o] for o in node.outputs]
+        ups = [grads.get(o, np.zeros_like(values[o])) for o in node.outputs]
+        gx, gw = node.op.backward(ins, [weights[w] for w in node.weights], outs, ups)
+        for tid, g in zip(node.inputs, gx, strict=True):
+            if g is not None:
+                grads[tid] = grads.get(tid, 0) + g
+        for pid, g in zip(node.weights, gw, strict=True):
+            wgrads[pid] = wgrads[pid] + g
+    return loss, wgrads
+
+
 def reference(graph, inputs, target, loss_name):
     """The same SGD steps with the numpy kernels on whole tensors."""
     rng = np.random.default_rng(0)
@@ -154,26 +177,8 @@ def reference(graph, inputs, target, loss_name):
     losses = []
     for _ in range(STEPS):
         values = {t.id: inputs[t.name] for t in graph.input_tensors}
-        for node in graph.ops:
-            outs = node.op.forward(
-                [values[i] for i in node.inputs], [weights[w] for w in node.weights]
-            )
-            values.update(zip(node.outputs, outs, strict=True))
-        out = graph.ops[-1].outputs[0]
-        loss, grad = LOSSES[loss_name](values[out], target)
+        loss, wgrads = loss_and_gradients(graph, values, weights, loss_name, target)
         losses.append(loss)
-        grads = {out: grad.astype(np.float32)}
-        wgrads = {p: np.zeros_like(w) for p, w in weights.items()}
-        for node in reversed(graph.ops):
-            ins = [values[i] for i in node.inputs]
-            outs = [values[o] for o in node.outputs]
-            ups = [grads.get(o, np.zeros_like(values[o])) for o in node.outputs]
-            gx, gw = node.op.backward(ins, [weights[w] for w in node.weights], outs, ups)
-            for tid, g in zip(node.inputs, gx, strict=True):
-                if g is not None:
-                    grads[tid] = grads.get(tid, 0) + g
-            for pid, g in zip(node.weights, gw, strict=True):
-                wgrads[pid] = wgrads[pid] + g
         weights = {p: (w - LR * wgrads[p]).astype(np.float32) for p, w in weights.items()}
     return losses, {graph.parameters[p].name: w for p, w in weights.items()}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from numerics_script import relative  # (imports flexflow first, which prepares Legate)
+from numerics_script import loss_and_gradients, relative  # (imports flexflow first)
 
 from flexflow import ActiMode, FFConfig, FFModel
 from flexflow.machine import parse_machine
@@ -18,7 +18,6 @@ from flexflow.ops.init import initialize
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 from flexflow.regularizers import L2
 from flexflow.runtime import Executor
-from flexflow.runtime.loss import LOSSES
 from flexflow.strategies import data_parallel_over, named_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 
@@ -46,26 +45,8 @@ def reference(graph, x, labels, optimizer):
     losses = []
     for step in range(1, STEPS + 1):
         values = {graph.input_tensors[0].id: x}
-        for node in graph.ops:
-            outs = node.op.forward(
-                [values[i] for i in node.inputs], [weights[w] for w in node.weights]
-            )
-            values.update(zip(node.outputs, outs, strict=True))
-        out = graph.ops[-1].outputs[0]
-        loss, grad = LOSSES[LOSS](values[out], labels)
+        loss, wgrads = loss_and_gradients(graph, values, weights, LOSS, labels)
         losses.append(loss)
-        grads = {out: grad.astype(np.float32)}
-        wgrads = {pid: np.zeros_like(w) for pid, w in weights.items()}
-        for node in reversed(graph.ops):
-            ins = [values[i] for i in node.inputs]
-            outs = [values[o] for o in node.outputs]
-            ups = [grads.get(o, np.zeros_like(values[o])) for o in node.outputs]
-            gx, gw = node.op.backward(ins, [weights[w] for w in node.weights], outs, ups)
-            for tid, g in zip(node.inputs, gx, strict=True):
-                if g is not None:
-                    grads[tid] = grads.get(tid, 0) + g
-            for pid, g in zip(node.weights, gw, strict=True):
-                wgrads[pid] = wgrads[pid] + g
         for p in graph.parameters:
             weights[p.id], states[p.id] = optimizer.update(
                 weights[p.id], wgrads[p.id], states[p.id], step, p.l2
