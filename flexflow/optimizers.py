@@ -108,8 +108,7 @@ def _apply_partials(optimizer: Optimizer, weight, partials, states, step: int, l
         update = optimizer.native_update(step)
         native_updates.apply_update(*update, weight, partials, states, l2)
         return
-    runs = ((0, weight.size, l2),) if isinstance(l2, float | int) else l2
-    for start, stop, lam in runs:
+    for start, stop, lam in native_updates.l2_runs(l2, weight.size):
         run = slice(start, stop)
         grad = sum_in_order([p[run] for p in partials])
         optimizer.apply(weight[run], grad, [s[run] for s in states], step, lam)

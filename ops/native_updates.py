@@ -57,19 +57,30 @@ def apply_update(
     if len(states) > 1:
         update.state1 = pointer(states[1], F32_POINTER)
     update.h = [float(value) for value in hyper] + [0.0] * (7 - len(hyper))
-    if isinstance(l2, float | int):
-        runs = L2Runs(((weight.size, l2),)) if l2 else None
-    else:
-        runs = L2Runs([(stop, lam) for _, stop, lam in l2]) if any(r[2] for r in l2) else None
+    runs = L2Runs.of(l2_runs(l2, weight.size))
     lib.ff_apply_update_runs_f32(update, ffi.NULL if runs is None else runs.struct)
 
 
-class L2Runs:
-    """An `ff_l2_runs` (native/kernels.h: the L2 regularizers of a flat buffer) of (stop,
-    lambda) runs, and the arrays it points at, alive as long as this object."""
+def l2_runs(
+    l2: float | Sequence[tuple[int, int, float]], size: int
+) -> Sequence[tuple[int, int, float]]:
+    """A weight's L2 lambda as the one (start, stop, lambda) run over its `size` elements, or a
+    flat buffer's runs (`flexflow.runtime.flat.FlatLayout.runs`) as they are."""
+    return ((0, size, l2),) if isinstance(l2, float | int) else l2
 
-    def __init__(self, runs: Sequence[tuple[int, float]]) -> None:
-        self._stops = ffi.new("long[]", [int(stop) for stop, _ in runs])
-        self._lambdas = ffi.new("float[]", [float(np.float32(lam)) for _, lam in runs])
+
+class L2Runs:
+    """An `ff_l2_runs` (native/kernels.h: the L2 regularizers of a flat buffer) of (start,
+    stop, lambda) runs (`l2_runs`), and the arrays it points at, alive as long as this
+    object."""
+
+    def __init__(self, runs: Sequence[tuple[int, int, float]]) -> None:
+        self._stops = ffi.new("long[]", [int(stop) for _, stop, _ in runs])
+        self._lambdas = ffi.new("float[]", [float(np.float32(lam)) for _, _, lam in runs])
         self.struct = ffi.new("ff_l2_runs *")
         self.struct.count, self.struct.stop, self.struct.l2 = len(runs), self._stops, self._lambdas
+
+    @classmethod
+    def of(cls, runs: Sequence[tuple[int, int, float]]) -> L2Runs | None:
+        """The runs' struct, or None (the C update's NULL) where no lambda is set."""
+        return cls(runs) if any(lam for _, _, lam in runs) else None

@@ -79,7 +79,7 @@ class NativeStep:
         self._plan.log = ffi.NULL
         self._readers = ffi.new("long[]", [op for _, op in made.inputs])
         self._plan.inputs, self._plan.num_inputs = self._readers, len(made.inputs)
-        self._l2 = None if flat is None or not flat.l2 else L2Runs([r[1:] for r in flat.runs])
+        self._l2 = None if flat is None else L2Runs.of(flat.runs)
         """The flat weights' L2 regularizers, which the plan's update adds (none: NULL)."""
         self._plan.l2 = ffi.NULL if self._l2 is None else self._l2.struct
         self.buffers: list[np.ndarray] = []

@@ -62,7 +62,7 @@ def test_the_c_update_of_a_flat_buffer_adds_each_runs_l2_to_its_elements_alone()
     rows = native.ffi.new("float *[]", pointers[1:4])  # alive through the call
     update.partials = rows
     update.h = [float(h) for h in optimizer.native_update(4)[1]]
-    runs = native.L2Runs([run[1:] for run in layout.runs])
+    runs = native.L2Runs(layout.runs)
     native.lib.ff_apply_update_runs_f32(update, runs.struct)
     np.testing.assert_array_equal(weight, want_weight)
     for got, want in zip(states, want_states, strict=True):
