@@ -6,8 +6,6 @@ rules themselves, so it checks the launches but not these lines of CUDA; this ru
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -16,6 +14,8 @@ from flexflow.gpu.prims import BINARY_CODES, FUNCTION_CODES
 from flexflow.gpu.sources import COMMON, ELEMENTWISE
 from flexflow.ops.element_binary import BINARY_RULES, BinaryOp
 from flexflow.ops.unary_functions import UNARY_FUNCTIONS, UnaryFunction
+
+from .host_cpp import compile_host
 
 _HOST = """#include <cmath>
 using std::isnan;
@@ -42,17 +42,7 @@ def _source() -> str:
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("no g++ to compile the kernels' source for the host")
-    folder = tmp_path_factory.mktemp("elementwise")
-    (folder / "elementwise.cpp").write_text(_source())
-    library = folder / "elementwise.so"
-    subprocess.run(
-        ["g++", "-O1", "-shared", "-fPIC", "-o", str(library), str(folder / "elementwise.cpp")],
-        check=True,
-        capture_output=True,
-    )
-    return ctypes.CDLL(str(library))
+    return compile_host(_source(), tmp_path_factory.mktemp("elementwise"), "elementwise")
 
 
 def _pointer(values: np.ndarray) -> ctypes.c_void_p:

@@ -6,8 +6,6 @@ source (its template body, with the grid-stride loop as a plain loop)."""
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -16,14 +14,13 @@ from flexflow.gpu import nvrtc, tile_shape
 from flexflow.gpu.sources import LAYOUT
 
 from .emulator import HostGpu
+from .host_cpp import compile_host
 
 TYPES = {"f32": "float", "f64": "double", "i32": "int", "i64": "long long"}
 
 
 @pytest.fixture(scope="module")
 def host_kernel(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("no g++ to compile the kernel's source for the host")
     body = LAYOUT[LAYOUT.index("#define MAX_PARTS") : LAYOUT.index("#define LAYOUT_KERNELS")]
     wrappers = "".join(
         f'extern "C" void join_parts_{suffix}({t} *w, const Parts *p, const Parts *e, '
@@ -36,15 +33,7 @@ def host_kernel(tmp_path_factory):
         + body
         + wrappers
     )
-    folder = tmp_path_factory.mktemp("join_parts")
-    (folder / "join.cpp").write_text(source)
-    library = folder / "join.so"
-    subprocess.run(
-        ["g++", "-O1", "-shared", "-fPIC", "-o", str(library), str(folder / "join.cpp")],
-        check=True,
-        capture_output=True,
-    )
-    return ctypes.CDLL(str(library))
+    return compile_host(source, tmp_path_factory.mktemp("join_parts"), "join")
 
 
 @pytest.fixture
