@@ -44,11 +44,16 @@ def _windows(xp: np.ndarray, out_hw, kernel, stride) -> np.ndarray:
 
 
 def _cell_counts(x: np.ndarray, out_hw, kernel, stride, pad_before) -> np.ndarray:
-    """(H', W'): each window's cells inside the slice (an average's divisor), counted by
-    pooling a ones slice padded with zeros as x is."""
-    ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
-    mask, _ = _padded(ones, out_hw, kernel, stride, pad_before, 0.0)
-    return _windows(mask, out_hw, kernel, stride).sum(axis=-1)[0, 0]
+    """(H', W'): each window's cells inside the slice (an average's divisor), in x's dtype,
+    as the numpy reference counts them (`flexflow.ops.window.window_cell_counts`)."""
+    from flexflow.ops.window import window_cell_counts  # (here: this module may stand in
+    # for an ops module that flexflow.ops is still importing)
+
+    rows, cols = (
+        window_cell_counts(size, out, k, s, p)
+        for size, out, k, s, p in zip(x.shape[2:], out_hw, kernel, stride, pad_before, strict=True)
+    )
+    return np.outer(rows, cols).astype(x.dtype)
 
 
 def pool2d_forward(x, out_hw, kernel, stride, pad_before, is_max) -> np.ndarray:
