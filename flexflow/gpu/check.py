@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -191,10 +192,12 @@ def check_optimizers(gpu: Gpu) -> list[Comparison]:
 
 def load_loss_reference(repo: Path) -> ModuleType:
     """flexflow/runtime/loss.py as its own module: importing it through `flexflow.runtime` would
-    start Legate, and the losses themselves need only numpy."""
+    start Legate, and the losses themselves need only numpy. It is registered under its own name
+    before it runs, as a dataclass defined in it (`LossKind`) looks its module up there."""
     path = repo / "flexflow" / "runtime" / "loss.py"
     spec = importlib.util.spec_from_file_location("flexflow_loss_reference", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
