@@ -37,7 +37,7 @@ from flexflow.figures import picture_file
 from flexflow.fileio import check_outputs, output_file
 from flexflow.optimizers import AdamOptimizer, SGDOptimizer
 from flexflow.relaunch import relaunch_with_launcher_flags
-from flexflow.runtime.loss import ends_in_probabilities
+from flexflow.runtime.loss import ends_in_probabilities, loss_kind
 
 SIZE_FLAGS = (
     "image_size",
@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"--weight-decay to continue it."
                 )
         profile = measured_profile(args.profile, graph, machine, console)
-        metrics = ["accuracy"] if "crossentropy" in loss else []
+        metrics = list(loss_kind(loss).default_metrics)
         plan = model.compile(
             optimizer,
             loss,

@@ -78,7 +78,7 @@ class FFModel(LayerAPI):
         weights, batch norm's statistics, the epochs done) and starts the optimizer afresh,
         as Keras does."""
         from flexflow.bootstrap import check_network_library, python_handles_ctrl_c
-        from flexflow.runtime.loss import check_model_output, loss_name, metric_names
+        from flexflow.runtime.loss import check_model_output, loss_kind, loss_name, metric_names
 
         graph = self.graph()
         check_model_output(graph, loss_type)  # before Legate starts
@@ -86,7 +86,7 @@ class FFModel(LayerAPI):
             check_batch(tensor, self.config.batch_size)
         self._check_loss_input(loss_type)
         if metrics is None:  # accuracy where the loss is a classification's
-            metrics = ("accuracy",) if "crossentropy" in loss_name(loss_type) else ()
+            metrics = loss_kind(loss_type).default_metrics
         metrics = metric_names(metrics, loss_name(loss_type))  # before the search
         check_network_library()  # one of several ranks: before Legate looks for MPI
         from legate.core import get_legate_runtime  # starts Legate: Realm takes SIGINT

@@ -17,6 +17,7 @@ from flexflow.runtime.batches import BatchStats
 from flexflow.runtime.concurrent import issue_with_loss
 from flexflow.runtime.loss import (
     LOSS_IDS,
+    LOSS_KINDS,
     TARGET_RANK,
     check_legate_target,
     check_target,
@@ -69,12 +70,8 @@ def issue_loss(
     config = executor.strategy[output_op]
     shape = graph.ops[output_op].sig.outputs[0].shape
     predictions = predictions_per_sample(shape)
-    # what the loss divides by, per sample: its elements (MSE), its predictions (the
-    # cross-entropies), the sample itself (identity: the mean of the samples' summed outputs)
-    per_sample = {"mean_squared_error": int(np.prod(shape[1:])), "identity": 1}.get(
-        name, predictions
-    )
-    total = valid * per_sample
+    # what the loss divides by: its own divisor per sample, for the valid samples
+    total = valid * LOSS_KINDS[name].divisor_per_sample(shape)
     tiles = executor.regions(output_op)
     on_host = not hasattr(target, "__legate_data_interface__")
     if on_host:
