@@ -192,8 +192,9 @@ def check_optimizers(gpu: Gpu) -> list[Comparison]:
 
 def load_loss_reference(repo: Path) -> ModuleType:
     """flexflow/runtime/loss.py as its own module: importing it through `flexflow.runtime` would
-    start Legate, and the losses themselves need only numpy. It is registered under its own name
-    before it runs, as a dataclass defined in it (`LossKind`) looks its module up there."""
+    start Legate, and the losses themselves (flexflow.runtime.loss_functions, which it imports)
+    need only numpy. It is registered under its own name before it runs, as a dataclass defined
+    in it (`LossKind`) looks its module up there."""
     path = repo / "flexflow" / "runtime" / "loss.py"
     spec = importlib.util.spec_from_file_location("flexflow_loss_reference", path)
     module = importlib.util.module_from_spec(spec)

@@ -1,19 +1,8 @@
-"""Losses on the model's output: the value and its gradient with respect to that output.
-
-Each loss works on a tile of the output (and the matching tile of the target) given the size of
-the whole (`total`: elements for MSE, predictions for cross-entropy), so tasks holding the
-output's tiles each compute their share of the loss and their tile of its gradient.
-
-The cross-entropies take outputs of any rank whose last dimension holds the classes: (sample,
-classes), or (sample, position, classes) for a language model's per-token predictions, with
-one label (or target distribution) per prediction, averaged over all of them as Keras does.
-
-The identity loss (FlexFlow's LOSS_IDENTITY) takes the model's output as the loss: the model
-computes its own loss in the graph, and its labels are ignored.
-
-What differs between the losses is one `LossKind` record each, in `KINDS`: the code around
-(target checks, the loss tasks, metrics, compile's checks) reads their fields rather than
-testing names, so a new loss is one more record.
+"""Losses on the model's output (the value and its gradient with respect to that output) as one
+table: what differs between the losses is one `LossKind` record each, in `KINDS`, whose fields
+the target checks, the loss tasks, the metrics and compile's checks read rather than testing
+names, so a new loss is one more record. The losses themselves, numpy functions of a tile of
+the output, and the checks of their targets are in `flexflow.runtime.loss_functions`.
 """
 
 from __future__ import annotations
@@ -27,233 +16,58 @@ import numpy as np
 from flexflow.data import check_finite
 from flexflow.errors import FlexFlowError, ShapeError
 from flexflow.graph import OperatorGraph
-from flexflow.ops import native_sparse
+from flexflow.runtime.loss_functions import (
+    SMALLEST_P,
+    Shape,
+    categorical_crossentropy,
+    check_distributions,
+    check_elementwise,
+    check_identity_target,
+    check_integer_labels,
+    check_no_negatives,
+    check_stored_label_range,
+    checked_labels,
+    correct_predictions,
+    identity,
+    mean_squared_error,
+    predictions_per_sample,
+    shaped_labels,
+    sparse_categorical_crossentropy,
+    sparse_tile,
+)
 
 Loss = Callable[..., tuple[float, np.ndarray]]
-Shape = tuple[int, ...]
 TargetCheck = Callable[[Shape, Any], None]
 """Raise ShapeError unless a target fits a loss for an output of the given shape."""
 Tile = Callable[[np.ndarray, Any, int, int], tuple[float, np.ndarray, int]]
 """`loss_tile`'s (value, gradient, correct) from (prediction, target, total, valid)."""
 
 
-def _check_elementwise(output_shape: Shape, target) -> None:
-    if tuple(output_shape) != np.shape(target):
-        raise ShapeError(
-            f"mean_squared_error: target shape {np.shape(target)} differs from the model's "
-            f"output {tuple(output_shape)}; pass one target per output element."
-        )
-
-
-def _check_distributions(output_shape: Shape, target) -> None:
-    if len(output_shape) < 2 or np.shape(target) != tuple(output_shape):
-        raise ShapeError(
-            f"categorical_crossentropy: expects (sample, ..., classes) probabilities and a "
-            f"target of the same shape, got output {tuple(output_shape)} and target "
-            f"{np.shape(target)}."
-        )
-
-
-def _check_integer_labels(name: str, dtype: np.dtype) -> None:
-    if dtype.kind not in "iu":
-        raise ShapeError(
-            f"{name}: labels must be integers (class indices), got {dtype}; pass "
-            f"labels.astype(int), or one-hot targets with categorical_crossentropy."
-        )
-
-
-def _check_label_range(classes: int, low, high) -> None:
-    if low < 0 or high >= classes:
-        raise ShapeError(
-            f"sparse_categorical_crossentropy: labels must lie in [0, {classes}), got "
-            f"[{low}, {high}]."
-        )
-
-
-def shaped_labels(output_shape: Shape, labels) -> np.ndarray:
-    """`labels` as an array, one per prediction of an output of `output_shape` ((N,) or (N, 1)
-    for an (N, classes) output)."""
-    labels = np.asarray(labels)
-    expected = tuple(output_shape[:-1])
-    two_d = len(output_shape) == 2 and labels.size == output_shape[0]
-    if len(output_shape) < 2 or not (labels.shape == expected or two_d):
-        raise ShapeError(
-            f"sparse_categorical_crossentropy: expects (sample, ..., classes) probabilities and "
-            f"one integer label per prediction, shaped {expected}; got output "
-            f"{tuple(output_shape)} and labels {labels.shape}."
-        )
-    _check_integer_labels("sparse_categorical_crossentropy", labels.dtype)
-    return labels
-
-
-def checked_labels(output_shape: Shape, labels) -> np.ndarray:
-    """`shaped_labels`, each a class of the output's last dimension."""
-    labels = shaped_labels(output_shape, labels)
-    if labels.size:
-        _check_label_range(output_shape[-1], labels.min(), labels.max())
-    return labels
-
-
-def _check_stored_label_range(output_shape: Shape, labels) -> None:
-    """`checked_labels`' range check on a cuPyNumeric store, by reductions (its shape and type
-    are known to fit): a task would abort on a label out of range."""
-    if output_shape[0]:
-        _check_label_range(output_shape[-1], int(labels.min()), int(labels.max()))
-
-
-def _check_no_negatives(output_shape: Shape, target) -> None:
-    """Probabilities are not negative (checked once for a data set: it reads all of them)."""
-    if target.size and float(target.min()) < 0:
-        negative = np.asarray((target < 0).reshape(len(target), -1).any(axis=1))
-        raise ShapeError(
-            f"categorical_crossentropy: targets are probabilities (one-hot, or rows summing "
-            f"to 1), got negative ones (the first in sample {int(np.argmax(negative))}); for "
-            "class indices use sparse_categorical_crossentropy."
-        )
-
-
-def _check_identity_target(output_shape: Shape, target) -> None:
-    """One target per sample, of numbers (ignored, but a store of several nodes copies them
-    as float32: strings would fail there); NaN ones are not refused (never read)."""
-    shape = np.shape(target)
-    dtype = getattr(target, "dtype", None)
-    dtype = np.asarray(target).dtype if dtype is None else dtype
-    if dtype.kind not in "biuf":
-        raise ShapeError(
-            f"identity: its targets are ignored but must be numbers, got dtype {dtype}; pass "
-            f"zeros shaped ({output_shape[0] if output_shape else 1},)."
-        )
-    if len(output_shape) and (not shape or shape[0] != output_shape[0]):
-        raise ShapeError(
-            f"identity: expects one (ignored) target per sample, {output_shape[0]} along the "
-            f"first dimension, got a target shaped {shape}; pass zeros shaped "
-            f"({output_shape[0]},)."
-        )
-
-
-def mean_squared_error(
-    prediction: np.ndarray, target: np.ndarray, total: int | None = None
-) -> tuple[float, np.ndarray]:
-    _check_elementwise(prediction.shape, target)
-    total = prediction.size if total is None else total
-    diff = prediction.astype(np.float64) - target
-    return float(np.sum(diff**2) / total), 2.0 * diff / total
-
-
-def identity(
-    prediction: np.ndarray, target: np.ndarray | None = None, total: int | None = None
-) -> tuple[float, np.ndarray]:
-    """FlexFlow's identity loss: the model's output is the loss, the mean over the samples of
-    each sample's output summed over its elements (a (B,) output: its mean; a (B, k) one: the
-    mean of its rows' sums); `target` is ignored. Its gradient is 1 / samples for every output
-    element, as FlexFlow's: its identity_loss_backward writes 1.0 and then scales by the loss's
-    scale_factor, 1 / batch size (loss_functions.cc), which also divides our other losses.
-    `total` is the samples of the whole batch (a tile holds some of them), so the tiles'
-    shares add up to the batch's loss whichever dimensions split the output."""
-    total = (prediction.shape[0] if prediction.ndim else 1) if total is None else total
-    value = float(np.sum(prediction, dtype=np.float64) / total)
-    return value, np.full(prediction.shape, 1.0 / total)
-
-
-SMALLEST_P = float(np.finfo(np.float32).tiny)
-"""Where the cross-entropies clip a probability (log(0) guard): float32's smallest normal
-number, 1.18e-38, so that a label's gradient -1 / (total p) still fits a float32 and the
-softmax's backward, p (dy - sum(dy p)), gives it back as exactly (p - 1) / total up to
-rounding. A larger clip (1e-12, before) kept only p / 1e-12 of it: a confidently wrong
-prediction (a logit 28 or more below the largest) stopped learning. Beyond a gap of about
-87 (p below 1.18e-38, a subnormal or 0) the gradient still fades and each loss stops at 87.3;
-FlexFlow and PyTorch, which take the gradient w.r.t. the softmax's input, do not."""
-
-
-def sparse_categorical_crossentropy(
-    probabilities: np.ndarray, labels: np.ndarray, total: int | None = None
-) -> tuple[float, np.ndarray]:
-    """Cross-entropy of softmax outputs (N, ..., classes) against integer labels (N, ...), one
-    per prediction ((N,) or (N, 1) for (N, classes) outputs), averaged over the predictions."""
-    shape = probabilities.shape
-    labels = checked_labels(shape, labels).reshape(-1)
-    rows = probabilities.reshape(-1, shape[-1])
-    total = len(labels) if total is None else total
-    picked = np.maximum(rows[np.arange(len(labels)), labels].astype(np.float64), SMALLEST_P)
-    grad = np.zeros(rows.shape)
-    grad[np.arange(len(labels)), labels] = -1.0 / (total * picked)
-    return float(-np.sum(np.log(picked)) / total), grad.reshape(shape)
-
-
-def categorical_crossentropy(
-    probabilities: np.ndarray, target: np.ndarray, total: int | None = None
-) -> tuple[float, np.ndarray]:
-    """Cross-entropy of softmax outputs (N, ..., classes) against target distributions of the
-    same shape (one-hot or soft labels), averaged over the predictions."""
-    _check_distributions(probabilities.shape, target)
-    total = int(np.prod(probabilities.shape[:-1])) if total is None else total
-    p = np.maximum(probabilities.astype(np.float64), SMALLEST_P)
-    target = np.asarray(target, dtype=np.float64)
-    return float(-np.sum(target * np.log(p)) / total), -target / (total * p)
-
-
-def correct_predictions(prediction: np.ndarray, target: np.ndarray) -> int:
-    """How many predictions' largest output (over the last dimension: one per sample of a
-    (sample, classes) output, one per position of a (sample, position, classes) one) is their
-    label, or the target's largest entry: the accuracy metric's numerator."""
-    if prediction.ndim < 2 or prediction.shape[0] == 0:
-        return 0
-    guess = prediction.argmax(axis=-1)
-    target = np.asarray(target)
-    if target.shape == prediction.shape:  # distributions (or regression targets)
-        truth = target.argmax(axis=-1)
-    else:  # labels: (N,) or (N, 1) for a (N, classes) output
-        truth = target.reshape(guess.shape)
-    return int(np.sum(guess == truth))
-
-
-def predictions_per_sample(output_shape: Shape) -> int:
-    """Predictions one sample's output makes (what accuracy counts and the cross-entropies
-    average over): one per position before the last (classes) dimension."""
-    return int(np.prod(output_shape[1:-1], dtype=np.int64))
-
-
-def _sparse_tile(
-    prediction: np.ndarray, labels, total: int, valid: int
-) -> tuple[float, np.ndarray, int]:
-    """`loss_tile` of sparse categorical cross-entropy on float32 outputs in one C pass
-    (ops/native_sparse.py `sparse_xent`): the reference's float32 gradient and correct count (its
-    loss to the last bits: another summation order and log)."""
-    labels = shaped_labels(prediction.shape, labels)
-    classes = prediction.shape[-1]
-    per_sample = predictions_per_sample(prediction.shape)
-    rows = prediction.reshape(-1, classes)  # (N * positions, classes)
-    result = native_sparse.sparse_xent(rows, labels.reshape(-1), total, valid * per_sample)
-    if result is None:  # a label out of range: the reference's error names them
-        checked_labels(prediction.shape, labels)
-        raise ShapeError(f"sparse_categorical_crossentropy: labels outside [0, {classes})")
-    value, grad, correct = result
-    return value, grad.reshape(prediction.shape), correct
-
-
 @dataclass(frozen=True, slots=True)
 class LossKind:
-    """One loss: everything the code around it needs to know that differs between losses.
-
-    `forward` is the loss's (value, gradient) on a tile; `target_rank(r)` the rank of the
-    target tile of an output tile of rank r (the same region, or for labels all but its
-    classes); `divisor_per_sample(shape)` what the loss divides by per sample of a batch's
-    output of `shape` (a loss task's `total` is that times the valid samples). The checks
-    raise ShapeError naming the loss and the fix: `check_target` a numpy target (for every
-    batch, so it reads only what the loss itself reads); `check_store` a cuPyNumeric one
-    without reading its data (None: its shape by `target_rank`, and integers where
-    `integer_labels`); `check_stored_values` reads, by reductions, what `check_target` reads
-    on numpy; `check_values` reads a whole data set once before the first batch (numpy or
-    cuPyNumeric), what no batch check reads."""
+    """One loss: everything the code around it needs to know that differs between losses. The
+    checks raise ShapeError naming the loss, what it got and the fix."""
 
     name: str
     forward: Loss
+    """The loss's (value, gradient) on a tile of the output, given the whole batch's `total`."""
     target_rank: Callable[[int], int]
+    """The rank of the target tile of an output tile of rank r: the same region, or for labels
+    all but its classes."""
     divisor_per_sample: Callable[[Shape], int]
+    """What the loss divides by per sample of an output of this shape: a loss task's `total`
+    is that times the batch's valid samples."""
     check_target: TargetCheck
+    """Checks a numpy target, for every batch: reads only what the loss itself reads."""
     check_store: TargetCheck | None = None
+    """Checks a cuPyNumeric target without reading its data; None: its shape by
+    `target_rank`, and integers where `integer_labels`."""
     check_stored_values: TargetCheck | None = None
+    """Reads, by reductions, what `check_target` reads of a numpy target, in a cuPyNumeric
+    one (once for a data set, before the first batch: a task would abort on it)."""
     check_values: TargetCheck | None = None
+    """Reads a whole data set's targets (numpy or cuPyNumeric) once before the first batch:
+    what no batch's check reads."""
     integer_labels: bool = False
     """The targets are class indices (messages call them labels)."""
     reads_targets: bool = True
@@ -291,7 +105,7 @@ KINDS: tuple[LossKind, ...] = (
         forward=mean_squared_error,
         target_rank=_same_rank,
         divisor_per_sample=_elements_per_sample,
-        check_target=_check_elementwise,
+        check_target=check_elementwise,
         aliases=("LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE", "mse"),
         metric_alias="METRICS_MEAN_SQUARED_ERROR",
     ),
@@ -301,11 +115,11 @@ KINDS: tuple[LossKind, ...] = (
         target_rank=lambda output_rank: output_rank - 1,
         divisor_per_sample=predictions_per_sample,
         check_target=checked_labels,
-        check_stored_values=_check_stored_label_range,
+        check_stored_values=check_stored_label_range,
         integer_labels=True,
         reads_probabilities=True,
         default_metrics=("accuracy",),
-        float32_tile=_sparse_tile,
+        float32_tile=sparse_tile,
         aliases=("LOSS_SPARSE_CATEGORICAL_CROSSENTROPY",),
         metric_alias="METRICS_SPARSE_CATEGORICAL_CROSSENTROPY",
     ),
@@ -314,8 +128,8 @@ KINDS: tuple[LossKind, ...] = (
         forward=categorical_crossentropy,
         target_rank=_same_rank,
         divisor_per_sample=predictions_per_sample,
-        check_target=_check_distributions,
-        check_values=_check_no_negatives,
+        check_target=check_distributions,
+        check_values=check_no_negatives,
         reads_probabilities=True,
         default_metrics=("accuracy",),
         aliases=("LOSS_CATEGORICAL_CROSSENTROPY",),
@@ -326,10 +140,10 @@ KINDS: tuple[LossKind, ...] = (
         forward=identity,
         target_rank=lambda output_rank: 1,  # ignored: its samples only
         divisor_per_sample=lambda output_shape: 1,  # the mean of the samples' summed outputs
-        check_target=_check_identity_target,
-        check_store=_check_identity_target,
+        check_target=check_identity_target,
+        check_store=check_identity_target,
         reads_targets=False,
-        unscored_because=("the model's output is its own loss, there are no predictions to score"),
+        unscored_because="the model's output is its own loss, there are no predictions to score",
         aliases=("LOSS_IDENTITY",),
     ),
 )
@@ -427,7 +241,7 @@ def check_legate_target(name: str, output_shape: Shape, target) -> None:
     if tuple(target.shape) != expected:
         raise ShapeError(f"{name}: target shape {tuple(target.shape)}, expected {expected}.")
     if kind.integer_labels:
-        _check_integer_labels(name, np.dtype(target.dtype))
+        check_integer_labels(name, np.dtype(target.dtype))
 
 
 def check_targets(loss: str, output_shape: Shape, target, samples: int) -> None:
@@ -517,3 +331,37 @@ def metric_names(metrics: Sequence[str], loss: str) -> tuple[str, ...]:
             )
         names.append(name)
     return tuple(names)
+
+
+__all__ = [  # with the losses and label checks callers take from here, where they were
+    "ALIASES",
+    "KINDS",
+    "LOSSES",
+    "LOSS_IDS",
+    "LOSS_KINDS",
+    "LOSS_METRICS",
+    "METRICS",
+    "METRIC_ALIASES",
+    "SMALLEST_P",
+    "TARGET_RANK",
+    "Loss",
+    "LossKind",
+    "categorical_crossentropy",
+    "check_legate_target",
+    "check_loss_input",
+    "check_model_output",
+    "check_target",
+    "check_targets",
+    "checked_labels",
+    "correct_predictions",
+    "ends_in_probabilities",
+    "identity",
+    "loss_kind",
+    "loss_name",
+    "loss_tile",
+    "mean_squared_error",
+    "metric_names",
+    "predictions_per_sample",
+    "shaped_labels",
+    "sparse_categorical_crossentropy",
+]

@@ -2,7 +2,8 @@
 reductions added in place, for every pass of the CPU task body.
 
 Legate is not started: `flexflow.runtime` is replaced by an empty package holding
-`flexflow.runtime.passes` and `flexflow.runtime.loss`, each loaded alone from its file.
+`flexflow.runtime.passes`, `flexflow.runtime.loss` and the losses it reads
+(`flexflow.runtime.loss_functions`), each loaded alone from its file.
 """
 
 from __future__ import annotations
@@ -29,17 +30,18 @@ from .test_emulated import host  # noqa: F401  (the emulation fixture)
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _passes_module() -> types.ModuleType:
-    """flexflow/runtime/passes.py (`Pass`, `FUSED_PASSES`) as its own module, without the
-    `flexflow.runtime` package."""
-    path = REPO / "flexflow" / "runtime" / "passes.py"
-    spec = importlib.util.spec_from_file_location("flexflow_passes_reference", path)
+def _runtime_module(name: str) -> types.ModuleType:
+    """flexflow/runtime/<name>.py (passes: `Pass`, `FUSED_PASSES`) as its own module, without
+    the `flexflow.runtime` package."""
+    path = REPO / "flexflow" / "runtime" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"flexflow_{name}_reference", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-PASSES = _passes_module()
+PASSES = _runtime_module("passes")
+LOSS_FUNCTIONS = _runtime_module("loss_functions")
 Pass = PASSES.Pass
 
 
@@ -49,6 +51,7 @@ def runtime_without_legate(monkeypatch):
     package.__path__ = []
     monkeypatch.setitem(sys.modules, "flexflow.runtime", package)
     monkeypatch.setitem(sys.modules, "flexflow.runtime.passes", PASSES)
+    monkeypatch.setitem(sys.modules, "flexflow.runtime.loss_functions", LOSS_FUNCTIONS)
     monkeypatch.setitem(sys.modules, "flexflow.runtime.loss", check.load_loss_reference(REPO))
 
 
