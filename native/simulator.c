@@ -268,6 +268,37 @@ void ff_index_remove(ff_index *x, int32_t *edge_src, const int32_t *ranges,
         }
 }
 
+int32_t ff_index_remove_blocks(ff_index *x, int32_t *edge_src, const int32_t *edge_dst,
+                               const int32_t *block_ranges, const int32_t *blocks,
+                               int32_t num_blocks, int32_t *ranges, int32_t *touched) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < num_blocks; i++) {
+        const int32_t lo = block_ranges[2 * blocks[i]], hi = block_ranges[2 * blocks[i] + 1];
+        ranges[2 * i] = lo;
+        ranges[2 * i + 1] = hi;
+        for (int32_t e = lo; e < hi; e++) {
+            touched[n++] = edge_dst[e];
+            edge_src[e] = -1;
+            if (x->linked[e]) unlink(x, e);
+        }
+    }
+    return n;
+}
+
+int32_t ff_compact_ranges(const int32_t *src, const int32_t *dst, int32_t *ranges,
+                          int32_t num_ranges, int32_t *new_src, int32_t *new_dst) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < num_ranges; i++) {
+        const int32_t lo = ranges[2 * i], hi = ranges[2 * i + 1];
+        ranges[2 * i] = n;
+        memcpy(new_src + n, src + lo, (size_t)(hi - lo) * sizeof(int32_t));
+        memcpy(new_dst + n, dst + lo, (size_t)(hi - lo) * sizeof(int32_t));
+        n += hi - lo;
+        ranges[2 * i + 1] = n;
+    }
+    return n;
+}
+
 void ff_index_restore(ff_index *x, int32_t *edge_src, const int32_t *ranges,
                       int32_t num_ranges) {
     for (int32_t i = 0; i < num_ranges; i++)

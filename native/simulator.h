@@ -83,6 +83,19 @@ void ff_index_remove(ff_index *index, int32_t *edge_src, const int32_t *ranges,
 void ff_index_restore(ff_index *index, int32_t *edge_src, const int32_t *ranges,
                       int32_t num_ranges);
 
+/* ff_index_remove of the edge ranges of `blocks` (block b's at block_ranges[2b], [2b + 1]):
+ * writes them to `ranges` (2 x num_blocks) and each removed edge's target, in that order, to
+ * `touched` (room for every edge); returns how many edges it removed. */
+int32_t ff_index_remove_blocks(ff_index *index, int32_t *edge_src, const int32_t *edge_dst,
+                               const int32_t *block_ranges, const int32_t *blocks,
+                               int32_t num_blocks, int32_t *ranges, int32_t *touched);
+
+/* Copies the edges of each range [ranges[2i], ranges[2i + 1]) of src/dst, in turn, to the
+ * start of new_src/new_dst (room for all) and rewrites the range to where they now are;
+ * returns how many edges it copied (the edge arrays' compaction). */
+int32_t ff_compact_ranges(const int32_t *src, const int32_t *dst, int32_t *ranges,
+                          int32_t num_ranges, int32_t *new_src, int32_t *new_dst);
+
 /* The last delta was undone (the graph and its times restored): the next starts from the
  * same schedule, so what the index kept of it (the last selection of the tasks to simulate
  * again) holds. Without this call every delta is taken to start from a new schedule. */

@@ -270,27 +270,27 @@ def run_chain(
     adjacent = op_neighbours(context.graph)
     valid_set = SpaceSets(space)
 
+    integers, uniform = rng.integers, rng.random
+
     def neighbour_config(op: int) -> ParallelConfig | None:
         """A neighbour's current configuration that `op` can take, drawn uniformly; None
         when no neighbour's is in its space."""
         valid, strategy = valid_set(op), evaluator.strategy
         candidates = [strategy[n] for n in adjacent[op] if strategy[n] in valid]
-        return candidates[int(rng.integers(len(candidates)))] if candidates else None
+        return candidates[int(integers(len(candidates)))] if candidates else None
 
     def path_from(op: int, config: ParallelConfig) -> tuple[int, ...]:
         """`op` and a random walk on from it over neighbours that can take `config` (each op
         once), going on after each step with a probability of `continues`, drawn per walk."""
-        go_on = (
-            continues[0] if len(continues) == 1 else continues[int(rng.integers(len(continues)))]
-        )
+        go_on = continues[0] if len(continues) == 1 else continues[int(integers(len(continues)))]
         path, at = [op], op
         while True:
             steps = [n for n in adjacent[at] if n not in path and config in valid_set(n)]
             if not steps:
                 break
-            at = steps[int(rng.integers(len(steps)))]
+            at = steps[int(integers(len(steps)))] if len(steps) > 1 else steps[0]
             path.append(at)
-            if rng.random() >= go_on:
+            if uniform() >= go_on:
                 break
         return tuple(path)
 
@@ -328,31 +328,31 @@ def run_chain(
             floor,
         ):
             break
-        if groups and rng.random() < layer_moves:
-            group = groups[int(rng.integers(len(groups)))]
+        if groups and uniform() < layer_moves:
+            group = groups[int(integers(len(groups)))]
             choices = space_of_group(group)
             if not choices:
                 continue
-            config = choices[int(rng.integers(len(choices)))]
+            config = choices[int(integers(len(choices)))]
             changed = group
         else:
-            op = int(rng.integers(num_ops))
+            op = int(integers(num_ops))
             choices = space(op)
             if len(choices) < 2:
                 continue
             config = None
-            if neighbour_moves and rng.random() < neighbour_moves:
+            if neighbour_moves and uniform() < neighbour_moves:
                 config = neighbour_config(op)
             if config is None:
-                config = choices[int(rng.integers(len(choices)))]
+                config = choices[int(integers(len(choices)))]
             changed = (op,)
-            if path_moves and rng.random() < path_moves:
+            if path_moves and uniform() < path_moves:
                 changed = path_from(op, config)
         configs = evaluator.strategy.configs
         if all(configs[o] == config for o in changed):
             continue
         proposals += 1
-        draw = rng.random()  # the acceptance draw, first: it gives the cutoff
+        draw = uniform()  # the acceptance draw, first: it gives the cutoff
         cutoff = acceptance_cutoff(current, draw, beta, reference_s)
         if len(changed) == 1:
             cost = evaluator.propose(changed[0], config, cutoff)

@@ -13,6 +13,11 @@ from typing import TYPE_CHECKING, Protocol
 from flexflow._simulator import ffi, lib
 from flexflow.simulator.keys import FIELD_LIMIT
 from flexflow.simulator.native_arrays import c_views
+
+from_buffer = ffi.from_buffer
+_I8, _I32, _I64, _U64, _F64 = (
+    ffi.typeof(f"{name}[]") for name in ("int8_t", "int32_t", "int64_t", "uint64_t", "double")
+)
 from flexflow.simulator.native_overlaps import OverlapArrays
 
 if TYPE_CHECKING:
@@ -20,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class OpJobs:
-    """The op jobs of `build_blocks`: per job (an op's block), its tasks interleaved, the
+    """The op jobs of `BlockBuilder.build`: per job (an op's block), its tasks interleaved, the
     forward task of task k at 2k and its backward at 2k + 1 (`SimContext.op_tasks`)."""
 
     __slots__ = ("op", "offsets", "device", "exe", "order")
@@ -122,7 +127,7 @@ class OverlapPool(_CTable):
 
 
 class EdgeJobs:
-    """The edge jobs of `build_blocks` (one job per edge block): its edge and overlap set."""
+    """The edge jobs of `BlockBuilder.build` (one job per edge block): its edge and overlap set."""
 
     __slots__ = ("edge", "overlaps", "count")
     C_ARRAYS = __slots__[:2]
@@ -202,7 +207,7 @@ class SyncTable(_CTable):
 
 
 class SyncJobs:
-    """The sync jobs of `build_blocks` (one job per parameter's sync block)."""
+    """The sync jobs of `BlockBuilder.build` (one job per parameter's sync block)."""
 
     __slots__ = ("param", "key", "tasks", "edges")
     C_ARRAYS = __slots__[:2]
@@ -248,79 +253,103 @@ Blocks = tuple[array, array, array]
 job's range of the edges it appended (offsets from where they start)."""
 
 
-def build_blocks(
-    tg: TaskArrays,
-    free: array,
-    ops: OpJobs,
-    edges: EdgeJobs,
-    syncs: SyncJobs,
-    tables: BlockTables,
-    edge_table: EdgeTable,
-    pool: OverlapPool,
-    templates: SyncTable,
-    empty_set: int,
-    routes: Routes,
-    edge_src: array,
-    edge_dst: array,
-) -> Blocks:
-    """Every op, edge and sync job's block in one C call (native/blocks.c): new tasks take ids
-    from the end of `free` (removed from it), then new ids (the per-task arrays grow); edges
-    are appended to `edge_src`/`edge_dst`; the op jobs' tasks are appended to `tables`' op
-    table. Jobs are numbered ops, then edges, then syncs."""
-    overlaps = edges.count
-    task_capacity = len(ops.device) + 2 * overlaps + syncs.tasks
-    edge_capacity = len(ops.device) // 2 + 4 * overlaps + syncs.edges
-    num_jobs = len(ops) + len(edges) + len(syncs)
-    size = len(tg.exe)
-    grow = max(0, task_capacity - len(free))
-    per_task = (tg.exe, tg.order, tg.live, tg.res_set, tg.size_bytes, tg.res_src, tg.res_dst)
-    if grow:
-        for values in per_task:
-            values.frombytes(bytes(values.itemsize * grow))
-    first_edge = len(edge_src)
-    room = array("i", bytes(4 * edge_capacity))
-    edge_src += room
-    edge_dst += room
-    table_size = tables.grow(len(ops.device))
-    new_ids = array("i", bytes(4 * task_capacity))
-    task_offsets = array("i", bytes(4 * (num_jobs + 1)))
-    edge_offsets = array("i", bytes(4 * (num_jobs + 1)))
-    # the views must outlive the call: the structs below only hold their addresses
-    views = [
-        c_views(*(getattr(jobs, name) for name in jobs.C_ARRAYS)) for jobs in (ops, edges, syncs)
-    ]
-    user_views = c_views(tables.users_at, tables.user_op, tables.user_template)
-    table_views = c_views(tables.op_at, tables.ids, tables.device)
-    table = ffi.new("ff_op_table *", (*table_views, table_size))
-    sync_table = templates.struct()
-    parts = (
-        ffi.new("ff_op_jobs *", (len(ops), *views[0])),
-        ffi.new("ff_edge_jobs *", (len(edges), *views[1], edge_table.struct(), pool.struct())),
-        ffi.new("ff_sync_jobs *", (len(syncs), *views[2], *user_views, sync_table, empty_set)),
-    )
-    c_jobs = ffi.new("ff_block_jobs *", (*parts, table))
-    out_views = c_views(*per_task, free)
-    edge_views = c_views(edge_src, edge_dst)
-    offset_views = c_views(new_ids, task_offsets, edge_offsets)
-    out = ffi.new(
-        "ff_block_out *",
-        (
-            *out_views, len(free), 0, size, offset_views[0], offset_views[1],
-            edge_views[0] + first_edge, edge_views[1] + first_edge, offset_views[2],
-        ),
-    )  # fmt: skip
-    result = lib.ff_build_blocks(c_jobs, routes.struct, out)
-    if result == lib.FF_NO_MEMORY:
-        raise MemoryError("the simulator could not allocate its scratch memory")
-    if result == lib.FF_KEY_OVERFLOW:
-        raise AssertionError(f"a parameter has {FIELD_LIMIT} groups or more; keys hold fewer")
-    used, next_id = out.free_used, out.next_id
-    # release the buffers before resizing the arrays (an exported array cannot resize)
-    del out_views, edge_views, offset_views, out, views, user_views, table_views, table, parts
-    del c_jobs
-    del free[len(free) - used :]
-    if grow:  # else every new task took a free id: next_id is where it was
-        for values in per_task:
-            del values[next_id:]
-    del edge_src[first_edge + result :], edge_dst[first_edge + result :]
-    return new_ids, task_offsets, edge_offsets
+class BlockBuilder:
+    """The calls of one task graph into the C block builders (native/blocks.c): its structs
+    are made once and their fields pointed at the arrays on every call, since a delta builds
+    a few blocks and making the structs anew took as long as the builder itself."""
+
+    def __init__(self, routes: Routes, empty_set: int) -> None:
+        self._routes = routes
+        self._ops = ffi.new("ff_op_jobs *")
+        self._edges = ffi.new("ff_edge_jobs *")
+        self._syncs = ffi.new("ff_sync_jobs *")
+        self._syncs.empty_set = empty_set
+        self._table = ffi.new("ff_op_table *")
+        self._jobs = ffi.new("ff_block_jobs *", (self._ops, self._edges, self._syncs, self._table))
+        self._out = ffi.new("ff_block_out *")
+
+    def build(
+        self,
+        tg: TaskArrays,
+        free: array,
+        ops: OpJobs,
+        edges: EdgeJobs,
+        syncs: SyncJobs,
+        tables: BlockTables,
+        edge_table: EdgeTable,
+        pool: OverlapPool,
+        templates: SyncTable,
+        edge_src: array,
+        edge_dst: array,
+    ) -> Blocks:
+        """Every op, edge and sync job's block in one C call: new tasks take ids from the end
+        of `free` (removed from it), then new ids (the per-task arrays grow); edges are
+        appended to `edge_src`/`edge_dst`; the op jobs' tasks are appended to `tables`' op
+        table. Jobs are numbered ops, then edges, then syncs."""
+        num_ops, num_edges, num_syncs = len(ops.op), len(edges.edge), len(syncs.param)
+        op_tasks = len(ops.device)
+        task_capacity = op_tasks + 2 * edges.count + syncs.tasks
+        edge_capacity = op_tasks // 2 + 4 * edges.count + syncs.edges
+        num_jobs = num_ops + num_edges + num_syncs
+        size = len(tg.exe)
+        grow = task_capacity - len(free)
+        per_task = (tg.exe, tg.order, tg.live, tg.res_set, tg.size_bytes, tg.res_src, tg.res_dst)
+        if grow > 0:
+            for values in per_task:
+                values.frombytes(bytes(values.itemsize * grow))
+        first_edge = len(edge_src)
+        room = bytes(4 * edge_capacity)
+        edge_src.frombytes(room)
+        edge_dst.frombytes(room)
+        table_size = tables.grow(op_tasks)
+        new_ids = array("i", bytes(4 * task_capacity))
+        task_offsets = array("i", bytes(4 * (num_jobs + 1)))
+        edge_offsets = array("i", bytes(4 * (num_jobs + 1)))
+        # the views must outlive the call: the structs only hold their addresses
+        views = [
+            from_buffer(_I32, ops.op), from_buffer(_I32, ops.offsets),
+            from_buffer(_I32, ops.device), from_buffer(_F64, ops.exe),
+            from_buffer(_U64, ops.order), from_buffer(_I32, edges.edge),
+            from_buffer(_I32, edges.overlaps), from_buffer(_I32, syncs.param),
+            from_buffer(_U64, syncs.key), from_buffer(_I32, tables.users_at),
+            from_buffer(_I32, tables.user_op), from_buffer(_I32, tables.user_template),
+            from_buffer(_I32, tables.op_at), from_buffer(_I32, tables.ids),
+            from_buffer(_I32, tables.device), from_buffer(_F64, tg.exe),
+            from_buffer(_U64, tg.order), from_buffer(_I8, tg.live),
+            from_buffer(_I32, tg.res_set), from_buffer(_I64, tg.size_bytes),
+            from_buffer(_I32, tg.res_src), from_buffer(_I32, tg.res_dst),
+            from_buffer(_I32, free), from_buffer(_I32, new_ids),
+            from_buffer(_I32, task_offsets), from_buffer(_I32, edge_offsets),
+            from_buffer(_I32, edge_src), from_buffer(_I32, edge_dst),
+        ]  # fmt: skip
+        c = self._ops
+        c.num_jobs, c.op, c.task_offsets, c.device, c.exe, c.order = num_ops, *views[0:5]
+        c = self._edges
+        c.num_jobs, c.edge, c.overlaps = num_edges, views[5], views[6]
+        c.table, c.pool = edge_table.struct(), pool.struct()
+        c = self._syncs
+        c.num_jobs, c.param, c.key = num_syncs, views[7], views[8]
+        c.users_at, c.user_op, c.user_template = views[9:12]
+        c.templates = templates.struct()
+        c = self._table
+        c.op_at, c.ids, c.device, c.size = *views[12:15], table_size
+        c = self._out
+        c.exe, c.order, c.live, c.resource_set, c.size_bytes, c.src, c.dst = views[15:22]
+        c.free_ids, c.num_free, c.free_used, c.next_id = views[22], len(free), 0, size
+        c.new_ids, c.task_offsets, c.edge_offsets = views[23:26]
+        c.edge_src, c.edge_dst = views[26] + first_edge, views[27] + first_edge
+        result = lib.ff_build_blocks(self._jobs, self._routes.struct, c)
+        if result == lib.FF_NO_MEMORY:
+            raise MemoryError("the simulator could not allocate its scratch memory")
+        if result == lib.FF_KEY_OVERFLOW:
+            raise AssertionError(f"a parameter has {FIELD_LIMIT} groups or more; keys hold fewer")
+        used, next_id = c.free_used, c.next_id
+        # release the buffers before resizing the arrays (an exported array cannot resize)
+        for view in views:
+            ffi.release(view)
+        del free[len(free) - used :]
+        if grow > 0:  # else every new task took a free id: next_id is where it was
+            for values in per_task:
+                del values[next_id:]
+        del edge_src[first_edge + result :], edge_dst[first_edge + result :]
+        return new_ids, task_offsets, edge_offsets

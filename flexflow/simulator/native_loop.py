@@ -110,6 +110,7 @@ class EdgeIndex:
         if index == ffi.NULL:
             raise MemoryError("the simulator could not allocate its edge index")
         self.pointer = ffi.gc(index, lib.ff_index_free)
+        self._touched = array("i")  # `remove_blocks`' room for the removed edges' targets
 
     def extend(self, edge_src: array, edge_dst: array, num_tasks: int) -> None:
         """Index the edges appended since the last call; room for `num_tasks` task ids."""
@@ -136,6 +137,28 @@ class EdgeIndex:
             ffi.from_buffer("int32_t[]", ranges),
             len(ranges) // 2,
         )
+
+    def remove_blocks(
+        self, edge_src: array, edge_dst: array, block_ranges: array, blocks: array
+    ) -> tuple[array, array]:
+        """`remove` of the edge ranges of `blocks` (block b's at `block_ranges[2b]`, `[2b + 1]`):
+        returns those ranges (lo, hi pairs) and the removed edges' targets, in that order (the
+        tasks that lost a predecessor)."""
+        if len(self._touched) < len(edge_dst):
+            self._touched = array("i", bytes(4 * len(edge_dst)))
+        ranges = array("i", bytes(8 * len(blocks)))
+        touched = self._touched
+        count = lib.ff_index_remove_blocks(
+            self.pointer,
+            ffi.from_buffer("int32_t[]", edge_src),
+            ffi.from_buffer("int32_t[]", edge_dst),
+            ffi.from_buffer("int32_t[]", block_ranges),
+            ffi.from_buffer("int32_t[]", blocks),
+            len(blocks),
+            ffi.from_buffer("int32_t[]", ranges),
+            ffi.from_buffer("int32_t[]", touched),
+        )
+        return ranges, touched[:count]
 
     def restore(self, edge_src: array, ranges: array) -> None:
         """Undo `remove` of those ranges: their sources written back, the edges listed again."""
@@ -270,6 +293,23 @@ def simulate(
         raise AssertionError(_ERRORS[result])
     times.iteration_s = tg.iteration_s(result_times.iteration_s)
     return result
+
+
+def compact_ranges(edge_src: array, edge_dst: array, ranges: array) -> tuple[array, array]:
+    """The edges of each range (lo, hi pairs of `ranges`), in turn, as new edge arrays; each
+    range rewritten to where its edges now are."""
+    room = bytes(4 * len(edge_src))
+    src, dst = array("i", room), array("i", room)
+    count = lib.ff_compact_ranges(
+        ffi.from_buffer("int32_t[]", edge_src),
+        ffi.from_buffer("int32_t[]", edge_dst),
+        ffi.from_buffer("int32_t[]", ranges),
+        len(ranges) // 2,
+        ffi.from_buffer("int32_t[]", src),
+        ffi.from_buffer("int32_t[]", dst),
+    )
+    del src[count:], dst[count:]
+    return src, dst
 
 
 def set_flags(flags: array, ids: array, value: int) -> None:

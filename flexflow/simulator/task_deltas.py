@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from flexflow.graph import OperatorGraph
 from flexflow.simulator.blocks import BlockTables
 from flexflow.simulator.context import SimContext
-from flexflow.simulator.native_loop import EdgeIndex, set_flags
+from flexflow.simulator.native_loop import EdgeIndex, compact_ranges, set_flags
 from flexflow.simulator.task_bounds import GraphLoad
 from flexflow.simulator.task_times import one_native_split
 from flexflow.simulator.task_views import Block
@@ -149,15 +149,18 @@ class TaskGraphDeltas:
             one_native_split(splits) != self.native
         ):  # every op's tasks change their times: rebuild all
             blocks = tuple(range(len(self._block_names)))
-        block_tasks, ranges = self._block_tasks, self._block_ranges
-        edge_ranges = array("i", [ranges[k] for b in blocks for k in (2 * b, 2 * b + 1)])
+        block_tasks = self._block_tasks
+        edge_ranges, touched = self.edge_index.remove_blocks(  # sources -1, kept in the index
+            self.edge_src, self.edge_dst, self._block_ranges, array("i", blocks)
+        )
+        self._removed_edges += len(touched)
         tables = self._tables
         undo = _Undo(
             tuple((op, self.configs[op]) for op, _ in changes),
             len(self.exe),
             array("i", self._free),
             len(self.edge_src),
-            self._removed_edges,
+            self._removed_edges - len(touched),
             blocks,
             [block_tasks[b] for b in blocks],
             edge_ranges,
@@ -181,15 +184,9 @@ class TaskGraphDeltas:
         self._splits = splits
         for op, config in changes:
             self.configs[op] = config
-        removed, touched = array("i"), array("i")
-        edge_dst = self.edge_dst
+        removed = array("i")
         for tasks in undo.block_tasks:
             removed += tasks
-        for k in range(0, len(edge_ranges), 2):
-            lo, hi = edge_ranges[k], edge_ranges[k + 1]
-            touched += edge_dst[lo:hi]
-            self._removed_edges += hi - lo
-        self.edge_index.remove(self.edge_src, edge_ranges)  # sources -1, kept in the index
         set_flags(self.live, removed, 0)
         first_new_edge = len(self.edge_src)
         added = self._build(blocks)
@@ -247,14 +244,9 @@ class TaskGraphDeltas:
 
     def _compact_edges(self) -> None:
         """Drop removed edges: copy each block's range into fresh arrays."""
-        old_src, old_dst, ranges = self.edge_src, self.edge_dst, self._block_ranges
-        src, dst = array("i"), array("i")
-        for k in range(0, len(ranges), 2):
-            lo, hi = ranges[k], ranges[k + 1]
-            ranges[k], ranges[k + 1] = len(src), len(src) + hi - lo
-            src += old_src[lo:hi]
-            dst += old_dst[lo:hi]
-        self.edge_src, self.edge_dst = src, dst
+        self.edge_src, self.edge_dst = compact_ranges(
+            self.edge_src, self.edge_dst, self._block_ranges
+        )
         self._removed_edges = 0
         self.edge_index.truncate(0)
-        self.edge_index.extend(src, dst, self.size)
+        self.edge_index.extend(self.edge_src, self.edge_dst, self.size)

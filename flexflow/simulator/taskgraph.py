@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import itertools
 from array import array
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -69,15 +70,13 @@ from flexflow.simulator.keys import (
     KIND_SHIFT,
     XFER_KEY,
 )
-from flexflow.simulator.native_blocks import EdgeJobs, EdgeTable, OpJobs, SyncJobs, build_blocks
+from flexflow.simulator.native_blocks import BlockBuilder, EdgeJobs, EdgeTable, OpJobs, SyncJobs
 from flexflow.simulator.native_loop import EdgeIndex
 from flexflow.simulator.task_bounds import GraphLoad, TaskGraphBounds
 from flexflow.simulator.task_deltas import TaskGraphDeltas
 from flexflow.simulator.task_times import one_native_split
 from flexflow.simulator.task_views import Block, TaskGraphViews
 from flexflow.strategy import ParallelConfig, Strategy
-
-_NO_OVERLAPS = (-1, 0)  # an edge job's overlap set for a model input (`EdgeJobs.add`)
 
 
 class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
@@ -164,6 +163,9 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
         self._block_tasks = [array("i") for _ in self._block_names]  # each block's task ids
         # block b's edges: edge_src[lo:hi] with lo, hi at 2b and 2b + 1
         self._block_ranges = array("i", bytes(8 * len(self._block_names)))
+        self._builder = BlockBuilder(context.routes(), self.resource_sets.empty)
+        # per (op, configuration, fused, native): its op job's arrays and sync templates
+        self._op_records: dict[tuple, tuple] = {}
         self._build(range(len(self._block_names)))
         self.runtime_s = context.runtime_s(self.configs)
         """The runtime's CPU time per iteration (`SimContext.runtime_s`): see `iteration_s`."""
@@ -191,42 +193,58 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
         holder's update (the optimizer's time for the region)."""
         context, configs, tables = self.context, self.configs, self._tables
         ops, edges, syncs = OpJobs(), EdgeJobs(), SyncJobs()
-        fusing, native = context.fused_launches, self.native
-        overlap_set = context.overlap_set
         first_edge_block, first_sync_block = self._first_edge, self._first_sync
-        for b in blocks:  # ascending: the builder's order, ops, then edges, then syncs
-            if b < first_edge_block:
-                fused = fusing and joins_previous(
-                    self.graph, configs, _TaskTiles(self), b, self._cpu_devices, context.fusion
-                )
-                config = configs[b]
-                tasks = context.op_tasks(b, config, fused, native)
-                ops.add(b, tasks.devices, tasks.exe, tasks.order)
-                tables.set_count(b, len(tasks.devices))
-                tables.use_templates(b, context.op_sync_parts(b, config))
-            elif b < first_sync_block:
-                edge = b - first_edge_block
-                producer, c, j = self._edges[edge]
-                if producer < 0:  # a model input: no block content
-                    edges.add(edge, _NO_OVERLAPS)
-                    continue
-                edges.add(edge, overlap_set(c, j, configs[producer].degrees, configs[c].degrees))
-            else:
-                pid = self._syncs[b - first_sync_block]
-                syncs.add(pid, pid << A_SHIFT, tables.max_tasks[pid], tables.max_edges[pid])
+        # ascending: the builder's order, ops, then edges, then syncs
+        at_edges = bisect_left(blocks, first_edge_block)
+        at_syncs = bisect_left(blocks, first_sync_block, at_edges)
+        fusing, native, records = context.fused_launches, self.native, self._op_records
+        op_ids, devices, exe, order, offsets = ops.op, ops.device, ops.exe, ops.order, ops.offsets
+        set_count, use_templates = tables.set_count, tables.use_templates
+        for b in blocks[:at_edges]:
+            fused = fusing and joins_previous(
+                self.graph, configs, _TaskTiles(self), b, self._cpu_devices, context.fusion
+            )
+            key = (b, configs[b], fused, native)
+            record = records.get(key)
+            if record is None:
+                tasks = context.op_tasks(*key)
+                templates = context.op_sync_parts(b, key[1])
+                record = records[key] = (tasks.devices, tasks.exe, tasks.order, templates)
+            op_ids.append(b)
+            devices += record[0]
+            exe += record[1]
+            order += record[2]
+            offsets.append(len(devices))
+            set_count(b, len(record[0]))
+            use_templates(b, record[3])
+        overlap_set, edge_ids, overlap_ids = context.overlap_set, edges.edge, edges.overlaps
+        for b in blocks[at_edges:at_syncs]:
+            edge = b - first_edge_block
+            producer, c, j = self._edges[edge]
+            edge_ids.append(edge)
+            if producer < 0:  # a model input: no block content
+                overlap_ids.append(-1)
+                continue
+            number, count = overlap_set(c, j, configs[producer].degrees, configs[c].degrees)
+            overlap_ids.append(number)
+            edges.count += count
+        for b in blocks[at_syncs:]:
+            pid = self._syncs[b - first_sync_block]
+            syncs.add(pid, pid << A_SHIFT, tables.max_tasks[pid], tables.max_edges[pid])
         first_edge = len(self.edge_src)
-        new_ids, task_offsets, edge_offsets = build_blocks(
+        new_ids, task_offsets, edge_offsets = self._builder.build(
             self, self._free, ops, edges, syncs, tables, self._edge_table, context.overlap_pool,
-            context.sync_table,
-            self.resource_sets.empty, context.routes(), self.edge_src, self.edge_dst,
+            context.sync_table, self.edge_src, self.edge_dst,
         )  # fmt: skip
-        block_tasks, ranges = self._block_tasks, self._block_ranges
-        for i, b in enumerate(blocks):
-            block_tasks[b] = ids = new_ids[task_offsets[i] : task_offsets[i + 1]]
-            ranges[2 * b] = first_edge + edge_offsets[i]
-            ranges[2 * b + 1] = first_edge + edge_offsets[i + 1]
+        block_tasks, ranges, fwd, bwd = self._block_tasks, self._block_ranges, self.fwd, self.bwd
+        for b, lo, hi, edges_lo, edges_hi in zip(
+            blocks, task_offsets, task_offsets[1:], edge_offsets, edge_offsets[1:]
+        ):
+            block_tasks[b] = ids = new_ids[lo:hi]
+            ranges[2 * b] = first_edge + edges_lo
+            ranges[2 * b + 1] = first_edge + edges_hi
             if b < first_edge_block:
-                self.fwd[b], self.bwd[b] = ids[0::2], ids[1::2]
+                fwd[b], bwd[b] = ids[0::2], ids[1::2]
         self.edge_index.extend(self.edge_src, self.edge_dst, self.size)
         return new_ids[: task_offsets[len(blocks)]]
 
