@@ -259,15 +259,6 @@ void ff_index_truncate(ff_index *x, int32_t num_edges) {
     if (num_edges < x->num_edges) x->num_edges = num_edges;
 }
 
-void ff_index_remove(ff_index *x, int32_t *edge_src, const int32_t *ranges,
-                     int32_t num_ranges) {
-    for (int32_t i = 0; i < num_ranges; i++)
-        for (int32_t e = ranges[2 * i]; e < ranges[2 * i + 1]; e++) {
-            edge_src[e] = -1;
-            if (x->linked[e]) unlink(x, e);
-        }
-}
-
 int32_t ff_index_remove_blocks(ff_index *x, int32_t *edge_src, const int32_t *edge_dst,
                                const int32_t *block_ranges, const int32_t *blocks,
                                int32_t num_blocks, int32_t *ranges, int32_t *touched) {

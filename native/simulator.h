@@ -75,20 +75,17 @@ int32_t ff_index_edges(ff_index *index, const int32_t *edge_src, const int32_t *
 /* Forgets the edges from num_edges on (an undo truncated them); 0 forgets every edge. */
 void ff_index_truncate(ff_index *index, int32_t num_edges);
 
-/* Removes the edges of ranges [ranges[2i], ranges[2i + 1]): their sources in edge_src become
- * -1 and they leave the lists; ff_index_restore writes the sources back (the index keeps
- * them) and lists the edges again (an undo). */
-void ff_index_remove(ff_index *index, int32_t *edge_src, const int32_t *ranges,
-                     int32_t num_ranges);
-void ff_index_restore(ff_index *index, int32_t *edge_src, const int32_t *ranges,
-                      int32_t num_ranges);
-
-/* ff_index_remove of the edge ranges of `blocks` (block b's at block_ranges[2b], [2b + 1]):
- * writes them to `ranges` (2 x num_blocks) and each removed edge's target, in that order, to
- * `touched` (room for every edge); returns how many edges it removed. */
+/* Removes the edges of `blocks` (block b's are [block_ranges[2b], block_ranges[2b + 1])):
+ * their sources in edge_src become -1 and they leave the lists; writes the blocks' ranges to
+ * `ranges` (2 x num_blocks) and each removed edge's target, in that order, to `touched` (room
+ * for every edge: the tasks that lost a predecessor); returns how many edges it removed.
+ * ff_index_restore writes the sources of `ranges` back (the index keeps them) and lists the
+ * edges again (an undo). */
 int32_t ff_index_remove_blocks(ff_index *index, int32_t *edge_src, const int32_t *edge_dst,
                                const int32_t *block_ranges, const int32_t *blocks,
                                int32_t num_blocks, int32_t *ranges, int32_t *touched);
+void ff_index_restore(ff_index *index, int32_t *edge_src, const int32_t *ranges,
+                      int32_t num_ranges);
 
 /* Copies the edges of each range [ranges[2i], ranges[2i + 1]) of src/dst, in turn, to the
  * start of new_src/new_dst (room for all) and rewrites the range to where they now are;

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Protocol
 from flexflow._simulator import ffi, lib
 from flexflow.simulator.keys import FIELD_LIMIT
 from flexflow.simulator.native_arrays import c_views
+from flexflow.simulator.native_overlaps import OverlapArrays
+
+if TYPE_CHECKING:
+    from flexflow.simulator.blocks import BlockTables
 
 from_buffer = ffi.from_buffer
 _I8, _I32, _I64, _U64, _F64 = (
     ffi.typeof(f"{name}[]") for name in ("int8_t", "int32_t", "int64_t", "uint64_t", "double")
 )
-from flexflow.simulator.native_overlaps import OverlapArrays
-
-if TYPE_CHECKING:
-    from flexflow.simulator.blocks import BlockTables
 
 
 class OpJobs:

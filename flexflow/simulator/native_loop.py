@@ -102,7 +102,7 @@ class EdgeIndex:
     """A task graph's edges indexed by source and by target in C (`ff_index`), kept as the
     graph changes, with the scratch memory of the simulations that read it: a delta then
     costs what it touches plus at most one pass over the task ids, not passes over every edge
-    to build successor lists. Its owner appends (`extend`), removes (`remove`), writes back
+    to build successor lists. Its owner appends (`extend`), removes (`remove_blocks`), writes back
     (`restore`) and truncates (`truncate`) edges through it."""
 
     def __init__(self) -> None:
@@ -128,22 +128,13 @@ class EdgeIndex:
         """Forget the edges from `num_edges` on (0: every edge)."""
         lib.ff_index_truncate(self.pointer, num_edges)
 
-    def remove(self, edge_src: array, ranges: array) -> None:
-        """Remove the edges of ranges (lo, hi pairs, "i"): their sources in `edge_src` become
-        -1 (the index keeps them for `restore`) and they leave the lists."""
-        lib.ff_index_remove(
-            self.pointer,
-            ffi.from_buffer("int32_t[]", edge_src),
-            ffi.from_buffer("int32_t[]", ranges),
-            len(ranges) // 2,
-        )
-
     def remove_blocks(
         self, edge_src: array, edge_dst: array, block_ranges: array, blocks: array
     ) -> tuple[array, array]:
-        """`remove` of the edge ranges of `blocks` (block b's at `block_ranges[2b]`, `[2b + 1]`):
-        returns those ranges (lo, hi pairs) and the removed edges' targets, in that order (the
-        tasks that lost a predecessor)."""
+        """Remove the edges of `blocks` (block b's range at `block_ranges[2b]`, `[2b + 1]`):
+        their sources in `edge_src` become -1 (the index keeps them for `restore`) and they
+        leave the lists. Returns the blocks' ranges (lo, hi pairs, "i") and the removed
+        edges' targets, in that order (the tasks that lost a predecessor)."""
         if len(self._touched) < len(edge_dst):
             self._touched = array("i", bytes(4 * len(edge_dst)))
         ranges = array("i", bytes(8 * len(blocks)))
@@ -161,7 +152,7 @@ class EdgeIndex:
         return ranges, touched[:count]
 
     def restore(self, edge_src: array, ranges: array) -> None:
-        """Undo `remove` of those ranges: their sources written back, the edges listed again."""
+        """Undo `remove_blocks` of those ranges: their sources written back, the edges listed again."""
         lib.ff_index_restore(
             self.pointer,
             ffi.from_buffer("int32_t[]", edge_src),

@@ -237,8 +237,8 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
             context.sync_table, self.edge_src, self.edge_dst,
         )  # fmt: skip
         block_tasks, ranges, fwd, bwd = self._block_tasks, self._block_ranges, self.fwd, self.bwd
-        for b, lo, hi, edges_lo, edges_hi in zip(
-            blocks, task_offsets, task_offsets[1:], edge_offsets, edge_offsets[1:]
+        for b, lo, hi, edges_lo, edges_hi in zip(  # the offsets hold one more entry
+            blocks, task_offsets, task_offsets[1:], edge_offsets, edge_offsets[1:], strict=False
         ):
             block_tasks[b] = ids = new_ids[lo:hi]
             ranges[2 * b] = first_edge + edges_lo
