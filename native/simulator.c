@@ -290,13 +290,16 @@ int32_t ff_compact_ranges(const int32_t *src, const int32_t *dst, int32_t *range
     return n;
 }
 
-void ff_index_restore(ff_index *x, int32_t *edge_src, const int32_t *ranges,
-                      int32_t num_ranges) {
-    for (int32_t i = 0; i < num_ranges; i++)
+void ff_index_restore_blocks(ff_index *x, int32_t *edge_src, const int32_t *ranges,
+                             const int32_t *blocks, int32_t num_blocks, int32_t *block_ranges) {
+    for (int32_t i = 0; i < num_blocks; i++) {
+        block_ranges[2 * blocks[i]] = ranges[2 * i];
+        block_ranges[2 * blocks[i] + 1] = ranges[2 * i + 1];
         for (int32_t e = ranges[2 * i]; e < ranges[2 * i + 1]; e++) {
             edge_src[e] = x->src[e];
             if (!x->linked[e] && x->src[e] >= 0) link(x, e);
         }
+    }
 }
 
 /* Zeroes the times of `ids` (removed ids and new tasks hold no time). */

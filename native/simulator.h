@@ -79,13 +79,14 @@ void ff_index_truncate(ff_index *index, int32_t num_edges);
  * their sources in edge_src become -1 and they leave the lists; writes the blocks' ranges to
  * `ranges` (2 x num_blocks) and each removed edge's target, in that order, to `touched` (room
  * for every edge: the tasks that lost a predecessor); returns how many edges it removed.
- * ff_index_restore writes the sources of `ranges` back (the index keeps them) and lists the
- * edges again (an undo). */
+ * ff_index_restore_blocks takes it back (an undo): it writes the sources of `ranges` back (the
+ * index keeps them), lists the edges again and writes each block's range back to
+ * block_ranges. */
 int32_t ff_index_remove_blocks(ff_index *index, int32_t *edge_src, const int32_t *edge_dst,
                                const int32_t *block_ranges, const int32_t *blocks,
                                int32_t num_blocks, int32_t *ranges, int32_t *touched);
-void ff_index_restore(ff_index *index, int32_t *edge_src, const int32_t *ranges,
-                      int32_t num_ranges);
+void ff_index_restore_blocks(ff_index *index, int32_t *edge_src, const int32_t *ranges,
+                             const int32_t *blocks, int32_t num_blocks, int32_t *block_ranges);
 
 /* Copies the edges of each range [ranges[2i], ranges[2i + 1]) of src/dst, in turn, to the
  * start of new_src/new_dst (room for all) and rewrites the range to where they now are;

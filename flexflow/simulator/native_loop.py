@@ -102,8 +102,8 @@ class EdgeIndex:
     """A task graph's edges indexed by source and by target in C (`ff_index`), kept as the
     graph changes, with the scratch memory of the simulations that read it: a delta then
     costs what it touches plus at most one pass over the task ids, not passes over every edge
-    to build successor lists. Its owner appends (`extend`), removes (`remove_blocks`), writes back
-    (`restore`) and truncates (`truncate`) edges through it."""
+    to build successor lists. Its owner appends (`extend`), removes (`remove_blocks`), writes
+    back (`restore_blocks`) and truncates (`truncate`) edges through it."""
 
     def __init__(self) -> None:
         index = lib.ff_index_new()
@@ -132,7 +132,7 @@ class EdgeIndex:
         self, edge_src: array, edge_dst: array, block_ranges: array, blocks: array
     ) -> tuple[array, array]:
         """Remove the edges of `blocks` (block b's range at `block_ranges[2b]`, `[2b + 1]`):
-        their sources in `edge_src` become -1 (the index keeps them for `restore`) and they
+        their sources in `edge_src` become -1 (the index keeps them for `restore_blocks`) and they
         leave the lists. Returns the blocks' ranges (lo, hi pairs, "i") and the removed
         edges' targets, in that order (the tasks that lost a predecessor)."""
         if len(self._touched) < len(edge_dst):
@@ -151,13 +151,19 @@ class EdgeIndex:
         )
         return ranges, touched[:count]
 
-    def restore(self, edge_src: array, ranges: array) -> None:
-        """Undo `remove_blocks` of those ranges: their sources written back, the edges listed again."""
-        lib.ff_index_restore(
+    def restore_blocks(
+        self, edge_src: array, ranges: array, blocks: array, block_ranges: array
+    ) -> None:
+        """Undo `remove_blocks` of `blocks`, which returned `ranges`: the edges' sources
+        written back, the edges listed again, each block's range written back to
+        `block_ranges`."""
+        lib.ff_index_restore_blocks(
             self.pointer,
-            ffi.from_buffer("int32_t[]", edge_src),
-            ffi.from_buffer("int32_t[]", ranges),
-            len(ranges) // 2,
+            ffi.from_buffer(_I32, edge_src),
+            ffi.from_buffer(_I32, ranges),
+            ffi.from_buffer(_I32, blocks),
+            len(blocks),
+            ffi.from_buffer(_I32, block_ranges),
         )
 
     def undone(self) -> None:
@@ -165,6 +171,9 @@ class EdgeIndex:
         so the index may reuse what it kept of it (`ff_index_undone`)."""
         lib.ff_index_undone(self.pointer)
 
+
+_I8, _I32, _U64, _F64 = (ffi.typeof(f"{t}[]") for t in ("int8_t", "int32_t", "uint64_t", "double"))
+_GRAPH = ffi.typeof("ff_graph *")
 
 _ERRORS = {
     lib.FF_CYCLE: "some tasks never became ready: the task graph has a cycle",
@@ -176,27 +185,18 @@ _ERRORS = {
 def _graph(tg: GraphArrays) -> tuple:
     """The C view of `tg` (`ff_graph *`) and the buffers it points into, which must outlive
     every call that reads it (the struct only holds their addresses)."""
-    buf = ffi.from_buffer
-    sets = tg.resource_sets
-    views = {
-        "exe": buf("double[]", tg.exe),
-        "order": buf("uint64_t[]", tg.order),
-        "live": buf("int8_t[]", tg.live),
-        "resource_set": buf("int32_t[]", tg.res_set),
-        "set_offsets": buf("int32_t[]", sets.offsets),
-        "set_members": buf("int32_t[]", sets.members),
-        "edge_src": buf("int32_t[]", tg.edge_src),
-        "edge_dst": buf("int32_t[]", tg.edge_dst),
-    }
+    buf, sets = ffi.from_buffer, tg.resource_sets
+    views = (
+        buf(_F64, tg.exe), buf(_U64, tg.order), buf(_I8, tg.live), buf(_I32, tg.res_set),
+        buf(_I32, sets.offsets), buf(_I32, sets.members), buf(_I32, tg.edge_src),
+        buf(_I32, tg.edge_dst),
+    )  # fmt: skip
+    exe, order, live, res_set, offsets, members, edge_src, edge_dst = views
     graph = ffi.new(
-        "ff_graph *",
-        {
-            "num_tasks": len(tg.exe),
-            "num_resources": tg.num_resources,
-            "num_edges": len(tg.edge_src),
-            **views,
-        },
-    )
+        _GRAPH,
+        (len(tg.exe), exe, order, live, res_set, tg.num_resources, offsets, members,
+         len(tg.edge_src), edge_src, edge_dst),
+    )  # fmt: skip
     return graph, views
 
 

@@ -43,7 +43,7 @@ class _Undo:
     free: array  # the free ids before the change
     edge_count: int
     removed_edges: int
-    blocks: tuple[int, ...]  # the rebuilt blocks
+    blocks: array  # the rebuilt blocks ("i")
     block_tasks: list[array]  # each one's task ids before
     edge_ranges: array  # each one's edges before: lo, hi ("i")
     tasks: list[tuple]  # per rebuilt op: (op, forward, backward ids, templates, op_at, op_count)
@@ -150,8 +150,9 @@ class TaskGraphDeltas:
         ):  # every op's tasks change their times: rebuild all
             blocks = tuple(range(len(self._block_names)))
         block_tasks = self._block_tasks
+        block_numbers = array("i", blocks)
         edge_ranges, touched = self.edge_index.remove_blocks(  # sources -1, kept in the index
-            self.edge_src, self.edge_dst, self._block_ranges, array("i", blocks)
+            self.edge_src, self.edge_dst, self._block_ranges, block_numbers
         )
         self._removed_edges += len(touched)
         tables = self._tables
@@ -161,7 +162,7 @@ class TaskGraphDeltas:
             array("i", self._free),
             len(self.edge_src),
             self._removed_edges - len(touched),
-            blocks,
+            block_numbers,
             [block_tasks[b] for b in blocks],
             edge_ranges,
             [
@@ -207,12 +208,13 @@ class TaskGraphDeltas:
         self._free = undo.free
         del self.edge_src[undo.edge_count :], self.edge_dst[undo.edge_count :]
         self.edge_index.truncate(undo.edge_count)
-        self.edge_index.restore(self.edge_src, undo.edge_ranges)
+        self.edge_index.restore_blocks(
+            self.edge_src, undo.edge_ranges, undo.blocks, self._block_ranges
+        )
         self._removed_edges = undo.removed_edges
-        block_tasks, ranges, old_ranges = self._block_tasks, self._block_ranges, undo.edge_ranges
-        for i, b in enumerate(undo.blocks):
-            block_tasks[b] = undo.block_tasks[i]
-            ranges[2 * b], ranges[2 * b + 1] = old_ranges[2 * i], old_ranges[2 * i + 1]
+        block_tasks = self._block_tasks
+        for b, tasks in zip(undo.blocks, undo.block_tasks, strict=True):
+            block_tasks[b] = tasks
         tables = self._tables
         for o, fwd, bwd, templates, at, count in undo.tasks:
             self.fwd[o], self.bwd[o] = fwd, bwd
