@@ -127,6 +127,11 @@ struct ff_index {
     double base_latest;
     double *base_free_at;  /* per device and link */
     double *base_load;
+    /* The base's whole load per device and link (select_members), and scratch for this
+     * graph's. */
+    int base_total_valid;
+    double *base_total;
+    double *total;
 };
 
 ff_index *ff_index_new(void) { return calloc(1, sizeof(ff_index)); }
@@ -156,6 +161,8 @@ void ff_index_free(ff_index *x) {
     free(x->load);
     free(x->base_free_at);
     free(x->base_load);
+    free(x->base_total);
+    free(x->total);
     free(x);
 }
 
@@ -208,7 +215,9 @@ static int reserve_resources(ff_index *x, int32_t n) {
     int ok = resize(&x->free_at, old, (size_t)n, sizeof(double), 0) &&
              resize(&x->load, old, (size_t)n, sizeof(double), 0) &&
              resize(&x->base_free_at, old, (size_t)n, sizeof(double), 0) &&
-             resize(&x->base_load, old, (size_t)n, sizeof(double), 0);
+             resize(&x->base_load, old, (size_t)n, sizeof(double), 0) &&
+             resize(&x->base_total, old, (size_t)n, sizeof(double), 0) &&
+             resize(&x->total, old, (size_t)n, sizeof(double), 0);
     if (ok) x->resource_capacity = n;
     return ok;
 }
@@ -457,30 +466,71 @@ static int member(const ff_times *s, const ff_index *x, int32_t t, double t0) {
     return (x->flags[t] & (FRESH | NEIGHBOUR | DONE)) || s->start[t] >= t0;
 }
 
+/* Adds sign x exe_time of each of `ids` to its devices' and links' entries of `load`. */
+static void add_load(const ff_graph *g, double *load, const int32_t *ids, int32_t n,
+                     double sign) {
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t t = ids[i];
+        for (int32_t k = g->set_offsets[g->resource_set[t]];
+             k < g->set_offsets[g->resource_set[t] + 1]; k++)
+            load[g->set_members[k]] += sign * g->exe[t];
+    }
+}
+
+/* Whether the change both removes and adds one id: then its tasks' times and costs are not
+ * the base's, and the last selection is neither reused nor kept. */
+static int reuses_an_id(const ff_change *c, const ff_index *x) {
+    for (int32_t i = 0; i < c->num_removed; i++)
+        if (x->flags[c->removed[i]] & FRESH) return 1;
+    return 0;
+}
+
 /* Counts the members and lists the other live tasks, which keep their times; every device and
- * link is free from the latest end of those on it. With `cut`, also sums each device's and
- * link's members' exe_times (x->load). *latest is the latest end of the others. */
-static selection select_members(const ff_graph *g, ff_times *s, ff_index *x, double t0, int cut,
-                                double *latest) {
+ * link is free from the latest end of those on it. With `cut`, also gives each device's and
+ * link's members' summed exe_times (x->load) as its whole load less the other tasks': the whole
+ * (x->total) is summed here once per base schedule (the one every delta since the last kept
+ * change starts from: x->base_total) and otherwise taken from the base's, less the change's
+ * removed tasks plus its new ones; the members, nearly every task after most changes, are then
+ * only counted. Only a bound reads the loads, and it cuts at the search's cutoff with a margin
+ * far above their rounding. *latest is the latest end of the others. */
+static selection select_members(const ff_graph *g, const ff_change *c, ff_times *s, ff_index *x,
+                                double t0, int cut, double *latest) {
     selection n = {0, 0, 0};
+    const size_t bytes = (size_t)g->num_resources * sizeof(double);
+    const int sum = cut && (!x->base_total_valid || reuses_an_id(c, x));
     *latest = 0.0;
+    if (sum) memset(x->total, 0, bytes);
     for (int32_t t = 0; t < g->num_tasks; t++) {
         if (!g->live[t]) continue;
-        const int32_t *first = g->set_members + g->set_offsets[g->resource_set[t]];
-        const int32_t *last = g->set_members + g->set_offsets[g->resource_set[t] + 1];
         if (s->start[t] >= t0 || (x->flags[t] & (FRESH | NEIGHBOUR))) {
             n.members++;
             if (x->pred_head[t] < 0) x->sources[n.sources++] = t;
-            if (cut)
-                for (const int32_t *r = first; r < last; r++) x->load[*r] += g->exe[t];
+            if (sum) add_load(g, x->total, &t, 1, 1.0);
             continue;
         }
+        const int32_t *first = g->set_members + g->set_offsets[g->resource_set[t]];
+        const int32_t *last = g->set_members + g->set_offsets[g->resource_set[t] + 1];
         x->outside[n.outside++] = t;
         const double end = s->end[t];
         if (end > *latest) *latest = end;
-        for (const int32_t *r = first; r < last; r++)
+        for (const int32_t *r = first; r < last; r++) {
             if (end > x->free_at[*r]) x->free_at[*r] = end;
+            if (cut) x->load[*r] += g->exe[t]; /* the others' load, for now */
+        }
+        if (sum) add_load(g, x->total, &t, 1, 1.0);
     }
+    if (!cut) return n;
+    if (sum) { /* the base's whole load: this graph's, less the change's new tasks plus its removed */
+        memcpy(x->base_total, x->total, bytes);
+        add_load(g, x->base_total, c->added, c->num_added, -1.0);
+        add_load(g, x->base_total, c->removed, c->num_removed, 1.0);
+        x->base_total_valid = !reuses_an_id(c, x);
+    } else {
+        memcpy(x->total, x->base_total, bytes);
+        add_load(g, x->total, c->removed, c->num_removed, -1.0);
+        add_load(g, x->total, c->added, c->num_added, 1.0);
+    }
+    for (int32_t r = 0; r < g->num_resources; r++) x->load[r] = x->total[r] - x->load[r];
     return n;
 }
 
@@ -574,24 +624,7 @@ static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, dou
     return done == n.members ? n.members : FF_CYCLE;
 }
 
-/* Adds sign x exe_time of each of `ids` to its devices' and links' entries of `load`. */
-static void add_load(const ff_graph *g, double *load, const int32_t *ids, int32_t n,
-                     double sign) {
-    for (int32_t i = 0; i < n; i++) {
-        const int32_t t = ids[i];
-        for (int32_t k = g->set_offsets[g->resource_set[t]];
-             k < g->set_offsets[g->resource_set[t] + 1]; k++)
-            load[g->set_members[k]] += sign * g->exe[t];
-    }
-}
 
-/* Whether the change both removes and adds one id: then its tasks' times and costs are not
- * the base's, and the last selection is neither reused nor kept. */
-static int reuses_an_id(const ff_change *c, const ff_index *x) {
-    for (int32_t i = 0; i < c->num_removed; i++)
-        if (x->flags[c->removed[i]] & FRESH) return 1;
-    return 0;
-}
 
 /* Keeps the selection select_members just made as the base's (its members without the
  * change's new tasks, with its removed ones). */
@@ -633,7 +666,8 @@ static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_i
     x->num_dirty = 0;
     for (int32_t i = 0; i < c->num_added; i++) mark(x, c->added[i], FRESH);
     for (int32_t i = 0; i < c->num_removed; i++) t0 = moved_from(g, s, x, c->removed[i], t0);
-    if (x->pending || c->t0 == -HUGE_VAL) x->base_valid = 0; /* a kept change: a new base */
+    if (x->pending || c->t0 == -HUGE_VAL) /* a kept change: a new base */
+        x->base_valid = x->base_total_valid = 0;
     x->pending = 1;
     const int journaled = s->log_task != NULL;
     /* Journaled, the replay writes its tasks' new times after the entries the removed and new
@@ -659,7 +693,7 @@ static int64_t simulate(const ff_graph *g, const ff_change *c, ff_times *s, ff_i
         if (delta && x->base_valid && x->base_t0 == t0 && !reuses_an_id(c, x)) {
             members = reuse_selection(g, c, s, x, t0, &latest);
         } else {
-            members = select_members(g, s, x, t0, delta || c->cutoff < HUGE_VAL, &latest);
+            members = select_members(g, c, s, x, t0, delta || c->cutoff < HUGE_VAL, &latest);
             if (delta) keep_selection(g, c, x, t0, members, latest);
         }
         result = run(g, s, x, members, t0, &latest, c->cutoff);
