@@ -602,8 +602,10 @@ static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, dou
         done++;
         for (int32_t e = x->succ_head[t]; e >= 0; e = x->succ_next[e]) {
             int32_t u = x->dst[e];
-            if (!member(s, x, u, t0)) return FF_NOT_CLOSED;
-            if (!(x->flags[u] & COUNTED)) first_touch(x, u);
+            if (!(x->flags[u] & COUNTED)) { /* touched: a member, counted */
+                if (!member(s, x, u, t0)) return FF_NOT_CLOSED;
+                first_touch(x, u);
+            }
             if (end > x->ready[u]) x->ready[u] = end;
             if (--x->remaining[u] == 0)
                 heap_push(x->heap, &size, (entry){time_key(x->ready[u]), g->order[u], u});

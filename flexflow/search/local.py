@@ -160,7 +160,7 @@ def descend(
 
         def neighbours_configs(op: int) -> tuple[ParallelConfig, ...]:
             """The configurations `op`'s neighbours have now that it may take, but not its own."""
-            configs, own, valid = scanner.strategy.configs, scanner.strategy[op], allowed(op)
+            configs, own, valid = scanner.strategy.configs, scanner.strategy[op], allowed[op]
             found = (configs[n] for n in adjacent[op])
             return tuple(dict.fromkeys(c for c in found if c != own and c in valid))
 

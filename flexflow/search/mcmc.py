@@ -275,7 +275,7 @@ def run_chain(
     def neighbour_config(op: int) -> ParallelConfig | None:
         """A neighbour's current configuration that `op` can take, drawn uniformly; None
         when no neighbour's is in its space."""
-        valid, strategy = valid_set(op), evaluator.strategy
+        valid, strategy = valid_set[op], evaluator.strategy
         candidates = [strategy[n] for n in adjacent[op] if strategy[n] in valid]
         return candidates[int(integers(len(candidates)))] if candidates else None
 
@@ -285,7 +285,7 @@ def run_chain(
         go_on = continues[0] if len(continues) == 1 else continues[int(integers(len(continues)))]
         path, at = [op], op
         while True:
-            steps = [n for n in adjacent[at] if n not in path and config in valid_set(n)]
+            steps = [n for n in adjacent[at] if n not in path and config in valid_set[n]]
             if not steps:
                 break
             at = steps[int(integers(len(steps)))] if len(steps) > 1 else steps[0]

@@ -55,19 +55,18 @@ def make_space(name: str, graph: OperatorGraph, machine: Machine) -> Space:
         ) from None
 
 
-class SpaceSets:
-    """Each op's configurations in `space` as a set, made the first time the op is asked
-    about: "can this op take its neighbour's configuration?" is asked of every op, over and
-    over, by MCMC's neighbour moves and the descent's narrow sweeps."""
+class SpaceSets(dict[int, frozenset[ParallelConfig]]):
+    """Each op's configurations in `space` as a set, made the first time the op is looked up
+    (`sets[op]`): "can this op take its neighbour's configuration?" is asked of every op,
+    over and over, by MCMC's neighbour and path moves and the descent's narrow sweeps, and a
+    dict lookup is the cheapest way Python has to ask it."""
 
     def __init__(self, space: Space) -> None:
+        super().__init__()
         self._space = space
-        self._sets: dict[int, frozenset[ParallelConfig]] = {}
 
-    def __call__(self, op: int) -> frozenset[ParallelConfig]:
-        configs = self._sets.get(op)
-        if configs is None:
-            configs = self._sets[op] = frozenset(self._space(op))
+    def __missing__(self, op: int) -> frozenset[ParallelConfig]:
+        configs = self[op] = frozenset(self._space(op))
         return configs
 
 
