@@ -581,48 +581,72 @@ static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, dou
                 heap_push(x->heap, &size, (entry){time_key(x->ready[u]), g->order[u], u});
         }
     }
+    /* The loop's arrays as locals: its flag stores (bytes) may alias anything, so the compiler
+     * would otherwise read every one of these pointers again after each. */
+    const double *exe = g->exe;
+    const uint64_t *order = g->order;
+    const int32_t *resource_set = g->resource_set, *offsets = g->set_offsets;
+    const int32_t *set_members = g->set_members;
+    const int32_t *succ_head = x->succ_head, *succ_next = x->succ_next, *dst = x->dst;
+    double *ready = x->ready, *free_at = x->free_at, *load = x->load;
+    uint8_t *flags = x->flags;
+    int32_t *remaining = x->remaining;
+    entry *heap = x->heap;
+    int32_t *log_task = s->log_task;
+    double *log_ready = s->log_ready, *log_start = s->log_start, *log_end = s->log_end;
+    int64_t logged = s->log_size;
+    double last_end = *latest;
+    int64_t result = 0;
     int32_t done = 0;
     while (size > 0) {
-        entry item = heap_pop(x->heap, &size);
+        entry item = heap_pop(heap, &size);
         int32_t t = item.task;
-        const int32_t *first = g->set_members + g->set_offsets[g->resource_set[t]];
-        const int32_t *last = g->set_members + g->set_offsets[g->resource_set[t] + 1];
-        double start = x->ready[t]; /* final: every predecessor has ended */
+        const int32_t *first = set_members + offsets[resource_set[t]];
+        const int32_t *last = set_members + offsets[resource_set[t] + 1];
+        double start = ready[t]; /* final: every predecessor has ended */
         for (const int32_t *r = first; r < last; r++)
-            if (x->free_at[*r] > start) start = x->free_at[*r];
-        double end = start + g->exe[t];
+            if (free_at[*r] > start) start = free_at[*r];
+        const double end = start + exe[t];
         if (cut) {
             for (const int32_t *r = first; r < last; r++) {
-                x->load[*r] -= g->exe[t];
-                if (end + x->load[*r] > cutoff) return FF_ABOVE_CUTOFF;
+                load[*r] -= exe[t];
+                if (end + load[*r] > cutoff) result = FF_ABOVE_CUTOFF;
             }
+            if (result < 0) break;
         }
-        for (const int32_t *r = first; r < last; r++) x->free_at[*r] = end;
-        if (end > *latest) *latest = end;
+        for (const int32_t *r = first; r < last; r++) free_at[*r] = end;
+        if (end > last_end) last_end = end;
         done++;
-        for (int32_t e = x->succ_head[t]; e >= 0; e = x->succ_next[e]) {
-            int32_t u = x->dst[e];
-            if (!(x->flags[u] & COUNTED)) { /* touched: a member, counted */
-                if (!member(s, x, u, t0)) return FF_NOT_CLOSED;
+        for (int32_t e = succ_head[t]; e >= 0; e = succ_next[e]) {
+            const int32_t u = dst[e];
+            if (!(flags[u] & COUNTED)) { /* touched: a member, counted */
+                if (!member(s, x, u, t0)) {
+                    result = FF_NOT_CLOSED;
+                    break;
+                }
                 first_touch(x, u);
             }
-            if (end > x->ready[u]) x->ready[u] = end;
-            if (--x->remaining[u] == 0)
-                heap_push(x->heap, &size, (entry){time_key(x->ready[u]), g->order[u], u});
+            if (end > ready[u]) ready[u] = end;
+            if (--remaining[u] == 0)
+                heap_push(heap, &size, (entry){time_key(ready[u]), order[u], u});
         }
-        if (s->log_task != NULL) { /* journaled: written to the schedule if the replay ends */
-            const int64_t i = s->log_size++;
-            s->log_task[i] = t;
-            s->log_ready[i] = x->ready[t];
-            s->log_start[i] = start;
-            s->log_end[i] = end;
+        if (result < 0) break;
+        if (log_task != NULL) { /* journaled: written to the schedule if the replay ends */
+            log_task[logged] = t;
+            log_ready[logged] = ready[t];
+            log_start[logged] = start;
+            log_end[logged] = end;
+            logged++;
         } else {
-            s->ready[t] = x->ready[t];
+            s->ready[t] = ready[t];
             s->start[t] = start;
             s->end[t] = end;
         }
-        x->flags[t] |= DONE;
+        flags[t] |= DONE;
     }
+    *latest = last_end;
+    s->log_size = logged;
+    if (result < 0) return result;
     return done == n.members ? n.members : FF_CYCLE;
 }
 
