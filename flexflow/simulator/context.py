@@ -139,6 +139,7 @@ class SimContext(TileGeometry, TaskTimes, SyncTemplates, RouteTables):
         """Every overlap set `overlap_set` made, as the C edge builder reads them."""
         self._route_tables: tuple[array, array, array, array] | None = None
         self._op_tasks: dict[tuple[int, ParallelConfig, bool, bool], OpTasks] = {}
+        self._kind_op_times: dict[tuple[int, ParallelConfig, bool, bool], tuple[array, array]] = {}
         self._native_degrees: dict[tuple[int, str], bool] = {}
         self.prices_native_steps = (
             self.serial_launches

@@ -44,7 +44,7 @@ class TaskTimes:
     tiles (`TileGeometry.regions`) and routes (`RouteTables.transfer`) of the context."""
 
     # what SimContext sets (flexflow/simulator/context.py), with the caches _times,
-    # _native_splits, _native_degrees, _op_tasks and _orders
+    # _native_splits, _native_degrees, _op_tasks, _kind_op_times and _orders
     graph: OperatorGraph
     machine: Machine
     cost: CostModel
@@ -128,21 +128,28 @@ class TaskTimes:
         key = (op, config, fused, native)
         found = self._op_tasks.get(key)
         if found is None:
-            found = self._op_tasks[key] = self._make_op_tasks(op, config, fused, native)
+            n = len(config.devices)
+            if n >= FIELD_LIMIT:  # task, ring and group indices fit a key
+                raise AssertionError(f"{self.graph.ops[op].name}: {n} tasks; keys hold fewer")
+            kind_key = (self.kinds[op], config, fused, native)
+            times = self._kind_op_times.get(kind_key)
+            if times is None:  # the same for every op of the kind: only the keys are the op's
+                times = self._kind_op_times[kind_key] = self._op_times(op, config, fused, native)
+            found = self._op_tasks[key] = OpTasks(*times, self._op_order(op, n))
         return found
 
-    def _make_op_tasks(self, op: int, config: ParallelConfig, fused: bool, native: bool) -> OpTasks:
+    def _op_times(
+        self, op: int, config: ParallelConfig, fused: bool, native: bool
+    ) -> tuple[array, array]:
+        """`op_tasks`' devices and exe_times."""
         node = self.graph.ops[op]
         n = len(config.devices)
-        if n >= FIELD_LIMIT:  # task, ring and group indices fit a key
-            raise AssertionError(f"{node.name}: {n} tasks; keys hold fewer")
+        devices = array("i", [device for device in config.devices for _ in (0, 1)])
         if native:
             time = self.native_time(op, config.degrees, self.machine.devices[config.devices[0]])
             if time is None:
                 raise AssertionError(f"{node.name}: no C step time for {config}")
-            exe = array("d", [time.forward_s, time.backward_s] * n)
-            devices = array("i", [device for device in config.devices for _ in (0, 1)])
-            return OpTasks(devices, exe, self._op_order(op, n))
+            return devices, array("d", [time.forward_s, time.backward_s] * n)
         stats_s = self.statistics_s(op, config)
         # a task's time depends on its device's model and kind only: once per kind of device
         times: dict[tuple[str, str], tuple[float, float]] = {}
@@ -162,8 +169,7 @@ class TaskTimes:
                     time.backward_s + stats_s,
                 )
             exe += pair
-        devices = array("i", [device for device in config.devices for _ in (0, 1)])
-        return OpTasks(devices, array("d", exe), self._op_order(op, n))
+        return devices, array("d", exe)
 
     def _op_order(self, op: int, n: int) -> array:
         """The keys of `op`'s forward and backward task k (interleaved) for k < n: the same

@@ -166,8 +166,6 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
         self._builder = BlockBuilder(context.routes(), self.resource_sets.empty)
         # per (op, configuration, fused, native): its op job's arrays and sync templates
         self._op_records: dict[tuple, tuple] = {}
-        # per (edge, producer's and consumer's configurations): its overlap set (number, size)
-        self._overlap_records: dict[tuple, tuple[int, int]] = {}
         self._build(range(len(self._block_names)))
         self.runtime_s = context.runtime_s(self.configs)
         """The runtime's CPU time per iteration (`SimContext.runtime_s`): see `iteration_s`."""
@@ -220,7 +218,6 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
             set_count(b, len(record[0]))
             use_templates(b, record[3])
         overlap_set, edge_ids, overlap_ids = context.overlap_set, edges.edge, edges.overlaps
-        overlap_records = self._overlap_records
         for b in blocks[at_edges:at_syncs]:
             edge = b - first_edge_block
             producer, c, j = self._edges[edge]
@@ -228,12 +225,9 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
             if producer < 0:  # a model input: no block content
                 overlap_ids.append(-1)
                 continue
-            key = (edge, configs[producer], configs[c])
-            found = overlap_records.get(key)
-            if found is None:
-                found = overlap_records[key] = overlap_set(c, j, key[1].degrees, key[2].degrees)
-            overlap_ids.append(found[0])
-            edges.count += found[1]
+            number, count = overlap_set(c, j, configs[producer].degrees, configs[c].degrees)
+            overlap_ids.append(number)
+            edges.count += count
         for b in blocks[at_syncs:]:
             pid = self._syncs[b - first_sync_block]
             syncs.add(pid, pid << A_SHIFT, tables.max_tasks[pid], tables.max_edges[pid])
