@@ -44,6 +44,8 @@ class Times(Protocol):
 
 
 _TIME_NAMES = ("ready", "start", "end")
+_I8, _I32, _U64, _F64 = (ffi.typeof(f"{t}[]") for t in ("int8_t", "int32_t", "uint64_t", "double"))
+_GRAPH = ffi.typeof("ff_graph *")
 
 
 def _time_views(times: Times) -> dict:
@@ -141,13 +143,13 @@ class EdgeIndex:
         touched = self._touched
         count = lib.ff_index_remove_blocks(
             self.pointer,
-            ffi.from_buffer("int32_t[]", edge_src),
-            ffi.from_buffer("int32_t[]", edge_dst),
-            ffi.from_buffer("int32_t[]", block_ranges),
-            ffi.from_buffer("int32_t[]", blocks),
+            ffi.from_buffer(_I32, edge_src),
+            ffi.from_buffer(_I32, edge_dst),
+            ffi.from_buffer(_I32, block_ranges),
+            ffi.from_buffer(_I32, blocks),
             len(blocks),
-            ffi.from_buffer("int32_t[]", ranges),
-            ffi.from_buffer("int32_t[]", touched),
+            ffi.from_buffer(_I32, ranges),
+            ffi.from_buffer(_I32, touched),
         )
         return ranges, touched[:count]
 
@@ -171,9 +173,6 @@ class EdgeIndex:
         so the index may reuse what it kept of it (`ff_index_undone`)."""
         lib.ff_index_undone(self.pointer)
 
-
-_I8, _I32, _U64, _F64 = (ffi.typeof(f"{t}[]") for t in ("int8_t", "int32_t", "uint64_t", "double"))
-_GRAPH = ffi.typeof("ff_graph *")
 
 _ERRORS = {
     lib.FF_CYCLE: "some tasks never became ready: the task graph has a cycle",
@@ -292,12 +291,12 @@ def compact_ranges(edge_src: array, edge_dst: array, ranges: array) -> tuple[arr
     room = bytes(4 * len(edge_src))
     src, dst = array("i", room), array("i", room)
     count = lib.ff_compact_ranges(
-        ffi.from_buffer("int32_t[]", edge_src),
-        ffi.from_buffer("int32_t[]", edge_dst),
-        ffi.from_buffer("int32_t[]", ranges),
+        ffi.from_buffer(_I32, edge_src),
+        ffi.from_buffer(_I32, edge_dst),
+        ffi.from_buffer(_I32, ranges),
         len(ranges) // 2,
-        ffi.from_buffer("int32_t[]", src),
-        ffi.from_buffer("int32_t[]", dst),
+        ffi.from_buffer(_I32, src),
+        ffi.from_buffer(_I32, dst),
     )
     del src[count:], dst[count:]
     return src, dst

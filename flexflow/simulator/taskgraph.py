@@ -78,6 +78,8 @@ from flexflow.simulator.task_times import one_native_split
 from flexflow.simulator.task_views import Block, TaskGraphViews
 from flexflow.strategy import ParallelConfig, Strategy
 
+_NO_OVERLAPS = (-1, 0)  # an edge job's overlap set for a model input (`EdgeJobs.add`)
+
 
 class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
     """Tasks in parallel arrays indexed by task id; ids of removed tasks are reused. Built
@@ -164,7 +166,7 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
         # block b's edges: edge_src[lo:hi] with lo, hi at 2b and 2b + 1
         self._block_ranges = array("i", bytes(8 * len(self._block_names)))
         self._builder = BlockBuilder(context.routes(), self.resource_sets.empty)
-        # per (op, configuration, fused, native): its op job's arrays and sync templates
+        # per (op, configuration, fused, native): its op tasks and sync templates
         self._op_records: dict[tuple, tuple] = {}
         self._build(range(len(self._block_names)))
         self.runtime_s = context.runtime_s(self.configs)
@@ -198,8 +200,6 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
         at_edges = bisect_left(blocks, first_edge_block)
         at_syncs = bisect_left(blocks, first_sync_block, at_edges)
         fusing, native, records = context.fused_launches, self.native, self._op_records
-        op_ids, devices, exe, order, offsets = ops.op, ops.device, ops.exe, ops.order, ops.offsets
-        set_count, use_templates = tables.set_count, tables.use_templates
         for b in blocks[:at_edges]:
             fused = fusing and joins_previous(
                 self.graph, configs, _TaskTiles(self), b, self._cpu_devices, context.fusion
@@ -209,25 +209,19 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
             if record is None:
                 tasks = context.op_tasks(*key)
                 templates = context.op_sync_parts(b, key[1])
-                record = records[key] = (tasks.devices, tasks.exe, tasks.order, templates)
-            op_ids.append(b)
-            devices += record[0]
-            exe += record[1]
-            order += record[2]
-            offsets.append(len(devices))
-            set_count(b, len(record[0]))
-            use_templates(b, record[3])
-        overlap_set, edge_ids, overlap_ids = context.overlap_set, edges.edge, edges.overlaps
+                record = records[key] = (tasks, templates)
+            tasks, templates = record
+            ops.add(b, tasks.devices, tasks.exe, tasks.order)
+            tables.set_count(b, len(tasks.devices))
+            tables.use_templates(b, templates)
+        overlap_set = context.overlap_set
         for b in blocks[at_edges:at_syncs]:
             edge = b - first_edge_block
             producer, c, j = self._edges[edge]
-            edge_ids.append(edge)
             if producer < 0:  # a model input: no block content
-                overlap_ids.append(-1)
+                edges.add(edge, _NO_OVERLAPS)
                 continue
-            number, count = overlap_set(c, j, configs[producer].degrees, configs[c].degrees)
-            overlap_ids.append(number)
-            edges.count += count
+            edges.add(edge, overlap_set(c, j, configs[producer].degrees, configs[c].degrees))
         for b in blocks[at_syncs:]:
             pid = self._syncs[b - first_sync_block]
             syncs.add(pid, pid << A_SHIFT, tables.max_tasks[pid], tables.max_edges[pid])
