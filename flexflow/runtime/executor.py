@@ -88,6 +88,27 @@ class Executor:
         self.graph, self.strategy = graph, strategy
         self.cpp_steps = cpp_steps
         self.optimizer: Optimizer = optimizer or SGDOptimizer(learning_rate)
+        self._init_progress(record_timeline)
+        self._start_runtime()
+        self._place_on_local_machine(graph, strategy)
+        self._load_tasks()
+        self.id = next(EXECUTOR_IDS)
+        EXECUTORS[self.id] = self
+        COLLECTION.hold()  # collections by the program only, until close (runtime.collection)
+        try:  # a failure below must not leave it registered and collection off
+            staging = self.runtime.node_count == 1  # one process holds every rank's data
+            self._plan_execution(graph, strategy, staging)
+            self._create_stores(graph, strategy, staging, seed)
+            self._prepare_native_steps(strategy, record_timeline)
+            self._plan_step_launch(steps_per_execution)
+        except BaseException:
+            EXECUTORS.pop(self.id, None)
+            COLLECTION.release()
+            raise
+
+    # ---- the set-up, in __init__'s order -------------------------------------------------------
+    def _init_progress(self, record_timeline: bool) -> None:
+        """What training has done so far (nothing yet), and the timeline's records if kept."""
         self.iteration = 0
         """Updates applied so far (Adam's bias correction counts them; checkpoints keep it)."""
         self.steps_before = 0
@@ -107,117 +128,125 @@ class Executor:
         taken when `timeline` is read)."""
         self.step_ops_entries: list[tuple] | None = [] if record_timeline else None
         """What the C steps' logs say about their ops (`step_ops_timeline`)."""
+
+    def _start_runtime(self) -> None:
+        """Legate's runtime, one BLAS thread per task, and freed memory kept for reuse."""
         self.runtime = get_legate_runtime()
         # each Legate CPU processor is one core: a multi-threaded BLAS inside its tasks would
         # oversubscribe the cores (LeNet's iteration was 5x slower with 2 BLAS threads each)
         threadpool_limits(1, user_api="blas")
         keep_freed_memory()
+
+    def _place_on_local_machine(self, graph: OperatorGraph, strategy: Strategy) -> None:
+        """Check the strategy against this host's `local` machine; each device's processor."""
         local = parse_machine("local")
         validate_strategy(strategy, graph, local)
         self.machine = local
         """The `local` machine the strategy's devices are numbered on."""
         self.processors = device_processors(local, strategy)
         """Per device id of the `local` machine, the one Legate processor its tasks run on."""
-        (
-            self.library,
-            self.task_id,
-            self.native_task_id,
-            self.steps_task_id,
-            self.evals_task_id,
-        ) = library_and_tasks()
-        self.id = next(EXECUTOR_IDS)
-        EXECUTORS[self.id] = self
-        COLLECTION.hold()  # collections by the program only, until close (runtime.collection)
-        try:  # a failure below must not leave it registered and collection off
-            self.store_of = functools.partial(
-                copied_store, self.runtime, self.library, self.task_id, self.id
-            )
-            """array -> a new store holding it (`copied_store`); no reference to the executor, so
-            the stores that keep it (`ParameterStores`) make no cycle that Python's garbage
-            collector would free inside a task, where Legate forbids destroying stores."""
-            self._kinds = kinds = [kind for kind, _ in local.kind_ordinals()]
-            staging = self.runtime.node_count == 1  # one process holds every rank's data
-            self.plan = plan = execution_plan(graph, strategy, kinds, staging)
-            """What runs where (`flexflow.runtime.plan.ExecutionPlan`, which documents each part);
-            its parts are also this executor's attributes of the same names."""
-            self._regions, self.groups = plan.regions, plan.groups
-            self.fused_tasks, self.step_ready = plan.fused_tasks, plan.step_ready
-            self.contributors = plan.contributors
-            self.updates_in_step, self.update_groups = plan.updates_in_step, plan.update_groups
-            self.exchanges = {
-                g: StatisticsExchange(strategy[group.ops[0]].num_tasks)
-                for g, group in enumerate(self.groups)
-                if group.exchanges
-            }
-            """Per group launched concurrently (`FusedGroup.exchanges`), the in-memory all-reduce
-            of batch statistics between its points."""
-            self.pending_update = False
-            """With `updates_in_step`: the last iteration's update has not been applied yet."""
-            self.feeds = Feeds(
-                graph,
-                strategy,
-                self._regions,
-                staging,
-                plan.inputs_read_in_step,
-                self._tensor_store,
-            )
-            """Model inputs: staged in this process or fed to stores (`flexflow.runtime.feeding`)."""
-            self.tensors = {t.id: self._tensor_store(t.spec) for t in graph.tensors}
-            self.gradients = GradientStores(
-                self.runtime, graph, self.groups, self.fused_tasks, strategy
-            )
-            """Tensors' gradients, some in several parts (`flexflow.runtime.gradients`)."""
-            self.grads = self.gradients.stores
-            """Tensor -> its gradient store."""
-            self.params = ParameterStores(
-                self.runtime,
-                graph,
-                self.contributors,
-                self.optimizer.state_names,
-                self.updates_in_step,  # a copy of every weight and state per device
-                self.store_of,
-                seed,
-            )
-            """Weights, optimizer states and per-device partial gradients (`flexflow.runtime.weights`)."""
-            rows = {
-                op: self.exchanges[g].points for g in self.exchanges for op in self.groups[g].ops
-            }
-            tasks = {node.id: strategy[node.id].num_tasks for node in graph.ops}
-            self.batch_statistics = BatchStatistics(self.runtime, graph, self.store_of, tasks, rows)
-            """Ops with batch statistics (batch norm): their statistics stores and tasks."""
-            self.running = self.batch_statistics.running
-            """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
-            self.arguments = TaskArguments(
-                self.runtime, strategy, kinds, self.tensors, self.gradients, self.params,
-                self.batch_statistics, self.feeds, self.contributors,
+
+    def _load_tasks(self) -> None:
+        """The Legate library and the ids of the tasks this executor launches."""
+        (self.library, self.task_id, self.native_task_id, self.steps_task_id,
+         self.evals_task_id) = library_and_tasks()  # fmt: skip
+
+    def _plan_execution(self, graph: OperatorGraph, strategy: Strategy, staging: bool) -> None:
+        """What runs where (`flexflow.runtime.plan`), and the groups' statistics exchanges."""
+        self._kinds = kinds = [kind for kind, _ in self.machine.kind_ordinals()]
+        self.plan = plan = execution_plan(graph, strategy, kinds, staging)
+        """What runs where (`flexflow.runtime.plan.ExecutionPlan`, which documents each part);
+        its parts are also this executor's attributes of the same names."""
+        self._regions, self.groups = plan.regions, plan.groups
+        self.fused_tasks, self.step_ready = plan.fused_tasks, plan.step_ready
+        self.contributors = plan.contributors
+        self.updates_in_step, self.update_groups = plan.updates_in_step, plan.update_groups
+        self.exchanges = {
+            g: StatisticsExchange(strategy[group.ops[0]].num_tasks)
+            for g, group in enumerate(self.groups)
+            if group.exchanges
+        }
+        """Per group launched concurrently (`FusedGroup.exchanges`), the in-memory all-reduce
+        of batch statistics between its points."""
+        self.pending_update = False
+        """With `updates_in_step`: the last iteration's update has not been applied yet."""
+
+    def _create_stores(
+        self, graph: OperatorGraph, strategy: Strategy, staging: bool, seed: int
+    ) -> None:
+        """The stores of the inputs, tensors, gradients, weights and batch statistics, and the
+        views of them that the tasks name."""
+        self.store_of = functools.partial(
+            copied_store, self.runtime, self.library, self.task_id, self.id
+        )
+        """array -> a new store holding it (`copied_store`); no reference to the executor, so
+        the stores that keep it (`ParameterStores`) make no cycle that Python's garbage
+        collector would free inside a task, where Legate forbids destroying stores."""
+        self.feeds = Feeds(
+            graph,
+            strategy,
+            self._regions,
+            staging,
+            self.plan.inputs_read_in_step,
+            self._tensor_store,
+        )
+        """Model inputs: staged in this process or fed to stores (`flexflow.runtime.feeding`)."""
+        self.tensors = {t.id: self._tensor_store(t.spec) for t in graph.tensors}
+        self.gradients = GradientStores(
+            self.runtime, graph, self.groups, self.fused_tasks, strategy
+        )
+        """Tensors' gradients, some in several parts (`flexflow.runtime.gradients`)."""
+        self.grads = self.gradients.stores
+        """Tensor -> its gradient store."""
+        self.params = ParameterStores(
+            self.runtime,
+            graph,
+            self.contributors,
+            self.optimizer.state_names,
+            self.updates_in_step,  # a copy of every weight and state per device
+            self.store_of,
+            seed,
+        )
+        """Weights, optimizer states and per-device partial gradients (`flexflow.runtime.weights`)."""
+        rows = {op: self.exchanges[g].points for g in self.exchanges for op in self.groups[g].ops}
+        tasks = {node.id: strategy[node.id].num_tasks for node in graph.ops}
+        self.batch_statistics = BatchStatistics(self.runtime, graph, self.store_of, tasks, rows)
+        """Ops with batch statistics (batch norm): their statistics stores and tasks."""
+        self.running = self.batch_statistics.running
+        """Batch norm's running (mean, variance) per channel: what evaluation normalizes with."""
+        self.arguments = TaskArguments(
+            self.runtime, strategy, self._kinds, self.tensors, self.gradients, self.params,
+            self.batch_statistics, self.feeds, self.contributors,
+        )  # fmt: skip
+        """The store views its tasks name, kept (`flexflow.runtime.task_arguments`)."""
+
+    def _prepare_native_steps(self, strategy: Strategy, record_timeline: bool) -> None:
+        """The C programs of the step tasks that run as one call, and why others do not."""
+        self.sgemm = sgemm_address()
+        """MKL's sgemm for the C kernels (flexflow.ops.blas); None without MKL."""
+        self.native_steps: dict[tuple[int, int], NativeStep] = {}
+        """(group, task index) -> the C program of a step task that runs as one call
+        (flexflow.runtime.native_step): the last group's tasks on CPUs, when they can."""
+        self.native_step_note: str | None = None
+        """Why a CPU step task does not run as one C call (the first such task's reason)."""
+        if self.step_ready[-1]:
+            last = len(self.groups) - 1
+            devices = strategy[self.groups[last].ops[0]].devices
+            programs, self.native_step_note = native_steps_of(
+                self.fused_tasks[last], [self._kinds[d] for d in devices], self.params.flat,
+                self.exchanges.get(last), record_timeline,
             )  # fmt: skip
-            """The store views its tasks name, kept (`flexflow.runtime.task_arguments`)."""
-            self.sgemm = sgemm_address()
-            """MKL's sgemm for the C kernels (flexflow.ops.blas); None without MKL."""
-            self.native_steps: dict[tuple[int, int], NativeStep] = {}
-            """(group, task index) -> the C program of a step task that runs as one call
-            (flexflow.runtime.native_step): the last group's tasks on CPUs, when they can."""
-            self.native_step_note: str | None = None
-            """Why a CPU step task does not run as one C call (the first such task's reason)."""
-            if self.step_ready[-1]:
-                last = len(self.groups) - 1
-                devices = strategy[self.groups[last].ops[0]].devices
-                programs, self.native_step_note = native_steps_of(
-                    self.fused_tasks[last], [kinds[d] for d in devices], self.params.flat,
-                    self.exchanges.get(last), record_timeline,
-                )  # fmt: skip
-                self.native_steps = {(last, index): program for index, program in programs.items()}
-            self.step_launch = plan_step_launch(self) if steps_per_execution > 1 else None
-            """How `train_batches` runs several steps per launch (`flexflow.runtime.step_launches`),
-            or why it cannot (a str); None with `steps_per_execution` 1."""
-            self.steps_per_launch = (
-                steps_per_execution if isinstance(self.step_launch, StepLaunch) else 1
-            )
-            """The iterations one launch of `train_batches` runs."""
-        except BaseException:
-            EXECUTORS.pop(self.id, None)
-            COLLECTION.release()
-            raise
+            self.native_steps = {(last, index): program for index, program in programs.items()}
+
+    def _plan_step_launch(self, steps_per_execution: int) -> None:
+        """How `train_batches` launches several steps at once, if it can."""
+        self.step_launch = plan_step_launch(self) if steps_per_execution > 1 else None
+        """How `train_batches` runs several steps per launch (`flexflow.runtime.step_launches`),
+        or why it cannot (a str); None with `steps_per_execution` 1."""
+        self.steps_per_launch = (
+            steps_per_execution if isinstance(self.step_launch, StepLaunch) else 1
+        )
+        """The iterations one launch of `train_batches` runs."""
 
     @property
     def timeline(self) -> list[tuple] | None:
