@@ -20,21 +20,25 @@ from flexflow.cli_args import (
     load_profile,
     nonnegative_int,
     positive_float,
-    positive_int,
     seed_int,
-    share,
     strategy_arg,
     workers_arg,
+)
+from flexflow.cli_search_flags import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_INITS,
+    add_chain_flags,
+    add_descent_flags,
+    add_move_flags,
+    add_simulation_flag,
 )
 from flexflow.cli_strategy import config_text, strategy_table
 from flexflow.errors import FlexFlowError
 from flexflow.figures import picture_file
 from flexflow.fileio import output_file
-from flexflow.search.evaluator import SIMULATIONS
 from flexflow.search.exhaustive import DEFAULT_SEED_PROPOSALS, ExhaustiveStatus
-from flexflow.search.mcmc import DEFAULT_BETA, DEFAULT_NEIGHBOUR_MOVES, DEFAULT_PATH_MOVES
+from flexflow.search.mcmc import DEFAULT_BETA, DEFAULT_NEIGHBOUR_MOVES
 from flexflow.search.progress import search_with_progress
-from flexflow.search.search import DEFAULT_INITS as SEARCH_INITS
 from flexflow.search.spaces import SPACES
 
 
@@ -61,10 +65,6 @@ def _export_and_print_json(args: argparse.Namespace, graph, machine, best, data:
             header["workers"] = args.workers
         print(json.dumps(header | data, indent=1))
     return args.json
-
-
-DEFAULT_INITS = ",".join(SEARCH_INITS)
-DEFAULT_BUDGET_S = 30.0
 
 
 def _refuse_unused_search_flags(args: argparse.Namespace) -> None:
@@ -322,101 +322,32 @@ def cmd_check_local(args: argparse.Namespace, console: Console) -> int:
 
 def register(add: Callable) -> None:
     """Add the optimizer's subcommands to the `flexflow` parser."""
-    search = add("search", cmd_search, "search a parallelization strategy with MCMC (paper §6)")
+    _add_search_flags(
+        add("search", cmd_search, "search a parallelization strategy with MCMC (paper §6)")
+    )
+    _add_exhaustive_flags(
+        add(
+            "exhaustive",
+            cmd_exhaustive,
+            "prove the optimal strategy of a small space by branch and bound (paper §8.4)",
+        )
+    )
+    _add_check_local_flags(
+        add("check-local", cmd_check_local, "list single-op changes that make a strategy faster")
+    )
+
+
+def _add_search_flags(search: argparse.ArgumentParser) -> None:
+    """`flexflow search`'s flags, in the order --help lists them."""
     add_model_and_machine(search)
-    search.add_argument(
-        "--budget",
-        type=positive_float,
-        default=None,
-        help=f"the MCMC chains' time in seconds (default {DEFAULT_BUDGET_S:g}); the final descent "
-        "follows, as long as --polish-budget allows",
-    )
-    search.add_argument(
-        "--proposals",
-        type=positive_int,
-        default=None,
-        help="stop after this many proposals in all (exactly reproducible with --seed)",
-    )
-    search.add_argument(
-        "--seed", type=seed_int, default=0, help="seed of the proposals and random chains"
-    )
-    search.add_argument(
-        "--init",
-        action="append",
-        metavar="LIST",
-        help="initial strategies, one chain each, comma-separated (the flag may repeat): dp, "
-        "expert, model, random, dp-width (data parallelism on the fastest number of devices; no "
-        f"chain when that is all of them), optcnn or files (default {DEFAULT_INITS})",
-    )
-    search.add_argument(
-        "--space",
-        choices=(*SPACES, "optcnn"),
-        default="soap",
-        help="soap (FlexFlow), operation (placement only, REINFORCE's space) or optcnn "
-        "(OptCNN's dynamic programming over sample/attribute/parameter splits instead of MCMC)",
-    )
-    search.add_argument(
-        "--beta",
-        type=positive_float,
-        default=None,
-        help=f"MCMC inverse temperature (default {DEFAULT_BETA:g})",
-    )
-    search.add_argument(
-        "--neighbour-moves",
-        type=share,
-        default=None,
-        metavar="SHARE",
-        help="share of one-op proposals that give the op a neighbour's configuration "
-        f"(default {DEFAULT_NEIGHBOUR_MOVES:g}; 0: only the paper's uniform draws)",
-    )
-    search.add_argument(
-        "--path-moves",
-        type=share,
-        default=None,
-        metavar="SHARE",
-        help="share of one-op proposals that give the same configuration to a random path of "
-        f"neighbours from the op (default {DEFAULT_PATH_MOVES:g} on graphs without unrolled "
-        "layers, 0 on others; 0: none)",
-    )
+    add_chain_flags(search)
+    add_move_flags(search)
     add_profile(search)
     add_fused_launches(search)
     add_batch_size(search)
-    search.add_argument(
-        "--export", metavar="FILE", type=output_file, help="write the best strategy (atomically)"
-    )
-    search.add_argument("--json", action="store_true", help="print one JSON object")
-    search.add_argument(
-        "--plot",
-        metavar="FILE",
-        type=picture_file,
-        help="draw each chain's best iteration time over the search, and the final descent's "
-        "(.png, .svg or .pdf)",
-    )
-    search.add_argument("--quiet", action="store_true", help="print the summary line only")
-    search.add_argument(
-        "--no-polish",
-        action="store_true",
-        help="skip the final descent to a local optimum",
-    )
-    search.add_argument(
-        "--polish-budget",
-        type=positive_float,
-        metavar="SECONDS",
-        help="time for the final descent (default: as long as it takes to prove a local optimum)",
-    )
-    search.add_argument(
-        "--no-narrow-sweeps",
-        action="store_true",
-        help="the final descent tries every configuration of each op in every sweep, never "
-        "first only its neighbours' (another local optimum, often found more slowly)",
-    )
-    search.add_argument(
-        "--simulation",
-        choices=SIMULATIONS,
-        default=None,
-        help="how proposals are evaluated: delta simulation (default) or each task graph "
-        "built and simulated whole (the same result, slower; the paper's Table 4)",
-    )
+    _add_result_flags(search, plot=True)
+    add_descent_flags(search)
+    add_simulation_flag(search)
     add_workers(
         search,
         "that many chains run at once, each given the budget / (waves of chains), and "
@@ -425,11 +356,26 @@ def register(add: Callable) -> None:
         default=None,
     )
 
-    exhaustive = add(
-        "exhaustive",
-        cmd_exhaustive,
-        "prove the optimal strategy of a small space by branch and bound (paper §8.4)",
+
+def _add_result_flags(parser: argparse.ArgumentParser, plot: bool = False) -> None:
+    """Where the best strategy is written and how the result is printed (search, exhaustive)."""
+    parser.add_argument(
+        "--export", metavar="FILE", type=output_file, help="write the best strategy (atomically)"
     )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    if plot:
+        parser.add_argument(
+            "--plot",
+            metavar="FILE",
+            type=picture_file,
+            help="draw each chain's best iteration time over the search, and the final descent's "
+            "(.png, .svg or .pdf)",
+        )
+    parser.add_argument("--quiet", action="store_true", help="print the summary line only")
+
+
+def _add_exhaustive_flags(exhaustive: argparse.ArgumentParser) -> None:
+    """`flexflow exhaustive`'s flags, in the order --help lists them."""
     add_model_and_machine(exhaustive)
     exhaustive.add_argument(
         "--space",
@@ -457,15 +403,11 @@ def register(add: Callable) -> None:
     )
     add_profile(exhaustive)
     add_batch_size(exhaustive)
-    exhaustive.add_argument(
-        "--export", metavar="FILE", type=output_file, help="write the best strategy (atomically)"
-    )
-    exhaustive.add_argument("--json", action="store_true", help="print one JSON object")
-    exhaustive.add_argument("--quiet", action="store_true", help="print the summary line only")
+    _add_result_flags(exhaustive)
 
-    check = add(
-        "check-local", cmd_check_local, "list single-op changes that make a strategy faster"
-    )
+
+def _add_check_local_flags(check: argparse.ArgumentParser) -> None:
+    """`flexflow check-local`'s flags, in the order --help lists them."""
     add_model_and_machine(check)
     check.add_argument(
         "--strategy",
