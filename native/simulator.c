@@ -520,7 +520,8 @@ static selection select_members(const ff_graph *g, const ff_change *c, ff_times 
         if (sum) add_load(g, x->total, &t, 1, 1.0);
     }
     if (!cut) return n;
-    if (sum) { /* the base's whole load: this graph's, less the change's new tasks plus its removed */
+    if (sum) { /* the base's whole load: this graph's, less the change's new tasks, plus its
+                * removed ones */
         memcpy(x->base_total, x->total, bytes);
         add_load(g, x->base_total, c->added, c->num_added, -1.0);
         add_load(g, x->base_total, c->removed, c->num_removed, 1.0);
@@ -649,8 +650,6 @@ static int64_t run(const ff_graph *g, ff_times *s, ff_index *x, selection n, dou
     if (result < 0) return result;
     return done == n.members ? n.members : FF_CYCLE;
 }
-
-
 
 /* Keeps the selection select_members just made as the base's (its members without the
  * change's new tasks, with its removed ones). */
