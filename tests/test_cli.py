@@ -8,7 +8,7 @@ import re
 import pytest
 
 from flexflow.cli import main
-from tests.foreground import default_sigint
+from tests.foreground import start_foreground
 
 PUBLISHED_PARAMETERS = {
     "alexnet": 61_100_840,  # torchvision.models.alexnet
@@ -360,21 +360,13 @@ def test_ctrl_c_ends_a_search_with_one_line_and_no_file(tmp_path, workers):
     too), once the search is under way. Exit 130, one line, no traceback, no export."""
     import os
     import signal
-    import subprocess
     import sys
     import time
 
     export = tmp_path / "best.json"
     command = [sys.executable, "-m", "flexflow", "search", "nmt", "--machine", "p100:4",
                "--budget", "60", "--workers", workers, "--quiet", "--export", str(export)]  # fmt: skip
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=default_sigint,
-    )
+    proc = start_foreground(command)
     time.sleep(6)  # past the set-up: the chains run
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -389,20 +381,12 @@ def test_a_search_killed_leaves_no_worker_behind(tmp_path, signum):
     worker lived on, orphaned, holding memory and the caller's stdout pipe (helper's run)."""
     import os
     import signal
-    import subprocess
     import sys
     import time
 
     command = [sys.executable, "-m", "flexflow", "search", "nmt", "--machine", "p100:4",
                "--budget", "60", "--workers", "2", "--quiet"]  # fmt: skip
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=default_sigint,
-    )
+    proc = start_foreground(command)
     time.sleep(6)  # past the set-up: the chains run
     os.kill(proc.pid, getattr(signal, signum))
     _, err = proc.communicate(timeout=60)  # EOF: no worker holds the pipes any more

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.foreground import default_sigint
+from tests.foreground import start_foreground
 from tests.training.helpers import legate_env, run_train
 
 META = "__flexflow__"
@@ -63,10 +63,7 @@ def test_ctrl_c_during_training_ends_with_one_line_and_the_last_epoch_saved(tmp_
     checkpoint = tmp_path / "run.npz"
     script = str(Path(__file__).resolve().parents[2] / "examples" / "train.py")
     args = ["--model", "lenet", "--image-size", "16", "--epochs", "500", "--checkpoint"]
-    proc = subprocess.Popen(
-        [sys.executable, script, *args, str(checkpoint)], env=legate_env(2),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=default_sigint,
-    )  # fmt: skip
+    proc = start_foreground([sys.executable, script, *args, str(checkpoint)], env=legate_env(2))
     try:
         deadline = time.monotonic() + 120
         while not checkpoint.exists() and time.monotonic() < deadline:
