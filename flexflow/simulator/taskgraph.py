@@ -166,8 +166,6 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
         # block b's edges: edge_src[lo:hi] with lo, hi at 2b and 2b + 1
         self._block_ranges = array("i", bytes(8 * len(self._block_names)))
         self._builder = BlockBuilder(context.routes(), self.resource_sets.empty)
-        # per (op, configuration, fused, native): its op tasks and sync templates
-        self._op_records: dict[tuple, tuple] = {}
         self._build(range(len(self._block_names)))
         self.runtime_s = context.runtime_s(self.configs)
         """The runtime's CPU time per iteration (`SimContext.runtime_s`): see `iteration_s`."""
@@ -199,21 +197,16 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
         # ascending: the builder's order, ops, then edges, then syncs
         at_edges = bisect_left(blocks, first_edge_block)
         at_syncs = bisect_left(blocks, first_sync_block, at_edges)
-        fusing, native, records = context.fused_launches, self.native, self._op_records
+        fusing, native = context.fused_launches, self.native
         for b in blocks[:at_edges]:
             fused = fusing and joins_previous(
                 self.graph, configs, _TaskTiles(self), b, self._cpu_devices, context.fusion
             )
-            key = (b, configs[b], fused, native)
-            record = records.get(key)
-            if record is None:
-                tasks = context.op_tasks(*key)
-                templates = context.op_sync_parts(b, key[1])
-                record = records[key] = (tasks, templates)
-            tasks, templates = record
+            config = configs[b]
+            tasks = context.op_tasks(b, config, fused, native)
             ops.add(b, tasks.devices, tasks.exe, tasks.order)
             tables.set_count(b, len(tasks.devices))
-            tables.use_templates(b, templates)
+            tables.use_templates(b, context.op_sync_parts(b, config))
         overlap_set = context.overlap_set
         for b in blocks[at_edges:at_syncs]:
             edge = b - first_edge_block
