@@ -29,7 +29,6 @@ class OpJobs:
     forward task of task k at 2k and its backward at 2k + 1 (`SimContext.op_tasks`)."""
 
     __slots__ = ("op", "offsets", "device", "exe", "order")
-    C_ARRAYS = __slots__
 
     def __init__(self) -> None:
         self.op, self.offsets = array("i"), array("i", [0])
@@ -130,7 +129,6 @@ class EdgeJobs:
     """The edge jobs of `BlockBuilder.build` (one job per edge block): its edge and overlap set."""
 
     __slots__ = ("edge", "overlaps", "count")
-    C_ARRAYS = __slots__[:2]
 
     def __init__(self) -> None:
         self.edge, self.overlaps = array("i"), array("i")
@@ -210,7 +208,6 @@ class SyncJobs:
     """The sync jobs of `BlockBuilder.build` (one job per parameter's sync block)."""
 
     __slots__ = ("param", "key", "tasks", "edges")
-    C_ARRAYS = __slots__[:2]
 
     def __init__(self) -> None:
         self.param, self.key = array("i"), array("Q")
