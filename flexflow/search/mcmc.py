@@ -275,8 +275,8 @@ def run_chain(
     def neighbour_config(op: int) -> ParallelConfig | None:
         """A neighbour's current configuration that `op` can take, drawn uniformly; None
         when no neighbour's is in its space."""
-        valid, strategy = valid_set[op], evaluator.strategy
-        candidates = [strategy[n] for n in adjacent[op] if strategy[n] in valid]
+        valid, configs = valid_set[op], evaluator.strategy.configs
+        candidates = [configs[n] for n in adjacent[op] if configs[n] in valid]
         return candidates[int(integers(len(candidates)))] if candidates else None
 
     def path_from(op: int, config: ParallelConfig) -> tuple[int, ...]:
