@@ -106,18 +106,17 @@ def run_chains(model: str, machine_name: str, seeds: list[int], breakdown: bool)
     """The chains' CPU and wall seconds, proposals, per-stage (wall) seconds and a fingerprint of
     what they found (each chain's proposals, accepted proposals, best cost and strategy)."""
     sys.path.insert(0, str(HERE))
-    from table4 import random_start_chain
+    from table4 import load_workload, random_start_chain
 
     from flexflow.machine import parse_machine
     from flexflow.search.spaces import make_space
     from flexflow.simulator import SimContext, TaskGraph, full_simulate
     from flexflow.strategies import named_strategy
-    from flexflow.zoo import load_model
 
     spent: collections.Counter = collections.Counter()
     if breakdown:
         _install_timers(spent)
-    graph, machine = load_model(model).graph(), parse_machine(machine_name)
+    graph, machine = load_workload(model), parse_machine(machine_name)
     dp = named_strategy("dp", graph, machine)
     dp_s = full_simulate(TaskGraph(SimContext(graph, machine), dp)).iteration_s
     space = make_space("soap", graph, machine)
@@ -157,7 +156,7 @@ def _per_proposal_us(result: dict, seconds: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="resnet101")
+    parser.add_argument("--model", default="resnet101", help="a zoo model or resnet101_flexflow")
     parser.add_argument("--machine", default="p100:1")
     parser.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,3,5 (default 0-9)")
     parser.add_argument("--breakdown", action="store_true", help="time a proposal's stages")
@@ -173,12 +172,14 @@ def main() -> None:
         parser.error(f"--against {args.against}: no flexflow package there")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    sys.path.insert(0, str(HERE))
+    from table4 import load_workload
+
     from flexflow.errors import FlexFlowError
     from flexflow.machine import parse_machine
-    from flexflow.zoo import load_model
 
     try:  # a bad name is an error message here, not a child's traceback
-        load_model(args.model), parse_machine(args.machine)
+        load_workload(args.model), parse_machine(args.machine)
     except FlexFlowError as error:
         parser.error(str(error))
     if args.child:

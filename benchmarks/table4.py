@@ -31,6 +31,7 @@ import csv
 import statistics
 import time
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
 import numpy as np
 from paper import PAPER
@@ -48,7 +49,11 @@ from flexflow.strategies import named_strategy, random_strategy
 from flexflow.strategy import ParallelConfig, Strategy
 from flexflow.zoo import load_model
 
+HERE = Path(__file__).resolve().parent
 MODELS = ("alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt")
+WORKLOADS = {"resnet101_flexflow": (HERE / "models" / "resnet101_flexflow.py", "resnet101")}
+"""Models of the paper's experiments as FlexFlow's own code built them, not in the zoo: the
+file that builds each and the zoo model whose paper figures it is compared with."""
 MACHINES = ("p100:1", "p100:4", "k80:16")  # 4, 16 and 64 GPUs, Table 4's columns
 STARTS, FULL_STARTS = 10, 3
 SAMPLE = DimKind.SAMPLE
@@ -129,10 +134,16 @@ def random_start_chain(
     )
 
 
+def load_workload(name: str) -> OperatorGraph:
+    """The graph of a zoo model or of one of WORKLOADS."""
+    path, _ = WORKLOADS.get(name, (None, None))
+    return load_model(name if path is None else str(path)).graph()
+
+
 def run_start(
     model, machine_name, seed, with_full, cap_s, full_cap_s, show, space_name="soap"
 ) -> Start:
-    graph, machine = load_model(model).graph(), parse_machine(machine_name)
+    graph, machine = load_workload(model), parse_machine(machine_name)
     dp = named_strategy("dp", graph, machine)
     dp_s = full_simulate(TaskGraph(SimContext(graph, machine), dp)).iteration_s
     space = make_space("soap", graph, machine)
@@ -233,7 +244,7 @@ def summary_lines(starts: list[Start], args) -> list[str]:
             ratio = f"{statistics.mean(s.full_s / s.delta_s for s in both):.2f}x"
         else:
             pair = ratio = "–"
-        paper = PAPER["table4"].get((model, rows[0].gpus))
+        paper = PAPER["table4"].get((WORKLOADS.get(model, (None, model))[1], rows[0].gpus))
         best = [s.best_x_dp for s in rows]
         converged = [s.converged_s for s in rows if s.converged_s is not None]
         in_hand = f"{statistics.mean(converged):.2f}" if converged else "–"
@@ -268,7 +279,11 @@ def _read_csv(path) -> list[Start]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help=f"zoo models, or {', '.join(WORKLOADS)} (the paper's graphs as FlexFlow built them)",
+    )
     parser.add_argument("--machines", default=",".join(MACHINES))
     parser.add_argument("--starts", type=positive_int, default=STARTS)
     parser.add_argument("--full-starts", type=int, default=FULL_STARTS)
