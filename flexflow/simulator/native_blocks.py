@@ -5,9 +5,11 @@ edge and synchronization blocks of those jobs.
 
 from __future__ import annotations
 
+import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from flexflow._simulator import ffi, lib
@@ -18,10 +20,34 @@ from flexflow.simulator.native_overlaps import OverlapArrays
 if TYPE_CHECKING:
     from flexflow.simulator.blocks import BlockTables
 
-from_buffer = ffi.from_buffer
-_I8, _I32, _I64, _U64, _F64 = (
-    ffi.typeof(f"{name}[]") for name in ("int8_t", "int32_t", "int64_t", "uint64_t", "double")
-)
+
+def _field_writer(cdata, first: str, last: str) -> Callable[..., None]:
+    """A call writing the fields `first` to `last` (consecutive) of the struct `cdata`
+    points to, in one `struct.pack_into`: pointers given as addresses (`_address`), int32
+    fields as ints. For each build, writing its ~40 fields one by one from views
+    (`ffi.from_buffer`, released after the call) cost several times the C builder."""
+    fields = ffi.typeof(cdata).item.fields
+    names = [name for name, _ in fields]
+    run = [field for _, field in fields[names.index(first) : names.index(last) + 1]]
+    layout, at = "=", run[0].offset
+    for field in run:
+        if field.type.kind == "pointer" and ffi.sizeof(field.type) == 8:
+            code = "Q"
+        elif field.type.cname == "int32_t":
+            code = "i"
+        else:
+            raise AssertionError(f"no struct code for field type {field.type.cname}")
+        layout += f"{field.offset - at}x{code}"  # the alignment padding, then the field
+        at = field.offset + ffi.sizeof(field.type)
+    # the buffer keeps `cdata`'s memory alive
+    return partial(struct.Struct(layout).pack_into, ffi.buffer(cdata), run[0].offset)
+
+
+def _address(values: array) -> int:
+    """Where `values`' items are now (`buffer_info`): unlike a view (`ffi.from_buffer`) it
+    leaves the array free to resize, and is valid until it does, so it is taken just before
+    the C call that reads it."""
+    return values.buffer_info()[0]
 
 
 class OpJobs:
@@ -33,6 +59,9 @@ class OpJobs:
     def __init__(self) -> None:
         self.op, self.offsets = array("i"), array("i", [0])
         self.device, self.exe, self.order = array("i"), array("d"), array("Q")
+
+    def clear(self) -> None:
+        del self.op[:], self.offsets[1:], self.device[:], self.exe[:], self.order[:]
 
     def add(self, op: int, device: array, exe: array, order: array) -> None:
         self.op.append(op)
@@ -46,27 +75,32 @@ class OpJobs:
 
 
 class _CTable:
-    """A table the C block builders read through a struct (C_TYPE) of its size fields
-    (`_sizes`) and views over its arrays (C_ARRAYS), made again after the table grows:
-    an array cannot grow while a view of it exists."""
+    """A table the C block builders read through a struct (C_TYPE, made once: `struct`) of
+    its size fields (`_sizes`) and the addresses of its arrays (C_ARRAYS), written again
+    before a build when the table grew since (`_grow`): a growing array's items may move."""
 
     C_TYPE = ""
     C_ARRAYS: tuple[str, ...] = ()
-    _struct: tuple | None = None
+
+    def __init__(self) -> None:
+        self.struct = ffi.new(self.C_TYPE)
+        """The C view (`C_TYPE *`), current after `refresh`."""
+        fields = ffi.typeof(self.struct).item.fields
+        self._write = _field_writer(self.struct, fields[0][0], fields[-1][0])
+        self._stale = True
 
     def _sizes(self) -> tuple[int, ...]:
         return ()
 
     def _grow(self) -> None:
-        """Release the views before the arrays grow."""
-        self._struct = None
+        """The arrays are about to grow: `refresh` writes their addresses again."""
+        self._stale = True
 
-    def struct(self):
-        """The C view (`C_TYPE *`)."""
-        if self._struct is None:
-            views = c_views(*(getattr(self, name) for name in self.C_ARRAYS))
-            self._struct = (ffi.new(self.C_TYPE, (*self._sizes(), *views)), views)
-        return self._struct[0]
+    def refresh(self) -> None:
+        """Make `struct` current; called just before each C call that reads it."""
+        if self._stale:
+            self._write(*self._sizes(), *(_address(getattr(self, n)) for n in self.C_ARRAYS))
+            self._stale = False
 
 
 class EdgeTable(_CTable):
@@ -77,6 +111,7 @@ class EdgeTable(_CTable):
     C_ARRAYS = ("producer", "consumer", "itemsize", "grads", "transfer_key", "grad_key")
 
     def __init__(self) -> None:
+        super().__init__()
         self.producer, self.consumer = array("i"), array("i")
         self.itemsize, self.grads = array("q"), array("b")
         self.transfer_key, self.grad_key = array("Q"), array("Q")
@@ -107,6 +142,7 @@ class OverlapPool(_CTable):
     C_ARRAYS = ("at", "count", "consumer", "producer", "volume")
 
     def __init__(self) -> None:
+        super().__init__()
         self.at, self.count = array("i"), array("i")
         self.consumer, self.producer, self.volume = array("i"), array("i"), array("q")
 
@@ -133,6 +169,10 @@ class EdgeJobs:
     def __init__(self) -> None:
         self.edge, self.overlaps = array("i"), array("i")
         self.count = 0  # overlaps of every job
+
+    def clear(self) -> None:
+        del self.edge[:], self.overlaps[:]
+        self.count = 0
 
     def add(self, edge: int, overlaps: tuple[int, int]) -> None:
         """A job of `edge` with the overlap set (number, size) `overlaps`; number -1: none."""
@@ -165,6 +205,7 @@ class SyncTable(_CTable):
                 "task_at", "task")  # fmt: skip
 
     def __init__(self) -> None:
+        super().__init__()
         self.template_first, self.template_parts = array("i"), array("i")
         self.part_dims, self.bounds_at, self.bounds = array("i"), array("i"), array("q")
         self.elements, self.part_devices, self.device_at = array("q"), array("i"), array("i")
@@ -213,6 +254,10 @@ class SyncJobs:
         self.param, self.key = array("i"), array("Q")
         self.tasks = self.edges = 0  # the most tasks and edges the jobs may create
 
+    def clear(self) -> None:
+        del self.param[:], self.key[:]
+        self.tasks = self.edges = 0
+
     def add(self, param: int, key: int, max_tasks: int, max_edges: int) -> None:
         self.param.append(param)
         self.key.append(key)
@@ -247,42 +292,52 @@ class Routes:
 
 Blocks = tuple[array, array, array]
 """What a block builder returns: the new task ids, each job's range of them (offsets), each
-job's range of the edges it appended (offsets from where they start)."""
+job's range of the edges it appended (offsets from where they start). The builder's scratch,
+longer than that: read them before the next build."""
 
 
 class BlockBuilder:
-    """The calls of one task graph into the C block builders (native/blocks.c): its structs
-    are made once and their fields pointed at the arrays on every call, since a delta builds
-    a few blocks and making the structs anew took as long as the builder itself."""
+    """The calls of one task graph into the C block builders (native/blocks.c). A delta
+    builds a few blocks, so a build's Python work is kept near the C builder's: the structs
+    are made once, the fields that stay (the routes, the tables' structs, the arrays that
+    never resize) set once, the others written by `_field_writer` on every call; the jobs
+    and the outputs are reused."""
 
-    def __init__(self, routes: Routes, empty_set: int) -> None:
-        self._routes = routes
-        self._ops = ffi.new("ff_op_jobs *")
-        self._edges = ffi.new("ff_edge_jobs *")
-        self._syncs = ffi.new("ff_sync_jobs *")
-        self._syncs.empty_set = empty_set
-        self._table = ffi.new("ff_op_table *")
-        self._jobs = ffi.new("ff_block_jobs *", (self._ops, self._edges, self._syncs, self._table))
+    def __init__(
+        self, routes: Routes, empty_set: int, tables: BlockTables, edge_table: EdgeTable,
+        pool: OverlapPool, templates: SyncTable,
+    ) -> None:  # fmt: skip
+        self._routes, self._tables = routes, tables
+        self._c_tables = (edge_table, pool, templates)
+        self.ops, self.edges, self.syncs = OpJobs(), EdgeJobs(), SyncJobs()
+        """The jobs of the next build, filled by the caller after `clear_jobs`."""
+        ops, edges = ffi.new("ff_op_jobs *"), ffi.new("ff_edge_jobs *")
+        syncs, table = ffi.new("ff_sync_jobs *"), ffi.new("ff_op_table *")
+        edges.table, edges.pool, syncs.templates = (t.struct for t in self._c_tables)
+        # these arrays never resize (`BlockTables`): views for good, which also forbid it
+        self._views = c_views(tables.users_at, tables.user_op, tables.user_template, tables.op_at)
+        syncs.users_at, syncs.user_op, syncs.user_template, table.op_at = self._views
+        syncs.empty_set = empty_set
+        self._jobs = ffi.new("ff_block_jobs *", (ops, edges, syncs, table))
         self._out = ffi.new("ff_block_out *")
+        self._write_ops = _field_writer(ops, "num_jobs", "order")
+        self._write_edges = _field_writer(edges, "num_jobs", "overlaps")
+        self._write_syncs = _field_writer(syncs, "num_jobs", "key")
+        self._write_table = _field_writer(table, "ids", "size")
+        self._write_out = _field_writer(self._out, "exe", "edge_offsets")
+        self._new_ids, self._task_offsets, self._edge_offsets = array("i"), array("i"), array("i")
 
-    def build(
-        self,
-        tg: TaskArrays,
-        free: array,
-        ops: OpJobs,
-        edges: EdgeJobs,
-        syncs: SyncJobs,
-        tables: BlockTables,
-        edge_table: EdgeTable,
-        pool: OverlapPool,
-        templates: SyncTable,
-        edge_src: array,
-        edge_dst: array,
-    ) -> Blocks:
+    def clear_jobs(self) -> tuple[OpJobs, EdgeJobs, SyncJobs]:
+        """The jobs of the next build, emptied."""
+        self.ops.clear(), self.edges.clear(), self.syncs.clear()
+        return self.ops, self.edges, self.syncs
+
+    def build(self, tg: TaskArrays, free: array, edge_src: array, edge_dst: array) -> Blocks:
         """Every op, edge and sync job's block in one C call: new tasks take ids from the end
         of `free` (removed from it), then new ids (the per-task arrays grow); edges are
-        appended to `edge_src`/`edge_dst`; the op jobs' tasks are appended to `tables`' op
-        table. Jobs are numbered ops, then edges, then syncs."""
+        appended to `edge_src`/`edge_dst`; the op jobs' tasks are appended to the op table.
+        Jobs are numbered ops, then edges, then syncs."""
+        ops, edges, syncs, tables = self.ops, self.edges, self.syncs, self._tables
         num_ops, num_edges, num_syncs = len(ops.op), len(edges.edge), len(syncs.param)
         op_tasks = len(ops.device)
         task_capacity = op_tasks + 2 * edges.count + syncs.tasks
@@ -299,53 +354,37 @@ class BlockBuilder:
         edge_src.frombytes(room)
         edge_dst.frombytes(room)
         table_size = tables.grow(op_tasks)
-        new_ids = array("i", bytes(4 * task_capacity))
-        task_offsets = array("i", bytes(4 * (num_jobs + 1)))
-        edge_offsets = array("i", bytes(4 * (num_jobs + 1)))
-        # the views must outlive the call: the structs only hold their addresses
-        views = [
-            from_buffer(_I32, ops.op), from_buffer(_I32, ops.offsets),
-            from_buffer(_I32, ops.device), from_buffer(_F64, ops.exe),
-            from_buffer(_U64, ops.order), from_buffer(_I32, edges.edge),
-            from_buffer(_I32, edges.overlaps), from_buffer(_I32, syncs.param),
-            from_buffer(_U64, syncs.key), from_buffer(_I32, tables.users_at),
-            from_buffer(_I32, tables.user_op), from_buffer(_I32, tables.user_template),
-            from_buffer(_I32, tables.op_at), from_buffer(_I32, tables.ids),
-            from_buffer(_I32, tables.device), from_buffer(_F64, tg.exe),
-            from_buffer(_U64, tg.order), from_buffer(_I8, tg.live),
-            from_buffer(_I32, tg.res_set), from_buffer(_I64, tg.size_bytes),
-            from_buffer(_I32, tg.res_src), from_buffer(_I32, tg.res_dst),
-            from_buffer(_I32, free), from_buffer(_I32, new_ids),
-            from_buffer(_I32, task_offsets), from_buffer(_I32, edge_offsets),
-            from_buffer(_I32, edge_src), from_buffer(_I32, edge_dst),
-        ]  # fmt: skip
-        c = self._ops
-        c.num_jobs, c.op, c.task_offsets, c.device, c.exe, c.order = num_ops, *views[0:5]
-        c = self._edges
-        c.num_jobs, c.edge, c.overlaps = num_edges, views[5], views[6]
-        c.table, c.pool = edge_table.struct(), pool.struct()
-        c = self._syncs
-        c.num_jobs, c.param, c.key = num_syncs, views[7], views[8]
-        c.users_at, c.user_op, c.user_template = views[9:12]
-        c.templates = templates.struct()
-        c = self._table
-        c.op_at, c.ids, c.device, c.size = *views[12:15], table_size
-        c = self._out
-        c.exe, c.order, c.live, c.resource_set, c.size_bytes, c.src, c.dst = views[15:22]
-        c.free_ids, c.num_free, c.free_used, c.next_id = views[22], len(free), 0, size
-        c.new_ids, c.task_offsets, c.edge_offsets = views[23:26]
-        c.edge_src, c.edge_dst = views[26] + first_edge, views[27] + first_edge
-        result = lib.ff_build_blocks(self._jobs, self._routes.struct, c)
+        if len(self._new_ids) < task_capacity:
+            self._new_ids = array("i", bytes(4 * task_capacity))
+        if len(self._task_offsets) < num_jobs + 1:
+            self._task_offsets = array("i", bytes(4 * (num_jobs + 1)))
+            self._edge_offsets = array("i", bytes(4 * (num_jobs + 1)))
+        new_ids, task_offsets, edge_offsets = self._new_ids, self._task_offsets, self._edge_offsets
+        for c_table in self._c_tables:
+            c_table.refresh()
+        # every array resized above is read at its address now, and none resizes until the
+        # C call returns
+        self._write_ops(
+            num_ops, _address(ops.op), _address(ops.offsets), _address(ops.device),
+            _address(ops.exe), _address(ops.order),
+        )  # fmt: skip
+        self._write_edges(num_edges, _address(edges.edge), _address(edges.overlaps))
+        self._write_syncs(num_syncs, _address(syncs.param), _address(syncs.key))
+        self._write_table(_address(tables.ids), _address(tables.device), table_size)
+        self._write_out(
+            *map(_address, per_task), _address(free), len(free), 0, size, _address(new_ids),
+            _address(task_offsets), _address(edge_src) + 4 * first_edge,
+            _address(edge_dst) + 4 * first_edge, _address(edge_offsets),
+        )  # fmt: skip
+        out = self._out
+        result = lib.ff_build_blocks(self._jobs, self._routes.struct, out)
         if result == lib.FF_NO_MEMORY:
             raise MemoryError("the simulator could not allocate its scratch memory")
         if result == lib.FF_KEY_OVERFLOW:
             raise AssertionError(f"a parameter has {FIELD_LIMIT} groups or more; keys hold fewer")
-        used, next_id = c.free_used, c.next_id
-        # release the buffers before resizing the arrays (an exported array cannot resize)
-        for view in views:
-            ffi.release(view)
-        del free[len(free) - used :]
+        del free[len(free) - out.free_used :]
         if grow > 0:  # else every new task took a free id: next_id is where it was
+            next_id = out.next_id
             for values in per_task:
                 del values[next_id:]
         del edge_src[first_edge + result :], edge_dst[first_edge + result :]

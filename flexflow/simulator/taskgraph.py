@@ -70,7 +70,7 @@ from flexflow.simulator.keys import (
     KIND_SHIFT,
     XFER_KEY,
 )
-from flexflow.simulator.native_blocks import BlockBuilder, EdgeJobs, EdgeTable, OpJobs, SyncJobs
+from flexflow.simulator.native_blocks import BlockBuilder, EdgeTable
 from flexflow.simulator.native_loop import EdgeIndex
 from flexflow.simulator.task_bounds import GraphLoad, TaskGraphBounds
 from flexflow.simulator.task_deltas import TaskGraphDeltas
@@ -165,7 +165,10 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
         self._block_tasks = [array("i") for _ in self._block_names]  # each block's task ids
         # block b's edges: edge_src[lo:hi] with lo, hi at 2b and 2b + 1
         self._block_ranges = array("i", bytes(8 * len(self._block_names)))
-        self._builder = BlockBuilder(context.routes(), self.resource_sets.empty)
+        self._builder = BlockBuilder(
+            context.routes(), self.resource_sets.empty, self._tables, self._edge_table,
+            context.overlap_pool, context.sync_table,
+        )  # fmt: skip
         self._build(range(len(self._block_names)))
         self.runtime_s = context.runtime_s(self.configs)
         """The runtime's CPU time per iteration (`SimContext.runtime_s`): see `iteration_s`."""
@@ -192,7 +195,7 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
         where several devices hold it (2(r-1)/r of the region over each hop), then every
         holder's update (the optimizer's time for the region)."""
         context, configs, tables = self.context, self.configs, self._tables
-        ops, edges, syncs = OpJobs(), EdgeJobs(), SyncJobs()
+        ops, edges, syncs = self._builder.clear_jobs()
         first_edge_block, first_sync_block = self._first_edge, self._first_sync
         # ascending: the builder's order, ops, then edges, then syncs
         at_edges = bisect_left(blocks, first_edge_block)
@@ -220,12 +223,13 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
             syncs.add(pid, pid << A_SHIFT, tables.max_tasks[pid], tables.max_edges[pid])
         first_edge = len(self.edge_src)
         new_ids, task_offsets, edge_offsets = self._builder.build(
-            self, self._free, ops, edges, syncs, tables, self._edge_table, context.overlap_pool,
-            context.sync_table, self.edge_src, self.edge_dst,
-        )  # fmt: skip
+            self, self._free, self.edge_src, self.edge_dst
+        )
         block_tasks, ranges, fwd, bwd = self._block_tasks, self._block_ranges, self.fwd, self.bwd
-        for b, lo, hi, edges_lo, edges_hi in zip(  # the offsets hold one more entry
-            blocks, task_offsets, task_offsets[1:], edge_offsets, edge_offsets[1:], strict=False
+        n = len(blocks)  # the builder's arrays are longer: its scratch
+        for b, lo, hi, edges_lo, edges_hi in zip(
+            blocks, task_offsets, task_offsets[1 : n + 1], edge_offsets, edge_offsets[1 : n + 1],
+            strict=False,
         ):
             block_tasks[b] = ids = new_ids[lo:hi]
             ranges[2 * b] = first_edge + edges_lo
@@ -233,7 +237,7 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
             if b < first_edge_block:
                 fwd[b], bwd[b] = ids[0::2], ids[1::2]
         self.edge_index.extend(self.edge_src, self.edge_dst, self.size)
-        return new_ids[: task_offsets[len(blocks)]]
+        return new_ids[: task_offsets[n]]
 
 
 class _TaskTiles:
