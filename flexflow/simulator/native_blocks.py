@@ -9,7 +9,7 @@ import struct
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import partial, wraps
 from typing import TYPE_CHECKING, Protocol
 
 from flexflow._simulator import ffi, lib
@@ -77,30 +77,36 @@ class OpJobs:
 class _CTable:
     """A table the C block builders read through a struct (C_TYPE, made once: `struct`) of
     its size fields (`_sizes`) and the addresses of its arrays (C_ARRAYS), written again
-    before a build when the table grew since (`_grow`): a growing array's items may move."""
+    whenever the table grows (`_grows`): a growing array's items may move."""
 
     C_TYPE = ""
     C_ARRAYS: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.struct = ffi.new(self.C_TYPE)
-        """The C view (`C_TYPE *`), current after `refresh`."""
+        """The C view (`C_TYPE *`)."""
         fields = ffi.typeof(self.struct).item.fields
         self._write = _field_writer(self.struct, fields[0][0], fields[-1][0])
-        self._stale = True
 
     def _sizes(self) -> tuple[int, ...]:
         return ()
 
-    def _grow(self) -> None:
-        """The arrays are about to grow: `refresh` writes their addresses again."""
-        self._stale = True
+    def _write_struct(self) -> None:
+        self._write(*self._sizes(), *(_address(getattr(self, n)) for n in self.C_ARRAYS))
 
-    def refresh(self) -> None:
-        """Make `struct` current; called just before each C call that reads it."""
-        if self._stale:
-            self._write(*self._sizes(), *(_address(getattr(self, n)) for n in self.C_ARRAYS))
-            self._stale = False
+
+def _grows(add: Callable) -> Callable:
+    """Mark a `_CTable` method that grows its arrays: the struct is written again after it,
+    even if it fails part way (the arrays may have moved), so it is always current."""
+
+    @wraps(add)
+    def grown(self, *args):
+        try:
+            return add(self, *args)
+        finally:
+            self._write_struct()
+
+    return grown
 
 
 class EdgeTable(_CTable):
@@ -115,16 +121,17 @@ class EdgeTable(_CTable):
         self.producer, self.consumer = array("i"), array("i")
         self.itemsize, self.grads = array("q"), array("b")
         self.transfer_key, self.grad_key = array("Q"), array("Q")
+        self._write_struct()
 
     def _sizes(self) -> tuple[int, ...]:
         return (len(self.producer),)
 
+    @_grows
     def add(
         self, producer: int, consumer: int, itemsize: int, grads: bool, transfer_key: int,
         grad_key: int,
     ) -> int:  # fmt: skip
         """A new edge (producer -1: a model input); returns its number."""
-        self._grow()
         self.producer.append(producer)
         self.consumer.append(consumer)
         self.itemsize.append(itemsize)
@@ -145,14 +152,15 @@ class OverlapPool(_CTable):
         super().__init__()
         self.at, self.count = array("i"), array("i")
         self.consumer, self.producer, self.volume = array("i"), array("i"), array("q")
+        self._write_struct()
 
     def _sizes(self) -> tuple[int, ...]:
         return (len(self.at),)
 
+    @_grows
     def add(self, overlaps: OverlapArrays) -> int:
         """A new set of overlaps (three columns, `grid_overlap_arrays`); returns its number."""
         consumer, producer, volume = overlaps
-        self._grow()
         self.at.append(len(self.consumer))
         self.count.append(len(consumer))
         self.consumer += consumer
@@ -211,14 +219,15 @@ class SyncTable(_CTable):
         self.elements, self.part_devices, self.device_at = array("q"), array("i"), array("i")
         self.device, self.update_s = array("i"), array("d")
         self.part_tasks, self.task_at, self.task = array("i"), array("i"), array("i")
+        self._write_struct()
 
+    @_grows
     def add(
         self,
         parts: Sequence[tuple[tuple[int, ...], int, Sequence[int], Sequence[float], Sequence[int]]],
     ) -> SyncTemplate:
         """A new template of `parts`: (bounds, elements, devices, their update times, task
         indices) each."""
-        self._grow()
         self.template_first.append(len(self.part_dims))
         self.template_parts.append(len(parts))
         # column by column: a template of a layer split over 64 GPUs has 64 parts
@@ -308,12 +317,13 @@ class BlockBuilder:
         pool: OverlapPool, templates: SyncTable,
     ) -> None:  # fmt: skip
         self._routes, self._tables = routes, tables
-        self._c_tables = (edge_table, pool, templates)
         self.ops, self.edges, self.syncs = OpJobs(), EdgeJobs(), SyncJobs()
         """The jobs of the next build, filled by the caller after `clear_jobs`."""
         ops, edges = ffi.new("ff_op_jobs *"), ffi.new("ff_edge_jobs *")
         syncs, table = ffi.new("ff_sync_jobs *"), ffi.new("ff_op_table *")
-        edges.table, edges.pool, syncs.templates = (t.struct for t in self._c_tables)
+        # the tables' structs stay, only their fields are written again (`_CTable`)
+        edges.table, edges.pool = edge_table.struct, pool.struct
+        syncs.templates = templates.struct
         # these arrays never resize (`BlockTables`): views for good, which also forbid it
         self._views = c_views(tables.users_at, tables.user_op, tables.user_template, tables.op_at)
         syncs.users_at, syncs.user_op, syncs.user_template, table.op_at = self._views
@@ -360,27 +370,28 @@ class BlockBuilder:
             self._task_offsets = array("i", bytes(4 * (num_jobs + 1)))
             self._edge_offsets = array("i", bytes(4 * (num_jobs + 1)))
         new_ids, task_offsets, edge_offsets = self._new_ids, self._task_offsets, self._edge_offsets
-        for c_table in self._c_tables:
-            c_table.refresh()
-        # every array resized above is read at its address now, and none resizes until the
-        # C call returns
+        # the addresses of the arrays resized above (`_address`, inlined: a build takes 28),
+        # taken now: none resizes until the C call returns
         self._write_ops(
-            num_ops, _address(ops.op), _address(ops.offsets), _address(ops.device),
-            _address(ops.exe), _address(ops.order),
+            num_ops, ops.op.buffer_info()[0], ops.offsets.buffer_info()[0],
+            ops.device.buffer_info()[0], ops.exe.buffer_info()[0], ops.order.buffer_info()[0],
         )  # fmt: skip
-        self._write_edges(num_edges, _address(edges.edge), _address(edges.overlaps))
-        self._write_syncs(num_syncs, _address(syncs.param), _address(syncs.key))
-        self._write_table(_address(tables.ids), _address(tables.device), table_size)
+        self._write_edges(num_edges, edges.edge.buffer_info()[0], edges.overlaps.buffer_info()[0])
+        self._write_syncs(num_syncs, syncs.param.buffer_info()[0], syncs.key.buffer_info()[0])
+        self._write_table(tables.ids.buffer_info()[0], tables.device.buffer_info()[0], table_size)
         self._write_out(
-            *map(_address, per_task), _address(free), len(free), 0, size, _address(new_ids),
-            _address(task_offsets), _address(edge_src) + 4 * first_edge,
-            _address(edge_dst) + 4 * first_edge, _address(edge_offsets),
+            tg.exe.buffer_info()[0], tg.order.buffer_info()[0], tg.live.buffer_info()[0],
+            tg.res_set.buffer_info()[0], tg.size_bytes.buffer_info()[0],
+            tg.res_src.buffer_info()[0], tg.res_dst.buffer_info()[0], free.buffer_info()[0],
+            len(free), 0, size, new_ids.buffer_info()[0], task_offsets.buffer_info()[0],
+            edge_src.buffer_info()[0] + 4 * first_edge, edge_dst.buffer_info()[0] + 4 * first_edge,
+            edge_offsets.buffer_info()[0],
         )  # fmt: skip
         out = self._out
         result = lib.ff_build_blocks(self._jobs, self._routes.struct, out)
-        if result == lib.FF_NO_MEMORY:
-            raise MemoryError("the simulator could not allocate its scratch memory")
-        if result == lib.FF_KEY_OVERFLOW:
+        if result < 0:
+            if result == lib.FF_NO_MEMORY:
+                raise MemoryError("the simulator could not allocate its scratch memory")
             raise AssertionError(f"a parameter has {FIELD_LIMIT} groups or more; keys hold fewer")
         del free[len(free) - out.free_used :]
         if grow > 0:  # else every new task took a free id: next_id is where it was

@@ -226,10 +226,10 @@ class TaskGraph(TaskGraphDeltas, TaskGraphBounds, TaskGraphViews):
             self, self._free, self.edge_src, self.edge_dst
         )
         block_tasks, ranges, fwd, bwd = self._block_tasks, self._block_ranges, self.fwd, self.bwd
-        n = len(blocks)  # the builder's arrays are longer: its scratch
+        n = len(blocks)  # the builder's arrays are longer (its scratch): n + 1 offsets are ours
+        task_ends, edge_ends = task_offsets[1 : n + 1], edge_offsets[1 : n + 1]
         for b, lo, hi, edges_lo, edges_hi in zip(
-            blocks, task_offsets, task_offsets[1 : n + 1], edge_offsets, edge_offsets[1 : n + 1],
-            strict=False,
+            blocks, task_offsets, task_ends, edge_offsets, edge_ends, strict=False
         ):
             block_tasks[b] = ids = new_ids[lo:hi]
             ranges[2 * b] = first_edge + edges_lo

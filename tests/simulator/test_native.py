@@ -12,10 +12,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from flexflow._simulator import ffi
 from flexflow.cost import CostModel
 from flexflow.machine import parse_machine
 from flexflow.simulator import SimContext, TaskGraph, full_simulate
 from flexflow.simulator.keys import BWD_KEY, DEVICE_TASK, FWD_KEY, key_kind
+from flexflow.simulator.native_blocks import OverlapPool
 from flexflow.simulator.native_loop import simulate
 from flexflow.simulator.native_overlaps import grid_overlaps
 from flexflow.simulator.reference import (
@@ -399,6 +401,26 @@ def test_changes_taken_back_leave_the_op_table_as_long_as_before():
         tg.set_config(op, rng.choice(enumerate_configs(graph.ops[op].sig, m)))
         tg.undo()
     assert len(tg._tables.ids) == size
+
+
+def test_a_c_table_struct_follows_its_arrays_as_they_grow():
+    """The C builders read a table through its arrays' addresses (no views, which would stop
+    them growing): after adds that move the arrays, and after an add that fails part way,
+    the struct names where they are now."""
+    pool = OverlapPool()
+
+    def current() -> bool:
+        addresses = [int(ffi.cast("intptr_t", getattr(pool.struct, n))) for n in pool.C_ARRAYS]
+        return pool.struct.num_sets == len(pool.at) and addresses == [
+            getattr(pool, n).buffer_info()[0] for n in pool.C_ARRAYS
+        ]
+
+    for n in range(300):
+        pool.add((array("i", range(n)), array("i", range(n)), array("q", range(n))))
+        assert current()
+    with pytest.raises(TypeError):
+        pool.add((array("i", range(1000)), array("i", range(1000)), None))
+    assert current()
 
 
 def test_a_delta_replays_a_task_that_now_starts_before_t0():
