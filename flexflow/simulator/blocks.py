@@ -82,9 +82,9 @@ class BlockTables:
 
     def grow(self, entries: int) -> int:
         """Room for `entries` more op-table entries; returns where they start."""
-        start = len(self.ids)
-        self.ids.frombytes(bytes(4 * entries))
-        self.device.frombytes(bytes(4 * entries))
+        start, zeros = len(self.ids), bytes(4 * entries)
+        self.ids.frombytes(zeros)
+        self.device.frombytes(zeros)
         return start
 
     def truncate(self, size: int) -> None:
