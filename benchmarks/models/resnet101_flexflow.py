@@ -8,7 +8,7 @@ bottleneck blocks of three convs each (1x1, 3x3 with the block's stride, 1x1 to 
 planes), every conv with its ReLU fused, no batch norm and no shortcut; then a 7x7 average
 pool, flat, a dense layer to 1000 classes and softmax. The zoo's `resnet101` is the real
 network (torchvision's: a batch norm after every conv, a shortcut add and a ReLU per block,
-279 ops), which is 2.7x the ops to search and 2.8x the tasks to simulate; `benchmarks/
+279 ops), which is 2.7x the ops to search and 1.9x the tasks to simulate; `benchmarks/
 table4.py --models resnet101_flexflow` times the search on the graph the paper timed.
 """
 
