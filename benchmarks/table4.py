@@ -39,6 +39,7 @@ from results_io import RESULTS, write_csv, write_markdown
 from rich.console import Console
 
 from flexflow.cli_args import positive_float, positive_int
+from flexflow.errors import FlexFlowError
 from flexflow.graph import OperatorGraph
 from flexflow.machine import parse_machine
 from flexflow.ops import DimKind
@@ -277,6 +278,20 @@ def _read_csv(path) -> list[Start]:
         ]
 
 
+def _check_cases(parser: argparse.ArgumentParser, models: list[str], machines: list[str]) -> None:
+    """Exit with a message, not a traceback mid-run, on a model or machine that is not one."""
+    for model in models:
+        try:
+            load_workload(model)
+        except FlexFlowError as error:
+            parser.error(f"--models: {error} Table 4 also takes {', '.join(WORKLOADS)}.")
+    for machine in machines:
+        try:
+            parse_machine(machine)
+        except FlexFlowError as error:
+            parser.error(f"--machines: {error}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -303,6 +318,7 @@ def main() -> None:
         "--render", action="store_true", help="only write the markdown again from the --out CSV"
     )
     args = parser.parse_args()
+    _check_cases(parser, args.models.split(","), args.machines.split(","))
     if args.render:
         path = RESULTS / f"{args.out}.csv"
         if not path.is_file():

@@ -3,6 +3,7 @@ benchmark times the search on next to the zoo's real networks."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,3 +44,18 @@ def test_table4_loads_the_workloads_and_compares_them_with_the_papers_model() ->
     assert len(table4.load_workload("resnet101_flexflow").ops) == 105
     assert len(table4.load_workload("resnet101").ops) == 279
     assert table4.WORKLOADS["resnet101_flexflow"][1] == "resnet101"
+
+
+def test_table4_refuses_an_unknown_model_or_machine_before_it_runs() -> None:
+    for flag, value, says in (
+        ("--models", "resnet102", "unknown model 'resnet102'"),
+        ("--machines", "p100:x", "machine 'p100:x'"),
+    ):
+        run = subprocess.run(
+            [sys.executable, str(BENCHMARKS / "table4.py"), flag, value, "--starts", "1"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 2
+        assert says in run.stderr and "Traceback" not in run.stderr
