@@ -21,6 +21,9 @@ Results: benchmarks/results/table4.{md,csv}.
 `--space sample` draws the random strategies and the proposals from each op's sample-only
 configurations (`sample_space`): the space FlexFlow's released code searches, for a comparison
 with the paper's times on the space its code most likely searched.
+`--models resnet101_flexflow` runs ResNet-101 as FlexFlow's search code built it (105 ops, no
+batch norm or shortcut: benchmarks/models/resnet101_flexflow.py), the graph the paper's
+ResNet-101 times most likely come from, against the zoo's real network (279 ops).
 """
 
 from __future__ import annotations
