@@ -89,7 +89,7 @@ CPU_MEMORY_EFFICIENCY: dict[str, float] = {
     "split": 4.0,
     "stack": 2.0,
 }
-# Kinds in neither table (mean, reduce_sum, flat, reshape, transpose) take the defaults below,
+# Kinds in neither table (mean, reduce_sum, flat, reshape, transpose, gather) take the defaults below,
 # not fitted; reduce_sum's tiles are mean's without the scale.
 CPU_UPDATE_MEMORY_EFFICIENCY = 1.7
 """An optimizer update's bytes move at 17 GB/s on that host (the fitted models' median; 12-29

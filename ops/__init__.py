@@ -31,6 +31,7 @@ OP_MODULES = (
     "element_unary",
     "embedding",
     "flat",
+    "gather",
     "layer_norm",
     "lstm",
     "mean",

@@ -212,6 +212,12 @@ class Op(ABC):
         """The region of each weight the tile reads; by default every weight whole."""
         return tuple(full_region(w.shape) for w in sig.weights)
 
+    def index_limit(self, sig: Signature, which: int) -> int | None:
+        """How many values the integer input `which` may take as indices (an embedding's rows,
+        a gather's input size along its dim): its data must lie in [0, limit). None when the
+        input is no index (every float input)."""
+        return None
+
     def statistics_elements(self, sig: Signature, region: Region) -> int:
         """Floats each task contributes to the all-reduce over `statistics_dims`; 0 when none."""
         return 0

@@ -90,6 +90,9 @@ class Embedding(Op):
         # any id may occur, so every row; a channel split reads only its columns
         return (((0, self.num_embeddings), region[-1]),)
 
+    def index_limit(self, sig: Signature, which: int) -> int | None:
+        return self.num_embeddings  # its one input: ids of the table's rows
+
     def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
         outputs = region_volume(region)
         if not self._aggregates:

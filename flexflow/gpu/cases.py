@@ -23,6 +23,7 @@ from flexflow.ops.element_binary import BinaryOp, ElementBinary
 from flexflow.ops.element_unary import ElementUnary
 from flexflow.ops.embedding import AggrMode, Embedding
 from flexflow.ops.flat import Flat
+from flexflow.ops.gather import Gather
 from flexflow.ops.init import initialize
 from flexflow.ops.layer_norm import LayerNorm
 from flexflow.ops.lstm import LSTM
@@ -102,6 +103,9 @@ CASES: tuple[TileCase, ...] = (
     TileCase("embedding", Embedding(10, 6), (TensorSpec((4, 3), I64),)),
     TileCase("embedding sum tile", Embedding(10, 6, AggrMode.AGGR_MODE_SUM), (TensorSpec((4, 3), I32),), (2, 2), (1, 1)),
     TileCase("embedding avg", Embedding(10, 6, AggrMode.AGGR_MODE_AVG), (TensorSpec((4, 3), I32),)),
+    TileCase("gather", Gather(1), (TensorSpec((4, 5, 6)), TensorSpec((4, 8, 6), I32))),
+    TileCase("gather tile along dim", Gather(1), (TensorSpec((4, 5, 6)), TensorSpec((4, 8, 6), I64)), (2, 2, 1), (1, 1, 0)),
+    TileCase("gather last dim tile", Gather(-1), (TensorSpec((4, 3, 4, 5)), TensorSpec((4, 3, 4, 7), I32)), (1, 3, 2, 1), (0, 2, 1, 0)),
     TileCase("lstm sequence tile", LSTM(4, step=1), (TensorSpec((4, 3, 5)),), (2, 2), (1, 0)),
     TileCase("lstm with state", LSTM(4), (TensorSpec((4, 5)), TensorSpec((4, 4)), TensorSpec((4, 4)))),
     TileCase("lstm state tile", LSTM(4), (TensorSpec((4, 5)), TensorSpec((4, 4)), TensorSpec((4, 4))), (2, 2), (0, 1)),
@@ -174,7 +178,7 @@ def tile_data(case: TileCase, seed: int = 0) -> TileData:
             values = np.abs(values) + 0.5 if case.positive else values
             whole_inputs.append(_float32_values(values))
         else:
-            high = getattr(case.op, "num_embeddings", 10)
+            high = case.op.index_limit(sig, len(whole_inputs)) or 10
             whole_inputs.append(rng.integers(0, high, spec.shape).astype(spec.dtype.value))
     whole_weights = [
         _float32_values(initialize(w, rng, np.float64) + 0.1 * rng.standard_normal(w.shape))

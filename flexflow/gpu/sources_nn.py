@@ -1,4 +1,4 @@
-"""CUDA C++ sources of the NVRTC kernels for normalization, embeddings, losses and optimizer updates.
+"""CUDA C++ sources of the NVRTC kernels for normalization, embeddings, gathers, losses and optimizer updates.
 
 Batch norm follows the runtime's split-statistics protocol (per-channel float64 sums a runtime
 reduction adds across tiles; see `flexflow.ops.batch_norm`), which cuDNN's batch norm, computing
@@ -210,6 +210,54 @@ __device__ void embedding_backward(float *grad_table, const I *ids, const float 
   }
 EMBEDDING_KERNELS(i32, int)
 EMBEDDING_KERNELS(i64, long long)
+"""
+)
+
+GATHER = (
+    COMMON
+    + r"""
+// Gather along one axis (flexflow.ops.gather): x is (outer, rows, inner), index and out are
+// (outer, picks, inner); out[a, p, b] = x[a, index[a, p, b], b]. Indices outside [0, rows)
+// set *bad (the host raises, as the reference does) and give 0.
+template <typename I>
+__device__ void gather_forward(float *out, const float *x, const I *index, int *bad,
+    long long outer, long long picks, long long rows, long long inner) {
+  GRID_STRIDE_LOOP(o, outer * picks * inner) {
+    long long a = o / (picks * inner), b = o % inner;
+    long long r = (long long)index[o];
+    if (r < 0 || r >= rows) {
+      atomicExch(bad, 1);
+      out[o] = 0.0f;
+    } else {
+      out[o] = x[(a * rows + r) * inner + b];
+    }
+  }
+}
+
+// grad_x (zeroed by the host) [a, index[a, p, b], b] += dy[a, p, b]: repeated indices add up
+// (atomics); the index gets no gradient.
+template <typename I>
+__device__ void gather_backward(float *grad_x, const I *index, const float *dy,
+    long long outer, long long picks, long long rows, long long inner) {
+  GRID_STRIDE_LOOP(o, outer * picks * inner) {
+    long long a = o / (picks * inner), b = o % inner;
+    long long r = (long long)index[o];
+    if (r >= 0 && r < rows) atomicAdd(grad_x + (a * rows + r) * inner + b, dy[o]);
+  }
+}
+
+#define GATHER_KERNELS(SUFFIX, I)                                                            \
+  extern "C" __global__ void gather_forward_##SUFFIX(float *out, const float *x,             \
+      const I *index, int *bad, long long outer, long long picks, long long rows,            \
+      long long inner) {                                                                     \
+    gather_forward<I>(out, x, index, bad, outer, picks, rows, inner);                        \
+  }                                                                                          \
+  extern "C" __global__ void gather_backward_##SUFFIX(float *grad_x, const I *index,         \
+      const float *dy, long long outer, long long picks, long long rows, long long inner) {  \
+    gather_backward<I>(grad_x, index, dy, outer, picks, rows, inner);                        \
+  }
+GATHER_KERNELS(i32, int)
+GATHER_KERNELS(i64, long long)
 """
 )
 

@@ -1,4 +1,4 @@
-"""GPU tiles of the element-wise ops and lookups: element_unary, element_binary, dropout, embedding.
+"""GPU tiles of the element-wise ops and lookups: element_unary, element_binary, dropout, embedding, gather.
 
 Dropout draws its mask from (seed, global element index) exactly as `flexflow.ops.dropout`, so a
 GPU tile keeps the elements the numpy reference keeps.
@@ -6,12 +6,14 @@ GPU tile keeps the elements the numpy reference keeps.
 
 from __future__ import annotations
 
+import math
+
 from flexflow.errors import ShapeError
 from flexflow.gpu import prims
 from flexflow.gpu.device import DeviceArray, Gpu, require_contiguous
 from flexflow.gpu.nvrtc import Arg, grid_for, launch
 from flexflow.gpu.sources import ELEMENTWISE
-from flexflow.gpu.sources_nn import EMBEDDING
+from flexflow.gpu.sources_nn import EMBEDDING, GATHER
 from flexflow.ops.embedding import AggrMode
 
 Arrays = tuple[DeviceArray, ...]
@@ -160,3 +162,50 @@ def embedding_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad
              Arg.i64(bag), Arg.i64(table.shape[1]), Arg.i64(table.shape[0]), Arg.f64(scale)],
         )  # fmt: skip
     return (None,), (grad_table,)
+
+
+# ---- gather -------------------------------------------------------------------------------------
+def _gather_dims(op, x: DeviceArray, index: DeviceArray) -> tuple[int, int, int, int]:
+    """(outer, picks, rows, inner): x seen as (outer, rows, inner) around the gather axis, the
+    index and the output as (outer, picks, inner)."""
+    axis = op.axis(x.ndim)
+    return (
+        math.prod(x.shape[:axis]), index.shape[axis], x.shape[axis], math.prod(x.shape[axis + 1 :])
+    )  # fmt: skip
+
+
+def gather_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
+    x, index = inputs  # x: the tile's rows, whole along the gather axis; index: the tile's
+    require_contiguous("gather", x, index)
+    outer, picks, rows, inner = _gather_dims(op, x, index)
+    out = gpu.empty(index.shape)
+    bad = gpu.zeros((1,), "int32")
+    if out.size:
+        launch(
+            gpu, GATHER, f"gather_forward_{prims.SUFFIX[index.dtype]}", grid_for(out.size),
+            [Arg.ptr(out.ptr), Arg.ptr(x.ptr), Arg.ptr(index.ptr), Arg.ptr(bad.ptr),
+             Arg.i64(outer), Arg.i64(picks), Arg.i64(rows), Arg.i64(inner)],
+        )  # fmt: skip
+        if gpu.to_host(bad)[
+            0
+        ]:  # waits for the stream: indices are data, checked like the reference
+            raise ShapeError(
+                f"gather along dim {op.axis(x.ndim)} on GPU: some index values of the tile "
+                f"{index.shape} lie outside [0, {rows}) (input tile {x.shape}); map the index "
+                "into that range."
+            )
+    return (out,)
+
+
+def gather_backward(gpu: Gpu, op, sig, region, inputs, weights, outputs, grad_outputs):
+    (x, index), (dy,) = inputs, grad_outputs
+    require_contiguous("gather backward", index, dy)
+    outer, picks, rows, inner = _gather_dims(op, x, index)
+    grad_x = gpu.zeros(x.shape)  # scatter-add target: every entry no index names stays 0
+    if dy.size:
+        launch(
+            gpu, GATHER, f"gather_backward_{prims.SUFFIX[index.dtype]}", grid_for(dy.size),
+            [Arg.ptr(grad_x.ptr), Arg.ptr(index.ptr), Arg.ptr(dy.ptr), Arg.i64(outer),
+             Arg.i64(picks), Arg.i64(rows), Arg.i64(inner)],
+        )  # fmt: skip
+    return (grad_x, None), ()

@@ -50,6 +50,7 @@ GPU_TILES: dict[str, GpuTile] = {
     "element_unary": GpuTile(elementwise.unary_forward, elementwise.unary_backward, NVRTC),
     "embedding": GpuTile(elementwise.embedding_forward, elementwise.embedding_backward, NVRTC),
     "flat": GpuTile(shape.flat_forward, shape.flat_backward, NVRTC),
+    "gather": GpuTile(elementwise.gather_forward, elementwise.gather_backward, NVRTC),
     "layer_norm": GpuTile(norm.layer_norm_forward, norm.layer_norm_backward, NVRTC),
     "lstm": GpuTile(linear.lstm_forward, linear.lstm_backward, CUBLAS),
     "mean": GpuTile(norm.mean_forward, norm.mean_backward, NVRTC),

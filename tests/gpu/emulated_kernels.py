@@ -272,6 +272,27 @@ def embedding_backward(gpu, name, grad_table, ids, dy, rows, bag, dim, entries, 
     )
 
 
+def gather_forward(gpu, name, out, x, index, bad, outer, picks, rows, inner):
+    picked = gpu.memory(index, _dtype(name))[: outer * picks * inner].reshape(outer, picks, inner)
+    if picked.size and (picked.min() < 0 or picked.max() >= rows):
+        gpu.memory(bad, "int32")[0] = 1
+    valid = (picked >= 0) & (picked < rows)
+    source = gpu.memory(x, "float32")[: outer * rows * inner].reshape(outer, rows, inner)
+    a, _, b = np.indices(picked.shape, sparse=True)
+    values = np.where(valid, source[a, np.clip(picked, 0, rows - 1), b], np.float32(0))
+    gpu.memory(out, "float32")[: outer * picks * inner] = values.reshape(-1)
+
+
+def gather_backward(gpu, name, grad_x, index, dy, outer, picks, rows, inner):
+    picked = gpu.memory(index, _dtype(name))[: outer * picks * inner].reshape(outer, picks, inner)
+    d = gpu.memory(dy, "float32")[: outer * picks * inner].reshape(outer, picks, inner)
+    target = gpu.memory(grad_x, "float32")[: outer * rows * inner].reshape(outer, rows, inner)
+    a, _, b = np.indices(picked.shape, sparse=True)
+    valid = (picked >= 0) & (picked < rows)
+    a, b = np.broadcast_to(a, picked.shape)[valid], np.broadcast_to(b, picked.shape)[valid]
+    np.add.at(target, (a, picked[valid], b), d[valid])  # atomicAdd: repeated indices add up
+
+
 def sgd_update(gpu, name, w_out, v_out, w, g, v, n, lr, momentum, weight_decay, nesterov, l2):
     f32 = np.float32
     weight, grad = gpu.memory(w, "float32")[:n], gpu.memory(g, "float32")[:n]
@@ -379,6 +400,8 @@ KERNELS: dict[str, Callable] = {
     "batch_norm_backward": batch_norm_backward,
     "embedding_forward": embedding_forward,
     "embedding_backward": embedding_backward,
+    "gather_forward": gather_forward,
+    "gather_backward": gather_backward,
     "sgd_update": sgd_update,
     "adam_update": adam_update,
     "mse": mse,

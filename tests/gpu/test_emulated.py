@@ -15,6 +15,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from flexflow.errors import ShapeError
 from flexflow.gpu import (
     check,
     libraries,
@@ -23,13 +24,15 @@ from flexflow.gpu import (
     tile_linear,
     tile_norm,
     tile_shape,
+    tiles,
     training,
 )
 from flexflow.gpu.blas import gemm
 from flexflow.gpu.cases import CASES
-from flexflow.ops import ActiMode, TensorSpec
+from flexflow.ops import ActiMode, DType, TensorSpec
 from flexflow.ops.base import region_slices
 from flexflow.ops.element_binary import BinaryOp
+from flexflow.ops.gather import Gather
 from flexflow.ops.pool2d import Pool2D, PoolType
 from flexflow.ops.shapes import tile_region
 from flexflow.ops.unary_functions import UnaryFunction
@@ -283,3 +286,15 @@ def test_the_check_report_renders_as_markdown(host):
     assert "| dense relu | 4 |" in text and "Skipped: losses." in text
     assert "| sgemm | [8, 8, 8] | 0.500 | 0.0 |" in text
     assert check.markdown({"results": []}).endswith("Nothing checked.\n")
+
+
+def test_a_gather_index_out_of_range_raises_as_the_reference_does(host):
+    op = Gather(1)
+    sig = op.infer("g", [TensorSpec((2, 3, 4)), TensorSpec((2, 5, 4), DType.INT32)])
+    index = np.zeros((2, 5, 4), np.int32)
+    index[1, 4, 3] = 3
+    x = host.to_device(np.ones((2, 3, 4), np.float32))
+    region = tuple((0, s) for s in sig.output_shape)
+    with pytest.raises(ShapeError, match=r"gather along dim 1 on GPU: some index values of the "
+                       r"tile \(2, 5, 4\) lie outside \[0, 3\) \(input tile \(2, 3, 4\)\)"):  # fmt: skip
+        tiles.forward_tile(host, op, sig, region, [x, host.to_device(index)], [])
