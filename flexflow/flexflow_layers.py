@@ -245,7 +245,7 @@ def print_layers(model: FFModel, layer_id: int = -1) -> None:
 
 
 NOT_OFFERED_LAYERS = frozenset(
-    ("reverse", "gather", "argmax", "arg_top_k", "beam_top_k", "sampling", "rms_norm",
+    ("reverse", "argmax", "arg_top_k", "beam_top_k", "sampling", "rms_norm",
      "residual_rms_norm",
      "residual_layer_norm", "add_bias_residual_layer_norm", "sigmoid_silu_multi",
      "inc_multihead_self_attention", "spec_inc_multihead_self_attention",
@@ -254,7 +254,7 @@ NOT_OFFERED_LAYERS = frozenset(
      "add_lora_layer", "create_constant", "map_tensor", "add_layer", "generate",
      "generate_inf_only", "set_position_offset", "set_transformer_layer_id")
 )  # fmt: skip
-"""FlexFlow's FFModel methods this API does not offer: reverse, gather, the arg/top-k and
+"""FlexFlow's FFModel methods this API does not offer: reverse, the arg/top-k and
 sampling layers, its fused normalizations, and its LLM-serving (incremental decoding) API."""
 
 
@@ -314,6 +314,6 @@ def _refused(name: str) -> property:
 
 
 # properties, not a __getattr__: an AttributeError inside another property (a model's
-# `executor` before compile) keeps its own message, and hasattr(model, "gather") is False
+# `executor` before compile) keeps its own message, and hasattr(model, "rms_norm") is False
 for _name in NOT_OFFERED_LAYERS:
     setattr(LayerHandles, _name, _refused(_name))

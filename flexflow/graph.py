@@ -150,15 +150,29 @@ class OperatorGraph:
         """Ids of the ops reading tensor `tensor_id`, in topological order."""
         return self._consumers[tensor_id]
 
+    def index_limits(self, tensor_id: int) -> tuple[tuple[OpNode, int], ...]:
+        """The ops reading integer tensor `tensor_id` as indices, each with how many values it
+        takes (`Op.index_limit`: an embedding's rows, a gather's input size along its dim),
+        through the ops that only move integers (a reshape, transpose, concat or split of
+        ids: the ops taking integer tensors pass their values on unchanged), so a model
+        input's data are checked against every op indexing with them."""
+        limits, seen, todo = [], set(), [tensor_id]
+        while todo:
+            tid = todo.pop()
+            for op in self.consumers(tid):
+                node = self.ops[op]
+                for which, read in enumerate(node.inputs):
+                    limit = node.op.index_limit(node.sig, which) if read == tid else None
+                    if limit is not None and (node.id, limit) not in seen:
+                        seen.add((node.id, limit))
+                        limits.append((node, limit))
+                todo += [o for o in node.outputs if not self.tensor(o).spec.dtype.is_float]
+        return tuple(limits)
+
     def token_vocabulary(self, tensor_id: int) -> int:
-        """How many ids an integer tensor may hold: the rows of the smallest embedding table
-        reading it (each id indexes every such table), 2 where none does."""
-        tables = [
-            self.ops[op].op.num_embeddings
-            for op in self.consumers(tensor_id)
-            if hasattr(self.ops[op].op, "num_embeddings")
-        ]
-        return min(tables, default=2)
+        """How many ids an integer tensor may hold: the fewest any op reading it as indices
+        takes (each id indexes every such table or axis), 2 where none does."""
+        return min((limit for _, limit in self.index_limits(tensor_id)), default=2)
 
     @property
     def edges(self) -> Iterator[Edge]:

@@ -35,6 +35,7 @@ from flexflow.ops.dense import Dense
 from flexflow.ops.dropout import Dropout
 from flexflow.ops.embedding import AggrMode, Embedding
 from flexflow.ops.flat import Flat
+from flexflow.ops.gather import Gather
 from flexflow.ops.layer_norm import LayerNorm
 from flexflow.ops.lstm import LSTM
 from flexflow.ops.mean import Mean
@@ -289,6 +290,12 @@ class LayerAPI(ElementwiseLayers):
     def concat(self, tensors: Sequence[Tensor], axis: int, name: str | None = None) -> Tensor:
         return self._layer(Concat(axis), list(tensors), name)
 
+    def gather(self, input: Tensor, index: Tensor, dim: int, name: str | None = None) -> Tensor:
+        """torch.gather along `dim`: `index` (int32/int64, the input's rank and sizes on every
+        other dim) picks the input's entries along `dim`; the output has the index's shape. The
+        gradient reaches the input alone."""
+        return self._layer(Gather(dim), [input, index], name)
+
     def split(
         self, input: Tensor, sizes: int | Sequence[int], axis: int, name: str | None = None
     ) -> list[Tensor]:
@@ -383,10 +390,11 @@ def _axes(kind: str, axes: object, name: str | None) -> tuple:
 
 LAYER_METHODS = (
     "create_tensor", "conv2d", "pool2d", "dense", "embedding", "lstm", "multihead_attention",
-    "batch_matmul", "concat", "split", "flat", "reshape", "transpose", "add", "subtract",
-    "multiply", "divide", "max", "min", "exp", "sin", "cos", "pow", "rsqrt", "scalar_multiply",
-    "scalar_add", "scalar_sub", "scalar_true_divide", "identity", "relu", "sigmoid", "tanh",
-    "gelu", "elu", "softmax", "batch_norm", "layer_norm", "dropout", "mean", "reduce_sum",
+    "batch_matmul", "concat", "gather", "split", "flat", "reshape", "transpose", "add",
+    "subtract", "multiply", "divide", "max", "min", "exp", "sin", "cos", "pow", "rsqrt",
+    "scalar_multiply", "scalar_add", "scalar_sub", "scalar_true_divide", "identity", "relu",
+    "sigmoid", "tanh", "gelu", "elu", "softmax", "batch_norm", "layer_norm", "dropout", "mean",
+    "reduce_sum",
 )  # fmt: skip
 """The methods adding to the graph, each one step that succeeds or changes nothing."""
 for _name in LAYER_METHODS:

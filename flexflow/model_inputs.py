@@ -15,7 +15,7 @@ import numpy as np
 from flexflow.config import FFConfig
 from flexflow.data import DataLoader, check_finite
 from flexflow.errors import ShapeError
-from flexflow.graph import GraphTensor, OperatorGraph
+from flexflow.graph import GraphTensor, OperatorGraph, OpNode
 
 
 def model_loader(
@@ -150,24 +150,31 @@ def _check_ids(graph: OperatorGraph, tensor: GraphTensor, given) -> None:
             f"input '{tensor.name}' takes integer ids ({tensor.spec.dtype.name}), got "
             f"{values.dtype} data; pass integer arrays (e.g. ids.astype(np.int32))."
         )
-    tables = [
-        graph.ops[op]
-        for op in graph.consumers(tensor.id)
-        if hasattr(graph.ops[op].op, "num_embeddings")
-    ]
-    if not tables or values.size == 0:
+    limits = graph.index_limits(tensor.id)
+    if not limits or values.size == 0:
         return
     low, high = int(values.min()), int(values.max())
-    for node in tables:
-        rows = node.op.num_embeddings
-        if low < 0 or high >= rows:
+    for node, limit in limits:
+        if low < 0 or high >= limit:
             bad = low if low < 0 else high
-            fix = (
-                "ids are row numbers from 0: map them into its range"
-                if bad < 0
-                else f"give the embedding num_embeddings > {high} or map the ids into its range"
-            )
-            raise ShapeError(
-                f"input '{tensor.name}' holds id {bad}, outside [0, {rows}) of embedding "
-                f"'{node.name}' ({rows} rows); {fix}."
-            )
+            raise ShapeError(_outside(tensor, node, limit, bad, high))
+
+
+def _outside(tensor: GraphTensor, node: OpNode, limit: int, bad: int, high: int) -> str:
+    """The message for id `bad` of input `tensor` outside [0, limit) of op `node`."""
+    if node.kind == "gather":
+        x = node.sig.inputs[0].shape
+        return (
+            f"input '{tensor.name}' holds index {bad}, outside [0, {limit}) of gather "
+            f"'{node.name}' (input {x}, gathering along dim {node.op.axis(len(x))}); indices "
+            f"count from 0: map them into [0, {limit})."
+        )
+    fix = (
+        "ids are row numbers from 0: map them into its range"
+        if bad < 0
+        else f"give the embedding num_embeddings > {high} or map the ids into its range"
+    )
+    return (
+        f"input '{tensor.name}' holds id {bad}, outside [0, {limit}) of embedding "
+        f"'{node.name}' ({limit} rows); {fix}."
+    )

@@ -77,8 +77,8 @@ def test_the_rest_of_flexflows_surface_says_what_to_use(monkeypatch):
         model.get_layer_by_id(0).get_weight_tensor().get_weights(None)
     with pytest.raises(FlexFlowError, match=r"no layer has that name; the model's layers are"):
         model.get_layer_by_name("conv1")
-    with pytest.raises(NotOfferedError, match=r"FFModel.gather .* is not offered here"):
-        model.gather(x, x, 0)  # a bare AttributeError before
+    with pytest.raises(NotOfferedError, match=r"FFModel.argmax .* is not offered here"):
+        model.argmax(x, False)  # a bare AttributeError before
     assert not hasattr(model, "rms_norm") and not hasattr(model, "no_such_method")
     with pytest.raises(GraphError, match=r"call FFModel.compile\(...\) before fit"):
         model.executor  # noqa: B018 (its own message, not a refused FlexFlow name's)
@@ -231,3 +231,21 @@ def test_a_hand_written_loops_batches_are_checked_as_they_are_set():
         loader.next_batch(model)  # 2 samples left: no full batch
     with pytest.raises(GraphError, match="call FFModel.compile"):
         model.forward()  # every input has a batch: it wants compile
+
+
+def test_gather_takes_flexflows_arguments_and_names_the_layer_in_its_errors():
+    """FlexFlow's demo_gather.py: a (bs, 16, 5) tensor gathered along dim 1 by (bs, 6, 5)."""
+    model = FFModel(FlexFlowConfig(batch_size=4))
+    x = model.create_tensor([4, 16, 5], DataType.DT_FLOAT)
+    index = model.create_tensor([4, 6, 5], DataType.DT_INT32)
+    x0 = model.dense(x, 5, ActiMode.AC_MODE_NONE, False)
+    out = model.gather(input=x0, index=index, dim=1, name="g")
+    assert out.shape == (4, 6, 5) and out.dtype == DataType.DT_FLOAT
+    assert repr(model.get_layer_by_name("g")) == "Layer(1, 'g', gather)"
+    layers = len(model.get_layers())
+    with pytest.raises(ShapeError, match=r"gather 'bad': cannot gather along dim 0, the sample"):
+        model.gather(x0, index, 0, name="bad")
+    with pytest.raises(ShapeError, match=r"gather 'bad': index must match the input on every "
+                       r"dim but dim 2, got input \(4, 16, 5\) and index \(4, 6, 5\)"):  # fmt: skip
+        model.gather(x0, index, 2, name="bad")
+    assert len(model.get_layers()) == layers  # a refused call adds nothing

@@ -530,3 +530,25 @@ def test_compile_refuses_an_input_of_another_batch_size_before_any_search():
     model.softmax(model.dense(model.create_tensor((12, 5), name="x"), 3))
     with pytest.raises(ShapeError, match=r"input 'x' was created with batch 12 .* batch size is 8"):
         model.compile("sgd")
+
+
+def test_a_gather_index_out_of_range_is_refused_naming_the_layer_through_reshapes():
+    """An index fed whole to gather, or reshaped on its way there, is checked where it is fed:
+    out of range in a Legate task it aborted the process with a native backtrace."""
+    model = FFModel(FFConfig(batch_size=4))
+    x = model.create_tensor((4, 6), name="x")
+    index = model.create_tensor((4, 12), DataType.DT_INT32, name="index")
+    h = model.reshape(model.dense(x, 40), (4, 20, 2))  # (4, 20, 2)
+    g = model.gather(h, model.reshape(index, (4, 6, 2)), 1, name="pick")  # (4, 6, 2)
+    model.dense(model.flat(g), 3)
+    graph = model.graph()
+    assert [(n.name, limit) for n, limit in graph.index_limits(1)] == [("pick", 20)]
+    assert graph.token_vocabulary(1) == 20
+    xs, ys = np.zeros((8, 6), np.float32), np.zeros((8, 3), np.float32)
+    picks = np.zeros((8, 12), np.int32)
+    for bad in (20, -1):
+        picks[5, 7] = bad
+        with pytest.raises(ShapeError, match=rf"input 'index' holds index {bad}, outside \[0, 20\) "
+                           r"of gather 'pick' \(input \(4, 20, 2\), gathering along dim 1\); "
+                           r"indices count from 0"):  # fmt: skip
+            model.fit({"x": xs, "index": picks}, ys)

@@ -7,7 +7,6 @@ import pytest
 
 from flexflow.errors import FlexFlowError, GraphError, NotOfferedError, ShapeError
 from flexflow.keras import regularizers
-from flexflow.keras.backend.internal import gather
 from flexflow.keras.callbacks import Callback, VerifyMetrics
 from flexflow.keras.datasets import reuters
 from flexflow.keras.layers import Add, Conv2D, Dense, Flatten, Input, MaxPooling2D
@@ -93,8 +92,6 @@ def test_regularizers_other_than_a_dense_kernels_l2_are_refused_naming_the_layer
 def test_what_flexflow_keras_does_not_offer_is_refused_by_name():
     with pytest.raises(NotOfferedError, match="channels_last"):
         Conv2D(2, kernel_size=3, data_format="channels_last")
-    with pytest.raises(NotOfferedError, match="gather"):
-        gather(Input(shape=(3,)), Input(shape=(3,), dtype="int32"), 1)
     with pytest.raises(NotOfferedError, match="reuters"):
         reuters.load_data()
     with pytest.raises(NotOfferedError, match="Tokenizer is not offered"):

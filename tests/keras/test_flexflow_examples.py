@@ -65,6 +65,7 @@ SCRIPTS = {
     "func_mnist_mlp.py": 1,  # 20 epochs asked; EpochVerifyMetrics stops after one at >90%
     "seq_mnist_mlp_net2net.py": 2,  # teacher, then the student from its weights
     "regularizer.py": 2,  # a Dense with kernel_regularizer=L2(0.001), Adam, two epochs
+    "gather.py": 2,  # (B, 20, 3) gathered along axis 1 by an int32 (B, 6, 3) input
 }
 
 

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flexflow import ActiMode, FFModel, PoolType
+from flexflow import ActiMode, DataType, FFModel, PoolType
 from flexflow.errors import ShapeError
 from flexflow.keras import backend as K
 from flexflow.keras import regularizers
-from flexflow.keras.backend.internal import rsqrt
+from flexflow.keras.backend.internal import Gather, gather, rsqrt
 from flexflow.keras.layers import (
     Activation,
     Add,
@@ -315,3 +315,34 @@ def test_adam_takes_keras_and_flexflows_keras_epsilon():
     from flexflow.keras.optimizers import Adam
 
     assert Adam().ffhandle.epsilon == 1e-7
+
+
+def test_gather_builds_flexflows_keras_example_as_the_same_ffmodel_calls():
+    """FlexFlow's examples/python/keras/gather.py: (B, 20, 3) gathered along axis 1 by an
+    int32 (B, 6, 3) input."""
+    a, index = Input(shape=(10,), dtype="float32"), Input(shape=(6, 3), dtype="int32")
+    h = Reshape((20, 3), name="r1")(Dense(60, activation="relu", name="d1")(a))
+    g = gather(h, index, axis=1)
+    assert g.batch_shape == (None, 6, 3) and isinstance(g.from_layer, Gather)
+    out = Dense(1, name="d2")(Reshape((18,), name="r2")(g))
+    model = Model([a, index], out)
+
+    ff = FFModel()
+    x = ff.create_tensor((BATCH, 10), name=a.name)
+    i = ff.create_tensor((BATCH, 6, 3), DataType.DT_INT32, name=index.name)
+    t = ff.reshape(ff.dense(x, 60, ActiMode.AC_MODE_RELU, name="d1"), (BATCH, 20, 3), name="r1")
+    t = ff.gather(t, i, 1, name=g.from_layer.name)
+    ff.dense(ff.reshape(t, (BATCH, 18), name="r2"), 1, name="d2")
+    assert ops_of(built(model)) == ops_of(ff)
+
+
+def test_gather_refuses_an_index_of_other_sizes_naming_the_layer():
+    h, index = Input(shape=(20, 3)), Input(shape=(6, 4), dtype="int32")
+    match = (
+        r"Gather 'g' called on \(None, 20, 3\), \(None, 6, 4\): gather 'g': index must match "
+        r"the input on every dim but dim 1"
+    )
+    with pytest.raises(ShapeError, match=match):
+        Gather(1, name="g")([h, index])
+    with pytest.raises(ShapeError, match=r"cannot gather along dim 0, the sample dimension"):
+        Gather(name="g0")([h, Input(shape=(20, 3), dtype="int32")])  # FlexFlow's default axis 0

@@ -1,12 +1,11 @@
 """FlexFlow's Keras element-wise functions as layers (Sin, Cos, Exp, Pow, Rsqrt, ReduceSum,
-BatchMatmul), mapped onto the layer API's functions of the same names; Gather is refused."""
+BatchMatmul, Gather), mapped onto the layer API's functions of the same names."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from flexflow.errors import NotOfferedError
 from flexflow.keras.layers.base import Layer
 from flexflow.keras.tensor import KerasTensor
 from flexflow.layers import LayerAPI, Tensor
@@ -73,18 +72,27 @@ class BatchMatmul(Layer):
         return api.batch_matmul(inputs[0], inputs[1], name=self.name)
 
 
+class Gather(Layer):
+    """x's entries picked along `axis` by the int32 tensor `indices` (torch.gather; the layer
+    API's gather): called on [x, indices], its output has the indices' shape."""
+
+    kind, default_name, takes_list = "Gather", "gather", True
+
+    def __init__(self, axis: int = 0, **keywords: Any) -> None:
+        super().__init__(**keywords)
+        self.axis = axis
+
+    def build_ff(self, api: LayerAPI, inputs: list[Tensor], final: bool = False) -> Tensor:
+        return api.gather(inputs[0], inputs[1], self.axis, name=self.name)
+
+
 def rsqrt(x: KerasTensor) -> KerasTensor:
     return Rsqrt()(x)
 
 
 def gather(x: KerasTensor, indices: KerasTensor, axis: int) -> KerasTensor:
-    raise NotOfferedError(
-        "gather is not offered by flexflow (no gather op here); index the data before "
-        "feeding it, or use an Embedding for a lookup table."
-    )
+    return Gather(axis)([x, indices])
 
-
-Gather = gather
 
 __all__ = [
     "BatchMatmul",
