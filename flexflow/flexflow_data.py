@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from flexflow.core import FFModel
 
 
+_ATTACHED: dict[Any, list[np.ndarray]] = {}
+"""The arrays each tensor has attached (`attach_numpy_array`), read-only until detached."""
+
+
 class SingleDataLoader:
     """FlexFlow's data loader: the whole data set of one input (or the labels), which `fit`
     and `eval` cut into batches, or a hand-written loop takes batch by batch (`next_batch`)."""
@@ -92,6 +96,21 @@ class _DataAccess:
 
     def inline_unmap(self, ffmodel: FFModel, *rest: Any) -> None:
         _model_of(ffmodel, self, "inline_unmap")
+
+    def attach_numpy_array(self, ffmodel: FFModel, ffconfig: Any, np_array: Any) -> None:
+        """FlexFlow's attach of `np_array` as this input's (or the labels') data: here its
+        batch is set from it (`set_tensor`, a copy) and the array made read-only until
+        `detach_numpy_array`, so a write FlexFlow's attached tensor would see raises instead
+        of being lost."""
+        set_batch(_model_of(ffmodel, self, "attach_numpy_array"), self, np_array)
+        if isinstance(np_array, np.ndarray) and np_array.flags.writeable:
+            np_array.flags.writeable = False
+            _ATTACHED.setdefault(self, []).append(np_array)
+
+    def detach_numpy_array(self, ffconfig: Any = None) -> None:
+        """The arrays attached to this tensor writable again (its batch stays set)."""
+        for array in _ATTACHED.pop(self, []):
+            array.flags.writeable = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,9 +179,9 @@ def test_flexflows_other_forms_are_taken_or_refused_naming_the_way():
         model.compile(comp_mode="inference")  # INFERENCE itself: tests/training/test_api.py
     with pytest.raises(FlexFlowError, match=r"inline_map takes the model first"):
         x.inline_map(None)  # FlexFlow's older inline_map(ffconfig)
-    with pytest.raises(FlexFlowError, match=r"Tensor.attach_numpy_array .* is not offered"):
-        x.attach_numpy_array(None, None)
-    assert not hasattr(x, "attach_numpy_array") and flexflow_python_binding() == "legate"
+    with pytest.raises(FlexFlowError, match=r"attach_numpy_array takes the model first"):
+        x.attach_numpy_array(None, None, np.zeros((4, 6), np.float32))  # demo_gather.py's
+    assert flexflow_python_binding() == "legate"
 
 
 def test_flexflows_newer_script_openings_and_defaults_are_taken():
@@ -249,3 +249,22 @@ def test_gather_takes_flexflows_arguments_and_names_the_layer_in_its_errors():
                        r"dim but dim 2, got input \(4, 16, 5\) and index \(4, 6, 5\)"):  # fmt: skip
         model.gather(x0, index, 2, name="bad")
     assert len(model.get_layers()) == layers  # a refused call adds nothing
+
+
+def test_attach_numpy_array_sets_the_batch_and_holds_the_array_until_detached():
+    """FlexFlow's demo_gather.py attaches its inputs and labels: the batch is set from the
+    array, which stays read-only while attached (FlexFlow's tensor would see a later write;
+    here it would be lost, so it raises)."""
+    model = FFModel(FlexFlowConfig(batch_size=4))
+    x = model.create_tensor([4, 6], DataType.DT_FLOAT)
+    model.dense(x, 3)
+    data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    x.attach_numpy_array(model, model.config, data)
+    np.testing.assert_array_equal(x.get_array(model, model.config), data)
+    with pytest.raises(ValueError, match="read-only"):
+        data[0, 0] = 5.0
+    x.detach_numpy_array(model.config)
+    data[0, 0] = 5.0  # writable again; the batch set stays as attached
+    assert x.get_array(model, model.config)[0, 0] == 0.0
+    with pytest.raises(ShapeError, match=r"set_tensor of .*: a batch holds 4 samples"):
+        x.attach_numpy_array(model, model.config, data[:2])

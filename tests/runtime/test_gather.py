@@ -2,9 +2,16 @@
 index an int32 model input with repeated values, trains under data parallelism, random
 strategies and the gather split along its dim (each tile reads the input whole along it and
 their gradients of it are summed) or along the channel, as on one device and as the numpy
-reference does (tests/runtime/gather_script.py); fit refuses an index out of range by name."""
+reference does (tests/runtime/gather_script.py); fit refuses an index out of range by name;
+FlexFlow's native demo_gather.py runs unchanged."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +53,31 @@ def test_fit_refuses_an_index_out_of_range_naming_the_layer(report):
         "ShapeError: input 'index' holds index 20, outside [0, 20) of gather 'gather' (input "
         "(8, 20, 2), gathering along dim 1); indices count from 0: map them into [0, 20)."
     )
+
+
+REPO = Path(os.environ.get("FLEXFLOW_REPO", "/work/.mirror/flexflow+FlexFlow/repo"))
+
+
+@pytest.mark.skipif(not REPO.exists(), reason=f"no FlexFlow checkout at {REPO}")
+def test_flexflows_native_demo_gather_runs_unchanged(tmp_path):
+    """examples/python/native/demo_gather.py: attach_numpy_array of the inputs and labels,
+    then 100 forward/backward/update iterations of a dense layer and a gather."""
+    script = tmp_path / "demo_gather.py"
+    script.write_text(
+        subprocess.run(
+            ["git", "-C", str(REPO), "show", "HEAD:examples/python/native/demo_gather.py"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    legate = shutil.which("legate", path=str(Path(sys.executable).parent))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEGATE_", "LEGION_"))}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.run(
+        [legate, "--cpus", "2", "--gpus", "0", script.name],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("Demo Gather\n(64, 6, 5)\n")
