@@ -64,7 +64,64 @@ def refused_index() -> str:
     return "accepted"
 
 
+def flexflow_op_flow() -> dict:
+    """FlexFlow's examples/python/native/ops/gather.py flow (its `test_gather`: one gather
+    layer, data loaders, forward, inline_map and get_array) on a valid index: the output read
+    against numpy's take_along_axis. Its __main__ passes a (batch,) index for a rank-4 input,
+    which FlexFlow's own gather asserts against: refused here with the shapes."""
+    from flexflow.core import (
+        DataType,
+        FlexFlowConfig,
+        LossType,
+        MetricsType,
+        SGDOptimizer,
+        init_flexflow_runtime,
+    )
+    from flexflow.core import FFModel as CoreModel
+
+    init_flexflow_runtime()
+    config = FlexFlowConfig(batch_size=8)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((8, 5, 10, 10)).astype(np.float32)
+    index = rng.integers(0, 10, (8, 5, 4, 10)).astype(np.int32)  # 4 picks of 10 rows, dim 2
+
+    def build(index_shape):
+        model = CoreModel(config)
+        first = model.create_tensor(x.shape, DataType.DT_FLOAT)
+        second = model.create_tensor(index_shape, DataType.DT_INT32)
+        out = model.gather(first, second, 2, name="gather_layer")
+        return model, first, second, out
+
+    model, first, second, out = build(index.shape)
+    model.optimizer = SGDOptimizer(model, 0.001)
+    model.compile(
+        loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+        metrics=[MetricsType.METRICS_ACCURACY, MetricsType.METRICS_SPARSE_CATEGORICAL_CROSSENTROPY],
+    )
+    loaders = [model.create_data_loader(first, x), model.create_data_loader(second, index)]
+    model.init_layers()
+    for loader in loaders:
+        loader.reset()
+        loader.next_batch(model)
+    model.forward()
+    out.inline_map(model, config)
+    got = out.get_array(model, config)
+    out.inline_unmap(model, config)
+    want = np.take_along_axis(x, index, axis=2)
+    try:
+        build((8,))
+        refusal = "accepted"
+    except FlexFlowError as error:
+        refusal = f"{type(error).__name__}: {error}"
+    return {
+        "shape": list(got.shape),
+        "max_error": float(np.max(np.abs(got - want))),
+        "refusal": refusal,
+    }
+
+
 if __name__ == "__main__":
     report = {"gather": numerics_script.run(gathering, more=gather_splits)}
     report["refused_index"] = refused_index()
+    report["flexflow_op"] = flexflow_op_flow()
     print(json.dumps(report))

@@ -55,6 +55,16 @@ def test_fit_refuses_an_index_out_of_range_naming_the_layer(report):
     )
 
 
+def test_flexflows_op_script_flow_reads_numpys_values(report):
+    result = report["flexflow_op"]
+    assert result["shape"] == [8, 5, 4, 10] and result["max_error"] == 0.0
+    assert result["refusal"] == (
+        "ShapeError: gather 'gather_layer': index must have the input's rank, got input "
+        "(8, 5, 10, 10) (rank 4) and index (8,) (rank 1); give the index one entry per input "
+        "position on every dim but the gather dim."
+    )
+
+
 REPO = Path(os.environ.get("FLEXFLOW_REPO", "/work/.mirror/flexflow+FlexFlow/repo"))
 
 
