@@ -161,20 +161,10 @@ def _check_ids(graph: OperatorGraph, tensor: GraphTensor, given) -> None:
 
 
 def _outside(tensor: GraphTensor, node: OpNode, limit: int, bad: int, high: int) -> str:
-    """The message for id `bad` of input `tensor` outside [0, limit) of op `node`."""
-    if node.kind == "gather":
-        x = node.sig.inputs[0].shape
-        return (
-            f"input '{tensor.name}' holds index {bad}, outside [0, {limit}) of gather "
-            f"'{node.name}' (input {x}, gathering along dim {node.op.axis(len(x))}); indices "
-            f"count from 0: map them into [0, {limit})."
-        )
-    fix = (
-        "ids are row numbers from 0: map them into its range"
-        if bad < 0
-        else f"give the embedding num_embeddings > {high} or map the ids into its range"
-    )
+    """The message for index `bad` of input `tensor` outside [0, limit) of op `node`, in the
+    op's terms (`Op.index_terms`)."""
+    noun, bounds, fix = node.op.index_terms(node.sig, limit, bad, high)
     return (
-        f"input '{tensor.name}' holds id {bad}, outside [0, {limit}) of embedding "
-        f"'{node.name}' ({limit} rows); {fix}."
+        f"input '{tensor.name}' holds {noun} {bad}, outside [0, {limit}) of {node.kind} "
+        f"'{node.name}' ({bounds}); {fix}."
     )

@@ -218,6 +218,12 @@ class Op(ABC):
         input is no index (every float input)."""
         return None
 
+    def index_terms(self, sig: Signature, limit: int, bad: int, high: int) -> tuple[str, str, str]:
+        """How the message for an index outside [0, limit) speaks of this op's indices: what
+        one is called, what bounds it, and the fix (`bad`: the index named, `high`: the largest
+        given)."""
+        return "index", f"{limit} values", f"indices count from 0: map them into [0, {limit})"
+
     def statistics_elements(self, sig: Signature, region: Region) -> int:
         """Floats each task contributes to the all-reduce over `statistics_dims`; 0 when none."""
         return 0

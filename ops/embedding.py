@@ -93,6 +93,14 @@ class Embedding(Op):
     def index_limit(self, sig: Signature, which: int) -> int | None:
         return self.num_embeddings  # its one input: ids of the table's rows
 
+    def index_terms(self, sig: Signature, limit: int, bad: int, high: int) -> tuple[str, str, str]:
+        fix = (
+            "ids are row numbers from 0: map them into its range"
+            if bad < 0
+            else f"give the embedding num_embeddings > {high} or map the ids into its range"
+        )
+        return "id", f"{limit} rows", fix
+
     def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
         outputs = region_volume(region)
         if not self._aggregates:

@@ -94,6 +94,11 @@ class Gather(Op):
         x = sig.inputs[0].shape
         return x[self.axis(len(x))] if which == 1 else None
 
+    def index_terms(self, sig: Signature, limit: int, bad: int, high: int) -> tuple[str, str, str]:
+        x = sig.inputs[0].shape
+        where = f"input {x}, gathering along dim {self.axis(len(x))}"
+        return "index", where, f"indices count from 0: map them into [0, {limit})"
+
     def flops(self, sig: Signature, region: Region) -> tuple[float, float]:
         # forward copies; backward adds each output gradient into its input entry
         return 0.0, float(region_volume(region))
