@@ -104,8 +104,8 @@ def _install_timers(spent: collections.Counter) -> None:
 
 def run_chains(model: str, machine_name: str, seeds: list[int], breakdown: bool) -> dict:
     """The chains' CPU and wall seconds, proposals, per-stage (wall) seconds and a fingerprint of
-    what they found (each chain's proposals, accepted proposals, best cost and strategy)."""
-    sys.path.insert(0, str(HERE))
+    what they found (each chain's proposals, accepted proposals, best cost and strategy);
+    `main` has put this directory on the path."""
     from table4 import load_workload, random_start_chain
 
     from flexflow.machine import parse_machine

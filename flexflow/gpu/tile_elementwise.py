@@ -186,9 +186,8 @@ def gather_forward(gpu: Gpu, op, sig, region, inputs, weights) -> Arrays:
             [Arg.ptr(out.ptr), Arg.ptr(x.ptr), Arg.ptr(index.ptr), Arg.ptr(bad.ptr),
              Arg.i64(outer), Arg.i64(picks), Arg.i64(rows), Arg.i64(inner)],
         )  # fmt: skip
-        if gpu.to_host(bad)[
-            0
-        ]:  # waits for the stream: indices are data, checked like the reference
+        # waits for the stream: indices are data, checked like the reference
+        if gpu.to_host(bad)[0]:
             raise ShapeError(
                 f"gather along dim {op.axis(x.ndim)} on GPU: some index values of the tile "
                 f"{index.shape} lie outside [0, {rows}) (input tile {x.shape}); map the index "
